@@ -1,0 +1,3 @@
+module github.com/agentscm/agentscm
+
+go 1.26

@@ -1,0 +1,75 @@
+// Package event defines the typed event records that agent adapters produce
+// and the spool retains.
+package event
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Kind names what happened in an agent session.
+type Kind string
+
+// Event kinds, one per supported agent lifecycle point.
+const (
+	SessionStart   Kind = "session_start"
+	PromptSubmit   Kind = "prompt_submit"
+	ToolStart      Kind = "tool_start"
+	ToolFinish     Kind = "tool_finish"
+	MessageDisplay Kind = "message_display"
+	TurnEnd        Kind = "turn_end"
+	PreCompact     Kind = "pre_compact"
+	SubagentStart  Kind = "subagent_start"
+	SubagentStop   Kind = "subagent_stop"
+	SessionEnd     Kind = "session_end"
+)
+
+// Tool finish outcomes as the host reported them. Returned means the host's
+// hook fired for a finished call; it is not evidence that the call worked.
+const (
+	OutcomeReturned = "returned"
+	OutcomeFailed   = "failed"
+)
+
+// Capture modes of a checkout.
+const (
+	ModeMetadataOnly      = "metadata-only"
+	ModeLocalConversation = "local-conversation"
+)
+
+// Record is one captured event as retained in the private spool.
+type Record struct {
+	// Seq is the spool-local arrival order, assigned on append (1-based).
+	Seq uint64 `json:"seq"`
+	// Agent names the host adapter, e.g. "claude-code".
+	Agent string `json:"agent"`
+	// SessionID is the native session id the host reported.
+	SessionID string `json:"session_id"`
+	Kind      Kind   `json:"kind"`
+	// HookEvent is the host's own event name, e.g. "PostToolUseFailure".
+	HookEvent string `json:"hook_event"`
+	ToolName  string `json:"tool_name,omitempty"`
+	ToolUseID string `json:"tool_use_id,omitempty"`
+	// Source is the SessionStart source (startup, resume, clear, compact, other).
+	Source string `json:"source,omitempty"`
+	// Reason is the SessionEnd reason (clear, logout, prompt_input_exit, other).
+	Reason string `json:"reason,omitempty"`
+	// Outcome is returned or failed on a tool finish.
+	Outcome string `json:"outcome,omitempty"`
+	AgentID   string `json:"agent_id,omitempty"`
+	AgentType string `json:"agent_type,omitempty"`
+	// ObservedAt is the hook process's receipt time, not a host timestamp.
+	ObservedAt  time.Time `json:"observed_at"`
+	CaptureMode string    `json:"capture_mode"`
+	// Body holds conversation content, only in local-conversation mode.
+	Body *Body `json:"body,omitempty"`
+}
+
+// Body is the local-only conversation content of an event.
+type Body struct {
+	Prompt       string `json:"prompt,omitempty"`
+	ToolInput    json.RawMessage `json:"tool_input,omitempty"`
+	ToolResponse json.RawMessage `json:"tool_response,omitempty"`
+	Error        string `json:"error,omitempty"`
+	Message      string `json:"message,omitempty"`
+}

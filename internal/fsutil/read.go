@@ -1,0 +1,64 @@
+package fsutil
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"syscall"
+)
+
+// ErrTooLarge reports input above a caller's bound.
+var ErrTooLarge = errors.New("input exceeds its size bound")
+
+// ReadFileNoFollow reads a regular file without following a final symlink,
+// refusing files larger than limit bytes.
+func ReadFileNoFollow(path string, limit int64) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	}
+	return ReadBounded(f, limit)
+}
+
+// ReadBounded reads all of r, failing with ErrTooLarge past limit bytes.
+func ReadBounded(r io.Reader, limit int64) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("%w (%d bytes)", ErrTooLarge, limit)
+	}
+	return b, nil
+}
+
+// CheckPrivateDir verifies that dir is a real directory (not a symlink),
+// owned by the effective user, with no group or other permissions.
+func CheckPrivateDir(dir string) error {
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	if fi.Mode()&os.ModeSymlink != 0 {
+		return fmt.Errorf("%s is a symbolic link", dir)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%s is not a directory", dir)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
+		return fmt.Errorf("%s is owned by uid %d, not by the effective user %d", dir, st.Uid, os.Geteuid())
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		return fmt.Errorf("%s has mode %04o; it must allow no group or other access", dir, fi.Mode().Perm())
+	}
+	return nil
+}
