@@ -55,7 +55,7 @@ type Record struct {
 	// Reason is the SessionEnd reason (clear, logout, prompt_input_exit, other).
 	Reason string `json:"reason,omitempty"`
 	// Outcome is returned or failed on a tool finish.
-	Outcome string `json:"outcome,omitempty"`
+	Outcome   string `json:"outcome,omitempty"`
 	AgentID   string `json:"agent_id,omitempty"`
 	AgentType string `json:"agent_type,omitempty"`
 	// ObservedAt is the hook process's receipt time, not a host timestamp.
@@ -67,9 +67,9 @@ type Record struct {
 
 // Body is the local-only conversation content of an event.
 type Body struct {
-	Prompt       string `json:"prompt,omitempty"`
+	Prompt       string          `json:"prompt,omitempty"`
 	ToolInput    json.RawMessage `json:"tool_input,omitempty"`
 	ToolResponse json.RawMessage `json:"tool_response,omitempty"`
-	Error        string `json:"error,omitempty"`
-	Message      string `json:"message,omitempty"`
+	Error        string          `json:"error,omitempty"`
+	Message      string          `json:"message,omitempty"`
 }
