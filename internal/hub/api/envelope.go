@@ -1,0 +1,376 @@
+package api
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"unicode/utf8"
+)
+
+// Envelope types.
+const (
+	TypeEvents       = "events"
+	TypeActionStart  = "action_start"
+	TypeActionFinish = "action_finish"
+	TypeUsage        = "usage"
+	TypeGap          = "gap"
+)
+
+// Bounds on client input. A request over a bound is refused, never cut.
+const (
+	MaxEnvelopeBytes  = 1 << 20
+	MaxRequestBytes   = 64 << 10
+	MaxEventsPerBatch = 1000
+	MaxTextLen        = 1024
+	MaxIDLen          = 256
+)
+
+// Envelope is one delivery unit from a client's spool: a typed payload bound
+// to an exact target. Identity is the client's identity digest (64 lowercase
+// hex); the Hub keeps the first body delivered under it. An exact replay is a
+// duplicate and a different body under the same identity is a conflict.
+type Envelope struct {
+	Identity   string `json:"identity"`
+	Type       string `json:"type"`
+	WorkID     string `json:"work_id"`
+	Generation int64  `json:"generation"`
+	Session    string `json:"session"`
+	// NativeSessionID is the observed native session, for the record.
+	NativeSessionID string `json:"native_session_id,omitempty"`
+
+	Events       []Event       `json:"events,omitempty"`
+	ActionStart  *ActionStart  `json:"action_start,omitempty"`
+	ActionFinish *ActionFinish `json:"action_finish,omitempty"`
+	Usage        *Usage        `json:"usage,omitempty"`
+	Gap          *Gap          `json:"gap,omitempty"`
+}
+
+// Event kinds the Hub accepts; an unknown kind is refused, so a newer client
+// keeps such envelopes pending until the Hub is upgraded.
+var eventKinds = map[string]bool{
+	"session_start": true, "prompt_submit": true, "tool_start": true, "tool_finish": true,
+	"message_display": true, "turn_end": true, "pre_compact": true, "subagent_start": true,
+	"subagent_stop": true, "session_end": true,
+}
+
+// KindSessionEnd is the event kind that pauses the session's Work.
+const KindSessionEnd = "session_end"
+
+// Event is one typed event fact. ObservedAt may be a receipt time; it never
+// takes part in identity or in the duplicate/conflict comparison.
+type Event struct {
+	Seq        int64  `json:"seq"`
+	Kind       string `json:"kind"`
+	HookEvent  string `json:"hook_event,omitempty"`
+	ToolName   string `json:"tool_name,omitempty"`
+	ToolUseID  string `json:"tool_use_id,omitempty"`
+	Source     string `json:"source,omitempty"`
+	Reason     string `json:"reason,omitempty"`
+	Outcome    string `json:"outcome,omitempty"`
+	AgentID    string `json:"agent_id,omitempty"`
+	AgentType  string `json:"agent_type,omitempty"`
+	ObservedAt int64  `json:"observed_at,omitempty"`
+}
+
+// SourceBinding is the exact source an action started on.
+type SourceBinding struct {
+	Head           string `json:"head,omitempty"`
+	Tree           string `json:"tree,omitempty"`
+	MergeBase      string `json:"merge_base,omitempty"`
+	ManifestDigest string `json:"manifest_digest,omitempty"`
+	Dirty          bool   `json:"dirty,omitempty"`
+	Partial        bool   `json:"partial,omitempty"`
+}
+
+// ActionStart is the durable start of an observed action.
+type ActionStart struct {
+	ActionID         string         `json:"action_id"`
+	Tool             string         `json:"tool"`
+	Class            string         `json:"class"`
+	RecipeDigest     string         `json:"recipe_digest,omitempty"`
+	SetupDigest      string         `json:"setup_digest,omitempty"`
+	Source           *SourceBinding `json:"source,omitempty"`
+	ObservationScope string         `json:"observation_scope,omitempty"`
+	ObservationOrder int64          `json:"observation_order,omitempty"`
+	StartedAt        int64          `json:"started_at,omitempty"`
+}
+
+// ActionFinish completes an action.
+type ActionFinish struct {
+	ActionID     string `json:"action_id"`
+	Result       string `json:"result"`
+	Verification string `json:"verification"`
+	ExitCode     *int   `json:"exit_code,omitempty"`
+	Drift        string `json:"drift,omitempty"`
+	FinishedAt   int64  `json:"finished_at,omitempty"`
+}
+
+// Usage is one provider usage record.
+type Usage struct {
+	MessageID                string `json:"message_id,omitempty"`
+	Model                    string `json:"model,omitempty"`
+	InputTokens              int64  `json:"input_tokens"`
+	OutputTokens             int64  `json:"output_tokens"`
+	CacheCreationInputTokens int64  `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     int64  `json:"cache_read_input_tokens"`
+}
+
+// Gap is an explicit hole in coverage.
+type Gap struct {
+	Kind    string `json:"kind"`
+	Reason  string `json:"reason,omitempty"`
+	FromSeq int64  `json:"from_seq,omitempty"`
+	ToSeq   int64  `json:"to_seq,omitempty"`
+}
+
+var gapKinds = map[string]bool{
+	"capture_interrupted": true, "identity_uncertain": true, "adapter_started_late": true,
+	"redacted": true, "provider_history": true, "outage": true,
+}
+
+var (
+	actionResults = map[string]bool{"succeeded": true, "failed": true, "incomplete": true, "unknown": true}
+	verifications = map[string]bool{"passed": true, "failed": true, "incomplete": true, "unknown": true}
+	actionClasses = map[string]bool{"execution": true, "verification": true, "edit": true, "other": true}
+	driftValues   = map[string]bool{"": true, "none_observed": true, "changed": true, "unknown": true}
+	hexDigest     = regexp.MustCompile(`^[0-9a-f]{64}$`)
+)
+
+// IngestResult is the body of a 200 answer to an envelope delivery.
+type IngestResult struct {
+	// Status is "accepted" or "duplicate".
+	Status   string `json:"status"`
+	Identity string `json:"identity"`
+	Digest   string `json:"digest"`
+	// Paused is true when this envelope's SessionEnd paused the Work.
+	Paused bool `json:"paused,omitempty"`
+}
+
+// Ingest statuses.
+const (
+	StatusAccepted  = "accepted"
+	StatusDuplicate = "duplicate"
+)
+
+// IsDigest reports whether s is 64 lowercase hex characters.
+func IsDigest(s string) bool { return hexDigest.MatchString(s) }
+
+// ValidName reports whether s is a usable name or id: 1 to MaxIDLen bytes of
+// printable UTF-8 with no control characters or slashes.
+func ValidName(s string) bool {
+	if s == "" || len(s) > MaxIDLen || !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f || r == '/' || r == '\\' {
+			return false
+		}
+	}
+	return true
+}
+
+func validText(s string) bool {
+	if len(s) > MaxTextLen || !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if r < 0x20 && r != '\t' {
+			return false
+		}
+	}
+	return true
+}
+
+func bad(format string, a ...any) *Error {
+	return Errorf(http.StatusBadRequest, CodeBadRequest, format, a...)
+}
+
+// Validate checks an envelope's shape: exactly the payload its type names,
+// known kinds and bounded fields.
+func (e *Envelope) Validate() error {
+	if !IsDigest(e.Identity) {
+		return bad("identity must be 64 lowercase hex characters")
+	}
+	if !ValidName(e.WorkID) || !ValidName(e.Session) {
+		return bad("work_id and session are required")
+	}
+	if e.Generation < 1 {
+		return bad("generation must be at least 1")
+	}
+	if e.NativeSessionID != "" && !ValidName(e.NativeSessionID) {
+		return bad("native_session_id is not valid")
+	}
+	n := 0
+	if len(e.Events) > 0 {
+		n++
+	}
+	for _, p := range []bool{e.ActionStart != nil, e.ActionFinish != nil, e.Usage != nil, e.Gap != nil} {
+		if p {
+			n++
+		}
+	}
+	if n != 1 {
+		return bad("an envelope carries exactly one payload")
+	}
+	switch e.Type {
+	case TypeEvents:
+		if len(e.Events) == 0 {
+			return bad("events envelope without events")
+		}
+		if len(e.Events) > MaxEventsPerBatch {
+			return bad("at most %d events per envelope", MaxEventsPerBatch)
+		}
+		seen := map[int64]bool{}
+		for i, ev := range e.Events {
+			if ev.Seq < 1 {
+				return bad("event %d: seq must be at least 1", i)
+			}
+			if seen[ev.Seq] {
+				return bad("event %d: seq %d repeated in the envelope", i, ev.Seq)
+			}
+			seen[ev.Seq] = true
+			if !eventKinds[ev.Kind] {
+				return bad("event %d: unknown kind %q", i, ev.Kind)
+			}
+			for _, s := range []string{ev.HookEvent, ev.ToolName, ev.ToolUseID, ev.Source, ev.Reason, ev.Outcome, ev.AgentID, ev.AgentType} {
+				if !validText(s) {
+					return bad("event %d: a field is too long or has control characters", i)
+				}
+			}
+			if ev.ObservedAt < 0 {
+				return bad("event %d: observed_at is negative", i)
+			}
+		}
+	case TypeActionStart:
+		a := e.ActionStart
+		if a == nil {
+			return bad("action_start envelope without action_start")
+		}
+		if !ValidName(a.ActionID) || !ValidName(a.Tool) {
+			return bad("action_start needs action_id and tool")
+		}
+		if !actionClasses[a.Class] {
+			return bad("action_start: unknown class %q", a.Class)
+		}
+		for _, d := range []string{a.RecipeDigest, a.SetupDigest} {
+			if d != "" && !IsDigest(d) {
+				return bad("action_start: digests are 64 lowercase hex characters")
+			}
+		}
+		if a.Source != nil {
+			s := a.Source
+			for _, v := range []string{s.Head, s.Tree, s.MergeBase, s.ManifestDigest} {
+				if !validText(v) || len(v) > 128 {
+					return bad("action_start: source binding field is not valid")
+				}
+			}
+		}
+		if !validText(a.ObservationScope) || len(a.ObservationScope) > 128 {
+			return bad("action_start: observation_scope is not valid")
+		}
+	case TypeActionFinish:
+		f := e.ActionFinish
+		if f == nil {
+			return bad("action_finish envelope without action_finish")
+		}
+		if !ValidName(f.ActionID) {
+			return bad("action_finish needs action_id")
+		}
+		if !actionResults[f.Result] {
+			return bad("action_finish: unknown result %q", f.Result)
+		}
+		if !verifications[f.Verification] {
+			return bad("action_finish: unknown verification %q", f.Verification)
+		}
+		if !driftValues[f.Drift] {
+			return bad("action_finish: unknown drift %q", f.Drift)
+		}
+	case TypeUsage:
+		u := e.Usage
+		if u == nil {
+			return bad("usage envelope without usage")
+		}
+		if u.InputTokens < 0 || u.OutputTokens < 0 || u.CacheCreationInputTokens < 0 || u.CacheReadInputTokens < 0 {
+			return bad("usage: token counts cannot be negative")
+		}
+		if !validText(u.MessageID) || !validText(u.Model) {
+			return bad("usage: a field is too long or has control characters")
+		}
+	case TypeGap:
+		g := e.Gap
+		if g == nil {
+			return bad("gap envelope without gap")
+		}
+		if !gapKinds[g.Kind] {
+			return bad("gap: unknown kind %q", g.Kind)
+		}
+		if !validText(g.Reason) || g.FromSeq < 0 || g.ToSeq < 0 || (g.ToSeq != 0 && g.ToSeq < g.FromSeq) {
+			return bad("gap: reason or sequence range is not valid")
+		}
+	default:
+		return bad("unknown envelope type %q", e.Type)
+	}
+	return nil
+}
+
+// Digest is the SHA-256 of the envelope's canonical JSON with every event's
+// observed_at cleared: the body compared against a retained envelope of the
+// same identity. The caller must have validated the envelope.
+func (e *Envelope) Digest() string {
+	c := *e
+	if len(e.Events) > 0 {
+		c.Events = make([]Event, len(e.Events))
+		copy(c.Events, e.Events)
+		for i := range c.Events {
+			c.Events[i].ObservedAt = 0
+		}
+	}
+	b, err := json.Marshal(&c)
+	if err != nil {
+		// The struct holds only strings, numbers and bools: Marshal cannot fail.
+		panic(fmt.Sprintf("marshal envelope: %v", err))
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// DecodeStrict decodes exactly one JSON value from r into v, refusing
+// unknown fields, trailing data and bodies over limit bytes, with the right
+// *Error for each.
+func DecodeStrict(r io.Reader, limit int64, v any) error {
+	b, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return Errorf(http.StatusRequestEntityTooLarge, CodeTooLarge, "request body exceeds %d bytes", limit)
+		}
+		return Errorf(http.StatusBadRequest, CodeBadRequest, "read request body: %v", err)
+	}
+	if int64(len(b)) > limit {
+		return Errorf(http.StatusRequestEntityTooLarge, CodeTooLarge, "request body exceeds %d bytes", limit)
+	}
+	return DecodeBytesStrict(b, v)
+}
+
+// DecodeBytesStrict is DecodeStrict on bytes already read.
+func DecodeBytesStrict(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		if msg := err.Error(); len(msg) > 14 && msg[:14] == "json: unknown " {
+			return Errorf(http.StatusBadRequest, CodeUnknownField, "%s", msg)
+		}
+		return Errorf(http.StatusBadRequest, CodeBadJSON, "bad JSON: %v", err)
+	}
+	var extra json.RawMessage
+	if err := dec.Decode(&extra); err != io.EOF {
+		return Errorf(http.StatusBadRequest, CodeBadJSON, "bad JSON: trailing data after the value")
+	}
+	return nil
+}

@@ -1,0 +1,74 @@
+package api
+
+// ChangeRecord is a Work's change-record projection: what the Hub holds
+// about the Work, read without side effects. Shared bodies are never part of
+// it.
+type ChangeRecord struct {
+	Work          Work            `json:"work"`
+	Sessions      []SessionRecord `json:"sessions"`
+	Events        []EventRecord   `json:"events"`
+	EventsOmitted int64           `json:"events_omitted"`
+	Actions       []ActionRecord  `json:"actions"`
+	Gaps          []GapRecord     `json:"gaps"`
+	Usage         UsageTotals     `json:"usage"`
+	Coverage      Coverage        `json:"coverage"`
+}
+
+// SessionRecord is one canonical session of a Work at one generation.
+type SessionRecord struct {
+	Session          string   `json:"session"`
+	Generation       int64    `json:"generation"`
+	WorktreeID       string   `json:"worktree_id"`
+	NativeSessionIDs []string `json:"native_session_ids"`
+	Events           int64    `json:"events"`
+	FirstSeq         int64    `json:"first_seq"`
+	LastSeq          int64    `json:"last_seq"`
+	// MissingSeqs counts sequence numbers between 1 and LastSeq that the Hub
+	// never received.
+	MissingSeqs int64 `json:"missing_seqs"`
+}
+
+// EventRecord is an event as the Hub retained it.
+type EventRecord struct {
+	Session    string `json:"session"`
+	Generation int64  `json:"generation"`
+	Event
+	ReceivedAt int64 `json:"received_at"`
+}
+
+// ActionRecord pairs an action start with its finish, when one arrived.
+type ActionRecord struct {
+	Session    string        `json:"session"`
+	Generation int64         `json:"generation"`
+	ActionID   string        `json:"action_id"`
+	Start      *ActionStart  `json:"start,omitempty"`
+	Finish     *ActionFinish `json:"finish,omitempty"`
+	// Status is complete, incomplete (no finish yet) or finish_without_start.
+	Status string `json:"status"`
+}
+
+// GapRecord is an explicit gap as retained.
+type GapRecord struct {
+	Session    string `json:"session"`
+	Generation int64  `json:"generation"`
+	Gap
+	ReceivedAt int64 `json:"received_at"`
+}
+
+// UsageTotals sums a Work's usage records.
+type UsageTotals struct {
+	Records                  int64 `json:"records"`
+	InputTokens              int64 `json:"input_tokens"`
+	OutputTokens             int64 `json:"output_tokens"`
+	CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
+}
+
+// Coverage states what the record can claim: complete only when every
+// session's sequence is contiguous from 1, no gap was reported and every
+// action that started finished.
+type Coverage struct {
+	// State is none (nothing captured), complete or partial.
+	State   string   `json:"state"`
+	Reasons []string `json:"reasons,omitempty"`
+}
