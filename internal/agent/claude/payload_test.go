@@ -21,7 +21,9 @@ func TestMapEvents(t *testing.T) {
 		check   func(t *testing.T, r *event.Record)
 	}{
 		{"session start startup", `{` + base + `,"hook_event_name":"SessionStart","source":"startup"}`, event.ModeMetadataOnly, false,
-			func(t *testing.T, r *event.Record) { expect(t, r.Kind == event.SessionStart && r.Source == "startup", r) }},
+			func(t *testing.T, r *event.Record) {
+				expect(t, r.Kind == event.SessionStart && r.Source == "startup", r)
+			}},
 		{"session start compact", `{` + base + `,"hook_event_name":"SessionStart","source":"compact"}`, event.ModeMetadataOnly, false,
 			func(t *testing.T, r *event.Record) { expect(t, r.Source == "compact", r) }},
 		{"session start fork is not allowlisted", `{` + base + `,"hook_event_name":"SessionStart","source":"fork"}`, event.ModeMetadataOnly, false,
@@ -58,7 +60,9 @@ func TestMapEvents(t *testing.T) {
 			}},
 		{"subagent stop without agent id is ignored", `{` + base + `,"hook_event_name":"SubagentStop"}`, event.ModeMetadataOnly, true, nil},
 		{"session end allowlisted", `{` + base + `,"hook_event_name":"SessionEnd","reason":"prompt_input_exit"}`, event.ModeMetadataOnly, false,
-			func(t *testing.T, r *event.Record) { expect(t, r.Kind == event.SessionEnd && r.Reason == "prompt_input_exit", r) }},
+			func(t *testing.T, r *event.Record) {
+				expect(t, r.Kind == event.SessionEnd && r.Reason == "prompt_input_exit", r)
+			}},
 		{"session end other", `{` + base + `,"hook_event_name":"SessionEnd","reason":"bye; rm -rf"}`, event.ModeMetadataOnly, false,
 			func(t *testing.T, r *event.Record) { expect(t, r.Reason == "other", r) }},
 		{"unrecognised event", `{` + base + `,"hook_event_name":"Notification","message":"x"}`, event.ModeMetadataOnly, true, nil},
