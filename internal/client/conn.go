@@ -35,6 +35,8 @@ type Conn interface {
 	GetWork(ctx context.Context, id string) (api.Work, error)
 	Checkpoint(ctx context.Context, id string, req api.CheckpointRequest) (api.Work, error)
 	Record(ctx context.Context, id string) (api.ChangeRecord, error)
+	// CurrentWork returns the worktree's current Work.
+	CurrentWork(ctx context.Context, worktreeID string) (api.CurrentWork, error)
 	Close() error
 }
 
@@ -104,6 +106,10 @@ func (l *Local) Checkpoint(ctx context.Context, id string, req api.CheckpointReq
 }
 func (l *Local) Record(ctx context.Context, id string) (api.ChangeRecord, error) {
 	return l.svc.Record(ctx, l.p, l.repo, id)
+}
+
+func (l *Local) CurrentWork(ctx context.Context, worktreeID string) (api.CurrentWork, error) {
+	return l.svc.CurrentWork(ctx, l.p, l.repo, worktreeID)
 }
 
 // Close closes the embedded store.
@@ -224,6 +230,11 @@ func (h *HTTP) Checkpoint(ctx context.Context, id string, req api.CheckpointRequ
 func (h *HTTP) Record(ctx context.Context, id string) (api.ChangeRecord, error) {
 	var out api.ChangeRecord
 	return out, h.do(ctx, "GET", h.repoPath("works", id, "record"), nil, &out)
+}
+
+func (h *HTTP) CurrentWork(ctx context.Context, worktreeID string) (api.CurrentWork, error) {
+	var out api.CurrentWork
+	return out, h.do(ctx, "GET", h.repoPath("worktrees", worktreeID), nil, &out)
 }
 
 // Close releases idle HTTP connections.

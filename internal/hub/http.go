@@ -42,6 +42,7 @@ func Routes() []Route {
 		{"GET", "/v1/repositories/{repo}/works/{work}", false, false},
 		{"POST", "/v1/repositories/{repo}/works/{work}/checkpoints", true, false},
 		{"GET", "/v1/repositories/{repo}/works/{work}/record", false, false},
+		{"GET", "/v1/repositories/{repo}/worktrees/{worktree}", false, false},
 		{"GET", "/v1/admin/humans", false, true},
 		{"POST", "/v1/admin/humans", true, true},
 		{"GET", "/v1/admin/repositories", false, true},
@@ -98,6 +99,9 @@ func NewHandler(svc *Service, logger *log.Logger) *Handler {
 		},
 		"GET /v1/repositories/{repo}/works/{work}/record": func(r *http.Request, p Principal) (any, error) {
 			return svc.Record(r.Context(), p, r.PathValue("repo"), r.PathValue("work"))
+		},
+		"GET /v1/repositories/{repo}/worktrees/{worktree}": func(r *http.Request, p Principal) (any, error) {
+			return svc.CurrentWork(r.Context(), p, r.PathValue("repo"), r.PathValue("worktree"))
 		},
 		"GET /v1/admin/humans":       adminList(svc, "humans"),
 		"GET /v1/admin/repositories": adminList(svc, "repositories"),

@@ -147,6 +147,9 @@ func HashToken(secret string) string {
 }
 
 func internal(err error) error {
+	if err == nil {
+		return nil
+	}
 	if _, ok := api.AsError(err); ok {
 		return err
 	}
@@ -772,4 +775,35 @@ func (s *Service) Record(ctx context.Context, p Principal, repository, id string
 		return nil
 	})
 	return rec, internal(err)
+}
+
+// CurrentWork returns the Work that is current for a worktree and the
+// generation the worktree is at (which is older than the Work's after a
+// takeover elsewhere).
+func (s *Service) CurrentWork(ctx context.Context, p Principal, repository, worktree string) (api.CurrentWork, error) {
+	if !api.ValidName(worktree) {
+		return api.CurrentWork{}, badf("worktree id is not valid")
+	}
+	var out api.CurrentWork
+	err := s.st.View(ctx, func(tx store.Tx) error {
+		repo, err := authorize(tx, p, repository, false)
+		if err != nil {
+			return err
+		}
+		cur, err := tx.Current(repo.ID, worktree)
+		if errors.Is(err, store.ErrNotFound) {
+			return api.Errorf(http.StatusNotFound, api.CodeNotFound, "worktree %s has no current work in repository %q", worktree, repo.Name)
+		}
+		if err != nil {
+			return err
+		}
+		w, err := tx.WorkByID(cur.WorkID)
+		if err != nil {
+			return err
+		}
+		out.WorktreeID, out.Generation = worktree, cur.Generation
+		out.Work, err = workView(tx, repo, w)
+		return err
+	})
+	return out, internal(err)
 }

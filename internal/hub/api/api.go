@@ -268,3 +268,11 @@ type AdminList struct {
 	Repositories []Repository `json:"repositories,omitempty"`
 	Tokens       []Token      `json:"tokens,omitempty"`
 }
+
+// CurrentWork is the body of GET .../worktrees/{worktree}: the worktree's
+// current Work and the generation the worktree captures at.
+type CurrentWork struct {
+	WorktreeID string `json:"worktree_id"`
+	Generation int64  `json:"generation"`
+	Work       Work   `json:"work"`
+}

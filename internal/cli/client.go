@@ -1,0 +1,301 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/agentscm/agentscm/internal/capture"
+	"github.com/agentscm/agentscm/internal/client"
+	"github.com/agentscm/agentscm/internal/hub/api"
+)
+
+func clientCommand() *Command {
+	return &Command{
+		Name:    "client",
+		Summary: "connect checkouts to a Hub (or to the embedded local store)",
+		Sub: []*Command{
+			{Name: "setup", Summary: "connect a checkout to a Hub repository, or --local to the embedded store", Run: runClientSetup},
+			{Name: "status", Summary: "show client connections; --check asks each Hub who we are", Run: runClientStatus},
+			{Name: "remove", Summary: "remove a checkout's client connection", Run: runClientRemove},
+		},
+	}
+}
+
+// checkTimeout bounds one whoami call of client status --check.
+const checkTimeout = 5 * time.Second
+
+// connectionView is a connection as status prints it: never the token.
+type connectionView struct {
+	Root       string     `json:"root"`
+	Kind       string     `json:"kind"`
+	Hub        string     `json:"hub"`
+	Repository string     `json:"repository"`
+	WorktreeID string     `json:"worktree_id"`
+	Human      string     `json:"human,omitempty"`
+	Data       string     `json:"data,omitempty"`
+	CreatedAt  time.Time  `json:"created_at"`
+	HubCheck   *hubCheck  `json:"hub_check,omitempty"`
+	Replaced   *replacedC `json:"replaced,omitempty"`
+}
+
+type replacedC struct {
+	Hub        string `json:"hub"`
+	Repository string `json:"repository"`
+}
+
+// hubCheck is the result of client status --check: whoami through the
+// connection. SharedConversationRetentionDays is present only when valid.
+type hubCheck struct {
+	Valid                           bool      `json:"valid"`
+	CheckedAt                       time.Time `json:"checked_at"`
+	Human                           string    `json:"human,omitempty"`
+	Repository                      string    `json:"repository,omitempty"`
+	Scope                           string    `json:"scope,omitempty"`
+	SharedConversationRetentionDays int       `json:"shared_conversation_retention_days,omitempty"`
+	Error                           string    `json:"error,omitempty"`
+}
+
+func viewOf(c client.Connection) connectionView {
+	return connectionView{Root: c.Root, Kind: c.Kind, Hub: c.Hub, Repository: c.Repository, WorktreeID: c.WorktreeID,
+		Human: c.Human, Data: c.Data, CreatedAt: c.CreatedAt}
+}
+
+func configDir(env *Env) (string, error) { return capture.ConfigDir(env.Getenv) }
+
+// repositoryName names the repository of a checkout for --local: the
+// directory holding the Git common directory (so every worktree of a
+// repository shares it), else the checkout's own name.
+func repositoryName(ctx context.Context, root string) string {
+	cmd := exec.CommandContext(ctx, "git", "-C", root, "rev-parse", "--path-format=absolute", "--git-common-dir")
+	cmd.Env = append(os.Environ(), "GIT_OPTIONAL_LOCKS=0")
+	out, err := cmd.Output()
+	if err == nil {
+		common := strings.TrimSpace(string(out))
+		if filepath.Base(common) == ".git" {
+			return filepath.Base(filepath.Dir(common))
+		}
+		if name := strings.TrimSuffix(filepath.Base(common), ".git"); name != "" && name != "." && name != "/" {
+			return name
+		}
+	}
+	return filepath.Base(root)
+}
+
+func runClientSetup(ctx context.Context, env *Env, args []string) error {
+	fs := newFlags(env, "agentscm client setup", "--root ABS (--hub URL --repository NAME --token-file PATH | --local [--repository NAME]) [--format text|json]",
+		`Connect a checkout to a Hub repository. With --hub the token in --token-file
+is checked with GET /v1/hub/whoami first and kept in the connections file
+(mode 0600). With --local the checkout uses the embedded Hub under the user's
+config directory (SQLite, in-process, no server), creating the local human and
+the repository (named after the checkout's repository unless --repository is
+given), so one command sets a solo user up. A new connection gets a random
+worktree id; reconnecting the same Hub and repository keeps it.`)
+	rootF := fs.String("root", "", "absolute path of the checkout (required)")
+	hubURL := fs.String("hub", "", "the Hub's base URL, e.g. https://hub.example:8420")
+	repo := fs.String("repository", "", "the Hub repository")
+	tokenFile := fs.String("token-file", "", "file holding the bearer token (first line)")
+	local := fs.Bool("local", false, "use the embedded local Hub")
+	format := formatFlag(fs)
+	if err := parseFlags(fs, args, false); err != nil {
+		return err
+	}
+	if err := checkFormat(*format); err != nil {
+		return err
+	}
+	if *rootF == "" {
+		return usagef("--root is required")
+	}
+	if *local == (*hubURL != "") {
+		return usagef("give either --hub URL --repository NAME --token-file PATH, or --local")
+	}
+	if !*local && (*repo == "" || *tokenFile == "") {
+		return usagef("--hub needs --repository and --token-file")
+	}
+	if *local && *tokenFile != "" {
+		return usagef("--local takes no --token-file")
+	}
+	root, err := client.CanonicalRoot(*rootF)
+	if err != nil {
+		return err
+	}
+	dir, err := configDir(env)
+	if err != nil {
+		return err
+	}
+	var c client.Connection
+	var prev *client.Connection
+	if *local {
+		name := *repo
+		if name == "" {
+			name = repositoryName(ctx, root)
+		}
+		if !api.ValidName(name) {
+			return fmt.Errorf("cannot name a repository after %q; pass --repository NAME", name)
+		}
+		c, prev, err = client.SetupLocal(ctx, dir, root, name, env.Now())
+	} else {
+		var tok string
+		tok, err = client.ReadToken(*tokenFile)
+		if err != nil {
+			return err
+		}
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		c, prev, err = client.SetupHub(cctx, dir, root, *hubURL, *repo, tok, env.Now())
+	}
+	if err != nil {
+		return err
+	}
+	v := viewOf(c)
+	if prev != nil && (prev.Hub != c.Hub || prev.Repository != c.Repository) {
+		v.Replaced = &replacedC{Hub: prev.Hub, Repository: prev.Repository}
+	}
+	if *format == "json" {
+		return writeJSON(env.Stdout, v)
+	}
+	fmt.Fprintf(env.Stdout, "connected %s\n  hub:         %s\n  repository:  %s\n  worktree id: %s\n", c.Root, c.Hub, c.Repository, c.WorktreeID)
+	if v.Replaced != nil {
+		fmt.Fprintf(env.Stdout, "  replaced the connection to repository %s on %s\n", prev.Repository, prev.Hub)
+	}
+	fmt.Fprintf(env.Stdout, "next: agentscm work start --root %s\n", c.Root)
+	return nil
+}
+
+func runClientStatus(ctx context.Context, env *Env, args []string) error {
+	fs := newFlags(env, "agentscm client status", "[--root ABS] [--check] [--format text|json]",
+		`Show the client connection of a checkout, or every connection. --check asks
+each connection's Hub GET /v1/hub/whoami (at most 5 s each) and reports the
+answer as hub_check, with shared_conversation_retention_days when it is valid;
+the command then exits 1 if any check failed.`)
+	rootF := fs.String("root", "", "absolute path of a checkout (default: every connection)")
+	check := fs.Bool("check", false, "check each connection with its Hub")
+	format := formatFlag(fs)
+	if err := parseFlags(fs, args, false); err != nil {
+		return err
+	}
+	if err := checkFormat(*format); err != nil {
+		return err
+	}
+	dir, err := configDir(env)
+	if err != nil {
+		return err
+	}
+	f, err := client.Load(dir)
+	if err != nil {
+		return err
+	}
+	conns := f.Connections
+	if *rootF != "" {
+		root, err := client.CanonicalRoot(*rootF)
+		if err != nil {
+			return err
+		}
+		c, ok := f.Find(root)
+		if !ok {
+			return client.ErrNoConnection
+		}
+		conns = []client.Connection{c}
+	}
+	views := []connectionView{}
+	failed := 0
+	for _, c := range conns {
+		v := viewOf(c)
+		if *check {
+			v.HubCheck = checkConnection(ctx, env, c)
+			if !v.HubCheck.Valid {
+				failed++
+			}
+		}
+		views = append(views, v)
+	}
+	if *format == "json" {
+		if err := writeJSON(env.Stdout, map[string]any{"connections": views}); err != nil {
+			return err
+		}
+	} else {
+		if len(views) == 0 {
+			fmt.Fprintln(env.Stdout, "no client connections; run agentscm client setup --root ABS --local")
+		}
+		for _, v := range views {
+			fmt.Fprintf(env.Stdout, "%s\n  hub:         %s\n  repository:  %s\n  worktree id: %s\n", v.Root, v.Hub, v.Repository, v.WorktreeID)
+			if c := v.HubCheck; c != nil {
+				if c.Valid {
+					fmt.Fprintf(env.Stdout, "  hub check:   ok (%s, %s); shared conversations kept %d days on the Hub\n", c.Human, c.Scope, c.SharedConversationRetentionDays)
+				} else {
+					fmt.Fprintf(env.Stdout, "  hub check:   FAILED: %s\n", c.Error)
+				}
+			}
+		}
+	}
+	if failed > 0 {
+		return &ExitCodeError{Code: ExitError}
+	}
+	return nil
+}
+
+func checkConnection(ctx context.Context, env *Env, c client.Connection) *hubCheck {
+	hc := &hubCheck{CheckedAt: env.Now().UTC()}
+	cctx, cancel := context.WithTimeout(ctx, checkTimeout)
+	defer cancel()
+	conn, err := client.Open(cctx, c, client.Options{})
+	if err != nil {
+		hc.Error = err.Error()
+		return hc
+	}
+	defer conn.Close()
+	who, err := conn.Whoami(cctx)
+	if err != nil {
+		hc.Error = err.Error()
+		return hc
+	}
+	if who.Repository != c.Repository && !who.Admin {
+		hc.Error = fmt.Sprintf("the token is for repository %q, not %q", who.Repository, c.Repository)
+		return hc
+	}
+	hc.Valid, hc.Human, hc.Repository, hc.Scope = true, who.Human, c.Repository, who.Scope
+	hc.SharedConversationRetentionDays = who.SharedConversationRetentionDays
+	return hc
+}
+
+func runClientRemove(ctx context.Context, env *Env, args []string) error {
+	fs := newFlags(env, "agentscm client remove", "--root ABS [--format text|json]",
+		`Remove a checkout's client connection. Nothing on the Hub is deleted.
+The root is matched as given when the checkout no longer exists.`)
+	rootF := fs.String("root", "", "absolute path of the checkout (required)")
+	format := formatFlag(fs)
+	if err := parseFlags(fs, args, false); err != nil {
+		return err
+	}
+	if err := checkFormat(*format); err != nil {
+		return err
+	}
+	if *rootF == "" || !filepath.IsAbs(*rootF) {
+		return usagef("--root must be an absolute path")
+	}
+	root, err := client.CanonicalRoot(*rootF)
+	if err != nil {
+		root = filepath.Clean(*rootF) // a deleted checkout: match the path as saved
+	}
+	dir, err := configDir(env)
+	if err != nil {
+		return err
+	}
+	c, err := client.Remove(dir, root)
+	if errors.Is(err, client.ErrNoConnection) && root != filepath.Clean(*rootF) {
+		c, err = client.Remove(dir, filepath.Clean(*rootF))
+	}
+	if err != nil {
+		return err
+	}
+	if *format == "json" {
+		return writeJSON(env.Stdout, viewOf(c))
+	}
+	fmt.Fprintf(env.Stdout, "removed the connection of %s to repository %s on %s\n", c.Root, c.Repository, c.Hub)
+	return nil
+}

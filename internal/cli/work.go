@@ -1,0 +1,281 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/agentscm/agentscm/internal/client"
+	"github.com/agentscm/agentscm/internal/hub/api"
+)
+
+func workCommand() *Command {
+	cp := func(action, summary string) *Command {
+		return &Command{Name: action, Summary: summary, Run: func(ctx context.Context, env *Env, args []string) error {
+			return runWorkCheckpoint(ctx, env, action, args)
+		}}
+	}
+	return &Command{
+		Name:    "work",
+		Summary: "start Work and record its checkpoints on the connected Hub",
+		Sub: []*Command{
+			{Name: "start", Summary: "start a Work and make it current for this checkout", Run: runWorkStart},
+			{Name: "list", Summary: "list the repository's Works", Run: runWorkList},
+			{Name: "show", Summary: "show a Work (default: the checkout's current Work)", Run: runWorkShow},
+			cp(api.CheckpointPause, "pause a Work (capture continues; a resumed session keeps capturing)"),
+			cp(api.CheckpointResume, "resume a paused or blocked Work"),
+			cp(api.CheckpointBlock, "mark a Work blocked (capture continues)"),
+			cp(api.CheckpointFinish, "finish a Work (capture into it is refused from now on)"),
+			cp(api.CheckpointHandover, "hand a Work over (capture is refused until someone takes it over)"),
+			cp(api.CheckpointTakeover, "take a Work over: a new generation, current for this checkout"),
+		},
+	}
+}
+
+// openCheckout finds the connection of --root (default: the working
+// directory) and opens it.
+func openCheckout(ctx context.Context, env *Env, rootFlag string) (client.Connection, client.Conn, error) {
+	if rootFlag == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return client.Connection{}, nil, fmt.Errorf("working directory: %w", err)
+		}
+		rootFlag = wd
+	}
+	root, err := client.CanonicalRoot(rootFlag)
+	if err != nil {
+		return client.Connection{}, nil, err
+	}
+	dir, err := configDir(env)
+	if err != nil {
+		return client.Connection{}, nil, err
+	}
+	c, err := client.Lookup(dir, root)
+	if errors.Is(err, client.ErrNoConnection) {
+		return c, nil, fmt.Errorf("%w (%s); run agentscm client setup --root %s --local, or with --hub", err, root, root)
+	}
+	if err != nil {
+		return c, nil, err
+	}
+	conn, err := client.Open(ctx, c, client.Options{})
+	return c, conn, err
+}
+
+// hubTimeout bounds one CLI request to a Hub.
+const hubTimeout = 30 * time.Second
+
+func runWorkStart(ctx context.Context, env *Env, args []string) error {
+	fs := newFlags(env, "agentscm work start", "[--root ABS] [--title TEXT] [--session-alias NAME] [--format text|json]",
+		`Start a Work in the checkout's connected repository and make it the current
+Work of this checkout's worktree: from now on capture in this checkout is
+recorded under it. The first agent session on the worktree joins the
+canonical session named by --session-alias (default "default").`)
+	root := fs.String("root", "", "absolute path of the checkout (default: the working directory)")
+	title := fs.String("title", "", "a short title")
+	alias := fs.String("session-alias", "", `canonical session name for the first native session (default "default")`)
+	format := formatFlag(fs)
+	if err := parseFlags(fs, args, false); err != nil {
+		return err
+	}
+	if err := checkFormat(*format); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, hubTimeout)
+	defer cancel()
+	c, conn, err := openCheckout(ctx, env, *root)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	w, err := conn.StartWork(ctx, api.StartWorkRequest{Title: *title, WorktreeID: c.WorktreeID, SessionAlias: *alias})
+	if err != nil {
+		return err
+	}
+	if *format == "json" {
+		return writeJSON(env.Stdout, w)
+	}
+	fmt.Fprintf(env.Stdout, "started %s (%s, generation %d), current for %s\n", w.ID, w.State, w.Generation, c.Root)
+	return nil
+}
+
+func runWorkList(ctx context.Context, env *Env, args []string) error {
+	fs := newFlags(env, "agentscm work list", "[--root ABS] [--format text|json]", "List the Works of the checkout's connected repository, newest first.")
+	root := fs.String("root", "", "absolute path of the checkout (default: the working directory)")
+	format := formatFlag(fs)
+	if err := parseFlags(fs, args, false); err != nil {
+		return err
+	}
+	if err := checkFormat(*format); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, hubTimeout)
+	defer cancel()
+	c, conn, err := openCheckout(ctx, env, *root)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	l, err := conn.ListWorks(ctx)
+	if err != nil {
+		return err
+	}
+	if *format == "json" {
+		return writeJSON(env.Stdout, l)
+	}
+	cur, _ := conn.CurrentWork(ctx, c.WorktreeID)
+	if len(l.Works) == 0 {
+		fmt.Fprintf(env.Stdout, "no works in repository %s; run agentscm work start\n", c.Repository)
+	}
+	for _, w := range l.Works {
+		mark := " "
+		if w.ID == cur.Work.ID {
+			mark = "*"
+		}
+		fmt.Fprintf(env.Stdout, "%s %s  %-8s gen %-3d %s  %s\n", mark, w.ID, w.State, w.Generation, time.Unix(w.CreatedAt, 0).UTC().Format(time.RFC3339), w.Title)
+	}
+	if l.Omitted > 0 {
+		fmt.Fprintf(env.Stdout, "(%d older works omitted)\n", l.Omitted)
+	}
+	return nil
+}
+
+// workID returns --work-id, or the checkout's current Work.
+func workID(ctx context.Context, conn client.Conn, c client.Connection, flag string) (string, error) {
+	if flag != "" {
+		return flag, nil
+	}
+	cur, err := conn.CurrentWork(ctx, c.WorktreeID)
+	if err != nil {
+		if e, ok := api.AsError(err); ok && e.Code == api.CodeNotFound {
+			return "", fmt.Errorf("this checkout has no current work; pass --work-id or run agentscm work start")
+		}
+		return "", err
+	}
+	return cur.Work.ID, nil
+}
+
+func runWorkShow(ctx context.Context, env *Env, args []string) error {
+	fs := newFlags(env, "agentscm work show", "[--root ABS] [--work-id ID] [--format text|json]", "Show a Work, its checkpoints and the worktrees it is current for.")
+	root := fs.String("root", "", "absolute path of the checkout (default: the working directory)")
+	id := fs.String("work-id", "", "the Work (default: the checkout's current Work)")
+	format := formatFlag(fs)
+	if err := parseFlags(fs, args, false); err != nil {
+		return err
+	}
+	if err := checkFormat(*format); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, hubTimeout)
+	defer cancel()
+	c, conn, err := openCheckout(ctx, env, *root)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	wid, err := workID(ctx, conn, c, *id)
+	if err != nil {
+		return err
+	}
+	w, err := conn.GetWork(ctx, wid)
+	if err != nil {
+		return err
+	}
+	if *format == "json" {
+		return writeJSON(env.Stdout, w)
+	}
+	printWork(env.Stdout, w, c.WorktreeID)
+	return nil
+}
+
+func printWork(out io.Writer, w api.Work, worktree string) {
+	title := w.Title
+	if title == "" {
+		title = "(untitled)"
+	}
+	fmt.Fprintf(out, "%s  %s\n  repository: %s\n  state:      %s\n  generation: %d\n  created by: %s at %s\n",
+		w.ID, title, w.Repository, w.State, w.Generation, w.CreatedBy, ts(w.CreatedAt))
+	for _, c := range w.Worktrees {
+		note := ""
+		if c.WorktreeID == worktree {
+			note = " (this checkout)"
+		}
+		stale := ""
+		if c.Generation != w.Generation {
+			stale = " — stale: capture there is refused"
+		}
+		fmt.Fprintf(out, "  current on: %s at generation %d%s%s\n", c.WorktreeID, c.Generation, note, stale)
+	}
+	if len(w.Checkpoints) > 0 {
+		fmt.Fprintln(out, "  checkpoints:")
+	}
+	for _, c := range w.Checkpoints {
+		from := c.From
+		if from == "" {
+			from = "-"
+		}
+		line := fmt.Sprintf("    %d. %s  %s -> %s  gen %d  by %s at %s", c.Seq, c.Action, from, c.To, c.Generation, c.Human, ts(c.At))
+		if c.Note != "" {
+			line += "  (" + c.Note + ")"
+		}
+		fmt.Fprintln(out, line)
+	}
+}
+
+func ts(unix int64) string {
+	if unix == 0 {
+		return "time not reported"
+	}
+	return time.Unix(unix, 0).UTC().Format(time.RFC3339)
+}
+
+func runWorkCheckpoint(ctx context.Context, env *Env, action string, args []string) error {
+	synopsis := "[--root ABS] [--work-id ID] [--note TEXT] [--format text|json]"
+	desc := fmt.Sprintf("Record a %s checkpoint on a Work (default: the checkout's current Work).", action)
+	if action == api.CheckpointTakeover {
+		synopsis = "[--root ABS] --work-id ID [--note TEXT] [--format text|json]"
+		desc = `Take a Work over into this checkout: its generation increases, it becomes
+the current Work of this checkout's worktree, and capture at any older
+generation (the previous holder's sessions) is refused from now on.`
+	}
+	fs := newFlags(env, "agentscm work "+action, synopsis, desc)
+	root := fs.String("root", "", "absolute path of the checkout (default: the working directory)")
+	id := fs.String("work-id", "", "the Work")
+	note := fs.String("note", "", "a note recorded with the checkpoint")
+	format := formatFlag(fs)
+	if err := parseFlags(fs, args, false); err != nil {
+		return err
+	}
+	if err := checkFormat(*format); err != nil {
+		return err
+	}
+	if action == api.CheckpointTakeover && *id == "" {
+		return usagef("takeover needs --work-id")
+	}
+	ctx, cancel := context.WithTimeout(ctx, hubTimeout)
+	defer cancel()
+	c, conn, err := openCheckout(ctx, env, *root)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	wid, err := workID(ctx, conn, c, *id)
+	if err != nil {
+		return err
+	}
+	req := api.CheckpointRequest{Action: action, Note: *note}
+	if action == api.CheckpointTakeover {
+		req.WorktreeID = c.WorktreeID
+	}
+	w, err := conn.Checkpoint(ctx, wid, req)
+	if err != nil {
+		return err
+	}
+	if *format == "json" {
+		return writeJSON(env.Stdout, w)
+	}
+	fmt.Fprintf(env.Stdout, "%s: %s, generation %d\n", w.ID, w.State, w.Generation)
+	return nil
+}
