@@ -55,6 +55,11 @@ func run(n int, jsonOut string) error {
 	os.MkdirAll(root, 0o755)
 	cfg := filepath.Join(work, "config")
 	env := append(os.Environ(), "XDG_CONFIG_HOME="+cfg)
+	setup := exec.Command(bin, "client", "setup", "--root", root, "--local")
+	setup.Env = env
+	if out, err := setup.CombinedOutput(); err != nil {
+		return fmt.Errorf("client setup: %v\n%s", err, out)
+	}
 	conf := exec.Command(bin, "change-capture", "configure", "--root", root, "--spool", filepath.Join(work, "spool"))
 	conf.Env = env
 	if out, err := conf.CombinedOutput(); err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentscm/agentscm/internal/agent/claude"
+	"github.com/agentscm/agentscm/internal/client"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/spool"
 )
@@ -35,15 +36,42 @@ func TestConfigDir(t *testing.T) {
 
 type fixture struct {
 	store Store
+	conns conns
 	root  string
 	spool string
 	exe   string
 }
 
+// conns reads the real client connections file of a config directory.
+type conns struct{ dir string }
+
+func (c conns) Lock() (func() error, error) {
+	l, err := client.Lock(c.dir)
+	if err != nil {
+		return nil, err
+	}
+	return l.Unlock, nil
+}
+
+func (c conns) Current(root string) (Lineage, error) {
+	conn, err := client.Lookup(c.dir, root)
+	if errors.Is(err, client.ErrNoConnection) {
+		return Lineage{}, ErrNoConnection
+	}
+	return Lineage{Hub: conn.Hub, Repository: conn.Repository, WorktreeID: conn.WorktreeID}, err
+}
+
+// newFixture makes a checkout connected to a Hub repository through a real
+// connections file.
 func newFixture(t *testing.T) fixture {
 	dir := t.TempDir()
-	f := fixture{store: Store{Dir: filepath.Join(dir, "config", "agentscm")}, root: filepath.Join(dir, "repo"), spool: filepath.Join(dir, "spool"), exe: "/usr/local/bin/agentscm"}
+	cfg := filepath.Join(dir, "config", "agentscm")
+	f := fixture{store: Store{Dir: cfg}, conns: conns{cfg}, root: filepath.Join(dir, "repo"), spool: filepath.Join(dir, "spool"), exe: "/usr/local/bin/agentscm"}
 	if err := os.MkdirAll(f.root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	root, _ := filepath.EvalSymlinks(f.root)
+	if _, err := client.Put(cfg, client.Connection{Root: root, Kind: client.KindHub, Hub: "http://127.0.0.1:1", Repository: "demo", WorktreeID: client.NewWorktreeID()}); err != nil {
 		t.Fatal(err)
 	}
 	return f
@@ -51,7 +79,7 @@ func newFixture(t *testing.T) fixture {
 
 func (f fixture) configure(t *testing.T, mode string) *ConfigureResult {
 	t.Helper()
-	res, err := Configure(context.Background(), f.store, ConfigureOptions{Root: f.root, Spool: f.spool, CaptureMode: mode, Executable: f.exe, Now: time.Now()})
+	res, err := Configure(context.Background(), f.store, f.conns, ConfigureOptions{Root: f.root, Spool: f.spool, CaptureMode: mode, Executable: f.exe, Now: time.Now()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,11 +101,12 @@ func TestConfigureRefusals(t *testing.T) {
 		{"relative spool", ConfigureOptions{Root: f.root, Spool: "spool"}, "--spool \"spool\" is not an absolute path"},
 		{"spool inside checkout", ConfigureOptions{Root: f.root, Spool: filepath.Join(f.root, "sp")}, "inside the checkout"},
 		{"bad mode", ConfigureOptions{Root: f.root, Spool: f.spool, CaptureMode: "shared-everything"}, "not supported"},
+		{"bad worktree id", ConfigureOptions{Root: f.root, Spool: f.spool, WorktreeID: "a b"}, "--worktree-id"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.o.Executable = f.exe
-			_, err := Configure(context.Background(), f.store, tc.o)
+			_, err := Configure(context.Background(), f.store, f.conns, tc.o)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want %q", err, tc.want)
 			}
@@ -114,7 +143,7 @@ func TestConfigureTwiceAndUnconfigure(t *testing.T) {
 		t.Fatalf("config after reconfigure: %+v %v", cfg, err)
 	}
 	// Another spool for the same checkout is refused.
-	_, err = Configure(context.Background(), f.store, ConfigureOptions{Root: f.root, Spool: f.spool + "2", Executable: f.exe, Now: time.Now()})
+	_, err = Configure(context.Background(), f.store, f.conns, ConfigureOptions{Root: f.root, Spool: f.spool + "2", Executable: f.exe, Now: time.Now()})
 	if err == nil || !strings.Contains(err.Error(), "cannot adopt another spool") {
 		t.Fatalf("second spool: %v", err)
 	}
@@ -140,7 +169,7 @@ func TestConfigureTwiceAndUnconfigure(t *testing.T) {
 func TestConfigVersionRefused(t *testing.T) {
 	dir := t.TempDir()
 	s := Store{Dir: dir}
-	for _, content := range []string{`{"version": 6, "bindings": []}`, `{"version": 4}`, `{"bindings": []}`, `{"version": 5, "bindings": [], "extra": 1}`, `nope`} {
+	for _, content := range []string{`{"version": 7, "bindings": []}`, `{"version": 4}`, `{"bindings": []}`, `{"version": 5, "bindings": [], "extra": 1}`, `nope`} {
 		os.WriteFile(filepath.Join(dir, configFile), []byte(content), 0o600)
 		if _, err := s.Load(); err == nil {
 			t.Errorf("Load accepted %s", content)
@@ -153,7 +182,7 @@ func TestConfigVersionRefused(t *testing.T) {
 			t.Errorf("refused config was rewritten: %s", b)
 		}
 	}
-	os.WriteFile(filepath.Join(dir, configFile), []byte(`{"version": 6}`), 0o600)
+	os.WriteFile(filepath.Join(dir, configFile), []byte(`{"version": 7}`), 0o600)
 	if _, err := s.Load(); !errors.Is(err, ErrUnknownVersion) {
 		t.Fatalf("err = %v, want ErrUnknownVersion", err)
 	}
@@ -203,5 +232,49 @@ func TestHandleClaudeHook(t *testing.T) {
 	recs, err := sp.Events()
 	if err != nil || len(recs) != 2 || recs[1].Body != nil {
 		t.Fatalf("records %+v %v", recs, err)
+	}
+}
+
+func TestConcurrentConfigureAndEnableLoseNoBinding(t *testing.T) {
+	base := newFixture(t)
+	const n = 8
+	var roots []string
+	for i := range n {
+		r := filepath.Join(filepath.Dir(base.root), "co"+string(rune('a'+i)))
+		os.MkdirAll(r, 0o755)
+		real, _ := filepath.EvalSymlinks(r)
+		if _, err := client.Put(base.store.Dir, client.Connection{Root: real, Kind: client.KindHub, Hub: "http://127.0.0.1:1", Repository: "demo", WorktreeID: client.NewWorktreeID()}); err != nil {
+			t.Fatal(err)
+		}
+		roots = append(roots, real)
+	}
+	errs := make(chan error, n)
+	for i, r := range roots {
+		go func() {
+			var err error
+			if i%2 == 0 {
+				_, err = Configure(context.Background(), base.store, base.conns, ConfigureOptions{Root: r, Spool: r + "-spool", Executable: base.exe, Now: time.Now()})
+			} else {
+				_, err = EnableCapture(context.Background(), base.store, base.conns, EnableOptions{Root: r, ConfigDir: base.store.Dir, Executable: base.exe, Now: time.Now()})
+			}
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg, err := base.store.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Bindings) != n {
+		t.Fatalf("%d bindings after %d concurrent setups", len(cfg.Bindings), n)
+	}
+	for _, r := range roots {
+		if b := cfg.Find(r); b == nil || !b.Enabled {
+			t.Fatalf("binding of %s lost", r)
+		}
 	}
 }

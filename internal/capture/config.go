@@ -17,9 +17,14 @@ import (
 	"github.com/agentscm/agentscm/internal/fsutil"
 )
 
-// ConfigVersion is the capture config format this binary writes. A file with
-// any other version is refused, never half-read.
-const ConfigVersion = 5
+// Capture config versions. Version 6 is written only while some binding is
+// in shared-conversation mode or records a non-default Claude settings path;
+// otherwise the file stays at version 5 so older binaries keep reading it.
+// Any other version is refused, never half-read.
+const (
+	ConfigVersion5 = 5
+	ConfigVersion6 = 6
+)
 
 // File names under the agentscm config directory.
 const (
@@ -58,7 +63,8 @@ type Config struct {
 	Bindings []Binding `json:"bindings"`
 }
 
-// Binding binds one checkout root to a spool and a capture mode.
+// Binding binds one checkout root to a spool and a capture mode, and keeps
+// the lineage (Hub, repository, worktree) the spool was created for.
 type Binding struct {
 	// Root is the canonical absolute checkout root.
 	Root string `json:"root"`
@@ -71,6 +77,20 @@ type Binding struct {
 	// Root; empty means the default .claude/settings.local.json.
 	ClaudeSettings string    `json:"claude_settings,omitempty"`
 	ConfiguredAt   time.Time `json:"configured_at"`
+
+	// Hub and Repository are the lineage the binding was saved for; a
+	// disabled binding keeps them.
+	Hub        string `json:"hub,omitempty"`
+	Repository string `json:"repository,omitempty"`
+	// WorktreeID names the checkout's worktree namespace on the Hub.
+	WorktreeID string `json:"worktree_id,omitempty"`
+	BaseRef    string `json:"base_ref,omitempty"`
+	// SetupDigest is the caller's assertion identifying the agent setup.
+	SetupDigest       string       `json:"setup_digest,omitempty"`
+	ClaudeHistoryRoot string       `json:"claude_history_root,omitempty"`
+	ActionRules       []ActionRule `json:"action_rules,omitempty"`
+	Recipes           []Recipe     `json:"recipes,omitempty"`
+	Limits            Limits       `json:"limits"`
 }
 
 // DefaultClaudeSettings is where hooks are installed, relative to the root.
@@ -86,8 +106,30 @@ func (b *Binding) SettingsPath() string {
 }
 
 // ValidMode reports whether m is a capture mode this binary supports.
-func ValidMode(m string) bool {
-	return m == event.ModeMetadataOnly || m == event.ModeLocalConversation
+func ValidMode(m string) bool { return modeRank(m) > 0 }
+
+// modeRank orders modes by what they keep and share: metadata-only <
+// local-conversation < shared-conversation. Unknown modes rank 0.
+func modeRank(m string) int {
+	switch m {
+	case event.ModeMetadataOnly:
+		return 1
+	case event.ModeLocalConversation:
+		return 2
+	case event.ModeSharedConversation:
+		return 3
+	}
+	return 0
+}
+
+// needsV6 reports whether c can only be written as version 6.
+func (c *Config) needsV6() bool {
+	for _, b := range c.Bindings {
+		if b.CaptureMode == event.ModeSharedConversation || b.ClaudeSettings != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // Store reads and writes the capture config in one config directory.
@@ -97,7 +139,7 @@ type Store struct{ Dir string }
 func (s Store) Load() (*Config, error) {
 	b, err := fsutil.ReadFileNoFollow(filepath.Join(s.Dir, configFile), maxConfigBytes)
 	if errors.Is(err, fs.ErrNotExist) {
-		return &Config{Version: ConfigVersion}, nil
+		return &Config{Version: ConfigVersion5}, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read capture config: %w", err)
@@ -115,8 +157,8 @@ func decodeConfig(b []byte) (*Config, error) {
 	if probe.Version == nil {
 		return nil, errors.New("capture config has no version")
 	}
-	if *probe.Version != ConfigVersion {
-		return nil, fmt.Errorf("%w: file is version %d, this binary reads version %d", ErrUnknownVersion, *probe.Version, ConfigVersion)
+	if *probe.Version != ConfigVersion5 && *probe.Version != ConfigVersion6 {
+		return nil, fmt.Errorf("%w: file is version %d, this binary reads versions %d and %d", ErrUnknownVersion, *probe.Version, ConfigVersion5, ConfigVersion6)
 	}
 	var c Config
 	dec := json.NewDecoder(bytes.NewReader(b))
@@ -128,13 +170,24 @@ func decodeConfig(b []byte) (*Config, error) {
 		if !filepath.IsAbs(bd.Root) || !filepath.IsAbs(bd.Spool) || !ValidMode(bd.CaptureMode) {
 			return nil, fmt.Errorf("capture config: binding %d is invalid (root %q, spool %q, mode %q)", i, bd.Root, bd.Spool, bd.CaptureMode)
 		}
+		if bd.ClaudeSettings != "" {
+			if err := checkSettingsRel(bd.ClaudeSettings); err != nil {
+				return nil, fmt.Errorf("capture config: binding %d: %w", i, err)
+			}
+		}
+	}
+	if c.Version == ConfigVersion5 && c.needsV6() {
+		return nil, errors.New("capture config: version 5 cannot hold a shared-conversation binding or a claude_settings path")
 	}
 	return &c, nil
 }
 
 // save writes the config atomically with mode 0600.
 func (s Store) save(c *Config) error {
-	c.Version = ConfigVersion
+	c.Version = ConfigVersion5
+	if c.needsV6() {
+		c.Version = ConfigVersion6
+	}
 	b, err := json.MarshalIndent(c, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encode capture config: %w", err)
@@ -165,6 +218,17 @@ func (s Store) Update(fn func(c *Config) (changed bool, err error)) error {
 		return err
 	}
 	return s.save(c)
+}
+
+// Remove deletes the binding of root; it reports whether one was removed.
+func (c *Config) Remove(root string) bool {
+	for i := range c.Bindings {
+		if c.Bindings[i].Root == root {
+			c.Bindings = append(c.Bindings[:i], c.Bindings[i+1:]...)
+			return true
+		}
+	}
+	return false
 }
 
 // Find returns the binding whose root is exactly root, or nil.

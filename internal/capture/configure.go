@@ -2,11 +2,15 @@ package capture
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"time"
 
 	"github.com/agentscm/agentscm/internal/agent/claude"
@@ -14,11 +18,44 @@ import (
 	"github.com/agentscm/agentscm/internal/spool"
 )
 
+// ErrNoConnection reports a checkout without a current client connection.
+var ErrNoConnection = errors.New("no client connection for this checkout")
+
+// Lineage is the Hub, repository and worktree namespace a binding belongs to.
+type Lineage struct {
+	Hub        string `json:"hub"`
+	Repository string `json:"repository"`
+	WorktreeID string `json:"worktree_id,omitempty"`
+}
+
+// Connections gives capture read access to the client connections without
+// importing the Hub: the CLI supplies the implementation.
+type Connections interface {
+	// Lock takes the connections lock; it is always taken before the
+	// capture config lock.
+	Lock() (unlock func() error, err error)
+	// Current returns the checkout's current connection or ErrNoConnection.
+	Current(root string) (Lineage, error)
+}
+
 // ConfigureOptions are the inputs of change-capture configure.
 type ConfigureOptions struct {
-	Root        string
-	Spool       string
-	CaptureMode string
+	Root              string
+	Spool             string
+	WorktreeID        string
+	BaseRef           string
+	SetupDigest       string
+	ClaudeHistoryRoot string
+	CaptureMode       string
+	ActionRules       []string
+	RecipeFiles       []string
+	// Recipes are already registered recipes kept alongside RecipeFiles.
+	Recipes []Recipe
+	// ClaudeSettings is the settings file relative to Root; empty is the
+	// default .claude/settings.local.json.
+	ClaudeSettings string
+	// Limits are the spool limits; zero fields take the defaults.
+	Limits Limits
 	// Executable is the agentscm binary the installed hooks run.
 	Executable string
 	Now        time.Time
@@ -26,12 +63,25 @@ type ConfigureOptions struct {
 
 // ConfigureResult says what configure did.
 type ConfigureResult struct {
-	Root           string   `json:"root"`
-	Spool          string   `json:"spool"`
-	CaptureMode    string   `json:"capture_mode"`
-	ClaudeSettings string   `json:"claude_settings"`
-	HookEvents     []string `json:"hook_events"`
-	SettingsChange bool     `json:"settings_changed"`
+	Root           string       `json:"root"`
+	Spool          string       `json:"spool"`
+	CaptureMode    string       `json:"capture_mode"`
+	Hub            string       `json:"hub"`
+	Repository     string       `json:"repository"`
+	WorktreeID     string       `json:"worktree_id"`
+	BaseRef        string       `json:"base_ref,omitempty"`
+	SetupDigest    string       `json:"setup_digest,omitempty"`
+	ActionRules    []ActionRule `json:"action_rules"`
+	Recipes        []string     `json:"recipes"`
+	Limits         Limits       `json:"limits"`
+	ClaudeSettings string       `json:"claude_settings"`
+	HookEvents     []string     `json:"hook_events"`
+	SettingsChange bool         `json:"settings_changed"`
+	// Created is true when this call made a new binding.
+	Created bool `json:"created"`
+	// SettingsCreated is true when this call created the settings file.
+	SettingsCreated bool     `json:"settings_created"`
+	Warnings        []string `json:"warnings,omitempty"`
 }
 
 // CanonicalRoot validates a checkout root given on the command line: it must
@@ -60,13 +110,43 @@ func CanonicalRoot(root string) (string, error) {
 	return filepath.Clean(real), nil
 }
 
-// Configure binds a checkout to a spool: it creates the spool, records the
-// binding in the capture config and installs the marked Claude Code hooks.
-func Configure(ctx context.Context, store Store, o ConfigureOptions) (*ConfigureResult, error) {
-	root, err := CanonicalRoot(o.Root)
-	if err != nil {
-		return nil, err
+// SavedRoot canonicalises a root that may no longer exist: symlinks in the
+// longest existing prefix are resolved and the missing rest is kept as given.
+func SavedRoot(root string) (string, error) {
+	if root == "" {
+		return "", errors.New("--root is required")
 	}
+	if !filepath.IsAbs(root) {
+		return "", fmt.Errorf("--root %q is not an absolute path", root)
+	}
+	p := filepath.Clean(root)
+	var rest []string
+	for {
+		if real, err := filepath.EvalSymlinks(p); err == nil {
+			return filepath.Join(append([]string{real}, rest...)...), nil
+		}
+		parent := filepath.Dir(p)
+		if parent == p {
+			return filepath.Clean(root), nil
+		}
+		rest = append([]string{filepath.Base(p)}, rest...)
+		p = parent
+	}
+}
+
+var (
+	hex64     = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	worktreeR = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
+)
+
+// prepared is a validated configure request.
+type prepared struct {
+	b       Binding
+	rules   []ActionRule
+	recipes []Recipe
+}
+
+func prepare(o ConfigureOptions, root string, lin Lineage) (*prepared, error) {
 	if o.Spool == "" {
 		return nil, errors.New("--spool is required")
 	}
@@ -82,49 +162,211 @@ func Configure(ctx context.Context, store Store, o ConfigureOptions) (*Configure
 		mode = event.ModeMetadataOnly
 	}
 	if !ValidMode(mode) {
-		return nil, fmt.Errorf("--capture-mode %q is not supported; use %s or %s", mode, event.ModeMetadataOnly, event.ModeLocalConversation)
+		return nil, fmt.Errorf("--capture-mode %q is not supported; use metadata-only, local-conversation or shared-conversation", mode)
+	}
+	wt := o.WorktreeID
+	if wt == "" {
+		wt = lin.WorktreeID
+	}
+	if !worktreeR.MatchString(wt) {
+		return nil, fmt.Errorf("--worktree-id %q must be 1 to 128 letters, digits, '_', '.' or '-'", wt)
+	}
+	if o.SetupDigest != "" && !hex64.MatchString(o.SetupDigest) {
+		return nil, fmt.Errorf("--setup-digest must be 64 lowercase hex characters (a SHA-256)")
+	}
+	if o.BaseRef != "" {
+		if err := checkToken("--base-ref", o.BaseRef, 256); err != nil {
+			return nil, err
+		}
+	}
+	if o.ClaudeHistoryRoot != "" {
+		if err := checkHistoryRoot(o.ClaudeHistoryRoot); err != nil {
+			return nil, err
+		}
+	}
+	if o.ClaudeSettings != "" {
+		if err := checkSettingsRel(o.ClaudeSettings); err != nil {
+			return nil, err
+		}
+		if o.ClaudeSettings == DefaultClaudeSettings {
+			o.ClaudeSettings = ""
+		}
+	}
+	rules, err := ParseActionRules(o.ActionRules)
+	if err != nil {
+		return nil, err
+	}
+	recipes := append([]Recipe(nil), o.Recipes...)
+	for _, f := range o.RecipeFiles {
+		r, err := LoadRecipe(f)
+		if err != nil {
+			return nil, err
+		}
+		recipes = append(recipes, r)
+	}
+	if recipes, err = CheckRecipes(recipes); err != nil {
+		return nil, err
+	}
+	lim := DefaultLimits()
+	if o.Limits.MaxRecords != 0 {
+		lim.MaxRecords = o.Limits.MaxRecords
+	}
+	if o.Limits.MaxBytes != 0 {
+		lim.MaxBytes = o.Limits.MaxBytes
+	}
+	if o.Limits.MaxArtifactBytes != 0 {
+		lim.MaxArtifactBytes = o.Limits.MaxArtifactBytes
+	}
+	if err := lim.Check(len(rules) > 0 || len(recipes) > 0); err != nil {
+		return nil, err
 	}
 	if !filepath.IsAbs(o.Executable) {
 		return nil, fmt.Errorf("cannot install hooks: agentscm executable path %q is not absolute", o.Executable)
 	}
-	if err := ctx.Err(); err != nil {
+	return &prepared{
+		b: Binding{
+			Root: root, Spool: spoolDir, CaptureMode: mode, Enabled: true, ClaudeSettings: o.ClaudeSettings,
+			ConfiguredAt: o.Now.UTC(), Hub: lin.Hub, Repository: lin.Repository, WorktreeID: wt,
+			BaseRef: o.BaseRef, SetupDigest: o.SetupDigest, ClaudeHistoryRoot: o.ClaudeHistoryRoot,
+			ActionRules: rules, Recipes: recipes, Limits: lim,
+		},
+		rules: rules, recipes: recipes,
+	}, nil
+}
+
+func checkHistoryRoot(dir string) error {
+	if !filepath.IsAbs(dir) || filepath.Clean(dir) != dir {
+		return fmt.Errorf("--claude-history-root %q must be a clean absolute path", dir)
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return fmt.Errorf("--claude-history-root: %w", err)
+	}
+	if fi.Mode()&fs.ModeSymlink != 0 || !fi.IsDir() {
+		return fmt.Errorf("--claude-history-root %s must be a directory, not a symbolic link", dir)
+	}
+	return nil
+}
+
+// Configure binds a checkout with a current client connection to a spool:
+// it validates every input, creates (or reopens) the spool, records the
+// binding under the connections lock then the capture config lock, and
+// installs the marked Claude Code hooks. Nothing changes when it refuses.
+func Configure(ctx context.Context, store Store, conns Connections, o ConfigureOptions) (*ConfigureResult, error) {
+	root, err := CanonicalRoot(o.Root)
+	if err != nil {
 		return nil, err
 	}
-	var b Binding
-	err = store.Update(func(c *Config) (bool, error) {
-		if cur := c.Find(root); cur != nil {
-			if cur.Spool != spoolDir {
+	// Refuse bad input before looking at the connection; the worktree id
+	// placeholder stands for the connection's until then.
+	if _, err := prepare(o, root, Lineage{WorktreeID: "checkout_pending"}); err != nil {
+		return nil, err
+	}
+	unlock, err := conns.Lock()
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	lin, err := conns.Current(root)
+	if err != nil {
+		return nil, err
+	}
+	return configureLocked(ctx, store, root, lin, o, nil)
+}
+
+// configureLocked is the one configure code path; callers hold the
+// connections lock. decide, when set, is called under the capture config
+// lock with the current binding (nil when none) to adjust the options.
+func configureLocked(ctx context.Context, store Store, root string, lin Lineage, o ConfigureOptions, decide func(cur *Binding, o *ConfigureOptions) error) (*ConfigureResult, error) {
+	var p *prepared
+	created := false
+	err := store.Update(func(c *Config) (bool, error) {
+		cur := c.Find(root)
+		if decide != nil {
+			if err := decide(cur, &o); err != nil {
+				return false, err
+			}
+		}
+		var err error
+		if p, err = prepare(o, root, lin); err != nil {
+			return false, err
+		}
+		if err := ctx.Err(); err != nil {
+			return false, err
+		}
+		if cur != nil {
+			if cur.Spool != p.b.Spool {
 				return false, fmt.Errorf("checkout %s is already bound to spool %s; a checkout cannot adopt another spool", root, cur.Spool)
 			}
-			cur.CaptureMode, cur.Enabled, cur.ConfiguredAt = mode, true, o.Now.UTC()
-			b = *cur
-		} else {
-			for _, other := range c.Bindings {
-				if other.Spool == spoolDir {
-					return false, fmt.Errorf("spool %s is already bound to checkout %s", spoolDir, other.Root)
-				}
+			if cur.Hub != "" && (cur.Hub != lin.Hub || cur.Repository != lin.Repository) {
+				return false, fmt.Errorf("the binding of %s was saved for %s on %s, but the checkout is now connected to %s on %s; run change-capture forget --root %s to start fresh",
+					root, cur.Repository, cur.Hub, lin.Repository, lin.Hub, root)
 			}
-			b = Binding{Root: root, Spool: spoolDir, CaptureMode: mode, Enabled: true, ConfiguredAt: o.Now.UTC()}
-			c.Bindings = append(c.Bindings, b)
+			if cur.WorktreeID != "" && cur.WorktreeID != p.b.WorktreeID {
+				return false, fmt.Errorf("the spool of %s is bound to worktree %s, not %s", root, cur.WorktreeID, p.b.WorktreeID)
+			}
+			if err := p.b.Limits.notBelow(cur.Limits); err != nil {
+				return false, err
+			}
 		}
-		// The spool exists before the binding that names it is saved.
-		if _, err := spool.Init(spoolDir); err != nil {
+		for _, other := range c.Bindings {
+			if other.Root != root && other.Spool == p.b.Spool {
+				return false, fmt.Errorf("spool %s is already bound to checkout %s", p.b.Spool, other.Root)
+			}
+		}
+		// The spool exists, bound to its lineage, before the binding that
+		// names it is saved.
+		if _, err := spool.Init(p.b.Spool); err != nil {
 			return false, err
+		}
+		if err := bindSpool(p.b); err != nil {
+			return false, err
+		}
+		if cur != nil {
+			*cur = p.b
+		} else {
+			c.Bindings = append(c.Bindings, p.b)
+			created = true
 		}
 		return true, nil
 	})
 	if err != nil {
 		return nil, err
 	}
+	b := p.b
+	settings := b.SettingsPath()
+	_, statErr := os.Lstat(settings)
 	events := claude.HookEvents[:]
-	changed, err := claude.InstallHooks(b.SettingsPath(), claude.HookCommand(o.Executable), events)
+	changed, err := claude.InstallHooks(settings, claude.HookCommand(o.Executable), events)
 	if err != nil {
 		return nil, fmt.Errorf("install Claude Code hooks: %w", err)
 	}
-	return &ConfigureResult{
-		Root: root, Spool: spoolDir, CaptureMode: mode, ClaudeSettings: b.SettingsPath(),
-		HookEvents: append([]string(nil), events...), SettingsChange: changed,
-	}, nil
+	res := &ConfigureResult{
+		Root: root, Spool: b.Spool, CaptureMode: b.CaptureMode, Hub: b.Hub, Repository: b.Repository,
+		WorktreeID: b.WorktreeID, BaseRef: b.BaseRef, SetupDigest: b.SetupDigest, ActionRules: b.ActionRules,
+		Recipes: []string{}, Limits: b.Limits, ClaudeSettings: settings,
+		HookEvents: append([]string(nil), events...), SettingsChange: changed, Created: created,
+		SettingsCreated: errors.Is(statErr, fs.ErrNotExist),
+	}
+	if res.ActionRules == nil {
+		res.ActionRules = []ActionRule{}
+	}
+	for _, r := range b.Recipes {
+		res.Recipes = append(res.Recipes, r.ID+"@"+r.Digest[:12])
+	}
+	return res, nil
+}
+
+// notBelow refuses lowering a spool's limits below what it was configured
+// with: re-enabling may only increase them.
+func (l Limits) notBelow(old Limits) error {
+	if old.MaxRecords == 0 {
+		return nil
+	}
+	if l.MaxRecords < old.MaxRecords || l.MaxBytes < old.MaxBytes || l.MaxArtifactBytes < old.MaxArtifactBytes {
+		return fmt.Errorf("spool limits can only be increased (configured: %d records, %d bytes, %d per artifact)", old.MaxRecords, old.MaxBytes, old.MaxArtifactBytes)
+	}
+	return nil
 }
 
 // UnconfigureResult says what unconfigure did.
@@ -133,43 +375,38 @@ type UnconfigureResult struct {
 	Spool          string `json:"spool"`
 	ClaudeSettings string `json:"claude_settings"`
 	HooksRemoved   bool   `json:"hooks_removed"`
+	CheckoutExists bool   `json:"checkout_exists"`
 	SpoolRetained  bool   `json:"spool_retained"`
 }
 
-// Unconfigure removes the marked hooks of a checkout and disables its
-// binding; the binding and its spool are kept.
+// Unconfigure removes the marked hooks of a checkout (from the settings file
+// its binding recorded) and disables the binding, which keeps its spool and
+// lineage. It works on a deleted checkout given its saved absolute path and
+// then touches nothing in the missing tree.
 func Unconfigure(ctx context.Context, store Store, root string) (*UnconfigureResult, error) {
-	if root == "" {
-		return nil, errors.New("--root is required")
-	}
-	if !filepath.IsAbs(root) {
-		return nil, fmt.Errorf("--root %q is not an absolute path", root)
-	}
-	canon := filepath.Clean(root)
-	if real, err := filepath.EvalSymlinks(canon); err == nil {
-		canon = real
+	canon, err := SavedRoot(root)
+	if err != nil {
+		return nil, err
 	}
 	var b Binding
-	err := store.Update(func(c *Config) (bool, error) {
+	err = store.Update(func(c *Config) (bool, error) {
 		cur := c.Find(canon)
 		if cur == nil {
 			cur = c.Find(filepath.Clean(root))
 		}
-		if cur == nil {
+		if cur == nil || !cur.Enabled {
 			return false, ErrNoBinding
 		}
-		b = *cur
-		if !cur.Enabled {
-			return false, nil
-		}
 		cur.Enabled = false
+		b = *cur
 		return true, nil
 	})
 	if err != nil {
 		return nil, err
 	}
 	res := &UnconfigureResult{Root: b.Root, Spool: b.Spool, ClaudeSettings: b.SettingsPath(), SpoolRetained: true}
-	if _, err := os.Stat(b.Root); err == nil {
+	if fi, err := os.Stat(b.Root); err == nil && fi.IsDir() {
+		res.CheckoutExists = true
 		removed, err := claude.RemoveHooks(b.SettingsPath())
 		if err != nil {
 			return nil, fmt.Errorf("remove Claude Code hooks: %w", err)
@@ -177,4 +414,38 @@ func Unconfigure(ctx context.Context, store Store, root string) (*UnconfigureRes
 		res.HooksRemoved = removed
 	}
 	return res, nil
+}
+
+// randomHex returns n random bytes in hex.
+func randomHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(fmt.Sprintf("crypto/rand: %v", err))
+	}
+	return hex.EncodeToString(b)
+}
+
+// lineageOf returns the binding's saved lineage.
+func (b *Binding) lineage() Lineage {
+	return Lineage{Hub: b.Hub, Repository: b.Repository, WorktreeID: b.WorktreeID}
+}
+
+// sameRepo reports whether a connection is the repository and Hub a binding
+// was saved for.
+func sameRepo(a, b Lineage) bool {
+	return a.Hub == b.Hub && a.Repository == b.Repository
+}
+
+// describeLineage formats "<repository> on <hub>".
+func describeLineage(l Lineage) string {
+	return strings.TrimSpace(l.Repository + " on " + l.Hub)
+}
+
+// bindSpool binds the binding's spool to its lineage durably.
+func bindSpool(b Binding) error {
+	sp, err := spool.Open(b.Spool)
+	if err != nil {
+		return err
+	}
+	return sp.BindLineage(spool.Lineage{Hub: b.Hub, Repository: b.Repository, WorktreeID: b.WorktreeID})
 }

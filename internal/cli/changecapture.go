@@ -3,12 +3,14 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
 	"time"
 
 	"github.com/agentscm/agentscm/internal/capture"
+	"github.com/agentscm/agentscm/internal/client"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/spool"
 )
@@ -20,6 +22,10 @@ func changeCaptureCommand() *Command {
 		Sub: []*Command{
 			{Name: "configure", Summary: "bind a checkout to a spool and install the Claude Code hooks", Run: runConfigure},
 			{Name: "unconfigure", Summary: "remove the marked Claude Code hooks and disable the binding", Run: runUnconfigure},
+			{Name: "enable", Summary: "one-step setup: create, re-enable or change the mode of the capture binding", Run: runEnable},
+			{Name: "set-mode", Summary: "change only the capture mode of an enabled binding", Run: runSetMode},
+			{Name: "status", Summary: "show the capture setting of one checkout or of every bound checkout", Run: runStatus},
+			{Name: "forget", Summary: "remove a disabled capture binding (the spool is kept)", Run: runForget},
 			{Name: "hook-claude", Summary: "the Claude Code hook (reads one hook payload on stdin)", Run: func(ctx context.Context, env *Env, args []string) error {
 				if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
 					fmt.Fprint(env.Stdout, hookHelp)
@@ -82,18 +88,81 @@ func oneLine(s string) string {
 	return s
 }
 
+// multiFlag collects a repeated string flag.
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+// clientConns gives capture the client connections of a config directory.
+type clientConns struct{ dir string }
+
+func (c clientConns) Lock() (func() error, error) {
+	l, err := client.Lock(c.dir)
+	if err != nil {
+		return nil, err
+	}
+	return l.Unlock, nil
+}
+
+func (c clientConns) Current(root string) (capture.Lineage, error) {
+	conn, err := client.Lookup(c.dir, root)
+	if errors.Is(err, client.ErrNoConnection) {
+		return capture.Lineage{}, capture.ErrNoConnection
+	}
+	if err != nil {
+		return capture.Lineage{}, err
+	}
+	return capture.Lineage{Hub: conn.Hub, Repository: conn.Repository, WorktreeID: conn.WorktreeID}, nil
+}
+
+func captureDeps(env *Env) (capture.Store, clientConns, error) {
+	store, err := configStore(env)
+	if err != nil {
+		return capture.Store{}, clientConns{}, err
+	}
+	return store, clientConns{dir: store.Dir}, nil
+}
+
 func runConfigure(ctx context.Context, env *Env, args []string) error {
 	fs := newFlags(env, "agentscm change-capture configure",
-		"--root ABS --spool ABS [--capture-mode metadata-only|local-conversation] [--format text|json]",
-		`Bind a checkout to a private spool and install the marked agentscm hook for
-the eleven Claude Code lifecycle events (each with a 20-second timeout) in
-ROOT/.claude/settings.local.json. Unrelated settings and hooks are kept;
-running it again adds nothing twice. The spool is created with directories
-0700 and files 0600. metadata-only (the default) keeps no prompt, tool input,
-tool output or error text; local-conversation keeps them in the spool only.`)
-	root := fs.String("root", "", "absolute path of the checkout (must exist)")
-	spoolDir := fs.String("spool", "", "absolute path of the private spool directory (created when missing)")
-	mode := fs.String("capture-mode", event.ModeMetadataOnly, "metadata-only or local-conversation")
+		"--root ABS --spool ABS [--worktree-id ID] [--base-ref REF] [--setup-digest SHA256] [--claude-history-root ABS] [--capture-mode MODE] [--action-rule TOOL=execution:COVERAGE:RESULT_SOURCE]... [--recipe-file ABS]... [--max-records N] [--max-bytes N] [--max-artifact-bytes N] [--claude-settings REL] [--format text|json]",
+		`Bind a checkout that has a current client connection (see 'agentscm client
+setup') to a private spool, and install the marked agentscm hook for the
+eleven Claude Code lifecycle events (each with a 20-second timeout) in
+ROOT/.claude/settings.local.json (or --claude-settings). Unrelated settings
+and hooks are kept; running it again adds nothing twice. The spool is created
+with directories 0700 and files 0600 and is bound for life to the checkout's
+Hub, repository and worktree.
+
+Capture modes: metadata-only (default) keeps no prompt, tool input, tool
+output or error text; local-conversation keeps them in the spool only;
+shared-conversation also shares redacted bodies with the Hub.
+
+An execution rule TOOL=execution:COVERAGE:RESULT_SOURCE makes a tool call an
+action (COVERAGE complete|partial|unknown; RESULT_SOURCE process_exit_code,
+only for Bash and PowerShell, or unverified); its verification is always
+unknown. A recipe file is a strict JSON object {"id", "argv" (absolute
+executable first), "coverage", "timeout_seconds", "max_output_bytes"}; at most
+16 distinct recipes. Spool limits default to 4096 records, 64 MiB and 16 MiB
+per artifact; a spool with rules or recipes needs at least 48 records and
+64 KiB. Without a client connection it fails with "no client connection for
+this checkout" and changes nothing.`)
+	var o capture.ConfigureOptions
+	var rules, recipes multiFlag
+	fs.StringVar(&o.Root, "root", "", "absolute path of the checkout (must exist)")
+	fs.StringVar(&o.Spool, "spool", "", "absolute path of the private spool directory (created when missing)")
+	fs.StringVar(&o.WorktreeID, "worktree-id", "", "worktree namespace on the Hub (default: the client connection's)")
+	fs.StringVar(&o.BaseRef, "base-ref", "", "the base ref source bindings compare against, e.g. origin/main")
+	fs.StringVar(&o.SetupDigest, "setup-digest", "", "64-hex SHA-256 the caller asserts for the agent setup")
+	fs.StringVar(&o.ClaudeHistoryRoot, "claude-history-root", "", "absolute, non-symlink directory of Claude transcripts the hook may read")
+	fs.StringVar(&o.CaptureMode, "capture-mode", event.ModeMetadataOnly, "metadata-only, local-conversation or shared-conversation")
+	fs.Var(&rules, "action-rule", "TOOL=execution:COVERAGE:RESULT_SOURCE (repeatable)")
+	fs.Var(&recipes, "recipe-file", "absolute path of a recipe JSON file (repeatable)")
+	fs.Int64Var(&o.Limits.MaxRecords, "max-records", capture.DefaultMaxRecords, "spool record limit")
+	fs.Int64Var(&o.Limits.MaxBytes, "max-bytes", capture.DefaultMaxBytes, "spool total byte limit")
+	fs.Int64Var(&o.Limits.MaxArtifactBytes, "max-artifact-bytes", capture.DefaultMaxArtifactBytes, "spool per-artifact byte limit")
+	fs.StringVar(&o.ClaudeSettings, "claude-settings", "", "Claude settings file for the hooks, relative to the root (default .claude/settings.local.json)")
 	format := formatFlag(fs)
 	if err := parseFlags(fs, args, false); err != nil {
 		return err
@@ -101,28 +170,48 @@ tool output or error text; local-conversation keeps them in the spool only.`)
 	if err := checkFormat(*format); err != nil {
 		return err
 	}
-	if *root == "" || *spoolDir == "" {
+	if o.Root == "" || o.Spool == "" {
 		return usagef("--root and --spool are required")
 	}
-	store, err := configStore(env)
+	o.ActionRules, o.RecipeFiles = rules, recipes
+	o.Executable, o.Now = env.Executable, env.Now()
+	store, conns, err := captureDeps(env)
 	if err != nil {
 		return err
 	}
-	res, err := capture.Configure(ctx, store, capture.ConfigureOptions{
-		Root: *root, Spool: *spoolDir, CaptureMode: *mode, Executable: env.Executable, Now: env.Now(),
-	})
+	res, err := capture.Configure(ctx, store, conns, o)
 	if err != nil {
 		return err
 	}
 	if *format == "json" {
 		return writeJSON(env.Stdout, res)
 	}
-	fmt.Fprintf(env.Stdout, "capture configured for %s\n  spool:         %s\n  capture mode:  %s\n  claude hooks:  %s (%d events)\n",
-		res.Root, res.Spool, res.CaptureMode, res.ClaudeSettings, len(res.HookEvents))
-	if !res.SettingsChange {
-		fmt.Fprintln(env.Stdout, "  (hooks were already installed; nothing changed)")
-	}
+	printConfigure(env, "capture configured", res)
 	return nil
+}
+
+func printConfigure(env *Env, title string, res *capture.ConfigureResult) {
+	w := env.Stdout
+	fmt.Fprintf(w, "%s for %s\n", title, res.Root)
+	fmt.Fprintf(w, "  capture mode:  %s\n  spool:         %s\n  hub:           %s\n  repository:    %s\n  worktree id:   %s\n",
+		res.CaptureMode, res.Spool, res.Hub, res.Repository, res.WorktreeID)
+	if res.BaseRef != "" {
+		fmt.Fprintf(w, "  base ref:      %s\n", res.BaseRef)
+	}
+	for _, r := range res.ActionRules {
+		fmt.Fprintf(w, "  action rule:   %s (verification unknown)\n", r)
+	}
+	for _, r := range res.Recipes {
+		fmt.Fprintf(w, "  recipe:        %s\n", r)
+	}
+	fmt.Fprintf(w, "  spool limits:  %d records, %d bytes, %d bytes per artifact\n", res.Limits.MaxRecords, res.Limits.MaxBytes, res.Limits.MaxArtifactBytes)
+	fmt.Fprintf(w, "  claude hooks:  %s (%d events)\n", res.ClaudeSettings, len(res.HookEvents))
+	if !res.SettingsChange {
+		fmt.Fprintln(w, "  (hooks were already installed; nothing changed there)")
+	}
+	for _, warn := range res.Warnings {
+		fmt.Fprintf(env.Stderr, "warning: %s\n", warn)
+	}
 }
 
 func runUnconfigure(ctx context.Context, env *Env, args []string) error {

@@ -98,6 +98,9 @@ func TestConfigureHookInspectInProcess(t *testing.T) {
 	os.Mkdir(root, 0o755)
 	spoolDir := filepath.Join(dir, "spool")
 	env := map[string]string{"XDG_CONFIG_HOME": filepath.Join(dir, "cfg")}
+	if r := runMain(t, env, "", "client", "setup", "--root", root, "--local"); r.code != 0 {
+		t.Fatalf("client setup: %+v", r)
+	}
 	if r := runMain(t, env, "", "change-capture", "configure", "--root", root, "--spool", spoolDir, "--format", "json"); r.code != 0 || !strings.Contains(r.stdout, `"capture_mode": "metadata-only"`) {
 		t.Fatalf("configure: %+v", r)
 	}

@@ -155,6 +155,10 @@ worktree id; reconnecting the same Hub and repository keeps it.`)
 	v := viewOf(c)
 	if prev != nil && (prev.Hub != c.Hub || prev.Repository != c.Repository) {
 		v.Replaced = &replacedC{Hub: prev.Hub, Repository: prev.Repository}
+		// A replaced connection never carries sharing over.
+		if _, err := capture.LowerForConnectionChange(capture.Store{Dir: dir}, c.Root); err != nil {
+			return fmt.Errorf("connection replaced, but lowering the capture mode failed: %w", err)
+		}
 	}
 	if *format == "json" {
 		return writeJSON(env.Stdout, v)
@@ -292,6 +296,11 @@ The root is matched as given when the checkout no longer exists.`)
 	}
 	if err != nil {
 		return err
+	}
+	// A removed connection lowers a shared-conversation binding to
+	// metadata-only, so reconnecting never resumes sharing unconfirmed.
+	if _, err := capture.LowerForConnectionChange(capture.Store{Dir: dir}, c.Root); err != nil {
+		return fmt.Errorf("connection removed, but lowering the capture mode failed: %w", err)
 	}
 	if *format == "json" {
 		return writeJSON(env.Stdout, viewOf(c))

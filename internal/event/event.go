@@ -33,8 +33,9 @@ const (
 
 // Capture modes of a checkout.
 const (
-	ModeMetadataOnly      = "metadata-only"
-	ModeLocalConversation = "local-conversation"
+	ModeMetadataOnly       = "metadata-only"
+	ModeLocalConversation  = "local-conversation"
+	ModeSharedConversation = "shared-conversation"
 )
 
 // Record is one captured event as retained in the private spool.

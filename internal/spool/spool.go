@@ -78,7 +78,7 @@ func Init(dir string) (*Spool, error) {
 	}
 	for _, e := range entries {
 		n := e.Name()
-		if n != lockFile && n != eventsDir && !strings.HasPrefix(n, fsutil.TempPrefix) {
+		if n != lockFile && n != eventsDir && n != lineageFile && !strings.HasPrefix(n, fsutil.TempPrefix) {
 			return nil, fmt.Errorf("%s: %w: it is not empty and has no %s", dir, ErrNotSpool, formatFile)
 		}
 	}
@@ -221,4 +221,46 @@ func (s *Spool) Events() ([]event.Record, error) {
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// lineageFile durably binds a spool to one Hub, repository and worktree.
+const lineageFile = "lineage.json"
+
+// Lineage is the canonical Hub, repository and worktree namespace a spool
+// belongs to.
+type Lineage struct {
+	Hub        string `json:"hub"`
+	Repository string `json:"repository"`
+	WorktreeID string `json:"worktree_id"`
+}
+
+// ErrLineageMismatch reports reuse of a spool for another Hub, repository or
+// worktree.
+var ErrLineageMismatch = errors.New("spool belongs to another Hub, repository or worktree")
+
+// BindLineage records the spool's lineage the first time and afterwards
+// refuses any other one.
+func (s *Spool) BindLineage(l Lineage) error {
+	lock, err := fsutil.LockFile(filepath.Join(s.dir, lockFile))
+	if err != nil {
+		return err
+	}
+	defer lock.Unlock()
+	path := filepath.Join(s.dir, lineageFile)
+	b, err := fsutil.ReadFileNoFollow(path, 4096)
+	if err == nil {
+		var cur Lineage
+		if err := json.Unmarshal(b, &cur); err != nil {
+			return fmt.Errorf("read spool lineage: %w", err)
+		}
+		if cur != l {
+			return fmt.Errorf("%w: %s is bound to %s on %s (worktree %s)", ErrLineageMismatch, s.dir, cur.Repository, cur.Hub, cur.WorktreeID)
+		}
+		return nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("read spool lineage: %w", err)
+	}
+	nb, _ := json.Marshal(l)
+	return fsutil.WriteNew(path, append(nb, '\n'), fsutil.FileMode)
 }

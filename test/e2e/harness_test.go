@@ -191,6 +191,7 @@ func (c *checkout) agentscm(args ...string) string {
 
 func (c *checkout) configure(mode string) {
 	c.t.Helper()
+	c.agentscm("client", "setup", "--root", c.root, "--local")
 	c.agentscm("change-capture", "configure", "--root", c.root, "--spool", c.spool, "--capture-mode", mode)
 }
 

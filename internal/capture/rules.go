@@ -1,0 +1,283 @@
+package capture
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"path/filepath"
+	"strings"
+	"unicode"
+
+	"github.com/agentscm/agentscm/internal/fsutil"
+)
+
+// ActionRule makes a native tool call an action: TOOL=execution:COVERAGE:RESULT_SOURCE.
+// The verification result of an execution rule is always unknown.
+type ActionRule struct {
+	Tool         string `json:"tool"`
+	Kind         string `json:"kind"`
+	Coverage     string `json:"coverage"`
+	ResultSource string `json:"result_source"`
+}
+
+// String renders the rule in its command-line form.
+func (r ActionRule) String() string {
+	return r.Tool + "=" + r.Kind + ":" + r.Coverage + ":" + r.ResultSource
+}
+
+// Verification is what an execution rule reports about verification.
+func (r ActionRule) Verification() string { return "unknown" }
+
+// Action rule vocabulary.
+var (
+	ruleCoverages     = map[string]bool{"complete": true, "partial": true, "unknown": true}
+	ruleResultSources = map[string]bool{"process_exit_code": true, "unverified": true}
+	// exitCodeTools are the only tools whose hook payload can carry a
+	// process exit code.
+	exitCodeTools = map[string]bool{"Bash": true, "PowerShell": true}
+)
+
+// DefaultActionRule is the rule one-step setup installs.
+var DefaultActionRule = ActionRule{Tool: "Bash", Kind: "execution", Coverage: "partial", ResultSource: "process_exit_code"}
+
+// ParseActionRule parses and validates TOOL=execution:COVERAGE:RESULT_SOURCE.
+func ParseActionRule(s string) (ActionRule, error) {
+	tool, spec, ok := strings.Cut(s, "=")
+	parts := strings.Split(spec, ":")
+	if !ok || len(parts) != 3 {
+		return ActionRule{}, fmt.Errorf("--action-rule %q: want TOOL=execution:COVERAGE:RESULT_SOURCE", s)
+	}
+	r := ActionRule{Tool: tool, Kind: parts[0], Coverage: parts[1], ResultSource: parts[2]}
+	if err := checkToken("tool", r.Tool, 256); err != nil {
+		return ActionRule{}, fmt.Errorf("--action-rule %q: %w", s, err)
+	}
+	if r.Kind != "execution" {
+		return ActionRule{}, fmt.Errorf("--action-rule %q: rule kind %q is not supported; use execution", s, r.Kind)
+	}
+	if !ruleCoverages[r.Coverage] {
+		return ActionRule{}, fmt.Errorf("--action-rule %q: coverage %q must be complete, partial or unknown", s, r.Coverage)
+	}
+	if !ruleResultSources[r.ResultSource] {
+		return ActionRule{}, fmt.Errorf("--action-rule %q: result source %q must be process_exit_code or unverified", s, r.ResultSource)
+	}
+	if r.ResultSource == "process_exit_code" && !exitCodeTools[r.Tool] {
+		return ActionRule{}, fmt.Errorf("--action-rule %q: process_exit_code is accepted only for Bash and PowerShell", s)
+	}
+	return r, nil
+}
+
+// ParseActionRules parses repeated --action-rule values, refusing two rules
+// for one tool.
+func ParseActionRules(specs []string) ([]ActionRule, error) {
+	seen := map[string]bool{}
+	var out []ActionRule
+	for _, s := range specs {
+		r, err := ParseActionRule(s)
+		if err != nil {
+			return nil, err
+		}
+		if seen[r.Tool] {
+			return nil, fmt.Errorf("--action-rule: more than one rule for tool %q", r.Tool)
+		}
+		seen[r.Tool] = true
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// checkToken validates a bounded printable identifier without spaces.
+func checkToken(name, v string, limit int) error {
+	if v == "" {
+		return fmt.Errorf("%s is empty", name)
+	}
+	if len(v) > limit {
+		return fmt.Errorf("%s is longer than %d bytes", name, limit)
+	}
+	for _, r := range v {
+		if unicode.IsSpace(r) || !unicode.IsPrint(r) || r == '=' || r == ':' {
+			return fmt.Errorf("%s %q has a space, control character, '=' or ':'", name, v)
+		}
+	}
+	return nil
+}
+
+// Recipe is a registered private recipe: a direct argv run at the checkout
+// root under a timeout and a combined output bound.
+type Recipe struct {
+	ID             string   `json:"id"`
+	Argv           []string `json:"argv"`
+	Coverage       string   `json:"coverage"`
+	TimeoutSeconds int      `json:"timeout_seconds"`
+	MaxOutputBytes int64    `json:"max_output_bytes"`
+	// Digest is the SHA-256 of the recipe's canonical JSON (every field
+	// above), computed by agentscm.
+	Digest string `json:"digest"`
+}
+
+// Recipe bounds.
+const (
+	MaxRecipes           = 16
+	maxRecipeFileBytes   = 64 << 10
+	maxRecipeTimeout     = 24 * 60 * 60
+	maxRecipeOutputBytes = 64 << 20
+	maxRecipeArgs        = 256
+)
+
+// recipeFile is the strict JSON object of a recipe file.
+type recipeFile struct {
+	ID             *string  `json:"id"`
+	Argv           []string `json:"argv"`
+	Coverage       *string  `json:"coverage"`
+	TimeoutSeconds *int     `json:"timeout_seconds"`
+	MaxOutputBytes *int64   `json:"max_output_bytes"`
+}
+
+// LoadRecipe reads and validates one recipe file (absolute path).
+func LoadRecipe(file string) (Recipe, error) {
+	if !filepath.IsAbs(file) {
+		return Recipe{}, fmt.Errorf("--recipe-file %q is not an absolute path", file)
+	}
+	b, err := fsutil.ReadFileNoFollow(file, maxRecipeFileBytes)
+	if err != nil {
+		return Recipe{}, fmt.Errorf("--recipe-file %s: %w", file, err)
+	}
+	r, err := ParseRecipe(b)
+	if err != nil {
+		return Recipe{}, fmt.Errorf("--recipe-file %s: %w", file, err)
+	}
+	return r, nil
+}
+
+// ParseRecipe validates a recipe's strict JSON object: every field present,
+// no unknown field, an absolute executable.
+func ParseRecipe(b []byte) (Recipe, error) {
+	var f recipeFile
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&f); err != nil {
+		return Recipe{}, fmt.Errorf("not a strict recipe object: %w", err)
+	}
+	if dec.More() {
+		return Recipe{}, errors.New("not a strict recipe object: trailing data")
+	}
+	if f.ID == nil || f.Argv == nil || f.Coverage == nil || f.TimeoutSeconds == nil || f.MaxOutputBytes == nil {
+		return Recipe{}, errors.New("a recipe needs id, argv, coverage, timeout_seconds and max_output_bytes")
+	}
+	r := Recipe{ID: *f.ID, Argv: f.Argv, Coverage: *f.Coverage, TimeoutSeconds: *f.TimeoutSeconds, MaxOutputBytes: *f.MaxOutputBytes}
+	if err := checkToken("recipe id", r.ID, 128); err != nil {
+		return Recipe{}, err
+	}
+	if len(r.Argv) == 0 || len(r.Argv) > maxRecipeArgs {
+		return Recipe{}, fmt.Errorf("recipe %s: argv must have 1 to %d elements", r.ID, maxRecipeArgs)
+	}
+	if !path.IsAbs(r.Argv[0]) || path.Clean(r.Argv[0]) != r.Argv[0] {
+		return Recipe{}, fmt.Errorf("recipe %s: the executable %q must be a clean absolute path", r.ID, r.Argv[0])
+	}
+	for _, a := range r.Argv {
+		if strings.ContainsRune(a, 0) || len(a) > 4096 {
+			return Recipe{}, fmt.Errorf("recipe %s: an argument holds a NUL byte or exceeds 4096 bytes", r.ID)
+		}
+	}
+	if !ruleCoverages[r.Coverage] {
+		return Recipe{}, fmt.Errorf("recipe %s: coverage %q must be complete, partial or unknown", r.ID, r.Coverage)
+	}
+	if r.TimeoutSeconds < 1 || r.TimeoutSeconds > maxRecipeTimeout {
+		return Recipe{}, fmt.Errorf("recipe %s: timeout_seconds must be 1 to %d", r.ID, maxRecipeTimeout)
+	}
+	if r.MaxOutputBytes < 1 || r.MaxOutputBytes > maxRecipeOutputBytes {
+		return Recipe{}, fmt.Errorf("recipe %s: max_output_bytes must be 1 to %d", r.ID, maxRecipeOutputBytes)
+	}
+	r.Digest = recipeDigest(r)
+	return r, nil
+}
+
+// recipeDigest hashes every execution semantic of a recipe in a fixed
+// canonical JSON form.
+func recipeDigest(r Recipe) string {
+	canon, _ := json.Marshal(struct {
+		ID             string   `json:"id"`
+		Argv           []string `json:"argv"`
+		Coverage       string   `json:"coverage"`
+		TimeoutSeconds int      `json:"timeout_seconds"`
+		MaxOutputBytes int64    `json:"max_output_bytes"`
+	}{r.ID, r.Argv, r.Coverage, r.TimeoutSeconds, r.MaxOutputBytes})
+	sum := sha256.Sum256(canon)
+	return hex.EncodeToString(sum[:])
+}
+
+// CheckRecipes refuses more than 16 distinct recipe ids or digests and one id
+// registered with two different definitions; exact duplicates collapse.
+func CheckRecipes(rs []Recipe) ([]Recipe, error) {
+	byID := map[string]string{}
+	digests := map[string]bool{}
+	var out []Recipe
+	for _, r := range rs {
+		if d, ok := byID[r.ID]; ok {
+			if d != r.Digest {
+				return nil, fmt.Errorf("recipe id %q is registered twice with different definitions", r.ID)
+			}
+			continue
+		}
+		byID[r.ID] = r.Digest
+		digests[r.Digest] = true
+		out = append(out, r)
+	}
+	if len(byID) > MaxRecipes || len(digests) > MaxRecipes {
+		return nil, fmt.Errorf("at most %d distinct recipe ids and digests are accepted, got %d ids and %d digests", MaxRecipes, len(byID), len(digests))
+	}
+	return out, nil
+}
+
+// Limits are a spool's finite bounds.
+type Limits struct {
+	MaxRecords       int64 `json:"max_records"`
+	MaxBytes         int64 `json:"max_bytes"`
+	MaxArtifactBytes int64 `json:"max_artifact_bytes"`
+}
+
+// Spool limit defaults and the floor of an action-capable spool.
+const (
+	DefaultMaxRecords       = 4096
+	DefaultMaxBytes         = 64 << 20
+	DefaultMaxArtifactBytes = 16 << 20
+	FloorRecords            = 48
+	FloorBytes              = 64 << 10
+)
+
+// DefaultLimits returns the default spool limits.
+func DefaultLimits() Limits {
+	return Limits{MaxRecords: DefaultMaxRecords, MaxBytes: DefaultMaxBytes, MaxArtifactBytes: DefaultMaxArtifactBytes}
+}
+
+// Check validates limits; an action-capable spool (one with action rules or
+// recipes) needs at least 48 records and 64 KiB.
+func (l Limits) Check(actionCapable bool) error {
+	if l.MaxRecords < 1 || l.MaxBytes < 1 || l.MaxArtifactBytes < 1 {
+		return errors.New("spool limits must be positive")
+	}
+	if actionCapable && (l.MaxRecords < FloorRecords || l.MaxBytes < FloorBytes) {
+		return fmt.Errorf("an action-capable spool needs at least %d records and %d bytes (64 KiB): that space is needed to retain the minimal managed lifecycle and its recovery metadata", FloorRecords, FloorBytes)
+	}
+	if l.MaxArtifactBytes > l.MaxBytes {
+		return fmt.Errorf("--max-artifact-bytes %d exceeds --max-bytes %d", l.MaxArtifactBytes, l.MaxBytes)
+	}
+	return nil
+}
+
+// checkSettingsRel validates a Claude settings path relative to the root.
+func checkSettingsRel(rel string) error {
+	if rel == "" || path.IsAbs(rel) || path.Clean(rel) != rel || rel == "." || strings.HasPrefix(rel, "../") || rel == ".." {
+		return fmt.Errorf("claude settings path %q must be a clean path inside the checkout", rel)
+	}
+	if strings.HasPrefix(rel, ".git/") {
+		return fmt.Errorf("claude settings path %q must not be inside .git", rel)
+	}
+	if !strings.HasSuffix(rel, ".json") {
+		return fmt.Errorf("claude settings path %q must name a .json file", rel)
+	}
+	return nil
+}

@@ -1,0 +1,372 @@
+package capture
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/agentscm/agentscm/internal/event"
+)
+
+// Capture states as every surface shows them.
+const (
+	StateNotSetUp     = "Not set up"
+	StateOff          = "Off"
+	StateMetadataOnly = "Metadata only"
+	StateLocalOnly    = "Local only"
+	StateShared       = "Shared with Hub"
+)
+
+// Setting is capture_setting: the one reading of a checkout's capture choice
+// that every surface uses.
+type Setting struct {
+	Root       string `json:"root"`
+	Configured bool   `json:"configured"`
+	Enabled    bool   `json:"enabled"`
+	Mode       string `json:"capture_mode,omitempty"`
+	State      string `json:"state"`
+	// LineageMismatch is true when the checkout is now connected to another
+	// repository or Hub than the binding was saved for.
+	LineageMismatch bool   `json:"lineage_mismatch"`
+	Hub             string `json:"hub,omitempty"`
+	Repository      string `json:"repository,omitempty"`
+	// ConnectedHub and ConnectedRepository describe the current connection.
+	ConnectedHub        string `json:"connected_hub,omitempty"`
+	ConnectedRepository string `json:"connected_repository,omitempty"`
+	Spool               string `json:"spool,omitempty"`
+	WorktreeID          string `json:"worktree_id,omitempty"`
+	ClaudeSettings      string `json:"claude_settings,omitempty"`
+}
+
+func stateOf(b *Binding) string {
+	switch {
+	case b == nil:
+		return StateNotSetUp
+	case !b.Enabled:
+		return StateOff
+	case b.CaptureMode == event.ModeSharedConversation:
+		return StateShared
+	case b.CaptureMode == event.ModeLocalConversation:
+		return StateLocalOnly
+	}
+	return StateMetadataOnly
+}
+
+// CaptureSetting reads the setting of a checkout (saved path accepted for a
+// deleted checkout).
+func CaptureSetting(store Store, conns Connections, root string) (*Setting, error) {
+	canon, err := SavedRoot(root)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := store.Load()
+	if err != nil {
+		return nil, err
+	}
+	b := cfg.Find(canon)
+	s := &Setting{Root: canon, State: stateOf(b)}
+	lin, cerr := conns.Current(canon)
+	if cerr == nil {
+		s.ConnectedHub, s.ConnectedRepository = lin.Hub, lin.Repository
+	} else if !errors.Is(cerr, ErrNoConnection) {
+		return nil, cerr
+	}
+	if b == nil {
+		return s, nil
+	}
+	s.Configured, s.Enabled, s.Mode = true, b.Enabled, b.CaptureMode
+	s.Hub, s.Repository, s.Spool, s.WorktreeID = b.Hub, b.Repository, b.Spool, b.WorktreeID
+	s.ClaudeSettings = b.SettingsPath()
+	s.LineageMismatch = cerr == nil && b.Hub != "" && !sameRepo(lin, b.lineage())
+	return s, nil
+}
+
+// Settings reads the setting of every bound checkout.
+func Settings(store Store, conns Connections) ([]Setting, error) {
+	cfg, err := store.Load()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Setting, 0, len(cfg.Bindings))
+	for _, b := range cfg.Bindings {
+		s, err := CaptureSetting(store, conns, b.Root)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, *s)
+	}
+	return out, nil
+}
+
+// EnableOptions are the inputs of enable_capture.
+type EnableOptions struct {
+	Root string
+	// Mode is the requested capture mode; empty keeps an enabled binding's
+	// mode and means metadata-only otherwise.
+	Mode string
+	// Expect, when set, is the repository and Hub the caller displayed to
+	// the person who confirmed: the connection must still be that one.
+	Expect     *Lineage
+	ConfigDir  string
+	Executable string
+	Now        time.Time
+}
+
+// EnableResult says what enable_capture did.
+type EnableResult struct {
+	Action string `json:"action"` // created, re-enabled or mode-changed
+	*ConfigureResult
+	ExcludeAdded []string `json:"exclude_added,omitempty"`
+}
+
+// EnableCapture is the one-step setup (enable_capture). Under the
+// connections lock then the capture config lock it decides from the saved
+// binding: with none it builds one through the configure code path with the
+// defaults; with a disabled one it re-enables with everything saved; with an
+// enabled one it only changes the mode.
+func EnableCapture(ctx context.Context, store Store, conns Connections, o EnableOptions) (*EnableResult, error) {
+	root, err := CanonicalRoot(o.Root)
+	if err != nil {
+		return nil, err
+	}
+	if o.Mode != "" && !ValidMode(o.Mode) {
+		return nil, fmt.Errorf("--mode %q is not supported; use metadata-only, local-conversation or shared-conversation", o.Mode)
+	}
+	unlock, err := conns.Lock()
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	lin, err := conns.Current(root)
+	if err != nil {
+		return nil, err
+	}
+	if o.Expect != nil && !sameRepo(lin, *o.Expect) {
+		return nil, fmt.Errorf("this checkout is now connected to %s on %s; refresh and confirm again", lin.Repository, lin.Hub)
+	}
+	action := ""
+	co := ConfigureOptions{Root: root, CaptureMode: o.Mode, Executable: o.Executable, Now: o.Now}
+	decide := func(cur *Binding, co *ConfigureOptions) error {
+		switch {
+		case cur == nil:
+			action = "created"
+			co.Spool = filepath.Join(o.ConfigDir, "capture-spools", randomHex(16))
+			co.WorktreeID = lin.WorktreeID
+			co.SetupDigest = randomHex(32)
+			co.BaseRef = defaultBaseRef(ctx, root)
+			co.ActionRules = []string{DefaultActionRule.String()}
+			if co.CaptureMode == "" {
+				co.CaptureMode = event.ModeMetadataOnly
+			}
+		default:
+			if cur.Hub != "" && !sameRepo(lin, cur.lineage()) {
+				return fmt.Errorf("the capture binding of this checkout was saved for %s, but it is now connected to %s; run change-capture forget --root %s to start fresh",
+					describeLineage(cur.lineage()), describeLineage(lin), root)
+			}
+			action = "re-enabled"
+			if cur.Enabled {
+				action = "mode-changed"
+			}
+			if co.CaptureMode == "" {
+				co.CaptureMode = cur.CaptureMode
+			}
+			co.Spool, co.WorktreeID, co.BaseRef, co.SetupDigest = cur.Spool, cur.WorktreeID, cur.BaseRef, cur.SetupDigest
+			co.ClaudeHistoryRoot, co.ClaudeSettings, co.Limits = cur.ClaudeHistoryRoot, cur.ClaudeSettings, cur.Limits
+			co.ActionRules = nil
+			for _, r := range cur.ActionRules {
+				co.ActionRules = append(co.ActionRules, r.String())
+			}
+			co.RecipeFiles, co.Recipes = nil, cur.Recipes
+		}
+		return nil
+	}
+	res, err := configureLocked(ctx, store, root, lin, co, decide)
+	if err != nil {
+		return nil, err
+	}
+	out := &EnableResult{Action: action, ConfigureResult: res}
+	if action == "created" && res.SettingsCreated {
+		added, err := addExclude(ctx, root, settingsRel(res.ClaudeSettings, root))
+		if err != nil {
+			out.Warnings = append(out.Warnings, "could not add the Claude settings file to the repository's local exclude: "+err.Error())
+		}
+		out.ExcludeAdded = added
+	}
+	return out, nil
+}
+
+func settingsRel(abs, root string) string {
+	rel, err := filepath.Rel(root, abs)
+	if err != nil {
+		return DefaultClaudeSettings
+	}
+	return filepath.ToSlash(rel)
+}
+
+// defaultBaseRef is the checkout's default branch from origin/HEAD as
+// origin/<name> when that resolves to a commit, else origin/main.
+func defaultBaseRef(ctx context.Context, root string) string {
+	out, err := gitOut(ctx, root, "rev-parse", "--abbrev-ref", "origin/HEAD")
+	ref := strings.TrimSpace(out)
+	if err == nil && strings.HasPrefix(ref, "origin/") && ref != "origin/HEAD" {
+		if _, err := gitOut(ctx, root, "rev-parse", "--verify", "--quiet", ref+"^{commit}"); err == nil {
+			return ref
+		}
+	}
+	return "origin/main"
+}
+
+func gitOut(ctx context.Context, root string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "git", append([]string{"-C", root}, args...)...)
+	cmd.Env = append(os.Environ(), "GIT_OPTIONAL_LOCKS=0", "GIT_TERMINAL_PROMPT=0")
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("git %s: %w", strings.Join(args, " "), err)
+	}
+	return string(out), nil
+}
+
+// SetModeResult says what set_capture_mode did.
+type SetModeResult struct {
+	Root     string `json:"root"`
+	Previous string `json:"previous_mode"`
+	Mode     string `json:"capture_mode"`
+	Changed  bool   `json:"changed"`
+}
+
+// SetCaptureMode is set_capture_mode: it changes only the stored mode of an
+// enabled binding. Lowering needs only the capture config lock (no
+// connection, no spool, no upload); raising needs a current connection
+// whose repository and Hub match the binding (and Expect, when given).
+func SetCaptureMode(ctx context.Context, store Store, conns Connections, root, mode string, expect *Lineage) (*SetModeResult, error) {
+	if !ValidMode(mode) {
+		return nil, fmt.Errorf("--mode %q is not supported; use metadata-only, local-conversation or shared-conversation", mode)
+	}
+	canon, err := SavedRoot(root)
+	if err != nil {
+		return nil, err
+	}
+	// Read once without locks to know whether this raises the mode.
+	cfg, err := store.Load()
+	if err != nil {
+		return nil, err
+	}
+	b := cfg.Find(canon)
+	if b == nil || !b.Enabled {
+		return nil, fmt.Errorf("no enabled capture binding for this checkout (run change-capture configure first)")
+	}
+	raising := modeRank(mode) > modeRank(b.CaptureMode)
+	if raising {
+		unlock, err := conns.Lock()
+		if err != nil {
+			return nil, err
+		}
+		defer unlock()
+		lin, err := conns.Current(canon)
+		if err != nil {
+			return nil, err
+		}
+		if expect != nil && !sameRepo(lin, *expect) {
+			return nil, fmt.Errorf("this checkout is now connected to %s on %s; refresh and confirm again", lin.Repository, lin.Hub)
+		}
+		if b.Hub != "" && !sameRepo(lin, b.lineage()) {
+			return nil, fmt.Errorf("the capture binding of this checkout was saved for %s, but it is now connected to %s; raising the mode needs the same repository and Hub",
+				describeLineage(b.lineage()), describeLineage(lin))
+		}
+	}
+	res := &SetModeResult{Root: canon, Mode: mode}
+	err = store.Update(func(c *Config) (bool, error) {
+		cur := c.Find(canon)
+		if cur == nil || !cur.Enabled {
+			return false, fmt.Errorf("no enabled capture binding for this checkout (run change-capture configure first)")
+		}
+		res.Previous = cur.CaptureMode
+		if modeRank(mode) > modeRank(cur.CaptureMode) && !raising {
+			return false, errors.New("the binding changed concurrently; run set-mode again")
+		}
+		if cur.CaptureMode == mode {
+			return false, nil
+		}
+		cur.CaptureMode = mode
+		res.Changed = true
+		return true, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// LowerForConnectionChange lowers a shared-conversation binding of root to
+// metadata-only because its client connection was removed or replaced, so
+// reconnecting never resumes sharing without a new confirmation. It reports
+// whether the mode changed.
+func LowerForConnectionChange(store Store, root string) (bool, error) {
+	changed := false
+	err := store.Update(func(c *Config) (bool, error) {
+		if b := c.Find(root); b != nil && b.CaptureMode == event.ModeSharedConversation {
+			b.CaptureMode = event.ModeMetadataOnly
+			changed = true
+		}
+		return changed, nil
+	})
+	return changed, err
+}
+
+// ForgetResult says what forget did.
+type ForgetResult struct {
+	Root           string   `json:"root"`
+	Spool          string   `json:"spool"`
+	SpoolRetained  bool     `json:"spool_retained"`
+	ExcludeRemoved []string `json:"exclude_removed,omitempty"`
+	Warnings       []string `json:"warnings,omitempty"`
+}
+
+// Forget removes a disabled binding from the capture config. The spool is
+// never deleted: its path is reported so the operator can export or delete
+// it. Exclude lines one-step setup added for the checkout's settings file
+// are removed unless another binding of the repository uses the same
+// relative settings path.
+func Forget(ctx context.Context, store Store, root string) (*ForgetResult, error) {
+	canon, err := SavedRoot(root)
+	if err != nil {
+		return nil, err
+	}
+	var gone Binding
+	var others []Binding
+	err = store.Update(func(c *Config) (bool, error) {
+		b := c.Find(canon)
+		if b == nil {
+			b = c.Find(filepath.Clean(root))
+		}
+		if b == nil {
+			return false, ErrNoBinding
+		}
+		if b.Enabled {
+			return false, fmt.Errorf("capture is still on for %s; run change-capture unconfigure --root %s first", b.Root, b.Root)
+		}
+		gone = *b
+		c.Remove(b.Root)
+		others = append(others, c.Bindings...)
+		return true, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	res := &ForgetResult{Root: gone.Root, Spool: gone.Spool, SpoolRetained: true}
+	if fi, err := os.Stat(gone.Root); err == nil && fi.IsDir() {
+		removed, err := removeExclude(ctx, gone.Root, settingsRel(gone.SettingsPath(), gone.Root), others)
+		if err != nil {
+			res.Warnings = append(res.Warnings, "could not update the repository's local exclude: "+err.Error())
+		}
+		res.ExcludeRemoved = removed
+	}
+	return res, nil
+}
