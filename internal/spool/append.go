@@ -138,9 +138,9 @@ func (s *Spool) appendLocked(st *state, rec *event.Record) (uint64, error) {
 			missing = qe.Bound
 		} else if !priority {
 			if perr := s.pause(st, rec, qe.Bound, err.Error()); perr != nil {
-				return 0, fmt.Errorf("%w: %v; recording the capture_interrupted gap failed too: %v", ErrCapturePaused, err, perr)
+				return 0, fmt.Errorf("%w: %w; recording the capture_interrupted gap failed too: %v", ErrCapturePaused, err, perr)
 			}
-			return 0, fmt.Errorf("%w: %v; a capture_interrupted gap records it", ErrCapturePaused, err)
+			return 0, fmt.Errorf("%w: %w; a capture_interrupted gap records it", ErrCapturePaused, err)
 		} else {
 			return 0, fmt.Errorf("append %s: %w", rec.Kind, err)
 		}
@@ -169,15 +169,14 @@ func (s *Spool) appendLocked(st *state, rec *event.Record) (uint64, error) {
 				reason = event.GapReasonNoSpace
 			}
 			if perr := s.pause(st, rec, reason, err.Error()); perr != nil {
-				return 0, fmt.Errorf("%w: %v; recording the capture_interrupted gap failed too: %v", ErrCapturePaused, err, perr)
+				return 0, fmt.Errorf("%w: %w; recording the capture_interrupted gap failed too: %v", ErrCapturePaused, err, perr)
 			}
-			return 0, fmt.Errorf("%w: %v; a capture_interrupted gap records it", ErrCapturePaused, err)
+			return 0, fmt.Errorf("%w: %w; a capture_interrupted gap records it", ErrCapturePaused, err)
 		}
 		return 0, err
 	}
-	rec.Seq = seq
+	rec.Seq, rec.BodyRef = seq, r.BodyRef
 	if missing != "" {
-		rec.BodyRef = r.BodyRef
 		gap := gapRecord(rec, event.GapContentNotRetained, missing, "the record's content could not be retained; it is kept with availability missing")
 		gap.Gap.AffectedSeq = seq
 		if _, err := s.writeRecord(st, gap, classGap, true); err != nil {
@@ -227,7 +226,11 @@ func (s *Spool) writeRecord(st *state, r *event.Record, class byte, priority boo
 		return 0, err
 	}
 	name := outboxName(r.Seq, class, int64(len(env)))
-	if err := s.writeNew(filepath.Join(s.dir, outboxDir), name, env, "append.envelope"); err != nil {
+	fp := "append.envelope"
+	if class == classPause || class == classGap || class == classOrder {
+		fp = "append.gap"
+	}
+	if err := s.writeNew(filepath.Join(s.dir, outboxDir), name, env, fp); err != nil {
 		return 0, fmt.Errorf("append record %d: %w", r.Seq, err)
 	}
 	e, _ := parseOutboxName(name)

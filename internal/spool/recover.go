@@ -2,12 +2,14 @@ package spool
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -161,11 +163,11 @@ func (s *Spool) recoverLocked() (*state, error) {
 			return nil, err
 		}
 	}
-	sort.Slice(st.outbox, func(i, j int) bool {
-		if st.outbox[i].seq != st.outbox[j].seq {
-			return st.outbox[i].seq < st.outbox[j].seq
+	slices.SortFunc(st.outbox, func(a, b outboxEntry) int {
+		if c := cmp.Compare(a.seq, b.seq); c != 0 {
+			return c
 		}
-		return st.outbox[i].name < st.outbox[j].name
+		return strings.Compare(a.name, b.name)
 	})
 	for _, t := range temps {
 		if err := s.recoverTemp(st, outboxDir, t); err != nil {
@@ -339,7 +341,7 @@ func (s *Spool) recoverTemp(st *state, dir, name string) error {
 	case outboxDir:
 		e, _ := parseOutboxName(target)
 		st.outbox = append(st.outbox, e)
-		sort.Slice(st.outbox, func(i, j int) bool { return st.outbox[i].seq < st.outbox[j].seq })
+		slices.SortFunc(st.outbox, func(a, b outboxEntry) int { return cmp.Compare(a.seq, b.seq) })
 	case acksDir:
 		seq, _ := parseAckName(target)
 		st.acks[seq] = target
