@@ -212,6 +212,13 @@ func (s *Spool) Compact(ctx context.Context) (*CompactReport, error) {
 		ix.Receipts = append(ix.Receipts, r)
 		paired[i], paired[j] = true, true
 		rep.Receipts++
+		// Managed recipe Pre/Post envelopes stay whole beside the receipt.
+		for _, x := range []item{items[j], it} {
+			if x.env.Record.Managed {
+				ix.Replay = append(ix.Replay, ReplayEntry{Seq: x.e.seq, Digest: x.env.Digest, Envelope: x.env.Raw})
+				rep.Replay++
+			}
+		}
 	}
 	for i, it := range items {
 		sel := paired[i]

@@ -358,6 +358,8 @@ func tempTarget(dir string, f frame, size int64) (string, bool, bool) {
 	switch dir {
 	case "":
 		switch f.typ {
+		case typeCommit:
+			return commitFile, false, f.key == "v4"
 		case typeScope, typeLimits, typeCursor:
 			if f.key != f.typ {
 				return "", false, false
