@@ -182,7 +182,7 @@ func lines(out, prefix string) []string {
 }
 
 // noTemps asserts recovery left no temporary file anywhere.
-func noTemps(t *testing.T, dir string) {
+func noTemps(t testing.TB, dir string) {
 	t.Helper()
 	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if strings.HasPrefix(d.Name(), ".tmp-") {

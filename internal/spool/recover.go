@@ -182,7 +182,25 @@ func (s *Spool) recoverLocked() (*state, error) {
 			j++
 		}
 		if j-i > 1 {
-			for _, e := range st.outbox[i:j] {
+			// Keep the one file whose content is a valid envelope matching
+			// its name; if there is not exactly one, all are ambiguous.
+			valid := -1
+			for k, e := range st.outbox[i:j] {
+				if _, err := s.readEnvelopeFile(e); err == nil {
+					if valid >= 0 {
+						valid = -2
+						break
+					}
+					if valid == -1 {
+						valid = k
+					}
+				}
+			}
+			for k, e := range st.outbox[i:j] {
+				if k == valid {
+					kept = append(kept, e)
+					continue
+				}
 				if err := s.quarantine(st, outboxDir, e.name); err != nil {
 					return nil, err
 				}

@@ -17,7 +17,7 @@ func testRec(kind event.Kind) *event.Record {
 	return &event.Record{Agent: "claude-code", SessionID: "s", Kind: kind, HookEvent: string(kind), ObservedAt: time.Unix(0, 0).UTC(), CaptureMode: event.ModeMetadataOnly}
 }
 
-func mustInit(t *testing.T, l Limits) *Spool {
+func mustInit(t testing.TB, l Limits) *Spool {
 	t.Helper()
 	sp, err := InitWith(context.Background(), filepath.Join(t.TempDir(), "spool"), Config{Limits: l})
 	if err != nil {
