@@ -15,6 +15,7 @@ import (
 
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/fsutil"
+	"github.com/agentscm/agentscm/internal/spool"
 )
 
 // Capture config versions. Version 6 is written only while some binding is
@@ -90,7 +91,7 @@ type Binding struct {
 	ClaudeHistoryRoot string       `json:"claude_history_root,omitempty"`
 	ActionRules       []ActionRule `json:"action_rules,omitempty"`
 	Recipes           []Recipe     `json:"recipes,omitempty"`
-	Limits            Limits       `json:"limits"`
+	Limits            spool.Limits `json:"limits"`
 }
 
 // DefaultClaudeSettings is where hooks are installed, relative to the root.

@@ -55,7 +55,7 @@ type ConfigureOptions struct {
 	// default .claude/settings.local.json.
 	ClaudeSettings string
 	// Limits are the spool limits; zero fields take the defaults.
-	Limits Limits
+	Limits spool.Limits
 	// Executable is the agentscm binary the installed hooks run.
 	Executable string
 	Now        time.Time
@@ -73,7 +73,7 @@ type ConfigureResult struct {
 	SetupDigest    string       `json:"setup_digest,omitempty"`
 	ActionRules    []ActionRule `json:"action_rules"`
 	Recipes        []string     `json:"recipes"`
-	Limits         Limits       `json:"limits"`
+	Limits         spool.Limits `json:"limits"`
 	ClaudeSettings string       `json:"claude_settings"`
 	HookEvents     []string     `json:"hook_events"`
 	SettingsChange bool         `json:"settings_changed"`
@@ -207,17 +207,8 @@ func prepare(o ConfigureOptions, root string, lin Lineage) (*prepared, error) {
 	if recipes, err = CheckRecipes(recipes); err != nil {
 		return nil, err
 	}
-	lim := DefaultLimits()
-	if o.Limits.MaxRecords != 0 {
-		lim.MaxRecords = o.Limits.MaxRecords
-	}
-	if o.Limits.MaxBytes != 0 {
-		lim.MaxBytes = o.Limits.MaxBytes
-	}
-	if o.Limits.MaxArtifactBytes != 0 {
-		lim.MaxArtifactBytes = o.Limits.MaxArtifactBytes
-	}
-	if err := lim.Check(len(rules) > 0 || len(recipes) > 0); err != nil {
+	lim := o.Limits.WithDefaults()
+	if err := lim.Validate(len(rules) > 0 || len(recipes) > 0); err != nil {
 		return nil, err
 	}
 	if !filepath.IsAbs(o.Executable) {
@@ -305,7 +296,7 @@ func configureLocked(ctx context.Context, store Store, root string, lin Lineage,
 			if cur.WorktreeID != "" && cur.WorktreeID != p.b.WorktreeID {
 				return false, fmt.Errorf("the spool of %s is bound to worktree %s, not %s", root, cur.WorktreeID, p.b.WorktreeID)
 			}
-			if err := p.b.Limits.notBelow(cur.Limits); err != nil {
+			if err := notBelow(p.b.Limits, cur.Limits); err != nil {
 				return false, err
 			}
 		}
@@ -314,12 +305,13 @@ func configureLocked(ctx context.Context, store Store, root string, lin Lineage,
 				return false, fmt.Errorf("spool %s is already bound to checkout %s", p.b.Spool, other.Root)
 			}
 		}
-		// The spool exists, bound to its lineage, before the binding that
-		// names it is saved.
-		if _, err := spool.Init(p.b.Spool); err != nil {
-			return false, err
-		}
-		if err := bindSpool(p.b); err != nil {
+		// The spool exists, bound for life to its lineage, before the
+		// binding that names it is saved.
+		if _, err := spool.InitWith(ctx, p.b.Spool, spool.Config{
+			Limits:       p.b.Limits,
+			MetadataOnly: len(p.rules) == 0 && len(p.recipes) == 0,
+			Lineage:      &spool.Lineage{Hub: lin.Hub, Repository: lin.Repository, WorktreeID: p.b.WorktreeID},
+		}); err != nil {
 			return false, err
 		}
 		if cur != nil {
@@ -359,12 +351,12 @@ func configureLocked(ctx context.Context, store Store, root string, lin Lineage,
 
 // notBelow refuses lowering a spool's limits below what it was configured
 // with: re-enabling may only increase them.
-func (l Limits) notBelow(old Limits) error {
-	if old.MaxRecords == 0 {
+func notBelow(l, old spool.Limits) error {
+	if old.Records == 0 {
 		return nil
 	}
-	if l.MaxRecords < old.MaxRecords || l.MaxBytes < old.MaxBytes || l.MaxArtifactBytes < old.MaxArtifactBytes {
-		return fmt.Errorf("spool limits can only be increased (configured: %d records, %d bytes, %d per artifact)", old.MaxRecords, old.MaxBytes, old.MaxArtifactBytes)
+	if l.Records < old.Records || l.Bytes < old.Bytes || l.ArtifactBytes < old.ArtifactBytes {
+		return fmt.Errorf("spool limits can only be increased (configured: %d records, %d bytes, %d per artifact)", old.Records, old.Bytes, old.ArtifactBytes)
 	}
 	return nil
 }
@@ -439,13 +431,4 @@ func sameRepo(a, b Lineage) bool {
 // describeLineage formats "<repository> on <hub>".
 func describeLineage(l Lineage) string {
 	return strings.TrimSpace(l.Repository + " on " + l.Hub)
-}
-
-// bindSpool binds the binding's spool to its lineage durably.
-func bindSpool(b Binding) error {
-	sp, err := spool.Open(b.Spool)
-	if err != nil {
-		return err
-	}
-	return sp.BindLineage(spool.Lineage{Hub: b.Hub, Repository: b.Repository, WorktreeID: b.WorktreeID})
 }

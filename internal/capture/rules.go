@@ -232,42 +232,6 @@ func CheckRecipes(rs []Recipe) ([]Recipe, error) {
 	return out, nil
 }
 
-// Limits are a spool's finite bounds.
-type Limits struct {
-	MaxRecords       int64 `json:"max_records"`
-	MaxBytes         int64 `json:"max_bytes"`
-	MaxArtifactBytes int64 `json:"max_artifact_bytes"`
-}
-
-// Spool limit defaults and the floor of an action-capable spool.
-const (
-	DefaultMaxRecords       = 4096
-	DefaultMaxBytes         = 64 << 20
-	DefaultMaxArtifactBytes = 16 << 20
-	FloorRecords            = 48
-	FloorBytes              = 64 << 10
-)
-
-// DefaultLimits returns the default spool limits.
-func DefaultLimits() Limits {
-	return Limits{MaxRecords: DefaultMaxRecords, MaxBytes: DefaultMaxBytes, MaxArtifactBytes: DefaultMaxArtifactBytes}
-}
-
-// Check validates limits; an action-capable spool (one with action rules or
-// recipes) needs at least 48 records and 64 KiB.
-func (l Limits) Check(actionCapable bool) error {
-	if l.MaxRecords < 1 || l.MaxBytes < 1 || l.MaxArtifactBytes < 1 {
-		return errors.New("spool limits must be positive")
-	}
-	if actionCapable && (l.MaxRecords < FloorRecords || l.MaxBytes < FloorBytes) {
-		return fmt.Errorf("an action-capable spool needs at least %d records and %d bytes (64 KiB): that space is needed to retain the minimal managed lifecycle and its recovery metadata", FloorRecords, FloorBytes)
-	}
-	if l.MaxArtifactBytes > l.MaxBytes {
-		return fmt.Errorf("--max-artifact-bytes %d exceeds --max-bytes %d", l.MaxArtifactBytes, l.MaxBytes)
-	}
-	return nil
-}
-
 // checkSettingsRel validates a Claude settings path relative to the root.
 func checkSettingsRel(rel string) error {
 	if rel == "" || path.IsAbs(rel) || path.Clean(rel) != rel || rel == "." || strings.HasPrefix(rel, "../") || rel == ".." {

@@ -159,9 +159,9 @@ this checkout" and changes nothing.`)
 	fs.StringVar(&o.CaptureMode, "capture-mode", event.ModeMetadataOnly, "metadata-only, local-conversation or shared-conversation")
 	fs.Var(&rules, "action-rule", "TOOL=execution:COVERAGE:RESULT_SOURCE (repeatable)")
 	fs.Var(&recipes, "recipe-file", "absolute path of a recipe JSON file (repeatable)")
-	fs.Int64Var(&o.Limits.MaxRecords, "max-records", capture.DefaultMaxRecords, "spool record limit")
-	fs.Int64Var(&o.Limits.MaxBytes, "max-bytes", capture.DefaultMaxBytes, "spool total byte limit")
-	fs.Int64Var(&o.Limits.MaxArtifactBytes, "max-artifact-bytes", capture.DefaultMaxArtifactBytes, "spool per-artifact byte limit")
+	fs.Int64Var(&o.Limits.Records, "max-records", 0, fmt.Sprintf("spool record limit (default %d)", spool.DefaultRecords))
+	fs.Int64Var(&o.Limits.Bytes, "max-bytes", 0, fmt.Sprintf("spool total byte limit (default %d)", spool.DefaultBytes))
+	fs.Int64Var(&o.Limits.ArtifactBytes, "max-artifact-bytes", 0, fmt.Sprintf("spool per-artifact byte limit (default %d, at most --max-bytes)", spool.DefaultArtifactBytes))
 	fs.StringVar(&o.ClaudeSettings, "claude-settings", "", "Claude settings file for the hooks, relative to the root (default .claude/settings.local.json)")
 	format := formatFlag(fs)
 	if err := parseFlags(fs, args, false); err != nil {
@@ -204,7 +204,7 @@ func printConfigure(env *Env, title string, res *capture.ConfigureResult) {
 	for _, r := range res.Recipes {
 		fmt.Fprintf(w, "  recipe:        %s\n", r)
 	}
-	fmt.Fprintf(w, "  spool limits:  %d records, %d bytes, %d bytes per artifact\n", res.Limits.MaxRecords, res.Limits.MaxBytes, res.Limits.MaxArtifactBytes)
+	fmt.Fprintf(w, "  spool limits:  %d records, %d bytes, %d bytes per artifact\n", res.Limits.Records, res.Limits.Bytes, res.Limits.ArtifactBytes)
 	fmt.Fprintf(w, "  claude hooks:  %s (%d events)\n", res.ClaudeSettings, len(res.HookEvents))
 	if !res.SettingsChange {
 		fmt.Fprintln(w, "  (hooks were already installed; nothing changed there)")

@@ -69,6 +69,15 @@ type Record struct {
 	CaptureMode string    `json:"capture_mode"`
 	// Body holds conversation content, only in local-conversation mode.
 	Body *Body `json:"body,omitempty"`
+	// BodyRef is the opaque identity of the body as the spool retains it
+	// (an artifact). Its Availability is "missing" when the content could not
+	// be retained; a content_not_retained gap then names this record.
+	BodyRef *ArtifactRef `json:"body_ref,omitempty"`
+	// Gap describes a coverage hole; it is set exactly when Kind is KindGap.
+	Gap *GapInfo `json:"gap,omitempty"`
+	// Managed marks a managed recipe Pre/Post event, which compaction keeps
+	// whole in the replay index.
+	Managed bool `json:"managed,omitempty"`
 }
 
 // Body is the local-only conversation content of an event.

@@ -1,230 +1,134 @@
-// Package spool is the private, durable local store where captured events
-// live before anything leaves the machine. Directories are 0700, files 0600,
-// and every record is one file written atomically.
+// Package spool is the private, durable, bounded local store where captured
+// events live before anything leaves the machine. Directories are 0700,
+// files 0600, every record is one file written atomically, every bound ends
+// in an explicit refusal or gap, and recovery after a crash loses nothing and
+// quarantines what it cannot trust. The on-disk format is described in
+// docs/spool.md.
 package spool
 
 import (
-	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
-	"strconv"
-	"strings"
 	"syscall"
+	"time"
 
-	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/fsutil"
 )
 
-// Layout names inside a spool directory.
+// Layout names inside a spool root.
 const (
-	formatFile = "format.json"
-	lockFile   = "spool.lock"
-	eventsDir  = "events"
-	// recordDigits is the zero-padded width of record file names, so that
-	// lexical order is arrival order.
-	recordDigits = 16
-	// maxRecordBytes bounds one record file read back from disk.
-	maxRecordBytes = 32 << 20
+	commitFile      = "format.json"
+	spoolLockFile   = "spool.lock"
+	captureLockFile = "capture.lock"
+	scopeFile       = "scope.json"
+	limitsFile      = "limits.json"
+	cursorFile      = "cursor.json"
+	outboxDir       = "outbox"
+	acksDir         = "acks"
+	artifactsDir    = "artifacts"
+	compactDir      = "compact"
+	quarantineDir   = "quarantine"
 )
 
-// FormatName and FormatVersion identify the on-disk layout.
+// operationalDirs are the private subdirectories of every spool.
+var operationalDirs = [...]string{outboxDir, acksDir, artifactsDir, compactDir, quarantineDir}
+
+// rootFiles are the fixed files of the root, in the order they are counted.
+var rootFiles = [...]string{spoolLockFile, captureLockFile, scopeFile, limitsFile, cursorFile, commitFile}
+
+// FormatName and FormatVersion identify the managed occurrence format the
+// commit declares.
 const (
-	FormatName    = "agentscm-spool"
-	FormatVersion = 1
+	FormatName    = "agentscm-managed-occurrence"
+	FormatVersion = 4
 )
 
-// ErrNotSpool reports a directory that is not empty and not a spool.
-var ErrNotSpool = errors.New("not an agentscm spool")
+// Sizes bounding what is read back from disk.
+const (
+	maxSmallFile      = 64 << 10  // commit, scope, limits, cursor, acks
+	maxEnvelopeBytes  = 256 << 10 // one envelope frame (bodies live in artifacts)
+	maxIndexBytes     = 64 << 20  // one compaction index
+	FailpointEnv      = "AGENTSCM_SPOOL_FAILPOINT"
+	lockPollInitial   = 200 * time.Microsecond
+	lockPollMax       = 10 * time.Millisecond
+	defaultLockWait   = 10 * time.Second
+	quarantineNameMax = 120
+)
 
-type format struct {
-	Format  string `json:"format"`
-	Version int    `json:"version"`
+// Sentinel errors callers branch on.
+var (
+	// ErrNotSpool: the directory has no valid managed occurrence format v4
+	// commit (never initialised, partially initialised, or another format).
+	ErrNotSpool = errors.New("not an agentscm spool (no valid managed occurrence format v4 commit)")
+	// ErrIdentityChanged: the root or a permanent lock file is not the one
+	// the commit binds (replaced, restored or recreated).
+	ErrIdentityChanged = errors.New("spool identity changed")
+	// ErrUnsafeAuthority: ownership or modes are not private to the
+	// effective user; agentscm never repairs that.
+	ErrUnsafeAuthority = errors.New("spool authority is unsafe")
+	// ErrBelowFloor: configured limits are below what the spool needs.
+	ErrBelowFloor = errors.New("spool limits below the floor")
+	// ErrQuota: an admission does not fit the configured limits.
+	ErrQuota = errors.New("spool quota exceeded")
+	// ErrCapturePaused: ordinary capture is paused under quota pressure; a
+	// capture_interrupted gap records it.
+	ErrCapturePaused = errors.New("capture paused")
+	// ErrMalformedAck: an acknowledgement marker is malformed or
+	// unreadable; delivery and compaction stop for the spool.
+	ErrMalformedAck = errors.New("malformed or unreadable acknowledgement")
+	// ErrReplayIndexFull: compaction's finite replay index is full.
+	ErrReplayIndexFull = errors.New("compaction replay index is full")
+	// ErrScanBound: the spool holds more physical entries than recovery scans.
+	ErrScanBound = errors.New("spool exceeds the recovery scan bound")
+	// ErrDigestMismatch: an acknowledgement names a different envelope.
+	ErrDigestMismatch = errors.New("envelope digest mismatch")
+	// ErrNotFound: the named envelope or quarantine entry does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrReadOnly: the spool was opened for read-only inspection.
+	ErrReadOnly = errors.New("spool opened read-only")
+)
+
+// FileID is a file's device and inode.
+type FileID struct {
+	Dev uint64 `json:"dev"`
+	Ino uint64 `json:"ino"`
 }
 
-// Spool is an opened spool.
-type Spool struct {
-	dir string
+func fileID(fi fs.FileInfo) FileID {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return FileID{}
+	}
+	return FileID{Dev: uint64(st.Dev), Ino: st.Ino}
 }
 
-// Dir returns the spool directory.
-func (s *Spool) Dir() string { return s.dir }
-
-// Init creates the spool at dir (absolute) if it does not exist or is empty,
-// and validates it otherwise. The format file is written last, so a crash
-// during initialisation leaves a directory that Init completes.
-func Init(dir string) (*Spool, error) {
-	if !filepath.IsAbs(dir) {
-		return nil, fmt.Errorf("spool path %q is not absolute", dir)
-	}
-	if err := fsutil.MkdirPrivate(dir); err != nil {
-		return nil, fmt.Errorf("create spool: %w", err)
-	}
-	if err := fsutil.CheckPrivateDir(dir); err != nil {
-		return nil, fmt.Errorf("spool: %w", err)
-	}
-	if _, err := readFormat(dir); err == nil {
-		return Open(dir)
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return nil, err
-	}
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, fmt.Errorf("read spool: %w", err)
-	}
-	for _, e := range entries {
-		n := e.Name()
-		if n != lockFile && n != eventsDir && n != lineageFile && !strings.HasPrefix(n, fsutil.TempPrefix) {
-			return nil, fmt.Errorf("%s: %w: it is not empty and has no %s", dir, ErrNotSpool, formatFile)
-		}
-	}
-	if err := fsutil.MkdirPrivate(filepath.Join(dir, eventsDir)); err != nil {
-		return nil, err
-	}
-	lf, err := os.OpenFile(filepath.Join(dir, lockFile), os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, fsutil.FileMode)
-	if err != nil {
-		return nil, fmt.Errorf("create spool lock: %w", err)
-	}
-	lf.Close()
-	b, _ := json.Marshal(format{Format: FormatName, Version: FormatVersion})
-	if err := fsutil.WriteAtomic(filepath.Join(dir, formatFile), append(b, '\n'), fsutil.FileMode); err != nil {
-		return nil, fmt.Errorf("write spool format: %w", err)
-	}
-	return &Spool{dir: dir}, nil
+// commitRecord is the body of the managed occurrence format v4 commit.
+type commitRecord struct {
+	Format      string    `json:"format"`
+	Version     int       `json:"version"`
+	SpoolID     string    `json:"spool_id"`
+	Root        FileID    `json:"root"`
+	SpoolLock   FileID    `json:"spool_lock"`
+	CaptureLock FileID    `json:"capture_lock"`
+	CreatedAt   time.Time `json:"created_at"`
 }
 
-// Open opens an existing spool, refusing a directory without a valid format
-// file.
-func Open(dir string) (*Spool, error) {
-	if !filepath.IsAbs(dir) {
-		return nil, fmt.Errorf("spool path %q is not absolute", dir)
-	}
-	f, err := readFormat(dir)
-	if err != nil {
-		return nil, err
-	}
-	if f.Format != FormatName || f.Version != FormatVersion {
-		return nil, fmt.Errorf("%s: %w: format %q version %d", dir, ErrNotSpool, f.Format, f.Version)
-	}
-	return &Spool{dir: dir}, nil
+type scopeRecord struct {
+	SpoolID       string    `json:"spool_id"`
+	ActionCapable bool      `json:"action_capable"`
+	CreatedAt     time.Time `json:"created_at"`
+	// Lineage binds the spool for life to one Hub, repository and worktree
+	// namespace; nil for a spool created without one.
+	Lineage *Lineage `json:"lineage,omitempty"`
 }
-
-func readFormat(dir string) (format, error) {
-	var f format
-	b, err := fsutil.ReadFileNoFollow(filepath.Join(dir, formatFile), 4096)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return f, fmt.Errorf("%s: %w", dir, fs.ErrNotExist)
-		}
-		return f, fmt.Errorf("read spool format: %w", err)
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&f); err != nil {
-		return f, fmt.Errorf("%s: %w: bad %s: %v", dir, ErrNotSpool, formatFile, err)
-	}
-	return f, nil
-}
-
-// Append durably retains rec, assigning the next arrival sequence number
-// under the spool lock. It returns the assigned sequence.
-func (s *Spool) Append(rec *event.Record) (uint64, error) {
-	lock, err := fsutil.LockFile(filepath.Join(s.dir, lockFile))
-	if err != nil {
-		return 0, err
-	}
-	defer lock.Unlock()
-	dir := filepath.Join(s.dir, eventsDir)
-	last, err := lastSeq(dir)
-	if err != nil {
-		return 0, err
-	}
-	rec.Seq = last + 1
-	b, err := json.Marshal(rec)
-	if err != nil {
-		return 0, fmt.Errorf("encode record: %w", err)
-	}
-	name := filepath.Join(dir, recordName(rec.Seq))
-	if err := fsutil.WriteNew(name, append(b, '\n'), fsutil.FileMode); err != nil {
-		return 0, fmt.Errorf("append record %d: %w", rec.Seq, err)
-	}
-	return rec.Seq, nil
-}
-
-func recordName(seq uint64) string {
-	return fmt.Sprintf("%0*d.json", recordDigits, seq)
-}
-
-func parseRecordName(n string) (uint64, bool) {
-	base, ok := strings.CutSuffix(n, ".json")
-	if !ok || len(base) != recordDigits {
-		return 0, false
-	}
-	v, err := strconv.ParseUint(base, 10, 64)
-	return v, err == nil && v > 0
-}
-
-func lastSeq(dir string) (uint64, error) {
-	names, err := recordNames(dir)
-	if err != nil {
-		return 0, err
-	}
-	if len(names) == 0 {
-		return 0, nil
-	}
-	v, _ := parseRecordName(names[len(names)-1])
-	return v, nil
-}
-
-// recordNames lists record files in arrival order.
-func recordNames(dir string) ([]string, error) {
-	d, err := os.Open(dir)
-	if err != nil {
-		return nil, fmt.Errorf("open spool events: %w", err)
-	}
-	defer d.Close()
-	all, err := d.Readdirnames(-1)
-	if err != nil {
-		return nil, fmt.Errorf("list spool events: %w", err)
-	}
-	names := all[:0]
-	for _, n := range all {
-		if _, ok := parseRecordName(n); ok {
-			names = append(names, n)
-		}
-	}
-	sort.Strings(names)
-	return names, nil
-}
-
-// Events reads every retained record in arrival order. It never writes.
-func (s *Spool) Events() ([]event.Record, error) {
-	dir := filepath.Join(s.dir, eventsDir)
-	names, err := recordNames(dir)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]event.Record, 0, len(names))
-	for _, n := range names {
-		b, err := fsutil.ReadFileNoFollow(filepath.Join(dir, n), maxRecordBytes)
-		if err != nil {
-			return nil, fmt.Errorf("read record %s: %w", n, err)
-		}
-		var r event.Record
-		if err := json.Unmarshal(b, &r); err != nil {
-			return nil, fmt.Errorf("decode record %s: %w", n, err)
-		}
-		out = append(out, r)
-	}
-	return out, nil
-}
-
-// lineageFile durably binds a spool to one Hub, repository and worktree.
-const lineageFile = "lineage.json"
 
 // Lineage is the canonical Hub, repository and worktree namespace a spool
 // belongs to.
@@ -235,32 +139,475 @@ type Lineage struct {
 }
 
 // ErrLineageMismatch reports reuse of a spool for another Hub, repository or
-// worktree.
+// worktree than the one it was created for.
 var ErrLineageMismatch = errors.New("spool belongs to another Hub, repository or worktree")
 
-// BindLineage records the spool's lineage the first time and afterwards
-// refuses any other one.
-func (s *Spool) BindLineage(l Lineage) error {
-	lock, err := fsutil.LockFile(filepath.Join(s.dir, lockFile))
+// Lineage returns the lineage the spool was created for, or nil.
+func (s *Spool) Lineage() (*Lineage, error) {
+	b, err := fsutil.ReadFileNoFollow(filepath.Join(s.dir, scopeFile), maxSmallFile)
+	if err != nil {
+		return nil, fmt.Errorf("%w: read scope: %v", ErrDamaged, err)
+	}
+	f, err := decodeFrame(b)
+	if err != nil || f.typ != typeScope {
+		return nil, fmt.Errorf("%w: scope file does not decode", ErrDamaged)
+	}
+	var sc scopeRecord
+	if err := strictJSON(f.body, &sc); err != nil {
+		return nil, fmt.Errorf("%w: scope: %v", ErrDamaged, err)
+	}
+	return sc.Lineage, nil
+}
+
+// checkLineage refuses a spool whose recorded lineage is not want.
+func (s *Spool) checkLineage(want Lineage) error {
+	got, err := s.Lineage()
 	if err != nil {
 		return err
 	}
-	defer lock.Unlock()
-	path := filepath.Join(s.dir, lineageFile)
-	b, err := fsutil.ReadFileNoFollow(path, 4096)
-	if err == nil {
-		var cur Lineage
-		if err := json.Unmarshal(b, &cur); err != nil {
-			return fmt.Errorf("read spool lineage: %w", err)
+	if got == nil || *got != want {
+		desc := "no lineage"
+		if got != nil {
+			desc = fmt.Sprintf("%s on %s (worktree %s)", got.Repository, got.Hub, got.WorktreeID)
 		}
-		if cur != l {
-			return fmt.Errorf("%w: %s is bound to %s on %s (worktree %s)", ErrLineageMismatch, s.dir, cur.Repository, cur.Hub, cur.WorktreeID)
+		return fmt.Errorf("%w: %s was created for %s, not %s on %s (worktree %s)", ErrLineageMismatch, s.dir, desc, want.Repository, want.Hub, want.WorktreeID)
+	}
+	return nil
+}
+
+// Spool is an opened spool. Methods that change it take the spool lock and
+// revalidate the committed identities each time.
+type Spool struct {
+	dir       string
+	readOnly  bool
+	commit    commitRecord
+	commitSum string
+	failpoint string
+	noSync    bool // tests only: skip fsync while populating large spools
+	lockWait  time.Duration
+}
+
+// Dir returns the spool directory.
+func (s *Spool) Dir() string { return s.dir }
+
+// ID returns the random identity written into the commit at initialisation.
+func (s *Spool) ID() string { return s.commit.SpoolID }
+
+func checkAbs(dir string) error {
+	if !filepath.IsAbs(dir) || filepath.Clean(dir) != dir {
+		return fmt.Errorf("spool path %q is not an absolute clean path", dir)
+	}
+	return nil
+}
+
+// Init creates a spool at dir with the default limits, or opens it when it
+// is already committed.
+func Init(dir string) (*Spool, error) { return InitWith(context.Background(), dir, Config{}) }
+
+// Config is the operator configuration of a new spool.
+type Config struct {
+	// Limits are the spool's bounds; zero fields take the defaults.
+	Limits Limits
+	// MetadataOnly declares a spool that will never hold actions; it may be
+	// configured below the action-capable floor.
+	MetadataOnly bool
+	// Lineage, when set, is recorded in a new spool and required of an
+	// existing one.
+	Lineage *Lineage
+}
+
+// InitWith creates a spool at dir (absolute): it admits the entire fixed
+// layout against cfg's limits, writes it, and writes the managed occurrence
+// format v4 commit last. A committed spool is opened as it is. A non-empty
+// directory without a valid commit is refused without changing a byte.
+func InitWith(ctx context.Context, dir string, cfg Config) (*Spool, error) {
+	if err := checkAbs(dir); err != nil {
+		return nil, err
+	}
+	lim := cfg.Limits.withDefaults()
+	if err := lim.Validate(!cfg.MetadataOnly); err != nil {
+		return nil, err
+	}
+	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
+		if err := fsutil.MkdirPrivate(dir); err != nil {
+			return nil, fmt.Errorf("create spool: %w", err)
 		}
-		return nil
 	}
-	if !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("read spool lineage: %w", err)
+	if err := fsutil.CheckPrivateDir(dir); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnsafeAuthority, err)
 	}
-	nb, _ := json.Marshal(l)
-	return fsutil.WriteNew(path, append(nb, '\n'), fsutil.FileMode)
+	if _, err := os.Lstat(filepath.Join(dir, commitFile)); err == nil {
+		return openWithLineage(dir, cfg.Lineage)
+	}
+	names, err := readNames(dir, 16)
+	if err != nil {
+		return nil, err
+	}
+	fp := os.Getenv(FailpointEnv)
+	if len(names) > 0 {
+		if len(names) == 1 && names[0] == spoolLockFile {
+			// Another process may be initialising: wait for its lock,
+			// then look for its commit.
+			if l, err := lockPath(ctx, filepath.Join(dir, spoolLockFile), defaultLockWait); err == nil {
+				l.Close()
+				if _, err := os.Lstat(filepath.Join(dir, commitFile)); err == nil {
+					return openWithLineage(dir, cfg.Lineage)
+				}
+			}
+		}
+		return nil, fmt.Errorf("%s: %w: the directory is not empty and has no commit; it is refused without repair or migration", dir, ErrNotSpool)
+	}
+	// Admit the entire fixed layout before writing any of it.
+	now := time.Now().UTC()
+	id := randomHex(16)
+	s := &Spool{dir: dir, failpoint: fp, lockWait: defaultLockWait}
+	fixed := s.fixedLayout(id, lim, !cfg.MetadataOnly, cfg.Lineage, now)
+	var need int64
+	for _, f := range fixed {
+		need += int64(len(f.data))
+	}
+	commitEstimate := int64(len(encodeFrame(typeCommit, "v4", mustJSON(commitRecord{Format: FormatName, Version: FormatVersion, SpoolID: id, Root: FileID{1 << 62, 1 << 62}, SpoolLock: FileID{1 << 62, 1 << 62}, CaptureLock: FileID{1 << 62, 1 << 62}, CreatedAt: now}))))
+	records := int64(len(fixed)) + 3 // two lock files and the commit
+	if records+HeadroomRecords > lim.Records || need+commitEstimate+HeadroomBytes > lim.Bytes {
+		return nil, fmt.Errorf("%w: the fixed layout needs %d records and %d bytes plus headroom", ErrBelowFloor, records, need+commitEstimate)
+	}
+
+	lf, err := os.OpenFile(filepath.Join(dir, spoolLockFile), os.O_RDWR|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, fsutil.FileMode)
+	if err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return InitWith(ctx, dir, cfg) // lost a race with another initialiser
+		}
+		return nil, fmt.Errorf("create spool lock: %w", err)
+	}
+	defer lf.Close()
+	if err := flockCtx(ctx, lf, defaultLockWait); err != nil {
+		return nil, err
+	}
+	s.fail("init.lock-created")
+	cf, err := os.OpenFile(filepath.Join(dir, captureLockFile), os.O_RDWR|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, fsutil.FileMode)
+	if err != nil {
+		return nil, fmt.Errorf("create capture lock: %w", err)
+	}
+	cf.Close()
+	for _, d := range operationalDirs {
+		if err := os.Mkdir(filepath.Join(dir, d), fsutil.DirMode); err != nil {
+			return nil, fmt.Errorf("create %s: %w", d, err)
+		}
+		// Mkdir applies the umask; a fresh private directory must be 0700.
+		if err := os.Chmod(filepath.Join(dir, d), fsutil.DirMode); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.syncDir(dir); err != nil {
+		return nil, err
+	}
+	s.fail("init.dirs-created")
+	for _, f := range fixed {
+		if err := s.writeNew(filepath.Join(dir, f.dir), f.name, f.data, "init."+f.fp); err != nil {
+			return nil, fmt.Errorf("initialise spool: %w", err)
+		}
+	}
+	s.fail("init.before-commit")
+	c := commitRecord{Format: FormatName, Version: FormatVersion, SpoolID: id, CreatedAt: now}
+	for _, x := range []struct {
+		name string
+		id   *FileID
+	}{{"", &c.Root}, {spoolLockFile, &c.SpoolLock}, {captureLockFile, &c.CaptureLock}} {
+		fi, err := os.Lstat(filepath.Join(dir, x.name))
+		if err != nil {
+			return nil, err
+		}
+		*x.id = fileID(fi)
+	}
+	cb := encodeFrame(typeCommit, "v4", mustJSON(c))
+	if err := s.writeNew(dir, commitFile, cb, "init.commit"); err != nil {
+		return nil, fmt.Errorf("write format commit: %w", err)
+	}
+	s.fail("init.committed")
+	lf.Close() // release the lock before the ordinary open takes it
+	return openWithLineage(dir, cfg.Lineage)
+}
+
+// openWithLineage opens a committed spool and, when want is set, refuses it
+// unless it was created for that lineage.
+func openWithLineage(dir string, want *Lineage) (*Spool, error) {
+	s, err := Open(dir)
+	if err != nil || want == nil {
+		return s, err
+	}
+	if err := s.checkLineage(*want); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+type fixedFile struct {
+	dir, name, fp string
+	data          []byte
+}
+
+func (s *Spool) fixedLayout(id string, lim Limits, actionCapable bool, lin *Lineage, now time.Time) []fixedFile {
+	return []fixedFile{
+		{"", scopeFile, "scope", encodeFrame(typeScope, "scope", mustJSON(scopeRecord{SpoolID: id, ActionCapable: actionCapable, CreatedAt: now, Lineage: lin}))},
+		{"", limitsFile, "limits", encodeFrame(typeLimits, "limits", mustJSON(lim))},
+		{"", cursorFile, "cursor", encodeFrame(typeCursor, "cursor", mustJSON(cursorRecord{}))},
+		{compactDir, indexName(0, 0, false), "index", encodeFrame(typeIndex, "0-0", mustJSON(compactIndex{}))},
+	}
+}
+
+// Open opens a committed spool for capture, delivery and maintenance. It
+// checks authority (owner and modes of the root, operational directories
+// and retained fixed files), revalidates the committed identities under the
+// spool lock and runs recovery.
+func Open(dir string) (*Spool, error) { return OpenContext(context.Background(), dir) }
+
+// OpenContext is Open bounded by ctx.
+func OpenContext(ctx context.Context, dir string) (*Spool, error) {
+	s, err := openCommitted(dir, false)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.checkRetainedFiles(); err != nil {
+		return nil, err
+	}
+	g, err := s.acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	g.release()
+	return s, nil
+}
+
+// OpenReadOnly opens a spool for read-only inspection: it needs a valid
+// commit but neither takes the lock nor requires safe authority, and every
+// method that would change the spool returns ErrReadOnly.
+func OpenReadOnly(dir string) (*Spool, error) { return openCommitted(dir, true) }
+
+func openCommitted(dir string, readOnly bool) (*Spool, error) {
+	if err := checkAbs(dir); err != nil {
+		return nil, err
+	}
+	if !readOnly {
+		if err := fsutil.CheckPrivateDir(dir); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrUnsafeAuthority, err)
+		}
+	}
+	c, sum, err := readCommit(dir)
+	if err != nil {
+		return nil, err
+	}
+	return &Spool{dir: dir, readOnly: readOnly, commit: c, commitSum: sum, failpoint: os.Getenv(FailpointEnv), lockWait: defaultLockWait}, nil
+}
+
+func readCommit(dir string) (commitRecord, string, error) {
+	var c commitRecord
+	b, err := fsutil.ReadFileNoFollow(filepath.Join(dir, commitFile), maxSmallFile)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			names, _ := readNames(dir, 1)
+			if len(names) > 0 {
+				return c, "", fmt.Errorf("%s: %w: the directory is not empty (a partial initialisation or another format); it is refused without repair or migration", dir, ErrNotSpool)
+			}
+			return c, "", fmt.Errorf("%s: %w: not initialised", dir, ErrNotSpool)
+		}
+		return c, "", fmt.Errorf("%s: %w: read commit: %v", dir, ErrNotSpool, err)
+	}
+	f, err := decodeFrame(b)
+	if err != nil || f.typ != typeCommit || f.key != "v4" {
+		return c, "", fmt.Errorf("%s: %w: the commit does not decode as format v4", dir, ErrNotSpool)
+	}
+	if err := strictJSON(f.body, &c); err != nil || c.Format != FormatName || c.Version != FormatVersion || c.SpoolID == "" {
+		return c, "", fmt.Errorf("%s: %w: the commit is not a managed occurrence format v4 commit", dir, ErrNotSpool)
+	}
+	return c, f.sum, nil
+}
+
+// checkRetainedFiles rejects retained fixed authority/evidence files with
+// unsafe ownership or modes (initial open). It never chmods.
+func (s *Spool) checkRetainedFiles() error {
+	for _, n := range rootFiles {
+		if err := checkPrivateFile(filepath.Join(s.dir, n)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkPrivateFile(path string) error {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrUnsafeAuthority, err)
+	}
+	return checkPrivateInfo(path, fi)
+}
+
+func checkPrivateInfo(path string, fi fs.FileInfo) error {
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("%w: %s is not a regular file", ErrUnsafeAuthority, path)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
+		return fmt.Errorf("%w: %s is owned by uid %d, not the effective user %d", ErrUnsafeAuthority, path, st.Uid, os.Geteuid())
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		return fmt.Errorf("%w: %s has mode %04o; it must allow no group or other access", ErrUnsafeAuthority, path, fi.Mode().Perm())
+	}
+	return nil
+}
+
+// guard is a held spool lock with the state recovery found under it.
+type guard struct {
+	s    *Spool
+	lock *os.File
+	st   *state
+}
+
+func (g *guard) release() {
+	if g.lock != nil {
+		g.lock.Close()
+		g.lock = nil
+	}
+}
+
+// acquire takes the spool lock (bounded by ctx and the lock wait), then
+// revalidates the committed identities and authority and runs recovery.
+func (s *Spool) acquire(ctx context.Context) (*guard, error) {
+	if s.readOnly {
+		return nil, ErrReadOnly
+	}
+	lf, err := os.OpenFile(filepath.Join(s.dir, spoolLockFile), os.O_RDWR|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%w: open spool lock: %v", ErrIdentityChanged, err)
+	}
+	if err := flockCtx(ctx, lf, s.lockWait); err != nil {
+		lf.Close()
+		return nil, err
+	}
+	g := &guard{s: s, lock: lf}
+	if err := s.revalidate(lf); err != nil {
+		g.release()
+		return nil, err
+	}
+	st, err := s.recoverLocked()
+	if err != nil {
+		g.release()
+		return nil, err
+	}
+	g.st = st
+	return g, nil
+}
+
+// revalidate checks, under the lock, that the root directory and both
+// permanent lock files are the ones the commit binds, that the commit is the
+// one read at open, and that the root and operational directories are
+// private to the effective user.
+func (s *Spool) revalidate(lf *os.File) error {
+	fi, err := lf.Stat()
+	if err != nil {
+		return err
+	}
+	if fileID(fi) != s.commit.SpoolLock {
+		return fmt.Errorf("%s: %w: the spool lock file was replaced", s.dir, ErrIdentityChanged)
+	}
+	if err := fsutil.CheckPrivateDir(s.dir); err != nil {
+		return fmt.Errorf("%w: %v", ErrUnsafeAuthority, err)
+	}
+	fi, err = os.Lstat(s.dir)
+	if err != nil {
+		return err
+	}
+	if fileID(fi) != s.commit.Root {
+		return fmt.Errorf("%s: %w: the spool root directory was replaced or recreated", s.dir, ErrIdentityChanged)
+	}
+	fi, err = os.Lstat(filepath.Join(s.dir, captureLockFile))
+	if err != nil || fileID(fi) != s.commit.CaptureLock {
+		return fmt.Errorf("%s: %w: the managed-capture lock file was replaced", s.dir, ErrIdentityChanged)
+	}
+	c, sum, err := readCommit(s.dir)
+	if err != nil || sum != s.commitSum || c.SpoolID != s.commit.SpoolID {
+		return fmt.Errorf("%s: %w: the format commit changed", s.dir, ErrIdentityChanged)
+	}
+	for _, d := range operationalDirs {
+		if err := fsutil.CheckPrivateDir(filepath.Join(s.dir, d)); err != nil {
+			return fmt.Errorf("%w: %v", ErrUnsafeAuthority, err)
+		}
+	}
+	return nil
+}
+
+// lockPath opens an existing lock file (never creating it) and locks it.
+func lockPath(ctx context.Context, path string, wait time.Duration) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	if err := flockCtx(ctx, f, wait); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// flockCtx takes an exclusive flock, polling so that ctx and wait bound it.
+func flockCtx(ctx context.Context, f *os.File, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	delay := lockPollInitial
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return nil
+		}
+		if err != syscall.EWOULDBLOCK && err != syscall.EINTR {
+			return fmt.Errorf("lock spool: %w", err)
+		}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("lock spool: %w", err)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("lock spool: still held by another process after %s", wait)
+		}
+		time.Sleep(delay)
+		delay = min(delay*2, lockPollMax)
+	}
+}
+
+// readNames lists at most max names of dir.
+func readNames(dir string, max int) ([]string, error) {
+	d, err := os.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("read spool: %w", err)
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(max)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("read spool: %w", err)
+	}
+	return names, nil
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // only fixed internal types are encoded
+	}
+	return b
+}
+
+func strictJSON(b []byte, v any) error {
+	dec := json.NewDecoder(bytesReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("trailing data")
+	}
+	return nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(err) // crypto/rand never fails on Linux
+	}
+	return hex.EncodeToString(b)
 }

@@ -1,0 +1,331 @@
+package spool
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/agentscm/agentscm/internal/event"
+	"github.com/agentscm/agentscm/internal/fsutil"
+)
+
+// compactIndex is the compaction index. Writing generation N as
+// index-N-<high>.pending is the durable commit point of a compaction; its
+// Cleanup list is then completed (by the compactor or by recovery) and the
+// index renamed to .json.
+type compactIndex struct {
+	Generation uint64        `json:"generation"`
+	HighSeq    uint64        `json:"high_seq"`
+	Digests    []DigestEntry `json:"digests"`
+	Receipts   []Receipt     `json:"receipts"`
+	Replay     []ReplayEntry `json:"replay"`
+	Cleanup    []cleanupItem `json:"cleanup"`
+}
+
+// DigestEntry is an acknowledged ordinary envelope replaced by its exact
+// idempotency digest.
+type DigestEntry struct {
+	Seq       uint64             `json:"seq"`
+	Digest    string             `json:"digest"`
+	Kind      event.Kind         `json:"kind"`
+	SessionID string             `json:"session_id"`
+	BodyRef   *event.ArtifactRef `json:"body_ref,omitempty"`
+}
+
+// Receipt is a completed action pair (start and finish, both acknowledged)
+// replaced by a compact retained receipt. StartSeq keeps the exact observed
+// order of the start for idempotent replay.
+type Receipt struct {
+	SessionID    string              `json:"session_id"`
+	ToolUseID    string              `json:"tool_use_id"`
+	ToolName     string              `json:"tool_name,omitempty"`
+	StartSeq     uint64              `json:"start_seq"`
+	StartDigest  string              `json:"start_digest"`
+	FinishSeq    uint64              `json:"finish_seq"`
+	FinishDigest string              `json:"finish_digest"`
+	Outcome      string              `json:"outcome,omitempty"`
+	StartedAt    time.Time           `json:"started_at"`
+	FinishedAt   time.Time           `json:"finished_at"`
+	BodyRefs     []event.ArtifactRef `json:"body_refs,omitempty"`
+}
+
+// ReplayEntry keeps a usage record, gap envelope or managed recipe Pre/Post
+// envelope whole.
+type ReplayEntry struct {
+	Seq      uint64          `json:"seq"`
+	Digest   string          `json:"digest"`
+	Envelope json.RawMessage `json:"envelope"`
+}
+
+type cleanupItem struct {
+	Seq    uint64 `json:"seq"`
+	Name   string `json:"name"`
+	Digest string `json:"digest"`
+}
+
+func (ix *compactIndex) compacted(seq uint64, digest string) bool {
+	for _, d := range ix.Digests {
+		if d.Seq == seq {
+			return d.Digest == digest
+		}
+	}
+	for _, r := range ix.Receipts {
+		if r.StartSeq == seq {
+			return r.StartDigest == digest
+		}
+		if r.FinishSeq == seq {
+			return r.FinishDigest == digest
+		}
+	}
+	for _, r := range ix.Replay {
+		if r.Seq == seq {
+			return r.Digest == digest
+		}
+	}
+	return false
+}
+
+func (ix *compactIndex) replayBytes() int64 {
+	var n int64
+	for _, r := range ix.Replay {
+		n += int64(len(r.Envelope))
+	}
+	return n
+}
+
+// currentIndex reads the newest compaction index without the lock.
+func (s *Spool) currentIndex() (*compactIndex, indexEntry, error) {
+	budget := 4096
+	names, err := listBounded(filepath.Join(s.dir, compactDir), &budget)
+	if err != nil {
+		return nil, indexEntry{}, err
+	}
+	var best indexEntry
+	found := false
+	for _, n := range names {
+		if e, ok := parseIndexName(n); ok && (!found || e.gen > best.gen || e.gen == best.gen && !e.pending) {
+			best, found = e, true
+		}
+	}
+	if !found {
+		return nil, best, fmt.Errorf("%w: no compaction index", ErrDamaged)
+	}
+	ix, err := s.readIndex(best.name)
+	return ix, best, err
+}
+
+// CompactReport says what one compaction did.
+type CompactReport struct {
+	Generation  uint64 `json:"generation"`
+	Digests     int    `json:"digests"`
+	Receipts    int    `json:"receipts"`
+	Replay      int    `json:"replay"`
+	Kept        int    `json:"kept"`
+	ReplayTotal int    `json:"replay_total"`
+	ReplayLimit int64  `json:"replay_limit"`
+	Changed     bool   `json:"changed"`
+}
+
+// Compact replaces acknowledged ordinary envelopes by their exact
+// idempotency digests and completed, acknowledged action pairs by compact
+// receipts, keeping usage records, gap envelopes and managed recipe Pre/Post
+// envelopes whole in the finite replay index. It never removes pending
+// envelopes, incomplete action starts or artifacts, refuses (never prunes)
+// when the replay index would exceed its bound, and stops on a malformed
+// acknowledgement.
+func (s *Spool) Compact(ctx context.Context) (*CompactReport, error) {
+	g, err := s.acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer g.release()
+	st := g.st
+	acked, err := s.ackedSet(st)
+	if err != nil {
+		return nil, fmt.Errorf("compaction stopped: %w", err)
+	}
+	old, err := s.readIndex(st.index.name)
+	if err != nil {
+		return nil, err
+	}
+	type item struct {
+		e   outboxEntry
+		env *Envelope
+	}
+	var items []item
+	for _, e := range st.outbox {
+		env, err := s.readEnvelopeFile(e)
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			if qerr := s.quarantine(st, outboxDir, e.name); qerr != nil {
+				return nil, qerr
+			}
+			continue
+		}
+		items = append(items, item{e, env})
+	}
+	type actionKey struct{ session, id string }
+	starts := map[actionKey]int{}
+	for i, it := range items {
+		if it.e.class == classStart && it.env.Record.ToolUseID != "" {
+			starts[actionKey{it.env.Record.SessionID, it.env.Record.ToolUseID}] = i
+		}
+	}
+	hasStart := func(rec event.Record) bool {
+		_, ok := starts[actionKey{rec.SessionID, rec.ToolUseID}]
+		return ok && rec.ToolUseID != ""
+	}
+	isAcked := func(it item) bool { return acked[it.e.seq] == it.env.Digest }
+	ix := *old
+	ix.Generation = old.Generation + 1
+	ix.HighSeq = st.maxSeq
+	ix.Cleanup = nil
+	ix.Digests = append([]DigestEntry(nil), old.Digests...)
+	ix.Receipts = append([]Receipt(nil), old.Receipts...)
+	ix.Replay = append([]ReplayEntry(nil), old.Replay...)
+	rep := &CompactReport{}
+	paired := map[int]bool{}
+	for i, it := range items {
+		if it.e.class != classFinish || !isAcked(it) {
+			continue
+		}
+		k := actionKey{it.env.Record.SessionID, it.env.Record.ToolUseID}
+		j, ok := starts[k]
+		if !ok || k.id == "" || !isAcked(items[j]) || paired[j] {
+			continue
+		}
+		start, fin := items[j].env.Record, it.env.Record
+		r := Receipt{SessionID: k.session, ToolUseID: k.id, ToolName: fin.ToolName, StartSeq: start.Seq, StartDigest: items[j].env.Digest,
+			FinishSeq: fin.Seq, FinishDigest: it.env.Digest, Outcome: fin.Outcome, StartedAt: start.ObservedAt, FinishedAt: fin.ObservedAt}
+		for _, ref := range []*event.ArtifactRef{start.BodyRef, fin.BodyRef} {
+			if ref != nil {
+				r.BodyRefs = append(r.BodyRefs, *ref)
+			}
+		}
+		ix.Receipts = append(ix.Receipts, r)
+		paired[i], paired[j] = true, true
+		rep.Receipts++
+		// Managed recipe Pre/Post envelopes stay whole beside the receipt.
+		for _, x := range []item{items[j], it} {
+			if x.env.Record.Managed {
+				ix.Replay = append(ix.Replay, ReplayEntry{Seq: x.e.seq, Digest: x.env.Digest, Envelope: x.env.Raw})
+				rep.Replay++
+			}
+		}
+	}
+	for i, it := range items {
+		sel := paired[i]
+		if !sel && isAcked(it) {
+			rec := it.env.Record
+			switch {
+			case it.e.class == classStart:
+				// An incomplete action start stays.
+			case it.e.class == classFinish && hasStart(rec):
+				// Its start is outstanding: keep the pair together.
+			case it.e.class == classPause || it.e.class == classGap || it.e.class == classOrder || rec.Kind == event.KindUsage || rec.Managed:
+				ix.Replay = append(ix.Replay, ReplayEntry{Seq: rec.Seq, Digest: it.env.Digest, Envelope: it.env.Raw})
+				rep.Replay++
+				sel = true
+			default:
+				ix.Digests = append(ix.Digests, DigestEntry{Seq: rec.Seq, Digest: it.env.Digest, Kind: rec.Kind, SessionID: rec.SessionID, BodyRef: rec.BodyRef})
+				rep.Digests++
+				sel = true
+			}
+		}
+		if sel {
+			ix.Cleanup = append(ix.Cleanup, cleanupItem{Seq: it.e.seq, Name: it.e.name, Digest: it.env.Digest})
+		} else {
+			rep.Kept++
+		}
+	}
+	rep.ReplayTotal, rep.ReplayLimit = len(ix.Replay), st.limits.ReplayEntries
+	rep.Generation = old.Generation
+	if len(ix.Cleanup) == 0 {
+		return rep, nil // nothing new; the cursor keeps working over compacted history
+	}
+	if int64(len(ix.Replay)) > st.limits.ReplayEntries || ix.replayBytes() > st.limits.ReplayBytes {
+		return nil, fmt.Errorf("%w: it would hold %d entries / %d bytes, bound %d entries / %d bytes; export the spool or configure a larger one",
+			ErrReplayIndexFull, len(ix.Replay), ix.replayBytes(), st.limits.ReplayEntries, st.limits.ReplayBytes)
+	}
+	data := encodeFrame(typeIndex, fmt.Sprintf("%d-%d", ix.Generation, ix.HighSeq), mustJSON(ix))
+	if len(data) > maxIndexBytes {
+		return nil, fmt.Errorf("%w: the compaction index would exceed %d bytes", ErrReplayIndexFull, maxIndexBytes)
+	}
+	if err := admit(st.limits, st.usage, Usage{1, int64(len(data))}, true); err != nil {
+		return nil, fmt.Errorf("compaction needs room for its new index: %w", err)
+	}
+	entry := indexEntry{name: indexName(ix.Generation, ix.HighSeq, true), gen: ix.Generation, high: ix.HighSeq, pending: true}
+	if err := s.writeNew(filepath.Join(s.dir, compactDir), entry.name, data, "compact.index"); err != nil {
+		return nil, fmt.Errorf("write compaction index: %w", err)
+	}
+	s.fail("compact.committed")
+	if err := s.finishCompaction(&ix, entry); err != nil {
+		return nil, err
+	}
+	rep.Generation = ix.Generation
+	rep.Changed = true
+	return rep, nil
+}
+
+// finishCompaction completes the cleanup a committed (.pending) index names:
+// it removes exactly the envelopes and acknowledgements whose digests it
+// recorded, renames the index to .json and removes superseded indexes. It is
+// idempotent, so recovery can run it after a crash at any step.
+func (s *Spool) finishCompaction(ix *compactIndex, e indexEntry) error {
+	out := filepath.Join(s.dir, outboxDir)
+	acks := filepath.Join(s.dir, acksDir)
+	for i, c := range ix.Cleanup {
+		p := filepath.Join(out, filepath.Base(c.Name))
+		if b, err := fsutil.ReadFileNoFollow(p, maxEnvelopeBytes+maxHeaderBytes); err == nil {
+			if f, err := decodeFrame(b); err == nil && envelopeDigest(f.sum) == c.Digest {
+				if err := os.Remove(p); err != nil {
+					return fmt.Errorf("compaction cleanup: %w", err)
+				}
+			}
+		}
+		if seqAck, err := s.readAck(c.Seq, ackName(c.Seq)); err == nil && seqAck == c.Digest {
+			if err := os.Remove(filepath.Join(acks, ackName(c.Seq))); err != nil {
+				return fmt.Errorf("compaction cleanup: %w", err)
+			}
+		}
+		if i == 0 {
+			s.fail("compact.mid-cleanup")
+		}
+	}
+	if err := s.syncDir(out); err != nil {
+		return err
+	}
+	if err := s.syncDir(acks); err != nil {
+		return err
+	}
+	s.fail("compact.cleaned")
+	dir := filepath.Join(s.dir, compactDir)
+	final := indexName(e.gen, e.high, false)
+	if err := os.Rename(filepath.Join(dir, e.name), filepath.Join(dir, final)); err != nil {
+		return fmt.Errorf("finish compaction: %w", err)
+	}
+	if err := s.syncDir(dir); err != nil {
+		return err
+	}
+	s.fail("compact.renamed")
+	budget := 4096
+	names, err := listBounded(dir, &budget)
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		if o, ok := parseIndexName(n); ok && o.gen < e.gen {
+			if err := os.Remove(filepath.Join(dir, n)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+		}
+	}
+	return s.syncDir(dir)
+}

@@ -1,0 +1,203 @@
+package spool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/agentscm/agentscm/internal/fsutil"
+)
+
+// maxRecentAttempts bounds the attempt history kept in the cursor.
+const maxRecentAttempts = 32
+
+// cursorRecord is the durable delivery scheduling cursor.
+type cursorRecord struct {
+	// LastSeq is the sequence of the last attempted envelope; scheduling
+	// resumes after it. It may name compacted history.
+	LastSeq       uint64    `json:"last_seq"`
+	AttemptsTotal uint64    `json:"attempts_total"`
+	Recent        []Attempt `json:"recent"`
+}
+
+// Attempt is one delivery attempt of one envelope.
+type Attempt struct {
+	Seq     uint64    `json:"seq"`
+	Digest  string    `json:"digest"`
+	At      time.Time `json:"at"`
+	Outcome string    `json:"outcome"` // accepted, rejected, failed, ...
+	Detail  string    `json:"detail,omitempty"`
+}
+
+func (s *Spool) readCursor() (cursorRecord, error) {
+	var c cursorRecord
+	b, err := fsutil.ReadFileNoFollow(filepath.Join(s.dir, cursorFile), maxSmallFile)
+	if err != nil {
+		return c, fmt.Errorf("%w: read cursor: %v", ErrDamaged, err)
+	}
+	f, err := decodeFrame(b)
+	if err != nil || f.typ != typeCursor {
+		return c, fmt.Errorf("%w: cursor does not decode", ErrDamaged)
+	}
+	if err := strictJSON(f.body, &c); err != nil {
+		return c, fmt.Errorf("%w: cursor: %v", ErrDamaged, err)
+	}
+	return c, nil
+}
+
+// readAck reads and validates one acknowledgement marker, returning the
+// envelope digest it carries. Any problem wraps ErrMalformedAck.
+func (s *Spool) readAck(seq uint64, name string) (string, error) {
+	b, err := fsutil.ReadFileNoFollow(filepath.Join(s.dir, acksDir, name), maxSmallFile)
+	if err != nil {
+		return "", fmt.Errorf("%w: %s: %v", ErrMalformedAck, name, err)
+	}
+	f, err := decodeFrame(b)
+	if err != nil || f.typ != typeAck || f.key != fmt.Sprintf("%0*d", recordDigits, seq) {
+		return "", fmt.Errorf("%w: %s does not decode", ErrMalformedAck, name)
+	}
+	d := string(f.body)
+	if !strings.HasPrefix(d, "sha256:") || len(d) != 71 || !isHex(d[7:]) {
+		return "", fmt.Errorf("%w: %s holds no envelope digest", ErrMalformedAck, name)
+	}
+	return d, nil
+}
+
+// ackedSet validates every acknowledgement marker and returns the
+// acknowledged digests by sequence. A malformed marker stops delivery and
+// compaction: the error wraps ErrMalformedAck.
+func (s *Spool) ackedSet(st *state) (map[uint64]string, error) {
+	out := make(map[uint64]string, len(st.acks))
+	for seq, name := range st.acks {
+		d, err := s.readAck(seq, name)
+		if err != nil {
+			return nil, err
+		}
+		out[seq] = d
+	}
+	return out, nil
+}
+
+// Pending returns up to max pending envelopes (not hidden by an
+// acknowledgement carrying their exact digest) in scheduling order: ascending
+// sequence starting after the cursor, then wrapping around. It stops with
+// ErrMalformedAck when any acknowledgement marker is malformed; malformed
+// envelopes are quarantined.
+func (s *Spool) Pending(ctx context.Context, max int) ([]Envelope, error) {
+	g, err := s.acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer g.release()
+	st := g.st
+	acked, err := s.ackedSet(st)
+	if err != nil {
+		return nil, err
+	}
+	cur, err := s.readCursor()
+	if err != nil {
+		return nil, err
+	}
+	var after, before []Envelope
+	for _, e := range st.outbox {
+		env, err := s.readEnvelopeFile(e)
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			if qerr := s.quarantine(st, outboxDir, e.name); qerr != nil {
+				return nil, qerr
+			}
+			continue
+		}
+		if acked[e.seq] == env.Digest {
+			continue
+		}
+		if e.seq > cur.LastSeq {
+			after = append(after, *env)
+		} else {
+			before = append(before, *env)
+		}
+		if len(after) >= max {
+			break
+		}
+	}
+	out := append(after, before...)
+	if len(out) > max {
+		out = out[:max]
+	}
+	return out, nil
+}
+
+// Ack writes the acknowledgement marker for envelope seq. digest must be
+// the envelope's exact digest; the marker hides the envelope from delivery
+// without deleting it. Acknowledging twice is harmless.
+func (s *Spool) Ack(ctx context.Context, seq uint64, digest string) error {
+	g, err := s.acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer g.release()
+	st := g.st
+	var found *outboxEntry
+	for i := range st.outbox {
+		if st.outbox[i].seq == seq {
+			found = &st.outbox[i]
+		}
+	}
+	if found == nil {
+		if ix, _, err := s.currentIndex(); err == nil && ix.compacted(seq, digest) {
+			return nil // already acknowledged and compacted
+		}
+		return fmt.Errorf("acknowledge %d: %w", seq, ErrNotFound)
+	}
+	env, err := s.readEnvelopeFile(*found)
+	if err != nil {
+		return fmt.Errorf("acknowledge %d: %w", seq, err)
+	}
+	if env.Digest != digest {
+		return fmt.Errorf("acknowledge %d: %w: envelope is %s, acknowledgement names %s", seq, ErrDigestMismatch, env.Digest, digest)
+	}
+	if name, ok := st.acks[seq]; ok {
+		d, err := s.readAck(seq, name)
+		if err != nil {
+			return err
+		}
+		if d == digest {
+			return nil
+		}
+		return fmt.Errorf("acknowledge %d: %w: an existing marker names %s", seq, ErrDigestMismatch, d)
+	}
+	data := encodeFrame(typeAck, fmt.Sprintf("%0*d", recordDigits, seq), []byte(digest))
+	if err := admit(st.limits, st.usage, Usage{1, int64(len(data))}, true); err != nil {
+		return fmt.Errorf("acknowledge %d: %w", seq, err)
+	}
+	return s.writeNew(filepath.Join(s.dir, acksDir), ackName(seq), data, "ack")
+}
+
+// RecordAttempt durably advances the scheduling cursor past envelope seq
+// after a delivery attempt, whatever its outcome, and keeps a bounded
+// history of recent attempts.
+func (s *Spool) RecordAttempt(ctx context.Context, a Attempt) error {
+	g, err := s.acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer g.release()
+	c, err := s.readCursor()
+	if err != nil {
+		return err
+	}
+	c.LastSeq = a.Seq
+	c.AttemptsTotal++
+	a.At = a.At.UTC()
+	c.Recent = append(c.Recent, a)
+	if len(c.Recent) > maxRecentAttempts {
+		c.Recent = c.Recent[len(c.Recent)-maxRecentAttempts:]
+	}
+	return s.writeReplace(s.dir, cursorFile, encodeFrame(typeCursor, typeCursor, mustJSON(c)), "cursor")
+}

@@ -1,0 +1,582 @@
+package spool
+
+import (
+	"bytes"
+	"cmp"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/agentscm/agentscm/internal/fsutil"
+)
+
+// ErrDamaged reports a committed spool whose fixed layout is incomplete or
+// unreadable; agentscm does not repair it.
+var ErrDamaged = errors.New("spool layout damaged")
+
+// state is what a guarded acquisition found, from names and sizes alone.
+type state struct {
+	limits     Limits
+	outbox     []outboxEntry // ascending seq
+	acks       map[uint64]string
+	artifacts  map[string]int64 // digest -> file size
+	quarantine []QuarantineEntry
+	index      indexEntry
+	usage      Usage
+	maxSeq     uint64
+
+	lastOrdinary   uint64 // highest seq of classes e and s
+	lastPause      uint64 // highest seq of class g
+	lastStart      uint64
+	lastOrderPause uint64
+	activeStarts   int64
+
+	report RecoveryReport
+}
+
+// RecoveryReport counts what recovery did.
+type RecoveryReport struct {
+	Completed   int      `json:"completed"`
+	Duplicates  int      `json:"duplicates"`
+	Quarantined []string `json:"quarantined,omitempty"`
+	Compactions int      `json:"compactions_completed"`
+}
+
+// QuarantineEntry is one quarantined file.
+type QuarantineEntry struct {
+	Name    string    `json:"name"`
+	Bytes   int64     `json:"bytes"`
+	Mode    string    `json:"mode"`
+	ModTime time.Time `json:"mod_time"`
+}
+
+// scanBound is the fixed physical-entry bound of one recovery scan.
+func scanBound(l Limits) int { return int(min(2*l.Records+256, 1<<22)) }
+
+func (s *Spool) readLimits() (Limits, error) {
+	var l Limits
+	b, err := fsutil.ReadFileNoFollow(filepath.Join(s.dir, limitsFile), maxSmallFile)
+	if err != nil {
+		return l, fmt.Errorf("%w: read limits: %v", ErrDamaged, err)
+	}
+	f, err := decodeFrame(b)
+	if err != nil || f.typ != typeLimits {
+		return l, fmt.Errorf("%w: limits file does not decode", ErrDamaged)
+	}
+	if err := strictJSON(f.body, &l); err != nil {
+		return l, fmt.Errorf("%w: limits: %v", ErrDamaged, err)
+	}
+	return l, nil
+}
+
+// listBounded reads at most budget names of dir, failing with ErrScanBound
+// past it.
+func listBounded(dir string, budget *int) ([]string, error) {
+	d, err := os.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrDamaged, err)
+	}
+	defer d.Close()
+	var out []string
+	for {
+		names, err := d.Readdirnames(1024)
+		out = append(out, names...)
+		*budget -= len(names)
+		if *budget < 0 {
+			return nil, fmt.Errorf("%w (%s)", ErrScanBound, dir)
+		}
+		if err == io.EOF || len(names) == 0 {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list %s: %w", dir, err)
+		}
+	}
+}
+
+// recoverLocked runs recovery under the spool lock: it completes fully
+// written temporary files, removes exact duplicates, moves malformed or
+// ambiguous files into the quarantine, completes an interrupted compaction,
+// and computes the complete physical usage. It reads only names and sizes
+// except for temporary files and interrupted compactions.
+func (s *Spool) recoverLocked() (*state, error) {
+	lim, err := s.readLimits()
+	if err != nil {
+		return nil, err
+	}
+	st := &state{limits: lim, acks: map[uint64]string{}, artifacts: map[string]int64{}}
+	budget := scanBound(lim)
+
+	// Root.
+	names, err := listBounded(s.dir, &budget)
+	if err != nil {
+		return nil, err
+	}
+	known := map[string]bool{}
+	for _, n := range rootFiles {
+		known[n] = true
+	}
+	for _, n := range operationalDirs {
+		known[n] = true
+	}
+	for _, n := range names {
+		switch {
+		case known[n]:
+		case strings.HasPrefix(n, fsutil.TempPrefix):
+			if err := s.recoverTemp(st, "", n); err != nil {
+				return nil, err
+			}
+		default:
+			if err := s.quarantine(st, "", n); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for _, n := range rootFiles {
+		fi, err := os.Lstat(filepath.Join(s.dir, n))
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: %v", ErrDamaged, n, err)
+		}
+		st.usage.Records++
+		st.usage.Bytes += fi.Size()
+	}
+
+	// Outbox.
+	if names, err = listBounded(filepath.Join(s.dir, outboxDir), &budget); err != nil {
+		return nil, err
+	}
+	var temps []string
+	for _, n := range names {
+		if e, ok := parseOutboxName(n); ok {
+			st.outbox = append(st.outbox, e)
+		} else if strings.HasPrefix(n, fsutil.TempPrefix) {
+			temps = append(temps, n)
+		} else if err := s.quarantine(st, outboxDir, n); err != nil {
+			return nil, err
+		}
+	}
+	slices.SortFunc(st.outbox, func(a, b outboxEntry) int {
+		if c := cmp.Compare(a.seq, b.seq); c != 0 {
+			return c
+		}
+		return strings.Compare(a.name, b.name)
+	})
+	for _, t := range temps {
+		if err := s.recoverTemp(st, outboxDir, t); err != nil {
+			return nil, err
+		}
+	}
+	// Two files with one sequence number are ambiguous: quarantine both.
+	kept := st.outbox[:0]
+	for i := 0; i < len(st.outbox); {
+		j := i + 1
+		for j < len(st.outbox) && st.outbox[j].seq == st.outbox[i].seq {
+			j++
+		}
+		if j-i > 1 {
+			// Keep the one file whose content is a valid envelope matching
+			// its name; if there is not exactly one, all are ambiguous.
+			valid := -1
+			for k, e := range st.outbox[i:j] {
+				if _, err := s.readEnvelopeFile(e); err == nil {
+					if valid >= 0 {
+						valid = -2
+						break
+					}
+					if valid == -1 {
+						valid = k
+					}
+				}
+			}
+			for k, e := range st.outbox[i:j] {
+				if k == valid {
+					kept = append(kept, e)
+					continue
+				}
+				if err := s.quarantine(st, outboxDir, e.name); err != nil {
+					return nil, err
+				}
+			}
+		} else {
+			kept = append(kept, st.outbox[i])
+		}
+		i = j
+	}
+	st.outbox = kept
+
+	// Acknowledgements.
+	if names, err = listBounded(filepath.Join(s.dir, acksDir), &budget); err != nil {
+		return nil, err
+	}
+	for _, n := range names {
+		if seq, ok := parseAckName(n); ok {
+			st.acks[seq] = n
+		} else if strings.HasPrefix(n, fsutil.TempPrefix) {
+			if err := s.recoverTemp(st, acksDir, n); err != nil {
+				return nil, err
+			}
+		} else if err := s.quarantine(st, acksDir, n); err != nil {
+			return nil, err
+		}
+	}
+
+	// Artifacts.
+	if names, err = listBounded(filepath.Join(s.dir, artifactsDir), &budget); err != nil {
+		return nil, err
+	}
+	for _, n := range names {
+		if d, size, ok := parseArtifactName(n); ok {
+			st.artifacts[d] = size
+		} else if strings.HasPrefix(n, fsutil.TempPrefix) {
+			if err := s.recoverTemp(st, artifactsDir, n); err != nil {
+				return nil, err
+			}
+		} else if err := s.quarantine(st, artifactsDir, n); err != nil {
+			return nil, err
+		}
+	}
+
+	// Compaction index.
+	if err := s.recoverIndex(st, &budget); err != nil {
+		return nil, err
+	}
+
+	// Quarantine (counted against the limits, never deleted here).
+	if names, err = listBounded(filepath.Join(s.dir, quarantineDir), &budget); err != nil {
+		return nil, err
+	}
+	for _, n := range names {
+		fi, err := os.Lstat(filepath.Join(s.dir, quarantineDir, n))
+		if err != nil {
+			continue
+		}
+		st.quarantine = append(st.quarantine, QuarantineEntry{Name: n, Bytes: fi.Size(), Mode: fi.Mode().String(), ModTime: fi.ModTime().UTC()})
+	}
+	sort.Slice(st.quarantine, func(i, j int) bool { return st.quarantine[i].Name < st.quarantine[j].Name })
+
+	// Usage and the derived ledger state.
+	for _, e := range st.outbox {
+		st.usage.Records++
+		st.usage.Bytes += e.size
+		st.maxSeq = max(st.maxSeq, e.seq)
+		switch e.class {
+		case classEvent:
+			st.lastOrdinary = e.seq
+		case classStart:
+			st.lastOrdinary = e.seq
+			st.lastStart = e.seq
+			st.activeStarts++
+		case classPause:
+			st.lastPause = e.seq
+		case classOrder:
+			st.lastOrderPause = e.seq
+		}
+	}
+	st.usage.Records += int64(len(st.acks))
+	st.usage.Bytes += int64(len(st.acks)) * ackFileSize
+	for _, size := range st.artifacts {
+		st.usage.Records++
+		st.usage.Bytes += size
+	}
+	st.usage.Records++ // the index
+	if fi, err := os.Lstat(filepath.Join(s.dir, compactDir, st.index.name)); err == nil {
+		st.usage.Bytes += fi.Size()
+	}
+	for _, q := range st.quarantine {
+		st.usage.Records++
+		st.usage.Bytes += q.Bytes
+	}
+	st.maxSeq = max(st.maxSeq, st.index.high)
+	return st, nil
+}
+
+// ackFileSize is the size of every well-formed acknowledgement marker.
+var ackFileSize = int64(len(encodeFrame(typeAck, fmt.Sprintf("%0*d", recordDigits, 1), []byte(envelopeDigest(strings.Repeat("0", 64))))))
+
+// recoverTemp handles one temporary file left by a writer that died while
+// holding the lock: a fully written, valid file is completed (installed
+// under the name its content determines), an exact duplicate of its target
+// is removed, anything else is quarantined.
+func (s *Spool) recoverTemp(st *state, dir, name string) error {
+	path := filepath.Join(s.dir, dir, name)
+	limit := int64(maxSmallFile)
+	switch dir {
+	case outboxDir:
+		limit = maxEnvelopeBytes + maxHeaderBytes
+	case artifactsDir:
+		limit = st.limits.ArtifactBytes + maxHeaderBytes
+	case compactDir:
+		limit = maxIndexBytes
+	}
+	b, err := fsutil.ReadFileNoFollow(path, limit)
+	if err != nil {
+		return s.quarantine(st, dir, name)
+	}
+	f, err := decodeFrame(b)
+	if err != nil {
+		return s.quarantine(st, dir, name)
+	}
+	target, replace, ok := tempTarget(dir, f, int64(len(b)))
+	if !ok {
+		return s.quarantine(st, dir, name)
+	}
+	dpath := filepath.Join(s.dir, dir)
+	tpath := filepath.Join(dpath, target)
+	if dir == outboxDir {
+		e, _ := parseOutboxName(target)
+		for _, o := range st.outbox {
+			if o.seq == e.seq && o.name != target {
+				return s.quarantine(st, dir, name) // ambiguous
+			}
+		}
+	}
+	if old, err := os.ReadFile(tpath); err == nil && !replace {
+		if bytes.Equal(old, b) {
+			st.report.Duplicates++
+			if err := os.Remove(path); err != nil {
+				return err
+			}
+			return s.syncDir(dpath)
+		}
+		return s.quarantine(st, dir, name)
+	}
+	if err := os.Rename(path, tpath); err != nil {
+		return fmt.Errorf("complete %s: %w", name, err)
+	}
+	st.report.Completed++
+	if err := s.syncDir(dpath); err != nil {
+		return err
+	}
+	switch dir {
+	case outboxDir:
+		e, _ := parseOutboxName(target)
+		st.outbox = append(st.outbox, e)
+		slices.SortFunc(st.outbox, func(a, b outboxEntry) int { return cmp.Compare(a.seq, b.seq) })
+	case acksDir:
+		seq, _ := parseAckName(target)
+		st.acks[seq] = target
+	case artifactsDir:
+		d, size, _ := parseArtifactName(target)
+		st.artifacts[d] = size
+	}
+	return nil
+}
+
+// tempTarget derives the final name of a decoded temporary file from its
+// content; replace is true for files that are replaced in place.
+func tempTarget(dir string, f frame, size int64) (string, bool, bool) {
+	switch dir {
+	case "":
+		switch f.typ {
+		case typeCommit:
+			return commitFile, false, f.key == "v4"
+		case typeScope, typeLimits, typeCursor:
+			if f.key != f.typ {
+				return "", false, false
+			}
+			return f.typ + ".json", true, true
+		}
+	case outboxDir:
+		seqs, cls, ok := strings.Cut(f.key, "-")
+		seq, ok2 := parseDecimal(seqs)
+		if f.typ != typeEnvelope || !ok || !ok2 || seq == 0 || len(cls) != 1 || !validClass(cls[0]) {
+			return "", false, false
+		}
+		return outboxName(seq, cls[0], size), false, true
+	case acksDir:
+		seq, ok := parseDecimal(f.key)
+		if f.typ != typeAck || !ok || seq == 0 || len(f.key) != recordDigits {
+			return "", false, false
+		}
+		return ackName(seq), false, true
+	case artifactsDir:
+		if f.typ != typeArtifact || f.key != f.sum {
+			return "", false, false
+		}
+		return artifactName(f.sum, size), false, true
+	case compactDir:
+		g, h, ok := strings.Cut(f.key, "-")
+		gen, ok1 := parseDecimal(g)
+		high, ok2 := parseDecimal(h)
+		if f.typ != typeIndex || !ok || !ok1 || !ok2 {
+			return "", false, false
+		}
+		return indexName(gen, high, true), false, true
+	}
+	return "", false, false
+}
+
+// quarantine moves dir/name into the private quarantine under a fresh
+// opaque name. Nothing is deleted.
+func (s *Spool) quarantine(st *state, dir, name string) error {
+	label := dir
+	if label == "" {
+		label = "root"
+	}
+	qname := fmt.Sprintf("%d-%s-%s-%s", time.Now().UnixNano(), randomHex(4), label, sanitize(name))
+	qdir := filepath.Join(s.dir, quarantineDir)
+	if err := os.Rename(filepath.Join(s.dir, dir, name), filepath.Join(qdir, qname)); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("quarantine %s/%s: %w", label, name, err)
+	}
+	s.fail("recover.quarantined")
+	if err := s.syncDir(qdir); err != nil {
+		return err
+	}
+	if err := s.syncDir(filepath.Join(s.dir, dir)); err != nil {
+		return err
+	}
+	if st != nil {
+		st.report.Quarantined = append(st.report.Quarantined, qname)
+	}
+	return nil
+}
+
+func sanitize(n string) string {
+	var b strings.Builder
+	for _, c := range n {
+		if b.Len() >= quarantineNameMax {
+			break
+		}
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '-' || c == '_' {
+			b.WriteRune(c)
+		} else {
+			b.WriteByte('_')
+		}
+	}
+	if b.Len() == 0 {
+		return "_"
+	}
+	return b.String()
+}
+
+// recoverIndex finds the current compaction index, completes an interrupted
+// compaction (a .pending index is its durable commit point) and removes
+// superseded indexes.
+func (s *Spool) recoverIndex(st *state, budget *int) error {
+	dir := filepath.Join(s.dir, compactDir)
+	names, err := listBounded(dir, budget)
+	if err != nil {
+		return err
+	}
+	var idx []indexEntry
+	for _, n := range names {
+		if e, ok := parseIndexName(n); ok {
+			idx = append(idx, e)
+		} else if strings.HasPrefix(n, fsutil.TempPrefix) {
+			if err := s.recoverTemp(st, compactDir, n); err != nil {
+				return err
+			}
+			// A completed index temp is now a .pending index; list again.
+			return s.recoverIndex(st, budget)
+		} else if err := s.quarantine(st, compactDir, n); err != nil {
+			return err
+		}
+	}
+	if len(idx) == 0 {
+		return fmt.Errorf("%w: no compaction index", ErrDamaged)
+	}
+	sort.Slice(idx, func(i, j int) bool {
+		if idx[i].gen != idx[j].gen {
+			return idx[i].gen < idx[j].gen
+		}
+		return !idx[i].pending && idx[j].pending
+	})
+	cur := idx[len(idx)-1]
+	if cur.pending {
+		// A committed .json of the same generation wins; the pending copy
+		// is then an exact leftover.
+		if len(idx) > 1 && idx[len(idx)-2].gen == cur.gen {
+			if err := os.Remove(filepath.Join(dir, cur.name)); err != nil {
+				return err
+			}
+			cur = idx[len(idx)-2]
+			idx = idx[:len(idx)-1]
+		} else {
+			ix, err := s.readIndex(cur.name)
+			if err != nil {
+				return err
+			}
+			if err := s.finishCompaction(ix, cur); err != nil {
+				return err
+			}
+			st.report.Compactions++
+			cur.pending = false
+			cur.name = indexName(cur.gen, cur.high, false)
+		}
+	}
+	for _, e := range idx {
+		if e.gen < cur.gen {
+			if err := os.Remove(filepath.Join(dir, e.name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+		}
+	}
+	if len(idx) > 1 {
+		if err := s.syncDir(dir); err != nil {
+			return err
+		}
+	}
+	st.index = cur
+	return nil
+}
+
+func (s *Spool) readIndex(name string) (*compactIndex, error) {
+	b, err := fsutil.ReadFileNoFollow(filepath.Join(s.dir, compactDir, name), maxIndexBytes)
+	if err != nil {
+		return nil, fmt.Errorf("%w: read compaction index: %v", ErrDamaged, err)
+	}
+	return decodeIndex(b)
+}
+
+func decodeIndex(b []byte) (*compactIndex, error) {
+	f, err := decodeFrame(b)
+	if err != nil || f.typ != typeIndex {
+		return nil, fmt.Errorf("%w: compaction index does not decode", ErrDamaged)
+	}
+	var ix compactIndex
+	if err := strictJSON(f.body, &ix); err != nil {
+		return nil, fmt.Errorf("%w: compaction index: %v", ErrDamaged, err)
+	}
+	return &ix, nil
+}
+
+// readEnvelopeFile reads and fully validates one outbox file against its
+// name.
+func (s *Spool) readEnvelopeFile(e outboxEntry) (*Envelope, error) {
+	b, err := fsutil.ReadFileNoFollow(filepath.Join(s.dir, outboxDir, e.name), maxEnvelopeBytes+maxHeaderBytes)
+	if err != nil {
+		return nil, err
+	}
+	return decodeEnvelope(b, e)
+}
+
+func decodeEnvelope(b []byte, e outboxEntry) (*Envelope, error) {
+	f, err := decodeFrame(b)
+	if err != nil {
+		return nil, err
+	}
+	if f.typ != typeEnvelope || f.key != strconv.FormatUint(e.seq, 10)+"-"+string(e.class) || int64(len(b)) != e.size {
+		return nil, fmt.Errorf("%w: envelope does not match its name", errMalformed)
+	}
+	env, err := decodeEnvelopeBody(f.body)
+	if err != nil {
+		return nil, err
+	}
+	if env.Record.Seq != e.seq {
+		return nil, fmt.Errorf("%w: envelope sequence %d in file %d", errMalformed, env.Record.Seq, e.seq)
+	}
+	env.Digest = envelopeDigest(f.sum)
+	env.Class = classNames[e.class]
+	return env, nil
+}
