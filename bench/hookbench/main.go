@@ -2,7 +2,9 @@
 // it: a fresh process per event, a recorded payload on stdin, a durable
 // append to a real spool. It reports p50/p90/p99 per payload, next to the
 // reference processes /bin/true and fsyncref (one durable file write), all
-// measured in the same run with interleaved order.
+// measured in the same run with interleaved order. The checkout is connected
+// to the embedded Hub with a current Work, so every hook resolves its target,
+// appends and delivers through SQLite, as a solo user's hook does.
 //
 //	go run ./bench/hookbench -n 300
 package main
@@ -60,10 +62,15 @@ func run(n int, jsonOut string) error {
 	if out, err := setup.CombinedOutput(); err != nil {
 		return fmt.Errorf("client setup: %v\n%s", err, out)
 	}
-	conf := exec.Command(bin, "change-capture", "configure", "--root", root, "--spool", filepath.Join(work, "spool"))
-	conf.Env = env
-	if out, err := conf.CombinedOutput(); err != nil {
-		return fmt.Errorf("configure: %v\n%s", err, out)
+	for _, args := range [][]string{
+		{"change-capture", "configure", "--root", root, "--spool", filepath.Join(work, "spool")},
+		{"work", "start", "--root", root, "--title", "hook benchmark"},
+	} {
+		cmd := exec.Command(bin, args...)
+		cmd.Env = env
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("%v: %v\n%s", args, err, out)
+		}
 	}
 	payload := func(ev string, extra string) []byte {
 		return []byte(`{"session_id":"bench-session","transcript_path":"/tmp/t.jsonl","cwd":"` + root + `","permission_mode":"default","hook_event_name":"` + ev + `"` + extra + `}`)

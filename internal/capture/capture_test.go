@@ -206,35 +206,6 @@ func TestForPath(t *testing.T) {
 	}
 }
 
-func TestHandleClaudeHook(t *testing.T) {
-	f := newFixture(t)
-	f.configure(t, event.ModeMetadataOnly)
-	sub := filepath.Join(f.root, "sub")
-	os.Mkdir(sub, 0o755)
-	payloads := []string{
-		`{"session_id":"s","cwd":"` + f.root + `","hook_event_name":"SessionStart","source":"startup"}`,
-		`{"session_id":"s","cwd":"` + sub + `","hook_event_name":"UserPromptSubmit","prompt":"TOP SECRET"}`,
-		`{"session_id":"s","cwd":"` + f.root + `","hook_event_name":"Notification"}`,
-		`{"session_id":"s","cwd":"/elsewhere","hook_event_name":"Stop"}`,
-	}
-	var results []*HookResult
-	for _, p := range payloads {
-		r, err := HandleClaudeHook(context.Background(), f.store, strings.NewReader(p), time.Now())
-		if err != nil {
-			t.Fatal(err)
-		}
-		results = append(results, r)
-	}
-	if results[0].Seq != 1 || results[1].Seq != 2 || !results[2].Ignored || !results[3].Ignored {
-		t.Fatalf("results %+v %+v %+v %+v", results[0], results[1], results[2], results[3])
-	}
-	sp, _ := spool.Open(f.spool)
-	recs, err := sp.Events()
-	if err != nil || len(recs) != 2 || recs[1].Body != nil {
-		t.Fatalf("records %+v %v", recs, err)
-	}
-}
-
 func TestConcurrentConfigureAndEnableLoseNoBinding(t *testing.T) {
 	base := newFixture(t)
 	const n = 8

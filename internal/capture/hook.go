@@ -2,6 +2,7 @@ package capture
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -12,21 +13,65 @@ import (
 	"github.com/agentscm/agentscm/internal/spool"
 )
 
-// HookResult says what one hook invocation retained.
+// Target is the exact current Work, generation and canonical session of a
+// native session.
+type Target struct {
+	WorkID     string
+	Generation int64
+	Session    string
+}
+
+// Hub is what the hook needs of a checkout's Hub connection.
+type Hub interface {
+	// Lineage is the Hub and repository the connection points at.
+	Lineage() Lineage
+	// Resolve returns the exact current target of a native session or a
+	// refusal.
+	Resolve(ctx context.Context, worktreeID, nativeSession string) (Target, error)
+	// Deliver sends one retained envelope. A nil error means the Hub
+	// acknowledged it; status is "accepted" or "duplicate".
+	Deliver(ctx context.Context, env *spool.Envelope) (status string, err error)
+	Close() error
+}
+
+// HubOpener opens the Hub of a checkout, or fails with ErrNoConnection.
+type HubOpener interface {
+	Open(ctx context.Context, root string) (Hub, error)
+}
+
+// Delivery bounds of one hook invocation.
+const (
+	ResolveTimeout   = 2 * time.Second
+	DeliveryTimeout  = 5 * time.Second
+	DeliveryPageSize = 10
+)
+
+// HookResult says what one hook invocation retained and delivered.
 type HookResult struct {
-	// Ignored is true when the event is not captured (unrecognised, or no
-	// binding covers the payload's cwd).
+	// Ignored is true when the event is not captured (unrecognised, no
+	// binding covers the payload's cwd, or the binding has no connection).
 	Ignored bool
 	Reason  string
 	Spool   string
 	Seq     uint64
+	// Deferred is true when no exact target was resolved and only a
+	// sanitized local fact was kept.
+	Deferred bool
+	// Delivered and Failed count this invocation's delivery attempts.
+	Delivered, Failed int
+	// DeliveryErr is the first delivery error, reported as a warning.
+	DeliveryErr error
 }
 
 // HandleClaudeHook reads one Claude Code hook payload from in, finds the
-// enabled binding whose root contains the payload's cwd and durably appends
-// the mapped event to that binding's spool. The caller turns any error into
-// a warning: hooks fail open.
-func HandleClaudeHook(ctx context.Context, store Store, in io.Reader, now time.Time) (*HookResult, error) {
+// enabled binding whose root contains the payload's cwd, resolves the exact
+// current target through the checkout's client connection, durably appends
+// the mapped event to the binding's spool (a sanitized deferred fact when no
+// target resolves), then replays at most ten pending envelopes within the
+// delivery deadline. A binding whose connection is absent, or points at
+// another repository or Hub than the binding was saved for, captures
+// nothing. The caller turns any error into a warning: hooks fail open.
+func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Reader, now time.Time) (*HookResult, error) {
 	b, err := fsutil.ReadBounded(in, claude.MaxPayloadBytes)
 	if err != nil {
 		return nil, fmt.Errorf("read hook payload: %w", err)
@@ -56,16 +101,90 @@ func HandleClaudeHook(ctx context.Context, store Store, in io.Reader, now time.T
 	if !ok {
 		return &HookResult{Ignored: true, Reason: "event " + p.HookEventName + " is not captured", Spool: bd.Spool}, nil
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
+	hub, err := hubs.Open(ctx, bd.Root)
+	if errors.Is(err, ErrNoConnection) {
+		return &HookResult{Ignored: true, Reason: "the checkout has no client connection", Spool: bd.Spool}, nil
 	}
-	sp, err := spool.Open(bd.Spool)
 	if err != nil {
 		return nil, err
 	}
-	seq, err := sp.Append(rec)
+	defer hub.Close()
+	if lin := hub.Lineage(); bd.Hub != "" && !sameRepo(lin, bd.lineage()) {
+		return nil, fmt.Errorf("capture binding of %s was saved for %s, but the checkout is now connected to %s; nothing captured", bd.Root, describeLineage(bd.lineage()), describeLineage(lin))
+	}
+	res := &HookResult{Spool: bd.Spool}
+	rctx, cancel := context.WithTimeout(ctx, ResolveTimeout)
+	t, rerr := hub.Resolve(rctx, bd.WorktreeID, p.SessionID)
+	cancel()
+	if rerr == nil {
+		rec.WorkID, rec.Generation, rec.CanonicalSession = t.WorkID, t.Generation, t.Session
+	} else {
+		// No exact authorized target: keep only a sanitized local fact.
+		rec.Body = nil
+		rec.Deferred = true
+		res.Deferred = true
+	}
+	sp, err := spool.OpenContext(ctx, bd.Spool)
 	if err != nil {
 		return nil, err
 	}
-	return &HookResult{Spool: bd.Spool, Seq: seq}, nil
+	seq, err := sp.AppendContext(ctx, rec)
+	res.Seq = seq
+	if err != nil && seq == 0 {
+		return res, err
+	}
+	appendErr := err
+	deliver(ctx, sp, hub, now, res)
+	if appendErr != nil {
+		return res, appendErr
+	}
+	return res, nil
+}
+
+// deliver replays up to DeliveryPageSize pending envelopes in sequence
+// order within DeliveryTimeout. Only an acknowledgement writes the ack
+// marker; every attempt advances the scheduling cursor.
+func deliver(ctx context.Context, sp *spool.Spool, hub Hub, now time.Time, res *HookResult) {
+	ctx, cancel := context.WithTimeout(ctx, DeliveryTimeout)
+	defer cancel()
+	envs, err := sp.Pending(ctx, DeliveryPageSize)
+	if err != nil {
+		res.DeliveryErr = err
+		return
+	}
+	for i := range envs {
+		env := &envs[i]
+		if ctx.Err() != nil {
+			break
+		}
+		a := spool.Attempt{Seq: env.Record.Seq, Digest: env.Digest, At: now}
+		if env.Record.Deferred || env.Record.WorkID == "" {
+			a.Outcome, a.Detail = "local_only", "deferred fact: no exact target; never delivered"
+		} else if status, err := hub.Deliver(ctx, env); err != nil {
+			a.Outcome, a.Detail = "failed", err.Error()
+			res.Failed++
+			if res.DeliveryErr == nil {
+				res.DeliveryErr = err
+			}
+		} else {
+			a.Outcome = status
+			if err := sp.Ack(ctx, env.Record.Seq, env.Digest); err != nil {
+				a.Outcome, a.Detail = "failed", "acknowledged by the Hub but the ack marker failed: "+err.Error()
+				if res.DeliveryErr == nil {
+					res.DeliveryErr = err
+				}
+			} else {
+				res.Delivered++
+			}
+		}
+		if len(a.Detail) > 300 {
+			a.Detail = a.Detail[:300]
+		}
+		if err := sp.RecordAttempt(ctx, a); err != nil {
+			if res.DeliveryErr == nil {
+				res.DeliveryErr = err
+			}
+			return
+		}
+	}
 }

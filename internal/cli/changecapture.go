@@ -3,14 +3,13 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
 	"time"
 
 	"github.com/agentscm/agentscm/internal/capture"
-	"github.com/agentscm/agentscm/internal/client"
+	"github.com/agentscm/agentscm/internal/delivery"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/spool"
 )
@@ -38,6 +37,7 @@ func changeCaptureCommand() *Command {
 				return nil
 			}},
 			{Name: "inspect", Summary: "list a spool's sessions and their events (read-only)", Run: runInspect},
+			changeCaptureShowCommand(),
 		},
 	}
 }
@@ -70,11 +70,15 @@ func runHookClaude(ctx context.Context, env *Env) int {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	store, err := configStore(env)
+	var res *capture.HookResult
 	if err == nil {
-		_, err = capture.HandleClaudeHook(ctx, store, env.Stdin, env.Now())
+		res, err = capture.HandleClaudeHook(ctx, store, delivery.Opener{ConfigDir: store.Dir}, env.Stdin, env.Now())
 	}
-	if err != nil {
+	switch {
+	case err != nil:
 		fmt.Fprintf(env.Stderr, "agentscm: warning: capture hook failed: %s\n", oneLine(err.Error()))
+	case res.DeliveryErr != nil:
+		fmt.Fprintf(env.Stderr, "agentscm: warning: event retained locally, delivery pending: %s\n", oneLine(res.DeliveryErr.Error()))
 	}
 	return ExitOK
 }
@@ -94,34 +98,12 @@ type multiFlag []string
 func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
-// clientConns gives capture the client connections of a config directory.
-type clientConns struct{ dir string }
-
-func (c clientConns) Lock() (func() error, error) {
-	l, err := client.Lock(c.dir)
-	if err != nil {
-		return nil, err
-	}
-	return l.Unlock, nil
-}
-
-func (c clientConns) Current(root string) (capture.Lineage, error) {
-	conn, err := client.Lookup(c.dir, root)
-	if errors.Is(err, client.ErrNoConnection) {
-		return capture.Lineage{}, capture.ErrNoConnection
-	}
-	if err != nil {
-		return capture.Lineage{}, err
-	}
-	return capture.Lineage{Hub: conn.Hub, Repository: conn.Repository, WorktreeID: conn.WorktreeID}, nil
-}
-
-func captureDeps(env *Env) (capture.Store, clientConns, error) {
+func captureDeps(env *Env) (capture.Store, delivery.Connections, error) {
 	store, err := configStore(env)
 	if err != nil {
-		return capture.Store{}, clientConns{}, err
+		return capture.Store{}, delivery.Connections{}, err
 	}
-	return store, clientConns{dir: store.Dir}, nil
+	return store, delivery.Connections{ConfigDir: store.Dir}, nil
 }
 
 func runConfigure(ctx context.Context, env *Env, args []string) error {

@@ -64,6 +64,15 @@ type Record struct {
 	FragmentIndex *int   `json:"fragment_index,omitempty"`
 	Final         *bool  `json:"final,omitempty"`
 	AgentType     string `json:"agent_type,omitempty"`
+	// WorkID, Generation and CanonicalSession are the exact Hub target the
+	// record was resolved to when it was captured; all empty for a deferred
+	// fact captured while no exact authorized target existed.
+	WorkID           string `json:"work_id,omitempty"`
+	Generation       int64  `json:"generation,omitempty"`
+	CanonicalSession string `json:"canonical_session,omitempty"`
+	// Deferred marks a sanitized local fact kept while no exact target
+	// could be resolved; it is never delivered.
+	Deferred bool `json:"deferred,omitempty"`
 	// ObservedAt is the hook process's receipt time, not a host timestamp.
 	ObservedAt  time.Time `json:"observed_at"`
 	CaptureMode string    `json:"capture_mode"`

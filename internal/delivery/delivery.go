@@ -1,0 +1,136 @@
+// Package delivery connects capture to a checkout's Hub: it resolves the
+// exact current target of a native session and delivers retained spool
+// envelopes through the checkout's client connection. Only a Hub
+// acknowledgement (HTTP 200, or the in-process equivalent) counts as
+// delivered.
+package delivery
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/agentscm/agentscm/internal/capture"
+	"github.com/agentscm/agentscm/internal/client"
+	"github.com/agentscm/agentscm/internal/event"
+	"github.com/agentscm/agentscm/internal/hub/api"
+	"github.com/agentscm/agentscm/internal/spool"
+)
+
+// Connections gives capture the client connections of one config directory.
+type Connections struct{ ConfigDir string }
+
+// Lock takes the connections lock.
+func (c Connections) Lock() (func() error, error) {
+	l, err := client.Lock(c.ConfigDir)
+	if err != nil {
+		return nil, err
+	}
+	return l.Unlock, nil
+}
+
+// Current returns the lineage of root's connection, or capture.ErrNoConnection.
+func (c Connections) Current(root string) (capture.Lineage, error) {
+	conn, err := client.Lookup(c.ConfigDir, root)
+	if errors.Is(err, client.ErrNoConnection) {
+		return capture.Lineage{}, capture.ErrNoConnection
+	}
+	if err != nil {
+		return capture.Lineage{}, err
+	}
+	return capture.Lineage{Hub: conn.Hub, Repository: conn.Repository, WorktreeID: conn.WorktreeID}, nil
+}
+
+// Opener opens the Hub of a checkout from the connections file of one
+// config directory.
+type Opener struct{ ConfigDir string }
+
+// Open returns the Hub of root, or capture.ErrNoConnection.
+func (o Opener) Open(ctx context.Context, root string) (capture.Hub, error) {
+	c, err := client.Lookup(o.ConfigDir, root)
+	if errors.Is(err, client.ErrNoConnection) {
+		return nil, capture.ErrNoConnection
+	}
+	if err != nil {
+		return nil, err
+	}
+	conn, err := client.Open(ctx, c, client.Options{})
+	if err != nil {
+		return nil, err
+	}
+	return &hub{conn: conn, lineage: capture.Lineage{Hub: c.Hub, Repository: c.Repository, WorktreeID: c.WorktreeID}}, nil
+}
+
+type hub struct {
+	conn    client.Conn
+	lineage capture.Lineage
+}
+
+func (h *hub) Lineage() capture.Lineage { return h.lineage }
+
+func (h *hub) Close() error { return h.conn.Close() }
+
+func (h *hub) Resolve(ctx context.Context, worktreeID, nativeSession string) (capture.Target, error) {
+	t, err := h.conn.Resolve(ctx, api.ResolveRequest{WorktreeID: worktreeID, NativeSessionID: nativeSession})
+	if err != nil {
+		return capture.Target{}, err
+	}
+	return capture.Target{WorkID: t.WorkID, Generation: t.Generation, Session: t.Session}, nil
+}
+
+// Deliver sends one envelope; nil means the Hub acknowledged it (accepted or
+// an exact duplicate).
+func (h *hub) Deliver(ctx context.Context, env *spool.Envelope) (string, error) {
+	e, err := Envelope(env.Record)
+	if err != nil {
+		return "", err
+	}
+	res, err := h.conn.Deliver(ctx, e)
+	if err != nil {
+		return "", err
+	}
+	return res.Status, nil
+}
+
+// Envelope builds the Hub envelope of a retained record. Its identity hashes
+// the event's identity fields: the native session, kind and, when the host
+// gives one, the provider's tool_use_id or message fragment; otherwise the
+// durable local occurrence number (the spool sequence). Receipt time never
+// enters identity.
+func Envelope(r event.Record) (*api.Envelope, error) {
+	if r.Deferred || r.WorkID == "" {
+		return nil, errors.New("a deferred record has no target and is never delivered")
+	}
+	if r.Seq > 1<<62 {
+		return nil, fmt.Errorf("sequence %d out of range", r.Seq)
+	}
+	ev := api.Event{
+		Seq: int64(r.Seq), Kind: string(r.Kind), HookEvent: r.HookEvent, ToolName: r.ToolName,
+		ToolUseID: r.ToolUseID, Source: r.Source, Reason: r.Reason, Outcome: r.Outcome,
+		AgentID: r.AgentID, AgentType: r.AgentType, ObservedAt: r.ObservedAt.Unix(),
+	}
+	return &api.Envelope{
+		Identity: Identity(r), Type: api.TypeEvents, WorkID: r.WorkID, Generation: r.Generation,
+		Session: r.CanonicalSession, NativeSessionID: r.SessionID, Events: []api.Event{ev},
+	}, nil
+}
+
+// Identity is the identity digest of a record (64 lowercase hex).
+func Identity(r event.Record) string {
+	id := []string{"agentscm-event-v1", r.Agent, r.SessionID, string(r.Kind), r.HookEvent}
+	switch {
+	case r.ToolUseID != "" && (r.Kind == event.ToolStart || r.Kind == event.ToolFinish):
+		id = append(id, "tool_use_id", r.ToolUseID)
+	case r.Kind == event.MessageDisplay && r.MessageID != "" && r.FragmentIndex != nil:
+		id = append(id, "message", r.MessageID, strconv.Itoa(*r.FragmentIndex))
+	default:
+		id = append(id, "occurrence", strconv.FormatUint(r.Seq, 10))
+	}
+	b, _ := json.Marshal(id)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}

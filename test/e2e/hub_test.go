@@ -1,0 +1,79 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/agentscm/agentscm/internal/hub/api"
+	"github.com/agentscm/agentscm/test/e2e/scriptedapi"
+)
+
+func (c *checkout) startWork(title string) string {
+	c.t.Helper()
+	var w api.Work
+	if err := json.Unmarshal([]byte(c.agentscm("work", "start", "--root", c.root, "--title", title, "--format", "json")), &w); err != nil {
+		c.t.Fatal(err)
+	}
+	if !strings.HasPrefix(w.ID, "wrk_") {
+		c.t.Fatalf("work id %q", w.ID)
+	}
+	return w.ID
+}
+
+func (c *checkout) record(work string) api.ChangeRecord {
+	c.t.Helper()
+	var r api.ChangeRecord
+	if err := json.Unmarshal([]byte(c.agentscm("change-capture", "show", "--root", c.root, "--work-id", work, "--format", "json")), &r); err != nil {
+		c.t.Fatal(err)
+	}
+	return r
+}
+
+// TestSessionDeliveredToHub: with the embedded Hub and a current Work, every
+// captured event reaches the Work's change record, in order, exactly once;
+// SessionEnd pauses the Work and a resumed session keeps capturing into it.
+func TestSessionDeliveredToHub(t *testing.T) {
+	c := newCheckout(t)
+	c.configure("metadata-only")
+	work := c.startWork("e2e delivery")
+	api1, err := scriptedapi.Start(firstTurn(c.root), resumeTurn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer api1.Close()
+	res := c.runClaude(api1, "-p", "Please run SCENARIO-FIRST now. "+promptSecret)
+	res2 := c.runClaude(api1, "-p", "--resume", res.SessionID, "Continue with SCENARIO-RESUME.")
+	if res2.SessionID != res.SessionID {
+		t.Fatalf("resume changed the session id")
+	}
+	spoolEvents := c.inspect().Sessions[0].Events
+	rec := c.record(work)
+	if rec.Work.State != "paused" {
+		t.Fatalf("work state %q, want paused after SessionEnd", rec.Work.State)
+	}
+	if len(rec.Sessions) != 1 || len(rec.Sessions[0].NativeSessionIDs) != 1 || rec.Sessions[0].NativeSessionIDs[0] != res.SessionID {
+		t.Fatalf("sessions %+v", rec.Sessions)
+	}
+	if len(rec.Events) != len(spoolEvents) {
+		t.Fatalf("hub has %d events, spool %d", len(rec.Events), len(spoolEvents))
+	}
+	for i, e := range rec.Events {
+		s := spoolEvents[i]
+		if e.Seq != int64(s.Seq) || e.Kind != string(s.Kind) || e.ToolUseID != s.ToolUseID || e.Outcome != s.Outcome {
+			t.Fatalf("hub event %d %+v != spool %+v", i, e, s)
+		}
+	}
+	if rec.Coverage.State != "complete" || rec.Sessions[0].MissingSeqs != 0 {
+		t.Fatalf("coverage %+v, session %+v", rec.Coverage, rec.Sessions[0])
+	}
+	// The Hub holds none of the conversation text either.
+	b, _ := json.Marshal(rec)
+	for _, s := range []string{promptSecret, writeSecret, bashSecret, outputSecret, errorSecret} {
+		if strings.Contains(string(b), s) {
+			t.Fatalf("change record holds %q", s)
+		}
+	}
+}
