@@ -19,13 +19,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 )
 
 type subject struct {
 	name  string
 	argv  []string
-	stdin []byte
+	stdin func(i int) []byte
 	env   []string
 	times []time.Duration
 }
@@ -72,23 +73,27 @@ func run(n int, jsonOut string) error {
 			return fmt.Errorf("%v: %v\n%s", args, err, out)
 		}
 	}
-	payload := func(ev string, extra string) []byte {
-		return []byte(`{"session_id":"bench-session","transcript_path":"/tmp/t.jsonl","cwd":"` + root + `","permission_mode":"default","hook_event_name":"` + ev + `"` + extra + `}`)
+	// Every run is a new tool call: a fresh tool_use_id, as the host sends.
+	payload := func(ev string, extra string) func(int) []byte {
+		return func(i int) []byte {
+			x := strings.ReplaceAll(extra, "TOOLID", fmt.Sprintf("toolu_bench_%06d", i))
+			return []byte(`{"session_id":"bench-session","transcript_path":"/tmp/t.jsonl","cwd":"` + root + `","permission_mode":"default","hook_event_name":"` + ev + `"` + x + `}`)
+		}
 	}
 	refDir := filepath.Join(work, "ref")
 	os.Mkdir(refDir, 0o700)
 	subjects := []*subject{
-		{name: "/bin/true", argv: []string{"/bin/true"}},
+		{name: "/bin/true", argv: []string{"/bin/true"}, stdin: func(int) []byte { return nil }},
 		{name: "fsyncref (one durable write)", argv: []string{ref, refDir}, stdin: payload("PreToolUse", "")},
 		{name: "hook SessionStart", argv: []string{bin, "change-capture", "hook-claude"}, env: env, stdin: payload("SessionStart", `,"source":"startup","model":"claude"`)},
 		{name: "hook UserPromptSubmit", argv: []string{bin, "change-capture", "hook-claude"}, env: env, stdin: payload("UserPromptSubmit", `,"prompt":"please fix the failing test in parser.go"`)},
-		{name: "hook PreToolUse", argv: []string{bin, "change-capture", "hook-claude"}, env: env, stdin: payload("PreToolUse", `,"tool_name":"Bash","tool_use_id":"toolu_01","tool_input":{"command":"go test ./...","description":"run tests"}`)},
-		{name: "hook PostToolUse", argv: []string{bin, "change-capture", "hook-claude"}, env: env, stdin: payload("PostToolUse", `,"tool_name":"Bash","tool_use_id":"toolu_01","tool_input":{"command":"go test ./..."},"tool_response":{"stdout":"ok","stderr":"","interrupted":false}`)},
+		{name: "hook PreToolUse", argv: []string{bin, "change-capture", "hook-claude"}, env: env, stdin: payload("PreToolUse", `,"tool_name":"Bash","tool_use_id":"TOOLID","tool_input":{"command":"go test ./...","description":"run tests"}`)},
+		{name: "hook PostToolUse", argv: []string{bin, "change-capture", "hook-claude"}, env: env, stdin: payload("PostToolUse", `,"tool_name":"Bash","tool_use_id":"TOOLID","tool_input":{"command":"go test ./..."},"tool_response":{"stdout":"ok","stderr":"","interrupted":false}`)},
 	}
 	ctx := context.Background()
 	for i := 0; i < n; i++ {
 		for _, s := range subjects { // interleaved, so drift hits every subject alike
-			d, err := once(ctx, s)
+			d, err := once(ctx, s, i)
 			if err != nil {
 				return fmt.Errorf("%s: %w", s.name, err)
 			}
@@ -117,10 +122,10 @@ func run(n int, jsonOut string) error {
 	return nil
 }
 
-func once(ctx context.Context, s *subject) (time.Duration, error) {
+func once(ctx context.Context, s *subject, i int) (time.Duration, error) {
 	cmd := exec.CommandContext(ctx, s.argv[0], s.argv[1:]...)
 	cmd.Env = s.env
-	cmd.Stdin = bytes.NewReader(s.stdin)
+	cmd.Stdin = bytes.NewReader(s.stdin(i))
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	start := time.Now()
