@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"time"
 
@@ -134,10 +133,34 @@ func SavedRoot(root string) (string, error) {
 	}
 }
 
-var (
-	hex64     = regexp.MustCompile(`^[0-9a-f]{64}$`)
-	worktreeR = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
-)
+// isHex64 reports a lowercase hex SHA-256. Validators are plain functions,
+// not regexps: package init runs in every hook process.
+func isHex64(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// validWorktreeID reports 1 to 128 letters, digits, '_', '.' or '-',
+// starting with a letter or digit.
+func validWorktreeID(s string) bool {
+	if len(s) == 0 || len(s) > 128 {
+		return false
+	}
+	for i, c := range s {
+		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+		if !alnum && (i == 0 || c != '_' && c != '.' && c != '-') {
+			return false
+		}
+	}
+	return true
+}
 
 // prepared is a validated configure request.
 type prepared struct {
@@ -168,10 +191,10 @@ func prepare(o ConfigureOptions, root string, lin Lineage) (*prepared, error) {
 	if wt == "" {
 		wt = lin.WorktreeID
 	}
-	if !worktreeR.MatchString(wt) {
+	if !validWorktreeID(wt) {
 		return nil, fmt.Errorf("--worktree-id %q must be 1 to 128 letters, digits, '_', '.' or '-'", wt)
 	}
-	if o.SetupDigest != "" && !hex64.MatchString(o.SetupDigest) {
+	if o.SetupDigest != "" && !isHex64(o.SetupDigest) {
 		return nil, fmt.Errorf("--setup-digest must be 64 lowercase hex characters (a SHA-256)")
 	}
 	if o.BaseRef != "" {
