@@ -67,6 +67,7 @@ type Entry struct {
 	ModTime         time.Time   // nanosecond precision
 	Dev, Ino, Nlink uint64      // identity and link count
 	Target          string      // symlink target, read with readlinkat and never followed
+	ChangeTime      time.Time   // st_ctime (inode change), which unprivileged callers cannot set
 
 	dirfd int    // parent directory fd, valid only during the callback; -1 after
 	name  string // base name inside dirfd
@@ -288,14 +289,15 @@ func readlinkat(dirfd int, name string) (string, error) {
 // fromStat builds an Entry from a stat result.
 func fromStat(p string, st *unix.Stat_t) *Entry {
 	e := &Entry{
-		Path:    p,
-		Size:    st.Size,
-		ModTime: time.Unix(int64(st.Mtim.Sec), int64(st.Mtim.Nsec)),
-		Dev:     uint64(st.Dev),
-		Ino:     st.Ino,
-		Nlink:   uint64(st.Nlink),
-		Mode:    ModeFromUnix(uint32(st.Mode)),
-		dirfd:   -1,
+		Path:       p,
+		Size:       st.Size,
+		ModTime:    time.Unix(int64(st.Mtim.Sec), int64(st.Mtim.Nsec)),
+		ChangeTime: time.Unix(int64(st.Ctim.Sec), int64(st.Ctim.Nsec)),
+		Dev:        uint64(st.Dev),
+		Ino:        st.Ino,
+		Nlink:      uint64(st.Nlink),
+		Mode:       ModeFromUnix(uint32(st.Mode)),
+		dirfd:      -1,
 	}
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFREG:
