@@ -65,11 +65,11 @@ func parseMode(s string) (fs.FileMode, error) {
 
 // scanOptions configures takeManifest.
 type scanOptions struct {
-	store   *objectStore   // when non-nil, eligible file contents are stored
-	bounds  BackupBounds   // backup bounds for the store
-	reuse   map[string]*ManifestEntry // previous manifest: unchanged stat identity reuses the hash
-	phase   string
-	runID   string
+	store  *objectStore              // when non-nil, eligible file contents are stored
+	bounds BackupBounds              // backup bounds for the store
+	reuse  map[string]*ManifestEntry // previous manifest: unchanged stat identity reuses the hash
+	phase  string
+	runID  string
 }
 
 // takeManifest walks root without following symlinks, hashing regular files

@@ -564,4 +564,3 @@ func readAll(dir, name string) ([]byte, error) {
 	defer f.Close()
 	return fsutil.ReadBounded(f, MaxCapsuleFileBytes)
 }
-
