@@ -371,7 +371,7 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 	}
 
 	if launch {
-		w.event("command_started", map[string]any{"argv": o.Argv})
+		w.event("command_started", map[string]any{"argv": redArgv})
 		execErr = runCommand(ctx, launchSpec{path: resolved, argv: o.Argv, dir: root, env: o.Env,
 			stdin: o.Stdin, stdout: o.Stdout, stderr: o.Stderr, timeout: o.Timeout}, rt)
 		if execErr != nil && !rt.Launched {

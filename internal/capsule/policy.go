@@ -180,6 +180,16 @@ func ParsePolicy(data []byte) (*Policy, error) {
 	if len(data) > MaxPolicyBytes {
 		return nil, fmt.Errorf("%w: larger than %d bytes", ErrPolicy, MaxPolicyBytes)
 	}
+	{
+		dec := json.NewDecoder(bytes.NewReader(data))
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrPolicy, err)
+		}
+		if _, err := dec.Token(); err != io.EOF {
+			return nil, fmt.Errorf("%w: trailing data after the policy object", ErrPolicy)
+		}
+	}
 	if err := checkDuplicateKeys(data); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrPolicy, err)
 	}
