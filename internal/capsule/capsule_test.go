@@ -10,8 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -638,4 +638,4 @@ func TestStateDirSymlinkRefused(t *testing.T) {
 }
 
 func fmtSscan(s string, v *int) (int, error) { return fmt.Sscan(strings.TrimSpace(s), v) }
-func itoa(i int) string                       { return strconv.Itoa(i) }
+func itoa(i int) string                      { return strconv.Itoa(i) }
