@@ -124,6 +124,15 @@ func (w *writer) writeJSON(name string, v any) ([]byte, error) {
 	return b, w.writeRaw(name, b)
 }
 
+// writeCompact writes v as compact JSON (manifests can hold many entries).
+func (w *writer) writeCompact(name string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return w.writeRaw(name, append(b, '\n'))
+}
+
 func (w *writer) writeRaw(name string, b []byte) error {
 	if err := fsutil.WriteNew(filepath.Join(w.dir, name), b, fsutil.FileMode); err != nil {
 		return fmt.Errorf("write capsule %s: %w", name, err)
@@ -304,6 +313,7 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
+	defer store.close()
 	now := time.Now
 	id := NewRunID(now())
 	dir := filepath.Join(runs, id)
@@ -355,7 +365,7 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 			return nil, dir, err
 		}
 	}
-	if _, err := w.writeJSON(FileBefore, before); err != nil {
+	if err := w.writeCompact(FileBefore, before); err != nil {
 		return nil, dir, err
 	}
 	for reason, n := range before.BackupSkipped {
@@ -458,7 +468,7 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 		warnings = append(warnings, Warning{Code: "port_observation_incomplete", Message: rt.Ports.Error})
 	}
 
-	if _, err := w.writeJSON(FileAfter, after); err != nil {
+	if err := w.writeCompact(FileAfter, after); err != nil {
 		return nil, dir, err
 	}
 	if _, err := w.writeJSON(FileRuntime, rt); err != nil {

@@ -137,32 +137,24 @@ func (m *Manifest) skip(reason string) {
 // holds its content (copying it only when no object of that size exists); it
 // refuses a file that changes while being read.
 func hashEntry(e *scan.Entry, store *objectStore, backup bool, buf []byte) (string, bool, error) {
-	f, err := e.Open()
-	if err != nil {
-		return "", false, err
+	h := sha256.New()
+	if _, err := e.Copy(h, buf); err != nil {
+		return "", false, fmt.Errorf("hash: %w", err)
 	}
-	defer f.Close()
-	sum, err := hashReader(f, e.Size, buf, nil)
-	if err != nil {
-		return "", false, fmt.Errorf("hash %q: %w", e.Path, err)
-	}
+	sum := hex.EncodeToString(h.Sum(nil))
 	if !backup {
 		return sum, false, nil
 	}
-	if fi, err := os.Lstat(store.path(sum)); err == nil && fi.Mode().IsRegular() && fi.Size() == e.Size {
+	if store.has(sum, e.Size) {
 		return sum, true, nil // verified by hash whenever it is used
 	}
 	tmp, err := store.tempFile()
 	if err != nil {
 		return "", false, err
 	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		tmp.Close()
-		os.Remove(tmp.Name())
-		return "", false, err
-	}
-	again, err := hashReader(f, e.Size, buf, tmp)
-	if err == nil && again != sum {
+	h.Reset()
+	_, err = e.Copy(io.MultiWriter(h, tmp), buf)
+	if err == nil && hex.EncodeToString(h.Sum(nil)) != sum {
 		err = errors.New("file changed while being read")
 	}
 	if err != nil {
@@ -197,7 +189,9 @@ func hashReader(r io.Reader, size int64, buf []byte, w io.Writer) (string, error
 // of one root: <root>/.agentdiff/objects/<sha256[:2]>/<sha256>, mode 0400.
 // An object's name is its SHA-256, and every use re-hashes it.
 type objectStore struct {
-	dir string
+	dir     string
+	dirfd   int      // open objects directory, for fstatat lookups
+	written []string // objects installed by this process, not yet synced
 }
 
 func openStore(stateDir string) (*objectStore, error) {
@@ -205,7 +199,21 @@ func openStore(stateDir string) (*objectStore, error) {
 	if err := fsutil.MkdirPrivate(filepath.Join(dir, "tmp")); err != nil {
 		return nil, err
 	}
-	return &objectStore{dir: dir}, nil
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open object store: %w", err)
+	}
+	return &objectStore{dir: dir, dirfd: fd}, nil
+}
+
+// close releases the store's directory fd.
+func (s *objectStore) close() { unix.Close(s.dirfd) }
+
+// has reports whether a regular object named sum with the given size exists.
+func (s *objectStore) has(sum string, size int64) bool {
+	var st unix.Stat_t
+	err := unix.Fstatat(s.dirfd, sum[:2]+"/"+sum, &st, unix.AT_SYMLINK_NOFOLLOW)
+	return err == nil && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Size == size
 }
 
 func (s *objectStore) path(sum string) string { return filepath.Join(s.dir, sum[:2], sum) }
@@ -234,21 +242,52 @@ func (s *objectStore) commit(tmp *os.File, sum string) error {
 	if err := os.Rename(name, final); err != nil {
 		return fmt.Errorf("install object %s: %w", sum, err)
 	}
+	s.written = append(s.written, final)
 	return nil
 }
 
-// sync makes every object written so far durable with one syncfs(2) instead
-// of one fsync per object.
+// syncfsThreshold is the number of new objects above which one syncfs(2)
+// replaces per-object fsyncs.
+const syncfsThreshold = 256
+
+// sync makes the objects installed since the last sync durable: a few are
+// fsynced one by one (with their directories); many are covered by one
+// syncfs(2), whose cost depends on everything else dirty on the filesystem.
 func (s *objectStore) sync() error {
-	d, err := os.Open(s.dir)
-	if err != nil {
-		return err
+	if len(s.written) == 0 {
+		return nil
 	}
-	defer d.Close()
-	if err := unix.Syncfs(int(d.Fd())); err != nil {
-		return fmt.Errorf("sync object store: %w", err)
+	defer func() { s.written = s.written[:0] }()
+	if len(s.written) > syncfsThreshold {
+		d, err := os.Open(s.dir)
+		if err != nil {
+			return err
+		}
+		defer d.Close()
+		if err := unix.Syncfs(int(d.Fd())); err != nil {
+			return fmt.Errorf("sync object store: %w", err)
+		}
+		return nil
 	}
-	return nil
+	dirs := map[string]bool{}
+	for _, p := range s.written {
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		err = f.Sync()
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("sync object: %w", err)
+		}
+		dirs[filepath.Dir(p)] = true
+	}
+	for d := range dirs {
+		if err := fsutil.SyncDir(d); err != nil {
+			return err
+		}
+	}
+	return fsutil.SyncDir(s.dir)
 }
 
 // verify re-hashes object sum (no-follow) and reports whether it matches.

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"slices"
@@ -350,6 +351,64 @@ func (e *Entry) Open() (*os.File, error) {
 		return nil, &PathError{Op: "open", Path: e.Path, Err: errors.New("entry is only openable during its Walk callback")}
 	}
 	return openRegular(e.dirfd, e.name, e.Path, e)
+}
+
+// Copy writes the content of the regular file e to w while fn runs, reading
+// through the walk's held directory fd with plain read(2) calls (no *os.File,
+// no poller registration). It fails with ErrChanged when the file is not the
+// object that was stat'ed or its size differs from e.Size.
+func (e *Entry) Copy(w io.Writer, buf []byte) (int64, error) {
+	if e.dirfd < 0 {
+		return 0, &PathError{Op: "read", Path: e.Path, Err: errors.New("entry is only readable during its Walk callback")}
+	}
+	fd, err := openat(e.dirfd, e.name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY)
+	if err != nil {
+		return 0, &PathError{Op: "open", Path: e.Path, Err: err}
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return 0, &PathError{Op: "open", Path: e.Path, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return 0, &PathError{Op: "open", Path: e.Path, Err: ErrNotRegular}
+	}
+	if uint64(st.Dev) != e.Dev || st.Ino != e.Ino {
+		return 0, &PathError{Op: "open", Path: e.Path, Err: ErrChanged}
+	}
+	if len(buf) == 0 {
+		buf = make([]byte, 32<<10)
+	}
+	var total int64
+	for {
+		// Ask for one byte more than remains so growth is noticed.
+		want := e.Size - total + 1
+		if want > int64(len(buf)) {
+			want = int64(len(buf))
+		}
+		n, err := unix.Read(fd, buf[:want])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return total, &PathError{Op: "read", Path: e.Path, Err: err}
+		}
+		if n > 0 {
+			total += int64(n)
+			if total > e.Size {
+				return total, &PathError{Op: "read", Path: e.Path, Err: ErrChanged}
+			}
+			if _, err := w.Write(buf[:n]); err != nil {
+				return total, err
+			}
+		}
+		if total == e.Size && int64(n) < want {
+			return total, nil // a short read at the expected size: end of file
+		}
+		if n == 0 {
+			return total, &PathError{Op: "read", Path: e.Path, Err: fmt.Errorf("%w: %d bytes, stat said %d", ErrChanged, total, e.Size)}
+		}
+	}
 }
 
 func openRegular(dirfd int, name, rel string, want *Entry) (*os.File, error) {
