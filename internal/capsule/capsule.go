@@ -358,7 +358,13 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 		before, err = takeManifest(ctx, root, scanOptions{phase: "before", runID: id})
 	}
 	if err != nil {
-		return nil, dir, fmt.Errorf("before manifest: %w", err)
+		// Without a complete before-state there is no transaction: refuse to launch.
+		if ctx.Err() != nil {
+			return nil, dir, fmt.Errorf("before manifest: %w", err)
+		}
+		execErr = fmt.Errorf("cannot take the before manifest, command not launched: %w", err)
+		launch = false
+		before = &Manifest{SchemaVersion: 1, RunID: id, Phase: "before", Root: root, TakenAt: now().UTC(), Entries: []ManifestEntry{}, Incomplete: err.Error()}
 	}
 	if launch {
 		if err := store.sync(); err != nil {

@@ -51,6 +51,8 @@ type Manifest struct {
 	// BackupSkipped counts regular files without stored before-state content,
 	// by reason (too_large, budget_exhausted).
 	BackupSkipped map[string]int64 `json:"backup_skipped,omitempty"`
+	// Incomplete explains why the manifest could not be taken (entries are then empty).
+	Incomplete string `json:"incomplete,omitempty"`
 }
 
 func modeString(m fs.FileMode) string { return fmt.Sprintf("%04o", scan.UnixMode(m)) }

@@ -79,6 +79,9 @@ func loadCapsule(dir string) (before, after *Manifest, res *Result, err error) {
 	if err := after.validate(); err != nil {
 		return nil, nil, nil, fmt.Errorf("after.json: %w", err)
 	}
+	if before.Incomplete != "" || after.Incomplete != "" {
+		return nil, nil, nil, errors.New("the capsule's manifests are incomplete; nothing to roll back")
+	}
 	want := diff(before, after)
 	if len(want) != len(res.Changes) {
 		return nil, nil, nil, fmt.Errorf("result.json lists %d changes, the manifests show %d", len(res.Changes), len(want))
