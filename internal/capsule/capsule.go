@@ -133,15 +133,49 @@ func (w *writer) writeCompact(name string, v any) error {
 	return w.writeRaw(name, append(b, '\n'))
 }
 
+// writeRaw creates name in the new capsule directory (no-replace, no-follow)
+// and fsyncs it; the directory entry becomes durable at the next syncDir.
 func (w *writer) writeRaw(name string, b []byte) error {
-	if err := fsutil.WriteNew(filepath.Join(w.dir, name), b, fsutil.FileMode); err != nil {
+	f, err := os.OpenFile(filepath.Join(w.dir, name), os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, fsutil.FileMode)
+	if err != nil {
 		return fmt.Errorf("write capsule %s: %w", name, err)
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return fmt.Errorf("write capsule %s: %w", name, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("sync capsule %s: %w", name, err)
+	}
+	if err := f.Close(); err != nil {
+		return err
 	}
 	w.sums[name] = fileSum{Path: name, Size: int64(len(b)), SHA256: sumBytes(b)}
 	return nil
 }
 
-// event appends one redacted event line durably.
+// barrier makes the events appended so far and every directory entry created
+// so far durable.
+func (w *writer) barrier() error {
+	f, err := os.OpenFile(filepath.Join(w.dir, FileEvents), os.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("sync events: %w", err)
+	}
+	err = f.Sync()
+	f.Close()
+	if err != nil {
+		return fmt.Errorf("sync events: %w", err)
+	}
+	if _, err := os.Lstat(filepath.Join(w.dir, DirBackups)); err == nil {
+		if err := fsutil.SyncDir(filepath.Join(w.dir, DirBackups)); err != nil {
+			return err
+		}
+	}
+	return fsutil.SyncDir(w.dir)
+}
+
+// event appends one redacted event line; barrier makes it durable.
 func (w *writer) event(kind string, fields map[string]any) error {
 	w.seq++
 	red, _ := redact.Value(fields)
@@ -150,7 +184,7 @@ func (w *writer) event(kind string, fields map[string]any) error {
 		return err
 	}
 	line = append(line, '\n')
-	if err := appendDurable(filepath.Join(w.dir, FileEvents), line); err != nil {
+	if err := appendFile(filepath.Join(w.dir, FileEvents), line, false); err != nil {
 		return err
 	}
 	w.events.Write(line)
@@ -158,7 +192,10 @@ func (w *writer) event(kind string, fields map[string]any) error {
 }
 
 // appendDurable appends data to a regular file (no-follow) and fsyncs it.
-func appendDurable(path string, data []byte) error {
+func appendDurable(path string, data []byte) error { return appendFile(path, data, true) }
+
+// appendFile appends data to a regular file (no-follow), fsyncing when sync is set.
+func appendFile(path string, data []byte, sync bool) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|unix.O_NOFOLLOW|unix.O_CLOEXEC, fsutil.FileMode)
 	if err != nil {
 		return fmt.Errorf("append %s: %w", filepath.Base(path), err)
@@ -167,9 +204,11 @@ func appendDurable(path string, data []byte) error {
 		f.Close()
 		return fmt.Errorf("append %s: %w", filepath.Base(path), err)
 	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
+	if sync {
+		if err := f.Sync(); err != nil {
+			f.Close()
+			return err
+		}
 	}
 	return f.Close()
 }
@@ -388,6 +427,10 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 
 	if launch {
 		w.event("command_started", map[string]any{"argv": redArgv})
+		// Everything recorded so far is durable before the command can run.
+		if err := w.barrier(); err != nil {
+			return nil, dir, err
+		}
 		execErr = runCommand(ctx, launchSpec{path: resolved, argv: o.Argv, dir: root, env: o.Env,
 			stdin: o.Stdin, stdout: o.Stdout, stderr: o.Stderr, timeout: o.Timeout}, rt)
 		if execErr != nil && !rt.Launched {
@@ -519,6 +562,9 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 		return nil, dir, err
 	}
 	if err := w.event("run_finished", map[string]any{"status": res.Status, "safety_outcome": string(outcome), "changes": len(changes)}); err != nil {
+		return nil, dir, err
+	}
+	if err := w.barrier(); err != nil {
 		return nil, dir, err
 	}
 	if err := seal(w, id); err != nil {
