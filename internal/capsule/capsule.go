@@ -485,6 +485,7 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 		ok, _ := store.verify(b.SHA256)
 		if !ok {
 			tamperedObjects = append(tamperedObjects, b.SHA256)
+			store.drop(b.SHA256)
 			continue
 		}
 		if err := linkBackup(store, dir, b.SHA256, w); err != nil {

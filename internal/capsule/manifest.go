@@ -147,7 +147,7 @@ func hashEntry(e *scan.Entry, store *objectStore, backup bool, buf []byte) (stri
 	if !backup {
 		return sum, false, nil
 	}
-	if store.has(sum, e.Size) {
+	if store.has(sum) {
 		return sum, true, nil // verified by hash whenever it is used
 	}
 	tmp, err := store.tempFile()
@@ -192,8 +192,9 @@ func hashReader(r io.Reader, size int64, buf []byte, w io.Writer) (string, error
 // An object's name is its SHA-256, and every use re-hashes it.
 type objectStore struct {
 	dir     string
-	dirfd   int      // open objects directory, for fstatat lookups
-	written []string // objects installed by this process, not yet synced
+	dirfd   int             // open objects directory, for fstatat lookups
+	names   map[string]bool // object names present when first asked (lazy)
+	written []string        // objects installed by this process, not yet synced
 }
 
 func openStore(stateDir string) (*objectStore, error) {
@@ -211,11 +212,27 @@ func openStore(stateDir string) (*objectStore, error) {
 // close releases the store's directory fd.
 func (s *objectStore) close() { unix.Close(s.dirfd) }
 
-// has reports whether a regular object named sum with the given size exists.
-func (s *objectStore) has(sum string, size int64) bool {
-	var st unix.Stat_t
-	err := unix.Fstatat(s.dirfd, sum[:2]+"/"+sum, &st, unix.AT_SYMLINK_NOFOLLOW)
-	return err == nil && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Size == size
+// has reports whether an object named sum is present. The store's names are
+// listed once per run (a few getdents calls instead of one stat per file); a
+// truncated or corrupted object is caught when it is used, since every use
+// re-hashes it.
+func (s *objectStore) has(sum string) bool {
+	if s.names == nil {
+		s.names = map[string]bool{}
+		subs, _ := os.ReadDir(s.dir)
+		for _, d := range subs {
+			if !d.IsDir() || len(d.Name()) != 2 {
+				continue
+			}
+			ents, _ := os.ReadDir(filepath.Join(s.dir, d.Name()))
+			for _, e := range ents {
+				if e.Type().IsRegular() {
+					s.names[e.Name()] = true
+				}
+			}
+		}
+	}
+	return s.names[sum]
 }
 
 func (s *objectStore) path(sum string) string { return filepath.Join(s.dir, sum[:2], sum) }
@@ -228,24 +245,41 @@ func (s *objectStore) tempFile() (*os.File, error) {
 // verifies, in which case tmp is dropped.
 func (s *objectStore) commit(tmp *os.File, sum string) error {
 	name := tmp.Name()
-	defer os.Remove(name)
-	final := s.path(sum)
 	if err := tmp.Chmod(0o400); err != nil {
 		tmp.Close()
+		os.Remove(name)
 		return err
 	}
 	if err := tmp.Close(); err != nil {
+		os.Remove(name)
 		return err
 	}
-	if err := os.MkdirAll(filepath.Dir(final), 0o700); err != nil {
-		return err
+	rel := sum[:2] + "/" + sum
+	// Replacing is fine: an existing name was not listed or failed its re-hash.
+	err := unix.Renameat(unix.AT_FDCWD, name, s.dirfd, rel)
+	if err == unix.ENOENT {
+		if err := unix.Mkdirat(s.dirfd, sum[:2], 0o700); err != nil && err != unix.EEXIST {
+			os.Remove(name)
+			return fmt.Errorf("object store: %w", err)
+		}
+		err = unix.Renameat(unix.AT_FDCWD, name, s.dirfd, rel)
 	}
-	// Replacing is fine: the existing name (if any) had the wrong size.
-	if err := os.Rename(name, final); err != nil {
+	if err != nil {
+		os.Remove(name)
 		return fmt.Errorf("install object %s: %w", sum, err)
 	}
+	final := s.path(sum)
 	s.written = append(s.written, final)
+	if s.names != nil {
+		s.names[sum] = true
+	}
 	return nil
+}
+
+// drop removes a corrupt object so a later run stores it again.
+func (s *objectStore) drop(sum string) {
+	unix.Unlinkat(s.dirfd, sum[:2]+"/"+sum, 0)
+	delete(s.names, sum)
 }
 
 // syncfsThreshold is the number of new objects above which one syncfs(2)
