@@ -459,7 +459,8 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 
 	var after *Manifest
 	if launch {
-		after, err = takeManifest(ctx, root, scanOptions{reuse: before.index(), phase: "after", runID: id})
+		// Finish the capsule even when the run was interrupted: the command ran.
+		after, err = takeManifest(context.WithoutCancel(ctx), root, scanOptions{reuse: before.index(), phase: "after", runID: id})
 		if err != nil {
 			return nil, dir, fmt.Errorf("after manifest: %w", err)
 		}
@@ -513,6 +514,9 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 	}
 	if len(rt.Ports.Opened) > 0 {
 		warnings = append(warnings, Warning{Code: "listening_ports_opened", Message: "listening TCP sockets appeared during the run (machine-wide, not attributed): " + strings.Join(rt.Ports.Opened, ", ")})
+	}
+	if rt.Cancelled {
+		warnings = append(warnings, Warning{Code: "cancelled", Message: "agentdiff was interrupted while the command ran and killed its process group"})
 	}
 	if rt.Ports.Error != "" {
 		warnings = append(warnings, Warning{Code: "port_observation_incomplete", Message: rt.Ports.Error})

@@ -652,3 +652,20 @@ func TestNonUTF8NameRefusesLaunch(t *testing.T) {
 	}
 	verifyOK(t, out.dir)
 }
+
+func TestCancelledRunIsSealed(t *testing.T) {
+	root := project(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	res, dir, err := Run(ctx, RunOptions{Root: root, Policy: allowAll(), Argv: []string{"sh", "-c", "echo x > n; sleep 10"}, Env: os.Environ()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != StatusFailed || !slices.ContainsFunc(res.ObservationWarnings, func(w Warning) bool { return w.Code == "cancelled" }) {
+		t.Fatalf("status %s warnings %+v", res.Status, res.ObservationWarnings)
+	}
+	if len(res.Changes) != 1 {
+		t.Fatalf("changes %+v", res.Changes)
+	}
+	verifyOK(t, dir)
+}

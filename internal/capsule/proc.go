@@ -74,6 +74,7 @@ type Runtime struct {
 	Cleanup       *ProcessCleanup `json:"process_cleanup"`
 	Ports         PortObservation `json:"ports"`
 	LaunchError   string          `json:"launch_error,omitempty"`
+	Cancelled     bool            `json:"cancelled,omitempty"` // agentdiff was interrupted and killed the group
 }
 
 // Backend names the execution backend in runtime.json.
@@ -196,9 +197,7 @@ func runCommand(ctx context.Context, s launchSpec, rt *Runtime) error {
 			}
 		}
 	}
-	if cancelled {
-		return fmt.Errorf("run cancelled: %w", ctx.Err())
-	}
+	rt.Cancelled = cancelled
 	var ee *exec.ExitError
 	if waitErr != nil && !errors.As(waitErr, &ee) && !errors.Is(waitErr, exec.ErrWaitDelay) {
 		return waitErr
