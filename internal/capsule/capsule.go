@@ -374,7 +374,13 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 		return nil, dir, err
 	}
 
-	rt := &Runtime{SchemaVersion: SchemaVersion, RunID: id, Backend: Backend, Argv: redArgv, Dir: root}
+	rt := &Runtime{SchemaVersion: SchemaVersion, RunID: id, Backend: Backend, Argv: redArgv, Dir: root, PhaseMS: map[string]int64{}}
+	mark := time.Now()
+	phase := func(name string) {
+		t := time.Now()
+		rt.PhaseMS[name] += t.Sub(mark).Milliseconds()
+		mark = t
+	}
 	if o.Timeout > 0 {
 		rt.Timeout = o.Timeout.String()
 	}
@@ -405,11 +411,13 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 		launch = false
 		before = &Manifest{SchemaVersion: 1, RunID: id, Phase: "before", Root: root, TakenAt: now().UTC(), Entries: []ManifestEntry{}, Incomplete: err.Error()}
 	}
+	phase("before_manifest")
 	if launch {
 		if err := store.sync(); err != nil {
 			return nil, dir, err
 		}
 	}
+	phase("object_store_sync")
 	if err := w.writeCompact(FileBefore, before); err != nil {
 		return nil, dir, err
 	}
@@ -417,6 +425,7 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 		warnings = append(warnings, Warning{Code: "backup_" + reason, Message: fmt.Sprintf("%d regular files have no before-state backup (%s)", n, strings.ReplaceAll(reason, "_", " "))})
 	}
 	w.event("before_manifest", map[string]any{"entries": len(before.Entries)})
+	phase("write_before")
 
 	portsBefore, perr := listeningPorts()
 	rt.Ports = PortObservation{Source: "/proc/net/tcp,/proc/net/tcp6", Before: portsBefore,
@@ -431,6 +440,7 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 		if err := w.barrier(); err != nil {
 			return nil, dir, err
 		}
+		phase("ports_and_barrier")
 		execErr = runCommand(ctx, launchSpec{path: resolved, argv: o.Argv, dir: root, env: o.Env,
 			stdin: o.Stdin, stdout: o.Stdout, stderr: o.Stderr, timeout: o.Timeout}, rt)
 		if execErr != nil && !rt.Launched {
@@ -447,6 +457,7 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 	} else if execErr != nil {
 		rt.LaunchError = execErr.Error()
 	}
+	phase("command")
 	portsAfter, perr := listeningPorts()
 	rt.Ports.After = portsAfter
 	if perr != nil && rt.Ports.Error == "" {
@@ -470,6 +481,7 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 		after = &cp
 	}
 
+	phase("after_manifest")
 	changes := diff(before, after)
 	bi, ai := before.index(), after.index()
 	// Verify and link the before-state content of changed files into backups/.
@@ -525,6 +537,7 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 	if err := w.writeCompact(FileAfter, after); err != nil {
 		return nil, dir, err
 	}
+	phase("classify_and_write_after")
 	if _, err := w.writeJSON(FileRuntime, rt); err != nil {
 		return nil, dir, err
 	}

@@ -75,6 +75,8 @@ type Runtime struct {
 	Ports         PortObservation `json:"ports"`
 	LaunchError   string          `json:"launch_error,omitempty"`
 	Cancelled     bool            `json:"cancelled,omitempty"` // agentdiff was interrupted and killed the group
+	// PhaseMS is agentdiff's own time per phase (milliseconds), for overhead accounting.
+	PhaseMS map[string]int64 `json:"phase_ms"`
 }
 
 // Backend names the execution backend in runtime.json.
