@@ -173,3 +173,19 @@ func TestVerifyInspectRunsRollback(t *testing.T) {
 		t.Fatalf("doctor: %+v", d)
 	}
 }
+
+func TestJSONStdoutIsOnlyTheResult(t *testing.T) {
+	root := tree(t)
+	r := agentdiff(t, root, "run", "--format", "json", "--", "echo", "hello from the child")
+	var res map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil || r.code != 0 {
+		t.Fatalf("stdout is not only JSON (%v): %q", err, r.stdout)
+	}
+	if !strings.Contains(r.stderr, "hello from the child") {
+		t.Fatalf("child stdout lost: %q", r.stderr)
+	}
+	r = agentdiff(t, root, "run", "--", "echo", "hello again")
+	if !strings.HasPrefix(r.stdout, "hello again\n") {
+		t.Fatalf("summary mode: child stdout should pass through first: %q", r.stdout)
+	}
+}

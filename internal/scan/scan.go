@@ -119,7 +119,8 @@ type Options struct {
 // Walk visits every entry below root depth-first in lexical order of names within each directory,
 // holding directory fds (openat with O_NOFOLLOW|O_DIRECTORY) so a replaced ancestor can't redirect it.
 // A directory is passed to fn before its contents. The root itself is not
-// reported. fn may return fs.SkipDir for a directory to skip its subtree; any
+// reported; its own path is resolved normally (it is the caller's choice),
+// everything below it without following symlinks. fn may return fs.SkipDir for a directory to skip its subtree; any
 // other error stops the walk and is returned. Objects that vanish during the
 // walk are omitted; an object replaced between stat and open fails with ErrChanged.
 func Walk(ctx context.Context, root string, opts Options, fn func(*Entry) error) error {
