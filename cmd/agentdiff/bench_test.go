@@ -50,7 +50,9 @@ func BenchmarkRun(b *testing.B) {
 		return c
 	}
 	wrapped := func() *exec.Cmd {
-		return exec.Command(bin, "run", "--root", root, "--fail-on", "never", "--format", "json", "--", "sh", "-c", script)
+		c := exec.Command(bin, "run", "--root", root, "--fail-on", "never", "--format", "json", "--", "sh", "-c", script)
+		c.Env = append(os.Environ(), "AGENTDIFF_CONFIG_DIR="+filepath.Join(tmp, "config"))
+		return c
 	}
 	state := filepath.Join(root, ".agentdiff")
 	runOne := func(b *testing.B, mk func() *exec.Cmd) {

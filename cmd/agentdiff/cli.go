@@ -65,6 +65,32 @@ type env struct {
 	wd             string
 }
 
+func (e *env) getenv(k string) string {
+	v := ""
+	for _, kv := range e.environ {
+		if x, ok := strings.CutPrefix(kv, k+"="); ok {
+			v = x
+		}
+	}
+	return v
+}
+
+// configDir is where per-user agentdiff state outside any root lives:
+// $AGENTDIFF_CONFIG_DIR, else $XDG_CONFIG_HOME/agentdiff, else
+// $HOME/.config/agentdiff; "" when none is set (the stat cache is then off).
+func (e *env) configDir() string {
+	if d := e.getenv("AGENTDIFF_CONFIG_DIR"); d != "" {
+		return d
+	}
+	if d := e.getenv("XDG_CONFIG_HOME"); filepath.IsAbs(d) {
+		return filepath.Join(d, "agentdiff")
+	}
+	if d := e.getenv("HOME"); filepath.IsAbs(d) {
+		return filepath.Join(d, ".config", "agentdiff")
+	}
+	return ""
+}
+
 type exitError struct {
 	code int
 	err  error
@@ -249,6 +275,7 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	res, dir, err := capsule.Run(ctx, capsule.RunOptions{
 		Root: *root, Policy: pol, PolicyBytes: polBytes, PolicySource: src, Task: *task, Argv: argv,
 		Timeout: *timeout, Env: e.environ, Stdin: e.stdin, Stdout: childOut, Stderr: e.stderr,
+		KeyDir: e.configDir(),
 	})
 	if err != nil {
 		if dir != "" {

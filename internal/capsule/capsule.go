@@ -78,6 +78,9 @@ type RunOptions struct {
 	Stdin        io.Reader
 	Stdout       io.Writer
 	Stderr       io.Writer
+	// KeyDir holds the per-user key that authenticates the stat cache
+	// (outside the root); "" disables the cache and every file is hashed.
+	KeyDir string
 }
 
 // fileSum is a sealed file's size and digest.
@@ -397,8 +400,12 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 
 	var warnings []Warning
 	var before *Manifest
+	key, kerr := cacheKey(o.KeyDir)
+	if kerr != nil {
+		key = nil // the cache is an optimisation only
+	}
 	if launch {
-		before, err = takeManifest(ctx, root, scanOptions{store: store, bounds: pol.Backups, phase: "before", runID: id})
+		before, err = takeManifest(ctx, root, scanOptions{store: store, bounds: pol.Backups, phase: "before", runID: id, reuse: loadStatCache(state, key)})
 	} else {
 		before, err = takeManifest(ctx, root, scanOptions{phase: "before", runID: id})
 	}
@@ -587,6 +594,9 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 	}
 	if err := seal(w, id); err != nil {
 		return nil, dir, err
+	}
+	if launch {
+		_ = saveStatCache(state, key, after) // an optimisation: failure only costs hashing next time
 	}
 	return res, dir, nil
 }

@@ -669,3 +669,76 @@ func TestCancelledRunIsSealed(t *testing.T) {
 	}
 	verifyOK(t, dir)
 }
+
+func TestStatCache(t *testing.T) {
+	root := project(t)
+	keyDir := t.TempDir()
+	run := func(script string) *Result {
+		t.Helper()
+		res, _, err := Run(context.Background(), RunOptions{Root: root, Policy: allowAll(), Argv: []string{"sh", "-c", script}, Env: os.Environ(), KeyDir: keyDir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	run("true")
+	state := filepath.Join(root, StateDir)
+	key, err := cacheKey(keyDir)
+	if err != nil || len(key) != 32 {
+		t.Fatalf("key %v", err)
+	}
+	// Files written just now are racy and must not be cached.
+	if c := loadStatCache(state, key); c == nil || len(c) != 0 {
+		t.Fatalf("racy entries cached: %v", c)
+	}
+	// Age the files, run again: now they are cached.
+	old := time.Now().Add(-time.Hour)
+	for _, p := range []string{"a.txt", "sub/b.txt", ".env"} {
+		os.Chtimes(filepath.Join(root, p), old, old)
+	}
+	time.Sleep(10 * time.Millisecond)
+	// ctime is still recent after Chtimes; wait out the racy window cheaply by faking TakenAt.
+	var m Manifest
+	mm, err := takeManifest(context.Background(), root, scanOptions{phase: "after"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m = *mm
+	m.TakenAt = time.Now().Add(time.Hour)
+	if err := saveStatCache(state, key, &m); err != nil {
+		t.Fatal(err)
+	}
+	c := loadStatCache(state, key)
+	if len(c) != 3 {
+		t.Fatalf("cache %v", c)
+	}
+	// A valid entry is trusted: plant a (correctly authenticated) wrong hash and see it used.
+	wrong := strings.Repeat("0", 64)
+	c["a.txt"].SHA256 = wrong
+	m2 := m
+	m2.Entries = nil
+	for _, e := range m.Entries {
+		if e.Path == "a.txt" {
+			e.SHA256 = wrong
+		}
+		m2.Entries = append(m2.Entries, e)
+	}
+	saveStatCache(state, key, &m2)
+	before, err := takeManifest(context.Background(), root, scanOptions{phase: "before", reuse: loadStatCache(state, key)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before.index()["a.txt"].SHA256 != wrong {
+		t.Fatal("authenticated cache entry not used")
+	}
+	// A cache rewritten without the key is ignored.
+	b, _ := os.ReadFile(filepath.Join(state, statCacheName))
+	os.WriteFile(filepath.Join(state, statCacheName), bytes.Replace(b, []byte(wrong), []byte(strings.Repeat("1", 64)), 1), 0o600)
+	if loadStatCache(state, key) != nil {
+		t.Fatal("forged cache accepted")
+	}
+	res := run("echo x >> a.txt")
+	if len(res.Changes) != 1 || !res.Changes[0].Recovery.Available {
+		t.Fatalf("changes %+v", res.Changes)
+	}
+}

@@ -92,31 +92,37 @@ func takeManifest(ctx context.Context, root string, o scanOptions) (*Manifest, e
 			me.Nlink = 0
 		}
 		if e.Type == scan.File {
+			cached := ""
 			if prev := o.reuse[e.Path]; prev != nil && prev.hasStatID && prev.Type == "file" && prev.ino == e.Ino && prev.dev == e.Dev &&
 				prev.Size == e.Size && prev.MtimeNS == me.MtimeNS && prev.ctimeNS == me.ctimeNS {
-				me.SHA256 = prev.SHA256
-			} else {
-				wantBackup := false
-				if o.store != nil {
-					switch {
-					case e.Size > o.bounds.MaxFileBytes:
-						m.skip("too_large")
-					case total+e.Size > o.bounds.MaxTotalBytes || files+1 > o.bounds.MaxFiles:
-						m.skip("budget_exhausted")
-					default:
-						wantBackup = true
-					}
+				cached = prev.SHA256
+			}
+			wantBackup := false
+			if o.store != nil {
+				switch {
+				case e.Size > o.bounds.MaxFileBytes:
+					m.skip("too_large")
+				case total+e.Size > o.bounds.MaxTotalBytes || files+1 > o.bounds.MaxFiles:
+					m.skip("budget_exhausted")
+				default:
+					wantBackup = true
 				}
+			}
+			switch {
+			case cached != "" && (!wantBackup || o.store.has(cached)):
+				me.SHA256 = cached
+				me.Backup = wantBackup
+			default:
 				sum, stored, err := hashEntry(e, o.store, wantBackup, buf)
 				if err != nil {
 					return err
 				}
 				me.SHA256 = sum
-				if stored {
-					me.Backup = true
-					total += e.Size
-					files++
-				}
+				me.Backup = stored
+			}
+			if me.Backup {
+				total += e.Size
+				files++
 			}
 		}
 		m.Entries = append(m.Entries, me)
