@@ -62,7 +62,7 @@ func BenchmarkRun(b *testing.B) {
 	}
 	// Reference: one `git status` over the same tree (a full stat pass with a warm index).
 	git := func(args ...string) *exec.Cmd {
-		return exec.Command("git", append([]string{"-C", root, "-c", "user.name=b", "-c", "user.email=b@example.com"}, args...)...)
+		return exec.Command("git", append([]string{"-C", root, "-c", "user.name=b", "-c", "user.email=b@example.com", "-c", "gc.auto=0", "-c", "maintenance.auto=false"}, args...)...)
 	}
 	for _, a := range [][]string{{"init", "-q"}, {"add", "-A"}, {"commit", "-q", "-m", "tree"}} {
 		if out, err := git(a...).CombinedOutput(); err != nil {
