@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -362,7 +363,19 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 	if err := os.Mkdir(dir, fsutil.DirMode); err != nil {
 		return nil, "", fmt.Errorf("create capsule: %w", err)
 	}
-	w := &writer{dir: dir, sums: map[string]fileSum{}, now: now}
+	// Every capsule write goes through the directory fd we created, via its
+	// /proc/self/fd magic link, so a child that renames the capsule directory
+	// or swaps a symlink in for it cannot redirect agentdiff's writes.
+	dirf, err := os.OpenFile(dir, os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, dir, fmt.Errorf("open capsule: %w", err)
+	}
+	defer dirf.Close()
+	held := fmt.Sprintf("/proc/self/fd/%d", dirf.Fd())
+	if _, err := os.Stat(filepath.Join(held, ".")); err != nil {
+		held = dir // no /proc: fall back to the path (checked again before sealing)
+	}
+	w := &writer{dir: held, sums: map[string]fileSum{}, now: now}
 	redArgv, nred := redact.Args(o.Argv)
 	task, ntask := redact.String(o.Task)
 	meta := Metadata{SchemaVersion: SchemaVersion, RunID: id, Task: task, Command: redArgv, Redactions: nred + ntask,
@@ -508,7 +521,7 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 			store.drop(b.SHA256)
 			continue
 		}
-		if err := linkBackup(store, dir, b.SHA256, w); err != nil {
+		if err := linkBackup(store, w.dir, b.SHA256, w); err != nil {
 			return nil, dir, err
 		}
 		verified[b.SHA256] = true
@@ -592,6 +605,9 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 	if err := w.barrier(); err != nil {
 		return nil, dir, err
 	}
+	if err := sameDir(dirf, dir); err != nil {
+		return nil, dir, err
+	}
 	if err := seal(w, id); err != nil {
 		return nil, dir, err
 	}
@@ -601,11 +617,26 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 	return res, dir, nil
 }
 
+// sameDir checks that path still names the directory open as f.
+func sameDir(f *os.File, path string) error {
+	var a, b unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &a); err != nil {
+		return err
+	}
+	if err := unix.Lstat(path, &b); err != nil || a.Dev != b.Dev || a.Ino != b.Ino {
+		return fmt.Errorf("capsule directory %s was moved or replaced during the run; its contents were not sealed there", path)
+	}
+	return nil
+}
+
 // linkBackup hard-links a verified object into the capsule's backups/.
 func linkBackup(store *objectStore, dir, sum string, w *writer) error {
 	bdir := filepath.Join(dir, DirBackups)
-	if err := fsutil.MkdirPrivate(bdir); err != nil {
+	if err := os.Mkdir(bdir, fsutil.DirMode); err != nil && !errors.Is(err, fs.ErrExist) {
 		return err
+	}
+	if fi, err := os.Lstat(bdir); err != nil || !fi.IsDir() {
+		return fmt.Errorf("capsule backups is not a directory")
 	}
 	dst := filepath.Join(bdir, sum)
 	if err := os.Link(store.path(sum), dst); err != nil {

@@ -742,3 +742,21 @@ func TestStatCache(t *testing.T) {
 		t.Fatalf("changes %+v", res.Changes)
 	}
 }
+
+// A child that moves the capsule directory and plants a symlink in its place
+// cannot redirect agentdiff's writes; the run fails loudly instead of sealing.
+func TestChildSwapsCapsuleDir(t *testing.T) {
+	root := project(t)
+	elsewhere := t.TempDir()
+	_, dir, err := Run(context.Background(), RunOptions{Root: root, Policy: allowAll(), Env: os.Environ(),
+		Argv: []string{"sh", "-c", `for d in .agentdiff/runs/*; do mv "$d" "$d.moved"; ln -s ` + elsewhere + ` "$d"; done`}})
+	if err == nil || !strings.Contains(err.Error(), "moved or replaced") {
+		t.Fatalf("err %v", err)
+	}
+	if ents, _ := os.ReadDir(elsewhere); len(ents) != 0 {
+		t.Fatalf("writes were redirected through the symlink: %v", ents)
+	}
+	if _, err := os.Stat(filepath.Join(dir+".moved", FileAfter)); err != nil {
+		t.Fatalf("writes did not follow the held directory: %v", err)
+	}
+}
