@@ -1,8 +1,9 @@
 // Package redact is the project's central, best-effort secret redaction. It
 // replaces well-known credential shapes, secret-named flag values, secret
 // assignments and secret JSON fields with [REDACTED:<kind>]. Each rule is
-// guarded by literal keywords so text without them costs one pass of
-// strings.Contains; regular expressions compile lazily on first use.
+// guarded by literal ASCII keywords, found in one pass over the text through a
+// first-byte table, so text without them costs that pass only; regular
+// expressions compile lazily on first use, never at package init.
 //
 // Redaction is heuristic: a secret with no distinctive shape or name is not
 // recognised, and the package does not remove personal data or code.
@@ -151,28 +152,81 @@ var (
 	reAssignment = lazy(`(^|[^A-Za-z0-9_.-])([A-Za-z_][A-Za-z0-9_.-]*)([ \t]*(?:=>|=|:)[ \t]*)((?i:(?:basic|bearer|digest|token|negotiate)[ \t]+)?(?:"[^"\n]*"|'[^'\n]*'|[^\s,;"'&}<>?]+))`)
 )
 
+// keyword is one prefilter literal; mask has the bit of every rule it enables
+// (bit i for shapeRules[i], bitNamed for the name-based rules).
+type keyword struct {
+	text string
+	fold bool
+	mask uint64
+}
+
+const bitNamed = uint64(1) << 63
+
+// keywordTable indexes the prefilter literals by first byte (both cases for
+// case-insensitive ones), built on first use.
+var keywordTable = sync.OnceValue(func() *[256][]keyword {
+	var t [256][]keyword
+	add := func(k keyword) {
+		c := k.text[0]
+		t[c] = append(t[c], k)
+		if k.fold {
+			if u := strings.ToUpper(string(c))[0]; u != c {
+				t[u] = append(t[u], k)
+			}
+		}
+	}
+	for i, r := range shapeRules {
+		for _, w := range r.keywords {
+			add(keyword{w, r.fold, 1 << i})
+		}
+	}
+	for _, w := range secretWords {
+		add(keyword{w, true, bitNamed})
+	}
+	return &t
+})
+
+// prefilter returns the mask of rules whose keywords occur in s, in one pass.
+func prefilter(s string) uint64 {
+	t := keywordTable()
+	var m uint64
+	for i := 0; i < len(s); i++ {
+		for _, k := range t[s[i]] {
+			if m&k.mask == k.mask || len(s)-i < len(k.text) {
+				continue
+			}
+			// Cheap second-byte check before the full comparison (keywords are ASCII, len >= 2).
+			if c := s[i+1]; c != k.text[1] && !(k.fold && c|0x20 == k.text[1]) {
+				continue
+			}
+			if k.fold {
+				if strings.EqualFold(s[i:i+len(k.text)], k.text) {
+					m |= k.mask
+				}
+			} else if s[i:i+len(k.text)] == k.text {
+				m |= k.mask
+			}
+		}
+	}
+	return m
+}
+
 // String redacts s and returns the result and the number of redactions.
 func String(s string) (string, int) {
 	n := 0
-	var lower string
+	m := prefilter(s)
+	if m == 0 {
+		return s, 0
+	}
 	for i := range shapeRules {
-		r := &shapeRules[i]
-		if r.fold {
-			if lower == "" {
-				lower = strings.ToLower(s)
-			}
-			if !containsAny(lower, r.keywords) {
-				continue
-			}
-		} else if !containsAny(s, r.keywords) {
+		if m&(1<<i) == 0 {
 			continue
 		}
 		var c int
-		s, c = replaceGroup(r.re(), s, r.kind)
+		s, c = replaceGroup(shapeRules[i].re(), s, shapeRules[i].kind)
 		n += c
 	}
-	lower = strings.ToLower(s)
-	if !containsAny(lower, secretWords) {
+	if m&bitNamed == 0 {
 		return s, n
 	}
 	var c int

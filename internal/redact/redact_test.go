@@ -132,3 +132,39 @@ func BenchmarkStringClean(b *testing.B) {
 		String(s)
 	}
 }
+
+// prefilter must agree with plain (case-folded where declared) substring search.
+func FuzzPrefilter(f *testing.F) {
+	f.Add("Bearer x AKIA sk-ant- PASS token")
+	f.Add("go test ./... -run TestX")
+	f.Fuzz(func(t *testing.T, s string) {
+		got := prefilter(s)
+		var want uint64
+		lower := asciiLower(s) // keywords are matched ASCII case-insensitively only
+		for i, r := range shapeRules {
+			for _, w := range r.keywords {
+				if (!r.fold && strings.Contains(s, w)) || (r.fold && strings.Contains(lower, w)) {
+					want |= 1 << i
+				}
+			}
+		}
+		for _, w := range secretWords {
+			if strings.Contains(lower, w) {
+				want |= bitNamed
+			}
+		}
+		if got != want {
+			t.Fatalf("prefilter(%q) = %b, want %b", s, got, want)
+		}
+	})
+}
+
+func asciiLower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 32
+		}
+	}
+	return string(b)
+}
