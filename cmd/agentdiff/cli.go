@@ -1,0 +1,651 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/agentscm/agentscm/internal/capsule"
+	"github.com/agentscm/agentscm/internal/fsutil"
+)
+
+// Exit codes (stable; documented in docs/agentdiff.md).
+const (
+	exitOK         = 0
+	exitInternal   = 1 // agentdiff itself failed
+	exitUsage      = 2
+	exitBadPolicy  = 3
+	exitReview     = 10
+	exitDenied     = 11
+	exitBlocked    = 12
+	exitFailed     = 13
+	exitTimedOut   = 14
+	exitLaunchErr  = 15
+	exitUnverified = 20 // verify failed, or rollback refused an unverifiable capsule
+	exitPartial    = 21 // rollback left conflicts or unrecoverable paths
+)
+
+// statusExit maps a run status to its exit code under --fail-on.
+func statusExit(status, failOn string) int {
+	switch status {
+	case capsule.StatusPassed:
+		return exitOK
+	case capsule.StatusReview:
+		if failOn == "review" {
+			return exitReview
+		}
+		return exitOK
+	case capsule.StatusDenied:
+		if failOn == "never" {
+			return exitOK
+		}
+		return exitDenied
+	case capsule.StatusBlocked:
+		return exitBlocked
+	case capsule.StatusFailed:
+		return exitFailed
+	case capsule.StatusTimedOut:
+		return exitTimedOut
+	}
+	return exitLaunchErr
+}
+
+type env struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	environ        []string
+	wd             string
+}
+
+func (e *env) getenv(k string) string {
+	v := ""
+	for _, kv := range e.environ {
+		if x, ok := strings.CutPrefix(kv, k+"="); ok {
+			v = x
+		}
+	}
+	return v
+}
+
+// configDir is where per-user agentdiff state outside any root lives:
+// $AGENTDIFF_CONFIG_DIR, else $XDG_CONFIG_HOME/agentdiff, else
+// $HOME/.config/agentdiff; "" when none is set (the stat cache is then off).
+func (e *env) configDir() string {
+	if d := e.getenv("AGENTDIFF_CONFIG_DIR"); d != "" {
+		return d
+	}
+	if d := e.getenv("XDG_CONFIG_HOME"); filepath.IsAbs(d) {
+		return filepath.Join(d, "agentdiff")
+	}
+	if d := e.getenv("HOME"); filepath.IsAbs(d) {
+		return filepath.Join(d, ".config", "agentdiff")
+	}
+	return ""
+}
+
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+
+func usagef(format string, a ...any) error {
+	return &exitError{code: exitUsage, err: fmt.Errorf(format, a...)}
+}
+
+type command struct {
+	name, synopsis, summary string
+	run                     func(ctx context.Context, e *env, args []string) error
+}
+
+func commands() []command {
+	return []command{
+		{"run", "run [--root PATH] [--policy FILE] [--task TEXT] [--timeout DUR] [--format summary|json] [--fail-on never|review|deny] -- ARGV...", "run ARGV (no shell) inside an evidence transaction and write its capsule", cmdRun},
+		{"verify", "verify [--root PATH] [--format text|json] RUN_ID", "check a capsule against its sealed SHA-256 manifest", cmdVerify},
+		{"inspect", "inspect [--root PATH] [--format text|json] RUN_ID", "show a capsule's verification, result and rollbacks", cmdInspect},
+		{"runs", "runs [--root PATH] [--limit N] [--format text|json]", "list capsules, newest first", cmdRuns},
+		{"rollback", "rollback [--root PATH] [--path P]... [--format text|json] RUN_ID", "restore before-state of paths whose current state equals the post-run state", cmdRollback},
+		{"policy", "policy init|validate|explain PATH", "write, check or explain a version-1 policy file", cmdPolicy},
+		{"doctor", "doctor [--root PATH] [--format text|json]", "report what agentdiff can and cannot do here", cmdDoctor},
+	}
+}
+
+func run(ctx context.Context, e *env, args []string) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		printUsage(e.stderr)
+		if len(args) == 0 {
+			return exitUsage
+		}
+		return exitOK
+	}
+	for _, c := range commands() {
+		if c.name != args[0] {
+			continue
+		}
+		err := c.run(ctx, e, args[1:])
+		if err == nil {
+			return exitOK
+		}
+		var ee *exitError
+		if errors.As(err, &ee) {
+			if ee.err != nil && ee.err.Error() != "" {
+				fmt.Fprintf(e.stderr, "agentdiff %s: %v\n", c.name, ee.err)
+			}
+			if ee.code == exitUsage {
+				fmt.Fprintf(e.stderr, "usage: agentdiff %s\n", c.synopsis)
+			}
+			return ee.code
+		}
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		fmt.Fprintf(e.stderr, "agentdiff %s: %v\n", c.name, err)
+		return exitInternal
+	}
+	fmt.Fprintf(e.stderr, "agentdiff: unknown command %q\n", args[0])
+	printUsage(e.stderr)
+	return exitUsage
+}
+
+func printUsage(w io.Writer) {
+	fmt.Fprintln(w, "usage: agentdiff COMMAND [flags]")
+	fmt.Fprintln(w, "\ncommands:")
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	for _, c := range commands() {
+		fmt.Fprintf(tw, "  %s\t%s\n", c.name, c.summary)
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "\nagentdiff is not a sandbox and enforces nothing on the network; see `agentdiff doctor`.")
+}
+
+func newFlags(e *env, name, synopsis string) *flag.FlagSet {
+	fs := flag.NewFlagSet("agentdiff "+name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(e.stderr, "usage: agentdiff %s\n", synopsis)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return &exitError{code: exitUsage, err: errors.New("")}
+	}
+	return nil
+}
+
+func rootFlag(fs *flag.FlagSet, e *env) *string {
+	return fs.String("root", e.wd, "project root (default: current directory)")
+}
+
+func formatFlag(fs *flag.FlagSet, def string) *string {
+	return fs.String("format", def, "output format")
+}
+
+func checkFormat(f string, allowed ...string) error {
+	for _, a := range allowed {
+		if f == a {
+			return nil
+		}
+	}
+	return usagef("--format must be one of %s, not %q", strings.Join(allowed, ", "), f)
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func oneRunID(fs *flag.FlagSet) (string, error) {
+	if fs.NArg() != 1 {
+		return "", usagef("expected exactly one RUN_ID")
+	}
+	id := fs.Arg(0)
+	if !capsule.ValidRunID(id) {
+		return "", usagef("%v: %q", capsule.ErrBadRunID, id)
+	}
+	return id, nil
+}
+
+// loadPolicy reads a policy file (bounded, no-follow) or returns the default.
+func loadPolicy(path string) (*capsule.Policy, []byte, string, error) {
+	if path == "" {
+		p := capsule.DefaultPolicy()
+		return p, p.Marshal(), "built-in default", nil
+	}
+	b, err := fsutil.ReadFileNoFollow(path, capsule.MaxPolicyBytes)
+	if err != nil {
+		return nil, nil, "", &exitError{code: exitBadPolicy, err: fmt.Errorf("read policy: %w", err)}
+	}
+	p, err := capsule.ParsePolicy(b)
+	if err != nil {
+		return nil, nil, "", &exitError{code: exitBadPolicy, err: fmt.Errorf("%s: %w", path, err)}
+	}
+	abs, _ := filepath.Abs(path)
+	return p, b, abs, nil
+}
+
+func cmdRun(ctx context.Context, e *env, args []string) error {
+	syn := commands()[0].synopsis
+	fs := newFlags(e, "run", syn)
+	root := rootFlag(fs, e)
+	policy := fs.String("policy", "", "version-1 policy file (default: the built-in default policy)")
+	task := fs.String("task", "", "what the command is for (stored redacted)")
+	timeout := fs.Duration("timeout", 0, "kill the command's process group after this long (0: no timeout)")
+	format := formatFlag(fs, "summary")
+	failOn := fs.String("fail-on", "deny", "non-zero exit for: never, review (review or deny), deny")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := checkFormat(*format, "summary", "json"); err != nil {
+		return err
+	}
+	if *failOn != "never" && *failOn != "review" && *failOn != "deny" {
+		return usagef("--fail-on must be never, review or deny, not %q", *failOn)
+	}
+	if *timeout < 0 {
+		return usagef("--timeout must not be negative")
+	}
+	argv := fs.Args()
+	if len(argv) == 0 {
+		return usagef("no command: put it after --")
+	}
+	pol, polBytes, src, err := loadPolicy(*policy)
+	if err != nil {
+		return err
+	}
+	childOut := e.stdout
+	if *format == "json" {
+		childOut = e.stderr // keep stdout for the JSON result
+	}
+	res, dir, err := capsule.Run(ctx, capsule.RunOptions{
+		Root: *root, Policy: pol, PolicyBytes: polBytes, PolicySource: src, Task: *task, Argv: argv,
+		Timeout: *timeout, Env: e.environ, Stdin: e.stdin, Stdout: childOut, Stderr: e.stderr,
+		KeyDir: e.configDir(),
+	})
+	if err != nil {
+		if dir != "" {
+			return fmt.Errorf("%w (unsealed capsule left at %s)", err, dir)
+		}
+		return err
+	}
+	if *format == "json" {
+		if err := writeJSON(e.stdout, res); err != nil {
+			return err
+		}
+	} else {
+		printResult(e.stdout, res, dir)
+	}
+	if code := statusExit(res.Status, *failOn); code != exitOK {
+		return &exitError{code: code, err: errors.New("")}
+	}
+	return nil
+}
+
+func printResult(w io.Writer, r *capsule.Result, dir string) {
+	exit := "-"
+	if r.Runtime.Exit != nil {
+		if r.Runtime.Exit.Signal != "" {
+			exit = r.Runtime.Exit.Signal
+		} else {
+			exit = fmt.Sprint(r.Runtime.Exit.ExitCode)
+		}
+	}
+	fmt.Fprintf(w, "agentdiff: run %s status=%s outcome=%s exit=%s changes=%d blast_radius=%d (%s)\n",
+		r.RunID, r.Status, r.SafetyOutcome, exit, len(r.Changes), r.BlastRadius.Score, r.BlastRadius.Level)
+	fmt.Fprintf(w, "  command: %s (%s", r.CommandDecision.Decision, r.CommandDecision.Provenance.Source)
+	if r.CommandDecision.Provenance.Source == "rule" {
+		fmt.Fprintf(w, " %d %q", r.CommandDecision.Provenance.Index, r.CommandDecision.Provenance.Match)
+	}
+	fmt.Fprintln(w, ")")
+	if r.ExecutionError != nil {
+		fmt.Fprintf(w, "  execution error: %s\n", *r.ExecutionError)
+	}
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	for _, c := range r.Changes {
+		prov := "default"
+		if c.Provenance.Source == "rule" {
+			prov = fmt.Sprintf("rule %d %q", c.Provenance.Index, c.Provenance.Pattern)
+		}
+		rec := c.Recovery.Method
+		if !c.Recovery.Available {
+			rec = "none: " + c.Recovery.Reason
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t[%s]\trecovery: %s\n", c.Change, c.Type, c.Decision, c.Path, prov, rec)
+	}
+	tw.Flush()
+	for _, v := range r.LimitViolations {
+		fmt.Fprintf(w, "  limit exceeded: %s %d > %d\n", v.Limit, v.Value, v.Max)
+	}
+	for _, x := range r.ObservationWarnings {
+		fmt.Fprintf(w, "  warning: %s: %s\n", x.Code, x.Message)
+	}
+	fmt.Fprintf(w, "  capsule: %s\n", dir)
+}
+
+func cmdVerify(ctx context.Context, e *env, args []string) error {
+	fs := newFlags(e, "verify", commands()[1].synopsis)
+	root := rootFlag(fs, e)
+	format := formatFlag(fs, "text")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := checkFormat(*format, "text", "json"); err != nil {
+		return err
+	}
+	id, err := oneRunID(fs)
+	if err != nil {
+		return err
+	}
+	dir, err := capsule.CapsuleDir(*root, id)
+	if err != nil {
+		return err
+	}
+	rep, err := capsule.Verify(ctx, dir, id)
+	if err != nil {
+		return err
+	}
+	if *format == "json" {
+		writeJSON(e.stdout, rep)
+	} else {
+		printVerify(e.stdout, rep)
+	}
+	if !rep.OK {
+		return &exitError{code: exitUnverified, err: errors.New("")}
+	}
+	return nil
+}
+
+func printVerify(w io.Writer, r *capsule.VerifyReport) {
+	state := "ok"
+	if !r.OK {
+		state = "FAILED"
+	}
+	fmt.Fprintf(w, "verify %s: %s (sealed=%v, post-seal extensions=%d)\n", r.RunID, state, r.Sealed, r.Rollbacks)
+	for _, x := range r.Missing {
+		fmt.Fprintf(w, "  missing: %s\n", x)
+	}
+	for _, x := range r.Unexpected {
+		fmt.Fprintf(w, "  unexpected: %q\n", x)
+	}
+	for _, x := range r.Mismatched {
+		fmt.Fprintf(w, "  mismatched: %s\n", x)
+	}
+	for _, x := range r.Problems {
+		fmt.Fprintf(w, "  problem: %s\n", x)
+	}
+}
+
+func cmdInspect(ctx context.Context, e *env, args []string) error {
+	fs := newFlags(e, "inspect", commands()[2].synopsis)
+	root := rootFlag(fs, e)
+	format := formatFlag(fs, "text")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := checkFormat(*format, "text", "json"); err != nil {
+		return err
+	}
+	id, err := oneRunID(fs)
+	if err != nil {
+		return err
+	}
+	in, err := capsule.Inspect(ctx, *root, id)
+	if err != nil {
+		return err
+	}
+	if *format == "json" {
+		return writeJSON(e.stdout, in)
+	}
+	printVerify(e.stdout, in.Verify)
+	if m := in.Metadata; m != nil {
+		fmt.Fprintf(e.stdout, "task: %s\ncommand: %q\ncreated: %s\npolicy: %s\n", m.Task, m.Command, m.CreatedAt.Format(time.RFC3339), m.PolicySource)
+	}
+	if in.Result != nil {
+		dir, _ := capsule.CapsuleDir(*root, id)
+		printResult(e.stdout, in.Result, dir)
+	}
+	if in.Rollback != nil {
+		for i, a := range in.Rollback.Attempts {
+			fmt.Fprintf(e.stdout, "rollback %d at %s: %s\n", i+1, a.FinishedAt.Format(time.RFC3339), a.Status)
+			for _, it := range a.Items {
+				fmt.Fprintf(e.stdout, "  %s %s: %s %s\n", it.Outcome, it.Path, it.Action, it.Reason)
+			}
+		}
+	}
+	for _, p := range in.Problems {
+		fmt.Fprintf(e.stdout, "problem: %s\n", p)
+	}
+	if !in.Verify.OK {
+		return &exitError{code: exitUnverified, err: errors.New("")}
+	}
+	return nil
+}
+
+func cmdRuns(ctx context.Context, e *env, args []string) error {
+	fs := newFlags(e, "runs", commands()[3].synopsis)
+	root := rootFlag(fs, e)
+	limit := fs.Int("limit", 20, "show at most N runs (0: all)")
+	format := formatFlag(fs, "text")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := checkFormat(*format, "text", "json"); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 || *limit < 0 {
+		return usagef("runs takes no arguments and a non-negative --limit")
+	}
+	rs, err := capsule.ListRuns(*root, *limit)
+	if err != nil {
+		return err
+	}
+	if *format == "json" {
+		return writeJSON(e.stdout, rs)
+	}
+	tw := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "RUN ID\tSTATUS\tCHANGES\tSCORE\tTASK\tCOMMAND")
+	for _, r := range rs {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", r.RunID, r.Status, r.Changes, r.Score, r.Task, strings.Join(r.Command, " "))
+	}
+	return tw.Flush()
+}
+
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(s string) error { *m = append(*m, s); return nil }
+
+func cmdRollback(ctx context.Context, e *env, args []string) error {
+	fs := newFlags(e, "rollback", commands()[4].synopsis)
+	root := rootFlag(fs, e)
+	var paths multiFlag
+	fs.Var(&paths, "path", "roll back only this root-relative path (or the changes below this directory); repeatable")
+	format := formatFlag(fs, "text")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := checkFormat(*format, "text", "json"); err != nil {
+		return err
+	}
+	id, err := oneRunID(fs)
+	if err != nil {
+		return err
+	}
+	att, rep, err := capsule.Rollback(ctx, *root, id, capsule.RollbackOptions{Paths: paths})
+	if err != nil {
+		if errors.Is(err, capsule.ErrUnverified) {
+			if rep != nil {
+				printVerify(e.stderr, rep)
+			}
+			return &exitError{code: exitUnverified, err: err}
+		}
+		if errors.Is(err, capsule.ErrNoSuchChange) {
+			return usagef("%v", err)
+		}
+		return err
+	}
+	if *format == "json" {
+		writeJSON(e.stdout, att)
+	} else {
+		fmt.Fprintf(e.stdout, "rollback %s: %s\n", id, att.Status)
+		tw := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
+		for _, it := range att.Items {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", it.Outcome, it.Change, it.Path, it.Action, it.Reason)
+		}
+		tw.Flush()
+	}
+	if att.Status != capsule.RollbackComplete {
+		return &exitError{code: exitPartial, err: errors.New("")}
+	}
+	return nil
+}
+
+func cmdPolicy(ctx context.Context, e *env, args []string) error {
+	if len(args) == 0 {
+		return usagef("policy needs init, validate or explain")
+	}
+	sub, rest := args[0], args[1:]
+	switch sub {
+	case "init":
+		fs := newFlags(e, "policy init", "policy init PATH")
+		if err := parse(fs, rest); err != nil {
+			return err
+		}
+		if fs.NArg() != 1 {
+			return usagef("policy init needs exactly one PATH")
+		}
+		if err := fsutil.WriteNew(fs.Arg(0), capsule.DefaultPolicy().Marshal(), 0o644); err != nil {
+			if errors.Is(err, os.ErrExist) {
+				return fmt.Errorf("%s already exists; not replaced", fs.Arg(0))
+			}
+			return err
+		}
+		fmt.Fprintf(e.stdout, "wrote the built-in default policy (version %d) to %s\n", capsule.PolicyVersion, fs.Arg(0))
+		return nil
+	case "validate":
+		fs := newFlags(e, "policy validate", "policy validate PATH")
+		if err := parse(fs, rest); err != nil {
+			return err
+		}
+		if fs.NArg() != 1 {
+			return usagef("policy validate needs exactly one PATH")
+		}
+		p, _, _, err := loadPolicy(fs.Arg(0))
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "%s: valid version-%d policy (%d path rules, %d command rules)\n", fs.Arg(0), p.Version, len(p.Paths.Rules), len(p.Commands.Rules))
+		return nil
+	case "explain":
+		fs := newFlags(e, "policy explain", "policy explain [--path P]... [--command EXE]... PATH")
+		var paths, cmds multiFlag
+		fs.Var(&paths, "path", "explain the decision for this root-relative path; repeatable")
+		fs.Var(&cmds, "command", "explain the launch decision for this executable; repeatable")
+		format := formatFlag(fs, "text")
+		if err := parse(fs, rest); err != nil {
+			return err
+		}
+		if err := checkFormat(*format, "text", "json"); err != nil {
+			return err
+		}
+		if fs.NArg() != 1 {
+			return usagef("policy explain needs exactly one PATH (use \"default\" for the built-in policy)")
+		}
+		src := fs.Arg(0)
+		if src == "default" {
+			src = ""
+		}
+		p, _, _, err := loadPolicy(src)
+		if err != nil {
+			return err
+		}
+		return explain(e.stdout, p, paths, cmds, *format)
+	}
+	return usagef("unknown policy subcommand %q (want init, validate or explain)", sub)
+}
+
+func explain(w io.Writer, p *capsule.Policy, paths, cmds []string, format string) error {
+	type pathEx struct {
+		Path string `json:"path"`
+		capsule.PathDecision
+	}
+	var pe []pathEx
+	for _, x := range paths {
+		pe = append(pe, pathEx{x, p.DecidePath(x)})
+	}
+	var ce []capsule.CommandDecision
+	for _, c := range cmds {
+		ce = append(ce, p.DecideCommand(c, ""))
+	}
+	if format == "json" {
+		return writeJSON(w, map[string]any{"policy": p, "paths": pe, "commands": ce})
+	}
+	fmt.Fprintf(w, "policy version %d: %s\n", p.Version, p.Description)
+	fmt.Fprintf(w, "path decisions: every matching rule counts, the strongest wins (deny > review > allow); no match: %s\n", p.Paths.Default)
+	for i, r := range p.Paths.Rules {
+		fmt.Fprintf(w, "  rule %d: %-6s %s  %s\n", i, r.Decision, r.Pattern, r.Reason)
+	}
+	fmt.Fprintf(w, "command decisions on the executable (deny blocks launch); no match: %s\n", p.Commands.Default)
+	for i, r := range p.Commands.Rules {
+		fmt.Fprintf(w, "  rule %d: %-6s %s  %s\n", i, r.Decision, r.Executable, r.Reason)
+	}
+	l := p.Limits
+	fmt.Fprintf(w, "limits (0 = none; exceeding one is a deny outcome): files changed %d, files deleted %d, bytes written %d, duration %s\n",
+		l.MaxFilesChanged, l.MaxFilesDeleted, l.MaxBytesWritten, time.Duration(l.MaxDuration))
+	b := p.Backups
+	fmt.Fprintf(w, "backups: at most %d bytes per file, %d bytes and %d files per run\n", b.MaxFileBytes, b.MaxTotalBytes, b.MaxFiles)
+	for _, x := range pe {
+		prov := "default"
+		if x.Provenance.Source == "rule" {
+			prov = fmt.Sprintf("rule %d %q", x.Provenance.Index, x.Provenance.Pattern)
+		}
+		fmt.Fprintf(w, "path %s: %s (%s; matching rules %v)\n", x.Path, x.Decision, prov, x.Matched)
+	}
+	for _, c := range ce {
+		prov := "default"
+		if c.Provenance.Source == "rule" {
+			prov = fmt.Sprintf("rule %d %q", c.Provenance.Index, c.Provenance.Match)
+		}
+		fmt.Fprintf(w, "command %s: %s (%s)\n", c.Executable, c.Decision, prov)
+	}
+	return nil
+}
+
+func cmdDoctor(ctx context.Context, e *env, args []string) error {
+	fs := newFlags(e, "doctor", commands()[6].synopsis)
+	root := rootFlag(fs, e)
+	format := formatFlag(fs, "text")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := checkFormat(*format, "text", "json"); err != nil {
+		return err
+	}
+	caps := capsule.Doctor(*root)
+	if *format == "json" {
+		return writeJSON(e.stdout, caps)
+	}
+	for _, c := range caps {
+		mark := "yes"
+		if !c.OK {
+			mark = "NO "
+		}
+		fmt.Fprintf(e.stdout, "%s  %-22s %s\n", mark, c.Name, c.Detail)
+	}
+	return nil
+}

@@ -1,0 +1,26 @@
+// Command agentdiff wraps one command in an evidence transaction (a capsule)
+// and verifies, inspects and safely rolls back those capsules. See
+// docs/agentdiff.md.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	// Orphaned descendants of a wrapped command are re-parented to us, so
+	// process-group cleanup can reap them instead of leaving zombies to init.
+	_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+	// A short-lived process holding two manifests: trade memory for less GC work.
+	debug.SetGCPercent(400)
+	wd, _ := os.Getwd()
+	os.Exit(run(ctx, &env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, environ: os.Environ(), wd: wd}, os.Args[1:]))
+}

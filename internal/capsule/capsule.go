@@ -1,0 +1,671 @@
+package capsule
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/agentscm/agentscm/internal/fsutil"
+	"github.com/agentscm/agentscm/internal/redact"
+	"golang.org/x/sys/unix"
+)
+
+// SchemaVersion of every capsule JSON file.
+const SchemaVersion = 1
+
+// Capsule file names.
+const (
+	FileMetadata       = "metadata.json"
+	FilePolicy         = "policy.json"
+	FileBefore         = "before.json"
+	FileAfter          = "after.json"
+	FileRuntime        = "runtime.json"
+	FileResult         = "result.json"
+	FileEvents         = "events.jsonl"
+	FileIntegrity      = "integrity.json"
+	DirBackups         = "backups"
+	FileRollbackResult = "rollback-result.json"
+	// RollbackSealPrefix names the post-seal extension manifests
+	// integrity-rollback-<n>.json (n = 1, 2, ...).
+	RollbackSealPrefix = "integrity-rollback-"
+)
+
+// MaxCapsuleFileBytes bounds every capsule file read back.
+const MaxCapsuleFileBytes = 512 << 20
+
+var runIDPattern = regexp.MustCompile(`^[0-9]{8}T[0-9]{6}Z-[0-9a-f]{8}$`)
+
+// ValidRunID reports whether id has the run id shape (no path separators).
+func ValidRunID(id string) bool { return runIDPattern.MatchString(id) }
+
+// ErrBadRunID reports a malformed run id.
+var ErrBadRunID = errors.New("malformed run id (want YYYYMMDDTHHMMSSZ-xxxxxxxx)")
+
+// Metadata is metadata.json.
+type Metadata struct {
+	SchemaVersion int       `json:"schema_version"`
+	RunID         string    `json:"run_id"`
+	Task          string    `json:"task"`
+	Command       []string  `json:"command"` // redacted argv
+	Redactions    int       `json:"redactions"`
+	CreatedAt     time.Time `json:"created_at"`
+	Root          string    `json:"root"`
+	PolicySource  string    `json:"policy_source"`
+}
+
+// RunOptions configure one transaction.
+type RunOptions struct {
+	Root         string
+	Policy       *Policy
+	PolicyBytes  []byte // exact bytes written to policy.json (canonical JSON when nil)
+	PolicySource string // file path or "built-in default"
+	Task         string
+	Argv         []string
+	Timeout      time.Duration
+	Env          []string
+	Stdin        io.Reader
+	Stdout       io.Writer
+	Stderr       io.Writer
+	// KeyDir holds the per-user key that authenticates the stat cache
+	// (outside the root); "" disables the cache and every file is hashed.
+	KeyDir string
+}
+
+// fileSum is a sealed file's size and digest.
+type fileSum struct {
+	Path       string `json:"path"`
+	Size       int64  `json:"size"`
+	SHA256     string `json:"sha256"`
+	AppendOnly bool   `json:"append_only,omitempty"`
+}
+
+// Integrity is integrity.json, and the shape of each integrity-rollback-<n>.json.
+type Integrity struct {
+	SchemaVersion  int       `json:"schema_version"`
+	RunID          string    `json:"run_id"`
+	Algorithm      string    `json:"algorithm"`
+	SealedAt       time.Time `json:"sealed_at"`
+	Sequence       int       `json:"sequence"`                  // 0 for integrity.json, n for integrity-rollback-<n>.json
+	PreviousSHA256 string    `json:"previous_sha256,omitempty"` // digest of the previous seal file
+	Files          []fileSum `json:"files"`
+	Note           string    `json:"note"`
+}
+
+// writer records what agentdiff wrote to a capsule so that the seal covers
+// exactly those bytes, whatever happens to the files on disk meanwhile.
+type writer struct {
+	dir    string
+	sums   map[string]fileSum
+	events bytes.Buffer
+	seq    int
+	now    func() time.Time
+}
+
+func sumBytes(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+func (w *writer) writeJSON(name string, v any) ([]byte, error) {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	b = append(b, '\n')
+	return b, w.writeRaw(name, b)
+}
+
+// writeCompact writes v as compact JSON (manifests can hold many entries).
+func (w *writer) writeCompact(name string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return w.writeRaw(name, append(b, '\n'))
+}
+
+// writeRaw creates name in the new capsule directory (no-replace, no-follow)
+// and fsyncs it; the directory entry becomes durable at the next syncDir.
+func (w *writer) writeRaw(name string, b []byte) error {
+	f, err := os.OpenFile(filepath.Join(w.dir, name), os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, fsutil.FileMode)
+	if err != nil {
+		return fmt.Errorf("write capsule %s: %w", name, err)
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return fmt.Errorf("write capsule %s: %w", name, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("sync capsule %s: %w", name, err)
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	w.sums[name] = fileSum{Path: name, Size: int64(len(b)), SHA256: sumBytes(b)}
+	return nil
+}
+
+// barrier makes the events appended so far and every directory entry created
+// so far durable.
+func (w *writer) barrier() error {
+	f, err := os.OpenFile(filepath.Join(w.dir, FileEvents), os.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("sync events: %w", err)
+	}
+	err = f.Sync()
+	f.Close()
+	if err != nil {
+		return fmt.Errorf("sync events: %w", err)
+	}
+	if _, err := os.Lstat(filepath.Join(w.dir, DirBackups)); err == nil {
+		if err := fsutil.SyncDir(filepath.Join(w.dir, DirBackups)); err != nil {
+			return err
+		}
+	}
+	return fsutil.SyncDir(w.dir)
+}
+
+// event appends one redacted event line; barrier makes it durable.
+func (w *writer) event(kind string, fields map[string]any) error {
+	w.seq++
+	red, _ := redact.Value(fields)
+	line, err := json.Marshal(map[string]any{"seq": w.seq, "time": w.now().UTC().Format(time.RFC3339Nano), "event": kind, "fields": red})
+	if err != nil {
+		return err
+	}
+	line = append(line, '\n')
+	if err := appendFile(filepath.Join(w.dir, FileEvents), line, false); err != nil {
+		return err
+	}
+	w.events.Write(line)
+	return nil
+}
+
+// appendDurable appends data to a regular file (no-follow) and fsyncs it.
+func appendDurable(path string, data []byte) error { return appendFile(path, data, true) }
+
+// appendFile appends data to a regular file (no-follow), fsyncing when sync is set.
+func appendFile(path string, data []byte, sync bool) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|unix.O_NOFOLLOW|unix.O_CLOEXEC, fsutil.FileMode)
+	if err != nil {
+		return fmt.Errorf("append %s: %w", filepath.Base(path), err)
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return fmt.Errorf("append %s: %w", filepath.Base(path), err)
+	}
+	if sync {
+		if err := f.Sync(); err != nil {
+			f.Close()
+			return err
+		}
+	}
+	return f.Close()
+}
+
+// tampered compares the on-disk bytes of what w wrote with what it wrote.
+func (w *writer) tampered() []string {
+	var bad []string
+	names := make([]string, 0, len(w.sums))
+	for n := range w.sums {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		s := w.sums[n]
+		b, err := fsutil.ReadFileNoFollow(filepath.Join(w.dir, n), MaxCapsuleFileBytes)
+		if err != nil || sumBytes(b) != s.SHA256 {
+			bad = append(bad, n)
+		}
+	}
+	b, err := fsutil.ReadFileNoFollow(filepath.Join(w.dir, FileEvents), MaxCapsuleFileBytes)
+	if err != nil || !bytes.Equal(b, w.events.Bytes()) {
+		bad = append(bad, FileEvents)
+	}
+	return bad
+}
+
+// NewRunID returns a sortable, random run id.
+func NewRunID(now time.Time) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return now.UTC().Format("20060102T150405Z") + "-" + hex.EncodeToString(b[:])
+}
+
+// StateDirs returns <root>/.agentdiff and its runs directory, creating them
+// (0700) and refusing a symlinked or foreign state directory.
+func StateDirs(root string) (state, runs string, err error) {
+	state = filepath.Join(root, StateDir)
+	for _, d := range []string{state, filepath.Join(state, "runs")} {
+		if fi, err := os.Lstat(d); err == nil && !fi.IsDir() {
+			return "", "", fmt.Errorf("%s exists and is not a directory (symlinks are refused)", d)
+		}
+		if err := fsutil.MkdirPrivate(d); err != nil {
+			return "", "", err
+		}
+	}
+	return state, filepath.Join(state, "runs"), nil
+}
+
+// ErrLocked reports a concurrent run or rollback on the same root.
+var ErrLocked = errors.New("another agentdiff run or rollback holds the lock on this root")
+
+// tryLock takes the root's exclusive lock without waiting.
+func tryLock(state string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(state, "lock"), os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW|unix.O_CLOEXEC, fsutil.FileMode)
+	if err != nil {
+		return nil, fmt.Errorf("open lock: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if err == unix.EWOULDBLOCK {
+			return nil, ErrLocked
+		}
+		return nil, fmt.Errorf("lock: %w", err)
+	}
+	return f, nil
+}
+
+// lookPath resolves argv0 like execvp, using the PATH from env; a name with
+// a slash is taken relative to dir.
+func lookPath(argv0, dir string, env []string) (string, error) {
+	isExec := func(p string) error {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return err
+		}
+		if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+			return fmt.Errorf("%s is not an executable regular file", p)
+		}
+		return nil
+	}
+	if strings.Contains(argv0, "/") {
+		p := argv0
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(dir, p)
+		}
+		return p, isExec(p)
+	}
+	pathEnv := ""
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			pathEnv = v
+		}
+	}
+	for _, d := range filepath.SplitList(pathEnv) {
+		if d == "" || !filepath.IsAbs(d) {
+			continue // relative PATH entries would depend on the working directory
+		}
+		p := filepath.Join(d, argv0)
+		if isExec(p) == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("executable %q not found in PATH", argv0)
+}
+
+// Run executes one transaction and writes its capsule. It returns the result
+// and the capsule directory; err is non-nil only when agentdiff itself could
+// not produce a sealed capsule (a launch failure is status "error" instead).
+func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
+	if len(o.Argv) == 0 {
+		return nil, "", errors.New("no command given")
+	}
+	root, err := filepath.Abs(o.Root)
+	if err != nil {
+		return nil, "", err
+	}
+	if fi, err := os.Stat(root); err != nil || !fi.IsDir() {
+		return nil, "", fmt.Errorf("root %s is not a directory", root)
+	}
+	pol := o.Policy
+	if pol == nil {
+		pol = DefaultPolicy()
+	}
+	if err := pol.Validate(); err != nil {
+		return nil, "", err
+	}
+	polBytes := o.PolicyBytes
+	if polBytes == nil {
+		polBytes = pol.Marshal()
+	}
+	state, runs, err := StateDirs(root)
+	if err != nil {
+		return nil, "", err
+	}
+	lock, err := tryLock(state)
+	if err != nil {
+		return nil, "", err
+	}
+	defer lock.Close()
+	store, err := openStore(state)
+	if err != nil {
+		return nil, "", err
+	}
+	defer store.close()
+	now := time.Now
+	id := NewRunID(now())
+	dir := filepath.Join(runs, id)
+	if err := os.Mkdir(dir, fsutil.DirMode); err != nil {
+		return nil, "", fmt.Errorf("create capsule: %w", err)
+	}
+	// Every capsule write goes through the directory fd we created, via its
+	// /proc/self/fd magic link, so a child that renames the capsule directory
+	// or swaps a symlink in for it cannot redirect agentdiff's writes.
+	dirf, err := os.OpenFile(dir, os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, dir, fmt.Errorf("open capsule: %w", err)
+	}
+	defer dirf.Close()
+	held := fmt.Sprintf("/proc/self/fd/%d", dirf.Fd())
+	if _, err := os.Stat(filepath.Join(held, ".")); err != nil {
+		held = dir // no /proc: fall back to the path (checked again before sealing)
+	}
+	w := &writer{dir: held, sums: map[string]fileSum{}, now: now}
+	redArgv, nred := redact.Args(o.Argv)
+	task, ntask := redact.String(o.Task)
+	meta := Metadata{SchemaVersion: SchemaVersion, RunID: id, Task: task, Command: redArgv, Redactions: nred + ntask,
+		CreatedAt: now().UTC(), Root: root, PolicySource: o.PolicySource}
+	if err := w.event("run_created", map[string]any{"command": redArgv, "task": task}); err != nil {
+		return nil, dir, err
+	}
+	if _, err := w.writeJSON(FileMetadata, meta); err != nil {
+		return nil, dir, err
+	}
+	if err := w.writeRaw(FilePolicy, polBytes); err != nil {
+		return nil, dir, err
+	}
+
+	rt := &Runtime{SchemaVersion: SchemaVersion, RunID: id, Backend: Backend, Argv: redArgv, Dir: root, PhaseMS: map[string]int64{}}
+	mark := time.Now()
+	phase := func(name string) {
+		t := time.Now()
+		rt.PhaseMS[name] += t.Sub(mark).Milliseconds()
+		mark = t
+	}
+	if o.Timeout > 0 {
+		rt.Timeout = o.Timeout.String()
+	}
+	resolved, resolveErr := lookPath(o.Argv[0], root, o.Env)
+	rt.Executable = resolved
+	cmdDec := pol.DecideCommand(o.Argv[0], resolved)
+	blocked := cmdDec.Decision == Deny
+	var execErr error
+	if resolveErr != nil && !blocked {
+		execErr = resolveErr
+	}
+	launch := !blocked && execErr == nil
+	w.event("command_decision", map[string]any{"executable": o.Argv[0], "resolved": resolved, "decision": string(cmdDec.Decision), "provenance": cmdDec.Provenance.Source})
+
+	var warnings []Warning
+	var before *Manifest
+	key, kerr := cacheKey(o.KeyDir)
+	if kerr != nil {
+		key = nil // the cache is an optimisation only
+	}
+	if launch {
+		before, err = takeManifest(ctx, root, scanOptions{store: store, bounds: pol.Backups, phase: "before", runID: id, reuse: loadStatCache(state, key)})
+	} else {
+		before, err = takeManifest(ctx, root, scanOptions{phase: "before", runID: id})
+	}
+	if err != nil {
+		// Without a complete before-state there is no transaction: refuse to launch.
+		if ctx.Err() != nil {
+			return nil, dir, fmt.Errorf("before manifest: %w", err)
+		}
+		execErr = fmt.Errorf("cannot take the before manifest, command not launched: %w", err)
+		launch = false
+		before = &Manifest{SchemaVersion: 1, RunID: id, Phase: "before", Root: root, TakenAt: now().UTC(), Entries: []ManifestEntry{}, Incomplete: err.Error()}
+	}
+	phase("before_manifest")
+	if launch {
+		if err := store.sync(); err != nil {
+			return nil, dir, err
+		}
+	}
+	phase("object_store_sync")
+	if err := w.writeCompact(FileBefore, before); err != nil {
+		return nil, dir, err
+	}
+	for reason, n := range before.BackupSkipped {
+		warnings = append(warnings, Warning{Code: "backup_" + reason, Message: fmt.Sprintf("%d regular files have no before-state backup (%s)", n, strings.ReplaceAll(reason, "_", " "))})
+	}
+	w.event("before_manifest", map[string]any{"entries": len(before.Entries)})
+	phase("write_before")
+
+	portsBefore, perr := listeningPorts()
+	rt.Ports = PortObservation{Source: "/proc/net/tcp,/proc/net/tcp6", Before: portsBefore,
+		Caveats: "machine-wide point-in-time observation of listening TCP sockets, not causal attribution"}
+	if perr != nil {
+		rt.Ports.Error = perr.Error()
+	}
+
+	if launch {
+		w.event("command_started", map[string]any{"argv": redArgv})
+		// Everything recorded so far is durable before the command can run.
+		if err := w.barrier(); err != nil {
+			return nil, dir, err
+		}
+		phase("ports_and_barrier")
+		execErr = runCommand(ctx, launchSpec{path: resolved, argv: o.Argv, dir: root, env: o.Env,
+			stdin: o.Stdin, stdout: o.Stdout, stderr: o.Stderr, timeout: o.Timeout}, rt)
+		if execErr != nil && !rt.Launched {
+			rt.LaunchError = execErr.Error()
+		}
+		fields := map[string]any{"launched": rt.Launched}
+		if rt.Exit != nil {
+			fields["exit_code"], fields["signal"], fields["timed_out"] = rt.Exit.ExitCode, rt.Exit.Signal, rt.Exit.TimedOut
+		}
+		if rt.Cleanup != nil {
+			fields["descendants"] = len(rt.Cleanup.Descendants)
+		}
+		w.event("command_finished", fields)
+	} else if execErr != nil {
+		rt.LaunchError = execErr.Error()
+	}
+	phase("command")
+	portsAfter, perr := listeningPorts()
+	rt.Ports.After = portsAfter
+	if perr != nil && rt.Ports.Error == "" {
+		rt.Ports.Error = perr.Error()
+	}
+	rt.Ports.Opened, rt.Ports.Closed = diffSorted(portsBefore, portsAfter)
+	if rt.Cleanup == nil {
+		rt.Cleanup = &ProcessCleanup{Descendants: []Descendant{}, Note: "command was not launched"}
+	}
+
+	var after *Manifest
+	if launch {
+		// Finish the capsule even when the run was interrupted: the command ran.
+		after, err = takeManifest(context.WithoutCancel(ctx), root, scanOptions{reuse: before.index(), phase: "after", runID: id})
+		if err != nil {
+			return nil, dir, fmt.Errorf("after manifest: %w", err)
+		}
+	} else {
+		cp := *before
+		cp.Phase = "after"
+		after = &cp
+	}
+
+	phase("after_manifest")
+	changes := diff(before, after)
+	bi, ai := before.index(), after.index()
+	// Verify and link the before-state content of changed files into backups/.
+	verified := map[string]bool{}
+	var tamperedObjects []string
+	for _, c := range changes {
+		b := bi[c.Path]
+		if b == nil || b.Type != "file" || !b.Backup || verified[b.SHA256] {
+			continue
+		}
+		if c.Change == Modified && !containsStr(c.Aspects, "content") && !containsStr(c.Aspects, "type") {
+			continue
+		}
+		ok, _ := store.verify(b.SHA256)
+		if !ok {
+			tamperedObjects = append(tamperedObjects, b.SHA256)
+			store.drop(b.SHA256)
+			continue
+		}
+		if err := linkBackup(store, w.dir, b.SHA256, w); err != nil {
+			return nil, dir, err
+		}
+		verified[b.SHA256] = true
+	}
+	for i := range changes {
+		c := &changes[i]
+		d := pol.DecidePath(c.Path)
+		c.Decision, c.Provenance = d.Decision, d.Provenance
+		c.Recovery = recoveryFor(*c, bi[c.Path], ai[c.Path], verified)
+	}
+	if len(tamperedObjects) > 0 {
+		warnings = append(warnings, Warning{Code: "capsule_tampered", Message: fmt.Sprintf("%d before-state backup objects changed during the run; their paths have no recovery evidence", len(tamperedObjects))})
+	}
+	written := bytesWritten(changes, after)
+	dur := time.Duration(rt.DurationMS) * time.Millisecond
+	violations := checkLimits(pol.Limits, changes, written, dur)
+	if rt.Cleanup != nil && len(rt.Cleanup.Descendants) > 0 {
+		warnings = append(warnings, Warning{Code: "descendants_killed", Message: fmt.Sprintf("%d processes in the command's process group were still running and were killed", len(rt.Cleanup.Descendants))})
+	}
+	if rt.Cleanup != nil && rt.Cleanup.Remaining > 0 {
+		warnings = append(warnings, Warning{Code: "descendants_remaining", Message: fmt.Sprintf("%d processes of the command's process group survived cleanup", rt.Cleanup.Remaining)})
+	}
+	if len(rt.Ports.Opened) > 0 {
+		warnings = append(warnings, Warning{Code: "listening_ports_opened", Message: "listening TCP sockets appeared during the run (machine-wide, not attributed): " + strings.Join(rt.Ports.Opened, ", ")})
+	}
+	if rt.Cancelled {
+		warnings = append(warnings, Warning{Code: "cancelled", Message: "agentdiff was interrupted while the command ran and killed its process group"})
+	}
+	if rt.Ports.Error != "" {
+		warnings = append(warnings, Warning{Code: "port_observation_incomplete", Message: rt.Ports.Error})
+	}
+
+	if err := w.writeCompact(FileAfter, after); err != nil {
+		return nil, dir, err
+	}
+	phase("classify_and_write_after")
+	if _, err := w.writeJSON(FileRuntime, rt); err != nil {
+		return nil, dir, err
+	}
+	// Did anything rewrite what agentdiff had written while the command ran?
+	tampered := w.tampered()
+	if len(tampered) > 0 {
+		warnings = append(warnings, Warning{Code: "capsule_tampered", Message: "capsule files changed on disk while the command ran: " + strings.Join(tampered, ", ") + "; the seal covers what agentdiff wrote, so verify reports them"})
+	}
+	nTamper := len(tampered) + len(tamperedObjects)
+
+	outcome := Allow
+	if cmdDec.Decision == Review {
+		outcome = Review
+	}
+	for _, c := range changes {
+		outcome = Stronger(outcome, c.Decision)
+	}
+	if len(violations) > 0 || nTamper > 0 {
+		outcome = Deny
+	}
+	if warnings == nil {
+		warnings = []Warning{}
+	}
+	if changes == nil {
+		changes = []Change{}
+	}
+	res := &Result{
+		SchemaVersion: SchemaVersion, RunID: id, SafetyOutcome: outcome, CommandDecision: cmdDec,
+		Changes: changes, LimitViolations: violations, ObservationWarnings: warnings,
+		BlastRadius: blastRadius(changes, written, len(violations), len(rt.Cleanup.Descendants), len(rt.Ports.Opened), nTamper),
+		Runtime: RuntimeSummary{Launched: rt.Launched, Exit: rt.Exit, DurationMS: rt.DurationMS,
+			Descendants: len(rt.Cleanup.Descendants), PortsOpened: rt.Ports.Opened, PortsClosed: rt.Ports.Closed},
+	}
+	if execErr != nil {
+		msg, _ := redact.String(execErr.Error())
+		res.ExecutionError = &msg
+	}
+	res.Status = finalStatus(blocked, execErr, rt.Exit, outcome, len(warnings))
+	if _, err := w.writeJSON(FileResult, res); err != nil {
+		return nil, dir, err
+	}
+	if err := w.event("run_finished", map[string]any{"status": res.Status, "safety_outcome": string(outcome), "changes": len(changes)}); err != nil {
+		return nil, dir, err
+	}
+	if err := w.barrier(); err != nil {
+		return nil, dir, err
+	}
+	if err := sameDir(dirf, dir); err != nil {
+		return nil, dir, err
+	}
+	if err := seal(w, id); err != nil {
+		return nil, dir, err
+	}
+	if launch {
+		_ = saveStatCache(state, key, after) // an optimisation: failure only costs hashing next time
+	}
+	return res, dir, nil
+}
+
+// sameDir checks that path still names the directory open as f.
+func sameDir(f *os.File, path string) error {
+	var a, b unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &a); err != nil {
+		return err
+	}
+	if err := unix.Lstat(path, &b); err != nil || a.Dev != b.Dev || a.Ino != b.Ino {
+		return fmt.Errorf("capsule directory %s was moved or replaced during the run; its contents were not sealed there", path)
+	}
+	return nil
+}
+
+// linkBackup hard-links a verified object into the capsule's backups/.
+func linkBackup(store *objectStore, dir, sum string, w *writer) error {
+	bdir := filepath.Join(dir, DirBackups)
+	if err := os.Mkdir(bdir, fsutil.DirMode); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	if fi, err := os.Lstat(bdir); err != nil || !fi.IsDir() {
+		return fmt.Errorf("capsule backups is not a directory")
+	}
+	dst := filepath.Join(bdir, sum)
+	if err := os.Link(store.path(sum), dst); err != nil {
+		return fmt.Errorf("link backup: %w", err)
+	}
+	fi, err := os.Lstat(dst)
+	if err != nil {
+		return err
+	}
+	name := DirBackups + "/" + sum
+	w.sums[name] = fileSum{Path: name, Size: fi.Size(), SHA256: sum}
+	return nil
+}
+
+// seal writes integrity.json (no-replace) over everything w wrote: the seal
+// covers the bytes agentdiff produced, so later or concurrent mutation shows
+// up in verify.
+func seal(w *writer, id string) error {
+	files := make([]fileSum, 0, len(w.sums)+1)
+	for _, s := range w.sums {
+		files = append(files, s)
+	}
+	files = append(files, fileSum{Path: FileEvents, Size: int64(w.events.Len()), SHA256: sumBytes(w.events.Bytes()), AppendOnly: true})
+	sort.Slice(files, func(i, j int) bool { return files[i].Path < files[j].Path })
+	in := Integrity{SchemaVersion: SchemaVersion, RunID: id, Algorithm: "sha256", SealedAt: w.now().UTC(), Files: files,
+		Note: "checksums detect ordinary mutation; they are not signatures or remote attestation"}
+	b, err := json.MarshalIndent(in, "", "  ")
+	if err != nil {
+		return err
+	}
+	return fsutil.WriteNew(filepath.Join(w.dir, FileIntegrity), append(b, '\n'), fsutil.FileMode)
+}
