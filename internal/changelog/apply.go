@@ -322,6 +322,24 @@ func (rp *replay) simulate() error {
 			}
 			switch m.Type {
 			case typeDumpdir:
+				// Renames run first, as GNU tar replays them before purging.
+				for _, rn := range m.Renames {
+					for _, p := range []string{rn.From, rn.To} {
+						for a := parentOf(p); ; a = parentOf(a) {
+							if v := o.lookup(m.Root, a); v == vSymlink {
+								return fmt.Errorf("increment %s: %w: rename %q traverses the symlink %q", path.Base(ra.path), ErrUnreadableArchive, p, a)
+							}
+							if a == "" {
+								break
+							}
+						}
+					}
+					if o.lookup(m.Root, rn.From) == vDir {
+						o.set(m.Root, rn.To, vDir)
+						o.fresh[vkey(m.Root, rn.To)] = true
+						o.set(m.Root, rn.From, vGone)
+					}
+				}
 				k := vkey(m.Root, m.Rel)
 				if o.lookup(m.Root, m.Rel) != vDir {
 					o.set(m.Root, m.Rel, vDir)
@@ -438,11 +456,19 @@ func (rp *replay) extractOne(ctx context.Context, ra *replayArchive) error {
 		}
 		switch m.Type {
 		case typeDumpdir:
+			renamed := true
+			for _, rn := range m.Renames {
+				if err := renameDir(root, rn.From, rn.To); err != nil {
+					renamed = false // GNU tar then leaves the directory unpurged
+				}
+			}
 			if err := ensureDir(root, rel); err != nil {
 				return err
 			}
-			if err := purgeDir(root, rel, m.Dumpdir); err != nil {
-				return err
+			if renamed {
+				if err := purgeDir(root, rel, m.Dumpdir); err != nil {
+					return err
+				}
 			}
 			if err := root.Chmod(rel, m.Mode); err != nil {
 				return err
@@ -557,4 +583,21 @@ func purgeDir(root *os.Root, rel string, dump []dumpEntry) error {
 		}
 	}
 	return nil
+}
+
+// renameDir replays a GNU rename, creating the target's parents when missing.
+func renameDir(root *os.Root, from, to string) error {
+	fi, err := root.Lstat(from)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("rename source %s is not a directory", from)
+	}
+	if p := parentOf(to); p != "" {
+		if err := ensureDir(root, p); err != nil {
+			return err
+		}
+	}
+	return root.Rename(from, to)
 }

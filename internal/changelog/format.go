@@ -111,46 +111,75 @@ func encodeDumpdir(entries []dumpEntry) []byte {
 	return append(b, 0)
 }
 
-// decodeDumpdir parses a GNU dumpdir, refusing flags other than Y, N and D,
-// names that are not a single path component, and duplicates.
-func decodeDumpdir(b []byte) ([]dumpEntry, error) {
+// dumpRename is an R/T pair of a GNU dumpdir: GNU tar records a directory
+// it saw renamed (same device and inode) as a rename of full member names,
+// replayed before the directory is purged.
+type dumpRename struct{ From, To string }
+
+// decodeDumpdir parses a GNU dumpdir: Y, N and D entries (single path
+// components, no duplicates) and R/T rename pairs (full member names,
+// validated by the caller). X (temporary names for cyclic renames) is refused.
+func decodeDumpdir(b []byte) ([]dumpEntry, []dumpRename, error) {
 	var out []dumpEntry
+	var renames []dumpRename
 	seen := map[string]bool{}
+	pendingR := ""
+	terminated := false
 	for len(b) > 0 {
 		i := bytes.IndexByte(b, 0)
 		if i < 0 {
-			return nil, errors.New("dumpdir entry without NUL terminator")
+			return nil, nil, errors.New("dumpdir entry without NUL terminator")
 		}
 		if i == 0 {
 			// The terminating empty entry; anything after it must be padding.
 			if len(bytes.Trim(b, "\x00")) != 0 {
-				return nil, errors.New("data after dumpdir terminator")
+				return nil, nil, errors.New("data after dumpdir terminator")
 			}
-			return out, nil
+			terminated = true
+			break
 		}
 		ent := b[:i]
 		b = b[i+1:]
 		flag, name := ent[0], string(ent[1:])
+		if pendingR != "" && flag != 'T' {
+			return nil, nil, errors.New("dumpdir rename source without a target")
+		}
 		switch flag {
 		case flagInArchive, flagNotInArchive, flagDirectory:
+		case 'R':
+			if name == "" {
+				return nil, nil, errors.New("dumpdir rename through a temporary directory is not supported")
+			}
+			pendingR = name
+			continue
+		case 'T':
+			if pendingR == "" || name == "" {
+				return nil, nil, errors.New("dumpdir rename target without a source")
+			}
+			renames = append(renames, dumpRename{From: pendingR, To: name})
+			pendingR = ""
+			continue
 		default:
-			return nil, fmt.Errorf("unsupported dumpdir flag %q", flag)
+			return nil, nil, fmt.Errorf("unsupported dumpdir flag %q", flag)
 		}
 		if name == "" || name == "." || name == ".." || strings.Contains(name, "/") {
-			return nil, fmt.Errorf("invalid dumpdir name %q", name)
+			return nil, nil, fmt.Errorf("invalid dumpdir name %q", name)
 		}
 		if seen[name] {
-			return nil, fmt.Errorf("duplicate dumpdir name %q", name)
+			return nil, nil, fmt.Errorf("duplicate dumpdir name %q", name)
 		}
 		seen[name] = true
 		out = append(out, dumpEntry{Flag: flag, Name: name})
 	}
+	if pendingR != "" {
+		return nil, nil, errors.New("dumpdir rename source without a target")
+	}
 	// GNU tar always writes the terminator; tolerate its absence only for an
 	// empty listing.
-	if out != nil {
-		return nil, errors.New("dumpdir without terminator")
+	if !terminated && (out != nil || renames != nil) {
+		return nil, nil, errors.New("dumpdir without terminator")
 	}
-	return out, nil
+	return out, renames, nil
 }
 
 // archiveWriter writes one increment: a gzip stream of a GNU-format tar.
@@ -284,8 +313,12 @@ type Member struct {
 	Size     int64
 	Linkname string
 	Dumpdir  []dumpEntry
+	Renames  []memberRename
 	offset   int // ordinal of the member in the archive
 }
+
+// memberRename is a validated rename inside one capture root.
+type memberRename struct{ From, To string }
 
 // Archive is a fully read and validated increment. File contents are not
 // held: extraction reads the archive a second time.
@@ -347,7 +380,7 @@ func cleanMemberName(name string) (string, error) {
 func readArchive(r io.Reader, allowed []MetaRoot) (*Archive, error) {
 	gz, err := gzip.NewReader(r)
 	if err != nil {
-		return nil, archiveError("gzip: %v", err)
+		return nil, archiveError("%v", err)
 	}
 	defer gz.Close()
 	gz.Multistream(false)
@@ -428,8 +461,25 @@ func readArchive(r io.Reader, allowed []MetaRoot) (*Archive, error) {
 			if err != nil {
 				return nil, archiveError("dumpdir %q: %v", h.Name, err)
 			}
-			if m.Dumpdir, err = decodeDumpdir(b); err != nil {
+			var renames []dumpRename
+			if m.Dumpdir, renames, err = decodeDumpdir(b); err != nil {
 				return nil, archiveError("dumpdir %q: %v", h.Name, err)
+			}
+			for _, rn := range renames {
+				from, ferr := cleanMemberName(rn.From)
+				to, terr := cleanMemberName(rn.To)
+				if ferr != nil || terr != nil {
+					return nil, archiveError("dumpdir %q: invalid rename %q -> %q", h.Name, rn.From, rn.To)
+				}
+				fr, frel, fok := matcher.match(from)
+				tr, trel, tok := matcher.match(to)
+				if !fok || !tok || fr.Name != tr.Name || frel == "" || trel == "" {
+					return nil, archiveError("dumpdir %q: rename %q -> %q leaves its capture root", h.Name, rn.From, rn.To)
+				}
+				if within(trel, frel) {
+					return nil, archiveError("dumpdir %q: rename %q into itself", h.Name, rn.From)
+				}
+				m.Renames = append(m.Renames, memberRename{From: frel, To: trel})
 			}
 		case tar.TypeReg, tar.TypeRegA:
 			m.Type = tar.TypeReg
