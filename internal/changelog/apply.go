@@ -269,6 +269,20 @@ func (o *overlay) set(root, rel string, v vkind) {
 	o.kinds[k] = v
 }
 
+// cache remembers a looked-up kind without changing the simulated tree, so
+// deep paths are resolved once.
+func (o *overlay) cache(root, rel string, v vkind) {
+	k := vkey(root, rel)
+	if _, ok := o.kinds[k]; ok {
+		return
+	}
+	if rel != "" {
+		pk := vkey(root, parentOf(rel))
+		o.children[pk] = append(o.children[pk], rel)
+	}
+	o.kinds[k] = v
+}
+
 // dropBelow forgets everything simulated below key k.
 func (o *overlay) dropBelow(k string) {
 	root, _, _ := strings.Cut(k, "\x00")
@@ -311,6 +325,7 @@ func (rp *replay) simulate() error {
 			for _, a := range anc {
 				switch o.lookup(m.Root, a) {
 				case vDir:
+					o.cache(m.Root, a, vDir)
 				case vGone:
 					o.set(m.Root, a, vDir)
 					o.fresh[vkey(m.Root, a)] = true

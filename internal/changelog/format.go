@@ -46,6 +46,7 @@ const (
 	maxDumpdirBytes = 64 << 20
 	maxNameBytes    = 4096
 	maxMembers      = 4 << 20
+	maxDepth        = 256
 )
 
 // Meta is the metadata stored in every increment.
@@ -365,6 +366,9 @@ func cleanMemberName(name string) (string, error) {
 	n := strings.TrimSuffix(name, "/")
 	if n == "" {
 		return "", fmt.Errorf("empty member name")
+	}
+	if strings.Count(n, "/") >= maxDepth {
+		return "", fmt.Errorf("member name %q is deeper than %d components", name[:64], maxDepth)
 	}
 	for _, c := range strings.Split(n, "/") {
 		if c == "" || c == "." || c == ".." {
