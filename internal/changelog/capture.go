@@ -7,11 +7,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
+	"runtime"
+	"sync"
 	"syscall"
 	"time"
 
@@ -266,7 +269,11 @@ func (c *Changelog) scanRoot(ctx context.Context, r Root, old *rootState, start 
 				}
 			}
 		}
-		entries, err := walkRoot(ctx, r, ignored, fi)
+		hint := 0
+		if old != nil {
+			hint = len(old.Entries) + 64
+		}
+		entries, err := walkRoot(ctx, r, ignored, fi, hint)
 		if err != nil {
 			return nil, err
 		}
@@ -313,35 +320,127 @@ func (c *Changelog) scanRoot(ctx context.Context, r Root, old *rootState, start 
 }
 
 // walkRoot lists the root (its own entry first, Path "") in walk order,
-// recording excluded entries without descending into them.
-func walkRoot(ctx context.Context, r Root, ignored map[string]bool, rootInfo fs.FileInfo) ([]entry, error) {
+// recording excluded entries without descending into them. The root's
+// top-level directories are walked concurrently, each through a directory
+// opened without following symlinks; sizeHint preallocates.
+func walkRoot(ctx context.Context, r Root, ignored map[string]bool, rootInfo fs.FileInfo, sizeHint int) ([]entry, error) {
 	rootEntry := entry{Path: "", Type: scan.Dir, Mode: rootInfo.Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky), MTime: rootInfo.ModTime().UnixNano()}
 	if st, ok := rootInfo.Sys().(*syscall.Stat_t); ok {
 		rootEntry.Dev, rootEntry.Ino = uint64(st.Dev), st.Ino
 	}
-	entries := []entry{rootEntry}
-	skip := func(rel string, isDir bool) bool {
-		if (r.Git && path.Base(rel) == ".git") || ignored[rel] {
-			t := scan.File
-			if isDir {
-				t = scan.Dir
-			}
-			entries = append(entries, entry{Path: rel, Type: t, Excluded: true})
+	excluded := func(rel string) bool { return (r.Git && path.Base(rel) == ".git") || ignored[rel] }
+	// The top level, without descending.
+	top := []entry{rootEntry}
+	err := scan.Walk(ctx, r.Path, scan.Options{AllowNonUTF8: true, Skip: func(rel string, isDir bool) bool {
+		if excluded(rel) {
+			top = append(top, excludedEntry(rel, isDir))
 			return true
 		}
 		return false
-	}
-	err := scan.Walk(ctx, r.Path, scan.Options{Skip: skip, AllowNonUTF8: true}, func(e *scan.Entry) error {
-		entries = append(entries, entry{
-			Path: e.Path, Type: e.Type, Mode: e.Mode, Size: e.Size, MTime: e.ModTime.UnixNano(),
-			Dev: e.Dev, Ino: e.Ino, Target: e.Target,
-		})
+	}}, func(e *scan.Entry) error {
+		top = append(top, fromScan(e, ""))
+		if e.Type == scan.Dir {
+			return fs.SkipDir
+		}
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
+	subs := make([][]entry, len(top))
+	jobs := make(chan int)
+	errs := make(chan error, 1)
+	var wg sync.WaitGroup
+	workers := min(max(runtime.GOMAXPROCS(0), 1), 4)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range jobs {
+				list, err := walkSubtree(ctx, r.Path, &top[i], excluded)
+				if err != nil {
+					select {
+					case errs <- err:
+					default:
+					}
+					continue
+				}
+				subs[i] = list
+			}
+		}()
+	}
+	for i := range top {
+		if top[i].Type == scan.Dir && !top[i].Excluded && top[i].Path != "" {
+			jobs <- i
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return nil, err
+	default:
+	}
+	entries := make([]entry, 0, max(sizeHint, len(top)))
+	for i := range top {
+		entries = append(entries, top[i])
+		entries = append(entries, subs[i]...)
+	}
 	return entries, nil
+}
+
+func excludedEntry(rel string, isDir bool) entry {
+	t := scan.File
+	if isDir {
+		t = scan.Dir
+	}
+	return entry{Path: rel, Type: t, Excluded: true}
+}
+
+func fromScan(e *scan.Entry, prefix string) entry {
+	return entry{
+		Path: prefix + e.Path, Type: e.Type, Mode: e.Mode, Size: e.Size, MTime: e.ModTime.UnixNano(),
+		Dev: e.Dev, Ino: e.Ino, Target: e.Target,
+	}
+}
+
+// walkSubtree walks the top-level directory d of root. The directory is
+// opened through scan.OpenDir (no symlink component), checked to be the one
+// listed, and walked through its /proc/self/fd link so a directory swapped
+// for a symlink meanwhile is never followed.
+func walkSubtree(ctx context.Context, root string, d *entry, excluded func(string) bool) ([]entry, error) {
+	f, err := scan.OpenDir(root, d.Path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil // vanished since the listing
+		}
+		return nil, err
+	}
+	defer f.Close()
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+		return nil, err
+	}
+	if uint64(st.Dev) != d.Dev || st.Ino != d.Ino {
+		return nil, fmt.Errorf("capture root %s: %s: %w", root, d.Path, scan.ErrChanged)
+	}
+	walkPath := fmt.Sprintf("/proc/self/fd/%d", f.Fd())
+	if _, err := os.Stat(walkPath); err != nil {
+		return nil, fmt.Errorf("capture needs /proc/self/fd: %w", err)
+	}
+	prefix := d.Path + "/"
+	var out []entry
+	err = scan.Walk(ctx, walkPath, scan.Options{AllowNonUTF8: true, Skip: func(rel string, isDir bool) bool {
+		if excluded(prefix + rel) {
+			out = append(out, excludedEntry(prefix+rel, isDir))
+			return true
+		}
+		return false
+	}}, func(e *scan.Entry) error {
+		out = append(out, fromScan(e, prefix))
+		return nil
+	})
+	return out, err
 }
 
 // applyIgnored marks entries that git ignores as excluded and drops the
@@ -515,82 +614,31 @@ func memberName(prefix, rel string) string {
 }
 
 // writeIncrement writes the metadata, then every dumped directory, then the
-// stored files and symlinks, as GNU tar orders an incremental archive.
+// stored files and symlinks, as GNU tar orders an incremental archive. Files
+// are opened one at a time; one that vanished or was replaced since the walk
+// is left out and forgotten by the state (the next capture sees it afresh),
+// any other read failure fails the capture.
 func writeIncrement(ctx context.Context, w io.Writer, meta *Meta, plans []*rootPlan, start time.Time) error {
 	aw := newArchiveWriter(w)
 	uid, gid := os.Geteuid(), os.Getegid()
-	// Open and fstat every file first so the metadata and the dumpdirs say
-	// what is really stored.
-	type stored struct {
-		plan  *rootPlan
-		idx   int
-		f     *os.File
-		fi    fs.FileInfo
-		uid   int
-		gid   int
-		stale bool // vanished or replaced since the walk
-	}
-	var items []stored
-	for _, p := range plans {
-		for _, i := range p.files {
-			e := &p.state.Entries[i]
-			it := stored{plan: p, idx: i, uid: uid, gid: gid}
-			if e.Type == scan.File {
-				f, err := scan.OpenFile(p.root.Path, e.Path)
-				if err == nil {
-					it.fi, err = f.Stat()
-				}
-				if err != nil {
-					if f != nil {
-						f.Close()
-					}
-					it.stale = true
-				} else {
-					it.f = f
-					if st, ok := it.fi.Sys().(*syscall.Stat_t); ok {
-						it.uid, it.gid = int(st.Uid), int(st.Gid)
-					}
-				}
-			}
-			items = append(items, it)
-		}
-	}
-	defer func() {
-		for _, it := range items {
-			if it.f != nil {
-				it.f.Close()
-			}
-		}
-	}()
-	for i := range items {
-		it := &items[i]
-		if it.stale {
-			continue
-		}
-		e := &it.plan.state.Entries[it.idx]
-		meta.Files++
-		if it.f != nil {
-			meta.Bytes += it.fi.Size()
-		}
-		_ = e
-	}
 	for _, p := range plans {
 		meta.Deleted += p.deleted
+		for _, i := range p.files {
+			e := &p.state.Entries[i]
+			meta.Files++
+			if e.Type == scan.File {
+				meta.Bytes += e.Size
+			}
+		}
 	}
 	if err := aw.meta(meta); err != nil {
 		return err
 	}
-	storedSet := map[*rootPlan]map[int]bool{}
-	for _, it := range items {
-		if it.stale {
-			continue
-		}
-		if storedSet[it.plan] == nil {
-			storedSet[it.plan] = map[int]bool{}
-		}
-		storedSet[it.plan][it.idx] = true
-	}
 	for _, p := range plans {
+		stored := make(map[int]bool, len(p.files))
+		for _, i := range p.files {
+			stored[i] = true
+		}
 		for _, di := range p.dirs {
 			d := &p.state.Entries[di]
 			var list []dumpEntry
@@ -601,7 +649,7 @@ func writeIncrement(ctx context.Context, w io.Writer, meta *Meta, plans []*rootP
 				case ce.Excluded:
 				case ce.Type == scan.Dir:
 					flag = flagDirectory
-				case storedSet[p][ci]:
+				case stored[ci]:
 					flag = flagInArchive
 				}
 				list = append(list, dumpEntry{Flag: flag, Name: path.Base(ce.Path)})
@@ -611,49 +659,73 @@ func writeIncrement(ctx context.Context, w io.Writer, meta *Meta, plans []*rootP
 			}
 		}
 	}
-	for i := range items {
-		it := &items[i]
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		e := &it.plan.state.Entries[it.idx]
-		if it.stale {
-			e.Type = scan.Other // forget it: the next capture sees it afresh
-			continue
-		}
-		name := memberName(it.plan.prefix, e.Path)
-		if e.Type == scan.Symlink {
-			if err := aw.symlink(name, e.Mode, time.Unix(0, e.MTime), it.uid, it.gid, e.Target); err != nil {
+	h := sha256.New()
+	for _, p := range plans {
+		for _, i := range p.files {
+			if err := ctx.Err(); err != nil {
 				return err
 			}
-			continue
-		}
-		fi := it.fi
-		var r io.Reader = it.f
-		h := sha256.New()
-		racy := fi.ModTime().After(start.Add(-racyWindow))
-		if racy {
-			r = io.TeeReader(it.f, h)
-		}
-		mode := fi.Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
-		short, err := aw.file(name, mode, fi.ModTime(), it.uid, it.gid, fi.Size(), r)
-		if err != nil {
-			return err
-		}
-		// Record what was stored, not what the walk saw.
-		e.Mode, e.Size, e.MTime = mode, fi.Size(), fi.ModTime().UnixNano()
-		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-			e.Dev, e.Ino = uint64(st.Dev), st.Ino
-		}
-		e.Hash = nil
-		switch {
-		case short:
-			e.Type = scan.Other // truncated while read: capture it again next time
-		case racy:
-			var sum [32]byte
-			copy(sum[:], h.Sum(nil))
-			e.Hash = &sum
+			e := &p.state.Entries[i]
+			name := memberName(p.prefix, e.Path)
+			if e.Type == scan.Symlink {
+				if err := aw.symlink(name, e.Mode, time.Unix(0, e.MTime), uid, gid, e.Target); err != nil {
+					return err
+				}
+				continue
+			}
+			if err := writeFileMember(aw, p.root.Path, name, e, start, h); err != nil {
+				return err
+			}
 		}
 	}
 	return aw.close()
+}
+
+// writeFileMember stores one regular file and records in e what was stored.
+func writeFileMember(aw *archiveWriter, root, name string, e *entry, start time.Time, h hash.Hash) error {
+	f, err := scan.OpenFile(root, e.Path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, scan.ErrChanged) || errors.Is(err, scan.ErrNotRegular) ||
+			errors.Is(err, scan.ErrSymlink) || errors.Is(err, syscall.ENOTDIR) || errors.Is(err, syscall.ELOOP) {
+			e.Type = scan.Other // changed since the walk: the next capture sees it afresh
+			return nil
+		}
+		return fmt.Errorf("read %s: %w", e.Path, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("stat %s: %w", e.Path, err)
+	}
+	fuid, fgid := os.Geteuid(), os.Getegid()
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if ok {
+		fuid, fgid = int(st.Uid), int(st.Gid)
+	}
+	var r io.Reader = f
+	racy := fi.ModTime().After(start.Add(-racyWindow))
+	if racy {
+		h.Reset()
+		r = io.TeeReader(f, h)
+	}
+	mode := fi.Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
+	short, err := aw.file(name, mode, fi.ModTime(), fuid, fgid, fi.Size(), r)
+	if err != nil {
+		return err
+	}
+	// Record what was stored, not what the walk saw.
+	e.Mode, e.Size, e.MTime = mode, fi.Size(), fi.ModTime().UnixNano()
+	if ok {
+		e.Dev, e.Ino = uint64(st.Dev), st.Ino
+	}
+	e.Hash = nil
+	switch {
+	case short:
+		e.Type = scan.Other // truncated while read: capture it again next time
+	case racy:
+		var sum [32]byte
+		copy(sum[:], h.Sum(nil))
+		e.Hash = &sum
+	}
+	return nil
 }

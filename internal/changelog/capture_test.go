@@ -3,12 +3,12 @@ package changelog
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
-	"time"
 )
 
 // scenario is a checkout (a git repository with ignored paths) plus a
@@ -419,5 +419,44 @@ func TestUserFileNamedLikeMetadataIsRestored(t *testing.T) {
 	}
 }
 
-var _ = exec.Command
-var _ = time.Now
+// TestFullCaptureUnderLowFileLimit guards against holding every stored file
+// open at once: with few descriptors, a full capture must still store every
+// file (it once silently left out what it could not open).
+func TestFullCaptureUnderLowFileLimit(t *testing.T) {
+	base := t.TempDir()
+	root := filepath.Join(base, "root")
+	for i := range 300 {
+		writeFile(t, filepath.Join(root, "d", strconv.Itoa(i%3), strconv.Itoa(i)), "x")
+	}
+	c, err := Open(filepath.Join(base, "cl"), Options{Roots: []Root{{Name: "r", Path: root}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var old syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &old); err != nil {
+		t.Fatal(err)
+	}
+	low := old
+	low.Cur = 64
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &low); err != nil {
+		t.Skip(err)
+	}
+	inc, err := c.Capture(context.Background(), CaptureRequest{Position: 0})
+	syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inc.Meta.Files != 300 {
+		t.Errorf("increment 0 stores %d files, want 300", inc.Meta.Files)
+	}
+	names, _ := members(t, inc.Path)
+	n := 0
+	for _, m := range names {
+		if strings.HasPrefix(m, "0 ") {
+			n++
+		}
+	}
+	if n != 301 { // 300 files and the metadata
+		t.Errorf("increment 0 has %d regular members, want 301", n)
+	}
+}

@@ -18,7 +18,13 @@ func TestMain(m *testing.M) {
 	if mode := os.Getenv("AGENTSCM_CHANGELOG_HELPER"); mode != "" {
 		os.Exit(helperMain(mode))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if benchTreeOnce != nil && os.Getenv("AGENTSCM_BENCH_100K") == "1" {
+		if bt := benchTreeOnce(); bt.base != "" {
+			os.RemoveAll(bt.base)
+		}
+	}
+	os.Exit(code)
 }
 
 // helperMain runs in a child process: it reserves or captures against the
