@@ -55,9 +55,14 @@ type Record struct {
 	// Reason is the SessionEnd reason (clear, logout, prompt_input_exit, other).
 	Reason string `json:"reason,omitempty"`
 	// Outcome is returned or failed on a tool finish.
-	Outcome   string `json:"outcome,omitempty"`
-	AgentID   string `json:"agent_id,omitempty"`
-	AgentType string `json:"agent_type,omitempty"`
+	Outcome string `json:"outcome,omitempty"`
+	AgentID string `json:"agent_id,omitempty"`
+	// MessageID, FragmentIndex and Final are the host's correlation fields
+	// of a MessageDisplay fragment, when it supplies them.
+	MessageID     string `json:"message_id,omitempty"`
+	FragmentIndex *int   `json:"fragment_index,omitempty"`
+	Final         *bool  `json:"final,omitempty"`
+	AgentType     string `json:"agent_type,omitempty"`
 	// ObservedAt is the hook process's receipt time, not a host timestamp.
 	ObservedAt  time.Time `json:"observed_at"`
 	CaptureMode string    `json:"capture_mode"`
@@ -72,4 +77,9 @@ type Body struct {
 	ToolResponse json.RawMessage `json:"tool_response,omitempty"`
 	Error        string          `json:"error,omitempty"`
 	Message      string          `json:"message,omitempty"`
+}
+
+// Empty reports whether the body holds no content.
+func (b *Body) Empty() bool {
+	return b.Prompt == "" && len(b.ToolInput) == 0 && len(b.ToolResponse) == 0 && b.Error == "" && b.Message == ""
 }

@@ -1,0 +1,134 @@
+// Command hookbench measures the agentscm Claude Code hook as the agent runs
+// it: a fresh process per event, a recorded payload on stdin, a durable
+// append to a real spool. It reports p50/p90/p99 per payload, next to the
+// reference processes /bin/true and fsyncref (one durable file write), all
+// measured in the same run with interleaved order.
+//
+//	go run ./bench/hookbench -n 300
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"time"
+)
+
+type subject struct {
+	name  string
+	argv  []string
+	stdin []byte
+	env   []string
+	times []time.Duration
+}
+
+func main() {
+	n := flag.Int("n", 300, "runs per subject (at least 200 for a p99)")
+	out := flag.String("json", "", "also write the results as JSON to this file")
+	flag.Parse()
+	if err := run(*n, *out); err != nil {
+		fmt.Fprintln(os.Stderr, "hookbench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(n int, jsonOut string) error {
+	work, err := os.MkdirTemp("", "hookbench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	bin := filepath.Join(work, "agentscm")
+	ref := filepath.Join(work, "fsyncref")
+	for target, pkg := range map[string]string{bin: "github.com/agentscm/agentscm/cmd/agentscm", ref: "github.com/agentscm/agentscm/bench/hookbench/fsyncref"} {
+		if out, err := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", target, pkg).CombinedOutput(); err != nil {
+			return fmt.Errorf("build %s: %v\n%s", pkg, err, out)
+		}
+	}
+	root := filepath.Join(work, "repo")
+	os.MkdirAll(root, 0o755)
+	cfg := filepath.Join(work, "config")
+	env := append(os.Environ(), "XDG_CONFIG_HOME="+cfg)
+	conf := exec.Command(bin, "change-capture", "configure", "--root", root, "--spool", filepath.Join(work, "spool"))
+	conf.Env = env
+	if out, err := conf.CombinedOutput(); err != nil {
+		return fmt.Errorf("configure: %v\n%s", err, out)
+	}
+	payload := func(ev string, extra string) []byte {
+		return []byte(`{"session_id":"bench-session","transcript_path":"/tmp/t.jsonl","cwd":"` + root + `","permission_mode":"default","hook_event_name":"` + ev + `"` + extra + `}`)
+	}
+	refDir := filepath.Join(work, "ref")
+	os.Mkdir(refDir, 0o700)
+	subjects := []*subject{
+		{name: "/bin/true", argv: []string{"/bin/true"}},
+		{name: "fsyncref (one durable write)", argv: []string{ref, refDir}, stdin: payload("PreToolUse", "")},
+		{name: "hook SessionStart", argv: []string{bin, "change-capture", "hook-claude"}, env: env, stdin: payload("SessionStart", `,"source":"startup","model":"claude"`)},
+		{name: "hook UserPromptSubmit", argv: []string{bin, "change-capture", "hook-claude"}, env: env, stdin: payload("UserPromptSubmit", `,"prompt":"please fix the failing test in parser.go"`)},
+		{name: "hook PreToolUse", argv: []string{bin, "change-capture", "hook-claude"}, env: env, stdin: payload("PreToolUse", `,"tool_name":"Bash","tool_use_id":"toolu_01","tool_input":{"command":"go test ./...","description":"run tests"}`)},
+		{name: "hook PostToolUse", argv: []string{bin, "change-capture", "hook-claude"}, env: env, stdin: payload("PostToolUse", `,"tool_name":"Bash","tool_use_id":"toolu_01","tool_input":{"command":"go test ./..."},"tool_response":{"stdout":"ok","stderr":"","interrupted":false}`)},
+	}
+	ctx := context.Background()
+	for i := 0; i < n; i++ {
+		for _, s := range subjects { // interleaved, so drift hits every subject alike
+			d, err := once(ctx, s)
+			if err != nil {
+				return fmt.Errorf("%s: %w", s.name, err)
+			}
+			s.times = append(s.times, d)
+		}
+	}
+	type row struct {
+		Name string  `json:"name"`
+		Runs int     `json:"runs"`
+		P50  float64 `json:"p50_ms"`
+		P90  float64 `json:"p90_ms"`
+		P99  float64 `json:"p99_ms"`
+	}
+	var rows []row
+	fmt.Printf("%-32s %6s %9s %9s %9s\n", "subject", "runs", "p50 ms", "p90 ms", "p99 ms")
+	for _, s := range subjects {
+		slices.Sort(s.times)
+		r := row{s.name, len(s.times), ms(pct(s.times, 50)), ms(pct(s.times, 90)), ms(pct(s.times, 99))}
+		rows = append(rows, r)
+		fmt.Printf("%-32s %6d %9.2f %9.2f %9.2f\n", r.Name, r.Runs, r.P50, r.P90, r.P99)
+	}
+	if jsonOut != "" {
+		b, _ := json.MarshalIndent(rows, "", "  ")
+		return os.WriteFile(jsonOut, append(b, '\n'), 0o644)
+	}
+	return nil
+}
+
+func once(ctx context.Context, s *subject) (time.Duration, error) {
+	cmd := exec.CommandContext(ctx, s.argv[0], s.argv[1:]...)
+	cmd.Env = s.env
+	cmd.Stdin = bytes.NewReader(s.stdin)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start := time.Now()
+	err := cmd.Run()
+	d := time.Since(start)
+	if err != nil {
+		return 0, fmt.Errorf("%v: %s", err, stderr.String())
+	}
+	if stdout.Len() != 0 || stderr.Len() != 0 {
+		return 0, fmt.Errorf("unexpected output: stdout %q stderr %q", stdout.String(), stderr.String())
+	}
+	return d, nil
+}
+
+func pct(sorted []time.Duration, p int) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := (len(sorted)*p + 99) / 100
+	return sorted[min(max(i-1, 0), len(sorted)-1)]
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

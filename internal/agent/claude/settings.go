@@ -1,0 +1,423 @@
+// Package claude is the Claude Code adapter: hook payloads, the hook entries
+// agentscm installs in Claude Code settings files, and the mapping of hook
+// events to typed event records.
+package claude
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/agentscm/agentscm/internal/fsutil"
+)
+
+// HookEvents are the eleven Claude Code lifecycle groups agentscm captures.
+var HookEvents = [...]string{
+	"SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolUse",
+	"PostToolUseFailure", "MessageDisplay", "Stop", "PreCompact",
+	"SubagentStart", "SubagentStop", "SessionEnd",
+}
+
+// HookTimeoutSeconds is the host timeout of every installed hook.
+const HookTimeoutSeconds = 20
+
+// HookSubcommand is the agentscm command line (after the executable) that
+// marks an installed capture hook.
+const HookSubcommand = "change-capture hook-claude"
+
+// maxSettingsBytes bounds a settings file we read and rewrite.
+const maxSettingsBytes = 8 << 20
+
+// toolEvents take a tool-name matcher.
+func toolEvent(ev string) bool {
+	return ev == "PreToolUse" || ev == "PostToolUse" || ev == "PostToolUseFailure"
+}
+
+// HookCommand returns the shell command of a marked hook that runs exe.
+func HookCommand(exe string) string {
+	return shellQuote(exe) + " " + HookSubcommand
+}
+
+// IsMarkedCommand reports whether a hook command is one agentscm installed:
+// an executable followed by exactly the capture subcommand.
+func IsMarkedCommand(cmd string) bool {
+	cmd = strings.TrimSpace(cmd)
+	rest, ok := strings.CutSuffix(cmd, " "+HookSubcommand)
+	return ok && strings.TrimSpace(rest) != ""
+}
+
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("/._-+:@%", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// InstallHooks adds a marked hook running command for each of events to the
+// settings file at path, creating it (and its directory) when missing. It
+// keeps every other key and hook entry unchanged, replaces an existing marked
+// entry instead of adding a second one, and reports whether the file changed.
+func InstallHooks(path, command string, events []string) (bool, error) {
+	return editSettings(path, true, func(hooks *object) (bool, error) {
+		changed := false
+		for _, ev := range events {
+			c, err := installEvent(hooks, ev, command)
+			if err != nil {
+				return false, err
+			}
+			changed = changed || c
+		}
+		return changed, nil
+	})
+}
+
+// RemoveHooks removes every marked agentscm hook entry from the settings file
+// at path, keeping everything else. A missing file is not an error.
+func RemoveHooks(path string) (bool, error) {
+	return editSettings(path, false, func(hooks *object) (bool, error) {
+		changed := false
+		for _, ev := range hooks.keys() {
+			c, err := removeEvent(hooks, ev)
+			if err != nil {
+				return false, err
+			}
+			changed = changed || c
+		}
+		return changed, nil
+	})
+}
+
+// MarkedEvents lists the events of path that have a marked agentscm hook.
+func MarkedEvents(path string) ([]string, error) {
+	root, err := readSettings(path)
+	if err != nil || root == nil {
+		return nil, err
+	}
+	hooks, err := hooksObject(root)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, ev := range hooks.keys() {
+		groups, err := decodeGroups(hooks, ev)
+		if err != nil {
+			return nil, err
+		}
+		for _, g := range groups {
+			if n, _ := countMarked(g); n > 0 {
+				out = append(out, ev)
+				break
+			}
+		}
+	}
+	return out, nil
+}
+
+func readSettings(path string) (*object, error) {
+	b, err := fsutil.ReadFileNoFollow(path, maxSettingsBytes)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if len(bytes.TrimSpace(b)) == 0 {
+		return &object{}, nil
+	}
+	o, err := parseObject(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return o, nil
+}
+
+func editSettings(path string, create bool, fn func(hooks *object) (bool, error)) (bool, error) {
+	root, err := readSettings(path)
+	if err != nil {
+		return false, err
+	}
+	if root == nil {
+		if !create {
+			return false, nil
+		}
+		root = &object{}
+	}
+	hooks, err := hooksObject(root)
+	if err != nil {
+		return false, fmt.Errorf("%s: %w", path, err)
+	}
+	changed, err := fn(hooks)
+	if err != nil {
+		return false, fmt.Errorf("%s: %w", path, err)
+	}
+	if !changed {
+		return false, nil
+	}
+	if len(hooks.fields) == 0 {
+		root.del("hooks")
+	} else {
+		raw, err := hooks.marshal()
+		if err != nil {
+			return false, err
+		}
+		root.set("hooks", raw)
+	}
+	out, err := root.marshal()
+	if err != nil {
+		return false, err
+	}
+	var pretty bytes.Buffer
+	if err := json.Indent(&pretty, out, "", "  "); err != nil {
+		return false, fmt.Errorf("format settings: %w", err)
+	}
+	pretty.WriteByte('\n')
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return false, fmt.Errorf("create %s: %w", dir, err)
+	}
+	perm := fs.FileMode(0o644)
+	if fi, err := os.Lstat(path); err == nil {
+		perm = fi.Mode().Perm()
+	}
+	if err := fsutil.WriteAtomic(path, pretty.Bytes(), perm); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+func hooksObject(root *object) (*object, error) {
+	raw, ok := root.get("hooks")
+	if !ok || bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+		return &object{}, nil
+	}
+	h, err := parseObject(raw)
+	if err != nil {
+		return nil, fmt.Errorf("\"hooks\" is not a JSON object: %w", err)
+	}
+	return h, nil
+}
+
+// group is one matcher group of an event: {"matcher": ..., "hooks": [...]}.
+type group = *object
+
+func decodeGroups(hooks *object, ev string) ([]group, error) {
+	raw, ok := hooks.get(ev)
+	if !ok {
+		return nil, nil
+	}
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil {
+		return nil, fmt.Errorf("hooks.%s is not an array: %w", ev, err)
+	}
+	out := make([]group, 0, len(items))
+	for i, it := range items {
+		g, err := parseObject(it)
+		if err != nil {
+			return nil, fmt.Errorf("hooks.%s[%d]: %w", ev, i, err)
+		}
+		out = append(out, g)
+	}
+	return out, nil
+}
+
+func encodeGroups(hooks *object, ev string, groups []group) error {
+	if len(groups) == 0 {
+		hooks.del(ev)
+		return nil
+	}
+	items := make([]json.RawMessage, len(groups))
+	for i, g := range groups {
+		b, err := g.marshal()
+		if err != nil {
+			return err
+		}
+		items[i] = b
+	}
+	b, err := json.Marshal(items)
+	if err != nil {
+		return err
+	}
+	hooks.set(ev, b)
+	return nil
+}
+
+type hookEntry struct {
+	Type    string `json:"type"`
+	Command string `json:"command"`
+}
+
+// entries decodes a group's hook list, keeping each entry's raw bytes.
+func entries(g group) ([]json.RawMessage, error) {
+	raw, ok := g.get("hooks")
+	if !ok {
+		return nil, nil
+	}
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil {
+		return nil, fmt.Errorf("a hook group's \"hooks\" is not an array: %w", err)
+	}
+	return items, nil
+}
+
+func isMarkedEntry(raw json.RawMessage) bool {
+	var e hookEntry
+	return json.Unmarshal(raw, &e) == nil && e.Type == "command" && IsMarkedCommand(e.Command)
+}
+
+func countMarked(g group) (int, error) {
+	items, err := entries(g)
+	n := 0
+	for _, it := range items {
+		if isMarkedEntry(it) {
+			n++
+		}
+	}
+	return n, err
+}
+
+func markedEntry(command string) json.RawMessage {
+	b, _ := json.Marshal(struct {
+		Type    string `json:"type"`
+		Command string `json:"command"`
+		Timeout int    `json:"timeout"`
+	}{"command", command, HookTimeoutSeconds})
+	return b
+}
+
+func wantMatcher(ev string) string {
+	if toolEvent(ev) {
+		return "*"
+	}
+	return ""
+}
+
+// installEvent makes ev hold exactly one marked entry with command, in a
+// group of its own.
+func installEvent(hooks *object, ev, command string) (bool, error) {
+	groups, err := decodeGroups(hooks, ev)
+	if err != nil {
+		return false, err
+	}
+	want := markedEntry(command)
+	found := false
+	changed := false
+	kept := groups[:0]
+	for _, g := range groups {
+		items, err := entries(g)
+		if err != nil {
+			return false, err
+		}
+		var rest []json.RawMessage
+		for _, it := range items {
+			if !isMarkedEntry(it) {
+				rest = append(rest, it)
+				continue
+			}
+			if !found && bytes.Equal(compact(it), want) && matcherOf(g) == wantMatcher(ev) && len(items) == 1 {
+				found = true
+				rest = append(rest, it)
+				continue
+			}
+			changed = true // a stale or duplicate marked entry
+		}
+		if len(rest) == len(items) {
+			kept = append(kept, g)
+			continue
+		}
+		if len(rest) == 0 {
+			continue
+		}
+		if err := setEntries(g, rest); err != nil {
+			return false, err
+		}
+		kept = append(kept, g)
+	}
+	if !found {
+		g := &object{}
+		if m := wantMatcher(ev); m != "" {
+			mb, _ := json.Marshal(m)
+			g.set("matcher", mb)
+		}
+		if err := setEntries(g, []json.RawMessage{want}); err != nil {
+			return false, err
+		}
+		kept = append(kept, g)
+		changed = true
+	}
+	if !changed {
+		return false, nil
+	}
+	return true, encodeGroups(hooks, ev, kept)
+}
+
+func matcherOf(g group) string {
+	raw, ok := g.get("matcher")
+	if !ok {
+		return ""
+	}
+	var m string
+	_ = json.Unmarshal(raw, &m)
+	return m
+}
+
+func setEntries(g group, items []json.RawMessage) error {
+	b, err := json.Marshal(items)
+	if err != nil {
+		return err
+	}
+	g.set("hooks", b)
+	return nil
+}
+
+func compact(raw json.RawMessage) []byte {
+	var buf bytes.Buffer
+	if json.Compact(&buf, raw) != nil {
+		return raw
+	}
+	return buf.Bytes()
+}
+
+// removeEvent drops the marked entries of ev, and groups left empty by that.
+func removeEvent(hooks *object, ev string) (bool, error) {
+	groups, err := decodeGroups(hooks, ev)
+	if err != nil {
+		return false, err
+	}
+	changed := false
+	kept := groups[:0]
+	for _, g := range groups {
+		items, err := entries(g)
+		if err != nil {
+			return false, err
+		}
+		var rest []json.RawMessage
+		for _, it := range items {
+			if !isMarkedEntry(it) {
+				rest = append(rest, it)
+			}
+		}
+		if len(rest) == len(items) {
+			kept = append(kept, g)
+			continue
+		}
+		changed = true
+		if len(rest) == 0 {
+			continue
+		}
+		if err := setEntries(g, rest); err != nil {
+			return false, err
+		}
+		kept = append(kept, g)
+	}
+	if !changed {
+		return false, nil
+	}
+	return true, encodeGroups(hooks, ev, kept)
+}

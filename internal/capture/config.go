@@ -1,0 +1,205 @@
+// Package capture holds capture bindings: which checkout is captured into
+// which spool, in which mode, recorded in a versioned capture config file
+// under the user's config directory.
+package capture
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/agentscm/agentscm/internal/event"
+	"github.com/agentscm/agentscm/internal/fsutil"
+)
+
+// ConfigVersion is the capture config format this binary writes. A file with
+// any other version is refused, never half-read.
+const ConfigVersion = 5
+
+// File names under the agentscm config directory.
+const (
+	configFile = "capture.json"
+	lockFile   = "capture.lock"
+	// maxConfigBytes bounds the capture config read from disk.
+	maxConfigBytes = 4 << 20
+)
+
+// ErrUnknownVersion reports a capture config written by another format
+// version.
+var ErrUnknownVersion = errors.New("capture config version not supported by this agentscm")
+
+// ErrNoBinding reports a checkout without a capture binding.
+var ErrNoBinding = errors.New("no capture binding for this checkout")
+
+// ConfigDir returns the agentscm config directory: $XDG_CONFIG_HOME/agentscm,
+// else $HOME/.config/agentscm.
+func ConfigDir(getenv func(string) string) (string, error) {
+	if x := getenv("XDG_CONFIG_HOME"); x != "" {
+		if !filepath.IsAbs(x) {
+			return "", fmt.Errorf("XDG_CONFIG_HOME %q is not an absolute path", x)
+		}
+		return filepath.Join(x, "agentscm"), nil
+	}
+	home := getenv("HOME")
+	if home == "" || !filepath.IsAbs(home) {
+		return "", errors.New("cannot find the config directory: neither XDG_CONFIG_HOME nor an absolute HOME is set")
+	}
+	return filepath.Join(home, ".config", "agentscm"), nil
+}
+
+// Config is the capture config file.
+type Config struct {
+	Version  int       `json:"version"`
+	Bindings []Binding `json:"bindings"`
+}
+
+// Binding binds one checkout root to a spool and a capture mode.
+type Binding struct {
+	// Root is the canonical absolute checkout root.
+	Root string `json:"root"`
+	// Spool is the absolute private spool directory.
+	Spool       string `json:"spool"`
+	CaptureMode string `json:"capture_mode"`
+	// Enabled is false after unconfigure; the binding keeps its spool.
+	Enabled bool `json:"enabled"`
+	// ClaudeSettings is the settings file holding the hooks, relative to
+	// Root; empty means the default .claude/settings.local.json.
+	ClaudeSettings string    `json:"claude_settings,omitempty"`
+	ConfiguredAt   time.Time `json:"configured_at"`
+}
+
+// DefaultClaudeSettings is where hooks are installed, relative to the root.
+const DefaultClaudeSettings = ".claude/settings.local.json"
+
+// SettingsPath returns the absolute Claude settings file of the binding.
+func (b *Binding) SettingsPath() string {
+	rel := b.ClaudeSettings
+	if rel == "" {
+		rel = DefaultClaudeSettings
+	}
+	return filepath.Join(b.Root, filepath.FromSlash(rel))
+}
+
+// ValidMode reports whether m is a capture mode this binary supports.
+func ValidMode(m string) bool {
+	return m == event.ModeMetadataOnly || m == event.ModeLocalConversation
+}
+
+// Store reads and writes the capture config in one config directory.
+type Store struct{ Dir string }
+
+// Load reads the capture config; a missing file is an empty config.
+func (s Store) Load() (*Config, error) {
+	b, err := fsutil.ReadFileNoFollow(filepath.Join(s.Dir, configFile), maxConfigBytes)
+	if errors.Is(err, fs.ErrNotExist) {
+		return &Config{Version: ConfigVersion}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read capture config: %w", err)
+	}
+	return decodeConfig(b)
+}
+
+func decodeConfig(b []byte) (*Config, error) {
+	var probe struct {
+		Version *int `json:"version"`
+	}
+	if err := json.Unmarshal(b, &probe); err != nil {
+		return nil, fmt.Errorf("capture config is not valid JSON: %w", err)
+	}
+	if probe.Version == nil {
+		return nil, errors.New("capture config has no version")
+	}
+	if *probe.Version != ConfigVersion {
+		return nil, fmt.Errorf("%w: file is version %d, this binary reads version %d", ErrUnknownVersion, *probe.Version, ConfigVersion)
+	}
+	var c Config
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return nil, fmt.Errorf("capture config: %w", err)
+	}
+	for i, bd := range c.Bindings {
+		if !filepath.IsAbs(bd.Root) || !filepath.IsAbs(bd.Spool) || !ValidMode(bd.CaptureMode) {
+			return nil, fmt.Errorf("capture config: binding %d is invalid (root %q, spool %q, mode %q)", i, bd.Root, bd.Spool, bd.CaptureMode)
+		}
+	}
+	return &c, nil
+}
+
+// save writes the config atomically with mode 0600.
+func (s Store) save(c *Config) error {
+	c.Version = ConfigVersion
+	b, err := json.MarshalIndent(c, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode capture config: %w", err)
+	}
+	if err := fsutil.WriteAtomic(filepath.Join(s.Dir, configFile), append(b, '\n'), fsutil.FileMode); err != nil {
+		return fmt.Errorf("write capture config: %w", err)
+	}
+	return nil
+}
+
+// Update runs fn on the current config under the capture config lock and
+// saves the result atomically when fn reports a change.
+func (s Store) Update(fn func(c *Config) (changed bool, err error)) error {
+	if err := fsutil.MkdirPrivate(s.Dir); err != nil {
+		return fmt.Errorf("create config directory: %w", err)
+	}
+	lock, err := fsutil.LockFile(filepath.Join(s.Dir, lockFile))
+	if err != nil {
+		return err
+	}
+	defer lock.Unlock()
+	c, err := s.Load()
+	if err != nil {
+		return err
+	}
+	changed, err := fn(c)
+	if err != nil || !changed {
+		return err
+	}
+	return s.save(c)
+}
+
+// Find returns the binding whose root is exactly root, or nil.
+func (c *Config) Find(root string) *Binding {
+	for i := range c.Bindings {
+		if c.Bindings[i].Root == root {
+			return &c.Bindings[i]
+		}
+	}
+	return nil
+}
+
+// ForPath returns the enabled binding whose root contains path (the deepest
+// root wins), or nil.
+func (c *Config) ForPath(path string) *Binding {
+	var best *Binding
+	for i := range c.Bindings {
+		b := &c.Bindings[i]
+		if !b.Enabled || !within(b.Root, path) {
+			continue
+		}
+		if best == nil || len(b.Root) > len(best.Root) {
+			best = b
+		}
+	}
+	return best
+}
+
+// within reports whether path is root or beneath it (both clean, absolute).
+func within(root, path string) bool {
+	if root == path {
+		return true
+	}
+	if root == "/" {
+		return strings.HasPrefix(path, "/")
+	}
+	return strings.HasPrefix(path, root+"/")
+}

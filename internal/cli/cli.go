@@ -1,0 +1,209 @@
+// Package cli holds the agentscm command tree: flag parsing, help and
+// dispatch. It holds no business logic; each command calls one function in
+// the package that owns the behaviour.
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Env carries a command's input, output and environment so that commands
+// never touch process globals and can run in-process in tests.
+type Env struct {
+	Stdin  io.Reader
+	Stdout io.Writer
+	Stderr io.Writer
+	// Getenv reads an environment variable.
+	Getenv func(string) string
+	// Now returns the current time.
+	Now func() time.Time
+	// Executable is the absolute path of the running agentscm binary, used
+	// when a command installs hooks that call it back.
+	Executable string
+}
+
+// OSEnv returns an Env bound to the real process.
+func OSEnv() *Env {
+	exe, err := os.Executable()
+	if err != nil {
+		exe = "agentscm"
+	}
+	return &Env{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv, Now: time.Now, Executable: exe}
+}
+
+// Command is one node of the command tree: either a group with Sub commands
+// or a leaf with Run.
+type Command struct {
+	Name    string
+	Summary string
+	Sub     []*Command
+	Run     func(ctx context.Context, env *Env, args []string) error
+}
+
+// UsageError reports bad command-line input; it exits with status 2.
+type UsageError struct{ Msg string }
+
+func (e *UsageError) Error() string { return e.Msg }
+
+// usagef builds a UsageError.
+func usagef(format string, a ...any) error { return &UsageError{Msg: fmt.Sprintf(format, a...)} }
+
+// errHelp is returned when help was printed on request; it exits 0.
+var errHelp = flag.ErrHelp
+
+// Exit codes of agentscm.
+const (
+	ExitOK    = 0
+	ExitError = 1
+	ExitUsage = 2
+)
+
+// Root returns the agentscm command tree.
+func Root() *Command {
+	return &Command{
+		Name:    "agentscm",
+		Summary: "source control for AI agent work",
+		Sub:     rootCommands(),
+	}
+}
+
+// Main runs agentscm with args (without the program name) and returns the
+// process exit status.
+func Main(ctx context.Context, env *Env, args []string) int {
+	// The hook runs on every agent tool call: route it before anything else.
+	if len(args) == 2 && args[0] == "change-capture" && args[1] == "hook-claude" {
+		return runHookClaude(ctx, env)
+	}
+	return dispatch(ctx, env, Root(), nil, args)
+}
+
+func dispatch(ctx context.Context, env *Env, c *Command, path []string, args []string) int {
+	path = append(path, c.Name)
+	if c.Run != nil {
+		err := c.Run(ctx, env, args)
+		return report(env, strings.Join(path, " "), err)
+	}
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		printGroupHelp(env.Stdout, c, path)
+		if len(args) == 0 {
+			return ExitUsage
+		}
+		return ExitOK
+	}
+	for _, s := range c.Sub {
+		if s.Name == args[0] {
+			return dispatch(ctx, env, s, path, args[1:])
+		}
+	}
+	fmt.Fprintf(env.Stderr, "%s: unknown command %q\n", strings.Join(path, " "), args[0])
+	fmt.Fprintf(env.Stderr, "Run '%s --help' for the list of commands.\n", strings.Join(path, " "))
+	return ExitUsage
+}
+
+func report(env *Env, name string, err error) int {
+	if err == nil {
+		return ExitOK
+	}
+	if errors.Is(err, errHelp) {
+		return ExitOK
+	}
+	var ue *UsageError
+	if errors.As(err, &ue) {
+		fmt.Fprintf(env.Stderr, "%s: %s\n", name, ue.Msg)
+		fmt.Fprintf(env.Stderr, "Run '%s --help' for usage.\n", name)
+		return ExitUsage
+	}
+	var ec *ExitCodeError
+	if errors.As(err, &ec) {
+		if ec.Err != nil {
+			fmt.Fprintf(env.Stderr, "%s: %v\n", name, ec.Err)
+		}
+		return ec.Code
+	}
+	fmt.Fprintf(env.Stderr, "%s: %v\n", name, err)
+	return ExitError
+}
+
+// ExitCodeError makes a command exit with a specific status, printing Err
+// when it is not nil.
+type ExitCodeError struct {
+	Code int
+	Err  error
+}
+
+func (e *ExitCodeError) Error() string {
+	if e.Err == nil {
+		return fmt.Sprintf("exit status %d", e.Code)
+	}
+	return e.Err.Error()
+}
+
+func (e *ExitCodeError) Unwrap() error { return e.Err }
+
+func printGroupHelp(w io.Writer, c *Command, path []string) {
+	fmt.Fprintf(w, "%s — %s\n\nUsage:\n  %s <command> [flags]\n\nCommands:\n", strings.Join(path, " "), c.Summary, strings.Join(path, " "))
+	subs := append([]*Command(nil), c.Sub...)
+	sort.Slice(subs, func(i, j int) bool { return subs[i].Name < subs[j].Name })
+	width := 0
+	for _, s := range subs {
+		width = max(width, len(s.Name))
+	}
+	for _, s := range subs {
+		fmt.Fprintf(w, "  %-*s  %s\n", width, s.Name, s.Summary)
+	}
+	fmt.Fprintf(w, "\nRun '%s <command> --help' for a command's flags.\n", strings.Join(path, " "))
+}
+
+// newFlags returns a FlagSet for a leaf command whose help names the command
+// line and describes it.
+func newFlags(env *Env, cmdline, synopsis, description string) *flag.FlagSet {
+	fs := flag.NewFlagSet(cmdline, flag.ContinueOnError)
+	fs.SetOutput(env.Stderr)
+	fs.Usage = func() {
+		w := env.Stdout
+		fmt.Fprintf(w, "Usage:\n  %s %s\n\n%s\n", cmdline, synopsis, strings.TrimSpace(description))
+		hasFlags := false
+		fs.VisitAll(func(*flag.Flag) { hasFlags = true })
+		if hasFlags {
+			fmt.Fprintf(w, "\nFlags:\n")
+			fs.SetOutput(w)
+			fs.PrintDefaults()
+			fs.SetOutput(env.Stderr)
+		}
+	}
+	return fs
+}
+
+// parseFlags parses args and refuses positional arguments unless allowPos.
+func parseFlags(fs *flag.FlagSet, args []string, allowPos bool) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return errHelp
+		}
+		return &UsageError{Msg: err.Error()}
+	}
+	if !allowPos && fs.NArg() > 0 {
+		return usagef("unexpected argument %q", fs.Arg(0))
+	}
+	return nil
+}
+
+// formatFlag registers the common --format flag.
+func formatFlag(fs *flag.FlagSet) *string {
+	return fs.String("format", "text", "output format: text or json")
+}
+
+func checkFormat(f string) error {
+	if f != "text" && f != "json" {
+		return usagef("--format must be text or json, not %q", f)
+	}
+	return nil
+}

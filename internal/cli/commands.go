@@ -1,0 +1,9 @@
+package cli
+
+// rootCommands lists the top-level command groups. Each group lives in its
+// own file so that features can grow without touching each other.
+func rootCommands() []*Command {
+	return []*Command{
+		changeCaptureCommand(),
+	}
+}
