@@ -2,6 +2,9 @@ package changelog
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -18,13 +21,13 @@ import (
 // Root is one capture root.
 type Root struct {
 	// Name labels the root in increments ("checkout", "transcripts", ...).
-	Name string
+	Name string `json:"name"`
 	// Path is the root's absolute path.
-	Path string
+	Path string `json:"path"`
 	// Git marks a git checkout: ".git" entries are never captured and,
 	// unless IncludeIgnored, neither are git-ignored paths.
-	Git            bool
-	IncludeIgnored bool
+	Git            bool `json:"git,omitempty"`
+	IncludeIgnored bool `json:"include_ignored,omitempty"`
 }
 
 // Options configure a changelog.
@@ -265,3 +268,50 @@ func (c *Changelog) List() ([]Info, error) {
 	}
 	return out, nil
 }
+
+// configFile holds the capture roots of a changelog directory.
+const configFile = "config.json"
+
+type dirConfig struct {
+	Version int    `json:"version"`
+	Roots   []Root `json:"roots"`
+}
+
+// DefaultDir returns the changelog directory of the checkout at root under
+// the agentscm config directory: one per checkout, outside every root.
+func DefaultDir(configDir, root string) string {
+	sum := sha256.Sum256([]byte(root))
+	return filepath.Join(configDir, "changelog", hex.EncodeToString(sum[:8]))
+}
+
+// LoadRoots reads the capture roots recorded in the changelog directory dir;
+// it returns fs.ErrNotExist (wrapped) when none were recorded yet.
+func LoadRoots(dir string) ([]Root, error) {
+	b, err := fsutil.ReadFileNoFollow(filepath.Join(dir, configFile), 1<<20)
+	if err != nil {
+		return nil, err
+	}
+	var c dirConfig
+	if err := json.Unmarshal(b, &c); err != nil {
+		return nil, fmt.Errorf("changelog config %s: %w", filepath.Join(dir, configFile), err)
+	}
+	if c.Version != 1 {
+		return nil, fmt.Errorf("changelog config version %d is not supported", c.Version)
+	}
+	if _, err := metaRoots(c.Roots); err != nil {
+		return nil, err
+	}
+	return c.Roots, nil
+}
+
+// SaveRoots records the changelog's capture roots in its directory.
+func (c *Changelog) SaveRoots() error {
+	b, err := json.MarshalIndent(dirConfig{Version: 1, Roots: c.opts.Roots}, "", "  ")
+	if err != nil {
+		return err
+	}
+	return fsutil.WriteAtomic(filepath.Join(c.dir, configFile), append(b, '\n'), fsutil.FileMode)
+}
+
+// Roots returns the capture roots.
+func (c *Changelog) Roots() []Root { return append([]Root(nil), c.opts.Roots...) }

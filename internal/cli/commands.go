@@ -5,5 +5,6 @@ package cli
 func rootCommands() []*Command {
 	return []*Command{
 		changeCaptureCommand(),
+		changelogCommand(), snapshotCommand(),
 	}
 }
