@@ -460,3 +460,45 @@ func TestFullCaptureUnderLowFileLimit(t *testing.T) {
 		t.Errorf("increment 0 has %d regular members, want 301", n)
 	}
 }
+
+// TestIgnoreRulesChange checks that ignored paths are left out, that a
+// changed .gitignore reclassifies them, and that index changes (git add)
+// do not turn unchanged files into writes.
+func TestIgnoreRulesChange(t *testing.T) {
+	s := newScenario(t)
+	co := func(p string) string { return filepath.Join(s.checkout, p) }
+	stored := func(pos int) []string {
+		names, _ := members(t, s.c.incrementPath(pos))
+		var out []string
+		for _, n := range names {
+			if flag, name, _ := strings.Cut(n, " "); flag != "D" && name != MetaMember {
+				out = append(out, strings.TrimPrefix(name, s.prefix("checkout")+"/"))
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	writeFile(t, co("app.log"), "log")
+	writeFile(t, co("build/x.o"), "obj")
+	writeFile(t, co("main.go"), "package main")
+	mustCapture(t, s.c, 0)
+	if got := stored(0); slices.Contains(got, "app.log") || slices.Contains(got, "build/x.o") {
+		t.Errorf("ignored paths captured: %v", got)
+	}
+	writeFile(t, co("new.log"), "new ignored")
+	writeFile(t, co("build/sub/y.o"), "new ignored dir content")
+	mustCapture(t, s.c, 1)
+	if got := stored(1); len(got) != 0 {
+		t.Errorf("increment 1 stores %v, want nothing (only ignored writes)", got)
+	}
+	run(t, s.checkout, "git", "add", "main.go")
+	mustCapture(t, s.c, 2)
+	if got := stored(2); len(got) != 0 {
+		t.Errorf("git add made increment 2 store %v", got)
+	}
+	writeFile(t, co(".gitignore"), "build/\n")
+	mustCapture(t, s.c, 3)
+	if got, want := stored(3), []string{".gitignore", "app.log", "new.log"}; !slices.Equal(got, want) {
+		t.Errorf("after un-ignoring *.log, increment 3 stores %v, want %v", got, want)
+	}
+}
