@@ -2,6 +2,7 @@ package changelog
 
 import (
 	"archive/tar"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/klauspost/compress/gzip"
@@ -490,6 +492,17 @@ func (rp *replay) extractOne(ctx context.Context, ra *replayArchive) error {
 			}
 			dirTimes = append(dirTimes, dirTime{root: m.Root, rel: rel, mtime: m.ModTime})
 		case tar.TypeReg:
+			var content io.Reader = io.LimitReader(tr, m.Size)
+			if m.Size <= sameCheckMax {
+				same, data, err := sameAsDisk(root, rel, m, tr)
+				if err != nil {
+					return err
+				}
+				if same {
+					continue
+				}
+				content = bytes.NewReader(data)
+			}
 			if err := removeExisting(root, rel); err != nil {
 				return err
 			}
@@ -497,7 +510,7 @@ func (rp *replay) extractOne(ctx context.Context, ra *replayArchive) error {
 			if err != nil {
 				return err
 			}
-			_, err = io.Copy(f, io.LimitReader(tr, m.Size))
+			_, err = io.Copy(f, content)
 			if cerr := f.Close(); err == nil {
 				err = cerr
 			}
@@ -615,4 +628,42 @@ func renameDir(root *os.Root, from, to string) error {
 		}
 	}
 	return root.Rename(from, to)
+}
+
+// sameCheckMax bounds the files a replay compares with the disk before
+// writing: small files whose content, mode and mtime second already match
+// are left untouched (no rewrite, so git's index stays clean).
+const sameCheckMax = 1 << 20
+
+// sameAsDisk reads member m's content and reports whether the regular file
+// at rel already holds it with the same mode (fixing only a differing mtime
+// second).
+func sameAsDisk(root *os.Root, rel string, m *Member, tr io.Reader) (bool, []byte, error) {
+	data := make([]byte, m.Size)
+	if _, err := io.ReadFull(tr, data); err != nil {
+		return false, nil, fmt.Errorf("%w: %s: %v", ErrUnreadableArchive, m.Name, err)
+	}
+	fi, err := root.Lstat(rel)
+	if err != nil || !fi.Mode().IsRegular() || fi.Size() != m.Size || fi.Mode().Perm() != m.Mode.Perm() || fi.Mode()&(fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky) != 0 {
+		return false, data, nil
+	}
+	f, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return false, data, nil
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() || st.Size() != m.Size {
+		return false, data, nil
+	}
+	disk := make([]byte, m.Size+1)
+	n, _ := io.ReadFull(f, disk)
+	if n != int(m.Size) || !bytes.Equal(disk[:n], data) {
+		return false, data, nil
+	}
+	if fi.ModTime().Unix() != m.ModTime.Unix() {
+		if err := root.Chtimes(rel, m.ModTime, m.ModTime); err != nil {
+			return false, nil, err
+		}
+	}
+	return true, nil, nil
 }

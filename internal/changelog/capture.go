@@ -14,6 +14,7 @@ import (
 	"path"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -498,12 +499,13 @@ func sameStat(o, n *entry) bool {
 		o.Ino == n.Ino && o.Dev == n.Dev && o.Target == n.Target && o.Excluded == n.Excluded
 }
 
+// parentOf returns the parent of a clean relative path ("" for a top-level
+// name), without allocating.
 func parentOf(p string) string {
-	d := path.Dir(p)
-	if d == "." {
-		return ""
+	if i := strings.LastIndexByte(p, '/'); i >= 0 {
+		return p[:i]
 	}
-	return d
+	return ""
 }
 
 // plan decides which directories to dump and which files to store.
@@ -575,9 +577,9 @@ func (p *rootPlan) plan(old *rootState, start time.Time) {
 	// directories that exist now.
 	for i := range ents {
 		e := &ents[i]
-		index[e.Path] = i
 		if dumpSet[e.Path] && e.Type == scan.Dir && !e.Excluded {
 			p.dirs = append(p.dirs, i)
+			index[e.Path] = i
 		}
 	}
 	p.children = make(map[int][]int, len(p.dirs))
