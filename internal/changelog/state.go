@@ -1,13 +1,13 @@
 package changelog
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
 	"io/fs"
 	"strings"
+	"unsafe"
 
 	"github.com/agentscm/agentscm/internal/scan"
 )
@@ -89,24 +89,25 @@ const (
 )
 
 func (s *captureState) encode() []byte {
-	var b bytes.Buffer
-	b.WriteString(stateMagic)
-	var tmp [binary.MaxVarintLen64]byte
-	putU := func(v uint64) { b.Write(tmp[:binary.PutUvarint(tmp[:], v)]) }
-	putI := func(v int64) { b.Write(tmp[:binary.PutVarint(tmp[:], v)]) }
-	putS := func(v string) { putU(uint64(len(v))); b.WriteString(v) }
-	putI(int64(s.LastPosition))
-	putU(uint64(len(s.Roots)))
+	n := 64
 	for _, r := range s.Roots {
-		putS(r.Name)
-		putS(r.Path)
+		n += 64 + len(r.Name) + len(r.Path) + len(r.Stamp) + 40*len(r.Entries)
+	}
+	b := make([]byte, 0, n)
+	b = append(b, stateMagic...)
+	putS := func(b []byte, v string) []byte { return append(binary.AppendUvarint(b, uint64(len(v))), v...) }
+	b = binary.AppendVarint(b, int64(s.LastPosition))
+	b = binary.AppendUvarint(b, uint64(len(s.Roots)))
+	for _, r := range s.Roots {
+		b = putS(b, r.Name)
+		b = putS(b, r.Path)
 		if r.Exists {
-			putU(1)
+			b = append(b, 1)
 		} else {
-			putU(0)
+			b = append(b, 0)
 		}
-		putS(r.Stamp)
-		putU(uint64(len(r.Entries)))
+		b = putS(b, r.Stamp)
+		b = binary.AppendUvarint(b, uint64(len(r.Entries)))
 		prev := ""
 		for i := range r.Entries {
 			e := &r.Entries[i]
@@ -114,8 +115,8 @@ func (s *captureState) encode() []byte {
 			for shared < len(prev) && shared < len(e.Path) && prev[shared] == e.Path[shared] {
 				shared++
 			}
-			putU(uint64(shared))
-			putS(e.Path[shared:])
+			b = binary.AppendUvarint(b, uint64(shared))
+			b = putS(b, e.Path[shared:])
 			prev = e.Path
 			var flags uint64
 			if e.Excluded {
@@ -124,23 +125,20 @@ func (s *captureState) encode() []byte {
 			if e.Hash != nil {
 				flags |= stHash
 			}
-			putU(flags)
-			putU(uint64(e.Type))
-			putU(uint64(e.Mode))
-			putI(e.Size)
-			putI(e.MTime)
-			putU(e.Dev)
-			putU(e.Ino)
-			putS(e.Target)
+			b = binary.AppendUvarint(b, flags)
+			b = binary.AppendUvarint(b, uint64(e.Type))
+			b = binary.AppendUvarint(b, uint64(e.Mode))
+			b = binary.AppendVarint(b, e.Size)
+			b = binary.AppendVarint(b, e.MTime)
+			b = binary.AppendUvarint(b, e.Dev)
+			b = binary.AppendUvarint(b, e.Ino)
+			b = putS(b, e.Target)
 			if e.Hash != nil {
-				b.Write(e.Hash[:])
+				b = append(b, e.Hash[:]...)
 			}
 		}
 	}
-	sum := crc32.ChecksumIEEE(b.Bytes())
-	binary.BigEndian.PutUint32(tmp[:4], sum)
-	b.Write(tmp[:4])
-	return b.Bytes()
+	return binary.BigEndian.AppendUint32(b, crc32.ChecksumIEEE(b))
 }
 
 var errBadState = errors.New("capture state is corrupt")
@@ -212,13 +210,27 @@ func decodeState(b []byte) (*captureState, error) {
 			return nil, errBadState
 		}
 		rs.Entries = make([]entry, 0, n)
+		// Paths are materialised into one arena: one allocation per chunk
+		// instead of one per entry.
+		var arena []byte
 		prev := ""
 		for range n {
 			shared := r.u()
 			if shared > uint64(len(prev)) {
 				return nil, errBadState
 			}
-			p := prev[:shared] + r.s()
+			suffix := r.raw(r.u())
+			need := int(shared) + len(suffix)
+			if cap(arena)-len(arena) < need {
+				arena = make([]byte, 0, max(need, 256<<10))
+			}
+			start := len(arena)
+			arena = append(arena, prev[:shared]...)
+			arena = append(arena, suffix...)
+			p := ""
+			if need > 0 {
+				p = unsafe.String(unsafe.SliceData(arena[start:]), need)
+			}
 			prev = p
 			e := entry{Path: p}
 			flags := r.u()
