@@ -39,6 +39,9 @@ type ApplyResult struct {
 	// position undoes the rewind.
 	PreApply *Increment
 	Applied  []int
+	// Target is the metadata of the increment rewound to: its SessionID is
+	// the session whose transcript a resumed conversation continues.
+	Target Meta
 	// Result holds the state the rewind produced, so the sequence stays
 	// replayable from position 0.
 	Result *Increment
@@ -78,6 +81,7 @@ func (c *Changelog) Apply(ctx context.Context, req ApplyRequest) (*ApplyResult, 
 		return nil, err
 	}
 	defer rp.close()
+	target := rp.archives[len(rp.archives)-1].a.Meta
 	st, err := c.stateForCapture()
 	if err != nil {
 		return nil, err
@@ -99,7 +103,7 @@ func (c *Changelog) Apply(ctx context.Context, req ApplyRequest) (*ApplyResult, 
 	if err != nil {
 		return &ApplyResult{PreApply: pre, Applied: applied}, fmt.Errorf("capture the rewound state: %w", err)
 	}
-	return &ApplyResult{PreApply: pre, Applied: applied, Result: post}, nil
+	return &ApplyResult{PreApply: pre, Applied: applied, Result: post, Target: target}, nil
 }
 
 // Replay validates the increments at paths (in order) and extracts them into

@@ -26,7 +26,8 @@ import (
 // CaptureRequest identifies the tool call a capture belongs to.
 type CaptureRequest struct {
 	// Position is the call's zero-based ordinal; it must exceed every
-	// stored position.
+	// stored position. A negative Position takes the next one, decided
+	// under the changelog lock.
 	Position  int
 	SessionID string
 	Tool      string
@@ -97,6 +98,9 @@ func (c *Changelog) captureLocked(ctx context.Context, req CaptureRequest, kind 
 	st, err := c.stateForCapture()
 	if err != nil {
 		return nil, err
+	}
+	if req.Position < 0 {
+		req.Position = st.LastPosition + 1
 	}
 	if req.Position <= st.LastPosition || req.Position > 999999 {
 		return nil, fmt.Errorf("%w: position %d, last stored %d", ErrPosition, req.Position, st.LastPosition)

@@ -225,6 +225,9 @@ func TestApplyRewindsInPlaceAndCanBeUndone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if res.Target.Position != 1 || res.Target.SessionID != "s1" {
+		t.Errorf("apply target meta = %+v", res.Target)
+	}
 	if res.PreApply.Position != 7 || res.Result.Position != 8 || !slices.Equal(res.Applied, []int{0, 1}) {
 		t.Fatalf("apply result = pre %d, result %d, applied %v", res.PreApply.Position, res.Result.Position, res.Applied)
 	}

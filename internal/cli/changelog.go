@@ -160,11 +160,6 @@ capture hook does this after every tool call; this command does it by hand.`)
 	if err != nil {
 		return err
 	}
-	if *pos < 0 {
-		if *pos, err = c.NextPosition(); err != nil {
-			return err
-		}
-	}
 	inc, err := c.Capture(ctx, changelog.CaptureRequest{Position: *pos, SessionID: *session, Tool: *tool, Failed: *failed})
 	if err != nil {
 		return err
