@@ -3,6 +3,7 @@ module github.com/agentscm/agentscm
 go 1.26.0
 
 require (
+	github.com/klauspost/compress v1.20.4
 	github.com/rogpeppe/go-internal v1.16.0
 	golang.org/x/sys v0.50.0
 	modernc.org/sqlite v1.62.0

@@ -1,0 +1,673 @@
+package changelog
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/klauspost/compress/gzip"
+
+	"github.com/agentscm/agentscm/internal/scan"
+)
+
+// ErrNoIncrement reports a rewind target with no stored increment.
+var ErrNoIncrement = errors.New("no increment stored at that position")
+
+// ApplyRequest asks to rewind the capture roots to a position.
+type ApplyRequest struct {
+	To        int
+	SessionID string
+	// AfterExtract, when set, runs once the increments are extracted and
+	// before the resulting state is captured: the place to drop capture
+	// hooks restored from a captured .claude/settings*.json.
+	AfterExtract func(ctx context.Context, roots []Root) error
+}
+
+// ApplyResult reports a rewind.
+type ApplyResult struct {
+	// PreApply holds the state before the rewind: applying up to its
+	// position undoes the rewind.
+	PreApply *Increment
+	Applied  []int
+	// Target is the metadata of the increment rewound to: its SessionID is
+	// the session whose transcript a resumed conversation continues.
+	Target Meta
+	// Result holds the state the rewind produced, so the sequence stays
+	// replayable from position 0.
+	Result *Increment
+}
+
+// Apply rewinds the capture roots to position req.To: it validates every
+// increment 0..To first (refusing one that is not a readable archive with
+// ErrUnreadableArchive, or a hostile one, before anything is written),
+// captures the current state as its own increment, extracts the increments
+// in order with their deletions and removed roots, and captures the result.
+func (c *Changelog) Apply(ctx context.Context, req ApplyRequest) (*ApplyResult, error) {
+	lk, err := c.lock()
+	if err != nil {
+		return nil, err
+	}
+	defer lk.Unlock()
+	pos, err := c.positions()
+	if err != nil {
+		return nil, err
+	}
+	var paths []string
+	var applied []int
+	found := false
+	for _, p := range pos {
+		if p > req.To {
+			break
+		}
+		paths = append(paths, c.incrementPath(p))
+		applied = append(applied, p)
+		found = found || p == req.To
+	}
+	if !found {
+		return nil, fmt.Errorf("%w: %d", ErrNoIncrement, req.To)
+	}
+	rp, err := prepareReplay(ctx, paths, c.opts.Roots)
+	if err != nil {
+		return nil, err
+	}
+	defer rp.close()
+	target := rp.archives[len(rp.archives)-1].a.Meta
+	st, err := c.stateForCapture()
+	if err != nil {
+		return nil, err
+	}
+	pre, err := c.captureLocked(ctx, CaptureRequest{Position: st.LastPosition + 1, SessionID: req.SessionID, Tool: "agentscm changelog apply"}, KindPreApply, nil)
+	if err != nil {
+		return nil, fmt.Errorf("capture the state before the rewind: %w", err)
+	}
+	if err := rp.extract(ctx); err != nil {
+		return &ApplyResult{PreApply: pre, Applied: applied}, fmt.Errorf("rewind to %d (undo with --to %d): %w", req.To, pre.Position, err)
+	}
+	if req.AfterExtract != nil {
+		if err := req.AfterExtract(ctx, c.opts.Roots); err != nil {
+			return &ApplyResult{PreApply: pre, Applied: applied}, err
+		}
+	}
+	to := req.To
+	post, err := c.captureLocked(ctx, CaptureRequest{Position: pre.Position + 1, SessionID: req.SessionID, Tool: "agentscm changelog apply"}, KindApply, &to)
+	if err != nil {
+		return &ApplyResult{PreApply: pre, Applied: applied}, fmt.Errorf("capture the rewound state: %w", err)
+	}
+	return &ApplyResult{PreApply: pre, Applied: applied, Result: post, Target: target}, nil
+}
+
+// Replay validates the increments at paths (in order) and extracts them into
+// roots, matched by name: the way to restore onto a fresh directory. Nothing
+// is written unless every increment validates.
+func Replay(ctx context.Context, paths []string, roots []Root) error {
+	rp, err := prepareReplay(ctx, paths, roots)
+	if err != nil {
+		return err
+	}
+	defer rp.close()
+	return rp.extract(ctx)
+}
+
+type replayArchive struct {
+	path string
+	f    *os.File
+	a    *Archive
+}
+
+type replay struct {
+	roots    map[string]Root
+	archives []*replayArchive
+}
+
+func (rp *replay) close() {
+	for _, a := range rp.archives {
+		a.f.Close()
+	}
+}
+
+func prepareReplay(ctx context.Context, paths []string, roots []Root) (*replay, error) {
+	mroots, err := metaRoots(roots)
+	if err != nil {
+		return nil, err
+	}
+	rp := &replay{roots: map[string]Root{}}
+	for _, r := range roots {
+		rp.roots[r.Name] = r
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			rp.close()
+		}
+	}()
+	for _, p := range paths {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return nil, fmt.Errorf("open increment %s: %w", p, err)
+		}
+		a, err := readArchive(f, mroots)
+		if err != nil {
+			f.Close()
+			return nil, fmt.Errorf("increment %s: %w", path.Base(p), err)
+		}
+		rp.archives = append(rp.archives, &replayArchive{path: p, f: f, a: a})
+	}
+	if err := rp.simulate(); err != nil {
+		return nil, err
+	}
+	ok = true
+	return rp, nil
+}
+
+// Kinds of objects in the simulated tree.
+type vkind uint8
+
+const (
+	vUnknown vkind = iota
+	vGone
+	vDir
+	vFile
+	vSymlink
+	vOther
+)
+
+// overlay simulates the extraction over the current disk so that hostile
+// sequences (a member through a symlink or below a file) are refused before
+// anything is written.
+type overlay struct {
+	roots    map[string]Root
+	kinds    map[string]vkind
+	children map[string][]string // keys with a kinds entry, by parent key
+	listing  map[string]map[string]byte
+	fresh    map[string]bool // directories created anew: their disk contents are gone
+	rootGone map[string]bool
+}
+
+func vkey(root, rel string) string { return root + "\x00" + rel }
+
+func diskKind(root Root, rel string) vkind {
+	if rel == "" {
+		fi, err := os.Lstat(root.Path)
+		switch {
+		case err != nil:
+			return vGone
+		case fi.IsDir():
+			return vDir
+		default:
+			return vOther
+		}
+	}
+	e, err := scan.Lstat(root.Path, rel)
+	if err != nil {
+		return vGone
+	}
+	switch e.Type {
+	case scan.Dir:
+		return vDir
+	case scan.File:
+		return vFile
+	case scan.Symlink:
+		return vSymlink
+	}
+	return vOther
+}
+
+func (o *overlay) lookup(root, rel string) vkind {
+	k := vkey(root, rel)
+	if rel == "" {
+		if v, ok := o.kinds[k]; ok {
+			return v
+		}
+		if o.rootGone[root] {
+			return vGone
+		}
+		return diskKind(o.roots[root], "")
+	}
+	par := parentOf(rel)
+	if o.lookup(root, par) != vDir {
+		return vGone
+	}
+	if v, ok := o.kinds[k]; ok {
+		return v
+	}
+	pk := vkey(root, par)
+	if o.fresh[pk] {
+		return vGone
+	}
+	d := diskKind(o.roots[root], rel)
+	if l, ok := o.listing[pk]; ok {
+		return purged(l, path.Base(rel), d)
+	}
+	return d
+}
+
+// purged applies GNU tar's purge rule: an entry not listed in its
+// directory's dumpdir, a 'D' entry that is not a directory and a 'Y' entry
+// that is one are removed.
+func purged(l map[string]byte, name string, k vkind) vkind {
+	flag, ok := l[name]
+	if !ok || (flag == flagDirectory && k != vDir) || (flag == flagInArchive && k == vDir) {
+		return vGone
+	}
+	return k
+}
+
+func (o *overlay) set(root, rel string, v vkind) {
+	k := vkey(root, rel)
+	o.dropBelow(k)
+	if _, ok := o.kinds[k]; !ok && rel != "" {
+		pk := vkey(root, parentOf(rel))
+		o.children[pk] = append(o.children[pk], rel)
+	}
+	o.kinds[k] = v
+}
+
+// cache remembers a looked-up kind without changing the simulated tree, so
+// deep paths are resolved once.
+func (o *overlay) cache(root, rel string, v vkind) {
+	k := vkey(root, rel)
+	if _, ok := o.kinds[k]; ok {
+		return
+	}
+	if rel != "" {
+		pk := vkey(root, parentOf(rel))
+		o.children[pk] = append(o.children[pk], rel)
+	}
+	o.kinds[k] = v
+}
+
+// dropBelow forgets everything simulated below key k.
+func (o *overlay) dropBelow(k string) {
+	root, _, _ := strings.Cut(k, "\x00")
+	for _, rel := range o.children[k] {
+		ck := vkey(root, rel)
+		o.dropBelow(ck)
+		delete(o.kinds, ck)
+	}
+	delete(o.children, k)
+	delete(o.listing, k)
+	delete(o.fresh, k)
+}
+
+func (rp *replay) simulate() error {
+	o := &overlay{
+		roots: rp.roots, kinds: map[string]vkind{}, children: map[string][]string{},
+		listing: map[string]map[string]byte{}, fresh: map[string]bool{}, rootGone: map[string]bool{},
+	}
+	for _, ra := range rp.archives {
+		for _, name := range ra.a.Meta.RemovedRoots {
+			if _, ok := rp.roots[name]; !ok {
+				return fmt.Errorf("increment %s: %w: removed root %q is not configured", path.Base(ra.path), ErrUnreadableArchive, name)
+			}
+			o.set(name, "", vGone)
+			o.rootGone[name] = true
+		}
+		for _, m := range ra.a.Members {
+			// Every ancestor must be (or become) a directory, never a
+			// symlink or a file.
+			var anc []string
+			if m.Rel != "" {
+				for p := parentOf(m.Rel); ; p = parentOf(p) {
+					anc = append(anc, p)
+					if p == "" {
+						break
+					}
+				}
+			}
+			slices.Reverse(anc)
+			for _, a := range anc {
+				switch o.lookup(m.Root, a) {
+				case vDir:
+					o.cache(m.Root, a, vDir)
+				case vGone:
+					o.set(m.Root, a, vDir)
+					o.fresh[vkey(m.Root, a)] = true
+				case vSymlink:
+					return fmt.Errorf("increment %s: %w: member %q traverses the symlink %q", path.Base(ra.path), ErrUnreadableArchive, m.Name, memberName(m.Root, a))
+				default:
+					return fmt.Errorf("increment %s: %w: member %q lies below the non-directory %q", path.Base(ra.path), ErrUnreadableArchive, m.Name, memberName(m.Root, a))
+				}
+			}
+			switch m.Type {
+			case typeDumpdir:
+				// Renames run first, as GNU tar replays them before purging.
+				for _, rn := range m.Renames {
+					for _, p := range []string{rn.From, rn.To} {
+						for a := parentOf(p); ; a = parentOf(a) {
+							if v := o.lookup(m.Root, a); v == vSymlink {
+								return fmt.Errorf("increment %s: %w: rename %q traverses the symlink %q", path.Base(ra.path), ErrUnreadableArchive, p, a)
+							}
+							if a == "" {
+								break
+							}
+						}
+					}
+					if o.lookup(m.Root, rn.From) == vDir {
+						o.set(m.Root, rn.To, vDir)
+						o.fresh[vkey(m.Root, rn.To)] = true
+						o.set(m.Root, rn.From, vGone)
+					}
+				}
+				k := vkey(m.Root, m.Rel)
+				if o.lookup(m.Root, m.Rel) != vDir {
+					o.set(m.Root, m.Rel, vDir)
+					o.fresh[k] = true
+				}
+				l := make(map[string]byte, len(m.Dumpdir))
+				for _, d := range m.Dumpdir {
+					l[d.Name] = d.Flag
+				}
+				for _, rel := range slices.Clone(o.children[k]) {
+					ck := vkey(m.Root, rel)
+					if v := purged(l, path.Base(rel), o.kinds[ck]); v == vGone {
+						o.dropBelow(ck)
+						o.kinds[ck] = vGone
+					}
+				}
+				o.listing[k] = l
+			case tar.TypeReg:
+				o.set(m.Root, m.Rel, vFile)
+			case tar.TypeSymlink:
+				o.set(m.Root, m.Rel, vSymlink)
+			}
+		}
+	}
+	return nil
+}
+
+// extract replays every archive in order.
+func (rp *replay) extract(ctx context.Context) error {
+	for _, ra := range rp.archives {
+		if err := rp.extractOne(ctx, ra); err != nil {
+			return fmt.Errorf("extract %s: %w", path.Base(ra.path), err)
+		}
+	}
+	return nil
+}
+
+type dirTime struct {
+	root  string
+	rel   string
+	mtime time.Time
+}
+
+func (rp *replay) extractOne(ctx context.Context, ra *replayArchive) error {
+	for _, name := range ra.a.Meta.RemovedRoots {
+		if err := os.RemoveAll(rp.roots[name].Path); err != nil {
+			return fmt.Errorf("remove capture root %s: %w", name, err)
+		}
+	}
+	if _, err := ra.f.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	gz, err := gzip.NewReader(ra.f)
+	if err != nil {
+		return err
+	}
+	defer gz.Close()
+	gz.Multistream(false)
+	tr := tar.NewReader(gz)
+	opened := map[string]*os.Root{}
+	defer func() {
+		for _, r := range opened {
+			r.Close()
+		}
+	}()
+	openRoot := func(name string) (*os.Root, error) {
+		if r, ok := opened[name]; ok {
+			return r, nil
+		}
+		p := rp.roots[name].Path
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			return nil, err
+		}
+		r, err := os.OpenRoot(p)
+		if err != nil {
+			return nil, err
+		}
+		opened[name] = r
+		return r, nil
+	}
+	var dirTimes []dirTime
+	mi := 0
+	for i := 0; ; i++ {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrUnreadableArchive, err)
+		}
+		if mi >= len(ra.a.Members) || ra.a.Members[mi].offset != i {
+			continue // the metadata member
+		}
+		m := &ra.a.Members[mi]
+		mi++
+		if strings.TrimSuffix(h.Name, "/") != m.Name {
+			return fmt.Errorf("%w: archive changed while being applied", ErrUnreadableArchive)
+		}
+		root, err := openRoot(m.Root)
+		if err != nil {
+			return err
+		}
+		rel := m.Rel
+		if rel == "" {
+			rel = "."
+		}
+		if p := parentOf(m.Rel); m.Rel != "" && p != "" {
+			if err := ensureDir(root, p); err != nil {
+				return err
+			}
+		}
+		switch m.Type {
+		case typeDumpdir:
+			renamed := true
+			for _, rn := range m.Renames {
+				if err := renameDir(root, rn.From, rn.To); err != nil {
+					renamed = false // GNU tar then leaves the directory unpurged
+				}
+			}
+			if err := ensureDir(root, rel); err != nil {
+				return err
+			}
+			if renamed {
+				if err := purgeDir(root, rel, m.Dumpdir); err != nil {
+					return err
+				}
+			}
+			if err := root.Chmod(rel, m.Mode); err != nil {
+				return err
+			}
+			dirTimes = append(dirTimes, dirTime{root: m.Root, rel: rel, mtime: m.ModTime})
+		case tar.TypeReg:
+			var content io.Reader = io.LimitReader(tr, m.Size)
+			if m.Size <= sameCheckMax {
+				same, data, err := sameAsDisk(root, rel, m, tr)
+				if err != nil {
+					return err
+				}
+				if same {
+					continue
+				}
+				content = bytes.NewReader(data)
+			}
+			if err := removeExisting(root, rel); err != nil {
+				return err
+			}
+			f, err := root.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+			if err != nil {
+				return err
+			}
+			_, err = io.Copy(f, content)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return fmt.Errorf("write %s: %w", m.Name, err)
+			}
+			if err := root.Chmod(rel, m.Mode); err != nil {
+				return err
+			}
+			if err := root.Chtimes(rel, m.ModTime, m.ModTime); err != nil {
+				return err
+			}
+		case tar.TypeSymlink:
+			if err := removeExisting(root, rel); err != nil {
+				return err
+			}
+			if err := root.Symlink(m.Linkname, rel); err != nil {
+				return err
+			}
+		}
+	}
+	// Directory times last, as GNU tar does, since extracting into a
+	// directory changes its mtime.
+	for i := len(dirTimes) - 1; i >= 0; i-- {
+		d := dirTimes[i]
+		if r, err := openRoot(d.root); err == nil {
+			_ = r.Chtimes(d.rel, d.mtime, d.mtime)
+		}
+	}
+	return nil
+}
+
+// ensureDir makes rel a directory: a non-directory there is removed.
+func ensureDir(root *os.Root, rel string) error {
+	fi, err := root.Lstat(rel)
+	if err == nil && fi.IsDir() {
+		return nil
+	}
+	if err == nil {
+		if err := root.Remove(rel); err != nil {
+			return err
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return root.MkdirAll(rel, 0o755)
+}
+
+// removeExisting clears the way for a file or symlink at rel.
+func removeExisting(root *os.Root, rel string) error {
+	fi, err := root.Lstat(rel)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if fi.IsDir() {
+		return root.RemoveAll(rel)
+	}
+	return root.Remove(rel)
+}
+
+// purgeDir removes what GNU tar's incremental extraction removes: entries
+// not in the dumpdir, 'D' entries that are not directories and 'Y' entries
+// that are.
+func purgeDir(root *os.Root, rel string, dump []dumpEntry) error {
+	l := make(map[string]byte, len(dump))
+	for _, d := range dump {
+		l[d.Name] = d.Flag
+	}
+	d, err := root.Open(rel)
+	if err != nil {
+		return err
+	}
+	names, err := d.Readdirnames(-1)
+	d.Close()
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		child := n
+		if rel != "." {
+			child = rel + "/" + n
+		}
+		fi, err := root.Lstat(child)
+		if err != nil {
+			continue
+		}
+		k := vFile
+		if fi.IsDir() {
+			k = vDir
+		}
+		if purged(l, n, k) == vGone {
+			if err := root.RemoveAll(child); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// renameDir replays a GNU rename, creating the target's parents when missing.
+func renameDir(root *os.Root, from, to string) error {
+	fi, err := root.Lstat(from)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("rename source %s is not a directory", from)
+	}
+	if p := parentOf(to); p != "" {
+		if err := ensureDir(root, p); err != nil {
+			return err
+		}
+	}
+	return root.Rename(from, to)
+}
+
+// sameCheckMax bounds the files a replay compares with the disk before
+// writing: small files whose content, mode and mtime second already match
+// are left untouched (no rewrite, so git's index stays clean).
+const sameCheckMax = 1 << 20
+
+// sameAsDisk reads member m's content and reports whether the regular file
+// at rel already holds it with the same mode (fixing only a differing mtime
+// second).
+func sameAsDisk(root *os.Root, rel string, m *Member, tr io.Reader) (bool, []byte, error) {
+	data := make([]byte, m.Size)
+	if _, err := io.ReadFull(tr, data); err != nil {
+		return false, nil, fmt.Errorf("%w: %s: %v", ErrUnreadableArchive, m.Name, err)
+	}
+	fi, err := root.Lstat(rel)
+	if err != nil || !fi.Mode().IsRegular() || fi.Size() != m.Size || fi.Mode().Perm() != m.Mode.Perm() || fi.Mode()&(fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky) != 0 {
+		return false, data, nil
+	}
+	f, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return false, data, nil
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() || st.Size() != m.Size {
+		return false, data, nil
+	}
+	disk := make([]byte, m.Size+1)
+	n, _ := io.ReadFull(f, disk)
+	if n != int(m.Size) || !bytes.Equal(disk[:n], data) {
+		return false, data, nil
+	}
+	if fi.ModTime().Unix() != m.ModTime.Unix() {
+		if err := root.Chtimes(rel, m.ModTime, m.ModTime); err != nil {
+			return false, nil, err
+		}
+	}
+	return true, nil, nil
+}

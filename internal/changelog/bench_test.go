@@ -1,0 +1,218 @@
+package changelog
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// The 100,000-file benchmarks are gated: AGENTSCM_BENCH_100K=1 go test
+// -run '^$' -bench 100k -count 5 ./internal/changelog/
+const benchFiles = 100_000
+
+type benchTree struct {
+	base string // holds repo/ (a committed git checkout)
+	repo string
+	err  error
+}
+
+var benchTreeOnce = sync.OnceValue(func() *benchTree {
+	bt := &benchTree{}
+	base, err := os.MkdirTemp("", "agentscm-bench-100k-")
+	if err != nil {
+		bt.err = err
+		return bt
+	}
+	bt.base = base
+	bt.repo = filepath.Join(base, "repo")
+	// 10 top directories x 100 subdirectories x 100 files, ~200 bytes each.
+	content := strings.Repeat("package bench // generated line of source text\n", 4)
+	n := 0
+	for i := 0; i < 10 && n < benchFiles; i++ {
+		for j := 0; j < 100 && n < benchFiles; j++ {
+			dir := filepath.Join(bt.repo, fmt.Sprintf("mod%02d", i), fmt.Sprintf("pkg%03d", j))
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				bt.err = err
+				return bt
+			}
+			for k := 0; k < 100 && n < benchFiles; k++ {
+				if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("file%03d.go", k)), []byte(content+fmt.Sprint(n)), 0o644); err != nil {
+					bt.err = err
+					return bt
+				}
+				n++
+			}
+		}
+	}
+	os.WriteFile(filepath.Join(bt.repo, ".gitignore"), []byte("*.o\nbuild/\n"), 0o644)
+	for _, args := range [][]string{
+		{"init", "-q"}, {"add", "-A"},
+		{"-c", "user.name=b", "-c", "user.email=b@example.com", "commit", "-q", "-m", "tree"},
+	} {
+		cmd := exec.Command("git", args...)
+		cmd.Dir = bt.repo
+		cmd.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			bt.err = fmt.Errorf("git %v: %v %s", args, err, out)
+			return bt
+		}
+	}
+	return bt
+})
+
+func needBenchTree(b *testing.B) *benchTree {
+	b.Helper()
+	if os.Getenv("AGENTSCM_BENCH_100K") != "1" {
+		b.Skip("set AGENTSCM_BENCH_100K=1 to run the 100,000-file benchmarks")
+	}
+	bt := benchTreeOnce()
+	if bt.err != nil {
+		b.Fatal(bt.err)
+	}
+	return bt
+}
+
+// touchOne changes one file's content, as a tool call editing one file does.
+func touchOne(b *testing.B, bt *benchTree, i int) {
+	p := filepath.Join(bt.repo, "mod05", "pkg050", "file050.go")
+	if err := os.WriteFile(p, []byte(fmt.Sprintf("package bench // edit %d\n", i)), 0o644); err != nil {
+		b.Fatal(err)
+	}
+}
+
+func gitCmd(dir string, args ...string) *exec.Cmd {
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_OPTIONAL_LOCKS=0", "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1")
+	return cmd
+}
+
+// BenchmarkCapture100k measures a tool call's capture of a one-file change
+// on the 100,000-file checkout against GNU tar --listed-incremental and
+// git status on the same tree, in the same run.
+func BenchmarkCapture100k(b *testing.B) {
+	bt := needBenchTree(b)
+	b.Run("changelog", func(b *testing.B) {
+		c, err := Open(filepath.Join(b.TempDir(), "cl"), Options{Roots: []Root{{Name: "checkout", Path: bt.repo, Git: true}}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		mustCaptureB(b, c, 0) // the full first increment is not what a call pays
+		var size int64
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			b.StopTimer()
+			touchOne(b, bt, i)
+			b.StartTimer()
+			inc := mustCaptureB(b, c, i+1)
+			size = inc.Size
+		}
+		b.ReportMetric(float64(size), "increment-bytes")
+	})
+	b.Run("gnutar", func(b *testing.B) {
+		dir := b.TempDir()
+		snap := filepath.Join(dir, "snap")
+		tarCmd := func(i int) *exec.Cmd {
+			cmd := exec.Command("tar", "--listed-incremental="+snap, "--exclude=.git", "-czf", filepath.Join(dir, fmt.Sprintf("%06d.tgz", i)), "repo")
+			cmd.Dir = bt.base
+			return cmd
+		}
+		if out, err := tarCmd(0).CombinedOutput(); err != nil {
+			b.Fatalf("%v %s", err, out)
+		}
+		var size int64
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			b.StopTimer()
+			touchOne(b, bt, i)
+			b.StartTimer()
+			if out, err := tarCmd(i + 1).CombinedOutput(); err != nil {
+				b.Fatalf("%v %s", err, out)
+			}
+			b.StopTimer()
+			if fi, err := os.Stat(filepath.Join(dir, fmt.Sprintf("%06d.tgz", i+1))); err == nil {
+				size = fi.Size()
+			}
+			b.StartTimer()
+		}
+		b.ReportMetric(float64(size), "increment-bytes")
+	})
+	b.Run("gitstatus", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			b.StopTimer()
+			touchOne(b, bt, i)
+			b.StartTimer()
+			if out, err := gitCmd(bt.repo, "status", "--porcelain").CombinedOutput(); err != nil {
+				b.Fatalf("%v %s", err, out)
+			}
+		}
+	})
+}
+
+func mustCaptureB(b *testing.B, c *Changelog, pos int) *Increment {
+	b.Helper()
+	inc, err := c.Capture(context.Background(), CaptureRequest{Position: pos})
+	if err != nil {
+		b.Fatalf("capture %d: %v", pos, err)
+	}
+	return inc
+}
+
+// BenchmarkRewind100k measures rewinding the 100,000-file checkout to a
+// tool call (increments 0..3, the first one full) against GNU tar
+// extracting the same increments over the same tree.
+func BenchmarkRewind100k(b *testing.B) {
+	bt := needBenchTree(b)
+	dir := b.TempDir()
+	c, err := Open(filepath.Join(dir, "cl"), Options{Roots: []Root{{Name: "checkout", Path: bt.repo, Git: true}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	mustCaptureB(b, c, 0)
+	for i := 1; i <= 5; i++ {
+		touchOne(b, bt, 1000+i)
+		mustCaptureB(b, c, i)
+	}
+	var incs []string
+	for p := 0; p <= 3; p++ {
+		incs = append(incs, c.incrementPath(p))
+	}
+	b.Run("changelog", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			b.StopTimer()
+			touchOne(b, bt, 2000+i)
+			b.StartTimer()
+			if _, err := c.Apply(context.Background(), ApplyRequest{To: 3}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("replay-only", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			b.StopTimer()
+			touchOne(b, bt, 3000+i)
+			b.StartTimer()
+			if err := Replay(context.Background(), incs, []Root{{Name: "checkout", Path: bt.repo, Git: true}}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("gnutar", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			b.StopTimer()
+			touchOne(b, bt, 4000+i)
+			b.StartTimer()
+			for _, ip := range incs {
+				cmd := exec.Command("tar", "--incremental", "--anchored", "--exclude="+MetaDir, "-xzf", ip, "-C", "/")
+				if out, err := cmd.CombinedOutput(); err != nil {
+					b.Fatalf("%v %s", err, out)
+				}
+			}
+		}
+	})
+}

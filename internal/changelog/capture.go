@@ -1,0 +1,737 @@
+package changelog
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/agentscm/agentscm/internal/fsutil"
+	"github.com/agentscm/agentscm/internal/scan"
+)
+
+// CaptureRequest identifies the tool call a capture belongs to.
+type CaptureRequest struct {
+	// Position is the call's zero-based ordinal; it must exceed every
+	// stored position. A negative Position takes the next one, decided
+	// under the changelog lock.
+	Position  int
+	SessionID string
+	Tool      string
+	// Failed marks a tool call that failed (PostToolUseFailure): it still
+	// takes its own position.
+	Failed bool
+}
+
+// ErrPosition reports a capture at a position not past the last stored one.
+var ErrPosition = errors.New("position is not past the last stored increment")
+
+// racyWindow: a file modified this close to the capture's start may change
+// again within the same timestamp tick; its content hash is kept and
+// re-verified by the next capture.
+const racyWindow = 50 * time.Millisecond
+
+// NextPosition returns the position after the last stored increment.
+func (c *Changelog) NextPosition() (int, error) {
+	lk, err := c.lock()
+	if err != nil {
+		return 0, err
+	}
+	defer lk.Unlock()
+	st, err := c.stateForCapture()
+	if err != nil {
+		return 0, err
+	}
+	return st.LastPosition + 1, nil
+}
+
+// Capture stores the writes and deletions under the capture roots since the
+// last stored increment as increment req.Position. The incremental state
+// advances only once the increment is durably stored (and accepted by
+// Options.Store); on any failure, including a refused reservation, the
+// writes are left to the next increment.
+func (c *Changelog) Capture(ctx context.Context, req CaptureRequest) (*Increment, error) {
+	lk, err := c.lock()
+	if err != nil {
+		return nil, err
+	}
+	defer lk.Unlock()
+	return c.captureLocked(ctx, req, KindCall, nil)
+}
+
+// stateForCapture loads the state, falling back to a full capture after the
+// last stored position when the state is corrupt, and quarantines orphans.
+func (c *Changelog) stateForCapture() (*captureState, error) {
+	st, err := c.loadState()
+	if errors.Is(err, errBadState) {
+		pos, perr := c.positions()
+		if perr != nil {
+			return nil, perr
+		}
+		st = &captureState{LastPosition: -1}
+		if len(pos) > 0 {
+			st.LastPosition = pos[len(pos)-1]
+		}
+	} else if err != nil {
+		return nil, err
+	}
+	if err := c.quarantineOrphans(st); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+func (c *Changelog) captureLocked(ctx context.Context, req CaptureRequest, kind string, appliedTo *int) (*Increment, error) {
+	st, err := c.stateForCapture()
+	if err != nil {
+		return nil, err
+	}
+	if req.Position < 0 {
+		req.Position = st.LastPosition + 1
+	}
+	if req.Position <= st.LastPosition || req.Position > 999999 {
+		return nil, fmt.Errorf("%w: position %d, last stored %d", ErrPosition, req.Position, st.LastPosition)
+	}
+	mroots, err := metaRoots(c.opts.Roots)
+	if err != nil {
+		return nil, err
+	}
+	start := c.opts.Now()
+	meta := &Meta{
+		Version: 1, Position: req.Position, SessionID: req.SessionID, Tool: req.Tool, Failed: req.Failed,
+		Kind: kind, CreatedAt: start.UTC(), RemovedRoots: []string{}, AppliedTo: appliedTo,
+	}
+	next := &captureState{LastPosition: req.Position}
+	var plans []*rootPlan
+	full := true
+	for i, r := range c.opts.Roots {
+		old := st.root(r.Name)
+		if old != nil && old.Path != r.Path {
+			old = nil // the root moved: capture it in full
+		}
+		p, err := c.scanRoot(ctx, r, old, start)
+		if err != nil {
+			return nil, fmt.Errorf("capture root %s: %w", r.Name, err)
+		}
+		mroots[i].Exists = p.state.Exists
+		if old != nil && old.Exists && !p.state.Exists {
+			meta.RemovedRoots = append(meta.RemovedRoots, r.Name)
+		}
+		if p.state.Exists && !p.full {
+			full = false
+		}
+		p.prefix = mroots[i].Prefix
+		next.Roots = append(next.Roots, p.state)
+		plans = append(plans, p)
+	}
+	meta.Roots = mroots
+	meta.Full = full
+
+	incDir := filepath.Join(c.dir, incrementsDir)
+	tmp, err := createTempFile(incDir)
+	if err != nil {
+		return nil, err
+	}
+	tmpName := tmp.Name()
+	defer os.Remove(tmpName)
+	if err := writeIncrement(ctx, tmp, meta, plans, start); err != nil {
+		tmp.Close()
+		return nil, fmt.Errorf("write increment %d: %w", req.Position, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return nil, fmt.Errorf("sync increment: %w", err)
+	}
+	fi, err := tmp.Stat()
+	if err != nil {
+		tmp.Close()
+		return nil, err
+	}
+	if err := tmp.Close(); err != nil {
+		return nil, fmt.Errorf("close increment: %w", err)
+	}
+	size := fi.Size()
+	if res := c.opts.Reservation; res != nil {
+		if err := res.Reserve(1, size); err != nil {
+			return nil, fmt.Errorf("increment %d of %d bytes refused: %w", req.Position, size, err)
+		}
+	}
+	release := func() {
+		if res := c.opts.Reservation; res != nil {
+			_ = res.Release(1, size)
+		}
+	}
+	final := c.incrementPath(req.Position)
+	if err := os.Link(tmpName, final); err != nil {
+		release()
+		return nil, fmt.Errorf("store increment %d: %w", req.Position, err)
+	}
+	if err := fsutil.SyncDir(incDir); err != nil {
+		os.Remove(final)
+		release()
+		return nil, err
+	}
+	inc := &Increment{Position: req.Position, Path: final, Size: size, Meta: *meta}
+	if c.opts.Store != nil {
+		if err := c.opts.Store(ctx, *inc); err != nil {
+			os.Remove(final)
+			_ = fsutil.SyncDir(incDir)
+			release()
+			return nil, fmt.Errorf("store increment %d: %w", req.Position, err)
+		}
+	}
+	if err := c.saveState(next); err != nil {
+		// The state may or may not have been replaced; keep the increment
+		// only if it was.
+		if again, lerr := c.loadState(); lerr != nil || again.LastPosition != req.Position {
+			os.Remove(final)
+			_ = fsutil.SyncDir(incDir)
+			release()
+			return nil, err
+		}
+	}
+	return inc, nil
+}
+
+func createTempFile(dir string) (*os.File, error) {
+	var b [8]byte
+	for range 10 {
+		if _, err := rand.Read(b[:]); err != nil {
+			return nil, err
+		}
+		name := filepath.Join(dir, fsutil.TempPrefix+hex.EncodeToString(b[:]))
+		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, fsutil.FileMode)
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("create temporary increment: %w", err)
+		}
+		return f, nil
+	}
+	return nil, errors.New("create temporary increment: too many collisions")
+}
+
+// rootPlan is what one root contributes to an increment.
+type rootPlan struct {
+	root   Root
+	prefix string
+	state  *rootState // the state to record once stored (updated while writing)
+	full   bool
+	dirs   []int // indexes into state.Entries of directories to dump, walk order
+	files  []int // indexes of files and symlinks to store, walk order
+	// children of each dumped directory: indexes into state.Entries.
+	children map[int][]int
+	deleted  int
+}
+
+// scanRoot walks one root, classifies excluded paths and diffs against old.
+func (c *Changelog) scanRoot(ctx context.Context, r Root, old *rootState, start time.Time) (*rootPlan, error) {
+	p := &rootPlan{root: r, state: &rootState{Name: r.Name, Path: r.Path}}
+	fi, err := os.Lstat(r.Path)
+	if errors.Is(err, fs.ErrNotExist) || (err == nil && !fi.IsDir()) {
+		return p, nil // removed (or no longer a directory): nothing to capture
+	}
+	if err != nil {
+		return nil, err
+	}
+	p.state.Exists = true
+	useOld := old != nil && old.Exists
+	gd := ""
+	if r.Git && !r.IncludeIgnored {
+		gd = gitDir(r.Path)
+	}
+	stamp := ""
+	if gd != "" {
+		stamp = ignoreStamp(gd)
+	}
+	p.state.Stamp = stamp
+	classifyFull := gd != "" && (!useOld || old.Stamp != stamp)
+	for attempt := 0; attempt < 2; attempt++ {
+		var ignored map[string]bool
+		if classifyFull {
+			if ignored, err = listIgnored(ctx, c.opts.Git, r.Path); err != nil {
+				return nil, err
+			}
+		} else if useOld {
+			ignored = map[string]bool{}
+			for i := range old.Entries {
+				if e := &old.Entries[i]; e.Excluded {
+					ignored[e.Path] = true
+				}
+			}
+		}
+		hint := 0
+		if old != nil {
+			hint = len(old.Entries) + 64
+		}
+		entries, err := walkRoot(ctx, r, ignored, fi, hint)
+		if err != nil {
+			return nil, err
+		}
+		if gd != "" && !classifyFull {
+			// Paths new since the last capture are classified now; a changed
+			// .gitignore reclassifies the whole root.
+			var fresh []string
+			gitignoreChanged := false
+			mergeEntries(old.Entries, entries, func(o, n *entry) {
+				switch {
+				case n != nil && o == nil:
+					if !n.Excluded {
+						fresh = append(fresh, n.Path)
+					}
+					if path.Base(n.Path) == ".gitignore" {
+						gitignoreChanged = true
+					}
+				case o != nil && n == nil:
+					if path.Base(o.Path) == ".gitignore" {
+						gitignoreChanged = true
+					}
+				case path.Base(n.Path) == ".gitignore" && !sameStat(o, n):
+					gitignoreChanged = true
+				}
+			})
+			if gitignoreChanged {
+				classifyFull = true
+				continue
+			}
+			ign, err := checkIgnored(ctx, c.opts.Git, r.Path, fresh)
+			if err != nil {
+				return nil, err
+			}
+			if len(ign) > 0 {
+				entries = applyIgnored(entries, ign)
+			}
+		}
+		p.state.Entries = entries
+		break
+	}
+	p.full = !useOld
+	p.plan(old, start)
+	return p, nil
+}
+
+// walkRoot lists the root (its own entry first, Path "") in walk order,
+// recording excluded entries without descending into them. The root's
+// top-level directories are walked concurrently, each through a directory
+// opened without following symlinks; sizeHint preallocates.
+func walkRoot(ctx context.Context, r Root, ignored map[string]bool, rootInfo fs.FileInfo, sizeHint int) ([]entry, error) {
+	rootEntry := entry{Path: "", Type: scan.Dir, Mode: rootInfo.Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky), MTime: rootInfo.ModTime().UnixNano()}
+	if st, ok := rootInfo.Sys().(*syscall.Stat_t); ok {
+		rootEntry.Dev, rootEntry.Ino = uint64(st.Dev), st.Ino
+	}
+	excluded := func(rel string) bool { return (r.Git && path.Base(rel) == ".git") || ignored[rel] }
+	// The top level, without descending.
+	top := []entry{rootEntry}
+	err := scan.Walk(ctx, r.Path, scan.Options{AllowNonUTF8: true, Skip: func(rel string, isDir bool) bool {
+		if excluded(rel) {
+			top = append(top, excludedEntry(rel, isDir))
+			return true
+		}
+		return false
+	}}, func(e *scan.Entry) error {
+		top = append(top, fromScan(e, ""))
+		if e.Type == scan.Dir {
+			return fs.SkipDir
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	subs := make([][]entry, len(top))
+	jobs := make(chan int)
+	errs := make(chan error, 1)
+	var wg sync.WaitGroup
+	workers := min(max(runtime.GOMAXPROCS(0), 1), 4)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range jobs {
+				list, err := walkSubtree(ctx, r.Path, &top[i], excluded)
+				if err != nil {
+					select {
+					case errs <- err:
+					default:
+					}
+					continue
+				}
+				subs[i] = list
+			}
+		}()
+	}
+	for i := range top {
+		if top[i].Type == scan.Dir && !top[i].Excluded && top[i].Path != "" {
+			jobs <- i
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return nil, err
+	default:
+	}
+	entries := make([]entry, 0, max(sizeHint, len(top)))
+	for i := range top {
+		entries = append(entries, top[i])
+		entries = append(entries, subs[i]...)
+	}
+	return entries, nil
+}
+
+func excludedEntry(rel string, isDir bool) entry {
+	t := scan.File
+	if isDir {
+		t = scan.Dir
+	}
+	return entry{Path: rel, Type: t, Excluded: true}
+}
+
+func fromScan(e *scan.Entry, prefix string) entry {
+	return entry{
+		Path: prefix + e.Path, Type: e.Type, Mode: e.Mode, Size: e.Size, MTime: e.ModTime.UnixNano(),
+		Dev: e.Dev, Ino: e.Ino, Target: e.Target,
+	}
+}
+
+// walkSubtree walks the top-level directory d of root. The directory is
+// opened through scan.OpenDir (no symlink component), checked to be the one
+// listed, and walked through its /proc/self/fd link so a directory swapped
+// for a symlink meanwhile is never followed.
+func walkSubtree(ctx context.Context, root string, d *entry, excluded func(string) bool) ([]entry, error) {
+	f, err := scan.OpenDir(root, d.Path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil // vanished since the listing
+		}
+		return nil, err
+	}
+	defer f.Close()
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+		return nil, err
+	}
+	if uint64(st.Dev) != d.Dev || st.Ino != d.Ino {
+		return nil, fmt.Errorf("capture root %s: %s: %w", root, d.Path, scan.ErrChanged)
+	}
+	walkPath := fmt.Sprintf("/proc/self/fd/%d", f.Fd())
+	if _, err := os.Stat(walkPath); err != nil {
+		return nil, fmt.Errorf("capture needs /proc/self/fd: %w", err)
+	}
+	prefix := d.Path + "/"
+	var out []entry
+	err = scan.Walk(ctx, walkPath, scan.Options{AllowNonUTF8: true, Skip: func(rel string, isDir bool) bool {
+		if excluded(prefix + rel) {
+			out = append(out, excludedEntry(prefix+rel, isDir))
+			return true
+		}
+		return false
+	}}, func(e *scan.Entry) error {
+		out = append(out, fromScan(e, prefix))
+		return nil
+	})
+	return out, err
+}
+
+// applyIgnored marks entries that git ignores as excluded and drops the
+// contents of excluded directories.
+func applyIgnored(entries []entry, ign map[string]bool) []entry {
+	out := entries[:0]
+	excludedDir := ""
+	for _, e := range entries {
+		if excludedDir != "" && len(e.Path) > len(excludedDir) && e.Path[:len(excludedDir)+1] == excludedDir+"/" {
+			continue
+		}
+		excludedDir = ""
+		if ign[e.Path] {
+			e = entry{Path: e.Path, Type: e.Type, Excluded: true}
+			if e.Type == scan.Dir {
+				excludedDir = e.Path
+			}
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// mergeEntries walks two walk-ordered lists together, calling fn with the
+// entry of each side (nil when a path is on one side only).
+func mergeEntries(old, cur []entry, fn func(o, n *entry)) {
+	i, j := 0, 0
+	for i < len(old) || j < len(cur) {
+		switch {
+		case j >= len(cur):
+			fn(&old[i], nil)
+			i++
+		case i >= len(old):
+			fn(nil, &cur[j])
+			j++
+		default:
+			switch c := comparePaths(old[i].Path, cur[j].Path); {
+			case c < 0:
+				fn(&old[i], nil)
+				i++
+			case c > 0:
+				fn(nil, &cur[j])
+				j++
+			default:
+				fn(&old[i], &cur[j])
+				i++
+				j++
+			}
+		}
+	}
+}
+
+func sameStat(o, n *entry) bool {
+	return o.Type == n.Type && o.Mode == n.Mode && o.Size == n.Size && o.MTime == n.MTime &&
+		o.Ino == n.Ino && o.Dev == n.Dev && o.Target == n.Target && o.Excluded == n.Excluded
+}
+
+// parentOf returns the parent of a clean relative path ("" for a top-level
+// name), without allocating.
+func parentOf(p string) string {
+	if i := strings.LastIndexByte(p, '/'); i >= 0 {
+		return p[:i]
+	}
+	return ""
+}
+
+// plan decides which directories to dump and which files to store.
+func (p *rootPlan) plan(old *rootState, start time.Time) {
+	ents := p.state.Entries
+	index := make(map[string]int, 64)
+	dumpSet := map[string]bool{}
+	mark := func(dir string) { dumpSet[dir] = true }
+	if p.full {
+		for i := range ents {
+			e := &ents[i]
+			if e.Excluded {
+				continue
+			}
+			switch e.Type {
+			case scan.Dir:
+				mark(e.Path)
+			case scan.File, scan.Symlink:
+				p.files = append(p.files, i)
+			}
+		}
+	} else {
+		j := 0
+		mergeEntries(old.Entries, ents, func(o, n *entry) {
+			if n != nil {
+				defer func() { j++ }()
+			}
+			switch {
+			case n == nil:
+				if !o.Excluded {
+					p.deleted++
+					mark(parentOf(o.Path))
+				}
+			case o == nil || o.Excluded != n.Excluded || o.Type != n.Type:
+				if o != nil && !o.Excluded {
+					p.deleted++
+				}
+				if n.Path != "" {
+					mark(parentOf(n.Path))
+				}
+				if n.Excluded {
+					return
+				}
+				switch n.Type {
+				case scan.Dir:
+					mark(n.Path)
+				case scan.File, scan.Symlink:
+					p.files = append(p.files, j)
+				}
+			case n.Excluded:
+			case n.Type == scan.Dir:
+				if o.Mode != n.Mode {
+					mark(n.Path)
+				}
+			case n.Type == scan.File:
+				if !sameStat(o, n) || (o.Hash != nil && !hashMatches(p.root.Path, n.Path, o.Hash)) {
+					p.files = append(p.files, j)
+				} else if o.Hash != nil && time.Unix(0, n.MTime).After(start.Add(-racyWindow)) {
+					n.Hash = o.Hash // still racy: verify again next time
+				}
+			case n.Type == scan.Symlink:
+				if o.Target != n.Target || o.Mode != n.Mode {
+					p.files = append(p.files, j)
+				}
+			}
+		})
+	}
+	// A deleted directory's parent may itself be gone; dump only the
+	// directories that exist now.
+	for i := range ents {
+		e := &ents[i]
+		if dumpSet[e.Path] && e.Type == scan.Dir && !e.Excluded {
+			p.dirs = append(p.dirs, i)
+			index[e.Path] = i
+		}
+	}
+	p.children = make(map[int][]int, len(p.dirs))
+	for i := 1; i < len(ents); i++ {
+		par := parentOf(ents[i].Path)
+		if dumpSet[par] {
+			if pi, ok := index[par]; ok {
+				p.children[pi] = append(p.children[pi], i)
+			}
+		}
+	}
+}
+
+func hashMatches(root, rel string, want *[32]byte) bool {
+	f, err := scan.OpenFile(root, rel)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return false
+	}
+	var got [32]byte
+	copy(got[:], h.Sum(nil))
+	return got == *want
+}
+
+func memberName(prefix, rel string) string {
+	if rel == "" {
+		return prefix
+	}
+	return prefix + "/" + rel
+}
+
+// writeIncrement writes the metadata, then every dumped directory, then the
+// stored files and symlinks, as GNU tar orders an incremental archive. Files
+// are opened one at a time; one that vanished or was replaced since the walk
+// is left out and forgotten by the state (the next capture sees it afresh),
+// any other read failure fails the capture.
+func writeIncrement(ctx context.Context, w io.Writer, meta *Meta, plans []*rootPlan, start time.Time) error {
+	aw := newArchiveWriter(w)
+	uid, gid := os.Geteuid(), os.Getegid()
+	for _, p := range plans {
+		meta.Deleted += p.deleted
+		for _, i := range p.files {
+			e := &p.state.Entries[i]
+			meta.Files++
+			if e.Type == scan.File {
+				meta.Bytes += e.Size
+			}
+		}
+	}
+	if err := aw.meta(meta); err != nil {
+		return err
+	}
+	for _, p := range plans {
+		stored := make(map[int]bool, len(p.files))
+		for _, i := range p.files {
+			stored[i] = true
+		}
+		for _, di := range p.dirs {
+			d := &p.state.Entries[di]
+			var list []dumpEntry
+			for _, ci := range p.children[di] {
+				ce := &p.state.Entries[ci]
+				flag := byte(flagNotInArchive)
+				switch {
+				case ce.Excluded:
+				case ce.Type == scan.Dir:
+					flag = flagDirectory
+				case stored[ci]:
+					flag = flagInArchive
+				}
+				list = append(list, dumpEntry{Flag: flag, Name: path.Base(ce.Path)})
+			}
+			if err := aw.dumpdir(memberName(p.prefix, d.Path), d.Mode, time.Unix(0, d.MTime), uid, gid, list); err != nil {
+				return err
+			}
+		}
+	}
+	h := sha256.New()
+	for _, p := range plans {
+		for _, i := range p.files {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			e := &p.state.Entries[i]
+			name := memberName(p.prefix, e.Path)
+			if e.Type == scan.Symlink {
+				if err := aw.symlink(name, e.Mode, time.Unix(0, e.MTime), uid, gid, e.Target); err != nil {
+					return err
+				}
+				continue
+			}
+			if err := writeFileMember(aw, p.root.Path, name, e, start, h); err != nil {
+				return err
+			}
+		}
+	}
+	return aw.close()
+}
+
+// writeFileMember stores one regular file and records in e what was stored.
+func writeFileMember(aw *archiveWriter, root, name string, e *entry, start time.Time, h hash.Hash) error {
+	f, err := scan.OpenFile(root, e.Path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, scan.ErrChanged) || errors.Is(err, scan.ErrNotRegular) ||
+			errors.Is(err, scan.ErrSymlink) || errors.Is(err, syscall.ENOTDIR) || errors.Is(err, syscall.ELOOP) {
+			e.Type = scan.Other // changed since the walk: the next capture sees it afresh
+			return nil
+		}
+		return fmt.Errorf("read %s: %w", e.Path, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("stat %s: %w", e.Path, err)
+	}
+	fuid, fgid := os.Geteuid(), os.Getegid()
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if ok {
+		fuid, fgid = int(st.Uid), int(st.Gid)
+	}
+	var r io.Reader = f
+	racy := fi.ModTime().After(start.Add(-racyWindow))
+	if racy {
+		h.Reset()
+		r = io.TeeReader(f, h)
+	}
+	mode := fi.Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
+	short, err := aw.file(name, mode, fi.ModTime(), fuid, fgid, fi.Size(), r)
+	if err != nil {
+		return err
+	}
+	// Record what was stored, not what the walk saw.
+	e.Mode, e.Size, e.MTime = mode, fi.Size(), fi.ModTime().UnixNano()
+	if ok {
+		e.Dev, e.Ino = uint64(st.Dev), st.Ino
+	}
+	e.Hash = nil
+	switch {
+	case short:
+		e.Type = scan.Other // truncated while read: capture it again next time
+	case racy:
+		var sum [32]byte
+		copy(sum[:], h.Sum(nil))
+		e.Hash = &sum
+	}
+	return nil
+}

@@ -1,0 +1,261 @@
+package changelog
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io/fs"
+	"strings"
+	"unsafe"
+
+	"github.com/agentscm/agentscm/internal/scan"
+)
+
+// entry is what the capture state remembers about one path under a root.
+// Entries are kept in walk order (see comparePaths).
+type entry struct {
+	Path     string
+	Type     scan.Type
+	Excluded bool // .git internals or git-ignored: listed, never captured or descended
+	Mode     fs.FileMode
+	Size     int64
+	MTime    int64 // nanoseconds
+	Dev, Ino uint64
+	Target   string    // symlink target
+	Hash     *[32]byte // content hash of a racily clean file, re-verified next time
+}
+
+// rootState is the captured state of one capture root.
+type rootState struct {
+	Name    string
+	Path    string
+	Exists  bool
+	Stamp   string // git ignore inputs (index, info/exclude) at classification time
+	Entries []entry
+}
+
+// captureState is the incremental state: it advances only once an increment
+// is stored.
+type captureState struct {
+	LastPosition int // -1 before the first stored increment
+	Roots        []*rootState
+}
+
+func (s *captureState) root(name string) *rootState {
+	for _, r := range s.Roots {
+		if r.Name == name {
+			return r
+		}
+	}
+	return nil
+}
+
+// comparePaths orders slash-separated relative paths the way scan.Walk
+// visits them: component by component, each in byte order, a directory
+// before its contents.
+func comparePaths(a, b string) int {
+	for {
+		ia := strings.IndexByte(a, '/')
+		ib := strings.IndexByte(b, '/')
+		ca, cb := a, b
+		if ia >= 0 {
+			ca = a[:ia]
+		}
+		if ib >= 0 {
+			cb = b[:ib]
+		}
+		if c := strings.Compare(ca, cb); c != 0 {
+			return c
+		}
+		switch {
+		case ia < 0 && ib < 0:
+			return 0
+		case ia < 0:
+			return -1
+		case ib < 0:
+			return 1
+		}
+		a, b = a[ia+1:], b[ib+1:]
+	}
+}
+
+const stateMagic = "AGSCLST1"
+
+// Entry flag bits in the encoded state.
+const (
+	stExcluded = 1 << 0
+	stHash     = 1 << 1
+)
+
+func (s *captureState) encode() []byte {
+	n := 64
+	for _, r := range s.Roots {
+		n += 64 + len(r.Name) + len(r.Path) + len(r.Stamp) + 40*len(r.Entries)
+	}
+	b := make([]byte, 0, n)
+	b = append(b, stateMagic...)
+	putS := func(b []byte, v string) []byte { return append(binary.AppendUvarint(b, uint64(len(v))), v...) }
+	b = binary.AppendVarint(b, int64(s.LastPosition))
+	b = binary.AppendUvarint(b, uint64(len(s.Roots)))
+	for _, r := range s.Roots {
+		b = putS(b, r.Name)
+		b = putS(b, r.Path)
+		if r.Exists {
+			b = append(b, 1)
+		} else {
+			b = append(b, 0)
+		}
+		b = putS(b, r.Stamp)
+		b = binary.AppendUvarint(b, uint64(len(r.Entries)))
+		prev := ""
+		for i := range r.Entries {
+			e := &r.Entries[i]
+			shared := 0
+			for shared < len(prev) && shared < len(e.Path) && prev[shared] == e.Path[shared] {
+				shared++
+			}
+			b = binary.AppendUvarint(b, uint64(shared))
+			b = putS(b, e.Path[shared:])
+			prev = e.Path
+			var flags uint64
+			if e.Excluded {
+				flags |= stExcluded
+			}
+			if e.Hash != nil {
+				flags |= stHash
+			}
+			b = binary.AppendUvarint(b, flags)
+			b = binary.AppendUvarint(b, uint64(e.Type))
+			b = binary.AppendUvarint(b, uint64(e.Mode))
+			b = binary.AppendVarint(b, e.Size)
+			b = binary.AppendVarint(b, e.MTime)
+			b = binary.AppendUvarint(b, e.Dev)
+			b = binary.AppendUvarint(b, e.Ino)
+			b = putS(b, e.Target)
+			if e.Hash != nil {
+				b = append(b, e.Hash[:]...)
+			}
+		}
+	}
+	return binary.BigEndian.AppendUint32(b, crc32.ChecksumIEEE(b))
+}
+
+var errBadState = errors.New("capture state is corrupt")
+
+type stateReader struct {
+	b   []byte
+	err error
+}
+
+func (r *stateReader) u() uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.err = errBadState
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *stateReader) i() int64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(r.b)
+	if n <= 0 {
+		r.err = errBadState
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *stateReader) raw(n uint64) []byte {
+	if r.err != nil {
+		return nil
+	}
+	if n > uint64(len(r.b)) {
+		r.err = errBadState
+		return nil
+	}
+	v := r.b[:n]
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *stateReader) s() string { return string(r.raw(r.u())) }
+
+func decodeState(b []byte) (*captureState, error) {
+	if len(b) < len(stateMagic)+4 || string(b[:len(stateMagic)]) != stateMagic {
+		return nil, fmt.Errorf("%w: bad header", errBadState)
+	}
+	body, sum := b[:len(b)-4], binary.BigEndian.Uint32(b[len(b)-4:])
+	if crc32.ChecksumIEEE(body) != sum {
+		return nil, fmt.Errorf("%w: checksum mismatch", errBadState)
+	}
+	r := &stateReader{b: body[len(stateMagic):]}
+	s := &captureState{LastPosition: int(r.i())}
+	nroots := r.u()
+	if nroots > 1024 {
+		return nil, fmt.Errorf("%w: %d roots", errBadState, nroots)
+	}
+	for range nroots {
+		rs := &rootState{Name: r.s(), Path: r.s(), Exists: r.u() == 1, Stamp: r.s()}
+		n := r.u()
+		if r.err != nil || n > uint64(len(r.b)) {
+			return nil, errBadState
+		}
+		rs.Entries = make([]entry, 0, n)
+		// Paths are materialised into one arena: one allocation per chunk
+		// instead of one per entry.
+		var arena []byte
+		prev := ""
+		for range n {
+			shared := r.u()
+			if shared > uint64(len(prev)) {
+				return nil, errBadState
+			}
+			suffix := r.raw(r.u())
+			need := int(shared) + len(suffix)
+			if cap(arena)-len(arena) < need {
+				arena = make([]byte, 0, max(need, 256<<10))
+			}
+			start := len(arena)
+			arena = append(arena, prev[:shared]...)
+			arena = append(arena, suffix...)
+			p := ""
+			if need > 0 {
+				p = unsafe.String(unsafe.SliceData(arena[start:]), need)
+			}
+			prev = p
+			e := entry{Path: p}
+			flags := r.u()
+			e.Excluded = flags&stExcluded != 0
+			e.Type = scan.Type(r.u())
+			e.Mode = fs.FileMode(r.u())
+			e.Size = r.i()
+			e.MTime = r.i()
+			e.Dev = r.u()
+			e.Ino = r.u()
+			e.Target = r.s()
+			if flags&stHash != 0 {
+				var h [32]byte
+				copy(h[:], r.raw(32))
+				e.Hash = &h
+			}
+			if r.err != nil {
+				return nil, r.err
+			}
+			rs.Entries = append(rs.Entries, e)
+		}
+		s.Roots = append(s.Roots, rs)
+	}
+	if r.err != nil || len(r.b) != 0 {
+		return nil, errBadState
+	}
+	return s, nil
+}

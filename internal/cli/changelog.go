@@ -1,0 +1,360 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/agentscm/agentscm/internal/agent/claude"
+	"github.com/agentscm/agentscm/internal/capture"
+	"github.com/agentscm/agentscm/internal/changelog"
+	"github.com/agentscm/agentscm/internal/fsutil"
+)
+
+// ExitUnreadableArchive is the exit status of an apply or load refused
+// because an increment is not a readable (or is a hostile) archive: the
+// seed's 422.
+const ExitUnreadableArchive = 4
+
+func changelogCommand() *Command {
+	return &Command{
+		Name:    "changelog",
+		Summary: "per-tool-call increments of a checkout: capture, list, rewind",
+		Sub: []*Command{
+			{Name: "capture", Summary: "store the writes and deletions since the last increment as the next one", Run: runChangelogCapture},
+			{Name: "list", Summary: "list the stored increments", Run: runChangelogList},
+			{Name: "apply", Summary: "rewind the capture roots to a position (undoable)", Run: runChangelogApply},
+		},
+	}
+}
+
+func snapshotCommand() *Command {
+	return &Command{
+		Name:    "snapshot",
+		Summary: "save or load a whole workspace as one archive",
+		Sub: []*Command{
+			{Name: "save", Summary: "write a full archive of the capture roots", Run: runSnapshotSave},
+			{Name: "load", Summary: "restore a snapshot into the capture roots", Run: runSnapshotLoad},
+		},
+	}
+}
+
+// rootFlags are the flags that locate a checkout's changelog.
+type rootFlags struct {
+	root, dir      string
+	extra          multiFlag
+	includeIgnored bool
+}
+
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+func (rf *rootFlags) register(fs *flag.FlagSet, extraRoots bool) {
+	fs.StringVar(&rf.root, "root", "", "absolute path of the checkout (required)")
+	fs.StringVar(&rf.dir, "dir", "", "changelog directory (default: one per checkout under the agentscm config directory)")
+	if extraRoots {
+		fs.Var(&rf.extra, "extra-root", "another capture root as NAME=ABSPATH, e.g. transcripts=/home/u/.claude/projects/x (repeatable)")
+		fs.BoolVar(&rf.includeIgnored, "include-ignored", false, "capture git-ignored paths of the checkout too")
+	}
+}
+
+// roots resolves the capture roots from the flags.
+func (rf *rootFlags) roots() ([]changelog.Root, string, error) {
+	root, err := capture.CanonicalRoot(rf.root)
+	if err != nil {
+		return nil, "", usagef("%v", err)
+	}
+	roots := []changelog.Root{{Name: "checkout", Path: root, Git: true, IncludeIgnored: rf.includeIgnored}}
+	for _, e := range rf.extra {
+		name, p, ok := strings.Cut(e, "=")
+		if !ok || name == "" || !filepath.IsAbs(p) {
+			return nil, "", usagef("--extra-root %q must be NAME=ABSPATH", e)
+		}
+		roots = append(roots, changelog.Root{Name: name, Path: filepath.Clean(p)})
+	}
+	return roots, root, nil
+}
+
+func (rf *rootFlags) changelogDir(env *Env, root string) (string, error) {
+	if rf.dir != "" {
+		if !filepath.IsAbs(rf.dir) {
+			return "", usagef("--dir %q is not an absolute path", rf.dir)
+		}
+		return filepath.Clean(rf.dir), nil
+	}
+	cfg, err := capture.ConfigDir(env.Getenv)
+	if err != nil {
+		return "", err
+	}
+	if err := fsutil.MkdirPrivate(filepath.Join(cfg, "changelog")); err != nil {
+		return "", err
+	}
+	return changelog.DefaultDir(cfg, root), nil
+}
+
+// openChangelog opens the checkout's changelog. With capture set, the roots
+// given on the command line are recorded; otherwise the recorded roots are
+// used and the checkout must already have a changelog.
+func openChangelog(env *Env, rf *rootFlags, capture bool) (*changelog.Changelog, error) {
+	roots, root, err := rf.roots()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := rf.changelogDir(env, root)
+	if err != nil {
+		return nil, err
+	}
+	stored, err := changelog.LoadRoots(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		if !capture {
+			return nil, fmt.Errorf("no changelog for %s (looked in %s)", root, dir)
+		}
+	case err != nil:
+		return nil, err
+	case !capture || len(rf.extra) == 0:
+		if stored[0].Path != root {
+			return nil, fmt.Errorf("changelog %s belongs to %s, not %s", dir, stored[0].Path, root)
+		}
+		roots = stored
+	}
+	c, err := changelog.Open(dir, changelog.Options{Roots: roots})
+	if err != nil {
+		return nil, err
+	}
+	if capture {
+		if err := c.SaveRoots(); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+func runChangelogCapture(ctx context.Context, env *Env, args []string) error {
+	fs := newFlags(env, "agentscm changelog capture", "--root ABS [flags]", `
+Store the writes and deletions under the capture roots since the last stored
+increment as increment <position:06d>.tgz (GNU incremental tar, gzip). The
+capture hook does this after every tool call; this command does it by hand.`)
+	var rf rootFlags
+	rf.register(fs, true)
+	pos := fs.Int("position", -1, "the tool call's zero-based position (default: after the last stored one)")
+	session := fs.String("session", "", "the tool call's session id")
+	tool := fs.String("tool", "", "the tool's name")
+	failed := fs.Bool("failed", false, "the tool call failed (it still takes its position)")
+	format := formatFlag(fs)
+	if err := parseFlags(fs, args, false); err != nil {
+		return err
+	}
+	if err := checkFormat(*format); err != nil {
+		return err
+	}
+	c, err := openChangelog(env, &rf, true)
+	if err != nil {
+		return err
+	}
+	inc, err := c.Capture(ctx, changelog.CaptureRequest{Position: *pos, SessionID: *session, Tool: *tool, Failed: *failed})
+	if err != nil {
+		return err
+	}
+	if *format == "json" {
+		return writeJSON(env.Stdout, map[string]any{"position": inc.Position, "path": inc.Path, "size": inc.Size,
+			"files": inc.Meta.Files, "deleted": inc.Meta.Deleted, "bytes": inc.Meta.Bytes, "removed_roots": inc.Meta.RemovedRoots})
+	}
+	fmt.Fprintf(env.Stdout, "stored increment %d: %d files (%d bytes), %d deleted, %d bytes compressed\n",
+		inc.Position, inc.Meta.Files, inc.Meta.Bytes, inc.Meta.Deleted, inc.Size)
+	return nil
+}
+
+func runChangelogList(ctx context.Context, env *Env, args []string) error {
+	fs := newFlags(env, "agentscm changelog list", "--root ABS [flags]", `
+List the stored increments of a checkout: position, kind, tool, files
+changed, content bytes and archive size.`)
+	var rf rootFlags
+	rf.register(fs, false)
+	format := formatFlag(fs)
+	if err := parseFlags(fs, args, false); err != nil {
+		return err
+	}
+	if err := checkFormat(*format); err != nil {
+		return err
+	}
+	c, err := openChangelog(env, &rf, false)
+	if err != nil {
+		return err
+	}
+	list, err := c.List()
+	if err != nil {
+		return err
+	}
+	if *format == "json" {
+		if list == nil {
+			list = []changelog.Info{}
+		}
+		return writeJSON(env.Stdout, map[string]any{"dir": c.Dir(), "increments": list})
+	}
+	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "POSITION\tKIND\tTOOL\tFILES\tDELETED\tBYTES\tSIZE\tNOTE")
+	for _, in := range list {
+		note := ""
+		switch {
+		case in.Err != "":
+			note = "unreadable: " + in.Err
+		case in.Failed:
+			note = "failed call"
+		}
+		if len(in.Removed) > 0 {
+			note = strings.TrimSpace(note + " removed roots: " + strings.Join(in.Removed, ","))
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", in.Position, in.Kind, in.Tool, in.Files, in.Deleted, in.Bytes, in.Size, note)
+	}
+	return tw.Flush()
+}
+
+// dropRestoredHooks returns the AfterExtract callback that removes the
+// agentscm capture hooks a rewind restored into the checkout's
+// .claude/settings*.json: a settings file that had no marked hook before the
+// rewind gets none after it.
+func dropRestoredHooks(root string) (func(context.Context, []changelog.Root) error, error) {
+	files := []string{filepath.Join(root, ".claude", "settings.json"), filepath.Join(root, ".claude", "settings.local.json")}
+	had := map[string]bool{}
+	for _, f := range files {
+		ev, err := claude.MarkedEvents(f)
+		if err == nil && len(ev) > 0 {
+			had[f] = true
+		}
+	}
+	return func(context.Context, []changelog.Root) error {
+		for _, f := range files {
+			if had[f] {
+				continue
+			}
+			if _, err := claude.RemoveHooks(f); err != nil {
+				return fmt.Errorf("drop restored capture hooks from %s: %w", f, err)
+			}
+		}
+		return nil
+	}, nil
+}
+
+func archiveExit(err error) error {
+	if errors.Is(err, changelog.ErrUnreadableArchive) {
+		return &ExitCodeError{Code: ExitUnreadableArchive, Err: err}
+	}
+	return err
+}
+
+func runChangelogApply(ctx context.Context, env *Env, args []string) error {
+	fs := newFlags(env, "agentscm changelog apply", "--root ABS --to POSITION [flags]", `
+Rewind the capture roots to the state after tool call POSITION: the
+increments 0..POSITION are validated (an unreadable or hostile one is
+refused with exit status 4 before anything changes), the current state is
+stored as its own increment (apply --to that position undoes the rewind),
+the increments are extracted in order with their deletions and removed
+roots, capture hooks restored into .claude/settings*.json are dropped, and
+the result is stored as the next increment.`)
+	var rf rootFlags
+	rf.register(fs, false)
+	to := fs.Int("to", -1, "the position to rewind to (required)")
+	format := formatFlag(fs)
+	if err := parseFlags(fs, args, false); err != nil {
+		return err
+	}
+	if err := checkFormat(*format); err != nil {
+		return err
+	}
+	if *to < 0 {
+		return usagef("--to POSITION is required")
+	}
+	c, err := openChangelog(env, &rf, false)
+	if err != nil {
+		return err
+	}
+	after, err := dropRestoredHooks(c.Roots()[0].Path)
+	if err != nil {
+		return err
+	}
+	res, err := c.Apply(ctx, changelog.ApplyRequest{To: *to, AfterExtract: after})
+	if err != nil {
+		return archiveExit(err)
+	}
+	if *format == "json" {
+		return writeJSON(env.Stdout, map[string]any{"to": *to, "applied": res.Applied, "undo_position": res.PreApply.Position, "result_position": res.Result.Position})
+	}
+	fmt.Fprintf(env.Stdout, "rewound to position %d (applied %d increments); undo with: agentscm changelog apply --root %s --to %d\n",
+		*to, len(res.Applied), c.Roots()[0].Path, res.PreApply.Position)
+	return nil
+}
+
+func runSnapshotSave(ctx context.Context, env *Env, args []string) error {
+	fs := newFlags(env, "agentscm snapshot save", "--root ABS --out FILE.tgz [flags]", `
+Write a full archive of the checkout (without .git and, by default, without
+git-ignored paths) and any extra roots, in the changelog's GNU tar format.`)
+	var rf rootFlags
+	rf.register(fs, true)
+	out := fs.String("out", "", "the snapshot file to create (required; never replaced)")
+	if err := parseFlags(fs, args, false); err != nil {
+		return err
+	}
+	if *out == "" {
+		return usagef("--out FILE is required")
+	}
+	roots, _, err := rf.roots()
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(*out, os.O_WRONLY|os.O_CREATE|os.O_EXCL, fsutil.FileMode)
+	if err != nil {
+		return err
+	}
+	meta, err := changelog.SaveSnapshot(ctx, roots, f, "")
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(*out)
+		return err
+	}
+	fmt.Fprintf(env.Stdout, "saved %d files (%d bytes) to %s\n", meta.Files, meta.Bytes, *out)
+	return nil
+}
+
+func runSnapshotLoad(ctx context.Context, env *Env, args []string) error {
+	fs := newFlags(env, "agentscm snapshot load", "--root ABS [flags] FILE.tgz", `
+Restore a snapshot into the checkout (and extra roots, matched by name):
+files are restored, what the snapshot does not hold is deleted (except .git
+and ignored paths), and capture hooks restored into .claude/settings*.json
+are dropped. An unreadable or hostile snapshot is refused with exit status 4
+before anything changes.`)
+	var rf rootFlags
+	rf.register(fs, true)
+	if err := parseFlags(fs, args, true); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return usagef("snapshot load takes exactly one FILE")
+	}
+	roots, root, err := rf.roots()
+	if err != nil {
+		return err
+	}
+	after, err := dropRestoredHooks(root)
+	if err != nil {
+		return err
+	}
+	if err := changelog.LoadSnapshot(ctx, fs.Arg(0), roots, after); err != nil {
+		return archiveExit(err)
+	}
+	fmt.Fprintf(env.Stdout, "loaded %s into %s\n", fs.Arg(0), root)
+	return nil
+}
