@@ -92,12 +92,6 @@ func oneLine(s string) string {
 	return s
 }
 
-// multiFlag collects a repeated string flag.
-type multiFlag []string
-
-func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
-func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
-
 func captureDeps(env *Env) (capture.Store, delivery.Connections, error) {
 	store, err := configStore(env)
 	if err != nil {

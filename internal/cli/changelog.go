@@ -52,11 +52,6 @@ type rootFlags struct {
 	includeIgnored bool
 }
 
-type multiFlag []string
-
-func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
-func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
-
 func (rf *rootFlags) register(fs *flag.FlagSet, extraRoots bool) {
 	fs.StringVar(&rf.root, "root", "", "absolute path of the checkout (required)")
 	fs.StringVar(&rf.dir, "dir", "", "changelog directory (default: one per checkout under the agentscm config directory)")

@@ -196,6 +196,12 @@ func parseFlags(fs *flag.FlagSet, args []string, allowPos bool) error {
 	return nil
 }
 
+// multiFlag collects a repeated string flag.
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
 // formatFlag registers the common --format flag.
 func formatFlag(fs *flag.FlagSet) *string {
 	return fs.String("format", "text", "output format: text or json")
