@@ -18,7 +18,7 @@ type result struct {
 func agentdiff(t *testing.T, wd string, args ...string) result {
 	t.Helper()
 	var out, errb bytes.Buffer
-	environ := append(os.Environ(), "AGENTDIFF_CONFIG_DIR="+filepath.Join(wd, ".test-config"))
+	environ := append(os.Environ(), "AGENTDIFF_CONFIG_DIR="+t.TempDir())
 	code := run(context.Background(), &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, environ: environ, wd: wd}, args)
 	return result{code, out.String(), errb.String()}
 }

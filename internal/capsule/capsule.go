@@ -16,6 +16,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/agentscm/agentscm/internal/fsutil"
@@ -46,10 +47,10 @@ const (
 // MaxCapsuleFileBytes bounds every capsule file read back.
 const MaxCapsuleFileBytes = 512 << 20
 
-var runIDPattern = regexp.MustCompile(`^[0-9]{8}T[0-9]{6}Z-[0-9a-f]{8}$`)
+var runIDPattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9]{8}T[0-9]{6}Z-[0-9a-f]{8}$`) })
 
 // ValidRunID reports whether id has the run id shape (no path separators).
-func ValidRunID(id string) bool { return runIDPattern.MatchString(id) }
+func ValidRunID(id string) bool { return runIDPattern().MatchString(id) }
 
 // ErrBadRunID reports a malformed run id.
 var ErrBadRunID = errors.New("malformed run id (want YYYYMMDDTHHMMSSZ-xxxxxxxx)")

@@ -760,3 +760,30 @@ func TestChildSwapsCapsuleDir(t *testing.T) {
 		t.Fatalf("writes did not follow the held directory: %v", err)
 	}
 }
+
+func TestStatCacheRoundTripNames(t *testing.T) {
+	state := t.TempDir()
+	key := bytes.Repeat([]byte{7}, 32)
+	m := &Manifest{TakenAt: time.Now()}
+	names := []string{"plain.txt", `quo"te`, "back\\slash", "new\nline", "ünïcode/ファイル", "sp ace"}
+	for i, n := range names {
+		m.Entries = append(m.Entries, ManifestEntry{Path: n, Type: "file", SHA256: strings.Repeat("ab", 32), Size: int64(i),
+			MtimeNS: 1, ctimeNS: 2, dev: 3, ino: uint64(10 + i), hasStatID: true})
+	}
+	if err := saveStatCache(state, key, m); err != nil {
+		t.Fatal(err)
+	}
+	c := loadStatCache(state, key)
+	if len(c) != len(names) {
+		t.Fatalf("loaded %d of %d", len(c), len(names))
+	}
+	for i, n := range names {
+		e := c[n]
+		if e == nil || e.Size != int64(i) || e.ino != uint64(10+i) || e.dev != 3 || e.ctimeNS != 2 {
+			t.Fatalf("%q: %+v", n, e)
+		}
+	}
+	if loadStatCache(state, bytes.Repeat([]byte{8}, 32)) != nil {
+		t.Fatal("cache accepted under another key")
+	}
+}

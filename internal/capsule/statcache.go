@@ -1,7 +1,6 @@
 package capsule
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/hmac"
 	"crypto/rand"
@@ -89,32 +88,47 @@ func loadStatCache(state string, key []byte) map[string]*ManifestEntry {
 	if len(f) != 2 || f[0] != statCacheHeader || !hmac.Equal([]byte(f[1]), []byte(mac(key, body))) {
 		return nil
 	}
-	out := map[string]*ManifestEntry{}
-	sc := bufio.NewScanner(bytes.NewReader(body))
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		// sha dev ino size mtime ctime "path"
-		parts := strings.SplitN(sc.Text(), " ", 7)
-		if len(parts) != 7 || !validSum(parts[0]) {
+	lines := bytes.Count(body, []byte("\n"))
+	out := make(map[string]*ManifestEntry, lines)
+	ents := make([]ManifestEntry, 0, lines)
+	for len(body) > 0 {
+		nl := bytes.IndexByte(body, '\n')
+		if nl < 0 {
 			return nil
 		}
+		line := string(body[:nl])
+		body = body[nl+1:]
+		// sha dev ino size mtime ctime "path"
+		if len(line) < 66 || line[64] != ' ' || !validSum(line[:64]) {
+			return nil
+		}
+		rest := line[65:]
 		var n [5]int64
 		for i := range n {
-			v, err := strconv.ParseInt(parts[i+1], 10, 64)
+			sp := strings.IndexByte(rest, ' ')
+			if sp < 0 {
+				return nil
+			}
+			v, err := strconv.ParseInt(rest[:sp], 10, 64)
 			if err != nil {
 				return nil
 			}
-			n[i] = v
+			n[i], rest = v, rest[sp+1:]
 		}
-		p, err := strconv.Unquote(parts[6])
-		if err != nil {
-			return nil
+		p := ""
+		if len(rest) >= 2 && rest[0] == '"' && rest[len(rest)-1] == '"' && !strings.ContainsAny(rest[1:len(rest)-1], "\\\"") {
+			p = rest[1 : len(rest)-1]
+		} else {
+			var err error
+			if p, err = strconv.Unquote(rest); err != nil {
+				return nil
+			}
 		}
-		out[p] = &ManifestEntry{Path: p, Type: "file", SHA256: parts[0], dev: uint64(n[0]), ino: uint64(n[1]), Size: n[2],
-			MtimeNS: n[3], ctimeNS: n[4], hasStatID: true}
+		ents = append(ents, ManifestEntry{Path: p, Type: "file", SHA256: line[:64], dev: uint64(n[0]), ino: uint64(n[1]), Size: n[2],
+			MtimeNS: n[3], ctimeNS: n[4], hasStatID: true})
 	}
-	if sc.Err() != nil {
-		return nil
+	for i := range ents {
+		out[ents[i].Path] = &ents[i]
 	}
 	return out
 }

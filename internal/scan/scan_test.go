@@ -397,3 +397,39 @@ func TestWalkVanishingEntries(t *testing.T) {
 		t.Fatalf("got %q", p)
 	}
 }
+
+func TestEntryCopy(t *testing.T) {
+	root := t.TempDir()
+	mustWrite(t, filepath.Join(root, "a"), strings.Repeat("x", 100000))
+	mustWrite(t, filepath.Join(root, "b"), "short")
+	mustWrite(t, filepath.Join(root, "c"), "swap me")
+	var buf strings.Builder
+	err := Walk(context.Background(), root, Options{}, func(e *Entry) error {
+		switch e.Path {
+		case "a":
+			n, err := e.Copy(&buf, make([]byte, 4096))
+			if err != nil || n != 100000 || buf.Len() != 100000 {
+				t.Errorf("copy a: %d %v", n, err)
+			}
+		case "b":
+			// The file grows after its stat: Copy must notice.
+			f, _ := os.OpenFile(filepath.Join(root, "b"), os.O_APPEND|os.O_WRONLY, 0)
+			f.WriteString(" and longer")
+			f.Close()
+			if _, err := e.Copy(io.Discard, nil); !errors.Is(err, ErrChanged) {
+				t.Errorf("grown file: %v", err)
+			}
+		case "c":
+			os.Link(filepath.Join(root, "c"), filepath.Join(root, "c-old"))
+			mustWrite(t, filepath.Join(root, "c-new"), "other")
+			os.Rename(filepath.Join(root, "c-new"), filepath.Join(root, "c"))
+			if _, err := e.Copy(io.Discard, nil); !errors.Is(err, ErrChanged) {
+				t.Errorf("swapped file: %v", err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
