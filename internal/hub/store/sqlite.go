@@ -34,7 +34,21 @@ const BusyTimeoutMS = 10000
 type SQLite struct {
 	w *sql.DB // writers: one connection, so goroutines queue in Go
 	r *sql.DB // readers
+
+	ops  chan *writeOp // group commit queue
+	quit chan struct{}
+	done chan struct{}
 }
+
+// writeOp is one Update waiting for the group-commit writer.
+type writeOp struct {
+	ctx  context.Context
+	fn   func(Tx) error
+	done chan error
+}
+
+// maxGroup bounds how many Updates share one transaction.
+const maxGroup = 128
 
 // OpenSQLite opens (creating when missing, mode 0600) the database in dir,
 // which must exist, and brings its schema up to date.
@@ -62,9 +76,11 @@ func OpenSQLite(ctx context.Context, dir string) (*SQLite, error) {
 	r.SetMaxIdleConns(4)
 	s := &SQLite{w: w, r: r}
 	if err := s.migrate(ctx); err != nil {
-		s.Close()
+		errors.Join(r.Close(), w.Close())
 		return nil, err
 	}
+	s.ops, s.quit, s.done = make(chan *writeOp), make(chan struct{}), make(chan struct{})
+	go s.writer()
 	return s, nil
 }
 
@@ -89,10 +105,16 @@ func createPrivate(path string) error {
 	return nil
 }
 
-// Close closes both pools; closing the last connection checkpoints the WAL.
+// Close stops the writer and closes both pools; closing the last connection
+// checkpoints the WAL.
 func (s *SQLite) Close() error {
+	close(s.quit)
+	<-s.done
 	return errors.Join(s.r.Close(), s.w.Close())
 }
+
+// errClosed answers Updates that arrive after Close.
+var errClosed = errors.New("hub store is closed")
 
 const schema = `
 CREATE TABLE IF NOT EXISTS humans(id TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE, admin INTEGER NOT NULL, created_at INTEGER NOT NULL);
@@ -172,10 +194,117 @@ func (s *SQLite) update(ctx context.Context, fn func(*sql.Tx) error) error {
 	return nil
 }
 
-// Update runs fn in an immediate (write-locked) transaction and commits it
-// durably when fn returns nil.
+// Update runs fn in an immediate (write-locked) transaction and returns once
+// its changes are durably committed (or discarded when fn fails). Concurrent
+// Updates are group-committed: the writer runs each in its own savepoint of
+// one transaction, in arrival order, and commits them with one fsync.
 func (s *SQLite) Update(ctx context.Context, fn func(Tx) error) error {
-	return s.update(ctx, func(tx *sql.Tx) error { return fn(&sqliteTx{ctx: ctx, tx: tx}) })
+	op := &writeOp{ctx: ctx, fn: fn, done: make(chan error, 1)}
+	select {
+	case s.ops <- op:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.quit:
+		return errClosed
+	}
+	// Once queued the outcome is awaited even if ctx ends, so a caller never
+	// reports failure for a change that then commits.
+	return <-op.done
+}
+
+func (s *SQLite) writer() {
+	defer close(s.done)
+	for {
+		var first *writeOp
+		select {
+		case first = <-s.ops:
+		case <-s.quit:
+			return
+		}
+		group := []*writeOp{first}
+	drain:
+		for len(group) < maxGroup {
+			select {
+			case op := <-s.ops:
+				group = append(group, op)
+			default:
+				break drain
+			}
+		}
+		s.commitGroup(group)
+	}
+}
+
+// commitGroup runs a group of Updates in one transaction. An Update whose fn
+// fails is rolled back to its savepoint and answered with its error; the
+// others share the commit's outcome.
+func (s *SQLite) commitGroup(group []*writeOp) {
+	ctx := context.Background()
+	results := make([]error, len(group))
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		for _, op := range group {
+			op.done <- fmt.Errorf("begin hub transaction: %w", err)
+		}
+		return
+	}
+	// Statements prepared once per group, reused by all its Updates.
+	stmts := map[string]*sql.Stmt{}
+	ok := 0
+	for i, op := range group {
+		if err := op.ctx.Err(); err != nil {
+			results[i] = err
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, "SAVEPOINT op"); err != nil {
+			results[i] = err
+			continue
+		}
+		err := op.fn(&sqliteTx{ctx: ctx, tx: tx, stmts: stmts})
+		if err != nil {
+			results[i] = err
+			_, rerr := tx.ExecContext(ctx, "ROLLBACK TO op")
+			if rerr == nil {
+				_, rerr = tx.ExecContext(ctx, "RELEASE op")
+			}
+			if rerr != nil {
+				// The transaction is unusable: fail the whole group.
+				tx.Rollback()
+				for j, op := range group {
+					if results[j] == nil || j >= i {
+						results[j] = fmt.Errorf("roll back hub savepoint: %w", rerr)
+					}
+					op.done <- results[j]
+				}
+				return
+			}
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, "RELEASE op"); err != nil {
+			// Its changes could not be separated from the transaction.
+			tx.Rollback()
+			for j, op := range group {
+				if results[j] == nil || j >= i {
+					results[j] = fmt.Errorf("release hub savepoint: %w", err)
+				}
+				op.done <- results[j]
+			}
+			return
+		}
+		ok++
+	}
+	if ok == 0 {
+		tx.Rollback()
+	} else if err := tx.Commit(); err != nil {
+		for i := range results {
+			if results[i] == nil {
+				results[i] = fmt.Errorf("commit hub transaction: %w", err)
+			}
+		}
+	}
+	for i, op := range group {
+		op.done <- results[i]
+	}
 }
 
 // View runs fn in a read-only transaction.
@@ -185,21 +314,57 @@ func (s *SQLite) View(ctx context.Context, fn func(Tx) error) error {
 		return fmt.Errorf("begin hub read: %w", err)
 	}
 	defer tx.Rollback()
-	return fn(&sqliteTx{ctx: ctx, tx: tx})
+	return fn(&sqliteTx{ctx: ctx, tx: tx, stmts: map[string]*sql.Stmt{}})
 }
 
 type sqliteTx struct {
-	ctx context.Context
-	tx  *sql.Tx
+	ctx   context.Context
+	tx    *sql.Tx
+	stmts map[string]*sql.Stmt // closed with the transaction
+}
+
+// stmt returns q prepared on this transaction's connection, once per
+// transaction.
+func (t *sqliteTx) stmt(q string) (*sql.Stmt, error) {
+	if st, ok := t.stmts[q]; ok {
+		return st, nil
+	}
+	st, err := t.tx.PrepareContext(t.ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	t.stmts[q] = st
+	return st, nil
 }
 
 func (t *sqliteTx) exec(q string, args ...any) error {
-	_, err := t.tx.ExecContext(t.ctx, q, args...)
+	st, err := t.stmt(q)
+	if err != nil {
+		return err
+	}
+	_, err = st.ExecContext(t.ctx, args...)
 	return mapErr(err)
 }
 
+func (t *sqliteTx) query(q string, args ...any) (*sql.Rows, error) {
+	st, err := t.stmt(q)
+	if err != nil {
+		return nil, err
+	}
+	return st.QueryContext(t.ctx, args...)
+}
+
+func (t *sqliteTx) queryRow(q string, args ...any) *sql.Row {
+	st, err := t.stmt(q)
+	if err != nil {
+		// QueryRowContext on a fresh tx statement reports the error at Scan.
+		return t.tx.QueryRowContext(t.ctx, q, args...)
+	}
+	return st.QueryRowContext(t.ctx, args...)
+}
+
 func (t *sqliteTx) row(q string, args []any, dest ...any) error {
-	return mapErr(t.tx.QueryRowContext(t.ctx, q, args...).Scan(dest...))
+	return mapErr(t.queryRow(q, args...).Scan(dest...))
 }
 
 func mapErr(err error) error {
@@ -240,7 +405,7 @@ func (t *sqliteTx) HumanByName(name string) (Human, error) { return t.human("nam
 func (t *sqliteTx) HumanByID(id string) (Human, error)     { return t.human("id", id) }
 
 func (t *sqliteTx) ListHumans() ([]Human, error) {
-	rows, err := t.tx.QueryContext(t.ctx, "SELECT id,name,admin,created_at FROM humans ORDER BY name")
+	rows, err := t.query("SELECT id,name,admin,created_at FROM humans ORDER BY name")
 	if err != nil {
 		return nil, err
 	}
@@ -272,7 +437,7 @@ func (t *sqliteTx) RepositoryByName(name string) (Repository, error) {
 func (t *sqliteTx) RepositoryByID(id string) (Repository, error) { return t.repository("id", id) }
 
 func (t *sqliteTx) ListRepositories() ([]Repository, error) {
-	rows, err := t.tx.QueryContext(t.ctx, "SELECT id,name,created_at FROM repositories ORDER BY name")
+	rows, err := t.query("SELECT id,name,created_at FROM repositories ORDER BY name")
 	if err != nil {
 		return nil, err
 	}
@@ -302,12 +467,12 @@ func scanToken(sc interface{ Scan(...any) error }) (Token, error) {
 }
 
 func (t *sqliteTx) TokenByHash(hash string) (Token, error) {
-	k, err := scanToken(t.tx.QueryRowContext(t.ctx, "SELECT "+tokenCols+" FROM tokens WHERE hash=?", hash))
+	k, err := scanToken(t.queryRow("SELECT "+tokenCols+" FROM tokens WHERE hash=?", hash))
 	return k, mapErr(err)
 }
 
 func (t *sqliteTx) ListTokens() ([]Token, error) {
-	rows, err := t.tx.QueryContext(t.ctx, "SELECT "+tokenCols+" FROM tokens ORDER BY created_at, id")
+	rows, err := t.query("SELECT " + tokenCols + " FROM tokens ORDER BY created_at, id")
 	if err != nil {
 		return nil, err
 	}
@@ -337,13 +502,16 @@ func (t *sqliteTx) InsertWork(w Work) error {
 }
 
 func (t *sqliteTx) WorkByID(id string) (Work, error) {
-	w, err := scanWork(t.tx.QueryRowContext(t.ctx, "SELECT "+workCols+" FROM works WHERE id=?", id))
+	w, err := scanWork(t.queryRow("SELECT "+workCols+" FROM works WHERE id=?", id))
 	return w, mapErr(err)
 }
 
 func (t *sqliteTx) UpdateWork(w Work) error {
-	res, err := t.tx.ExecContext(t.ctx, "UPDATE works SET title=?,state=?,generation=?,updated_at=? WHERE id=?",
-		w.Title, w.State, w.Generation, w.UpdatedAt, w.ID)
+	st, err := t.stmt("UPDATE works SET title=?,state=?,generation=?,updated_at=? WHERE id=?")
+	if err != nil {
+		return err
+	}
+	res, err := st.ExecContext(t.ctx, w.Title, w.State, w.Generation, w.UpdatedAt, w.ID)
 	if err != nil {
 		return err
 	}
@@ -358,7 +526,7 @@ func (t *sqliteTx) ListWorks(repositoryID string, limit int) ([]Work, int, error
 	if err := t.row("SELECT count(*) FROM works WHERE repository_id=?", []any{repositoryID}, &total); err != nil {
 		return nil, 0, err
 	}
-	rows, err := t.tx.QueryContext(t.ctx, "SELECT "+workCols+" FROM works WHERE repository_id=? ORDER BY created_at DESC, id DESC LIMIT ?", repositoryID, limit)
+	rows, err := t.query("SELECT "+workCols+" FROM works WHERE repository_id=? ORDER BY created_at DESC, id DESC LIMIT ?", repositoryID, limit)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -385,7 +553,7 @@ func (t *sqliteTx) AppendCheckpoint(c Checkpoint) (int64, error) {
 }
 
 func (t *sqliteTx) Checkpoints(workID string) ([]Checkpoint, error) {
-	rows, err := t.tx.QueryContext(t.ctx, "SELECT work_id,seq,action,from_state,to_state,generation,human_id,worktree_id,note,at FROM checkpoints WHERE work_id=? ORDER BY seq", workID)
+	rows, err := t.query("SELECT work_id,seq,action,from_state,to_state,generation,human_id,worktree_id,note,at FROM checkpoints WHERE work_id=? ORDER BY seq", workID)
 	if err != nil {
 		return nil, err
 	}
@@ -415,7 +583,7 @@ func (t *sqliteTx) SetCurrent(c Current) error {
 }
 
 func (t *sqliteTx) CurrentsForWork(workID string) ([]Current, error) {
-	rows, err := t.tx.QueryContext(t.ctx, "SELECT repository_id,worktree_id,work_id,generation,updated_at FROM currents WHERE work_id=? ORDER BY worktree_id", workID)
+	rows, err := t.query("SELECT repository_id,worktree_id,work_id,generation,updated_at FROM currents WHERE work_id=? ORDER BY worktree_id", workID)
 	if err != nil {
 		return nil, err
 	}
@@ -444,11 +612,11 @@ func (t *sqliteTx) InsertSession(s Session) error {
 }
 
 func (t *sqliteTx) Session(workID string, generation int64, canonical string) (Session, error) {
-	return scanSession(t.tx.QueryRowContext(t.ctx, "SELECT "+sessionCols+" FROM sessions WHERE work_id=? AND generation=? AND canonical=?", workID, generation, canonical))
+	return scanSession(t.queryRow("SELECT "+sessionCols+" FROM sessions WHERE work_id=? AND generation=? AND canonical=?", workID, generation, canonical))
 }
 
 func (t *sqliteTx) Sessions(workID string) ([]Session, error) {
-	rows, err := t.tx.QueryContext(t.ctx, "SELECT "+sessionCols+" FROM sessions WHERE work_id=? ORDER BY generation, created_at, canonical", workID)
+	rows, err := t.query("SELECT "+sessionCols+" FROM sessions WHERE work_id=? ORDER BY generation, created_at, canonical", workID)
 	if err != nil {
 		return nil, err
 	}
@@ -465,13 +633,13 @@ func (t *sqliteTx) Sessions(workID string) ([]Session, error) {
 }
 
 func (t *sqliteTx) SessionByNative(workID string, generation int64, native string) (Session, error) {
-	return scanSession(t.tx.QueryRowContext(t.ctx, `SELECT s.work_id,s.generation,s.canonical,s.worktree_id,s.alias,s.created_at
+	return scanSession(t.queryRow(`SELECT s.work_id,s.generation,s.canonical,s.worktree_id,s.alias,s.created_at
 		FROM session_natives n JOIN sessions s ON s.work_id=n.work_id AND s.generation=n.generation AND s.canonical=n.canonical
 		WHERE n.work_id=? AND n.generation=? AND n.native=?`, workID, generation, native))
 }
 
 func (t *sqliteTx) UnboundAlias(workID string, generation int64, worktreeID string) (Session, error) {
-	return scanSession(t.tx.QueryRowContext(t.ctx, `SELECT `+sessionCols+` FROM sessions s
+	return scanSession(t.queryRow(`SELECT `+sessionCols+` FROM sessions s
 		WHERE work_id=? AND generation=? AND worktree_id=? AND alias=1
 		AND NOT EXISTS (SELECT 1 FROM session_natives n WHERE n.work_id=s.work_id AND n.generation=s.generation AND n.canonical=s.canonical)
 		ORDER BY created_at, canonical LIMIT 1`, workID, generation, worktreeID))
@@ -482,7 +650,7 @@ func (t *sqliteTx) BindNative(workID string, generation int64, canonical, native
 }
 
 func (t *sqliteTx) Natives(workID string) (map[SessionKey][]string, error) {
-	rows, err := t.tx.QueryContext(t.ctx, "SELECT generation,canonical,native FROM session_natives WHERE work_id=? ORDER BY first_seen, native", workID)
+	rows, err := t.query("SELECT generation,canonical,native FROM session_natives WHERE work_id=? ORDER BY first_seen, native", workID)
 	if err != nil {
 		return nil, err
 	}
@@ -602,7 +770,7 @@ func (t *sqliteTx) ListEvents(workID string, limit int) ([]api.EventRecord, int6
 	if err := t.row("SELECT count(*) FROM events WHERE work_id=?", []any{workID}, &total); err != nil {
 		return nil, 0, err
 	}
-	rows, err := t.tx.QueryContext(t.ctx, "SELECT generation,session,body,received_at FROM events WHERE work_id=? ORDER BY generation, session, seq LIMIT ?", workID, limit)
+	rows, err := t.query("SELECT generation,session,body,received_at FROM events WHERE work_id=? ORDER BY generation, session, seq LIMIT ?", workID, limit)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -623,7 +791,7 @@ func (t *sqliteTx) ListEvents(workID string, limit int) ([]api.EventRecord, int6
 }
 
 func (t *sqliteTx) SessionStats(workID string) ([]SessionStats, error) {
-	rows, err := t.tx.QueryContext(t.ctx, "SELECT generation,session,count(*),min(seq),max(seq) FROM events WHERE work_id=? GROUP BY generation, session", workID)
+	rows, err := t.query("SELECT generation,session,count(*),min(seq),max(seq) FROM events WHERE work_id=? GROUP BY generation, session", workID)
 	if err != nil {
 		return nil, err
 	}
@@ -640,7 +808,7 @@ func (t *sqliteTx) SessionStats(workID string) ([]SessionStats, error) {
 }
 
 func (t *sqliteTx) Actions(workID string) ([]Action, error) {
-	rows, err := t.tx.QueryContext(t.ctx, "SELECT action_id,generation,session,start,start_identity,finish,finish_identity FROM actions WHERE work_id=? ORDER BY generation, session, action_id", workID)
+	rows, err := t.query("SELECT action_id,generation,session,start,start_identity,finish,finish_identity FROM actions WHERE work_id=? ORDER BY generation, session, action_id", workID)
 	if err != nil {
 		return nil, err
 	}
@@ -661,7 +829,7 @@ func (t *sqliteTx) Actions(workID string) ([]Action, error) {
 }
 
 func (t *sqliteTx) Gaps(workID string) ([]api.GapRecord, error) {
-	rows, err := t.tx.QueryContext(t.ctx, "SELECT generation,session,kind,reason,from_seq,to_seq,received_at FROM gaps WHERE work_id=? ORDER BY received_at, identity", workID)
+	rows, err := t.query("SELECT generation,session,kind,reason,from_seq,to_seq,received_at FROM gaps WHERE work_id=? ORDER BY received_at, identity", workID)
 	if err != nil {
 		return nil, err
 	}
