@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/agentscm/agentscm/internal/fsutil"
@@ -38,6 +39,9 @@ type SQLite struct {
 	ops  chan *writeOp // group commit queue
 	quit chan struct{}
 	done chan struct{}
+
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // writeOp is one Update waiting for the group-commit writer.
@@ -108,9 +112,12 @@ func createPrivate(path string) error {
 // Close stops the writer and closes both pools; closing the last connection
 // checkpoints the WAL.
 func (s *SQLite) Close() error {
-	close(s.quit)
-	<-s.done
-	return errors.Join(s.r.Close(), s.w.Close())
+	s.closeOnce.Do(func() {
+		close(s.quit)
+		<-s.done
+		s.closeErr = errors.Join(s.r.Close(), s.w.Close())
+	})
+	return s.closeErr
 }
 
 // errClosed answers Updates that arrive after Close.
