@@ -3,10 +3,12 @@ package client_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sort"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -25,6 +27,7 @@ const benchClients = 8
 //
 //	go test -run '^$' -bench Ingest -benchtime 2000x -count 5 ./internal/client/
 func BenchmarkIngest(b *testing.B) {
+	b.Run("reference=fsync", benchFsyncRef)
 	for _, mode := range []string{"served", "in-process"} {
 		for _, per := range []int{1, 10, 50} {
 			b.Run(fmt.Sprintf("%s/batch=%d", mode, per), func(b *testing.B) { benchIngest(b, mode, per) })
@@ -116,4 +119,43 @@ func benchIngest(b *testing.B, mode string, per int) {
 		b.ReportMetric(float64(all[len(all)*99/100].Microseconds())/1000, "p99-ms")
 		b.ReportMetric(float64(all[len(all)/2].Microseconds())/1000, "p50-ms")
 	}
+}
+
+// benchFsyncRef is the reference: the same number of concurrent clients each
+// appending a small record to its own file with fdatasync, the least a
+// durable acknowledgement costs on this disk.
+func benchFsyncRef(b *testing.B) {
+	dir := b.TempDir()
+	files := make([]*os.File, benchClients)
+	for i := range files {
+		f, err := os.OpenFile(filepath.Join(dir, fmt.Sprint(i)), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		files[i] = f
+	}
+	rec := make([]byte, 200)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	t0 := time.Now()
+	for c := range benchClients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= int64(b.N) {
+				if _, err := files[c].Write(rec); err != nil {
+					b.Error(err)
+					return
+				}
+				if err := syscall.Fdatasync(int(files[c].Fd())); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.ReportMetric(float64(b.N)/time.Since(t0).Seconds(), "syncs/s")
 }
