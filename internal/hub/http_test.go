@@ -37,7 +37,9 @@ const (
 
 var callers = []string{callerNone, callerWrong, callerOtherRepo, callerReadOnly, callerReadWrite, callerAdmin}
 
-func newMatrixEnv(t *testing.T) *matrixEnv {
+func newMatrixEnv(t *testing.T) *matrixEnv { return newMatrixEnvB(t) }
+
+func newMatrixEnvB(t testing.TB) *matrixEnv {
 	ctx := context.Background()
 	svc, err := hub.Open(ctx, filepath.Join(t.TempDir(), "data"), hub.Config{RetentionDays: 9})
 	if err != nil {
@@ -97,7 +99,9 @@ func (e *matrixEnv) do(t *testing.T, method, path, token string, body []byte) (i
 }
 
 // freshWork starts a Work on worktree wt as the operator.
-func (e *matrixEnv) freshWork(t *testing.T, wt string) api.Work {
+func (e *matrixEnv) freshWork(t *testing.T, wt string) api.Work { return e.freshWorkB(t, wt) }
+
+func (e *matrixEnv) freshWorkB(t testing.TB, wt string) api.Work {
 	p, err := e.svc.EnsureLocal(context.Background(), "alice", "proj")
 	if err != nil {
 		t.Fatal(err)

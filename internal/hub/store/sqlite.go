@@ -478,6 +478,16 @@ func (t *sqliteTx) TokenByHash(hash string) (Token, error) {
 	return k, mapErr(err)
 }
 
+func (t *sqliteTx) TokenPrincipal(hash string) (Token, Human, Repository, error) {
+	var k Token
+	var h Human
+	var r Repository
+	err := t.row(`SELECT k.id,k.hash,k.human_id,k.repository_id,k.scope,k.label,k.created_at, h.id,h.name,h.admin,h.created_at, r.id,r.name,r.created_at
+		FROM tokens k JOIN humans h ON h.id=k.human_id JOIN repositories r ON r.id=k.repository_id WHERE k.hash=?`, []any{hash},
+		&k.ID, &k.Hash, &k.HumanID, &k.RepositoryID, &k.Scope, &k.Label, &k.CreatedAt, &h.ID, &h.Name, &h.Admin, &h.CreatedAt, &r.ID, &r.Name, &r.CreatedAt)
+	return k, h, r, err
+}
+
 func (t *sqliteTx) ListTokens() ([]Token, error) {
 	rows, err := t.query("SELECT " + tokenCols + " FROM tokens ORDER BY created_at, id")
 	if err != nil {
