@@ -26,13 +26,15 @@ type subject struct {
 	name  string
 	argv  []string
 	env   []string
+	stdin string
 	times []time.Duration
 }
 
 func main() {
 	n := flag.Int("n", 300, "runs per subject (at least 200 for a p99)")
+	baseline := flag.String("baseline", "", "an agentscm binary without the Hub (e.g. built from an older main) to compare the hook's start-up with")
 	flag.Parse()
-	if err := run(*n); err != nil {
+	if err := run(*n, *baseline); err != nil {
 		fmt.Fprintln(os.Stderr, "hubhook:", err)
 		os.Exit(1)
 	}
@@ -55,7 +57,7 @@ func sh(env []string, argv ...string) (string, error) {
 	return string(out), nil
 }
 
-func run(n int) error {
+func run(n int, baseline string) error {
 	work, err := os.MkdirTemp("", "hubhook-")
 	if err != nil {
 		return err
@@ -125,6 +127,14 @@ func run(n int) error {
 		{name: "embedded: resolve+deliver", argv: []string{proc, "deliver", agentDir, localRoot}},
 		{name: "served: resolve+deliver (HTTP)", argv: []string{proc, "deliver", agentDir, teamRoot}},
 	}
+	// The capture hook of the whole binary with a payload outside any
+	// binding: process start, package init (SQLite's included) and the
+	// capture config read.
+	noBinding := `{"session_id":"s","cwd":"/","hook_event_name":"Stop"}`
+	subjects = append(subjects, &subject{name: "agentscm hook, no binding", argv: []string{bin, "change-capture", "hook-claude"}, env: env, stdin: noBinding})
+	if baseline != "" {
+		subjects = append(subjects, &subject{name: "baseline hook, no binding", argv: []string{baseline, "change-capture", "hook-claude"}, env: env, stdin: noBinding})
+	}
 	for i := 0; i < n; i++ {
 		for _, s := range subjects {
 			d, err := once(s)
@@ -145,7 +155,7 @@ func run(n int) error {
 func once(s *subject) (time.Duration, error) {
 	cmd := exec.Command(s.argv[0], s.argv[1:]...)
 	cmd.Env = s.env
-	cmd.Stdin = bytes.NewReader([]byte("{}"))
+	cmd.Stdin = bytes.NewReader([]byte(s.stdin))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	start := time.Now()
