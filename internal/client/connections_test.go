@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agentscm/agentscm/internal/client"
+	"github.com/agentscm/agentscm/internal/hub/api"
 )
 
 func TestConnectionsFile(t *testing.T) {
@@ -161,6 +162,28 @@ func TestReadTokenAndURL(t *testing.T) {
 		got, err := client.NormalizeHubURL(in)
 		if (want == "") != (err != nil) || got != want {
 			t.Errorf("NormalizeHubURL(%q) = %q, %v", in, got, err)
+		}
+	}
+}
+
+func TestClassify(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want client.Outcome
+	}{
+		{nil, client.Acknowledged},
+		{errors.New("connection refused"), client.Transient},
+		{context.DeadlineExceeded, client.Transient},
+		{&api.Error{Status: 409, Code: api.CodeConflict}, client.Rejected},
+		{&api.Error{Status: 422, Code: api.CodeTargetRefused}, client.Rejected},
+		{&api.Error{Status: 400, Code: api.CodeBadRequest}, client.Rejected},
+		{&api.Error{Status: 403, Code: api.CodeForbidden}, client.Rejected},
+		{&api.Error{Status: 401, Code: api.CodeUnauthenticated}, client.Transient},
+		{&api.Error{Status: 503, Code: api.CodeUnavailable}, client.Transient},
+		{fmt.Errorf("wrapped: %w", &api.Error{Status: 500}), client.Transient},
+	} {
+		if got := client.Classify(tc.err); got != tc.want {
+			t.Errorf("Classify(%v) = %v, want %v", tc.err, got, tc.want)
 		}
 	}
 }
