@@ -248,7 +248,14 @@ func (s *SQLite) writer() {
 func (s *SQLite) commitGroup(group []*writeOp) {
 	ctx := context.Background()
 	results := make([]error, len(group))
-	tx, err := s.w.BeginTx(ctx, nil)
+	// Waiting for another process's write lock (up to the busy timeout)
+	// ends early when the only caller's context does; a group shares the
+	// wait.
+	beginCtx := ctx
+	if len(group) == 1 {
+		beginCtx = group[0].ctx
+	}
+	tx, err := s.w.BeginTx(beginCtx, nil)
 	if err != nil {
 		for _, op := range group {
 			op.done <- fmt.Errorf("begin hub transaction: %w", err)

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 )
 
 func open(t *testing.T, dir string) *SQLite {
@@ -182,5 +183,42 @@ func TestManyProcesses(t *testing.T) {
 	s := open(t, dir)
 	if got := countHumans(t, s); got != procs*each {
 		t.Fatalf("%d humans, want %d", got, procs*each)
+	}
+}
+
+// TestLockWaitHonoursContext holds the write lock from another connection
+// (as another process would): an Update gives up when its context ends
+// instead of waiting out the busy timeout, and commits nothing.
+func TestLockWaitHonoursContext(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	other, err := sql.Open("sqlite", "file:"+filepath.Join(dir, DBFile)+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	conn, err := other.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(context.Background(), "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err = s.Update(ctx, func(tx Tx) error { return tx.InsertHuman(Human{ID: "h", Name: "n"}) })
+	if err == nil {
+		t.Fatal("Update succeeded while another connection held the write lock")
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("Update waited %v, past its context", d)
+	}
+	if _, err := conn.ExecContext(context.Background(), "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	if n := countHumans(t, s); n != 0 {
+		t.Fatalf("%d humans after a refused update", n)
 	}
 }
