@@ -225,3 +225,24 @@ func TestTeamFlow(t *testing.T) {
 		t.Fatalf("check against a stopped hub: %+v", r)
 	}
 }
+
+// TestWorkFromSubdirectory: without --root, work commands find the checkout
+// that contains the working directory.
+func TestWorkFromSubdirectory(t *testing.T) {
+	env := map[string]string{"XDG_CONFIG_HOME": t.TempDir()}
+	root := gitRepo(t, "sub")
+	mustRun(t, env, "client", "setup", "--root", root, "--local")
+	sub := filepath.Join(root, "pkg", "deep")
+	if err := os.MkdirAll(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(sub)
+	w := decode[api.Work](t, mustRun(t, env, "work", "start", "--format", "json").stdout)
+	if out := mustRun(t, env, "work", "show").stdout; !strings.Contains(out, w.ID) {
+		t.Fatalf("work show from a subdirectory:\n%s", out)
+	}
+	// An explicit --root must be the checkout root itself.
+	if r := runMain(t, env, "", "work", "list", "--root", sub); r.code != 1 || !strings.Contains(r.stderr, "no client connection") {
+		t.Fatalf("--root of a subdirectory: %+v", r)
+	}
+}

@@ -187,3 +187,13 @@ func TestClassify(t *testing.T) {
 		}
 	}
 }
+
+func TestFindContaining(t *testing.T) {
+	f := &client.File{Connections: []client.Connection{{Root: "/a"}, {Root: "/a/b"}, {Root: "/ab"}}}
+	for dir, want := range map[string]string{"/a": "/a", "/a/x/y": "/a", "/a/b": "/a/b", "/a/b/c": "/a/b", "/ab/c": "/ab", "/abc": "", "/": ""} {
+		c, ok := f.FindContaining(dir)
+		if ok != (want != "") || c.Root != want {
+			t.Errorf("FindContaining(%q) = %q, %v; want %q", dir, c.Root, ok, want)
+		}
+	}
+}
