@@ -57,10 +57,9 @@ type Config struct {
 
 // Service is the Hub. It is safe for concurrent use.
 type Service struct {
-	st   store.Store
-	obj  objects.Store
-	cfg  Config
-	data string
+	st  store.Store
+	obj objects.Store
+	cfg Config
 
 	authMu    sync.Mutex
 	authCache map[string]cachedPrincipal // token hash -> principal
@@ -137,7 +136,6 @@ func Open(ctx context.Context, dataDir string, cfg Config) (*Service, error) {
 		st.Close()
 		return nil, err
 	}
-	s.data = dataDir
 	return s, nil
 }
 
