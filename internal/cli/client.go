@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -153,6 +155,9 @@ worktree id; reconnecting the same Hub and repository keeps it.`)
 		return err
 	}
 	v := viewOf(c)
+	if u, err := url.Parse(c.Hub); err == nil && u.Scheme == "http" && !isLoopback(u.Hostname()) {
+		fmt.Fprintf(env.Stderr, "warning: %s is plain http: the token travels unencrypted; put the Hub behind https\n", c.Hub)
+	}
 	if prev != nil && (prev.Hub != c.Hub || prev.Repository != c.Repository) {
 		v.Replaced = &replacedC{Hub: prev.Hub, Repository: prev.Repository}
 	}
@@ -165,6 +170,14 @@ worktree id; reconnecting the same Hub and repository keeps it.`)
 	}
 	fmt.Fprintf(env.Stdout, "next: agentscm work start --root %s\n", c.Root)
 	return nil
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func runClientStatus(ctx context.Context, env *Env, args []string) error {

@@ -246,3 +246,23 @@ func TestWorkFromSubdirectory(t *testing.T) {
 		t.Fatalf("--root of a subdirectory: %+v", r)
 	}
 }
+
+func TestServeRefusesSharedDataDir(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "hub")
+	if err := os.Mkdir(data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(data, 0o755)
+	r := runMain(t, map[string]string{}, "", "hub", "serve", "--listen", "127.0.0.1:0", "--data", data)
+	if r.code != 1 || !strings.Contains(r.stderr, "no group or other access") || r.stdout != "" {
+		t.Fatalf("serve on a 0755 data directory: %+v", r)
+	}
+}
+
+func TestIsLoopback(t *testing.T) {
+	for host, want := range map[string]bool{"127.0.0.1": true, "::1": true, "localhost": true, "hub.example": false, "10.0.0.1": false} {
+		if isLoopback(host) != want {
+			t.Errorf("isLoopback(%q) = %v", host, !want)
+		}
+	}
+}
