@@ -237,6 +237,10 @@ func TestWorkFromSubdirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Chdir(sub)
+	// The issue's own words: a relative --root works too.
+	t.Chdir(root)
+	mustRun(t, env, "client", "setup", "--root", ".", "--local")
+	t.Chdir(sub)
 	w := decode[api.Work](t, mustRun(t, env, "work", "start", "--format", "json").stdout)
 	if out := mustRun(t, env, "work", "show").stdout; !strings.Contains(out, w.ID) {
 		t.Fatalf("work show from a subdirectory:\n%s", out)

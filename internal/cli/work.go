@@ -46,7 +46,7 @@ func openCheckout(ctx context.Context, env *Env, rootFlag string) (client.Connec
 		}
 		rootFlag = wd
 	}
-	root, err := client.CanonicalRoot(rootFlag)
+	root, err := canonicalRoot(rootFlag)
 	if err != nil {
 		return client.Connection{}, nil, err
 	}
