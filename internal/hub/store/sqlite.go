@@ -83,8 +83,13 @@ func OpenSQLite(ctx context.Context, dir string) (*SQLite, error) {
 		errors.Join(r.Close(), w.Close())
 		return nil, err
 	}
+	conn, err := w.Conn(ctx)
+	if err != nil {
+		errors.Join(r.Close(), w.Close())
+		return nil, fmt.Errorf("open hub database: %w", err)
+	}
 	s.ops, s.quit, s.done = make(chan *writeOp), make(chan struct{}), make(chan struct{})
-	go s.writer()
+	go s.writer(conn)
 	return s, nil
 }
 
@@ -219,8 +224,17 @@ func (s *SQLite) Update(ctx context.Context, fn func(Tx) error) error {
 	return <-op.done
 }
 
-func (s *SQLite) writer() {
+func (s *SQLite) writer(conn *sql.Conn) {
 	defer close(s.done)
+	// Statements prepared on the writer's connection live as long as the
+	// store, across transactions.
+	stmts := map[string]*sql.Stmt{}
+	defer func() {
+		for _, st := range stmts {
+			st.Close()
+		}
+		conn.Close()
+	}()
 	for {
 		var first *writeOp
 		select {
@@ -238,16 +252,34 @@ func (s *SQLite) writer() {
 				break drain
 			}
 		}
-		s.commitGroup(group)
+		if len(stmts) > maxStmts {
+			for q, st := range stmts {
+				st.Close()
+				delete(stmts, q)
+			}
+		}
+		s.commitGroup(conn, stmts, group)
 	}
 }
 
-// commitGroup runs a group of Updates in one transaction. An Update whose fn
-// fails is rolled back to its savepoint and answered with its error; the
-// others share the commit's outcome.
-func (s *SQLite) commitGroup(group []*writeOp) {
+// maxStmts bounds the writer's prepared statements.
+const maxStmts = 512
+
+// commitGroup runs a group of Updates in one transaction on the writer's
+// connection. An Update whose fn fails is rolled back to its savepoint and
+// answered with its error; the others share the commit's outcome.
+func (s *SQLite) commitGroup(conn *sql.Conn, stmts map[string]*sql.Stmt, group []*writeOp) {
 	ctx := context.Background()
 	results := make([]error, len(group))
+	failAll := func(from int, err error) {
+		conn.ExecContext(ctx, "ROLLBACK")
+		for j, op := range group {
+			if results[j] == nil || j >= from {
+				results[j] = err
+			}
+			op.done <- results[j]
+		}
+	}
 	// Waiting for another process's write lock (up to the busy timeout)
 	// ends early when the only caller's context does; a group shares the
 	// wait.
@@ -255,61 +287,46 @@ func (s *SQLite) commitGroup(group []*writeOp) {
 	if len(group) == 1 {
 		beginCtx = group[0].ctx
 	}
-	tx, err := s.w.BeginTx(beginCtx, nil)
-	if err != nil {
+	if _, err := conn.ExecContext(beginCtx, "BEGIN IMMEDIATE"); err != nil {
 		for _, op := range group {
 			op.done <- fmt.Errorf("begin hub transaction: %w", err)
 		}
 		return
 	}
-	// Statements prepared once per group, reused by all its Updates.
-	stmts := map[string]*sql.Stmt{}
 	ok := 0
 	for i, op := range group {
 		if err := op.ctx.Err(); err != nil {
 			results[i] = err
 			continue
 		}
-		if _, err := tx.ExecContext(ctx, "SAVEPOINT op"); err != nil {
-			results[i] = err
-			continue
+		if _, err := conn.ExecContext(ctx, "SAVEPOINT op"); err != nil {
+			failAll(i, fmt.Errorf("hub savepoint: %w", err))
+			return
 		}
-		err := op.fn(&sqliteTx{ctx: ctx, tx: tx, stmts: stmts})
-		if err != nil {
+		if err := op.fn(&sqliteTx{ctx: ctx, q: conn, stmts: stmts}); err != nil {
 			results[i] = err
-			_, rerr := tx.ExecContext(ctx, "ROLLBACK TO op")
+			_, rerr := conn.ExecContext(ctx, "ROLLBACK TO op")
 			if rerr == nil {
-				_, rerr = tx.ExecContext(ctx, "RELEASE op")
+				_, rerr = conn.ExecContext(ctx, "RELEASE op")
 			}
 			if rerr != nil {
 				// The transaction is unusable: fail the whole group.
-				tx.Rollback()
-				for j, op := range group {
-					if results[j] == nil || j >= i {
-						results[j] = fmt.Errorf("roll back hub savepoint: %w", rerr)
-					}
-					op.done <- results[j]
-				}
+				failAll(i, fmt.Errorf("roll back hub savepoint: %w", rerr))
 				return
 			}
 			continue
 		}
-		if _, err := tx.ExecContext(ctx, "RELEASE op"); err != nil {
+		if _, err := conn.ExecContext(ctx, "RELEASE op"); err != nil {
 			// Its changes could not be separated from the transaction.
-			tx.Rollback()
-			for j, op := range group {
-				if results[j] == nil || j >= i {
-					results[j] = fmt.Errorf("release hub savepoint: %w", err)
-				}
-				op.done <- results[j]
-			}
+			failAll(i, fmt.Errorf("release hub savepoint: %w", err))
 			return
 		}
 		ok++
 	}
 	if ok == 0 {
-		tx.Rollback()
-	} else if err := tx.Commit(); err != nil {
+		conn.ExecContext(ctx, "ROLLBACK")
+	} else if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
+		conn.ExecContext(ctx, "ROLLBACK")
 		for i := range results {
 			if results[i] == nil {
 				results[i] = fmt.Errorf("commit hub transaction: %w", err)
@@ -328,22 +345,30 @@ func (s *SQLite) View(ctx context.Context, fn func(Tx) error) error {
 		return fmt.Errorf("begin hub read: %w", err)
 	}
 	defer tx.Rollback()
-	return fn(&sqliteTx{ctx: ctx, tx: tx, stmts: map[string]*sql.Stmt{}})
+	return fn(&sqliteTx{ctx: ctx, q: tx, stmts: map[string]*sql.Stmt{}})
+}
+
+// querier is what a transaction runs statements on: a *sql.Tx for reads,
+// the writer's *sql.Conn (inside BEGIN IMMEDIATE) for writes.
+type querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	PrepareContext(ctx context.Context, query string) (*sql.Stmt, error)
 }
 
 type sqliteTx struct {
 	ctx   context.Context
-	tx    *sql.Tx
-	stmts map[string]*sql.Stmt // closed with the transaction
+	q     querier
+	stmts map[string]*sql.Stmt
 }
 
-// stmt returns q prepared on this transaction's connection, once per
-// transaction.
+// stmt returns q prepared on the transaction's connection, once.
 func (t *sqliteTx) stmt(q string) (*sql.Stmt, error) {
 	if st, ok := t.stmts[q]; ok {
 		return st, nil
 	}
-	st, err := t.tx.PrepareContext(t.ctx, q)
+	st, err := t.q.PrepareContext(t.ctx, q)
 	if err != nil {
 		return nil, err
 	}
@@ -372,7 +397,7 @@ func (t *sqliteTx) queryRow(q string, args ...any) *sql.Row {
 	st, err := t.stmt(q)
 	if err != nil {
 		// QueryRowContext on a fresh tx statement reports the error at Scan.
-		return t.tx.QueryRowContext(t.ctx, q, args...)
+		return t.q.QueryRowContext(t.ctx, q, args...)
 	}
 	return st.QueryRowContext(t.ctx, args...)
 }
