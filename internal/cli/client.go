@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -68,6 +70,16 @@ func viewOf(c client.Connection) connectionView {
 
 func configDir(env *Env) (string, error) { return capture.ConfigDir(env.Getenv) }
 
+// canonicalRoot resolves a --root (relative to the working directory when
+// not absolute) to the canonical checkout root.
+func canonicalRoot(root string) (string, error) {
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		return "", fmt.Errorf("--root: %w", err)
+	}
+	return client.CanonicalRoot(abs)
+}
+
 // repositoryName names the repository of a checkout for --local: the
 // directory holding the Git common directory (so every worktree of a
 // repository shares it), else the checkout's own name.
@@ -96,7 +108,7 @@ config directory (SQLite, in-process, no server), creating the local human and
 the repository (named after the checkout's repository unless --repository is
 given), so one command sets a solo user up. A new connection gets a random
 worktree id; reconnecting the same Hub and repository keeps it.`)
-	rootF := fs.String("root", "", "absolute path of the checkout (required)")
+	rootF := fs.String("root", "", "path of the checkout (required; a relative path is resolved)")
 	hubURL := fs.String("hub", "", "the Hub's base URL, e.g. https://hub.example:8420")
 	repo := fs.String("repository", "", "the Hub repository")
 	tokenFile := fs.String("token-file", "", "file holding the bearer token (first line)")
@@ -120,7 +132,7 @@ worktree id; reconnecting the same Hub and repository keeps it.`)
 	if *local && *tokenFile != "" {
 		return usagef("--local takes no --token-file")
 	}
-	root, err := client.CanonicalRoot(*rootF)
+	root, err := canonicalRoot(*rootF)
 	if err != nil {
 		return err
 	}
@@ -153,6 +165,9 @@ worktree id; reconnecting the same Hub and repository keeps it.`)
 		return err
 	}
 	v := viewOf(c)
+	if u, err := url.Parse(c.Hub); err == nil && u.Scheme == "http" && !isLoopback(u.Hostname()) {
+		fmt.Fprintf(env.Stderr, "warning: %s is plain http: the token travels unencrypted; put the Hub behind https\n", c.Hub)
+	}
 	if prev != nil && (prev.Hub != c.Hub || prev.Repository != c.Repository) {
 		v.Replaced = &replacedC{Hub: prev.Hub, Repository: prev.Repository}
 		// A replaced connection never carries sharing over.
@@ -169,6 +184,14 @@ worktree id; reconnecting the same Hub and repository keeps it.`)
 	}
 	fmt.Fprintf(env.Stdout, "next: agentscm work start --root %s\n", c.Root)
 	return nil
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func runClientStatus(ctx context.Context, env *Env, args []string) error {
@@ -196,7 +219,7 @@ the command then exits 1 if any check failed.`)
 	}
 	conns := f.Connections
 	if *rootF != "" {
-		root, err := client.CanonicalRoot(*rootF)
+		root, err := canonicalRoot(*rootF)
 		if err != nil {
 			return err
 		}
@@ -271,7 +294,7 @@ func runClientRemove(ctx context.Context, env *Env, args []string) error {
 	fs := newFlags(env, "agentscm client remove", "--root ABS [--format text|json]",
 		`Remove a checkout's client connection. Nothing on the Hub is deleted.
 The root is matched as given when the checkout no longer exists.`)
-	rootF := fs.String("root", "", "absolute path of the checkout (required)")
+	rootF := fs.String("root", "", "path of the checkout (required; a relative path is resolved)")
 	format := formatFlag(fs)
 	if err := parseFlags(fs, args, false); err != nil {
 		return err
@@ -279,20 +302,24 @@ The root is matched as given when the checkout no longer exists.`)
 	if err := checkFormat(*format); err != nil {
 		return err
 	}
-	if *rootF == "" || !filepath.IsAbs(*rootF) {
-		return usagef("--root must be an absolute path")
+	if *rootF == "" {
+		return usagef("--root is required")
 	}
-	root, err := client.CanonicalRoot(*rootF)
+	given, err := filepath.Abs(*rootF)
 	if err != nil {
-		root = filepath.Clean(*rootF) // a deleted checkout: match the path as saved
+		return err
+	}
+	root, err := client.CanonicalRoot(given)
+	if err != nil {
+		root = given // a deleted checkout: match the path as saved
 	}
 	dir, err := configDir(env)
 	if err != nil {
 		return err
 	}
 	c, err := client.Remove(dir, root)
-	if errors.Is(err, client.ErrNoConnection) && root != filepath.Clean(*rootF) {
-		c, err = client.Remove(dir, filepath.Clean(*rootF))
+	if errors.Is(err, client.ErrNoConnection) && root != given {
+		c, err = client.Remove(dir, given)
 	}
 	if err != nil {
 		return err

@@ -38,14 +38,15 @@ func workCommand() *Command {
 // openCheckout finds the connection of --root (default: the working
 // directory) and opens it.
 func openCheckout(ctx context.Context, env *Env, rootFlag string) (client.Connection, client.Conn, error) {
-	if rootFlag == "" {
+	inside := rootFlag == ""
+	if inside {
 		wd, err := os.Getwd()
 		if err != nil {
 			return client.Connection{}, nil, fmt.Errorf("working directory: %w", err)
 		}
 		rootFlag = wd
 	}
-	root, err := client.CanonicalRoot(rootFlag)
+	root, err := canonicalRoot(rootFlag)
 	if err != nil {
 		return client.Connection{}, nil, err
 	}
@@ -53,7 +54,13 @@ func openCheckout(ctx context.Context, env *Env, rootFlag string) (client.Connec
 	if err != nil {
 		return client.Connection{}, nil, err
 	}
-	c, err := client.Lookup(dir, root)
+	var c client.Connection
+	if inside {
+		// Without --root, any directory inside a connected checkout will do.
+		c, err = client.LookupContaining(dir, root)
+	} else {
+		c, err = client.Lookup(dir, root)
+	}
 	if errors.Is(err, client.ErrNoConnection) {
 		return c, nil, fmt.Errorf("%w (%s); run agentscm client setup --root %s --local, or with --hub", err, root, root)
 	}

@@ -325,3 +325,48 @@ func ReadToken(path string) (string, error) {
 	}
 	return tok, nil
 }
+
+// Outcome classifies a delivery attempt for the spool's bookkeeping.
+type Outcome int
+
+// Delivery outcomes. Only Acknowledged may write an acknowledgement; every
+// other outcome leaves the envelope retained and unacknowledged.
+const (
+	// Acknowledged: HTTP 200 (accepted or duplicate).
+	Acknowledged Outcome = iota
+	// Rejected: the Hub answered and refused this envelope as it is (bad
+	// request, conflict, target refusal, forbidden); retrying the same bytes
+	// gets the same answer until something changes on the Hub.
+	Rejected
+	// Transient: no answer, a timeout, an authentication problem or a Hub
+	// error (5xx); the next attempt may succeed.
+	Transient
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Acknowledged:
+		return "acknowledged"
+	case Rejected:
+		return "rejected"
+	}
+	return "transient"
+}
+
+// Classify maps Deliver's error to an Outcome.
+func Classify(err error) Outcome {
+	if err == nil {
+		return Acknowledged
+	}
+	e, ok := api.AsError(err)
+	if !ok {
+		return Transient
+	}
+	switch {
+	case e.Status == http.StatusUnauthorized || e.Status == http.StatusRequestTimeout || e.Status == http.StatusTooManyRequests:
+		return Transient
+	case e.Status >= 400 && e.Status < 500:
+		return Rejected
+	}
+	return Transient
+}

@@ -127,6 +127,37 @@ func Lookup(configDir, root string) (Connection, error) {
 	return c, nil
 }
 
+// FindContaining returns the connection whose root is dir or its deepest
+// ancestor (dir canonical and absolute), for commands run inside a checkout.
+func (f *File) FindContaining(dir string) (Connection, bool) {
+	best := -1
+	for i, c := range f.Connections {
+		if dir == c.Root || strings.HasPrefix(dir, strings.TrimSuffix(c.Root, "/")+"/") {
+			if best < 0 || len(c.Root) > len(f.Connections[best].Root) {
+				best = i
+			}
+		}
+	}
+	if best < 0 {
+		return Connection{}, false
+	}
+	return f.Connections[best], true
+}
+
+// LookupContaining is Lookup for a directory inside a checkout: the deepest
+// connected root that contains dir.
+func LookupContaining(configDir, dir string) (Connection, error) {
+	f, err := Load(configDir)
+	if err != nil {
+		return Connection{}, err
+	}
+	c, ok := f.FindContaining(dir)
+	if !ok {
+		return Connection{}, ErrNoConnection
+	}
+	return c, nil
+}
+
 // Lock takes the connections lock. Callers that also need the capture config
 // lock take this one first.
 func Lock(configDir string) (*fsutil.Lock, error) {

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/agentscm/agentscm/internal/fsutil"
@@ -56,11 +57,26 @@ type Config struct {
 
 // Service is the Hub. It is safe for concurrent use.
 type Service struct {
-	st   store.Store
-	obj  objects.Store
-	cfg  Config
-	data string
+	st  store.Store
+	obj objects.Store
+	cfg Config
+
+	authMu    sync.Mutex
+	authCache map[string]cachedPrincipal // token hash -> principal
 }
+
+// cachedPrincipal is an authentication remembered for AuthCacheTTL.
+type cachedPrincipal struct {
+	p       Principal
+	expires time.Time
+}
+
+// AuthCacheTTL is how long a serving process reuses a token's
+// authentication; maxAuthCache bounds the remembered tokens.
+const (
+	AuthCacheTTL = 10 * time.Second
+	maxAuthCache = 4096
+)
 
 // Principal is an authenticated caller.
 type Principal struct {
@@ -91,7 +107,7 @@ func New(st store.Store, obj objects.Store, cfg Config) (*Service, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Service{st: st, obj: obj, cfg: cfg}, nil
+	return &Service{st: st, obj: obj, cfg: cfg, authCache: map[string]cachedPrincipal{}}, nil
 }
 
 // Open opens the Hub in a data directory (created 0700 when missing): the
@@ -120,7 +136,6 @@ func Open(ctx context.Context, dataDir string, cfg Config) (*Service, error) {
 		st.Close()
 		return nil, err
 	}
-	s.data = dataDir
 	return s, nil
 }
 
@@ -170,17 +185,17 @@ func (s *Service) Authenticate(ctx context.Context, secret string) (Principal, e
 	if !strings.HasPrefix(secret, TokenPrefix) || len(secret) > 128 {
 		return Principal{}, errUnauthenticated
 	}
+	hash := HashToken(secret)
+	now := s.cfg.Now()
+	s.authMu.Lock()
+	c, ok := s.authCache[hash]
+	s.authMu.Unlock()
+	if ok && now.Before(c.expires) {
+		return c.p, nil
+	}
 	var p Principal
 	err := s.st.View(ctx, func(tx store.Tx) error {
-		k, err := tx.TokenByHash(HashToken(secret))
-		if err != nil {
-			return err
-		}
-		h, err := tx.HumanByID(k.HumanID)
-		if err != nil {
-			return err
-		}
-		r, err := tx.RepositoryByID(k.RepositoryID)
+		k, h, r, err := tx.TokenPrincipal(hash)
 		if err != nil {
 			return err
 		}
@@ -193,6 +208,12 @@ func (s *Service) Authenticate(ctx context.Context, secret string) (Principal, e
 	if err != nil {
 		return Principal{}, internal(err)
 	}
+	s.authMu.Lock()
+	if len(s.authCache) >= maxAuthCache {
+		clear(s.authCache)
+	}
+	s.authCache[hash] = cachedPrincipal{p: p, expires: now.Add(AuthCacheTTL)}
+	s.authMu.Unlock()
 	return p, nil
 }
 
@@ -214,6 +235,11 @@ func authorize(tx store.Tx, p Principal, name string, write bool) (store.Reposit
 	}
 	if write && p.Scope != api.ScopeReadWrite {
 		return store.Repository{}, errReadOnly
+	}
+	if name == p.RepositoryName && p.RepositoryID != "" {
+		// Repositories are never renamed or removed: the token's binding is
+		// the repository.
+		return store.Repository{ID: p.RepositoryID, Name: name}, nil
 	}
 	r, err := tx.RepositoryByName(name)
 	if errors.Is(err, store.ErrNotFound) {

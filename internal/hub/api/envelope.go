@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"regexp"
 	"unicode/utf8"
 )
 
@@ -139,7 +138,6 @@ var (
 	verifications = map[string]bool{"passed": true, "failed": true, "incomplete": true, "unknown": true}
 	actionClasses = map[string]bool{"execution": true, "verification": true, "edit": true, "other": true}
 	driftValues   = map[string]bool{"": true, "none_observed": true, "changed": true, "unknown": true}
-	hexDigest     = regexp.MustCompile(`^[0-9a-f]{64}$`)
 )
 
 // IngestResult is the body of a 200 answer to an envelope delivery.
@@ -159,7 +157,17 @@ const (
 )
 
 // IsDigest reports whether s is 64 lowercase hex characters.
-func IsDigest(s string) bool { return hexDigest.MatchString(s) }
+func IsDigest(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
 
 // ValidName reports whether s is a usable name or id: 1 to MaxIDLen bytes of
 // printable UTF-8 with no control characters or slashes.

@@ -12,7 +12,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"syscall"
 
 	"github.com/agentscm/agentscm/internal/fsutil"
@@ -34,8 +33,6 @@ type Store interface {
 	Delete(ctx context.Context, digest string) error
 }
 
-var digestRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
-
 // Dir stores objects as files <dir>/<first two hex>/<digest>, 0600 in 0700
 // directories, written durably and never replaced in place.
 type Dir struct{ root string }
@@ -55,7 +52,7 @@ func OpenDir(root string) (*Dir, error) {
 }
 
 func (d *Dir) path(digest string) (string, error) {
-	if !digestRE.MatchString(digest) {
+	if !isDigest(digest) {
 		return "", ErrBadName
 	}
 	return filepath.Join(d.root, digest[:2], digest), nil
@@ -140,4 +137,16 @@ func (d *Dir) Delete(ctx context.Context, digest string) error {
 		return fmt.Errorf("delete object: %w", err)
 	}
 	return fsutil.SyncDir(filepath.Dir(p))
+}
+
+func isDigest(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }

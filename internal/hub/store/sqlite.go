@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/agentscm/agentscm/internal/fsutil"
@@ -34,7 +35,24 @@ const BusyTimeoutMS = 10000
 type SQLite struct {
 	w *sql.DB // writers: one connection, so goroutines queue in Go
 	r *sql.DB // readers
+
+	ops  chan *writeOp // group commit queue
+	quit chan struct{}
+	done chan struct{}
+
+	closeOnce sync.Once
+	closeErr  error
 }
+
+// writeOp is one Update waiting for the group-commit writer.
+type writeOp struct {
+	ctx  context.Context
+	fn   func(Tx) error
+	done chan error
+}
+
+// maxGroup bounds how many Updates share one transaction.
+const maxGroup = 128
 
 // OpenSQLite opens (creating when missing, mode 0600) the database in dir,
 // which must exist, and brings its schema up to date.
@@ -62,9 +80,16 @@ func OpenSQLite(ctx context.Context, dir string) (*SQLite, error) {
 	r.SetMaxIdleConns(4)
 	s := &SQLite{w: w, r: r}
 	if err := s.migrate(ctx); err != nil {
-		s.Close()
+		errors.Join(r.Close(), w.Close())
 		return nil, err
 	}
+	conn, err := w.Conn(ctx)
+	if err != nil {
+		errors.Join(r.Close(), w.Close())
+		return nil, fmt.Errorf("open hub database: %w", err)
+	}
+	s.ops, s.quit, s.done = make(chan *writeOp), make(chan struct{}), make(chan struct{})
+	go s.writer(conn)
 	return s, nil
 }
 
@@ -89,10 +114,19 @@ func createPrivate(path string) error {
 	return nil
 }
 
-// Close closes both pools; closing the last connection checkpoints the WAL.
+// Close stops the writer and closes both pools; closing the last connection
+// checkpoints the WAL.
 func (s *SQLite) Close() error {
-	return errors.Join(s.r.Close(), s.w.Close())
+	s.closeOnce.Do(func() {
+		close(s.quit)
+		<-s.done
+		s.closeErr = errors.Join(s.r.Close(), s.w.Close())
+	})
+	return s.closeErr
 }
+
+// errClosed answers Updates that arrive after Close.
+var errClosed = errors.New("hub store is closed")
 
 const schema = `
 CREATE TABLE IF NOT EXISTS humans(id TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE, admin INTEGER NOT NULL, created_at INTEGER NOT NULL);
@@ -172,10 +206,136 @@ func (s *SQLite) update(ctx context.Context, fn func(*sql.Tx) error) error {
 	return nil
 }
 
-// Update runs fn in an immediate (write-locked) transaction and commits it
-// durably when fn returns nil.
+// Update runs fn in an immediate (write-locked) transaction and returns once
+// its changes are durably committed (or discarded when fn fails). Concurrent
+// Updates are group-committed: the writer runs each in its own savepoint of
+// one transaction, in arrival order, and commits them with one fsync.
 func (s *SQLite) Update(ctx context.Context, fn func(Tx) error) error {
-	return s.update(ctx, func(tx *sql.Tx) error { return fn(&sqliteTx{ctx: ctx, tx: tx}) })
+	op := &writeOp{ctx: ctx, fn: fn, done: make(chan error, 1)}
+	select {
+	case s.ops <- op:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.quit:
+		return errClosed
+	}
+	// Once queued the outcome is awaited even if ctx ends, so a caller never
+	// reports failure for a change that then commits.
+	return <-op.done
+}
+
+func (s *SQLite) writer(conn *sql.Conn) {
+	defer close(s.done)
+	// Statements prepared on the writer's connection live as long as the
+	// store, across transactions.
+	stmts := map[string]*sql.Stmt{}
+	defer func() {
+		for _, st := range stmts {
+			st.Close()
+		}
+		conn.Close()
+	}()
+	for {
+		var first *writeOp
+		select {
+		case first = <-s.ops:
+		case <-s.quit:
+			return
+		}
+		group := []*writeOp{first}
+	drain:
+		for len(group) < maxGroup {
+			select {
+			case op := <-s.ops:
+				group = append(group, op)
+			default:
+				break drain
+			}
+		}
+		if len(stmts) > maxStmts {
+			for q, st := range stmts {
+				st.Close()
+				delete(stmts, q)
+			}
+		}
+		s.commitGroup(conn, stmts, group)
+	}
+}
+
+// maxStmts bounds the writer's prepared statements.
+const maxStmts = 512
+
+// commitGroup runs a group of Updates in one transaction on the writer's
+// connection. An Update whose fn fails is rolled back to its savepoint and
+// answered with its error; the others share the commit's outcome.
+func (s *SQLite) commitGroup(conn *sql.Conn, stmts map[string]*sql.Stmt, group []*writeOp) {
+	ctx := context.Background()
+	results := make([]error, len(group))
+	failAll := func(from int, err error) {
+		conn.ExecContext(ctx, "ROLLBACK")
+		for j, op := range group {
+			if results[j] == nil || j >= from {
+				results[j] = err
+			}
+			op.done <- results[j]
+		}
+	}
+	// Waiting for another process's write lock (up to the busy timeout)
+	// ends early when the only caller's context does; a group shares the
+	// wait.
+	beginCtx := ctx
+	if len(group) == 1 {
+		beginCtx = group[0].ctx
+	}
+	if _, err := conn.ExecContext(beginCtx, "BEGIN IMMEDIATE"); err != nil {
+		for _, op := range group {
+			op.done <- fmt.Errorf("begin hub transaction: %w", err)
+		}
+		return
+	}
+	ok := 0
+	for i, op := range group {
+		if err := op.ctx.Err(); err != nil {
+			results[i] = err
+			continue
+		}
+		if _, err := conn.ExecContext(ctx, "SAVEPOINT op"); err != nil {
+			failAll(i, fmt.Errorf("hub savepoint: %w", err))
+			return
+		}
+		if err := op.fn(&sqliteTx{ctx: ctx, q: conn, stmts: stmts}); err != nil {
+			results[i] = err
+			_, rerr := conn.ExecContext(ctx, "ROLLBACK TO op")
+			if rerr == nil {
+				_, rerr = conn.ExecContext(ctx, "RELEASE op")
+			}
+			if rerr != nil {
+				// The transaction is unusable: fail the whole group.
+				failAll(i, fmt.Errorf("roll back hub savepoint: %w", rerr))
+				return
+			}
+			continue
+		}
+		if _, err := conn.ExecContext(ctx, "RELEASE op"); err != nil {
+			// Its changes could not be separated from the transaction.
+			failAll(i, fmt.Errorf("release hub savepoint: %w", err))
+			return
+		}
+		ok++
+	}
+	if ok == 0 {
+		conn.ExecContext(ctx, "ROLLBACK")
+	} else if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
+		conn.ExecContext(ctx, "ROLLBACK")
+		for i := range results {
+			if results[i] == nil {
+				results[i] = fmt.Errorf("commit hub transaction: %w", err)
+			}
+		}
+	}
+	for i, op := range group {
+		op.done <- results[i]
+	}
 }
 
 // View runs fn in a read-only transaction.
@@ -185,21 +345,65 @@ func (s *SQLite) View(ctx context.Context, fn func(Tx) error) error {
 		return fmt.Errorf("begin hub read: %w", err)
 	}
 	defer tx.Rollback()
-	return fn(&sqliteTx{ctx: ctx, tx: tx})
+	return fn(&sqliteTx{ctx: ctx, q: tx, stmts: map[string]*sql.Stmt{}})
+}
+
+// querier is what a transaction runs statements on: a *sql.Tx for reads,
+// the writer's *sql.Conn (inside BEGIN IMMEDIATE) for writes.
+type querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	PrepareContext(ctx context.Context, query string) (*sql.Stmt, error)
 }
 
 type sqliteTx struct {
-	ctx context.Context
-	tx  *sql.Tx
+	ctx   context.Context
+	q     querier
+	stmts map[string]*sql.Stmt
+}
+
+// stmt returns q prepared on the transaction's connection, once.
+func (t *sqliteTx) stmt(q string) (*sql.Stmt, error) {
+	if st, ok := t.stmts[q]; ok {
+		return st, nil
+	}
+	st, err := t.q.PrepareContext(t.ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	t.stmts[q] = st
+	return st, nil
 }
 
 func (t *sqliteTx) exec(q string, args ...any) error {
-	_, err := t.tx.ExecContext(t.ctx, q, args...)
+	st, err := t.stmt(q)
+	if err != nil {
+		return err
+	}
+	_, err = st.ExecContext(t.ctx, args...)
 	return mapErr(err)
 }
 
+func (t *sqliteTx) query(q string, args ...any) (*sql.Rows, error) {
+	st, err := t.stmt(q)
+	if err != nil {
+		return nil, err
+	}
+	return st.QueryContext(t.ctx, args...)
+}
+
+func (t *sqliteTx) queryRow(q string, args ...any) *sql.Row {
+	st, err := t.stmt(q)
+	if err != nil {
+		// QueryRowContext on a fresh tx statement reports the error at Scan.
+		return t.q.QueryRowContext(t.ctx, q, args...)
+	}
+	return st.QueryRowContext(t.ctx, args...)
+}
+
 func (t *sqliteTx) row(q string, args []any, dest ...any) error {
-	return mapErr(t.tx.QueryRowContext(t.ctx, q, args...).Scan(dest...))
+	return mapErr(t.queryRow(q, args...).Scan(dest...))
 }
 
 func mapErr(err error) error {
@@ -240,7 +444,7 @@ func (t *sqliteTx) HumanByName(name string) (Human, error) { return t.human("nam
 func (t *sqliteTx) HumanByID(id string) (Human, error)     { return t.human("id", id) }
 
 func (t *sqliteTx) ListHumans() ([]Human, error) {
-	rows, err := t.tx.QueryContext(t.ctx, "SELECT id,name,admin,created_at FROM humans ORDER BY name")
+	rows, err := t.query("SELECT id,name,admin,created_at FROM humans ORDER BY name")
 	if err != nil {
 		return nil, err
 	}
@@ -272,7 +476,7 @@ func (t *sqliteTx) RepositoryByName(name string) (Repository, error) {
 func (t *sqliteTx) RepositoryByID(id string) (Repository, error) { return t.repository("id", id) }
 
 func (t *sqliteTx) ListRepositories() ([]Repository, error) {
-	rows, err := t.tx.QueryContext(t.ctx, "SELECT id,name,created_at FROM repositories ORDER BY name")
+	rows, err := t.query("SELECT id,name,created_at FROM repositories ORDER BY name")
 	if err != nil {
 		return nil, err
 	}
@@ -302,12 +506,22 @@ func scanToken(sc interface{ Scan(...any) error }) (Token, error) {
 }
 
 func (t *sqliteTx) TokenByHash(hash string) (Token, error) {
-	k, err := scanToken(t.tx.QueryRowContext(t.ctx, "SELECT "+tokenCols+" FROM tokens WHERE hash=?", hash))
+	k, err := scanToken(t.queryRow("SELECT "+tokenCols+" FROM tokens WHERE hash=?", hash))
 	return k, mapErr(err)
 }
 
+func (t *sqliteTx) TokenPrincipal(hash string) (Token, Human, Repository, error) {
+	var k Token
+	var h Human
+	var r Repository
+	err := t.row(`SELECT k.id,k.hash,k.human_id,k.repository_id,k.scope,k.label,k.created_at, h.id,h.name,h.admin,h.created_at, r.id,r.name,r.created_at
+		FROM tokens k JOIN humans h ON h.id=k.human_id JOIN repositories r ON r.id=k.repository_id WHERE k.hash=?`, []any{hash},
+		&k.ID, &k.Hash, &k.HumanID, &k.RepositoryID, &k.Scope, &k.Label, &k.CreatedAt, &h.ID, &h.Name, &h.Admin, &h.CreatedAt, &r.ID, &r.Name, &r.CreatedAt)
+	return k, h, r, err
+}
+
 func (t *sqliteTx) ListTokens() ([]Token, error) {
-	rows, err := t.tx.QueryContext(t.ctx, "SELECT "+tokenCols+" FROM tokens ORDER BY created_at, id")
+	rows, err := t.query("SELECT " + tokenCols + " FROM tokens ORDER BY created_at, id")
 	if err != nil {
 		return nil, err
 	}
@@ -337,13 +551,16 @@ func (t *sqliteTx) InsertWork(w Work) error {
 }
 
 func (t *sqliteTx) WorkByID(id string) (Work, error) {
-	w, err := scanWork(t.tx.QueryRowContext(t.ctx, "SELECT "+workCols+" FROM works WHERE id=?", id))
+	w, err := scanWork(t.queryRow("SELECT "+workCols+" FROM works WHERE id=?", id))
 	return w, mapErr(err)
 }
 
 func (t *sqliteTx) UpdateWork(w Work) error {
-	res, err := t.tx.ExecContext(t.ctx, "UPDATE works SET title=?,state=?,generation=?,updated_at=? WHERE id=?",
-		w.Title, w.State, w.Generation, w.UpdatedAt, w.ID)
+	st, err := t.stmt("UPDATE works SET title=?,state=?,generation=?,updated_at=? WHERE id=?")
+	if err != nil {
+		return err
+	}
+	res, err := st.ExecContext(t.ctx, w.Title, w.State, w.Generation, w.UpdatedAt, w.ID)
 	if err != nil {
 		return err
 	}
@@ -358,7 +575,7 @@ func (t *sqliteTx) ListWorks(repositoryID string, limit int) ([]Work, int, error
 	if err := t.row("SELECT count(*) FROM works WHERE repository_id=?", []any{repositoryID}, &total); err != nil {
 		return nil, 0, err
 	}
-	rows, err := t.tx.QueryContext(t.ctx, "SELECT "+workCols+" FROM works WHERE repository_id=? ORDER BY created_at DESC, id DESC LIMIT ?", repositoryID, limit)
+	rows, err := t.query("SELECT "+workCols+" FROM works WHERE repository_id=? ORDER BY created_at DESC, id DESC LIMIT ?", repositoryID, limit)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -385,7 +602,7 @@ func (t *sqliteTx) AppendCheckpoint(c Checkpoint) (int64, error) {
 }
 
 func (t *sqliteTx) Checkpoints(workID string) ([]Checkpoint, error) {
-	rows, err := t.tx.QueryContext(t.ctx, "SELECT work_id,seq,action,from_state,to_state,generation,human_id,worktree_id,note,at FROM checkpoints WHERE work_id=? ORDER BY seq", workID)
+	rows, err := t.query("SELECT work_id,seq,action,from_state,to_state,generation,human_id,worktree_id,note,at FROM checkpoints WHERE work_id=? ORDER BY seq", workID)
 	if err != nil {
 		return nil, err
 	}
@@ -415,7 +632,7 @@ func (t *sqliteTx) SetCurrent(c Current) error {
 }
 
 func (t *sqliteTx) CurrentsForWork(workID string) ([]Current, error) {
-	rows, err := t.tx.QueryContext(t.ctx, "SELECT repository_id,worktree_id,work_id,generation,updated_at FROM currents WHERE work_id=? ORDER BY worktree_id", workID)
+	rows, err := t.query("SELECT repository_id,worktree_id,work_id,generation,updated_at FROM currents WHERE work_id=? ORDER BY worktree_id", workID)
 	if err != nil {
 		return nil, err
 	}
@@ -444,11 +661,11 @@ func (t *sqliteTx) InsertSession(s Session) error {
 }
 
 func (t *sqliteTx) Session(workID string, generation int64, canonical string) (Session, error) {
-	return scanSession(t.tx.QueryRowContext(t.ctx, "SELECT "+sessionCols+" FROM sessions WHERE work_id=? AND generation=? AND canonical=?", workID, generation, canonical))
+	return scanSession(t.queryRow("SELECT "+sessionCols+" FROM sessions WHERE work_id=? AND generation=? AND canonical=?", workID, generation, canonical))
 }
 
 func (t *sqliteTx) Sessions(workID string) ([]Session, error) {
-	rows, err := t.tx.QueryContext(t.ctx, "SELECT "+sessionCols+" FROM sessions WHERE work_id=? ORDER BY generation, created_at, canonical", workID)
+	rows, err := t.query("SELECT "+sessionCols+" FROM sessions WHERE work_id=? ORDER BY generation, created_at, canonical", workID)
 	if err != nil {
 		return nil, err
 	}
@@ -465,13 +682,13 @@ func (t *sqliteTx) Sessions(workID string) ([]Session, error) {
 }
 
 func (t *sqliteTx) SessionByNative(workID string, generation int64, native string) (Session, error) {
-	return scanSession(t.tx.QueryRowContext(t.ctx, `SELECT s.work_id,s.generation,s.canonical,s.worktree_id,s.alias,s.created_at
+	return scanSession(t.queryRow(`SELECT s.work_id,s.generation,s.canonical,s.worktree_id,s.alias,s.created_at
 		FROM session_natives n JOIN sessions s ON s.work_id=n.work_id AND s.generation=n.generation AND s.canonical=n.canonical
 		WHERE n.work_id=? AND n.generation=? AND n.native=?`, workID, generation, native))
 }
 
 func (t *sqliteTx) UnboundAlias(workID string, generation int64, worktreeID string) (Session, error) {
-	return scanSession(t.tx.QueryRowContext(t.ctx, `SELECT `+sessionCols+` FROM sessions s
+	return scanSession(t.queryRow(`SELECT `+sessionCols+` FROM sessions s
 		WHERE work_id=? AND generation=? AND worktree_id=? AND alias=1
 		AND NOT EXISTS (SELECT 1 FROM session_natives n WHERE n.work_id=s.work_id AND n.generation=s.generation AND n.canonical=s.canonical)
 		ORDER BY created_at, canonical LIMIT 1`, workID, generation, worktreeID))
@@ -482,7 +699,7 @@ func (t *sqliteTx) BindNative(workID string, generation int64, canonical, native
 }
 
 func (t *sqliteTx) Natives(workID string) (map[SessionKey][]string, error) {
-	rows, err := t.tx.QueryContext(t.ctx, "SELECT generation,canonical,native FROM session_natives WHERE work_id=? ORDER BY first_seen, native", workID)
+	rows, err := t.query("SELECT generation,canonical,native FROM session_natives WHERE work_id=? ORDER BY first_seen, native", workID)
 	if err != nil {
 		return nil, err
 	}
@@ -602,7 +819,7 @@ func (t *sqliteTx) ListEvents(workID string, limit int) ([]api.EventRecord, int6
 	if err := t.row("SELECT count(*) FROM events WHERE work_id=?", []any{workID}, &total); err != nil {
 		return nil, 0, err
 	}
-	rows, err := t.tx.QueryContext(t.ctx, "SELECT generation,session,body,received_at FROM events WHERE work_id=? ORDER BY generation, session, seq LIMIT ?", workID, limit)
+	rows, err := t.query("SELECT generation,session,body,received_at FROM events WHERE work_id=? ORDER BY generation, session, seq LIMIT ?", workID, limit)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -623,7 +840,7 @@ func (t *sqliteTx) ListEvents(workID string, limit int) ([]api.EventRecord, int6
 }
 
 func (t *sqliteTx) SessionStats(workID string) ([]SessionStats, error) {
-	rows, err := t.tx.QueryContext(t.ctx, "SELECT generation,session,count(*),min(seq),max(seq) FROM events WHERE work_id=? GROUP BY generation, session", workID)
+	rows, err := t.query("SELECT generation,session,count(*),min(seq),max(seq) FROM events WHERE work_id=? GROUP BY generation, session", workID)
 	if err != nil {
 		return nil, err
 	}
@@ -640,7 +857,7 @@ func (t *sqliteTx) SessionStats(workID string) ([]SessionStats, error) {
 }
 
 func (t *sqliteTx) Actions(workID string) ([]Action, error) {
-	rows, err := t.tx.QueryContext(t.ctx, "SELECT action_id,generation,session,start,start_identity,finish,finish_identity FROM actions WHERE work_id=? ORDER BY generation, session, action_id", workID)
+	rows, err := t.query("SELECT action_id,generation,session,start,start_identity,finish,finish_identity FROM actions WHERE work_id=? ORDER BY generation, session, action_id", workID)
 	if err != nil {
 		return nil, err
 	}
@@ -661,7 +878,7 @@ func (t *sqliteTx) Actions(workID string) ([]Action, error) {
 }
 
 func (t *sqliteTx) Gaps(workID string) ([]api.GapRecord, error) {
-	rows, err := t.tx.QueryContext(t.ctx, "SELECT generation,session,kind,reason,from_seq,to_seq,received_at FROM gaps WHERE work_id=? ORDER BY received_at, identity", workID)
+	rows, err := t.query("SELECT generation,session,kind,reason,from_seq,to_seq,received_at FROM gaps WHERE work_id=? ORDER BY received_at, identity", workID)
 	if err != nil {
 		return nil, err
 	}

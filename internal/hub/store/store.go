@@ -154,6 +154,8 @@ type Tx interface {
 
 	InsertToken(t Token) error
 	TokenByHash(hash string) (Token, error)
+	// TokenPrincipal returns a token with its human and repository.
+	TokenPrincipal(hash string) (Token, Human, Repository, error)
 	ListTokens() ([]Token, error)
 
 	InsertWork(w Work) error

@@ -1,0 +1,148 @@
+package api
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+func validEnvelope() *Envelope {
+	return &Envelope{Identity: strings.Repeat("ab", 32), Type: TypeEvents, WorkID: "wrk_1", Generation: 1, Session: "default",
+		Events: []Event{{Seq: 1, Kind: "session_start", ObservedAt: 5}}}
+}
+
+func TestValidate(t *testing.T) {
+	cases := []struct {
+		name string
+		mod  func(e *Envelope)
+		ok   bool
+	}{
+		{"valid", func(e *Envelope) {}, true},
+		{"uppercase identity", func(e *Envelope) { e.Identity = strings.ToUpper(e.Identity) }, false},
+		{"short identity", func(e *Envelope) { e.Identity = "ab" }, false},
+		{"generation 0", func(e *Envelope) { e.Generation = 0 }, false},
+		{"no session", func(e *Envelope) { e.Session = "" }, false},
+		{"slash in work id", func(e *Envelope) { e.WorkID = "../x" }, false},
+		{"unknown type", func(e *Envelope) { e.Type = "nope" }, false},
+		{"type/payload mismatch", func(e *Envelope) { e.Type = TypeUsage }, false},
+		{"two payloads", func(e *Envelope) { e.Gap = &Gap{Kind: "redacted"} }, false},
+		{"control character", func(e *Envelope) { e.Events[0].ToolName = "a\x00b" }, false},
+		{"too long", func(e *Envelope) { e.Events[0].Reason = strings.Repeat("x", MaxTextLen+1) }, false},
+		{"too many events", func(e *Envelope) {
+			e.Events = make([]Event, MaxEventsPerBatch+1)
+			for i := range e.Events {
+				e.Events[i] = Event{Seq: int64(i + 1), Kind: "turn_end"}
+			}
+		}, false},
+		{"negative time", func(e *Envelope) { e.Events[0].ObservedAt = -1 }, false},
+		{"gap range reversed", func(e *Envelope) {
+			e.Type, e.Events, e.Gap = TypeGap, nil, &Gap{Kind: "outage", FromSeq: 5, ToSeq: 2}
+		}, false},
+		{"usage negative", func(e *Envelope) { e.Type, e.Events, e.Usage = TypeUsage, nil, &Usage{InputTokens: -1} }, false},
+		{"finish unknown result", func(e *Envelope) {
+			e.Type, e.Events, e.ActionFinish = TypeActionFinish, nil, &ActionFinish{ActionID: "a", Result: "great", Verification: "unknown"}
+		}, false},
+		{"start bad digest", func(e *Envelope) {
+			e.Type, e.Events, e.ActionStart = TypeActionStart, nil, &ActionStart{ActionID: "a", Tool: "Bash", Class: "execution", RecipeDigest: "zz"}
+		}, false},
+		{"start ok", func(e *Envelope) {
+			e.Type, e.Events, e.ActionStart = TypeActionStart, nil, &ActionStart{ActionID: "a", Tool: "Bash", Class: "execution"}
+		}, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := validEnvelope()
+			tc.mod(e)
+			err := e.Validate()
+			if (err == nil) != tc.ok {
+				t.Fatalf("Validate = %v, want ok=%v", err, tc.ok)
+			}
+			if err != nil {
+				if ae, ok := AsError(err); !ok || ae.Status != http.StatusBadRequest {
+					t.Fatalf("error %v is not a 400", err)
+				}
+			}
+		})
+	}
+}
+
+func TestDigestIgnoresReceiptTime(t *testing.T) {
+	a, b := validEnvelope(), validEnvelope()
+	b.Events[0].ObservedAt = 999
+	if a.Digest() != b.Digest() {
+		t.Fatal("observed_at changed the digest")
+	}
+	if a.Events[0].ObservedAt != 5 {
+		t.Fatal("Digest modified its envelope")
+	}
+	b.Events[0].Source = "resume"
+	if a.Digest() == b.Digest() {
+		t.Fatal("a changed fact kept the digest")
+	}
+}
+
+func TestDecodeStrict(t *testing.T) {
+	cases := []struct {
+		in     string
+		status int
+		code   string
+	}{
+		{`{"worktree_id":"a","native_session_id":"b"}`, 0, ""},
+		{`{"worktree_id":"a","x":1}`, 400, CodeUnknownField},
+		{`{"worktree_id":`, 400, CodeBadJSON},
+		{`{} {}`, 400, CodeBadJSON},
+		{`{"worktree_id":"` + strings.Repeat("a", 100) + `"}`, 413, CodeTooLarge},
+	}
+	for _, tc := range cases {
+		var r ResolveRequest
+		err := DecodeStrict(strings.NewReader(tc.in), 64, &r)
+		if tc.status == 0 {
+			if err != nil {
+				t.Errorf("%s: %v", tc.in, err)
+			}
+			continue
+		}
+		e, ok := AsError(err)
+		if !ok || e.Status != tc.status || e.Code != tc.code {
+			t.Errorf("%.30s: %v, want %d %s", tc.in, err, tc.status, tc.code)
+		}
+	}
+}
+
+// FuzzEnvelope feeds hostile bodies to the envelope decoder and validator:
+// they must refuse or accept without panicking, and an accepted envelope's
+// digest must survive a JSON round trip.
+func FuzzEnvelope(f *testing.F) {
+	b, _ := json.Marshal(validEnvelope())
+	f.Add(b)
+	f.Add([]byte(`{"identity":"","type":"gap","gap":{"kind":"outage","from_seq":1,"to_seq":0}}`))
+	f.Add([]byte(`{"type":"action_start","action_start":{"action_id":"x","tool":"Bash","class":"edit","source":{"head":"h"}}}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var e Envelope
+		if err := DecodeBytesStrict(body, &e); err != nil {
+			if _, ok := AsError(err); !ok {
+				t.Fatalf("decode error is not an *Error: %v", err)
+			}
+			return
+		}
+		if err := e.Validate(); err != nil {
+			return
+		}
+		d := e.Digest()
+		out, err := json.Marshal(&e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var again Envelope
+		if err := DecodeBytesStrict(out, &again); err != nil {
+			t.Fatalf("re-decode: %v", err)
+		}
+		if err := again.Validate(); err != nil {
+			t.Fatalf("re-validate: %v", err)
+		}
+		if again.Digest() != d {
+			t.Fatal("digest changed over a round trip")
+		}
+	})
+}
