@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"bytes"
+	"encoding/json"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -249,6 +250,7 @@ func assertPrivateModes(t *testing.T, dir string) {
 func TestLocalConversationKeepsBodies(t *testing.T) {
 	c := newCheckout(t)
 	c.configure(event.ModeLocalConversation)
+	work := c.startWork("local bodies")
 	api, err := scriptedapi.Start(firstTurn(c.root))
 	if err != nil {
 		t.Fatal(err)
@@ -276,6 +278,37 @@ func TestLocalConversationKeepsBodies(t *testing.T) {
 	if !prompt || !input || !result || !errText || !message {
 		t.Fatalf("bodies kept: prompt=%v tool input=%v tool result=%v error=%v message=%v", prompt, input, result, errText, message)
 	}
+	// Bodies stay local: the Hub's change record has none of them.
+	rec := c.record(work)
+	b, _ := json.Marshal(rec)
+	for _, s := range []string{promptSecret, writeSecret, outputSecret, errorSecret} {
+		if strings.Contains(string(b), s) {
+			t.Fatalf("the Hub holds %q", s)
+		}
+	}
+}
+
+// TestDeferredFactsKeepNoBodies: with no current Work, even
+// local-conversation capture keeps only sanitized deferred facts.
+func TestDeferredFactsKeepNoBodies(t *testing.T) {
+	c := newCheckout(t)
+	c.configure(event.ModeLocalConversation)
+	api, err := scriptedapi.Start(firstTurn(c.root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer api.Close()
+	c.runClaude(api, "-p", "Please run SCENARIO-FIRST now. "+promptSecret)
+	out := c.inspect()
+	if len(out.Sessions) != 1 || len(out.Sessions[0].Events) < 12 {
+		t.Fatalf("inspect %+v", out)
+	}
+	for _, r := range out.Sessions[0].Events {
+		if !r.Deferred || r.Body != nil || r.WorkID != "" {
+			t.Fatalf("event %d: deferred=%v body=%v work=%q", r.Seq, r.Deferred, r.Body != nil, r.WorkID)
+		}
+	}
+	assertNoSecrets(t, c.spool, []string{promptSecret, writeSecret, bashSecret, outputSecret, errorSecret, editSecret})
 }
 
 func TestBrokenSpoolLetsSessionFinish(t *testing.T) {
