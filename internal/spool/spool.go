@@ -323,14 +323,14 @@ func openCommitted(dir string, readOnly bool) (*Spool, error) {
 	if err := checkAbs(dir); err != nil {
 		return nil, err
 	}
+	c, sum, err := readCommit(dir)
+	if err != nil {
+		return nil, err
+	}
 	if !readOnly {
 		if err := fsutil.CheckPrivateDir(dir); err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrUnsafeAuthority, err)
 		}
-	}
-	c, sum, err := readCommit(dir)
-	if err != nil {
-		return nil, err
 	}
 	return &Spool{dir: dir, readOnly: readOnly, commit: c, commitSum: sum, failpoint: os.Getenv(FailpointEnv), lockWait: defaultLockWait}, nil
 }
