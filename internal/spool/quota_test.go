@@ -189,7 +189,11 @@ func TestQuotaAtDefaults(t *testing.T) {
 	// Total bytes at the default 64 MiB: quarantined debris counts, so a
 	// 60 MiB file in the quarantine leaves room for three 1 MiB bodies
 	// before the headroom; later records keep coming without content.
-	if err := os.WriteFile(filepath.Join(sp2.Dir(), "quarantine", "debris"), make([]byte, 60<<20), 0o600); err != nil {
+	debris := filepath.Join(sp2.Dir(), "quarantine", "debris")
+	if err := os.WriteFile(debris, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(debris, 60<<20); err != nil { // sparse: 60 MiB apparent size
 		t.Fatal(err)
 	}
 	retained, missing := 0, 0
