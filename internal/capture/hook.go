@@ -59,11 +59,9 @@ func HandleClaudeHook(ctx context.Context, store Store, in io.Reader, now time.T
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	sp, err := spool.Open(bd.Spool)
-	if err != nil {
-		return nil, err
-	}
-	seq, err := sp.Append(rec)
+	// One guarded acquisition: identity revalidation, recovery and the
+	// durable append under a single lock hold.
+	seq, err := spool.AppendTo(ctx, bd.Spool, rec)
 	if err != nil {
 		return nil, err
 	}

@@ -60,8 +60,8 @@ attempt projections, each with an explicit omitted count. It takes no lock,
 works on refused or unsafe spools, reports unknown completeness and grants
 no execution authority. It is a snapshot: concurrent writers may change the
 spool while it reads.`, args, true, false, func(fs *flag.FlagSet) {
-		limit = fs.Int("limit", spool.DefaultProjection, "bound of each projection")
-	})
+			limit = fs.Int("limit", spool.DefaultProjection, "bound of each projection")
+		})
 	if err != nil {
 		return err
 	}
