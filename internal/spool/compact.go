@@ -145,6 +145,9 @@ func (s *Spool) Compact(ctx context.Context) (*CompactReport, error) {
 	}
 	defer g.release()
 	st := g.st
+	if err := s.checkEvidence(st); err != nil {
+		return nil, err
+	}
 	acked, err := s.ackedSet(st)
 	if err != nil {
 		return nil, fmt.Errorf("compaction stopped: %w", err)

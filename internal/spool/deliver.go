@@ -94,6 +94,9 @@ func (s *Spool) Pending(ctx context.Context, max int) ([]Envelope, error) {
 	}
 	defer g.release()
 	st := g.st
+	if err := s.checkEvidence(st); err != nil {
+		return nil, err
+	}
 	acked, err := s.ackedSet(st)
 	if err != nil {
 		return nil, err

@@ -378,11 +378,13 @@ func tempTarget(dir string, f frame, size int64) (string, bool, bool) {
 		switch f.typ {
 		case typeCommit:
 			return commitFile, false, f.key == "v4"
-		case typeScope, typeLimits, typeCursor:
+		case typeCursor:
+			// Only the cursor is replaced after the commit; scope and
+			// limits temporaries cannot come from a cooperating writer.
 			if f.key != f.typ {
 				return "", false, false
 			}
-			return f.typ + ".json", true, true
+			return cursorFile, true, true
 		}
 	case outboxDir:
 		seqs, cls, ok := strings.Cut(f.key, "-")
@@ -549,6 +551,40 @@ func decodeIndex(b []byte) (*compactIndex, error) {
 		return nil, fmt.Errorf("%w: compaction index: %v", ErrDamaged, err)
 	}
 	return &ix, nil
+}
+
+// checkEvidence rejects retained evidence files (envelopes, markers,
+// artifacts) with unsafe ownership or modes. Delivery, compaction and full
+// recovery call it; the per-process hook path relies on the private
+// operational directories, which nobody else can traverse.
+func (s *Spool) checkEvidence(st *state) error {
+	check := func(dir, name string) error {
+		p := filepath.Join(s.dir, dir, name)
+		fi, err := os.Lstat(p)
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		return checkPrivateInfo(p, fi)
+	}
+	for _, e := range st.outbox {
+		if err := check(outboxDir, e.name); err != nil {
+			return err
+		}
+	}
+	for _, n := range st.acks {
+		if err := check(acksDir, n); err != nil {
+			return err
+		}
+	}
+	for d, size := range st.artifacts {
+		if err := check(artifactsDir, artifactName(d, size)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // readEnvelopeFile reads and fully validates one outbox file against its

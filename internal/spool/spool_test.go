@@ -231,6 +231,24 @@ func TestAuthority(t *testing.T) {
 	if _, err := spool.Open(dir); err != nil {
 		t.Fatal(err)
 	}
+	// An evidence file with unsafe modes stops delivery, compaction and
+	// full recovery; it is neither repaired nor quarantined.
+	ents, _ := os.ReadDir(filepath.Join(dir, "outbox"))
+	p := filepath.Join(dir, "outbox", ents[0].Name())
+	os.Chmod(p, 0o644)
+	ctx := context.Background()
+	if _, err := sp.Pending(ctx, 10); !errors.Is(err, spool.ErrUnsafeAuthority) {
+		t.Fatalf("pending: %v", err)
+	}
+	if _, err := sp.Compact(ctx); !errors.Is(err, spool.ErrUnsafeAuthority) {
+		t.Fatalf("compact: %v", err)
+	}
+	if _, err := sp.Recover(ctx); !errors.Is(err, spool.ErrUnsafeAuthority) {
+		t.Fatalf("recover: %v", err)
+	}
+	if fi, _ := os.Stat(p); fi.Mode().Perm() != 0o644 {
+		t.Fatal("mode repaired")
+	}
 }
 
 func TestLimitsFloor(t *testing.T) {
