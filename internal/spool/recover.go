@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -13,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/agentscm/agentscm/internal/fsutil"
@@ -77,27 +77,34 @@ func (s *Spool) readLimits() (Limits, error) {
 	return l, nil
 }
 
-// listBounded reads at most budget names of dir, failing with ErrScanBound
-// past it.
+// listBounded reads the names of dir, failing with ErrScanBound when the
+// running budget of scanned entries goes negative. It reads directory
+// entries in large batches (one or two getdents calls for a spool at its
+// default record limit instead of dozens).
 func listBounded(dir string, budget *int) ([]string, error) {
-	d, err := os.Open(dir)
+	fd, err := syscall.Open(dir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrDamaged, err)
+		return nil, fmt.Errorf("%w: %w", ErrDamaged, &os.PathError{Op: "open", Path: dir, Err: err})
 	}
-	defer d.Close()
+	defer syscall.Close(fd)
+	buf := make([]byte, 256<<10)
 	var out []string
 	for {
-		names, err := d.Readdirnames(1024)
-		out = append(out, names...)
-		*budget -= len(names)
-		if *budget < 0 {
-			return nil, fmt.Errorf("%w (%s)", ErrScanBound, dir)
-		}
-		if err == io.EOF || len(names) == 0 {
-			return out, nil
+		n, err := syscall.Getdents(fd, buf)
+		if err == syscall.EINTR {
+			continue
 		}
 		if err != nil {
 			return nil, fmt.Errorf("list %s: %w", dir, err)
+		}
+		if n <= 0 {
+			return out, nil
+		}
+		before := len(out)
+		_, _, out = syscall.ParseDirent(buf[:n], -1, out)
+		*budget -= len(out) - before
+		if *budget < 0 {
+			return nil, fmt.Errorf("%w (%s)", ErrScanBound, dir)
 		}
 	}
 }
