@@ -161,7 +161,7 @@ func (s *Spool) Compact(ctx context.Context) (*CompactReport, error) {
 		env *Envelope
 	}
 	var items []item
-	for _, e := range st.outbox {
+	for _, e := range st.sortOutbox() {
 		env, err := s.readEnvelopeFile(e)
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {

@@ -106,7 +106,7 @@ func (s *Spool) Pending(ctx context.Context, max int) ([]Envelope, error) {
 		return nil, err
 	}
 	var after, before []Envelope
-	for _, e := range st.outbox {
+	for _, e := range st.sortOutbox() {
 		env, err := s.readEnvelopeFile(e)
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
