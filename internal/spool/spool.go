@@ -7,6 +7,7 @@
 package spool
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -529,7 +530,7 @@ func mustJSON(v any) []byte {
 }
 
 func strictJSON(b []byte, v any) error {
-	dec := json.NewDecoder(bytesReader(b))
+	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return err
