@@ -18,6 +18,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -193,9 +195,17 @@ func InitWith(ctx context.Context, dir string, cfg Config) (*Spool, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Only another initialiser's temporary lock file: give it a moment to
+	// install the lock (a crashed one leaves the directory refused).
+	for i := 0; i < 50 && len(names) > 0 && allTemporary(names); i++ {
+		time.Sleep(2 * time.Millisecond)
+		if names, err = readNames(dir, 16); err != nil {
+			return nil, err
+		}
+	}
 	fp := os.Getenv(FailpointEnv)
 	if len(names) > 0 {
-		if len(names) == 1 && names[0] == spoolLockFile {
+		if slices.Contains(names, spoolLockFile) {
 			// Another process may be initialising: wait for its lock,
 			// then look for its commit.
 			if l, err := lockPath(ctx, filepath.Join(dir, spoolLockFile), defaultLockWait); err == nil {
@@ -222,16 +232,27 @@ func InitWith(ctx context.Context, dir string, cfg Config) (*Spool, error) {
 		return nil, fmt.Errorf("%w: the fixed layout needs %d records and %d bytes plus headroom", ErrBelowFloor, records, need+commitEstimate)
 	}
 
-	lf, err := os.OpenFile(filepath.Join(dir, spoolLockFile), os.O_RDWR|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, fsutil.FileMode)
+	// The spool lock appears under its name already locked (created and
+	// locked as a temporary file, then hard-linked), so a concurrent
+	// initialiser that finds it waits for this one to commit or die.
+	tmpLock := filepath.Join(dir, fsutil.TempPrefix+randomHex(8))
+	lf, err := os.OpenFile(tmpLock, os.O_RDWR|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, fsutil.FileMode)
 	if err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return InitWith(ctx, dir, cfg) // lost a race with another initialiser
-		}
 		return nil, fmt.Errorf("create spool lock: %w", err)
 	}
 	defer lf.Close()
 	if err := flockCtx(ctx, lf, defaultLockWait); err != nil {
+		os.Remove(tmpLock)
 		return nil, err
+	}
+	err = os.Link(tmpLock, filepath.Join(dir, spoolLockFile))
+	os.Remove(tmpLock)
+	if err != nil {
+		lf.Close()
+		if errors.Is(err, fs.ErrExist) {
+			return InitWith(ctx, dir, cfg) // lost a race with another initialiser
+		}
+		return nil, fmt.Errorf("create spool lock: %w", err)
 	}
 	s.fail("init.lock-created")
 	cf, err := os.OpenFile(filepath.Join(dir, captureLockFile), os.O_RDWR|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, fsutil.FileMode)
@@ -276,6 +297,15 @@ func InitWith(ctx context.Context, dir string, cfg Config) (*Spool, error) {
 	s.fail("init.committed")
 	lf.Close() // release the lock before the ordinary open takes it
 	return Open(dir)
+}
+
+func allTemporary(names []string) bool {
+	for _, n := range names {
+		if !strings.HasPrefix(n, fsutil.TempPrefix) {
+			return false
+		}
+	}
+	return true
 }
 
 type fixedFile struct {

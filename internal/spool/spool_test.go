@@ -81,6 +81,28 @@ func TestInitLayoutAndModes(t *testing.T) {
 	}
 }
 
+func TestConcurrentInit(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "spool")
+	ids := make(chan string, 6)
+	for range 6 {
+		go func() {
+			sp, err := spool.Init(dir)
+			if err != nil {
+				t.Error(err)
+				ids <- ""
+				return
+			}
+			ids <- sp.ID()
+		}()
+	}
+	first := <-ids
+	for range 5 {
+		if id := <-ids; id != first || id == "" {
+			t.Fatalf("concurrent initialisers disagree: %q vs %q", id, first)
+		}
+	}
+}
+
 func TestAppendEventsRoundTrip(t *testing.T) {
 	sp, _ := newSpool(t, spool.Config{})
 	r1 := rec(event.SessionStart, "s1")
