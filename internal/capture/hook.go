@@ -124,7 +124,9 @@ func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Re
 		rec.Deferred = true
 		res.Deferred = true
 	}
-	sp, err := spool.OpenContext(ctx, bd.Spool)
+	// OpenAppender skips the open-time recovery: the append's own guarded
+	// acquisition revalidates and recovers under one lock hold.
+	sp, err := spool.OpenAppender(bd.Spool)
 	if err != nil {
 		return nil, err
 	}

@@ -78,6 +78,18 @@ func (s *Spool) AppendContext(ctx context.Context, rec *event.Record) (uint64, e
 	return s.appendLocked(g.st, rec)
 }
 
+// AppendTo is the hook's one-shot path: it opens the committed spool at dir
+// with the same authority checks as Open and appends rec under a single
+// guarded lock acquisition, so that identity revalidation and the recovery
+// scan run once per process instead of twice.
+func AppendTo(ctx context.Context, dir string, rec *event.Record) (uint64, error) {
+	s, err := OpenAppender(dir)
+	if err != nil {
+		return 0, err
+	}
+	return s.AppendContext(ctx, rec)
+}
+
 func (s *Spool) appendLocked(st *state, rec *event.Record) (uint64, error) {
 	if rec.Kind == "" {
 		return 0, errors.New("append: record has no kind")

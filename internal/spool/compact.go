@@ -145,6 +145,9 @@ func (s *Spool) Compact(ctx context.Context) (*CompactReport, error) {
 	}
 	defer g.release()
 	st := g.st
+	if err := s.checkEvidence(st); err != nil {
+		return nil, err
+	}
 	acked, err := s.ackedSet(st)
 	if err != nil {
 		return nil, fmt.Errorf("compaction stopped: %w", err)
@@ -158,7 +161,7 @@ func (s *Spool) Compact(ctx context.Context) (*CompactReport, error) {
 		env *Envelope
 	}
 	var items []item
-	for _, e := range st.outbox {
+	for _, e := range st.sortOutbox() {
 		env, err := s.readEnvelopeFile(e)
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {

@@ -247,6 +247,7 @@ func TestCrashInit(t *testing.T) {
 	committed := []string{"init.commit.linked", "init.committed"}
 	for _, fp := range append(fps, committed...) {
 		t.Run(fp, func(t *testing.T) {
+			t.Parallel()
 			dir := filepath.Join(t.TempDir(), "spool")
 			mustCrash(t, "init", dir, fp)
 			isCommitted := fp == committed[0] || fp == committed[1]
@@ -303,6 +304,7 @@ func TestCrashAppend(t *testing.T) {
 	fps = append(fps, writeFailpoints("append.artifact", true)...)
 	for _, fp := range fps {
 		t.Run(fp, func(t *testing.T) {
+			t.Parallel()
 			sp := mustInit(t, Limits{})
 			for i := range 2 {
 				if _, err := sp.Append(tagged(fmt.Sprintf("pre-%d", i), event.PromptSubmit)); err != nil {
@@ -349,6 +351,7 @@ func TestCrashAppend(t *testing.T) {
 func TestCrashPauseGap(t *testing.T) {
 	for _, fp := range writeFailpoints("append.gap", true) {
 		t.Run(fp, func(t *testing.T) {
+			t.Parallel()
 			sp := mustInit(t, Limits{Records: FloorRecords, Bytes: FloorBytes})
 			for i := range 29 {
 				if _, err := sp.Append(tagged(fmt.Sprintf("pre-%d", i), event.PromptSubmit)); err != nil {
@@ -383,6 +386,7 @@ func TestCrashAck(t *testing.T) {
 	ctx := context.Background()
 	for _, fp := range writeFailpoints("ack", true) {
 		t.Run(fp, func(t *testing.T) {
+			t.Parallel()
 			sp := mustInit(t, Limits{})
 			for i := range 5 {
 				sp.Append(tagged(fmt.Sprintf("r%d", i), event.PromptSubmit))
@@ -424,6 +428,7 @@ func seqsOf(envs []Envelope) []uint64 {
 func TestCrashCursor(t *testing.T) {
 	for _, fp := range writeFailpoints("cursor", false) {
 		t.Run(fp, func(t *testing.T) {
+			t.Parallel()
 			sp := mustInit(t, Limits{})
 			for i := range 4 {
 				sp.Append(tagged(fmt.Sprintf("r%d", i), event.PromptSubmit))
@@ -485,6 +490,7 @@ func TestCrashCompaction(t *testing.T) {
 	fps = append(fps, "compact.committed", "compact.mid-cleanup", "compact.cleaned", "compact.renamed")
 	for _, fp := range fps {
 		t.Run(fp, func(t *testing.T) {
+			t.Parallel()
 			sp, digests := compactFixture(t)
 			mustCrash(t, "compact", sp.dir, fp)
 			sp = reopenAndInspect(t, sp.dir)

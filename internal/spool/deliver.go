@@ -94,6 +94,9 @@ func (s *Spool) Pending(ctx context.Context, max int) ([]Envelope, error) {
 	}
 	defer g.release()
 	st := g.st
+	if err := s.checkEvidence(st); err != nil {
+		return nil, err
+	}
 	acked, err := s.ackedSet(st)
 	if err != nil {
 		return nil, err
@@ -103,7 +106,7 @@ func (s *Spool) Pending(ctx context.Context, max int) ([]Envelope, error) {
 		return nil, err
 	}
 	var after, before []Envelope
-	for _, e := range st.outbox {
+	for _, e := range st.sortOutbox() {
 		env, err := s.readEnvelopeFile(e)
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {

@@ -94,7 +94,19 @@ func FuzzRecoveryScanner(f *testing.F) {
 		if err := os.WriteFile(p, content, 0o600); err != nil {
 			return
 		}
-		sp, err := Open(dir)
+		// Open without fsync (the fuzzer runs thousands of iterations):
+		// the same checks, lock and recovery as Open.
+		sp, err := openCommitted(dir, false)
+		if err == nil {
+			sp.noSync = true
+			err = sp.checkRetainedFiles()
+		}
+		if err == nil {
+			var g *guard
+			if g, err = sp.acquire(context.Background()); err == nil {
+				g.release()
+			}
+		}
 		if err != nil {
 			// Only a damaged fixed layout may refuse; the debris itself
 			// never makes recovery fail.

@@ -74,6 +74,17 @@ func (s *Spool) Recover(ctx context.Context) (*RecoveryReport, error) {
 	}
 	defer g.release()
 	st := g.st
+	if err := s.checkEvidence(st); err != nil {
+		return nil, err
+	}
+	for d, size := range st.artifacts {
+		n := artifactName(d, size)
+		if fi, err := os.Lstat(filepath.Join(s.dir, artifactsDir, n)); err == nil && fi.Size() != size {
+			if err := s.quarantine(st, artifactsDir, n); err != nil {
+				return nil, err
+			}
+		}
+	}
 	for _, e := range st.outbox {
 		if _, err := s.readEnvelopeFile(e); err != nil {
 			if qerr := s.quarantine(st, outboxDir, e.name); qerr != nil {

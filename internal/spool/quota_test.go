@@ -173,23 +173,29 @@ func TestQuotaAtDefaults(t *testing.T) {
 	if p := gaps(t, sp, event.GapCaptureInterrupted); len(p) != 1 || p[0].Seq != uint64(want+1) {
 		t.Fatalf("pause gaps %+v", p)
 	}
-	// Per-artifact limit: a 16 MiB+ body is not retained, the completion is.
 	sp2, _ := newSpool(t, spool.Config{})
 	sp2.SetNoSync(true)
-	fin := rec(event.ToolFinish, "s")
-	fin.ToolUseID = "t"
-	fin.Body = &event.Body{ToolResponse: []byte(`"` + strings.Repeat("y", spool.DefaultArtifactBytes) + `"`)}
-	if _, err := sp2.Append(fin); err != nil {
-		t.Fatal(err)
-	}
-	g := gaps(t, sp2, event.GapContentNotRetained)
-	if fin.BodyRef.Availability != event.AvailabilityMissing || len(g) != 1 || g[0].Gap.Reason != event.GapReasonArtifactLimit {
-		t.Fatalf("ref %+v gaps %+v", fin.BodyRef, g)
+	if !raceEnabled { // TestArtifactLimit covers the same path under -race
+		// Per-artifact limit: a 16 MiB+ body is not retained, the completion is.
+		fin := rec(event.ToolFinish, "s")
+		fin.ToolUseID = "t"
+		fin.Body = &event.Body{ToolResponse: []byte(`"` + strings.Repeat("y", spool.DefaultArtifactBytes) + `"`)}
+		if _, err := sp2.Append(fin); err != nil {
+			t.Fatal(err)
+		}
+		g := gaps(t, sp2, event.GapContentNotRetained)
+		if fin.BodyRef.Availability != event.AvailabilityMissing || len(g) != 1 || g[0].Gap.Reason != event.GapReasonArtifactLimit {
+			t.Fatalf("ref %+v gaps %+v", fin.BodyRef, g)
+		}
 	}
 	// Total bytes at the default 64 MiB: quarantined debris counts, so a
 	// 60 MiB file in the quarantine leaves room for three 1 MiB bodies
 	// before the headroom; later records keep coming without content.
-	if err := os.WriteFile(filepath.Join(sp2.Dir(), "quarantine", "debris"), make([]byte, 60<<20), 0o600); err != nil {
+	debris := filepath.Join(sp2.Dir(), "quarantine", "debris")
+	if err := os.WriteFile(debris, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(debris, 60<<20); err != nil { // sparse: 60 MiB apparent size
 		t.Fatal(err)
 	}
 	retained, missing := 0, 0
@@ -207,6 +213,27 @@ func TestQuotaAtDefaults(t *testing.T) {
 	}
 	if retained != 3 || missing != 3 {
 		t.Fatalf("retained %d, missing %d 1 MiB bodies beside 60 MiB of quarantine, want 3 and 3", retained, missing)
+	}
+}
+
+func TestArtifactLimit(t *testing.T) {
+	sp, _ := newSpool(t, spool.Config{Limits: spool.Limits{ArtifactBytes: 4 << 10}})
+	small := rec(event.ToolFinish, "s")
+	small.Body = &event.Body{ToolResponse: []byte(`"` + strings.Repeat("y", 3<<10) + `"`)}
+	big := rec(event.ToolFinish, "s")
+	big.Body = &event.Body{ToolResponse: []byte(`"` + strings.Repeat("y", 4<<10) + `"`)}
+	for _, r := range []*event.Record{small, big} {
+		if _, err := sp.Append(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g := gaps(t, sp, event.GapContentNotRetained)
+	if small.BodyRef.Availability != event.AvailabilityRetained || big.BodyRef.Availability != event.AvailabilityMissing ||
+		len(g) != 1 || g[0].Gap.AffectedSeq != big.Seq || g[0].Gap.Reason != event.GapReasonArtifactLimit {
+		t.Fatalf("small %+v big %+v gaps %+v", small.BodyRef, big.BodyRef, g)
+	}
+	if big.BodyRef.Digest == "" || big.BodyRef.Bytes <= 4<<10 {
+		t.Fatalf("missing content lost its identity: %+v", big.BodyRef)
 	}
 }
 

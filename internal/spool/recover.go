@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -13,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/agentscm/agentscm/internal/fsutil"
@@ -25,7 +25,8 @@ var ErrDamaged = errors.New("spool layout damaged")
 // state is what a guarded acquisition found, from names and sizes alone.
 type state struct {
 	limits     Limits
-	outbox     []outboxEntry // ascending seq
+	outbox     []outboxEntry // ascending seq once sortOutbox ran
+	sorted     bool
 	acks       map[uint64]string
 	artifacts  map[string]int64 // digest -> file size
 	quarantine []QuarantineEntry
@@ -40,6 +41,46 @@ type state struct {
 	activeStarts   int64
 
 	report RecoveryReport
+}
+
+// sortOutbox orders the outbox by sequence (the listing is in directory
+// order; only delivery and compaction need sequence order).
+func (st *state) sortOutbox() []outboxEntry {
+	if !st.sorted {
+		slices.SortFunc(st.outbox, func(a, b outboxEntry) int {
+			if c := cmp.Compare(a.seq, b.seq); c != 0 {
+				return c
+			}
+			return strings.Compare(a.name, b.name)
+		})
+		st.sorted = true
+	}
+	return st.outbox
+}
+
+// hasDupSeq reports whether two outbox entries may share a sequence number.
+// It uses a bitmap over the (normally dense) sequence range and answers
+// true, conservatively, when the range is too sparse for one.
+func hasDupSeq(es []outboxEntry) bool {
+	if len(es) < 2 {
+		return false
+	}
+	lo, hi := es[0].seq, es[0].seq
+	for _, e := range es {
+		lo, hi = min(lo, e.seq), max(hi, e.seq)
+	}
+	if hi-lo > uint64(8*len(es)+1024) {
+		return true
+	}
+	bits := make([]uint64, (hi-lo)/64+1)
+	for _, e := range es {
+		i := e.seq - lo
+		if bits[i/64]&(1<<(i%64)) != 0 {
+			return true
+		}
+		bits[i/64] |= 1 << (i % 64)
+	}
+	return false
 }
 
 // RecoveryReport counts what recovery did.
@@ -77,27 +118,39 @@ func (s *Spool) readLimits() (Limits, error) {
 	return l, nil
 }
 
-// listBounded reads at most budget names of dir, failing with ErrScanBound
-// past it.
+// listBounded reads the names of dir, failing with ErrScanBound when the
+// running budget of scanned entries goes negative. It reads directory
+// entries in large batches (one or two getdents calls for a spool at its
+// default record limit instead of dozens).
 func listBounded(dir string, budget *int) ([]string, error) {
-	d, err := os.Open(dir)
+	return listInto(dir, budget, make([]byte, 64<<10))
+}
+
+// listInto is listBounded with a caller-provided getdents buffer, so one
+// recovery scan allocates a single buffer.
+func listInto(dir string, budget *int, buf []byte) ([]string, error) {
+	fd, err := syscall.Open(dir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrDamaged, err)
+		return nil, fmt.Errorf("%w: %w", ErrDamaged, &os.PathError{Op: "open", Path: dir, Err: err})
 	}
-	defer d.Close()
+	defer syscall.Close(fd)
 	var out []string
 	for {
-		names, err := d.Readdirnames(1024)
-		out = append(out, names...)
-		*budget -= len(names)
-		if *budget < 0 {
-			return nil, fmt.Errorf("%w (%s)", ErrScanBound, dir)
-		}
-		if err == io.EOF || len(names) == 0 {
-			return out, nil
+		n, err := syscall.Getdents(fd, buf)
+		if err == syscall.EINTR {
+			continue
 		}
 		if err != nil {
 			return nil, fmt.Errorf("list %s: %w", dir, err)
+		}
+		if n <= 0 {
+			return out, nil
+		}
+		before := len(out)
+		_, _, out = syscall.ParseDirent(buf[:n], -1, out)
+		*budget -= len(out) - before
+		if *budget < 0 {
+			return nil, fmt.Errorf("%w (%s)", ErrScanBound, dir)
 		}
 	}
 }
@@ -114,9 +167,10 @@ func (s *Spool) recoverLocked() (*state, error) {
 	}
 	st := &state{limits: lim, acks: map[uint64]string{}, artifacts: map[string]int64{}}
 	budget := scanBound(lim)
+	buf := make([]byte, 256<<10)
 
 	// Root.
-	names, err := listBounded(s.dir, &budget)
+	names, err := listInto(s.dir, &budget, buf)
 	if err != nil {
 		return nil, err
 	}
@@ -150,7 +204,7 @@ func (s *Spool) recoverLocked() (*state, error) {
 	}
 
 	// Outbox.
-	if names, err = listBounded(filepath.Join(s.dir, outboxDir), &budget); err != nil {
+	if names, err = listInto(filepath.Join(s.dir, outboxDir), &budget, buf); err != nil {
 		return nil, err
 	}
 	var temps []string
@@ -163,27 +217,27 @@ func (s *Spool) recoverLocked() (*state, error) {
 			return nil, err
 		}
 	}
-	slices.SortFunc(st.outbox, func(a, b outboxEntry) int {
-		if c := cmp.Compare(a.seq, b.seq); c != 0 {
-			return c
-		}
-		return strings.Compare(a.name, b.name)
-	})
 	for _, t := range temps {
 		if err := s.recoverTemp(st, outboxDir, t); err != nil {
 			return nil, err
 		}
 	}
-	// Two files with one sequence number are ambiguous: quarantine both.
-	kept := st.outbox[:0]
-	for i := 0; i < len(st.outbox); {
-		j := i + 1
-		for j < len(st.outbox) && st.outbox[j].seq == st.outbox[i].seq {
-			j++
-		}
-		if j-i > 1 {
-			// Keep the one file whose content is a valid envelope matching
-			// its name; if there is not exactly one, all are ambiguous.
+	if hasDupSeq(st.outbox) {
+		st.sortOutbox()
+		// Two files with one sequence number: keep the one file whose
+		// content is a valid envelope matching its name; if there is not
+		// exactly one, all are ambiguous and quarantined.
+		kept := st.outbox[:0]
+		for i := 0; i < len(st.outbox); {
+			j := i + 1
+			for j < len(st.outbox) && st.outbox[j].seq == st.outbox[i].seq {
+				j++
+			}
+			if j-i == 1 {
+				kept = append(kept, st.outbox[i])
+				i = j
+				continue
+			}
 			valid := -1
 			for k, e := range st.outbox[i:j] {
 				if _, err := s.readEnvelopeFile(e); err == nil {
@@ -205,15 +259,13 @@ func (s *Spool) recoverLocked() (*state, error) {
 					return nil, err
 				}
 			}
-		} else {
-			kept = append(kept, st.outbox[i])
+			i = j
 		}
-		i = j
+		st.outbox = kept
 	}
-	st.outbox = kept
 
 	// Acknowledgements.
-	if names, err = listBounded(filepath.Join(s.dir, acksDir), &budget); err != nil {
+	if names, err = listInto(filepath.Join(s.dir, acksDir), &budget, buf); err != nil {
 		return nil, err
 	}
 	for _, n := range names {
@@ -229,7 +281,7 @@ func (s *Spool) recoverLocked() (*state, error) {
 	}
 
 	// Artifacts.
-	if names, err = listBounded(filepath.Join(s.dir, artifactsDir), &budget); err != nil {
+	if names, err = listInto(filepath.Join(s.dir, artifactsDir), &budget, buf); err != nil {
 		return nil, err
 	}
 	for _, n := range names {
@@ -250,7 +302,7 @@ func (s *Spool) recoverLocked() (*state, error) {
 	}
 
 	// Quarantine (counted against the limits, never deleted here).
-	if names, err = listBounded(filepath.Join(s.dir, quarantineDir), &budget); err != nil {
+	if names, err = listInto(filepath.Join(s.dir, quarantineDir), &budget, buf); err != nil {
 		return nil, err
 	}
 	for _, n := range names {
@@ -267,17 +319,17 @@ func (s *Spool) recoverLocked() (*state, error) {
 		st.usage.Records++
 		st.usage.Bytes += e.size
 		st.maxSeq = max(st.maxSeq, e.seq)
-		switch e.class {
+		switch e.class { // the listing is unordered: keep maxima
 		case classEvent:
-			st.lastOrdinary = e.seq
+			st.lastOrdinary = max(st.lastOrdinary, e.seq)
 		case classStart:
-			st.lastOrdinary = e.seq
-			st.lastStart = e.seq
+			st.lastOrdinary = max(st.lastOrdinary, e.seq)
+			st.lastStart = max(st.lastStart, e.seq)
 			st.activeStarts++
 		case classPause:
-			st.lastPause = e.seq
+			st.lastPause = max(st.lastPause, e.seq)
 		case classOrder:
-			st.lastOrderPause = e.seq
+			st.lastOrderPause = max(st.lastOrderPause, e.seq)
 		}
 	}
 	st.usage.Records += int64(len(st.acks))
@@ -359,7 +411,7 @@ func (s *Spool) recoverTemp(st *state, dir, name string) error {
 	case outboxDir:
 		e, _ := parseOutboxName(target)
 		st.outbox = append(st.outbox, e)
-		slices.SortFunc(st.outbox, func(a, b outboxEntry) int { return cmp.Compare(a.seq, b.seq) })
+		st.sorted = false
 	case acksDir:
 		seq, _ := parseAckName(target)
 		st.acks[seq] = target
@@ -378,11 +430,13 @@ func tempTarget(dir string, f frame, size int64) (string, bool, bool) {
 		switch f.typ {
 		case typeCommit:
 			return commitFile, false, f.key == "v4"
-		case typeScope, typeLimits, typeCursor:
+		case typeCursor:
+			// Only the cursor is replaced after the commit; scope and
+			// limits temporaries cannot come from a cooperating writer.
 			if f.key != f.typ {
 				return "", false, false
 			}
-			return f.typ + ".json", true, true
+			return cursorFile, true, true
 		}
 	case outboxDir:
 		seqs, cls, ok := strings.Cut(f.key, "-")
@@ -549,6 +603,40 @@ func decodeIndex(b []byte) (*compactIndex, error) {
 		return nil, fmt.Errorf("%w: compaction index: %v", ErrDamaged, err)
 	}
 	return &ix, nil
+}
+
+// checkEvidence rejects retained evidence files (envelopes, markers,
+// artifacts) with unsafe ownership or modes. Delivery, compaction and full
+// recovery call it; the per-process hook path relies on the private
+// operational directories, which nobody else can traverse.
+func (s *Spool) checkEvidence(st *state) error {
+	check := func(dir, name string) error {
+		p := filepath.Join(s.dir, dir, name)
+		fi, err := os.Lstat(p)
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		return checkPrivateInfo(p, fi)
+	}
+	for _, e := range st.outbox {
+		if err := check(outboxDir, e.name); err != nil {
+			return err
+		}
+	}
+	for _, n := range st.acks {
+		if err := check(acksDir, n); err != nil {
+			return err
+		}
+	}
+	for d, size := range st.artifacts {
+		if err := check(artifactsDir, artifactName(d, size)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // readEnvelopeFile reads and fully validates one outbox file against its

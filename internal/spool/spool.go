@@ -7,6 +7,7 @@
 package spool
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -17,6 +18,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -243,9 +246,17 @@ func InitWith(ctx context.Context, dir string, cfg Config) (*Spool, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Only another initialiser's temporary lock file: give it a moment to
+	// install the lock (a crashed one leaves the directory refused).
+	for i := 0; i < 50 && len(names) > 0 && allTemporary(names); i++ {
+		time.Sleep(2 * time.Millisecond)
+		if names, err = readNames(dir, 16); err != nil {
+			return nil, err
+		}
+	}
 	fp := os.Getenv(FailpointEnv)
 	if len(names) > 0 {
-		if len(names) == 1 && names[0] == spoolLockFile {
+		if slices.Contains(names, spoolLockFile) {
 			// Another process may be initialising: wait for its lock,
 			// then look for its commit.
 			if l, err := lockPath(ctx, filepath.Join(dir, spoolLockFile), defaultLockWait); err == nil {
@@ -272,16 +283,27 @@ func InitWith(ctx context.Context, dir string, cfg Config) (*Spool, error) {
 		return nil, fmt.Errorf("%w: the fixed layout needs %d records and %d bytes plus headroom", ErrBelowFloor, records, need+commitEstimate)
 	}
 
-	lf, err := os.OpenFile(filepath.Join(dir, spoolLockFile), os.O_RDWR|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, fsutil.FileMode)
+	// The spool lock appears under its name already locked (created and
+	// locked as a temporary file, then hard-linked), so a concurrent
+	// initialiser that finds it waits for this one to commit or die.
+	tmpLock := filepath.Join(dir, fsutil.TempPrefix+randomHex(8))
+	lf, err := os.OpenFile(tmpLock, os.O_RDWR|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, fsutil.FileMode)
 	if err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return InitWith(ctx, dir, cfg) // lost a race with another initialiser
-		}
 		return nil, fmt.Errorf("create spool lock: %w", err)
 	}
 	defer lf.Close()
 	if err := flockCtx(ctx, lf, defaultLockWait); err != nil {
+		os.Remove(tmpLock)
 		return nil, err
+	}
+	err = os.Link(tmpLock, filepath.Join(dir, spoolLockFile))
+	os.Remove(tmpLock)
+	if err != nil {
+		lf.Close()
+		if errors.Is(err, fs.ErrExist) {
+			return InitWith(ctx, dir, cfg) // lost a race with another initialiser
+		}
+		return nil, fmt.Errorf("create spool lock: %w", err)
 	}
 	s.fail("init.lock-created")
 	cf, err := os.OpenFile(filepath.Join(dir, captureLockFile), os.O_RDWR|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, fsutil.FileMode)
@@ -341,6 +363,15 @@ func openWithLineage(dir string, want *Lineage) (*Spool, error) {
 	return s, nil
 }
 
+func allTemporary(names []string) bool {
+	for _, n := range names {
+		if !strings.HasPrefix(n, fsutil.TempPrefix) {
+			return false
+		}
+	}
+	return true
+}
+
 type fixedFile struct {
 	dir, name, fp string
 	data          []byte
@@ -378,6 +409,21 @@ func OpenContext(ctx context.Context, dir string) (*Spool, error) {
 	return s, nil
 }
 
+// OpenAppender opens a committed spool for the hook path without the
+// open-time recovery scan: every later operation revalidates identities and
+// recovers under its own lock acquisition, so one hook pays one scan per
+// operation instead of one more at open.
+func OpenAppender(dir string) (*Spool, error) {
+	s, err := openCommitted(dir, false)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.checkRetainedFiles(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
 // OpenReadOnly opens a spool for read-only inspection: it needs a valid
 // commit but neither takes the lock nor requires safe authority, and every
 // method that would change the spool returns ErrReadOnly.
@@ -387,14 +433,14 @@ func openCommitted(dir string, readOnly bool) (*Spool, error) {
 	if err := checkAbs(dir); err != nil {
 		return nil, err
 	}
+	c, sum, err := readCommit(dir)
+	if err != nil {
+		return nil, err
+	}
 	if !readOnly {
 		if err := fsutil.CheckPrivateDir(dir); err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrUnsafeAuthority, err)
 		}
-	}
-	c, sum, err := readCommit(dir)
-	if err != nil {
-		return nil, err
 	}
 	return &Spool{dir: dir, readOnly: readOnly, commit: c, commitSum: sum, failpoint: os.Getenv(FailpointEnv), lockWait: defaultLockWait}, nil
 }
@@ -593,7 +639,7 @@ func mustJSON(v any) []byte {
 }
 
 func strictJSON(b []byte, v any) error {
-	dec := json.NewDecoder(bytesReader(b))
+	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return err

@@ -81,6 +81,28 @@ func TestInitLayoutAndModes(t *testing.T) {
 	}
 }
 
+func TestConcurrentInit(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "spool")
+	ids := make(chan string, 6)
+	for range 6 {
+		go func() {
+			sp, err := spool.Init(dir)
+			if err != nil {
+				t.Error(err)
+				ids <- ""
+				return
+			}
+			ids <- sp.ID()
+		}()
+	}
+	first := <-ids
+	for range 5 {
+		if id := <-ids; id != first || id == "" {
+			t.Fatalf("concurrent initialisers disagree: %q vs %q", id, first)
+		}
+	}
+}
+
 func TestAppendEventsRoundTrip(t *testing.T) {
 	sp, _ := newSpool(t, spool.Config{})
 	r1 := rec(event.SessionStart, "s1")
@@ -230,6 +252,24 @@ func TestAuthority(t *testing.T) {
 	}
 	if _, err := spool.Open(dir); err != nil {
 		t.Fatal(err)
+	}
+	// An evidence file with unsafe modes stops delivery, compaction and
+	// full recovery; it is neither repaired nor quarantined.
+	ents, _ := os.ReadDir(filepath.Join(dir, "outbox"))
+	p := filepath.Join(dir, "outbox", ents[0].Name())
+	os.Chmod(p, 0o644)
+	ctx := context.Background()
+	if _, err := sp.Pending(ctx, 10); !errors.Is(err, spool.ErrUnsafeAuthority) {
+		t.Fatalf("pending: %v", err)
+	}
+	if _, err := sp.Compact(ctx); !errors.Is(err, spool.ErrUnsafeAuthority) {
+		t.Fatalf("compact: %v", err)
+	}
+	if _, err := sp.Recover(ctx); !errors.Is(err, spool.ErrUnsafeAuthority) {
+		t.Fatalf("recover: %v", err)
+	}
+	if fi, _ := os.Stat(p); fi.Mode().Perm() != 0o644 {
+		t.Fatal("mode repaired")
 	}
 }
 

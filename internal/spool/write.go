@@ -120,5 +120,3 @@ func (s *Spool) writeReplace(dir, name string, data []byte, fp string) error {
 	s.fail(fp + ".renamed")
 	return s.syncDir(dir)
 }
-
-func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }

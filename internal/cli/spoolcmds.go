@@ -1,0 +1,214 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/agentscm/agentscm/internal/spool"
+)
+
+// spoolCommands are the spool maintenance commands of the change-capture
+// group: inspect (replacing the first-form session listing), quarantine,
+// prune-quarantine and compact.
+func spoolCommands() []*Command {
+	return []*Command{
+		{Name: "inspect", Summary: "bounded read-only classification of a spool (pending, deferred, quarantine, attempts)", Run: runSpoolInspect},
+		{Name: "quarantine", Summary: "list a spool's quarantined files (read-only)", Run: runSpoolQuarantine},
+		{Name: "prune-quarantine", Summary: "delete exactly the named quarantined files", Run: runSpoolPrune},
+		{Name: "compact", Summary: "compact acknowledged history into the spool's compaction index", Run: runSpoolCompact},
+	}
+}
+
+// spoolArgs parses the common --spool ABS flag, --format when asked, and
+// the flags extra registers.
+func spoolArgs(env *Env, cmdline, synopsis, description string, args []string, withFormat, allowPos bool, extra func(*flag.FlagSet)) (dir, format string, pos []string, err error) {
+	fs := newFlags(env, cmdline, synopsis, description)
+	d := fs.String("spool", "", "absolute path of the spool")
+	f := new(string)
+	*f = "text"
+	if withFormat {
+		f = formatFlag(fs)
+	}
+	if extra != nil {
+		extra(fs)
+	}
+	if err := parseFlags(fs, args, allowPos); err != nil {
+		return "", "", nil, err
+	}
+	if err := checkFormat(*f); err != nil {
+		return "", "", nil, err
+	}
+	if *d == "" {
+		return "", "", nil, usagef("--spool is required")
+	}
+	if !strings.HasPrefix(*d, "/") {
+		return "", "", nil, usagef("--spool must be an absolute path, not %q", *d)
+	}
+	return *d, *f, fs.Args(), nil
+}
+
+func runSpoolInspect(ctx context.Context, env *Env, args []string) error {
+	var limit *int
+	dir, format, _, err := spoolArgs(env, "agentscm change-capture inspect", "--spool ABS [--limit N] [--format text|json]",
+		`Classify the spool without changing it: format commit and identities,
+authority (ownership and modes), limits and complete physical usage, and
+bounded pending, deferred (attempted, not acknowledged), quarantine and
+attempt projections, each with an explicit omitted count. It takes no lock,
+works on refused or unsafe spools, reports unknown completeness and grants
+no execution authority. It is a snapshot: concurrent writers may change the
+spool while it reads.`, args, true, false, func(fs *flag.FlagSet) {
+			limit = fs.Int("limit", spool.DefaultProjection, "bound of each projection")
+		})
+	if err != nil {
+		return err
+	}
+	if *limit <= 0 {
+		return usagef("--limit must be positive")
+	}
+	rep, err := spool.Inspect(dir, *limit)
+	if err != nil {
+		return err
+	}
+	if format == "json" {
+		return writeJSON(env.Stdout, rep)
+	}
+	printInspect(env.Stdout, rep)
+	return nil
+}
+
+func printInspect(w io.Writer, r *spool.Report) {
+	commit := "no valid managed occurrence format v4 commit"
+	if r.Committed {
+		commit = fmt.Sprintf("format v%d commit, spool id %s", r.FormatVersion, r.SpoolID)
+	}
+	fmt.Fprintf(w, "spool %s: %s\n", r.Spool, commit)
+	fmt.Fprintf(w, "identity matches commit: %s; authority safe: %s\n", yesNo(r.IdentityMatches), yesNo(r.AuthoritySafe))
+	fmt.Fprintf(w, "completeness: %s; execution authority: %s\n", r.Completeness, r.ExecutionAuthority)
+	if r.Limits != nil {
+		fmt.Fprintf(w, "usage: %d records, %d bytes of %d records, %d bytes (per artifact %d bytes)\n",
+			r.Usage.Records, r.Usage.Bytes, r.Limits.Records, r.Limits.Bytes, r.Limits.ArtifactBytes)
+	} else {
+		fmt.Fprintf(w, "usage: %d records, %d bytes (limits unreadable)\n", r.Usage.Records, r.Usage.Bytes)
+	}
+	fmt.Fprintf(w, "above write cap: %s; capture paused: %s; delivery stopped: %s\n", yesNo(r.AboveCap), yesNo(r.Paused), yesNo(r.DeliveryStopped))
+	fmt.Fprintf(w, "envelopes: %d (acknowledged %d); artifacts: %d; temporary files: %d\n", r.Envelopes, r.Acknowledged, r.Artifacts, r.Temporary)
+	c := r.Compaction
+	fmt.Fprintf(w, "compaction: generation %d, high seq %d, %d digests, %d receipts, %d replay entries, cleanup pending: %s\n",
+		c.Generation, c.HighSeq, c.Digests, c.Receipts, c.Replay, yesNo(c.PendingCleanup))
+	for _, p := range r.Problems {
+		fmt.Fprintf(w, "problem: %s\n", p)
+	}
+	printItems := func(title string, items []spool.PendingItem, total, omitted int) {
+		fmt.Fprintf(w, "\n%s: %d (%d omitted)\n", title, total, omitted)
+		for _, it := range items {
+			fmt.Fprintf(w, "  %6d  %-19s %-16s %s attempts=%d session=%s\n", it.Seq, it.Class, it.Kind, it.Digest, it.Attempts, it.SessionID)
+		}
+	}
+	printItems("pending", r.Pending.Items, r.Pending.Total, r.Pending.Omitted)
+	printItems("deferred", r.Deferred.Items, r.Deferred.Total, r.Deferred.Omitted)
+	fmt.Fprintf(w, "\nquarantine: %d (%d omitted)\n", r.Quarantine.Total, r.Quarantine.Omitted)
+	for _, q := range r.Quarantine.Items {
+		fmt.Fprintf(w, "  %s  %d bytes  %s\n", q.Name, q.Bytes, q.Mode)
+	}
+	fmt.Fprintf(w, "\nattempts: %d (%d omitted)\n", r.Attempts.Total, r.Attempts.Omitted)
+	for _, a := range r.Attempts.Items {
+		fmt.Fprintf(w, "  %6d  %s  %s %s\n", a.Seq, a.At.Format("2006-01-02T15:04:05Z"), a.Outcome, a.Detail)
+	}
+	fmt.Fprintf(w, "\ndiagnostics: %d (%d omitted)\n", r.Diagnostics.Total, r.Diagnostics.Omitted)
+	for _, d := range r.Diagnostics.Items {
+		fmt.Fprintf(w, "  %s\n", d)
+	}
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func runSpoolQuarantine(ctx context.Context, env *Env, args []string) error {
+	dir, format, _, err := spoolArgs(env, "agentscm change-capture quarantine", "--spool ABS [--format text|json]",
+		`List the files recovery moved into the spool's private quarantine
+(malformed or ambiguous files). They count against the spool's limits and
+are never deleted automatically; delete them with prune-quarantine.
+Read-only.`, args, true, false, nil)
+	if err != nil {
+		return err
+	}
+	sp, err := spool.OpenReadOnly(dir)
+	if err != nil {
+		return err
+	}
+	q, err := sp.Quarantine()
+	if err != nil {
+		return err
+	}
+	if format == "json" {
+		if q == nil {
+			q = []spool.QuarantineEntry{}
+		}
+		return writeJSON(env.Stdout, map[string]any{"spool": dir, "quarantine": q})
+	}
+	fmt.Fprintf(env.Stdout, "spool %s: %d quarantined file(s)\n", dir, len(q))
+	for _, e := range q {
+		fmt.Fprintf(env.Stdout, "%s\t%d\t%s\t%s\n", e.Name, e.Bytes, e.Mode, e.ModTime.Format("2006-01-02T15:04:05Z"))
+	}
+	return nil
+}
+
+func runSpoolPrune(ctx context.Context, env *Env, args []string) error {
+	dir, _, names, err := spoolArgs(env, "agentscm change-capture prune-quarantine", "--spool ABS NAME...",
+		`Delete exactly the named quarantined files (as listed by quarantine),
+under the spool lock. Every name must be present; otherwise nothing is
+deleted.`, args, false, true, nil)
+	if err != nil {
+		return err
+	}
+	if len(names) == 0 {
+		return usagef("name at least one quarantined file")
+	}
+	sp, err := spool.Open(dir)
+	if err != nil {
+		return err
+	}
+	done, err := sp.PruneQuarantine(ctx, names)
+	for _, n := range done {
+		fmt.Fprintf(env.Stdout, "deleted %s\n", n)
+	}
+	return err
+}
+
+func runSpoolCompact(ctx context.Context, env *Env, args []string) error {
+	dir, format, _, err := spoolArgs(env, "agentscm change-capture compact", "--spool ABS [--format text|json]",
+		`Replace acknowledged ordinary envelopes by their exact idempotency
+digests and completed, acknowledged action pairs by compact receipts. Usage
+records, gap envelopes and managed recipe Pre/Post envelopes stay whole in
+the finite replay index; when it is full, compaction refuses and prunes
+nothing. Pending envelopes, incomplete action starts and artifacts are never
+removed. A malformed acknowledgement stops compaction.`, args, true, false, nil)
+	if err != nil {
+		return err
+	}
+	sp, err := spool.Open(dir)
+	if err != nil {
+		return err
+	}
+	rep, err := sp.Compact(ctx)
+	if err != nil {
+		return err
+	}
+	if format == "json" {
+		return writeJSON(env.Stdout, rep)
+	}
+	if !rep.Changed {
+		fmt.Fprintf(env.Stdout, "nothing to compact (generation %d, %d envelopes kept)\n", rep.Generation, rep.Kept)
+		return nil
+	}
+	fmt.Fprintf(env.Stdout, "compacted into generation %d: %d digests, %d receipts, %d replay entries; %d envelopes kept; replay index %d of %d entries\n",
+		rep.Generation, rep.Digests, rep.Receipts, rep.Replay, rep.Kept, rep.ReplayTotal, rep.ReplayLimit)
+	return nil
+}
