@@ -18,7 +18,7 @@ func changeCaptureCommand() *Command {
 	return &Command{
 		Name:    "change-capture",
 		Summary: "capture agent sessions of a checkout into a private spool",
-		Sub: []*Command{
+		Sub: append([]*Command{
 			{Name: "configure", Summary: "bind a checkout to a spool and install the Claude Code hooks", Run: runConfigure},
 			{Name: "unconfigure", Summary: "remove the marked Claude Code hooks and disable the binding", Run: runUnconfigure},
 			{Name: "enable", Summary: "one-step setup: create, re-enable or change the mode of the capture binding", Run: runEnable},
@@ -36,9 +36,9 @@ func changeCaptureCommand() *Command {
 				runHookClaude(ctx, env)
 				return nil
 			}},
-			{Name: "inspect", Summary: "list a spool's sessions and their events (read-only)", Run: runInspect},
+			{Name: "events", Summary: "list a spool's sessions and their events in order (read-only)", Run: runEvents},
 			changeCaptureShowCommand(),
-		},
+		}, spoolCommands()...),
 	}
 }
 
@@ -233,10 +233,13 @@ type inspectOutput struct {
 	Sessions []inspectSession `json:"sessions"`
 }
 
-func runInspect(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "agentscm change-capture inspect", "--spool ABS [--format text|json]",
+func runEvents(ctx context.Context, env *Env, args []string) error {
+	fs := newFlags(env, "agentscm change-capture events", "--spool ABS [--format text|json]",
 		`List the spool's sessions, in order of their first event, with their events
-in arrival order. Read-only: it never changes the spool.`)
+in arrival order: kind, tool, outcome, the Hub target or "deferred", and
+whether a local body is kept. Read-only: it opens the spool without the
+lock and never changes it. For the spool's health, pending delivery and
+quarantine use 'change-capture inspect'.`)
 	spoolDir := fs.String("spool", "", "absolute path of the spool")
 	format := formatFlag(fs)
 	if err := parseFlags(fs, args, false); err != nil {
@@ -248,7 +251,7 @@ in arrival order. Read-only: it never changes the spool.`)
 	if *spoolDir == "" {
 		return usagef("--spool is required")
 	}
-	sp, err := spool.Open(*spoolDir)
+	sp, err := spool.OpenReadOnly(*spoolDir)
 	if err != nil {
 		return err
 	}
@@ -294,6 +297,11 @@ func describe(r event.Record) string {
 	add("reason", r.Reason)
 	add("agent_id", r.AgentID)
 	add("message_id", r.MessageID)
+	if r.Deferred {
+		parts = append(parts, "deferred")
+	} else if r.WorkID != "" {
+		parts = append(parts, fmt.Sprintf("work=%s/%d/%s", r.WorkID, r.Generation, r.CanonicalSession))
+	}
 	if r.Body != nil {
 		parts = append(parts, "body=kept")
 	}

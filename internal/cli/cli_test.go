@@ -80,6 +80,7 @@ func TestUsageAndHelp(t *testing.T) {
 		{[]string{"change-capture", "configure", "--root", "rel", "--spool", "/y"}, ExitError, "", `--root "rel" is not an absolute path`},
 		{[]string{"change-capture", "hook-claude", "--help"}, ExitOK, "never blocks the agent", ""},
 		{[]string{"change-capture", "inspect"}, ExitUsage, "", "--spool is required"},
+		{[]string{"change-capture", "events"}, ExitUsage, "", "--spool is required"},
 		{[]string{"change-capture", "unconfigure", "--root", "/no/such/checkout"}, ExitError, "", "no capture binding for this checkout"},
 	}
 	for _, tc := range cases {
@@ -109,7 +110,7 @@ func TestConfigureHookInspectInProcess(t *testing.T) {
 			t.Fatalf("hook %s: %+v", ev, r)
 		}
 	}
-	r := runMain(t, env, "", "change-capture", "inspect", "--spool", spoolDir)
+	r := runMain(t, env, "", "change-capture", "events", "--spool", spoolDir)
 	if r.code != 0 || !strings.Contains(r.stdout, "3 events in 1 sessions") || !strings.Contains(r.stdout, "session_end") {
 		t.Fatalf("inspect: %+v", r)
 	}

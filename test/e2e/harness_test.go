@@ -245,7 +245,7 @@ type inspectOutput struct {
 func (c *checkout) inspect() inspectOutput {
 	c.t.Helper()
 	var out inspectOutput
-	if err := json.Unmarshal([]byte(c.agentscm("change-capture", "inspect", "--spool", c.spool, "--format", "json")), &out); err != nil {
+	if err := json.Unmarshal([]byte(c.agentscm("change-capture", "events", "--spool", c.spool, "--format", "json")), &out); err != nil {
 		c.t.Fatal(err)
 	}
 	return out

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/agentscm/agentscm/internal/hub/api"
+	"github.com/agentscm/agentscm/internal/spool"
 	"github.com/agentscm/agentscm/test/e2e/scriptedapi"
 )
 
@@ -68,6 +69,16 @@ func TestSessionDeliveredToHub(t *testing.T) {
 	}
 	if rec.Coverage.State != "complete" || rec.Sessions[0].MissingSeqs != 0 {
 		t.Fatalf("coverage %+v, session %+v", rec.Coverage, rec.Sessions[0])
+	}
+	// The spool's own classification agrees: everything acknowledged,
+	// nothing pending, nothing quarantined.
+	var rep spool.Report
+	if err := json.Unmarshal([]byte(c.agentscm("change-capture", "inspect", "--spool", c.spool, "--format", "json")), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Acknowledged != len(spoolEvents) || rep.Pending.Total != 0 || rep.Quarantine.Total != 0 || !rep.IdentityMatches || !rep.AuthoritySafe {
+		t.Fatalf("inspect: acknowledged %d of %d, pending %d, quarantine %d, identity %v, authority %v",
+			rep.Acknowledged, len(spoolEvents), rep.Pending.Total, rep.Quarantine.Total, rep.IdentityMatches, rep.AuthoritySafe)
 	}
 	// The Hub holds none of the conversation text either.
 	b, _ := json.Marshal(rec)
