@@ -319,9 +319,6 @@ func configureLocked(ctx context.Context, store Store, root string, lin Lineage,
 			if cur.WorktreeID != "" && cur.WorktreeID != p.b.WorktreeID {
 				return false, fmt.Errorf("the spool of %s is bound to worktree %s, not %s", root, cur.WorktreeID, p.b.WorktreeID)
 			}
-			if err := notBelow(p.b.Limits, cur.Limits); err != nil {
-				return false, err
-			}
 		}
 		for _, other := range c.Bindings {
 			if other.Root != root && other.Spool == p.b.Spool {
@@ -330,13 +327,27 @@ func configureLocked(ctx context.Context, store Store, root string, lin Lineage,
 		}
 		// The spool exists, bound for life to its lineage, before the
 		// binding that names it is saved.
-		if _, err := spool.InitWith(ctx, p.b.Spool, spool.Config{
+		sp, err := spool.InitWith(ctx, p.b.Spool, spool.Config{
 			Limits:       p.b.Limits,
 			MetadataOnly: len(p.rules) == 0 && len(p.recipes) == 0,
 			Lineage:      &spool.Lineage{Hub: lin.Hub, Repository: lin.Repository, WorktreeID: p.b.WorktreeID},
-		}); err != nil {
+		})
+		if err != nil {
 			return false, err
 		}
+		// A spool's limits are fixed when it is created: adopt them, and
+		// refuse an explicit request for other ones rather than record
+		// limits the spool does not enforce.
+		st, err := sp.Status(ctx)
+		if err != nil {
+			return false, err
+		}
+		req, got := o.Limits, st.Limits
+		if req.Records != 0 && req.Records != got.Records || req.Bytes != 0 && req.Bytes != got.Bytes || req.ArtifactBytes != 0 && req.ArtifactBytes != got.ArtifactBytes {
+			return false, fmt.Errorf("spool %s was created with limits of %d records, %d bytes and %d bytes per artifact; changing the limits of an existing spool is not supported yet",
+				p.b.Spool, got.Records, got.Bytes, got.ArtifactBytes)
+		}
+		p.b.Limits = got
 		if cur != nil {
 			*cur = p.b
 		} else {
@@ -370,18 +381,6 @@ func configureLocked(ctx context.Context, store Store, root string, lin Lineage,
 		res.Recipes = append(res.Recipes, r.ID+"@"+r.Digest[:12])
 	}
 	return res, nil
-}
-
-// notBelow refuses lowering a spool's limits below what it was configured
-// with: re-enabling may only increase them.
-func notBelow(l, old spool.Limits) error {
-	if old.Records == 0 {
-		return nil
-	}
-	if l.Records < old.Records || l.Bytes < old.Bytes || l.ArtifactBytes < old.ArtifactBytes {
-		return fmt.Errorf("spool limits can only be increased (configured: %d records, %d bytes, %d per artifact)", old.Records, old.Bytes, old.ArtifactBytes)
-	}
-	return nil
 }
 
 // UnconfigureResult says what unconfigure did.
