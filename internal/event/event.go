@@ -96,6 +96,8 @@ type Body struct {
 	ToolResponse json.RawMessage `json:"tool_response,omitempty"`
 	Error        string          `json:"error,omitempty"`
 	Message      string          `json:"message,omitempty"`
+	// Redactions counts the secrets replaced in a shared-conversation body.
+	Redactions int `json:"redactions,omitempty"`
 }
 
 // Empty reports whether the body holds no content.

@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strconv"
 	"time"
 	"unicode"
 	"unicode/utf8"
 
 	"github.com/agentscm/agentscm/internal/event"
+	"github.com/agentscm/agentscm/internal/redact"
 )
 
 // MaxPayloadBytes bounds one hook payload read from stdin.
@@ -114,7 +116,9 @@ func Map(p *Payload, mode string, now time.Time) (rec *event.Record, ok bool, er
 		ObservedAt:  now.UTC().Truncate(time.Second),
 		CaptureMode: mode,
 	}
-	local := mode == event.ModeLocalConversation
+	// Both conversation modes select the visible bodies; shared-conversation
+	// scrubs them before anything is written.
+	local := mode == event.ModeLocalConversation || mode == event.ModeSharedConversation
 	var body event.Body
 	switch p.HookEventName {
 	case "SessionStart":
@@ -185,9 +189,42 @@ func Map(p *Payload, mode string, now time.Time) (rec *event.Record, ok bool, er
 		return nil, false, nil
 	}
 	if local && !body.Empty() {
+		if mode == event.ModeSharedConversation {
+			redactBody(&body)
+		}
 		rec.Body = &body
 	}
 	return rec, true, nil
+}
+
+// redactBody replaces well-known credential shapes in every field of a
+// shared-conversation body and counts the replacements.
+func redactBody(b *event.Body) {
+	n := 0
+	str := func(s string) string {
+		out, c := redact.String(s)
+		n += c
+		return out
+	}
+	js := func(raw json.RawMessage) json.RawMessage {
+		if len(raw) == 0 {
+			return raw
+		}
+		var v any
+		if json.Unmarshal(raw, &v) != nil {
+			return json.RawMessage(strconv.Quote(str(string(raw))))
+		}
+		out, c := redact.Value(v)
+		n += c
+		enc, err := json.Marshal(out)
+		if err != nil {
+			return nil
+		}
+		return enc
+	}
+	b.Prompt, b.Error, b.Message = str(b.Prompt), str(b.Error), str(b.Message)
+	b.ToolInput, b.ToolResponse = js(b.ToolInput), js(b.ToolResponse)
+	b.Redactions = n
 }
 
 func allowlisted(v string, allow map[string]bool) string {

@@ -65,6 +65,11 @@ func TestMapEvents(t *testing.T) {
 			}},
 		{"session end other", `{` + base + `,"hook_event_name":"SessionEnd","reason":"bye; rm -rf"}`, event.ModeMetadataOnly, false,
 			func(t *testing.T, r *event.Record) { expect(t, r.Reason == "other", r) }},
+		{"shared mode keeps bodies redacted", `{` + base + `,"hook_event_name":"PostToolUse","tool_name":"Bash","tool_use_id":"t","tool_input":{"command":"curl -H 'Authorization: Bearer abcdefghijklmnopqrstuvwxyz123456' https://x"},"tool_response":{"stdout":"ghp_abcdefghijklmnopqrstuvwxyz0123456789"}}`, event.ModeSharedConversation, false,
+			func(t *testing.T, r *event.Record) {
+				b := r.Body
+				expect(t, b != nil && b.Redactions >= 2 && !strings.Contains(string(b.ToolResponse), "ghp_abcdef") && !strings.Contains(string(b.ToolInput), "abcdefghijklmnopqrstuvwxyz123456"), r)
+			}},
 		{"unrecognised event", `{` + base + `,"hook_event_name":"Notification","message":"x"}`, event.ModeMetadataOnly, true, nil},
 	}
 	for _, tc := range cases {
