@@ -505,3 +505,36 @@ func TestIgnoreRulesChange(t *testing.T) {
 		t.Errorf("after un-ignoring *.log, increment 3 stores %v, want %v", got, want)
 	}
 }
+
+// TestFailedWriteLeavesWritesToNextIncrement: a capture that fails while
+// writing the archive (here: cancelled) stores nothing and does not advance
+// the state, so the next increment carries its writes.
+func TestFailedWriteLeavesWritesToNextIncrement(t *testing.T) {
+	base := t.TempDir()
+	root := filepath.Join(base, "root")
+	writeFile(t, filepath.Join(root, "a"), "a")
+	c, err := Open(filepath.Join(base, "cl"), Options{Roots: []Root{{Name: "r", Path: root}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustCapture(t, c, 0)
+	writeFile(t, filepath.Join(root, "b"), "b")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := c.Capture(ctx, CaptureRequest{Position: 1}); err == nil {
+		t.Fatal("cancelled capture succeeded")
+	}
+	if _, err := os.Stat(c.incrementPath(1)); !os.IsNotExist(err) {
+		t.Errorf("failed capture left increment 1")
+	}
+	ents, _ := os.ReadDir(filepath.Join(c.Dir(), incrementsDir))
+	if len(ents) != 1 {
+		t.Errorf("failed capture left files in the increments directory: %v", ents)
+	}
+	writeFile(t, filepath.Join(root, "c"), "c")
+	mustCapture(t, c, 2)
+	names, _ := members(t, c.incrementPath(2))
+	if j := strings.Join(names, " "); !strings.Contains(j, "root/b") || !strings.Contains(j, "root/c") {
+		t.Errorf("increment 2 does not carry the failed capture's writes: %s", j)
+	}
+}
