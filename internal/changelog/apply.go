@@ -58,6 +58,11 @@ func (c *Changelog) Apply(ctx context.Context, req ApplyRequest) (*ApplyResult, 
 		return nil, err
 	}
 	defer lk.Unlock()
+	// Quarantine increments a crash left past the state first: they must
+	// not be replayed.
+	if _, err := c.stateForCapture(); err != nil {
+		return nil, err
+	}
 	pos, err := c.positions()
 	if err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package changelog
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -536,5 +537,25 @@ func TestFailedWriteLeavesWritesToNextIncrement(t *testing.T) {
 	names, _ := members(t, c.incrementPath(2))
 	if j := strings.Join(names, " "); !strings.Contains(j, "root/b") || !strings.Contains(j, "root/c") {
 		t.Errorf("increment 2 does not carry the failed capture's writes: %s", j)
+	}
+}
+
+func TestApplyNeverReplaysAnOrphan(t *testing.T) {
+	base := t.TempDir()
+	root := filepath.Join(base, "root")
+	writeFile(t, filepath.Join(root, "a"), "a")
+	c, err := Open(filepath.Join(base, "cl"), Options{Roots: []Root{{Name: "r", Path: root}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustCapture(t, c, 0)
+	st, _ := c.loadState()
+	writeFile(t, filepath.Join(root, "b"), "b")
+	mustCapture(t, c, 1)
+	if err := c.saveState(st); err != nil { // a crash before the state advanced
+		t.Fatal(err)
+	}
+	if _, err := c.Apply(context.Background(), ApplyRequest{To: 1}); !errors.Is(err, ErrNoIncrement) {
+		t.Errorf("Apply to an orphaned increment = %v, want ErrNoIncrement", err)
 	}
 }
