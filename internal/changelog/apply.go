@@ -58,6 +58,11 @@ func (c *Changelog) Apply(ctx context.Context, req ApplyRequest) (*ApplyResult, 
 		return nil, err
 	}
 	defer lk.Unlock()
+	// Quarantine increments a crash left past the state first: they must
+	// not be replayed.
+	if _, err := c.stateForCapture(); err != nil {
+		return nil, err
+	}
 	pos, err := c.positions()
 	if err != nil {
 		return nil, err
@@ -442,6 +447,8 @@ func (rp *replay) extractOne(ctx context.Context, ra *replayArchive) error {
 		return r, nil
 	}
 	var dirTimes []dirTime
+	cache := &dirCache{}
+	defer cache.drop()
 	mi := 0
 	for i := 0; ; i++ {
 		if err := ctx.Err(); err != nil {
@@ -470,13 +477,14 @@ func (rp *replay) extractOne(ctx context.Context, ra *replayArchive) error {
 		if rel == "" {
 			rel = "."
 		}
-		if p := parentOf(m.Rel); m.Rel != "" && p != "" {
-			if err := ensureDir(root, p); err != nil {
-				return err
+		if m.Type == typeDumpdir {
+			// Purges and renames may remove the cached directory.
+			cache.drop()
+			if p := parentOf(m.Rel); m.Rel != "" && p != "" {
+				if err := ensureDir(root, p); err != nil {
+					return err
+				}
 			}
-		}
-		switch m.Type {
-		case typeDumpdir:
 			renamed := true
 			for _, rn := range m.Renames {
 				if err := renameDir(root, rn.From, rn.To); err != nil {
@@ -495,10 +503,20 @@ func (rp *replay) extractOne(ctx context.Context, ra *replayArchive) error {
 				return err
 			}
 			dirTimes = append(dirTimes, dirTime{root: m.Root, rel: rel, mtime: m.ModTime})
+			continue
+		}
+		// Files and symlinks: operate by base name inside their directory,
+		// opened once for the run of members it holds.
+		dir, base := parentOf(m.Rel), path.Base(m.Rel)
+		dr, err := cache.get(root, m.Root, dir)
+		if err != nil {
+			return err
+		}
+		switch m.Type {
 		case tar.TypeReg:
 			var content io.Reader = io.LimitReader(tr, m.Size)
 			if m.Size <= sameCheckMax {
-				same, data, err := sameAsDisk(root, rel, m, tr)
+				same, data, err := sameAsDisk(dr, base, m, tr)
 				if err != nil {
 					return err
 				}
@@ -507,31 +525,31 @@ func (rp *replay) extractOne(ctx context.Context, ra *replayArchive) error {
 				}
 				content = bytes.NewReader(data)
 			}
-			if err := removeExisting(root, rel); err != nil {
+			if err := removeExisting(dr, base); err != nil {
 				return err
 			}
-			f, err := root.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+			f, err := dr.OpenFile(base, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 			if err != nil {
 				return err
 			}
 			_, err = io.Copy(f, content)
+			if err == nil {
+				err = f.Chmod(m.Mode)
+			}
 			if cerr := f.Close(); err == nil {
 				err = cerr
 			}
 			if err != nil {
 				return fmt.Errorf("write %s: %w", m.Name, err)
 			}
-			if err := root.Chmod(rel, m.Mode); err != nil {
-				return err
-			}
-			if err := root.Chtimes(rel, m.ModTime, m.ModTime); err != nil {
+			if err := dr.Chtimes(base, m.ModTime, m.ModTime); err != nil {
 				return err
 			}
 		case tar.TypeSymlink:
-			if err := removeExisting(root, rel); err != nil {
+			if err := removeExisting(dr, base); err != nil {
 				return err
 			}
-			if err := root.Symlink(m.Linkname, rel); err != nil {
+			if err := dr.Symlink(m.Linkname, base); err != nil {
 				return err
 			}
 		}
@@ -670,4 +688,44 @@ func sameAsDisk(root *os.Root, rel string, m *Member, tr io.Reader) (bool, []byt
 		}
 	}
 	return true, nil, nil
+}
+
+// dirCache keeps the directory of the last extracted file open: members come
+// grouped by directory, so each directory is resolved once per run.
+type dirCache struct {
+	root string
+	rel  string
+	r    *os.Root
+}
+
+func (c *dirCache) drop() {
+	if c.r != nil {
+		c.r.Close()
+	}
+	*c = dirCache{}
+}
+
+func (c *dirCache) get(root *os.Root, rootName, rel string) (*os.Root, error) {
+	if c.r != nil && c.root == rootName && c.rel == rel {
+		return c.r, nil
+	}
+	c.drop()
+	if rel == "" {
+		// The capture root itself: not cached (owned by the caller).
+		r, err := root.OpenRoot(".")
+		if err != nil {
+			return nil, err
+		}
+		c.root, c.rel, c.r = rootName, rel, r
+		return r, nil
+	}
+	if err := ensureDir(root, rel); err != nil {
+		return nil, err
+	}
+	r, err := root.OpenRoot(rel)
+	if err != nil {
+		return nil, err
+	}
+	c.root, c.rel, c.r = rootName, rel, r
+	return r, nil
 }

@@ -2,6 +2,7 @@ package changelog
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -503,5 +504,58 @@ func TestIgnoreRulesChange(t *testing.T) {
 	mustCapture(t, s.c, 3)
 	if got, want := stored(3), []string{".gitignore", "app.log", "new.log"}; !slices.Equal(got, want) {
 		t.Errorf("after un-ignoring *.log, increment 3 stores %v, want %v", got, want)
+	}
+}
+
+// TestFailedWriteLeavesWritesToNextIncrement: a capture that fails while
+// writing the archive (here: cancelled) stores nothing and does not advance
+// the state, so the next increment carries its writes.
+func TestFailedWriteLeavesWritesToNextIncrement(t *testing.T) {
+	base := t.TempDir()
+	root := filepath.Join(base, "root")
+	writeFile(t, filepath.Join(root, "a"), "a")
+	c, err := Open(filepath.Join(base, "cl"), Options{Roots: []Root{{Name: "r", Path: root}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustCapture(t, c, 0)
+	writeFile(t, filepath.Join(root, "b"), "b")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := c.Capture(ctx, CaptureRequest{Position: 1}); err == nil {
+		t.Fatal("cancelled capture succeeded")
+	}
+	if _, err := os.Stat(c.incrementPath(1)); !os.IsNotExist(err) {
+		t.Errorf("failed capture left increment 1")
+	}
+	ents, _ := os.ReadDir(filepath.Join(c.Dir(), incrementsDir))
+	if len(ents) != 1 {
+		t.Errorf("failed capture left files in the increments directory: %v", ents)
+	}
+	writeFile(t, filepath.Join(root, "c"), "c")
+	mustCapture(t, c, 2)
+	names, _ := members(t, c.incrementPath(2))
+	if j := strings.Join(names, " "); !strings.Contains(j, "root/b") || !strings.Contains(j, "root/c") {
+		t.Errorf("increment 2 does not carry the failed capture's writes: %s", j)
+	}
+}
+
+func TestApplyNeverReplaysAnOrphan(t *testing.T) {
+	base := t.TempDir()
+	root := filepath.Join(base, "root")
+	writeFile(t, filepath.Join(root, "a"), "a")
+	c, err := Open(filepath.Join(base, "cl"), Options{Roots: []Root{{Name: "r", Path: root}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustCapture(t, c, 0)
+	st, _ := c.loadState()
+	writeFile(t, filepath.Join(root, "b"), "b")
+	mustCapture(t, c, 1)
+	if err := c.saveState(st); err != nil { // a crash before the state advanced
+		t.Fatal(err)
+	}
+	if _, err := c.Apply(context.Background(), ApplyRequest{To: 1}); !errors.Is(err, ErrNoIncrement) {
+		t.Errorf("Apply to an orphaned increment = %v, want ErrNoIncrement", err)
 	}
 }

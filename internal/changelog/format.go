@@ -13,7 +13,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path"
 	"sort"
 	"strings"
 	"time"
@@ -447,7 +446,7 @@ func readArchive(r io.Reader, allowed []MetaRoot) (*Archive, error) {
 			return nil, archiveError("member %q appears twice (as %q and %q)", name, prev, h.Typeflag)
 		}
 		// No member may lie below a symlink stored earlier in this archive.
-		for p := path.Dir(name); p != "." && p != "/"; p = path.Dir(p) {
+		for p := parentOf(name); p != ""; p = parentOf(p) {
 			if symlinks[p] {
 				return nil, archiveError("member %q lies below the symlink %q", h.Name, p)
 			}
@@ -521,7 +520,7 @@ func readArchive(r io.Reader, allowed []MetaRoot) (*Archive, error) {
 	// A directory listed after a symlink of the same name, or a member
 	// whose parent directory is stored as a non-directory, is refused.
 	for _, m := range a.Members {
-		for p := path.Dir(m.Name); p != "." && p != "/"; p = path.Dir(p) {
+		for p := parentOf(m.Name); p != ""; p = parentOf(p) {
 			if t, ok := seen[p]; ok && t != typeDumpdir {
 				return nil, archiveError("member %q lies below the non-directory %q", m.Name, p)
 			}

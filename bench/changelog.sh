@@ -1,0 +1,8 @@
+#!/bin/sh
+# Changelog benchmarks on a generated 100,000-file git checkout, each against
+# its reference in the same run (GNU tar --listed-incremental, git status,
+# GNU tar --incremental extraction). Takes about 20 minutes on 2 cores.
+#   bench/changelog.sh [count]   (default 5)
+set -eu
+cd "$(dirname "$0")/.."
+AGENTSCM_BENCH_100K=1 exec go test -run '^$' -bench '100k' -benchtime 5x -count "${1:-5}" -timeout 90m ./internal/changelog/
