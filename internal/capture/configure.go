@@ -421,7 +421,7 @@ func Unconfigure(ctx context.Context, store Store, root string) (*UnconfigureRes
 	res := &UnconfigureResult{Root: b.Root, Spool: b.Spool, ClaudeSettings: b.SettingsPath(), SpoolRetained: true}
 	if fi, err := os.Stat(b.Root); err == nil && fi.IsDir() {
 		res.CheckoutExists = true
-		removed, err := claude.RemoveHooks(b.SettingsPath())
+		removed, err := claude.RemoveHooksFor(b.SettingsPath(), claude.HookSubcommand)
 		if err != nil {
 			return nil, fmt.Errorf("remove Claude Code hooks: %w", err)
 		}

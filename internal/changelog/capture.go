@@ -30,6 +30,7 @@ type CaptureRequest struct {
 	// under the changelog lock.
 	Position  int
 	SessionID string
+	ToolUseID string
 	Tool      string
 	// Failed marks a tool call that failed (PostToolUseFailure): it still
 	// takes its own position.
@@ -111,7 +112,7 @@ func (c *Changelog) captureLocked(ctx context.Context, req CaptureRequest, kind 
 	}
 	start := c.opts.Now()
 	meta := &Meta{
-		Version: 1, Position: req.Position, SessionID: req.SessionID, Tool: req.Tool, Failed: req.Failed,
+		Version: 1, Position: req.Position, SessionID: req.SessionID, ToolUseID: req.ToolUseID, Tool: req.Tool, Failed: req.Failed,
 		Kind: kind, CreatedAt: start.UTC(), RemovedRoots: []string{}, AppliedTo: appliedTo,
 	}
 	next := &captureState{LastPosition: req.Position}

@@ -50,9 +50,12 @@ const (
 
 // Meta is the metadata stored in every increment.
 type Meta struct {
-	Version   int       `json:"version"`
-	Position  int       `json:"position"`
-	SessionID string    `json:"session_id,omitempty"`
+	Version   int    `json:"version"`
+	Position  int    `json:"position"`
+	SessionID string `json:"session_id,omitempty"`
+	// ToolUseID is the host's id of the tool call, used to cut a resumed
+	// transcript right after that call's result.
+	ToolUseID string    `json:"tool_use_id,omitempty"`
 	Tool      string    `json:"tool,omitempty"`
 	Failed    bool      `json:"failed,omitempty"`
 	Kind      string    `json:"kind"` // KindCall, KindPreApply or KindApply

@@ -17,6 +17,10 @@ import (
 	"github.com/agentscm/agentscm/internal/fsutil"
 )
 
+// ExitTurnRunning is the exit status of a changelog operation refused while
+// an agent turn runs: the seed's 409.
+const ExitTurnRunning = 5
+
 // ExitUnreadableArchive is the exit status of an apply or load refused
 // because an increment is not a readable (or is a hostile) archive: the
 // seed's 422.
@@ -27,6 +31,15 @@ func changelogCommand() *Command {
 		Name:    "changelog",
 		Summary: "per-tool-call increments of a checkout: capture, list, rewind",
 		Sub: []*Command{
+			{Name: "enable", Summary: "install the changelog hooks: every tool call becomes an increment", Run: runChangelogEnable},
+			{Name: "disable", Summary: "remove only the changelog hooks (increments are kept)", Run: runChangelogDisable},
+			{Name: "hook-claude", Summary: "the Claude Code changelog hook (reads one hook payload on stdin)", Run: func(ctx context.Context, env *Env, args []string) error {
+				if len(args) > 0 {
+					return usagef("hook-claude takes no arguments")
+				}
+				runChangelogHook(ctx, env)
+				return nil
+			}},
 			{Name: "capture", Summary: "store the writes and deletions since the last increment as the next one", Run: runChangelogCapture},
 			{Name: "list", Summary: "list the stored increments", Run: runChangelogList},
 			{Name: "apply", Summary: "rewind the capture roots to a position (undoable)", Run: runChangelogApply},
@@ -254,10 +267,14 @@ refused with exit status 4 before anything changes), the current state is
 stored as its own increment (apply --to that position undoes the rewind),
 the increments are extracted in order with their deletions and removed
 roots, capture hooks restored into .claude/settings*.json are dropped, and
-the result is stored as the next increment.`)
+the result is stored as the next increment. While an agent turn runs in the
+checkout it is refused with exit status 5 (--force overrides a stale turn
+marker).`)
 	var rf rootFlags
 	rf.register(fs, false)
 	to := fs.Int("to", -1, "the position to rewind to (required)")
+	force := fs.Bool("force", false, "rewind even though a turn marker says a turn is running (its session is gone)")
+	resume := fs.Bool("resume-conversation", false, "also bind the conversation, cut right after the target call's result, to a fresh session id and print the claude --resume command")
 	format := formatFlag(fs)
 	if err := parseFlags(fs, args, false); err != nil {
 		return err
@@ -272,19 +289,45 @@ the result is stored as the next increment.`)
 	if err != nil {
 		return err
 	}
+	if !*force {
+		if err := turnExit(changelog.RefuseDuringTurn(c.Dir())); err != nil {
+			return err
+		}
+	}
 	after, err := dropRestoredHooks(c.Roots()[0].Path)
 	if err != nil {
 		return err
+	}
+	home := env.Getenv("HOME")
+	if *resume && !filepath.IsAbs(home) {
+		return usagef("--resume-conversation needs an absolute HOME (where Claude Code keeps transcripts)")
 	}
 	res, err := c.Apply(ctx, changelog.ApplyRequest{To: *to, AfterExtract: after})
 	if err != nil {
 		return archiveExit(err)
 	}
+	var resumed *changelog.Resumed
+	if *resume {
+		if res.Target.Kind != changelog.KindCall || res.Target.SessionID == "" {
+			return fmt.Errorf("rewound to position %d, but it is not a tool call of a session, so there is no conversation to resume", *to)
+		}
+		resumed, err = changelog.ResumeConversation(changelog.ClaudeProjectDir(home, c.Roots()[0].Path), res.Target.SessionID, res.Target.ToolUseID)
+		if err != nil {
+			return fmt.Errorf("rewound to position %d, but the conversation could not be resumed: %w", *to, err)
+		}
+	}
 	if *format == "json" {
-		return writeJSON(env.Stdout, map[string]any{"to": *to, "applied": res.Applied, "undo_position": res.PreApply.Position, "result_position": res.Result.Position})
+		return writeJSON(env.Stdout, map[string]any{"to": *to, "applied": res.Applied, "undo_position": res.PreApply.Position, "result_position": res.Result.Position, "resumed": resumed})
 	}
 	fmt.Fprintf(env.Stdout, "rewound to position %d (applied %d increments); undo with: agentscm changelog apply --root %s --to %d\n",
 		*to, len(res.Applied), c.Roots()[0].Path, res.PreApply.Position)
+	if resumed != nil {
+		note := "it ends with the call's result"
+		if !resumed.IncludesResult {
+			note = "the host had not written the call's result yet"
+		}
+		fmt.Fprintf(env.Stdout, "conversation of session %s bound to %s (%s); continue it with:\n  %s\n", resumed.FromSession, resumed.SessionID, note, resumed.Command)
+	}
 	return nil
 }
 

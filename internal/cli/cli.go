@@ -79,8 +79,13 @@ func Root() *Command {
 // process exit status.
 func Main(ctx context.Context, env *Env, args []string) int {
 	// The hook runs on every agent tool call: route it before anything else.
-	if len(args) == 2 && args[0] == "change-capture" && args[1] == "hook-claude" {
-		return runHookClaude(ctx, env)
+	if len(args) == 2 && args[1] == "hook-claude" {
+		switch args[0] {
+		case "change-capture":
+			return runHookClaude(ctx, env)
+		case "changelog":
+			return runChangelogHook(ctx, env)
+		}
 	}
 	return dispatch(ctx, env, Root(), nil, args)
 }

@@ -6,6 +6,6 @@ func rootCommands() []*Command {
 	return []*Command{
 		changeCaptureCommand(),
 		hubCommand(), clientCommand(), workCommand(),
-		changelogCommand(), snapshotCommand(),
+		changelogCommand(), snapshotCommand(), rewindCommand(),
 	}
 }

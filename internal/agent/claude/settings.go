@@ -30,6 +30,12 @@ const HookTimeoutSeconds = 20
 // marks an installed capture hook.
 const HookSubcommand = "change-capture hook-claude"
 
+// ChangelogSubcommand marks an installed changelog hook.
+const ChangelogSubcommand = "changelog hook-claude"
+
+// markers are every subcommand that marks an agentscm hook entry.
+var markers = [...]string{HookSubcommand, ChangelogSubcommand}
+
 // maxSettingsBytes bounds a settings file we read and rewrite.
 const maxSettingsBytes = 8 << 20
 
@@ -38,17 +44,29 @@ func toolEvent(ev string) bool {
 	return ev == "PreToolUse" || ev == "PostToolUse" || ev == "PostToolUseFailure"
 }
 
-// HookCommand returns the shell command of a marked hook that runs exe.
-func HookCommand(exe string) string {
-	return shellQuote(exe) + " " + HookSubcommand
+// HookCommand returns the shell command of a marked capture hook that runs
+// exe.
+func HookCommand(exe string) string { return CommandFor(exe, HookSubcommand) }
+
+// CommandFor returns the shell command of a marked hook: exe followed by
+// the marking subcommand.
+func CommandFor(exe, subcommand string) string {
+	return shellQuote(exe) + " " + subcommand
 }
 
 // IsMarkedCommand reports whether a hook command is one agentscm installed:
-// an executable followed by exactly the capture subcommand.
-func IsMarkedCommand(cmd string) bool {
+// an executable followed by exactly one of the marking subcommands.
+func IsMarkedCommand(cmd string) bool { return markerOf(cmd) != "" }
+
+// markerOf returns the marking subcommand of a hook command, or "".
+func markerOf(cmd string) string {
 	cmd = strings.TrimSpace(cmd)
-	rest, ok := strings.CutSuffix(cmd, " "+HookSubcommand)
-	return ok && strings.TrimSpace(rest) != ""
+	for _, m := range markers {
+		if rest, ok := strings.CutSuffix(cmd, " "+m); ok && strings.TrimSpace(rest) != "" {
+			return m
+		}
+	}
+	return ""
 }
 
 func shellQuote(s string) string {
@@ -65,6 +83,9 @@ func shellQuote(s string) string {
 // keeps every other key and hook entry unchanged, replaces an existing marked
 // entry instead of adding a second one, and reports whether the file changed.
 func InstallHooks(path, command string, events []string) (bool, error) {
+	if markerOf(command) == "" {
+		return false, fmt.Errorf("hook command %q is not a marked agentscm hook", command)
+	}
 	return editSettings(path, true, func(hooks *object) (bool, error) {
 		changed := false
 		for _, ev := range events {
@@ -78,13 +99,18 @@ func InstallHooks(path, command string, events []string) (bool, error) {
 	})
 }
 
-// RemoveHooks removes every marked agentscm hook entry from the settings file
-// at path, keeping everything else. A missing file is not an error.
-func RemoveHooks(path string) (bool, error) {
+// RemoveHooks removes every marked agentscm hook entry (capture and
+// changelog) from the settings file at path, keeping everything else. A
+// missing file is not an error.
+func RemoveHooks(path string) (bool, error) { return RemoveHooksFor(path, "") }
+
+// RemoveHooksFor removes the marked entries of one subcommand (every marker
+// when subcommand is empty) from the settings file at path.
+func RemoveHooksFor(path, subcommand string) (bool, error) {
 	return editSettings(path, false, func(hooks *object) (bool, error) {
 		changed := false
 		for _, ev := range hooks.keys() {
-			c, err := removeEvent(hooks, ev)
+			c, err := removeEvent(hooks, ev, subcommand)
 			if err != nil {
 				return false, err
 			}
@@ -95,7 +121,11 @@ func RemoveHooks(path string) (bool, error) {
 }
 
 // MarkedEvents lists the events of path that have a marked agentscm hook.
-func MarkedEvents(path string) ([]string, error) {
+func MarkedEvents(path string) ([]string, error) { return MarkedEventsFor(path, "") }
+
+// MarkedEventsFor lists the events of path with a marked hook of one
+// subcommand (any marker when subcommand is empty).
+func MarkedEventsFor(path, subcommand string) ([]string, error) {
 	root, err := readSettings(path)
 	if err != nil || root == nil {
 		return nil, err
@@ -111,7 +141,7 @@ func MarkedEvents(path string) ([]string, error) {
 			return nil, err
 		}
 		for _, g := range groups {
-			if n, _ := countMarked(g); n > 0 {
+			if n, _ := countMarked(g, subcommand); n > 0 {
 				out = append(out, ev)
 				break
 			}
@@ -266,16 +296,22 @@ func entries(g group) ([]json.RawMessage, error) {
 	return items, nil
 }
 
-func isMarkedEntry(raw json.RawMessage) bool {
+// isMarkedEntry reports a marked entry of subcommand (any marker when
+// subcommand is empty).
+func isMarkedEntry(raw json.RawMessage, subcommand string) bool {
 	var e hookEntry
-	return json.Unmarshal(raw, &e) == nil && e.Type == "command" && IsMarkedCommand(e.Command)
+	if json.Unmarshal(raw, &e) != nil || e.Type != "command" {
+		return false
+	}
+	m := markerOf(e.Command)
+	return m != "" && (subcommand == "" || m == subcommand)
 }
 
-func countMarked(g group) (int, error) {
+func countMarked(g group, subcommand string) (int, error) {
 	items, err := entries(g)
 	n := 0
 	for _, it := range items {
-		if isMarkedEntry(it) {
+		if isMarkedEntry(it, subcommand) {
 			n++
 		}
 	}
@@ -301,6 +337,7 @@ func wantMatcher(ev string) string {
 // installEvent makes ev hold exactly one marked entry with command, in a
 // group of its own.
 func installEvent(hooks *object, ev, command string) (bool, error) {
+	marker := markerOf(command)
 	groups, err := decodeGroups(hooks, ev)
 	if err != nil {
 		return false, err
@@ -316,7 +353,7 @@ func installEvent(hooks *object, ev, command string) (bool, error) {
 		}
 		var rest []json.RawMessage
 		for _, it := range items {
-			if !isMarkedEntry(it) {
+			if !isMarkedEntry(it, marker) {
 				rest = append(rest, it)
 				continue
 			}
@@ -385,7 +422,7 @@ func compact(raw json.RawMessage) []byte {
 }
 
 // removeEvent drops the marked entries of ev, and groups left empty by that.
-func removeEvent(hooks *object, ev string) (bool, error) {
+func removeEvent(hooks *object, ev, subcommand string) (bool, error) {
 	groups, err := decodeGroups(hooks, ev)
 	if err != nil {
 		return false, err
@@ -399,7 +436,7 @@ func removeEvent(hooks *object, ev string) (bool, error) {
 		}
 		var rest []json.RawMessage
 		for _, it := range items {
-			if !isMarkedEntry(it) {
+			if !isMarkedEntry(it, subcommand) {
 				rest = append(rest, it)
 			}
 		}

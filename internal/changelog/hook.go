@@ -1,0 +1,99 @@
+package changelog
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/agentscm/agentscm/internal/agent/claude"
+	"github.com/agentscm/agentscm/internal/fsutil"
+)
+
+// HookEvents are the Claude Code events the changelog hook needs: the two
+// tool finishes take an increment; prompt submission and the turn's or
+// session's end keep the running-turn marker.
+var HookEvents = []string{"PostToolUse", "PostToolUseFailure", "UserPromptSubmit", "Stop", "SessionEnd"}
+
+// HookResult says what one changelog hook invocation did.
+type HookResult struct {
+	Dir       string
+	Ignored   bool
+	Increment *Increment
+}
+
+// FindDir returns the changelog directory of the checkout that contains
+// cwd: the deepest ancestor with a changelog under configDir.
+func FindDir(configDir, cwd string) (dir, root string, ok bool) {
+	p := filepath.Clean(cwd)
+	for {
+		d := DefaultDir(configDir, p)
+		if _, err := os.Lstat(filepath.Join(d, configFile)); err == nil {
+			return d, p, true
+		}
+		parent := filepath.Dir(p)
+		if parent == p {
+			return "", "", false
+		}
+		p = parent
+	}
+}
+
+// HandleClaudeHook reads one Claude Code hook payload and keeps the
+// changelog of the checkout containing its cwd: after each tool call,
+// returned or failed, the call's writes and deletions become the next
+// increment; a prompt starts a turn and Stop or SessionEnd ends it. A
+// checkout without a changelog is ignored.
+func HandleClaudeHook(ctx context.Context, configDir string, in io.Reader, now time.Time) (*HookResult, error) {
+	b, err := fsutil.ReadBounded(in, claude.MaxPayloadBytes)
+	if err != nil {
+		return nil, fmt.Errorf("read hook payload: %w", err)
+	}
+	p, err := claude.DecodePayload(b)
+	if err != nil {
+		return nil, err
+	}
+	dir, root, ok := FindDir(configDir, p.Cwd)
+	if !ok {
+		if real, err := filepath.EvalSymlinks(p.Cwd); err == nil {
+			dir, root, ok = FindDir(configDir, real)
+		}
+	}
+	if !ok {
+		return &HookResult{Ignored: true}, nil
+	}
+	res := &HookResult{Dir: dir}
+	switch p.HookEventName {
+	case "UserPromptSubmit":
+		return res, BeginTurn(dir, p.SessionID, now)
+	case "Stop", "SessionEnd":
+		return res, EndTurn(dir, p.SessionID)
+	case "PostToolUse", "PostToolUseFailure":
+	default:
+		res.Ignored = true
+		return res, nil
+	}
+	roots, err := LoadRoots(dir)
+	if err != nil {
+		return nil, err
+	}
+	if len(roots) == 0 || roots[0].Path != root {
+		return nil, fmt.Errorf("changelog %s does not belong to %s", dir, root)
+	}
+	c, err := Open(dir, Options{Roots: roots})
+	if err != nil {
+		return nil, err
+	}
+	tool := p.ToolName
+	if len(tool) > 256 {
+		tool = tool[:256]
+	}
+	inc, err := c.Capture(ctx, CaptureRequest{Position: -1, SessionID: p.SessionID, ToolUseID: p.ToolUseID, Tool: tool, Failed: p.HookEventName == "PostToolUseFailure"})
+	if err != nil {
+		return nil, err
+	}
+	res.Increment = inc
+	return res, nil
+}

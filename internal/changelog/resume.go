@@ -1,0 +1,149 @@
+package changelog
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/agentscm/agentscm/internal/fsutil"
+)
+
+// maxTranscriptBytes bounds a transcript read for resuming.
+const maxTranscriptBytes = 512 << 20
+
+// ErrNoTranscript reports that the session's transcript, or the tool call
+// inside it, cannot be found.
+var ErrNoTranscript = errors.New("no transcript to resume")
+
+// ClaudeProjectDir returns the directory where Claude Code keeps the
+// transcripts of sessions started in root: ~/.claude/projects/<root with
+// every character other than a letter or digit replaced by '-'>.
+func ClaudeProjectDir(home, root string) string {
+	slug := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' {
+			return r
+		}
+		return '-'
+	}, root)
+	return filepath.Join(home, ".claude", "projects", slug)
+}
+
+// Resumed is a conversation bound to a fresh session id.
+type Resumed struct {
+	SessionID  string `json:"session_id"`
+	Transcript string `json:"transcript"`
+	// FromSession is the session whose transcript was continued.
+	FromSession string `json:"from_session"`
+	// IncludesResult is true when the transcript ends with the tool call's
+	// result, false when the host had not written it yet.
+	IncludesResult bool   `json:"includes_result"`
+	Command        string `json:"command"`
+}
+
+// ResumeConversation binds the conversation of session, cut right after the
+// result of tool call toolUseID, to a fresh session id: it writes
+// <dir>/<new id>.jsonl with every line up to that result and the session id
+// rewritten, and returns the command that continues it. The transcript is
+// read no-follow from the regular file whose basename is exactly
+// <session>.jsonl in dir.
+func ResumeConversation(dir, session, toolUseID string) (*Resumed, error) {
+	if session == "" || strings.ContainsAny(session, "/\\\x00") || session == "." || session == ".." {
+		return nil, fmt.Errorf("%w: invalid session id %q", ErrNoTranscript, session)
+	}
+	if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("%w: no transcript directory %s", ErrNoTranscript, dir)
+	}
+	src := filepath.Join(dir, session+".jsonl")
+	b, err := fsutil.ReadFileNoFollow(src, maxTranscriptBytes)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNoTranscript, err)
+	}
+	id := newSessionID()
+	var out bytes.Buffer
+	found, sawUse := false, toolUseID == ""
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 0, 1<<20), 64<<20)
+	for sc.Scan() && !found {
+		line := sc.Bytes()
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		var entry map[string]json.RawMessage
+		if err := json.Unmarshal(line, &entry); err != nil {
+			return nil, fmt.Errorf("transcript %s: malformed line: %w", src, err)
+		}
+		if _, ok := entry["sessionId"]; ok {
+			entry["sessionId"], _ = json.Marshal(id)
+		}
+		if toolUseID != "" {
+			uses, results := toolIDs(entry["message"])
+			sawUse = sawUse || uses[toolUseID]
+			found = results[toolUseID]
+		}
+		enc, err := json.Marshal(entry)
+		if err != nil {
+			return nil, err
+		}
+		out.Write(enc)
+		out.WriteByte('\n')
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("transcript %s: %w", src, err)
+	}
+	if !sawUse {
+		return nil, fmt.Errorf("%w: tool call %s is not in %s", ErrNoTranscript, toolUseID, src)
+	}
+	dst := filepath.Join(dir, id+".jsonl")
+	if err := fsutil.WriteNew(dst, out.Bytes(), fsutil.FileMode); err != nil {
+		return nil, err
+	}
+	return &Resumed{SessionID: id, Transcript: dst, FromSession: session, IncludesResult: found || toolUseID == "", Command: "claude --resume " + id}, nil
+}
+
+// toolIDs lists the tool_use ids and tool_result ids of a transcript
+// message.
+func toolIDs(raw json.RawMessage) (uses, results map[string]bool) {
+	uses, results = map[string]bool{}, map[string]bool{}
+	var m struct {
+		Content json.RawMessage `json:"content"`
+	}
+	if json.Unmarshal(raw, &m) != nil {
+		return
+	}
+	var blocks []struct {
+		Type      string `json:"type"`
+		ID        string `json:"id"`
+		ToolUseID string `json:"tool_use_id"`
+	}
+	if json.Unmarshal(m.Content, &blocks) != nil {
+		return
+	}
+	for _, b := range blocks {
+		switch b.Type {
+		case "tool_use":
+			uses[b.ID] = true
+		case "tool_result":
+			results[b.ToolUseID] = true
+		}
+	}
+	return
+}
+
+// newSessionID returns a random RFC 4122 version-4 UUID, the shape of a
+// Claude Code session id.
+func newSessionID() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(fmt.Sprintf("crypto/rand: %v", err))
+	}
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+

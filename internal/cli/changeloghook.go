@@ -1,0 +1,142 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/agentscm/agentscm/internal/agent/claude"
+	"github.com/agentscm/agentscm/internal/capture"
+	"github.com/agentscm/agentscm/internal/changelog"
+)
+
+// turnExit maps a refusal during a running turn to its exit status.
+func turnExit(err error) error {
+	if errors.Is(err, changelog.ErrTurnRunning) {
+		return &ExitCodeError{Code: ExitTurnRunning, Err: err}
+	}
+	return err
+}
+
+// runChangelogHook is the changelog hook: always exit 0, empty stdout.
+func runChangelogHook(ctx context.Context, env *Env) int {
+	defer func() {
+		if r := recover(); r != nil {
+			fmt.Fprintf(env.Stderr, "agentscm: warning: changelog hook failed: internal error: %v\n", r)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(ctx, 18*time.Second)
+	defer cancel()
+	cfg, err := capture.ConfigDir(env.Getenv)
+	if err == nil {
+		_, err = changelog.HandleClaudeHook(ctx, cfg, env.Stdin, env.Now())
+	}
+	if err != nil {
+		fmt.Fprintf(env.Stderr, "agentscm: warning: changelog hook failed: %s\n", oneLine(err.Error()))
+	}
+	return ExitOK
+}
+
+func runChangelogEnable(ctx context.Context, env *Env, args []string) error {
+	fs := newFlags(env, "agentscm changelog enable", "--root ABS [--extra-root NAME=ABS]... [--include-ignored] [--claude-settings REL] [--force] [--format text|json]", `
+Turn on the per-tool-call changelog of a checkout: the capture roots are
+recorded (the checkout without .git and, by default, without git-ignored
+paths, plus any --extra-root such as the agent's transcript directory) and
+marked 'agentscm changelog hook-claude' hooks are installed for PostToolUse
+and PostToolUseFailure (each tool call, returned or failed, becomes
+increment <position:06d>.tgz) and for UserPromptSubmit, Stop and SessionEnd
+(which keep the running-turn marker). Other settings and hooks are kept.
+Refused with exit status 5 while a turn runs.`)
+	var rf rootFlags
+	rf.register(fs, true)
+	settings := fs.String("claude-settings", capture.DefaultClaudeSettings, "Claude settings file for the hooks, relative to the root")
+	force := fs.Bool("force", false, "enable even though a turn marker says a turn is running (its session is gone)")
+	format := formatFlag(fs)
+	if err := parseFlags(fs, args, false); err != nil {
+		return err
+	}
+	if err := checkFormat(*format); err != nil {
+		return err
+	}
+	if rf.root == "" {
+		return usagef("--root is required")
+	}
+	if !filepath.IsAbs(env.Executable) {
+		return fmt.Errorf("cannot install hooks: agentscm executable path %q is not absolute", env.Executable)
+	}
+	c, err := openChangelog(env, &rf, true)
+	if err != nil {
+		return err
+	}
+	if !*force {
+		if err := turnExit(changelog.RefuseDuringTurn(c.Dir())); err != nil {
+			return err
+		}
+	}
+	root := c.Roots()[0].Path
+	path := filepath.Join(root, filepath.FromSlash(*settings))
+	changed, err := claude.InstallHooks(path, claude.CommandFor(env.Executable, claude.ChangelogSubcommand), changelog.HookEvents)
+	if err != nil {
+		return fmt.Errorf("install changelog hooks: %w", err)
+	}
+	out := map[string]any{"root": root, "dir": c.Dir(), "claude_settings": path, "hook_events": changelog.HookEvents, "settings_changed": changed, "roots": c.Roots()}
+	if *format == "json" {
+		return writeJSON(env.Stdout, out)
+	}
+	fmt.Fprintf(env.Stdout, "changelog enabled for %s\n  increments: %s\n  hooks:      %s (%d events)\n", root, c.Dir(), path, len(changelog.HookEvents))
+	for _, r := range c.Roots()[1:] {
+		fmt.Fprintf(env.Stdout, "  extra root: %s=%s\n", r.Name, r.Path)
+	}
+	return nil
+}
+
+func runChangelogDisable(ctx context.Context, env *Env, args []string) error {
+	fs := newFlags(env, "agentscm changelog disable", "--root ABS [--claude-settings REL] [--force]", `
+Remove only the marked changelog hooks from the checkout's Claude settings
+file. Stored increments are kept; capture hooks are not touched. Refused
+with exit status 5 while a turn runs.`)
+	var rf rootFlags
+	rf.register(fs, false)
+	settings := fs.String("claude-settings", capture.DefaultClaudeSettings, "Claude settings file holding the hooks, relative to the root")
+	force := fs.Bool("force", false, "disable even though a turn marker says a turn is running")
+	if err := parseFlags(fs, args, false); err != nil {
+		return err
+	}
+	if rf.root == "" {
+		return usagef("--root is required")
+	}
+	c, err := openChangelog(env, &rf, false)
+	if err != nil {
+		return err
+	}
+	if !*force {
+		if err := turnExit(changelog.RefuseDuringTurn(c.Dir())); err != nil {
+			return err
+		}
+	}
+	root := c.Roots()[0].Path
+	path := filepath.Join(root, filepath.FromSlash(*settings))
+	if _, err := os.Stat(path); err != nil {
+		return fmt.Errorf("no Claude settings file at %s", path)
+	}
+	removed, err := claude.RemoveHooksFor(path, claude.ChangelogSubcommand)
+	if err != nil {
+		return err
+	}
+	if !removed {
+		fmt.Fprintf(env.Stdout, "no changelog hooks in %s; nothing changed\n", path)
+		return nil
+	}
+	fmt.Fprintf(env.Stdout, "changelog hooks removed from %s (increments kept in %s)\n", path, c.Dir())
+	return nil
+}
+
+// rewindCommand is the friendly name of changelog apply.
+func rewindCommand() *Command {
+	return &Command{Name: "rewind", Summary: "rewind a checkout to a tool call (same as changelog apply)", Run: func(ctx context.Context, env *Env, args []string) error {
+		return runChangelogApply(ctx, env, args)
+	}}
+}
