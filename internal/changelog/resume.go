@@ -23,7 +23,10 @@ var ErrNoTranscript = errors.New("no transcript to resume")
 
 // ClaudeProjectDir returns the directory where Claude Code keeps the
 // transcripts of sessions started in root: ~/.claude/projects/<root with
-// every character other than a letter or digit replaced by '-'>.
+// every character other than an ASCII letter or digit replaced by '-'>, as
+// Claude Code 2.1 names it. A name longer than 200 characters is cut there
+// and suffixed by a hash of Claude's own; the one existing directory with
+// that prefix is returned then.
 func ClaudeProjectDir(home, root string) string {
 	slug := strings.Map(func(r rune) rune {
 		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' {
@@ -31,7 +34,14 @@ func ClaudeProjectDir(home, root string) string {
 		}
 		return '-'
 	}, root)
-	return filepath.Join(home, ".claude", "projects", slug)
+	base := filepath.Join(home, ".claude", "projects")
+	if len(slug) <= 200 {
+		return filepath.Join(base, slug)
+	}
+	if m, _ := filepath.Glob(filepath.Join(base, slug[:200]+"-*")); len(m) == 1 {
+		return m[0]
+	}
+	return filepath.Join(base, slug[:200])
 }
 
 // Resumed is a conversation bound to a fresh session id.
@@ -146,4 +156,3 @@ func newSessionID() string {
 	b[8] = b[8]&0x3f | 0x80
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }
-
