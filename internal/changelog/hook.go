@@ -2,6 +2,7 @@ package changelog
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -22,6 +23,41 @@ type HookResult struct {
 	Dir       string
 	Ignored   bool
 	Increment *Increment
+}
+
+// TurnWait bounds how long a prompt waits for another session's turn to
+// end, inside the host's 20-second hook timeout.
+const TurnWait = 15 * time.Second
+
+// ErrTurnWait reports a prompt that started although another session's
+// turn had not ended within TurnWait.
+var ErrTurnWait = errors.New("another session's turn did not end in time; this turn's increments may interleave with it")
+
+// serializeTurn starts session's turn once no other session's turn runs,
+// so two contexts never interleave in one sequence. It waits at most
+// TurnWait, then starts anyway and reports ErrTurnWait (the hook fails open).
+func serializeTurn(ctx context.Context, dir, session string, now time.Time) error {
+	deadline := time.Now().Add(TurnWait)
+	for {
+		t, err := RunningTurn(dir)
+		if err != nil {
+			return err
+		}
+		if t == nil || t.SessionID == session {
+			return BeginTurn(dir, session, now)
+		}
+		if time.Now().After(deadline) {
+			if err := BeginTurn(dir, session, now); err != nil {
+				return err
+			}
+			return fmt.Errorf("%w (session %s)", ErrTurnWait, t.SessionID)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // FindDir returns the changelog directory of the checkout that contains
@@ -67,7 +103,7 @@ func HandleClaudeHook(ctx context.Context, configDir string, in io.Reader, now t
 	res := &HookResult{Dir: dir}
 	switch p.HookEventName {
 	case "UserPromptSubmit":
-		return res, BeginTurn(dir, p.SessionID, now)
+		return res, serializeTurn(ctx, dir, p.SessionID, now)
 	case "Stop", "SessionEnd":
 		return res, EndTurn(dir, p.SessionID)
 	case "PostToolUse", "PostToolUseFailure":
