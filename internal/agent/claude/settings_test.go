@@ -219,3 +219,38 @@ func TestRemoveMissingFile(t *testing.T) {
 		t.Fatalf("changed=%v err=%v", changed, err)
 	}
 }
+
+func TestCaptureAndChangelogMarkersAreIndependent(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "settings.json")
+	if _, err := InstallHooks(path, HookCommand("/bin/agentscm"), HookEvents[:]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := InstallHooks(path, CommandFor("/bin/agentscm", ChangelogSubcommand), []string{"PostToolUse", "Stop"}); err != nil {
+		t.Fatal(err)
+	}
+	// Reinstalling capture keeps the changelog entries, and vice versa.
+	if changed, err := InstallHooks(path, HookCommand("/bin/agentscm"), HookEvents[:]); err != nil || changed {
+		t.Fatalf("reinstall: changed=%v err=%v", changed, err)
+	}
+	if ev, _ := MarkedEventsFor(path, ChangelogSubcommand); len(ev) != 2 {
+		t.Fatalf("changelog events %v", ev)
+	}
+	if _, err := RemoveHooksFor(path, HookSubcommand); err != nil {
+		t.Fatal(err)
+	}
+	if ev, _ := MarkedEventsFor(path, HookSubcommand); len(ev) != 0 {
+		t.Fatalf("capture hooks left: %v", ev)
+	}
+	if ev, _ := MarkedEvents(path); len(ev) != 2 {
+		t.Fatalf("removing capture hooks touched the changelog's: %v", ev)
+	}
+	if _, err := InstallHooks(path, "echo not ours", []string{"Stop"}); err == nil {
+		t.Fatal("an unmarked command was installed as a marked hook")
+	}
+	if _, err := RemoveHooks(path); err != nil {
+		t.Fatal(err)
+	}
+	if ev, _ := MarkedEvents(path); len(ev) != 0 {
+		t.Fatalf("RemoveHooks left %v", ev)
+	}
+}
