@@ -249,3 +249,30 @@ func TestConcurrentConfigureAndEnableLoseNoBinding(t *testing.T) {
 		}
 	}
 }
+
+func TestSessionKeepsTheModeItStartedUnderForSharing(t *testing.T) {
+	f := newFixture(t)
+	f.configure(t, event.ModeLocalConversation)
+	cfg, _ := f.store.Load()
+	b := cfg.Bindings[0]
+	if m, err := f.store.EffectiveMode(&b, "s1"); err != nil || m != event.ModeLocalConversation {
+		t.Fatalf("first event: %q %v", m, err)
+	}
+	// The checkout is switched to sharing mid-session: s1 keeps its bodies
+	// local, a new session shares.
+	b.CaptureMode = event.ModeSharedConversation
+	if m, _ := f.store.EffectiveMode(&b, "s1"); m != event.ModeLocalConversation {
+		t.Fatalf("running session switched to %q", m)
+	}
+	if m, _ := f.store.EffectiveMode(&b, "s2"); m != event.ModeSharedConversation {
+		t.Fatalf("next session: %q", m)
+	}
+	// Switching away applies at once, whatever the session started with.
+	b.CaptureMode = event.ModeMetadataOnly
+	if m, _ := f.store.EffectiveMode(&b, "s2"); m != event.ModeMetadataOnly {
+		t.Fatalf("lowered mode not applied: %q", m)
+	}
+	if m, _ := f.store.EffectiveMode(&b, "../x"); m != event.ModeMetadataOnly {
+		t.Fatalf("hostile session id: %q", m)
+	}
+}

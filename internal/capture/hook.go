@@ -94,7 +94,11 @@ func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Re
 	if bd == nil {
 		return &HookResult{Ignored: true, Reason: "no enabled capture binding contains " + cwd}, nil
 	}
-	rec, ok, err := claude.Map(p, bd.CaptureMode, now)
+	mode, err := store.EffectiveMode(bd, p.SessionID)
+	if err != nil {
+		return nil, fmt.Errorf("session capture mode: %w", err)
+	}
+	rec, ok, err := claude.Map(p, mode, now)
 	if err != nil {
 		return nil, err
 	}
