@@ -2,9 +2,12 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/agentscm/agentscm/internal/capture"
+	"github.com/agentscm/agentscm/internal/client"
+	"github.com/agentscm/agentscm/internal/hub/api"
 )
 
 // expectFlags are the consent flags: the repository and Hub the person saw.
@@ -31,9 +34,14 @@ repository's local exclude unless Git already ignores it. With a disabled
 binding it re-enables it with everything the binding saved. With an enabled
 binding it only changes the mode. --mode defaults to the binding's mode, else
 metadata-only. --expect-repository/--expect-hub refuse when the checkout is
-no longer connected to what the person confirmed.`)
+no longer connected to what the person confirmed. With --local, a checkout
+that has no client connection is first connected to the embedded local Hub
+(as 'agentscm client setup --local' does), so one command sets a solo user
+up; without it such a checkout is refused with "no client connection for
+this checkout".`)
 	root := fs.String("root", "", "absolute path of the checkout")
 	mode := fs.String("mode", "", "metadata-only, local-conversation or shared-conversation")
+	local := fs.Bool("local", false, "connect the checkout to the embedded local Hub first when it has no client connection")
 	expRepo := fs.String("expect-repository", "", "repository the person confirmed")
 	expHub := fs.String("expect-hub", "", "Hub the person confirmed")
 	format := formatFlag(fs)
@@ -54,6 +62,11 @@ no longer connected to what the person confirmed.`)
 	if err != nil {
 		return err
 	}
+	if *local {
+		if err := connectLocalIfMissing(ctx, env, store.Dir, *root); err != nil {
+			return err
+		}
+	}
 	res, err := capture.EnableCapture(ctx, store, conns, capture.EnableOptions{
 		Root: *root, Mode: *mode, Expect: expect, ConfigDir: store.Dir, Executable: env.Executable, Now: env.Now(),
 	})
@@ -67,6 +80,30 @@ no longer connected to what the person confirmed.`)
 	for _, l := range res.ExcludeAdded {
 		fmt.Fprintf(env.Stdout, "  local exclude: added %s\n", l)
 	}
+	return nil
+}
+
+// connectLocalIfMissing connects root to the embedded local Hub, as
+// 'client setup --local' does, unless it already has a connection.
+func connectLocalIfMissing(ctx context.Context, env *Env, dir, rootFlag string) error {
+	root, err := capture.CanonicalRoot(rootFlag)
+	if err != nil {
+		return err
+	}
+	if _, err := client.Lookup(dir, root); err == nil {
+		return nil
+	} else if !errors.Is(err, client.ErrNoConnection) {
+		return err
+	}
+	name := repositoryName(ctx, root)
+	if !api.ValidName(name) {
+		return fmt.Errorf("cannot name a repository after %q; run agentscm client setup --root %s --local --repository NAME", name, root)
+	}
+	c, _, err := client.SetupLocal(ctx, dir, root, name, env.Now())
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(env.Stdout, "connected %s to the local Hub (repository %s, worktree %s)\n", c.Root, c.Repository, c.WorktreeID)
 	return nil
 }
 
