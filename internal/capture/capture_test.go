@@ -250,29 +250,49 @@ func TestConcurrentConfigureAndEnableLoseNoBinding(t *testing.T) {
 	}
 }
 
-func TestSessionKeepsTheModeItStartedUnderForSharing(t *testing.T) {
+func TestSessionObservation(t *testing.T) {
 	f := newFixture(t)
 	f.configure(t, event.ModeLocalConversation)
 	cfg, _ := f.store.Load()
 	b := cfg.Bindings[0]
-	if m, err := f.store.EffectiveMode(&b, "s1"); err != nil || m != event.ModeLocalConversation {
-		t.Fatalf("first event: %q %v", m, err)
+	obs := func(session, ev, source string) Observation {
+		t.Helper()
+		o, err := f.store.Observe(&b, session, ev, source)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o
 	}
-	// The checkout is switched to sharing mid-session: s1 keeps its bodies
-	// local, a new session shares.
+	// Only a startup SessionStart first establishes an original start.
+	if o := obs("s1", "SessionStart", "startup"); o.StartedLate || o.Mode != event.ModeLocalConversation {
+		t.Fatalf("startup: %+v", o)
+	}
+	if o := obs("s1", "SessionStart", "compact"); o.StartedLate {
+		t.Fatalf("a compact restart of an observed session: %+v", o)
+	}
+	if o := obs("s2", "SessionStart", "resume"); !o.StartedLate || o.Reason != "session_start_resume" {
+		t.Fatalf("resume first: %+v", o)
+	}
+	if o := obs("s2", "UserPromptSubmit", ""); o.StartedLate {
+		t.Fatalf("the gap is recorded once: %+v", o)
+	}
+	if o := obs("s3", "PreToolUse", ""); !o.StartedLate || o.Reason != "first_event_PreToolUse" {
+		t.Fatalf("no SessionStart first: %+v", o)
+	}
+	// Switched to sharing mid-session: s1 keeps its bodies local, a new
+	// session shares; lowering applies at once.
 	b.CaptureMode = event.ModeSharedConversation
-	if m, _ := f.store.EffectiveMode(&b, "s1"); m != event.ModeLocalConversation {
-		t.Fatalf("running session switched to %q", m)
+	if o := obs("s1", "Stop", ""); o.Mode != event.ModeLocalConversation {
+		t.Fatalf("running session switched to %q", o.Mode)
 	}
-	if m, _ := f.store.EffectiveMode(&b, "s2"); m != event.ModeSharedConversation {
-		t.Fatalf("next session: %q", m)
+	if o := obs("s4", "SessionStart", "startup"); o.Mode != event.ModeSharedConversation {
+		t.Fatalf("next session: %q", o.Mode)
 	}
-	// Switching away applies at once, whatever the session started with.
 	b.CaptureMode = event.ModeMetadataOnly
-	if m, _ := f.store.EffectiveMode(&b, "s2"); m != event.ModeMetadataOnly {
-		t.Fatalf("lowered mode not applied: %q", m)
+	if o := obs("s4", "Stop", ""); o.Mode != event.ModeMetadataOnly {
+		t.Fatalf("lowered mode not applied: %q", o.Mode)
 	}
-	if m, _ := f.store.EffectiveMode(&b, "../x"); m != event.ModeMetadataOnly {
-		t.Fatalf("hostile session id: %q", m)
+	if o := obs("../x", "Stop", ""); o.Mode != event.ModeMetadataOnly || o.StartedLate {
+		t.Fatalf("hostile session id: %+v", o)
 	}
 }

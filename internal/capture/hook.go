@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentscm/agentscm/internal/agent/claude"
+	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/fsutil"
 	"github.com/agentscm/agentscm/internal/spool"
 )
@@ -94,11 +95,7 @@ func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Re
 	if bd == nil {
 		return &HookResult{Ignored: true, Reason: "no enabled capture binding contains " + cwd}, nil
 	}
-	mode, err := store.EffectiveMode(bd, p.SessionID)
-	if err != nil {
-		return nil, fmt.Errorf("session capture mode: %w", err)
-	}
-	rec, ok, err := claude.Map(p, mode, now)
+	rec, ok, err := claude.Map(p, bd.CaptureMode, now)
 	if err != nil {
 		return nil, err
 	}
@@ -116,23 +113,51 @@ func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Re
 	if lin := hub.Lineage(); bd.Hub != "" && !sameRepo(lin, bd.lineage()) {
 		return nil, fmt.Errorf("capture binding of %s was saved for %s, but the checkout is now connected to %s; nothing captured", bd.Root, describeLineage(bd.lineage()), describeLineage(lin))
 	}
+	obs, err := store.Observe(bd, p.SessionID, p.HookEventName, p.Source)
+	if err != nil {
+		return nil, fmt.Errorf("session record: %w", err)
+	}
+	if obs.Mode != bd.CaptureMode {
+		if rec, _, err = claude.Map(p, obs.Mode, now); err != nil {
+			return nil, err
+		}
+	}
+	var gap *event.Record
+	if obs.StartedLate {
+		gap = &event.Record{
+			Agent: rec.Agent, SessionID: rec.SessionID, Kind: event.KindGap, HookEvent: rec.HookEvent,
+			ObservedAt: rec.ObservedAt, CaptureMode: rec.CaptureMode,
+			Gap: &event.GapInfo{Kind: event.GapAdapterStartedLate, Reason: obs.Reason,
+				Detail: "the session's original start was not observed; earlier history is not covered"},
+		}
+	}
 	res := &HookResult{Spool: bd.Spool}
 	rctx, cancel := context.WithTimeout(ctx, ResolveTimeout)
 	t, rerr := hub.Resolve(rctx, bd.WorktreeID, p.SessionID)
 	cancel()
-	if rerr == nil {
-		rec.WorkID, rec.Generation, rec.CanonicalSession = t.WorkID, t.Generation, t.Session
-	} else {
-		// No exact authorized target: keep only a sanitized local fact.
-		rec.Body = nil
-		rec.Deferred = true
-		res.Deferred = true
+	for _, r := range []*event.Record{gap, rec} {
+		if r == nil {
+			continue
+		}
+		if rerr == nil {
+			r.WorkID, r.Generation, r.CanonicalSession = t.WorkID, t.Generation, t.Session
+		} else {
+			// No exact authorized target: keep only a sanitized local fact.
+			r.Body = nil
+			r.Deferred = true
+			res.Deferred = true
+		}
 	}
 	// OpenAppender skips the open-time recovery: the append's own guarded
 	// acquisition revalidates and recovers under one lock hold.
 	sp, err := spool.OpenAppender(bd.Spool)
 	if err != nil {
 		return nil, err
+	}
+	if gap != nil {
+		if _, err := sp.AppendContext(ctx, gap); err != nil {
+			return res, fmt.Errorf("record the adapter_started_late gap: %w", err)
+		}
 	}
 	seq, err := sp.AppendContext(ctx, rec)
 	res.Seq = seq
@@ -166,6 +191,8 @@ func deliver(ctx context.Context, sp *spool.Spool, hub Hub, now time.Time, res *
 		a := spool.Attempt{Seq: env.Record.Seq, Digest: env.Digest, At: now}
 		if env.Record.Deferred || env.Record.WorkID == "" {
 			a.Outcome, a.Detail = "local_only", "deferred fact: no exact target; never delivered"
+		} else if env.Record.Kind == event.KindUsage {
+			a.Outcome, a.Detail = "local_only", "usage records are not delivered yet"
 		} else if status, err := hub.Deliver(ctx, env); err != nil {
 			a.Outcome, a.Detail = "failed", err.Error()
 			res.Failed++

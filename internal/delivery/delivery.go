@@ -108,21 +108,40 @@ func Envelope(r event.Record) (*api.Envelope, error) {
 	if r.Seq > 1<<62 {
 		return nil, fmt.Errorf("sequence %d out of range", r.Seq)
 	}
+	env := &api.Envelope{Identity: Identity(r), WorkID: r.WorkID, Generation: r.Generation,
+		Session: r.CanonicalSession, NativeSessionID: r.SessionID}
+	switch r.Kind {
+	case event.KindGap:
+		if r.Gap == nil {
+			return nil, errors.New("gap record without gap details")
+		}
+		g := &api.Gap{Kind: r.Gap.Kind, Reason: r.Gap.Reason, FromSeq: int64(r.Seq), ToSeq: int64(r.Seq)}
+		if g.Kind == event.GapContentNotRetained {
+			// The Hub has no such kind: the record was kept, its content
+			// was not, which interrupts capture of that content.
+			g.Kind, g.Reason = event.GapCaptureInterrupted, "content_not_retained:"+r.Gap.Reason
+		}
+		env.Type, env.Gap = api.TypeGap, g
+		return env, nil
+	case event.KindUsage:
+		return nil, errors.New("usage records are not delivered yet")
+	}
 	ev := api.Event{
 		Seq: int64(r.Seq), Kind: string(r.Kind), HookEvent: r.HookEvent, ToolName: r.ToolName,
 		ToolUseID: r.ToolUseID, Source: r.Source, Reason: r.Reason, Outcome: r.Outcome,
 		AgentID: r.AgentID, AgentType: r.AgentType, ObservedAt: r.ObservedAt.Unix(),
 	}
-	return &api.Envelope{
-		Identity: Identity(r), Type: api.TypeEvents, WorkID: r.WorkID, Generation: r.Generation,
-		Session: r.CanonicalSession, NativeSessionID: r.SessionID, Events: []api.Event{ev},
-	}, nil
+	env.Type, env.Events = api.TypeEvents, []api.Event{ev}
+	return env, nil
 }
 
 // Identity is the identity digest of a record (64 lowercase hex).
 func Identity(r event.Record) string {
 	id := []string{"agentscm-event-v1", r.Agent, r.SessionID, string(r.Kind), r.HookEvent}
 	switch {
+	case r.Kind == event.KindGap && r.Gap != nil && r.Gap.Kind == event.GapAdapterStartedLate:
+		// One per session: a replay of it is a duplicate.
+		id = append(id, "gap", r.Gap.Kind)
 	case r.ToolUseID != "" && (r.Kind == event.ToolStart || r.Kind == event.ToolFinish):
 		id = append(id, "tool_use_id", r.ToolUseID)
 	case r.Kind == event.MessageDisplay && r.MessageID != "" && r.FragmentIndex != nil:

@@ -90,8 +90,10 @@ func (f *fixture) record(t *testing.T, work string) api.ChangeRecord {
 func TestDeferredThenDelivered(t *testing.T) {
 	f := newFixture(t)
 	// No Work yet: a sanitized deferred fact, never delivered.
+	// The session's first observed event is not a startup SessionStart:
+	// one adapter_started_late gap (seq 1) precedes it, both deferred.
 	r := f.hook(t, f.payload("UserPromptSubmit", `,"prompt":"secret"`))
-	if !r.Deferred || r.Seq != 1 || r.Delivered != 0 {
+	if !r.Deferred || r.Seq != 2 || r.Delivered != 0 {
 		t.Fatalf("before any Work: %+v", r)
 	}
 	work := f.startWork(t)
@@ -104,20 +106,31 @@ func TestDeferredThenDelivered(t *testing.T) {
 		t.Fatalf("finish: %+v", r)
 	}
 	rec := f.record(t, work)
-	if len(rec.Events) != 2 || rec.Events[0].Seq != 2 || rec.Events[1].Outcome != event.OutcomeFailed {
+	if len(rec.Events) != 2 || rec.Events[0].Seq != 3 || rec.Events[1].Outcome != event.OutcomeFailed {
 		t.Fatalf("record events %+v", rec.Events)
 	}
-	// The deferred fact stays local: its sequence is a visible hole.
-	if rec.Sessions[0].MissingSeqs != 1 || rec.Coverage.State == "complete" {
-		t.Fatalf("hole not visible: %+v %+v", rec.Sessions, rec.Coverage)
+	// The deferred facts stay local: their sequences are a visible hole.
+	if rec.Sessions[0].MissingSeqs != 2 || rec.Coverage.State == "complete" || len(rec.Gaps) != 0 {
+		t.Fatalf("hole not visible: %+v %+v %+v", rec.Sessions, rec.Coverage, rec.Gaps)
 	}
 	sp, err := spool.Open(f.spool)
 	if err != nil {
 		t.Fatal(err)
 	}
 	recs, _ := sp.Events()
-	if len(recs) != 3 || !recs[0].Deferred || recs[0].Body != nil {
+	if len(recs) != 4 || !recs[0].Deferred || recs[0].Kind != event.KindGap || !recs[1].Deferred || recs[1].Body != nil {
 		t.Fatalf("spool records %+v", recs)
+	}
+	// A session first seen through a tool call records its late start as a
+	// Hub gap, once.
+	p2 := `{"session_id":"native-2","cwd":"` + f.root + `","hook_event_name":"PreToolUse","tool_name":"Bash","tool_use_id":"toolu_n2"}`
+	r = f.hook(t, p2)
+	if r.Delivered != 2 {
+		t.Fatalf("late session: %+v", r)
+	}
+	rec = f.record(t, work)
+	if len(rec.Gaps) != 1 || rec.Gaps[0].Kind != event.GapAdapterStartedLate || rec.Gaps[0].Reason != "first_event_PreToolUse" {
+		t.Fatalf("gaps %+v", rec.Gaps)
 	}
 }
 

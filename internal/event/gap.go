@@ -18,6 +18,9 @@ const (
 	// could not be retained; the record itself was kept with availability
 	// "missing".
 	GapContentNotRetained = "content_not_retained"
+	// GapAdapterStartedLate marks a session whose original start was not
+	// observed: earlier history is not covered.
+	GapAdapterStartedLate = "adapter_started_late"
 )
 
 // Gap reasons name the bound that caused the gap.

@@ -88,3 +88,29 @@ func TestSessionDeliveredToHub(t *testing.T) {
 		}
 	}
 }
+
+// TestResumedUnobservedSessionStartsLate: a session begun before capture was
+// on, then resumed, carries one adapter_started_late gap and never claims
+// complete coverage.
+func TestResumedUnobservedSessionStartsLate(t *testing.T) {
+	c := newCheckout(t)
+	api1, err := scriptedapi.Start(firstTurn(c.root), resumeTurn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer api1.Close()
+	res := c.runClaude(api1, "-p", "Please run SCENARIO-FIRST now.")
+	c.configure("metadata-only")
+	work := c.startWork("late")
+	c.runClaude(api1, "-p", "--resume", res.SessionID, "Continue with SCENARIO-RESUME.")
+	rec := c.record(work)
+	if len(rec.Gaps) != 1 || rec.Gaps[0].Kind != "adapter_started_late" || rec.Gaps[0].Reason != "session_start_resume" {
+		t.Fatalf("gaps %+v", rec.Gaps)
+	}
+	if rec.Coverage.State == "complete" {
+		t.Fatalf("coverage %+v claims complete for a late start", rec.Coverage)
+	}
+	if len(rec.Events) == 0 || rec.Events[0].Kind != "session_start" || rec.Events[0].Source != "resume" {
+		t.Fatalf("events %+v", rec.Events)
+	}
+}
