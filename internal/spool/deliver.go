@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/fsutil"
 )
 
@@ -93,7 +94,10 @@ func (s *Spool) Pending(ctx context.Context, max int) ([]Envelope, error) {
 		return nil, err
 	}
 	defer g.release()
-	st := g.st
+	return s.pendingLocked(g.st, max)
+}
+
+func (s *Spool) pendingLocked(st *state, max int) ([]Envelope, error) {
 	if err := s.checkEvidence(st); err != nil {
 		return nil, err
 	}
@@ -145,7 +149,12 @@ func (s *Spool) Ack(ctx context.Context, seq uint64, digest string) error {
 		return err
 	}
 	defer g.release()
-	st := g.st
+	return s.ackLocked(g.st, seq, digest)
+}
+
+// ackLocked writes the acknowledgement marker of seq under a held lock and
+// records it in st, so that later operations of the same acquisition see it.
+func (s *Spool) ackLocked(st *state, seq uint64, digest string) error {
 	var found *outboxEntry
 	for i := range st.outbox {
 		if st.outbox[i].seq == seq {
@@ -179,7 +188,16 @@ func (s *Spool) Ack(ctx context.Context, seq uint64, digest string) error {
 	if err := admit(st.limits, st.usage, Usage{1, int64(len(data))}, true); err != nil {
 		return fmt.Errorf("acknowledge %d: %w", seq, err)
 	}
-	return s.writeNew(filepath.Join(s.dir, acksDir), ackName(seq), data, "ack")
+	if err := s.writeNew(filepath.Join(s.dir, acksDir), ackName(seq), data, "ack"); err != nil {
+		return err
+	}
+	if st.acks == nil {
+		st.acks = map[uint64]string{}
+	}
+	st.acks[seq] = ackName(seq)
+	st.usage.Records++
+	st.usage.Bytes += int64(len(data))
+	return nil
 }
 
 // RecordAttempt durably advances the scheduling cursor past envelope seq
@@ -191,6 +209,10 @@ func (s *Spool) RecordAttempt(ctx context.Context, a Attempt) error {
 		return err
 	}
 	defer g.release()
+	return s.recordAttemptLocked(a)
+}
+
+func (s *Spool) recordAttemptLocked(a Attempt) error {
 	c, err := s.readCursor()
 	if err != nil {
 		return err
@@ -203,4 +225,77 @@ func (s *Spool) RecordAttempt(ctx context.Context, a Attempt) error {
 		c.Recent = c.Recent[len(c.Recent)-maxRecentAttempts:]
 	}
 	return s.writeReplace(s.dir, cursorFile, encodeFrame(typeCursor, typeCursor, mustJSON(c)), "cursor")
+}
+
+// Session is one held, revalidated acquisition of the spool lock: the hook
+// appends, lists pending envelopes, acknowledges and records attempts under
+// it, paying the identity revalidation and the recovery scan once instead of
+// once per operation. Every write keeps its own durability (an append is
+// durable before Pending returns it, an ack marker is durable before the
+// cursor records the attempt, the cursor is durable before the next
+// delivery), so a crash anywhere leaves exactly what the separate calls
+// would. A caller that delivers while holding a Session holds the spool lock
+// across the Hub call: it serialises the hooks and deliverers of one spool,
+// which a hook accepts; long-running deliverers should use the one-shot
+// methods instead. Close releases the lock; a Session is not safe for
+// concurrent use.
+type Session struct {
+	s *Spool
+	g *guard
+}
+
+// Begin takes the spool lock (bounded by ctx), revalidates the committed
+// identities and runs recovery once, and returns the held Session.
+func (s *Spool) Begin(ctx context.Context) (*Session, error) {
+	g, err := s.acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &Session{s: s, g: g}, nil
+}
+
+func (ss *Session) held() error {
+	if ss.g == nil || ss.g.lock == nil {
+		return errors.New("spool session is closed")
+	}
+	return nil
+}
+
+// Append is Spool.Append under the held lock.
+func (ss *Session) Append(rec *event.Record) (uint64, error) {
+	if err := ss.held(); err != nil {
+		return 0, err
+	}
+	return ss.s.appendLocked(ss.g.st, rec)
+}
+
+// Pending is Spool.Pending under the held lock.
+func (ss *Session) Pending(max int) ([]Envelope, error) {
+	if err := ss.held(); err != nil {
+		return nil, err
+	}
+	return ss.s.pendingLocked(ss.g.st, max)
+}
+
+// Ack is Spool.Ack under the held lock.
+func (ss *Session) Ack(seq uint64, digest string) error {
+	if err := ss.held(); err != nil {
+		return err
+	}
+	return ss.s.ackLocked(ss.g.st, seq, digest)
+}
+
+// RecordAttempt is Spool.RecordAttempt under the held lock.
+func (ss *Session) RecordAttempt(a Attempt) error {
+	if err := ss.held(); err != nil {
+		return err
+	}
+	return ss.s.recordAttemptLocked(a)
+}
+
+// Close releases the spool lock. Closing twice is harmless.
+func (ss *Session) Close() {
+	if ss.g != nil {
+		ss.g.release()
+	}
 }
