@@ -26,6 +26,27 @@ func ReadFileNoFollow(path string, limit int64) ([]byte, error) {
 	if !fi.Mode().IsRegular() {
 		return nil, fmt.Errorf("%s is not a regular file", path)
 	}
+	if size := fi.Size(); size >= 0 && size <= limit {
+		// One exact allocation instead of io.ReadAll's doubling: a
+		// short-lived process (the hook) pays a page fault for every fresh
+		// heap page. A file that grew meanwhile is still bounded.
+		b := make([]byte, size, size+1)
+		if _, err := io.ReadFull(f, b); err != nil {
+			return nil, fmt.Errorf("read %s: %w", path, err)
+		}
+		var extra [1]byte
+		if n, _ := f.Read(extra[:]); n == 0 {
+			return b, nil
+		}
+		if size == limit {
+			return nil, fmt.Errorf("%w (%d bytes)", ErrTooLarge, limit)
+		}
+		rest, err := ReadBounded(f, limit-size-1)
+		if err != nil {
+			return nil, err
+		}
+		return append(append(b, extra[0]), rest...), nil
+	}
 	return ReadBounded(f, limit)
 }
 
