@@ -5,9 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -323,27 +321,43 @@ func (ss *Session) Close() {
 // skipped envelope is never sent; compaction and inspection still verify
 // every body in full.
 func (s *Spool) headerDigest(e outboxEntry) string {
-	f, err := os.OpenFile(filepath.Join(s.dir, outboxDir, e.name), os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC|syscall.O_NONBLOCK, 0)
+	path := filepath.Join(s.dir, outboxDir, e.name)
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return ""
 	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil || !fi.Mode().IsRegular() || fi.Size() != e.size {
+	defer syscall.Close(fd)
+	var st syscall.Stat_t
+	if syscall.Fstat(fd, &st) != nil || st.Mode&syscall.S_IFMT != syscall.S_IFREG || st.Size != e.size {
 		return ""
 	}
 	var buf [maxHeaderBytes]byte
-	n, _ := io.ReadFull(f, buf[:])
-	nl := bytes.IndexByte(buf[:n], '\n')
-	if nl < 0 {
+	n, err := syscall.Read(fd, buf[:])
+	if err != nil || n <= 0 {
 		return ""
 	}
-	fields := strings.Split(string(buf[:nl]), " ")
-	if len(fields) != 5 || fields[0] != frameMagic || fields[1] != typeEnvelope ||
-		fields[2] != strconv.FormatUint(e.seq, 10)+"-"+string(e.class) ||
-		fields[3] != strconv.FormatInt(e.size-int64(nl)-1, 10) ||
-		len(fields[4]) != 64 || !isHex(fields[4]) {
+	line, _, ok := bytes.Cut(buf[:n], []byte{'\n'})
+	if !ok {
 		return ""
 	}
-	return envelopeDigest(fields[4])
+	var f [5][]byte
+	rest := line
+	for k := range f {
+		if k == len(f)-1 {
+			f[k] = rest
+			break
+		}
+		if f[k], rest, ok = bytes.Cut(rest, []byte{' '}); !ok {
+			return ""
+		}
+	}
+	var key [40]byte
+	want := append(strconv.AppendUint(key[:0], e.seq, 10), '-', e.class)
+	var size [24]byte
+	if string(f[0]) != frameMagic || string(f[1]) != typeEnvelope || !bytes.Equal(f[2], want) ||
+		!bytes.Equal(f[3], strconv.AppendInt(size[:0], e.size-int64(len(line))-1, 10)) ||
+		len(f[4]) != 64 || !isHex(string(f[4])) {
+		return ""
+	}
+	return envelopeDigest(string(f[4]))
 }
