@@ -71,15 +71,7 @@ func OpenSQLite(ctx context.Context, dir string) (*SQLite, error) {
 	}
 	w.SetMaxOpenConns(1)
 	w.SetMaxIdleConns(1)
-	// Readers open the file read-only: a read-only connection never
-	// checkpoints, so when it is the last to close (a hook resolved through
-	// it) the close leaves the WAL in place instead of checkpointing it.
-	// Every commit is already durable in the WAL (synchronous=FULL fsyncs it
-	// at commit); the writer's automatic checkpoint (wal_autocheckpoint, 1000
-	// pages) folds the WAL into the database as it grows, so a short-lived
-	// process pays one fsync per commit instead of re-creating, syncing and
-	// checkpointing the WAL every time.
-	r, err := sql.Open("sqlite", base+"&_pragma=query_only(1)&mode=ro")
+	r, err := sql.Open("sqlite", base+"&_pragma=query_only(1)")
 	if err != nil {
 		w.Close()
 		return nil, fmt.Errorf("open hub database: %w", err)
@@ -122,17 +114,13 @@ func createPrivate(path string) error {
 	return nil
 }
 
-// Close stops the writer and closes both pools, the writer first: while a
-// read-only reader is still open the writer's close does not checkpoint,
-// and the reader's never does, so committed transactions stay in the WAL
-// for the writer's automatic checkpoint. A process that never read closes
-// its writer last, which checkpoints as before.
+// Close stops the writer and closes both pools; closing the last connection
+// checkpoints the WAL.
 func (s *SQLite) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.quit)
 		<-s.done
-		werr := s.w.Close()
-		s.closeErr = errors.Join(werr, s.r.Close())
+		s.closeErr = errors.Join(s.r.Close(), s.w.Close())
 	})
 	return s.closeErr
 }

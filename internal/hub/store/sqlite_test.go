@@ -223,40 +223,8 @@ func TestLockWaitHonoursContext(t *testing.T) {
 	}
 }
 
-// TestCloseLeavesWALToTheWriter: after a process that read and wrote closes
-// the store, the committed transaction is still in the WAL (no checkpoint on
-// close) and a fresh open sees it; Close reports no error.
-func TestCloseLeavesWALToTheWriter(t *testing.T) {
-	dir := t.TempDir()
-	ctx := context.Background()
-	for i := range 3 {
-		s, err := OpenSQLite(ctx, dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := countHumans(t, s); got != i {
-			t.Fatalf("open %d sees %d humans", i, got)
-		}
-		if err := s.Update(ctx, func(tx Tx) error { return tx.InsertHuman(Human{ID: fmt.Sprint("h", i), Name: fmt.Sprint("n", i)}) }); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Close(); err != nil {
-			t.Fatalf("close: %v", err)
-		}
-		fi, err := os.Stat(filepath.Join(dir, DBFile+"-wal"))
-		if err != nil || fi.Size() == 0 {
-			t.Fatalf("the WAL was checkpointed away on close: %v", err)
-		}
-	}
-	s := open(t, dir)
-	if got := countHumans(t, s); got != 3 {
-		t.Fatalf("reopened store sees %d humans, want 3", got)
-	}
-}
-
-// TestReadAfterWriterOnlyClose: a process that only wrote closes its writer
-// last, which checkpoints and removes the WAL; the next process's read-only
-// readers still open and see everything.
+// TestReadAfterWriterOnlyClose: closing the last connection checkpoints and
+// removes the WAL; the next process's readers see everything.
 func TestReadAfterWriterOnlyClose(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
