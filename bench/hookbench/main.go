@@ -34,14 +34,15 @@ type subject struct {
 func main() {
 	n := flag.Int("n", 300, "runs per subject (at least 200 for a p99)")
 	out := flag.String("json", "", "also write the results as JSON to this file")
+	base := flag.String("base", "", "also measure this agentscm binary (e.g. built from main), with its own config and spool, in the same interleaved run")
 	flag.Parse()
-	if err := run(*n, *out); err != nil {
+	if err := run(*n, *out, *base); err != nil {
 		fmt.Fprintln(os.Stderr, "hookbench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(n int, jsonOut string) error {
+func run(n int, jsonOut, baseBin string) error {
 	work, err := os.MkdirTemp("", "hookbench-")
 	if err != nil {
 		return err
@@ -54,24 +55,9 @@ func run(n int, jsonOut string) error {
 			return fmt.Errorf("build %s: %v\n%s", pkg, err, out)
 		}
 	}
-	root := filepath.Join(work, "repo")
-	os.MkdirAll(root, 0o755)
-	cfg := filepath.Join(work, "config")
-	env := append(os.Environ(), "XDG_CONFIG_HOME="+cfg)
-	setup := exec.Command(bin, "client", "setup", "--root", root, "--local")
-	setup.Env = env
-	if out, err := setup.CombinedOutput(); err != nil {
-		return fmt.Errorf("client setup: %v\n%s", err, out)
-	}
-	for _, args := range [][]string{
-		{"change-capture", "configure", "--root", root, "--spool", filepath.Join(work, "spool")},
-		{"work", "start", "--root", root, "--title", "hook benchmark"},
-	} {
-		cmd := exec.Command(bin, args...)
-		cmd.Env = env
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("%v: %v\n%s", args, err, out)
-		}
+	root, env, err := setupHub(bin, filepath.Join(work, "new"))
+	if err != nil {
+		return err
 	}
 	// Every run is a new tool call: a fresh tool_use_id, as the host sends.
 	payload := func(ev string, extra string) func(int) []byte {
@@ -89,6 +75,21 @@ func run(n int, jsonOut string) error {
 		{name: "hook UserPromptSubmit", argv: []string{bin, "change-capture", "hook-claude"}, env: env, stdin: payload("UserPromptSubmit", `,"prompt":"please fix the failing test in parser.go"`)},
 		{name: "hook PreToolUse", argv: []string{bin, "change-capture", "hook-claude"}, env: env, stdin: payload("PreToolUse", `,"tool_name":"Bash","tool_use_id":"TOOLID","tool_input":{"command":"go test ./...","description":"run tests"}`)},
 		{name: "hook PostToolUse", argv: []string{bin, "change-capture", "hook-claude"}, env: env, stdin: payload("PostToolUse", `,"tool_name":"Bash","tool_use_id":"TOOLID","tool_input":{"command":"go test ./..."},"tool_response":{"stdout":"ok","stderr":"","interrupted":false}`)},
+	}
+	if baseBin != "" {
+		broot, benv, err := setupHub(baseBin, filepath.Join(work, "base"))
+		if err != nil {
+			return fmt.Errorf("base: %w", err)
+		}
+		for _, s := range subjects[2:6] {
+			b := *s
+			b.name = "base " + s.name
+			b.argv = []string{baseBin, "change-capture", "hook-claude"}
+			b.env = benv
+			in := s.stdin
+			b.stdin = func(i int) []byte { return bytes.ReplaceAll(in(i), []byte(root), []byte(broot)) }
+			subjects = append(subjects, &b)
+		}
 	}
 	ctx := context.Background()
 	for i := 0; i < n; i++ {
@@ -149,3 +150,30 @@ func pct(sorted []time.Duration, p int) time.Duration {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// setupHub connects a fresh checkout under dir to the embedded Hub of its
+// own config directory, binds it to a spool and starts a Work.
+func setupHub(bin, dir string) (string, []string, error) {
+	root := filepath.Join(dir, "repo")
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return "", nil, err
+	}
+	cfg := filepath.Join(dir, "config")
+	env := append(os.Environ(), "XDG_CONFIG_HOME="+cfg)
+	setup := exec.Command(bin, "client", "setup", "--root", root, "--local")
+	setup.Env = env
+	if out, err := setup.CombinedOutput(); err != nil {
+		return "", nil, fmt.Errorf("client setup: %v\n%s", err, out)
+	}
+	for _, args := range [][]string{
+		{"change-capture", "configure", "--root", root, "--spool", filepath.Join(dir, "spool")},
+		{"work", "start", "--root", root, "--title", "hook benchmark"},
+	} {
+		cmd := exec.Command(bin, args...)
+		cmd.Env = env
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return "", nil, fmt.Errorf("%v: %v\n%s", args, err, out)
+		}
+	}
+	return root, env, nil
+}

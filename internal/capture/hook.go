@@ -148,24 +148,32 @@ func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Re
 			res.Deferred = true
 		}
 	}
-	// OpenAppender skips the open-time recovery: the append's own guarded
-	// acquisition revalidates and recovers under one lock hold.
+	// OpenAppender skips the open-time recovery, and one Session does the
+	// append and the delivery bookkeeping under a single guarded lock
+	// acquisition (one identity revalidation and recovery scan per hook).
+	// The lock stays held across the Hub calls: hooks of one spool are
+	// serialised, which is what a hook wants anyway.
 	sp, err := spool.OpenAppender(bd.Spool)
 	if err != nil {
 		return nil, err
 	}
+	ss, err := sp.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer ss.Close()
 	if gap != nil {
-		if _, err := sp.AppendContext(ctx, gap); err != nil {
+		if _, err := ss.Append(gap); err != nil {
 			return res, fmt.Errorf("record the adapter_started_late gap: %w", err)
 		}
 	}
-	seq, err := sp.AppendContext(ctx, rec)
+	seq, err := ss.Append(rec)
 	res.Seq = seq
 	if err != nil && seq == 0 {
 		return res, err
 	}
 	appendErr := err
-	deliver(ctx, sp, hub, now, res)
+	deliver(ctx, ss, hub, now, res)
 	if appendErr != nil {
 		return res, appendErr
 	}
@@ -175,10 +183,10 @@ func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Re
 // deliver replays up to DeliveryPageSize pending envelopes in sequence
 // order within DeliveryTimeout. Only an acknowledgement writes the ack
 // marker; every attempt advances the scheduling cursor.
-func deliver(ctx context.Context, sp *spool.Spool, hub Hub, now time.Time, res *HookResult) {
+func deliver(ctx context.Context, sp *spool.Session, hub Hub, now time.Time, res *HookResult) {
 	ctx, cancel := context.WithTimeout(ctx, DeliveryTimeout)
 	defer cancel()
-	envs, err := sp.Pending(ctx, DeliveryPageSize)
+	envs, err := sp.Pending(DeliveryPageSize)
 	if err != nil {
 		res.DeliveryErr = err
 		return
@@ -201,7 +209,7 @@ func deliver(ctx context.Context, sp *spool.Spool, hub Hub, now time.Time, res *
 			}
 		} else {
 			a.Outcome = status
-			if err := sp.Ack(ctx, env.Record.Seq, env.Digest); err != nil {
+			if err := sp.Ack(env.Record.Seq, env.Digest); err != nil {
 				a.Outcome, a.Detail = "failed", "acknowledged by the Hub but the ack marker failed: "+err.Error()
 				if res.DeliveryErr == nil {
 					res.DeliveryErr = err
@@ -213,7 +221,7 @@ func deliver(ctx context.Context, sp *spool.Spool, hub Hub, now time.Time, res *
 		if len(a.Detail) > 300 {
 			a.Detail = a.Detail[:300]
 		}
-		if err := sp.RecordAttempt(ctx, a); err != nil {
+		if err := sp.RecordAttempt(a); err != nil {
 			if res.DeliveryErr == nil {
 				res.DeliveryErr = err
 			}

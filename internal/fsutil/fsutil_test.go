@@ -2,6 +2,7 @@ package fsutil
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -78,6 +79,18 @@ func TestReadFileNoFollow(t *testing.T) {
 	}
 	if b, err := ReadFileNoFollow(target, 5); err != nil || string(b) != "12345" {
 		t.Fatalf("%q %v", b, err)
+	}
+	for _, tc := range []struct {
+		size, limit int
+		tooLarge    bool
+	}{{0, 0, false}, {0, 3, false}, {1, 0, true}, {4096, 4096, false}, {4097, 4096, true}, {5000, 1 << 20, false}} {
+		p := filepath.Join(dir, fmt.Sprint("f", tc.size, "-", tc.limit))
+		want := strings.Repeat("x", tc.size)
+		os.WriteFile(p, []byte(want), 0o600)
+		b, err := ReadFileNoFollow(p, int64(tc.limit))
+		if tc.tooLarge != errors.Is(err, ErrTooLarge) || (!tc.tooLarge && (err != nil || string(b) != want)) {
+			t.Fatalf("size %d limit %d: %d bytes, %v", tc.size, tc.limit, len(b), err)
+		}
 	}
 	if _, err := ReadFileNoFollow(dir, 5); err == nil || !strings.Contains(err.Error(), "not a regular file") {
 		t.Fatalf("directory read: %v", err)

@@ -106,6 +106,37 @@ func TestHelperProcess(t *testing.T) {
 			}
 			fmt.Printf("attempted %d\n", seq)
 		}
+	case "session":
+		// The hook's sequence under one held acquisition: append, list
+		// pending, then acknowledge and record an attempt per envelope.
+		sp, err := OpenAppender(dir)
+		if err != nil {
+			die(err)
+		}
+		ss, err := sp.Begin(ctx)
+		if err != nil {
+			die(err)
+		}
+		defer ss.Close()
+		seq, err := ss.Append(tagged("session-new", event.PromptSubmit))
+		if err != nil {
+			die(err)
+		}
+		fmt.Printf("appended %d\n", seq)
+		pend, err := ss.Pending(100)
+		if err != nil {
+			die(err)
+		}
+		for _, e := range pend {
+			if err := ss.Ack(e.Record.Seq, e.Digest); err != nil {
+				die(err)
+			}
+			fmt.Printf("acked %d\n", e.Record.Seq)
+			if err := ss.RecordAttempt(Attempt{Seq: e.Record.Seq, Digest: e.Digest, Outcome: "accepted"}); err != nil {
+				die(err)
+			}
+			fmt.Printf("attempted %d\n", e.Record.Seq)
+		}
 	case "compact":
 		sp, err := Open(dir)
 		if err != nil {
@@ -442,6 +473,59 @@ func TestCrashCursor(t *testing.T) {
 			done := len(lines(out, "attempted"))
 			if c.LastSeq < uint64(done) || c.LastSeq > uint64(done+1) {
 				t.Fatalf("cursor %d after %d completed attempts", c.LastSeq, done)
+			}
+		})
+	}
+}
+
+// TestCrashSession kills the hook's one-acquisition sequence at every write
+// failpoint: an appended record survives, an acknowledged envelope stays
+// hidden, and the cursor is never behind a completed attempt nor more than
+// one envelope past it.
+func TestCrashSession(t *testing.T) {
+	ctx := context.Background()
+	var fps []string
+	for _, p := range []string{"append.envelope", "cursor"} {
+		fps = append(fps, writeFailpoints(p, p != "cursor")...)
+	}
+	fps = append(fps, writeFailpoints("ack", true)...)
+	for _, fp := range fps {
+		t.Run(fp, func(t *testing.T) {
+			t.Parallel()
+			sp := mustInit(t, Limits{})
+			for i := range 3 {
+				sp.Append(tagged(fmt.Sprintf("r%d", i), event.PromptSubmit))
+			}
+			out := mustCrash(t, "session", sp.dir, fp)
+			sp = reopenAndInspect(t, sp.dir)
+			appended := len(lines(out, "appended"))
+			if got := len(tags(t, sp)); got < 3+appended {
+				t.Fatalf("%d records after %d appended", got, 3+appended)
+			}
+			pend, err := sp.Pending(ctx, 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pending := map[uint64]bool{}
+			for _, e := range pend {
+				pending[e.Record.Seq] = true
+			}
+			for _, l := range lines(out, "acked") {
+				s, _ := strconv.ParseUint(l, 10, 64)
+				if pending[s] {
+					t.Fatalf("acknowledged %d is pending again", s)
+				}
+			}
+			c, err := sp.readCursor()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var last uint64
+			if at := lines(out, "attempted"); len(at) > 0 {
+				last, _ = strconv.ParseUint(at[len(at)-1], 10, 64)
+			}
+			if c.LastSeq < last || c.LastSeq > last+1 {
+				t.Fatalf("cursor %d after attempts up to %d", c.LastSeq, last)
 			}
 		})
 	}

@@ -1,14 +1,18 @@
 package spool
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/fsutil"
 )
 
@@ -93,7 +97,10 @@ func (s *Spool) Pending(ctx context.Context, max int) ([]Envelope, error) {
 		return nil, err
 	}
 	defer g.release()
-	st := g.st
+	return s.pendingLocked(g.st, max)
+}
+
+func (s *Spool) pendingLocked(st *state, max int) ([]Envelope, error) {
 	if err := s.checkEvidence(st); err != nil {
 		return nil, err
 	}
@@ -107,6 +114,11 @@ func (s *Spool) Pending(ctx context.Context, max int) ([]Envelope, error) {
 	}
 	var after, before []Envelope
 	for _, e := range st.sortOutbox() {
+		if d, ok := acked[e.seq]; ok && s.headerDigest(e) == d {
+			// Acknowledged with this exact digest: skip without reading
+			// and decoding the whole envelope (see headerDigest).
+			continue
+		}
 		env, err := s.readEnvelopeFile(e)
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
@@ -145,7 +157,12 @@ func (s *Spool) Ack(ctx context.Context, seq uint64, digest string) error {
 		return err
 	}
 	defer g.release()
-	st := g.st
+	return s.ackLocked(g.st, seq, digest)
+}
+
+// ackLocked writes the acknowledgement marker of seq under a held lock and
+// records it in st, so that later operations of the same acquisition see it.
+func (s *Spool) ackLocked(st *state, seq uint64, digest string) error {
 	var found *outboxEntry
 	for i := range st.outbox {
 		if st.outbox[i].seq == seq {
@@ -179,7 +196,16 @@ func (s *Spool) Ack(ctx context.Context, seq uint64, digest string) error {
 	if err := admit(st.limits, st.usage, Usage{1, int64(len(data))}, true); err != nil {
 		return fmt.Errorf("acknowledge %d: %w", seq, err)
 	}
-	return s.writeNew(filepath.Join(s.dir, acksDir), ackName(seq), data, "ack")
+	if err := s.writeNew(filepath.Join(s.dir, acksDir), ackName(seq), data, "ack"); err != nil {
+		return err
+	}
+	if st.acks == nil {
+		st.acks = map[uint64]string{}
+	}
+	st.acks[seq] = ackName(seq)
+	st.usage.Records++
+	st.usage.Bytes += int64(len(data))
+	return nil
 }
 
 // RecordAttempt durably advances the scheduling cursor past envelope seq
@@ -191,6 +217,10 @@ func (s *Spool) RecordAttempt(ctx context.Context, a Attempt) error {
 		return err
 	}
 	defer g.release()
+	return s.recordAttemptLocked(a)
+}
+
+func (s *Spool) recordAttemptLocked(a Attempt) error {
 	c, err := s.readCursor()
 	if err != nil {
 		return err
@@ -203,4 +233,131 @@ func (s *Spool) RecordAttempt(ctx context.Context, a Attempt) error {
 		c.Recent = c.Recent[len(c.Recent)-maxRecentAttempts:]
 	}
 	return s.writeReplace(s.dir, cursorFile, encodeFrame(typeCursor, typeCursor, mustJSON(c)), "cursor")
+}
+
+// Session is one held, revalidated acquisition of the spool lock: the hook
+// appends, lists pending envelopes, acknowledges and records attempts under
+// it, paying the identity revalidation and the recovery scan once instead of
+// once per operation. Every write keeps its own durability (an append is
+// durable before Pending returns it, an ack marker is durable before the
+// cursor records the attempt, the cursor is durable before the next
+// delivery), so a crash anywhere leaves exactly what the separate calls
+// would. A caller that delivers while holding a Session holds the spool lock
+// across the Hub call: it serialises the hooks and deliverers of one spool,
+// which a hook accepts; long-running deliverers should use the one-shot
+// methods instead. Close releases the lock; a Session is not safe for
+// concurrent use.
+type Session struct {
+	s *Spool
+	g *guard
+}
+
+// Begin takes the spool lock (bounded by ctx), revalidates the committed
+// identities and runs recovery once, and returns the held Session.
+func (s *Spool) Begin(ctx context.Context) (*Session, error) {
+	g, err := s.acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &Session{s: s, g: g}, nil
+}
+
+func (ss *Session) held() error {
+	if ss.g == nil || ss.g.lock == nil {
+		return errors.New("spool session is closed")
+	}
+	return nil
+}
+
+// Append is Spool.Append under the held lock.
+func (ss *Session) Append(rec *event.Record) (uint64, error) {
+	if err := ss.held(); err != nil {
+		return 0, err
+	}
+	return ss.s.appendLocked(ss.g.st, rec)
+}
+
+// Pending is Spool.Pending under the held lock.
+func (ss *Session) Pending(max int) ([]Envelope, error) {
+	if err := ss.held(); err != nil {
+		return nil, err
+	}
+	return ss.s.pendingLocked(ss.g.st, max)
+}
+
+// Ack is Spool.Ack under the held lock.
+func (ss *Session) Ack(seq uint64, digest string) error {
+	if err := ss.held(); err != nil {
+		return err
+	}
+	return ss.s.ackLocked(ss.g.st, seq, digest)
+}
+
+// RecordAttempt is Spool.RecordAttempt under the held lock.
+func (ss *Session) RecordAttempt(a Attempt) error {
+	if err := ss.held(); err != nil {
+		return err
+	}
+	return ss.s.recordAttemptLocked(a)
+}
+
+// Close releases the spool lock. Closing twice is harmless.
+func (ss *Session) Close() {
+	if ss.g != nil {
+		ss.g.release()
+	}
+}
+
+// headerDigest returns the envelope digest recorded in the frame header of
+// outbox entry e, reading only the header, or "" when the header cannot be
+// read or does not match the entry's name (type, key and exact file size).
+// Pending uses it to skip an envelope whose regular acknowledgement marker
+// already holds exactly this digest: the marker was written only after Ack
+// decoded the whole envelope and compared its verified digest, and the
+// envelope file is never rewritten, so the header names the digest the
+// marker acknowledges. Anything else (no marker, another digest, a header
+// that does not parse) falls back to the full read, which verifies the body
+// and quarantines a malformed envelope before it could be delivered. A
+// skipped envelope is never sent; compaction and inspection still verify
+// every body in full.
+func (s *Spool) headerDigest(e outboxEntry) string {
+	path := filepath.Join(s.dir, outboxDir, e.name)
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return ""
+	}
+	defer syscall.Close(fd)
+	var st syscall.Stat_t
+	if syscall.Fstat(fd, &st) != nil || st.Mode&syscall.S_IFMT != syscall.S_IFREG || st.Size != e.size {
+		return ""
+	}
+	var buf [maxHeaderBytes]byte
+	n, err := syscall.Read(fd, buf[:])
+	if err != nil || n <= 0 {
+		return ""
+	}
+	line, _, ok := bytes.Cut(buf[:n], []byte{'\n'})
+	if !ok {
+		return ""
+	}
+	var f [5][]byte
+	rest := line
+	for k := range f {
+		if k == len(f)-1 {
+			f[k] = rest
+			break
+		}
+		if f[k], rest, ok = bytes.Cut(rest, []byte{' '}); !ok {
+			return ""
+		}
+	}
+	var key [40]byte
+	want := append(strconv.AppendUint(key[:0], e.seq, 10), '-', e.class)
+	var size [24]byte
+	if string(f[0]) != frameMagic || string(f[1]) != typeEnvelope || !bytes.Equal(f[2], want) ||
+		!bytes.Equal(f[3], strconv.AppendInt(size[:0], e.size-int64(len(line))-1, 10)) ||
+		len(f[4]) != 64 || !isHex(string(f[4])) {
+		return ""
+	}
+	return envelopeDigest(string(f[4]))
 }

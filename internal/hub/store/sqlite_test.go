@@ -222,3 +222,27 @@ func TestLockWaitHonoursContext(t *testing.T) {
 		t.Fatalf("%d humans after a refused update", n)
 	}
 }
+
+// TestReadAfterWriterOnlyClose: closing the last connection checkpoints and
+// removes the WAL; the next process's readers see everything.
+func TestReadAfterWriterOnlyClose(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	s, err := OpenSQLite(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Update(ctx, func(tx Tx) error { return tx.InsertHuman(Human{ID: "h", Name: "n"}) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, DBFile+"-wal")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("writer-only close left the WAL: %v", err)
+	}
+	s = open(t, dir)
+	if got := countHumans(t, s); got != 1 {
+		t.Fatalf("%d humans after a writer-only close, want 1", got)
+	}
+}
