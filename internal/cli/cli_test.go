@@ -106,7 +106,7 @@ func TestConfigureHookInspectInProcess(t *testing.T) {
 		t.Fatalf("configure: %+v", r)
 	}
 	for _, ev := range []string{"SessionStart", "Stop", "SessionEnd"} {
-		if r := runMain(t, env, `{"session_id":"s1","cwd":"`+root+`","hook_event_name":"`+ev+`"}`, "change-capture", "hook-claude"); r.code != 0 || r.stderr != "" {
+		if r := runMain(t, env, `{"session_id":"s1","cwd":"`+root+`","hook_event_name":"`+ev+`","source":"startup"}`, "change-capture", "hook-claude"); r.code != 0 || r.stderr != "" {
 			t.Fatalf("hook %s: %+v", ev, r)
 		}
 	}
