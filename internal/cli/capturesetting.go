@@ -48,9 +48,6 @@ this checkout".`)
 	if err := parseFlags(fs, args, false); err != nil {
 		return err
 	}
-	if err := checkFormat(*format); err != nil {
-		return err
-	}
 	if *root == "" {
 		return usagef("--root is required")
 	}
@@ -122,9 +119,6 @@ connection to the repository and Hub the binding was saved for.`)
 	if err := parseFlags(fs, args, false); err != nil {
 		return err
 	}
-	if err := checkFormat(*format); err != nil {
-		return err
-	}
 	if *root == "" || *mode == "" {
 		return usagef("--root and --mode are required")
 	}
@@ -159,9 +153,6 @@ Not set up, Off, Metadata only, Local only, Shared with Hub.`)
 	root := fs.String("root", "", "absolute path of the checkout")
 	format := formatFlag(fs)
 	if err := parseFlags(fs, args, false); err != nil {
-		return err
-	}
-	if err := checkFormat(*format); err != nil {
 		return err
 	}
 	store, conns, err := captureDeps(env)
@@ -218,9 +209,6 @@ absolute path it was saved with. The next enable creates a new spool.`)
 	root := fs.String("root", "", "absolute path of the checkout as it was saved")
 	format := formatFlag(fs)
 	if err := parseFlags(fs, args, false); err != nil {
-		return err
-	}
-	if err := checkFormat(*format); err != nil {
 		return err
 	}
 	if *root == "" {

@@ -143,9 +143,6 @@ this checkout" and changes nothing.`)
 	if err := parseFlags(fs, args, false); err != nil {
 		return err
 	}
-	if err := checkFormat(*format); err != nil {
-		return err
-	}
 	if o.Root == "" || o.Spool == "" {
 		return usagef("--root and --spool are required")
 	}
@@ -200,9 +197,6 @@ kept; nothing captured is deleted.`)
 	if err := parseFlags(fs, args, false); err != nil {
 		return err
 	}
-	if err := checkFormat(*format); err != nil {
-		return err
-	}
 	if *root == "" {
 		return usagef("--root is required")
 	}
@@ -243,9 +237,6 @@ quarantine use 'change-capture inspect'.`)
 	spoolDir := fs.String("spool", "", "absolute path of the spool")
 	format := formatFlag(fs)
 	if err := parseFlags(fs, args, false); err != nil {
-		return err
-	}
-	if err := checkFormat(*format); err != nil {
 		return err
 	}
 	if *spoolDir == "" {

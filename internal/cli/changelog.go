@@ -161,9 +161,6 @@ capture hook does this after every tool call; this command does it by hand.`)
 	if err := parseFlags(fs, args, false); err != nil {
 		return err
 	}
-	if err := checkFormat(*format); err != nil {
-		return err
-	}
 	c, err := openChangelog(env, &rf, true)
 	if err != nil {
 		return err
@@ -189,9 +186,6 @@ changed, content bytes and archive size.`)
 	rf.register(fs, false)
 	format := formatFlag(fs)
 	if err := parseFlags(fs, args, false); err != nil {
-		return err
-	}
-	if err := checkFormat(*format); err != nil {
 		return err
 	}
 	c, err := openChangelog(env, &rf, false)
@@ -277,9 +271,6 @@ marker).`)
 	resume := fs.Bool("resume-conversation", false, "also bind the conversation, cut right after the target call's result, to a fresh session id and print the claude --resume command")
 	format := formatFlag(fs)
 	if err := parseFlags(fs, args, false); err != nil {
-		return err
-	}
-	if err := checkFormat(*format); err != nil {
 		return err
 	}
 	if *to < 0 {

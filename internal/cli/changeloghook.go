@@ -58,9 +58,6 @@ Refused with exit status 5 while a turn runs.`)
 	if err := parseFlags(fs, args, false); err != nil {
 		return err
 	}
-	if err := checkFormat(*format); err != nil {
-		return err
-	}
 	if rf.root == "" {
 		return usagef("--root is required")
 	}

@@ -198,6 +198,10 @@ func parseFlags(fs *flag.FlagSet, args []string, allowPos bool) error {
 	if !allowPos && fs.NArg() > 0 {
 		return usagef("unexpected argument %q", fs.Arg(0))
 	}
+	// Every command that registers --format gets it checked here.
+	if f := fs.Lookup("format"); f != nil {
+		return checkFormat(f.Value.String())
+	}
 	return nil
 }
 

@@ -117,9 +117,6 @@ worktree id; reconnecting the same Hub and repository keeps it.`)
 	if err := parseFlags(fs, args, false); err != nil {
 		return err
 	}
-	if err := checkFormat(*format); err != nil {
-		return err
-	}
 	if *rootF == "" {
 		return usagef("--root is required")
 	}
@@ -204,9 +201,6 @@ the command then exits 1 if any check failed.`)
 	check := fs.Bool("check", false, "check each connection with its Hub")
 	format := formatFlag(fs)
 	if err := parseFlags(fs, args, false); err != nil {
-		return err
-	}
-	if err := checkFormat(*format); err != nil {
 		return err
 	}
 	dir, err := configDir(env)
@@ -297,9 +291,6 @@ The root is matched as given when the checkout no longer exists.`)
 	rootF := fs.String("root", "", "path of the checkout (required; a relative path is resolved)")
 	format := formatFlag(fs)
 	if err := parseFlags(fs, args, false); err != nil {
-		return err
-	}
-	if err := checkFormat(*format); err != nil {
 		return err
 	}
 	if *rootF == "" {

@@ -104,9 +104,6 @@ func runHubAdminHumanCreate(ctx context.Context, env *Env, args []string) error 
 	if err := parseFlags(fs, args, false); err != nil {
 		return err
 	}
-	if err := checkFormat(*format); err != nil {
-		return err
-	}
 	if *name == "" {
 		return usagef("--name is required")
 	}
@@ -131,9 +128,6 @@ func runHubAdminRepositoryCreate(ctx context.Context, env *Env, args []string) e
 	name := fs.String("name", "", "the repository's unique name (required)")
 	format := formatFlag(fs)
 	if err := parseFlags(fs, args, false); err != nil {
-		return err
-	}
-	if err := checkFormat(*format); err != nil {
 		return err
 	}
 	if *name == "" {
@@ -167,9 +161,6 @@ its SHA-256; the secret is shown once: on stdout, or written to a new file
 	output := fs.String("output", "", "write the secret to this new file instead of stdout")
 	format := formatFlag(fs)
 	if err := parseFlags(fs, args, false); err != nil {
-		return err
-	}
-	if err := checkFormat(*format); err != nil {
 		return err
 	}
 	if *human == "" || *repo == "" {
@@ -218,9 +209,6 @@ func runHubAdminList(ctx context.Context, env *Env, args []string) error {
 	fs, data := adminFlags(env, "list", "[--format text|json]", "List the Hub's humans, repositories and tokens (never token secrets).")
 	format := formatFlag(fs)
 	if err := parseFlags(fs, args, false); err != nil {
-		return err
-	}
-	if err := checkFormat(*format); err != nil {
 		return err
 	}
 	svc, err := openHubData(ctx, *data)

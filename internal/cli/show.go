@@ -27,9 +27,6 @@ it.`)
 	if err := parseFlags(fs, args, false); err != nil {
 		return err
 	}
-	if err := checkFormat(*format); err != nil {
-		return err
-	}
 	if *root == "" || *id == "" {
 		return usagef("--root and --work-id are required")
 	}

@@ -38,9 +38,6 @@ func spoolArgs(env *Env, cmdline, synopsis, description string, args []string, w
 	if err := parseFlags(fs, args, allowPos); err != nil {
 		return "", "", nil, err
 	}
-	if err := checkFormat(*f); err != nil {
-		return "", "", nil, err
-	}
 	if *d == "" {
 		return "", "", nil, usagef("--spool is required")
 	}

@@ -87,9 +87,6 @@ canonical session named by --session-alias (default "default").`)
 	if err := parseFlags(fs, args, false); err != nil {
 		return err
 	}
-	if err := checkFormat(*format); err != nil {
-		return err
-	}
 	ctx, cancel := context.WithTimeout(ctx, hubTimeout)
 	defer cancel()
 	c, conn, err := openCheckout(ctx, env, *root)
@@ -113,9 +110,6 @@ func runWorkList(ctx context.Context, env *Env, args []string) error {
 	root := fs.String("root", "", "absolute path of the checkout (default: the working directory)")
 	format := formatFlag(fs)
 	if err := parseFlags(fs, args, false); err != nil {
-		return err
-	}
-	if err := checkFormat(*format); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, hubTimeout)
@@ -170,9 +164,6 @@ func runWorkShow(ctx context.Context, env *Env, args []string) error {
 	id := fs.String("work-id", "", "the Work (default: the checkout's current Work)")
 	format := formatFlag(fs)
 	if err := parseFlags(fs, args, false); err != nil {
-		return err
-	}
-	if err := checkFormat(*format); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, hubTimeout)
@@ -253,9 +244,6 @@ generation (the previous holder's sessions) is refused from now on.`
 	note := fs.String("note", "", "a note recorded with the checkpoint")
 	format := formatFlag(fs)
 	if err := parseFlags(fs, args, false); err != nil {
-		return err
-	}
-	if err := checkFormat(*format); err != nil {
 		return err
 	}
 	if action == api.CheckpointTakeover && *id == "" {
