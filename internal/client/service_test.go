@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/agentscm/agentscm/internal/client"
@@ -132,8 +133,14 @@ var serviceCases = []struct {
 		_, err = f.alice.Deliver(context.Background(), eventsEnv(tg, "b2", api.Event{Seq: 2, Kind: "turn_end"}))
 		wantErr(t, err, 409, api.CodeConflict, "sequence_taken")
 		rec := must[api.ChangeRecord](t)(f.alice.Record(context.Background(), tg.WorkID))
-		if len(rec.Events) != 2 || rec.Events[0].ObservedAt != 100 || rec.Coverage.State != "complete" {
+		// The session has not ended, so the record cannot claim complete.
+		if len(rec.Events) != 2 || rec.Events[0].ObservedAt != 100 || rec.Coverage.State != "partial" ||
+			len(rec.Coverage.Reasons) != 1 || !strings.Contains(rec.Coverage.Reasons[0], "has not ended") {
 			t.Fatalf("record = %+v", rec)
+		}
+		deliver(t, f.alice, eventsEnv(tg, "b3", api.Event{Seq: 3, Kind: "session_end", Reason: "other"}), api.StatusAccepted)
+		if rec := must[api.ChangeRecord](t)(f.alice.Record(context.Background(), tg.WorkID)); rec.Coverage.State != "complete" {
+			t.Fatalf("after session_end: coverage %+v", rec.Coverage)
 		}
 	}},
 	{"session end pauses and a resumed session keeps capturing", func(t *testing.T, f *fixture) {
@@ -278,7 +285,7 @@ var serviceCases = []struct {
 		if len(rec.Gaps) != 1 || rec.Gaps[0].Kind != "capture_interrupted" || rec.Sessions[0].MissingSeqs != 2 {
 			t.Fatalf("gaps = %+v sessions = %+v", rec.Gaps, rec.Sessions)
 		}
-		if rec.Coverage.State != "partial" || len(rec.Coverage.Reasons) != 4 {
+		if rec.Coverage.State != "partial" || len(rec.Coverage.Reasons) != 5 {
 			t.Fatalf("coverage = %+v", rec.Coverage)
 		}
 		// Reading changed nothing.

@@ -732,6 +732,11 @@ func (s *Service) Record(ctx context.Context, p Principal, repository, id string
 			if sr.MissingSeqs > 0 {
 				reasons = append(reasons, fmt.Sprintf("session %s (generation %d): %d sequence numbers missing", ss.Canonical, ss.Generation, sr.MissingSeqs))
 			}
+			// A session is complete only once its end was observed: an open
+			// (or abandoned) session may still hold unobserved events.
+			if st.Events > 0 && st.LastKind != api.KindSessionEnd {
+				reasons = append(reasons, fmt.Sprintf("session %s (generation %d) has not ended", ss.Canonical, ss.Generation))
+			}
 			rec.Sessions = append(rec.Sessions, sr)
 		}
 		var total int64

@@ -840,7 +840,9 @@ func (t *sqliteTx) ListEvents(workID string, limit int) ([]api.EventRecord, int6
 }
 
 func (t *sqliteTx) SessionStats(workID string) ([]SessionStats, error) {
-	rows, err := t.query("SELECT generation,session,count(*),min(seq),max(seq) FROM events WHERE work_id=? GROUP BY generation, session", workID)
+	rows, err := t.query(`SELECT generation,session,count(*),min(seq),max(seq),
+  (SELECT e2.kind FROM events e2 WHERE e2.work_id=events.work_id AND e2.generation=events.generation AND e2.session=events.session ORDER BY e2.seq DESC LIMIT 1)
+  FROM events WHERE work_id=? GROUP BY generation, session`, workID)
 	if err != nil {
 		return nil, err
 	}
@@ -848,7 +850,7 @@ func (t *sqliteTx) SessionStats(workID string) ([]SessionStats, error) {
 	var out []SessionStats
 	for rows.Next() {
 		var s SessionStats
-		if err := rows.Scan(&s.Generation, &s.Session, &s.Events, &s.FirstSeq, &s.LastSeq); err != nil {
+		if err := rows.Scan(&s.Generation, &s.Session, &s.Events, &s.FirstSeq, &s.LastSeq, &s.LastKind); err != nil {
 			return nil, err
 		}
 		out = append(out, s)

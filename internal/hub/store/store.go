@@ -137,6 +137,8 @@ type SessionStats struct {
 	Events     int64
 	FirstSeq   int64
 	LastSeq    int64
+	// LastKind is the kind of the session's highest-sequence event.
+	LastKind string
 }
 
 // Tx is one transaction's primitives. Lookups return ErrNotFound; inserts
