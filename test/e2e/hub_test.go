@@ -114,3 +114,40 @@ func TestResumedUnobservedSessionStartsLate(t *testing.T) {
 		t.Fatalf("events %+v", rec.Events)
 	}
 }
+
+// TestParallelToolCallsDelivered: several tool_use blocks in one reply run
+// as concurrent hook processes; every start and finish reaches the Hub once.
+func TestParallelToolCallsDelivered(t *testing.T) {
+	c := newCheckout(t)
+	c.configure("metadata-only")
+	work := c.startWork("parallel")
+	api1, err := scriptedapi.Start(scriptedapi.Turn{Marker: "SCENARIO-PAR", Steps: [][]scriptedapi.ToolCall{{
+		bash("echo one > p1.txt"), bash("echo two > p2.txt"), bash("echo three > p3.txt"),
+	}}, FinalText: "parallel done"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer api1.Close()
+	c.runClaude(api1, "-p", "Run SCENARIO-PAR.")
+	rec := c.record(work)
+	starts, finishes := map[string]int{}, map[string]int{}
+	for _, e := range rec.Events {
+		switch e.Kind {
+		case "tool_start":
+			starts[e.ToolUseID]++
+		case "tool_finish":
+			finishes[e.ToolUseID]++
+		}
+	}
+	if len(starts) != 3 || len(finishes) != 3 {
+		t.Fatalf("starts %v finishes %v", starts, finishes)
+	}
+	for id, n := range starts {
+		if n != 1 || finishes[id] != 1 {
+			t.Fatalf("tool %s: %d starts, %d finishes", id, n, finishes[id])
+		}
+	}
+	if rec.Coverage.State != "complete" || rec.Sessions[0].MissingSeqs != 0 {
+		t.Fatalf("coverage %+v sessions %+v", rec.Coverage, rec.Sessions)
+	}
+}
