@@ -592,7 +592,13 @@ func ReadMeta(path string) (*Meta, error) {
 		return nil, err
 	}
 	defer f.Close()
-	gz, err := gzip.NewReader(f)
+	return ReadMetaFrom(f)
+}
+
+// ReadMetaFrom reads only the metadata of an increment (its first member)
+// from r, without validating the rest.
+func ReadMetaFrom(r io.Reader) (*Meta, error) {
+	gz, err := gzip.NewReader(r)
 	if err != nil {
 		return nil, archiveError("gzip: %v", err)
 	}

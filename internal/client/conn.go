@@ -3,6 +3,8 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -37,7 +40,29 @@ type Conn interface {
 	Record(ctx context.Context, id string) (api.ChangeRecord, error)
 	// CurrentWork returns the worktree's current Work.
 	CurrentWork(ctx context.Context, worktreeID string) (api.CurrentWork, error)
+	// UploadIncrement stores one changelog increment (body, whose SHA-256
+	// is up.Digest) under the worktree's current Work, within its grant.
+	UploadIncrement(ctx context.Context, worktreeID string, up api.IncrementUpload, body []byte) (api.IncrementStoreResult, error)
+	// ListIncrements lists a Work's stored increments with its grant.
+	ListIncrements(ctx context.Context, workID string) (api.IncrementList, error)
+	// GetIncrement downloads a Work's increment and verifies its size and
+	// digest against want (an entry of ListIncrements): ErrIncrementDigest.
+	GetIncrement(ctx context.Context, workID string, want api.IncrementInfo) ([]byte, error)
+	// SetGrant sets a Work's changelog grant.
+	SetGrant(ctx context.Context, workID string, req api.GrantRequest) (api.GrantView, error)
 	Close() error
+}
+
+// ErrIncrementDigest reports a downloaded increment whose bytes do not match
+// the size and digest the Hub listed for it.
+var ErrIncrementDigest = errors.New("downloaded increment does not match its digest")
+
+func verifyIncrement(b []byte, want api.IncrementInfo) error {
+	sum := sha256.Sum256(b)
+	if got := hex.EncodeToString(sum[:]); int64(len(b)) != want.Size || got != want.Digest {
+		return fmt.Errorf("%w: position %d: %d bytes hashing to %s, listed as %d bytes hashing to %s", ErrIncrementDigest, want.Position, len(b), got, want.Size, want.Digest)
+	}
+	return nil
 }
 
 // Options tune Open.
@@ -112,6 +137,27 @@ func (l *Local) CurrentWork(ctx context.Context, worktreeID string) (api.Current
 	return l.svc.CurrentWork(ctx, l.p, l.repo, worktreeID)
 }
 
+func (l *Local) UploadIncrement(ctx context.Context, worktreeID string, up api.IncrementUpload, body []byte) (api.IncrementStoreResult, error) {
+	up.Size = int64(len(body))
+	return l.svc.UploadIncrement(ctx, l.p, l.repo, worktreeID, up, bytes.NewReader(body))
+}
+
+func (l *Local) ListIncrements(ctx context.Context, workID string) (api.IncrementList, error) {
+	return l.svc.ListIncrements(ctx, l.p, l.repo, workID)
+}
+
+func (l *Local) GetIncrement(ctx context.Context, workID string, want api.IncrementInfo) ([]byte, error) {
+	_, b, err := l.svc.GetIncrement(ctx, l.p, l.repo, workID, want.Position)
+	if err != nil {
+		return nil, err
+	}
+	return b, verifyIncrement(b, want)
+}
+
+func (l *Local) SetGrant(ctx context.Context, workID string, req api.GrantRequest) (api.GrantView, error) {
+	return l.svc.SetGrant(ctx, l.p, l.repo, workID, req)
+}
+
 // Close closes the embedded store.
 func (l *Local) Close() error { return l.svc.Close() }
 
@@ -142,6 +188,9 @@ func NewHTTP(baseURL, repository, token string, hc *http.Client) (*HTTP, error) 
 				MaxIdleConnsPerHost: 16,
 				IdleConnTimeout:     90 * time.Second,
 				TLSHandshakeTimeout: 5 * time.Second,
+				// Increment uploads send Expect: 100-continue, so a refusal
+				// the Hub decides from the headers costs no body transfer.
+				ExpectContinueTimeout: time.Second,
 			},
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		}
@@ -158,45 +207,65 @@ func (h *HTTP) repoPath(parts ...string) string {
 }
 
 func (h *HTTP) do(ctx context.Context, method, path string, in, out any) error {
-	var body io.Reader
+	var body []byte
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
 			return err
 		}
-		body = bytes.NewReader(b)
+		body = b
 	}
-	req, err := http.NewRequestWithContext(ctx, method, h.base+path, body)
+	b, _, err := h.send(ctx, method, path, body, "application/json", maxResponseBytes)
 	if err != nil {
 		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+h.token)
-	req.Header.Set("Accept", "application/json")
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := h.c.Do(req)
-	if err != nil {
-		return fmt.Errorf("hub %s: %w", h.base, err)
-	}
-	defer resp.Body.Close()
-	b, err := fsutil.ReadBounded(resp.Body, maxResponseBytes)
-	if err != nil {
-		return fmt.Errorf("hub %s: read answer: %w", h.base, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		var eb api.ErrorBody
-		if json.Unmarshal(b, &eb) == nil && eb.Error != nil && eb.Error.Code != "" {
-			eb.Error.Status = resp.StatusCode
-			return eb.Error
-		}
-		return &api.Error{Status: resp.StatusCode, Code: fmt.Sprintf("http_%d", resp.StatusCode),
-			Message: fmt.Sprintf("hub answered %s", resp.Status)}
 	}
 	if err := json.Unmarshal(b, out); err != nil {
 		return fmt.Errorf("hub %s: bad answer to %s %s: %w", h.base, method, path, err)
 	}
 	return nil
+}
+
+// send makes one request (body nil: none) and returns the 200 answer's
+// bytes (at most limit) and headers, or the Hub's *api.Error.
+func (h *HTTP) send(ctx context.Context, method, path string, body []byte, contentType string, limit int64) ([]byte, http.Header, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, h.base+path, rd)
+	if err != nil {
+		return nil, nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+h.token)
+	req.Header.Set("Accept", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", contentType)
+		if len(body) > 64<<10 {
+			req.Header.Set("Expect", "100-continue")
+		}
+	}
+	resp, err := h.c.Do(req)
+	if err != nil {
+		return nil, nil, fmt.Errorf("hub %s: %w", h.base, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		limit = maxResponseBytes
+	}
+	b, err := fsutil.ReadBounded(resp.Body, limit)
+	if err != nil {
+		return nil, nil, fmt.Errorf("hub %s: read answer: %w", h.base, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		var eb api.ErrorBody
+		if json.Unmarshal(b, &eb) == nil && eb.Error != nil && eb.Error.Code != "" {
+			eb.Error.Status = resp.StatusCode
+			return nil, nil, eb.Error
+		}
+		return nil, nil, &api.Error{Status: resp.StatusCode, Code: fmt.Sprintf("http_%d", resp.StatusCode),
+			Message: fmt.Sprintf("hub answered %s", resp.Status)}
+	}
+	return b, resp.Header, nil
 }
 
 func (h *HTTP) Whoami(ctx context.Context) (api.Whoami, error) {
@@ -235,6 +304,43 @@ func (h *HTTP) Record(ctx context.Context, id string) (api.ChangeRecord, error) 
 func (h *HTTP) CurrentWork(ctx context.Context, worktreeID string) (api.CurrentWork, error) {
 	var out api.CurrentWork
 	return out, h.do(ctx, "GET", h.repoPath("worktrees", worktreeID), nil, &out)
+}
+
+func (h *HTTP) UploadIncrement(ctx context.Context, worktreeID string, up api.IncrementUpload, body []byte) (api.IncrementStoreResult, error) {
+	var out api.IncrementStoreResult
+	path := h.repoPath("worktrees", worktreeID, "changelog", strconv.Itoa(up.Position)) + "?" + up.Query()
+	b, _, err := h.send(ctx, "PUT", path, body, api.IncrementContentType, maxResponseBytes)
+	if err != nil {
+		return out, err
+	}
+	if err := json.Unmarshal(b, &out); err != nil {
+		return out, fmt.Errorf("hub %s: bad answer to an increment upload: %w", h.base, err)
+	}
+	return out, nil
+}
+
+func (h *HTTP) ListIncrements(ctx context.Context, workID string) (api.IncrementList, error) {
+	var out api.IncrementList
+	return out, h.do(ctx, "GET", h.repoPath("works", workID, "changelog"), nil, &out)
+}
+
+func (h *HTTP) GetIncrement(ctx context.Context, workID string, want api.IncrementInfo) ([]byte, error) {
+	if want.Size < 0 || want.Size > api.MaxIncrementBytes {
+		return nil, fmt.Errorf("increment %d is listed with %d bytes, over the %d-byte bound", want.Position, want.Size, int64(api.MaxIncrementBytes))
+	}
+	b, _, err := h.send(ctx, "GET", h.repoPath("works", workID, "changelog", strconv.Itoa(want.Position)), nil, "", want.Size)
+	if err != nil {
+		if errors.Is(err, fsutil.ErrTooLarge) {
+			return nil, fmt.Errorf("%w: position %d: longer than the listed %d bytes", ErrIncrementDigest, want.Position, want.Size)
+		}
+		return nil, err
+	}
+	return b, verifyIncrement(b, want)
+}
+
+func (h *HTTP) SetGrant(ctx context.Context, workID string, req api.GrantRequest) (api.GrantView, error) {
+	var out api.GrantView
+	return out, h.do(ctx, "POST", h.repoPath("works", workID, "grant"), req, &out)
 }
 
 // Close releases idle HTTP connections.

@@ -43,6 +43,10 @@ func Routes() []Route {
 		{"POST", "/v1/repositories/{repo}/works/{work}/checkpoints", true, false},
 		{"GET", "/v1/repositories/{repo}/works/{work}/record", false, false},
 		{"GET", "/v1/repositories/{repo}/worktrees/{worktree}", false, false},
+		{"PUT", "/v1/repositories/{repo}/worktrees/{worktree}/changelog/{position}", true, false},
+		{"GET", "/v1/repositories/{repo}/works/{work}/changelog", false, false},
+		{"GET", "/v1/repositories/{repo}/works/{work}/changelog/{position}", false, false},
+		{"POST", "/v1/repositories/{repo}/works/{work}/grant", true, false},
 		{"GET", "/v1/admin/humans", false, true},
 		{"POST", "/v1/admin/humans", true, true},
 		{"GET", "/v1/admin/repositories", false, true},
@@ -103,6 +107,36 @@ func NewHandler(svc *Service, logger *log.Logger) *Handler {
 		"GET /v1/repositories/{repo}/worktrees/{worktree}": func(r *http.Request, p Principal) (any, error) {
 			return svc.CurrentWork(r.Context(), p, r.PathValue("repo"), r.PathValue("worktree"))
 		},
+		"PUT /v1/repositories/{repo}/worktrees/{worktree}/changelog/{position}": func(r *http.Request, p Principal) (any, error) {
+			pos, err := api.ParsePosition(r.PathValue("position"))
+			if err != nil {
+				return nil, err
+			}
+			q := r.URL.Query()
+			up := api.IncrementUpload{Position: pos, Digest: q.Get("digest"), Session: q.Get("session"), Size: r.ContentLength}
+			return svc.UploadIncrement(r.Context(), p, r.PathValue("repo"), r.PathValue("worktree"), up, r.Body)
+		},
+		"GET /v1/repositories/{repo}/works/{work}/changelog": func(r *http.Request, p Principal) (any, error) {
+			return svc.ListIncrements(r.Context(), p, r.PathValue("repo"), r.PathValue("work"))
+		},
+		"GET /v1/repositories/{repo}/works/{work}/changelog/{position}": func(r *http.Request, p Principal) (any, error) {
+			pos, err := api.ParsePosition(r.PathValue("position"))
+			if err != nil {
+				return nil, err
+			}
+			info, b, err := svc.GetIncrement(r.Context(), p, r.PathValue("repo"), r.PathValue("work"), pos)
+			if err != nil {
+				return nil, err
+			}
+			return rawBody{contentType: api.IncrementContentType, digest: info.Digest, b: b}, nil
+		},
+		"POST /v1/repositories/{repo}/works/{work}/grant": func(r *http.Request, p Principal) (any, error) {
+			var req api.GrantRequest
+			if err := api.DecodeStrict(r.Body, api.MaxRequestBytes, &req); err != nil {
+				return nil, err
+			}
+			return svc.SetGrant(r.Context(), p, r.PathValue("repo"), r.PathValue("work"), req)
+		},
 		"GET /v1/admin/humans":       adminList(svc, "humans"),
 		"GET /v1/admin/repositories": adminList(svc, "repositories"),
 		"GET /v1/admin/tokens":       adminList(svc, "tokens"),
@@ -144,7 +178,11 @@ func NewHandler(svc *Service, logger *log.Logger) *Handler {
 		if !ok {
 			panic("hub: route without handler: " + key)
 		}
-		h.mux.Handle(key, h.wrap(fn))
+		limit := int64(api.MaxEnvelopeBytes)
+		if rt.Method == "PUT" {
+			limit = api.MaxIncrementBytes // increment uploads; each checks its own Content-Length
+		}
+		h.mux.Handle(key, h.wrap(fn, limit))
 		paths[rt.Pattern] = true
 	}
 	for p := range paths {
@@ -168,9 +206,21 @@ func adminList(svc *Service, what string) handlerFunc {
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
 
-func (h *Handler) wrap(fn handlerFunc) http.Handler {
+// rawBody is a handler result written as it is rather than as JSON: an
+// increment's bytes.
+type rawBody struct {
+	contentType string
+	digest      string
+	b           []byte
+}
+
+func (h *Handler) wrap(fn handlerFunc, limit int64) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		r.Body = http.MaxBytesReader(w, r.Body, api.MaxEnvelopeBytes)
+		// A shallow copy carries the bounded body: the server's own request
+		// keeps its Expect: 100-continue reader, so a refusal written before
+		// the body is read closes the connection instead of receiving it.
+		r = r.WithContext(r.Context())
+		r.Body = http.MaxBytesReader(w, r.Body, limit)
 		secret, ok := bearer(r.Header.Get("Authorization"))
 		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="agentscm"`)
@@ -188,6 +238,16 @@ func (h *Handler) wrap(fn handlerFunc) http.Handler {
 		out, err := fn(r, p)
 		if err != nil {
 			h.fail(w, r, err)
+			return
+		}
+		if raw, ok := out.(rawBody); ok {
+			w.Header().Set("Content-Type", raw.contentType)
+			w.Header().Set("Content-Length", fmt.Sprint(len(raw.b)))
+			if raw.digest != "" {
+				w.Header().Set(api.IncrementDigestHeader, raw.digest)
+			}
+			w.WriteHeader(http.StatusOK)
+			w.Write(raw.b)
 			return
 		}
 		writeJSON(w, http.StatusOK, out)

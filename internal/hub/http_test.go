@@ -92,7 +92,7 @@ func (e *matrixEnv) do(t *testing.T, method, path, token string, body []byte) (i
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+	if ct := resp.Header.Get("Content-Type"); ct != "application/json" && !(resp.StatusCode == 200 && ct == api.IncrementContentType) {
 		t.Fatalf("%s %s: content type %q", method, path, ct)
 	}
 	return resp.StatusCode, b
@@ -141,12 +141,28 @@ func (e *matrixEnv) request(t *testing.T, rt hub.Route) (string, []byte) {
 		body = api.CreateTokenRequest{Human: "alice", Repository: "proj"}
 	}
 	if strings.Contains(path, "{work}") {
-		path = strings.ReplaceAll(path, "{work}", e.freshWork(t, fmt.Sprintf("wt-w%d", n)).ID)
+		wt := fmt.Sprintf("wt-w%d", n)
+		path = strings.ReplaceAll(path, "{work}", e.freshWork(t, wt).ID)
+		if strings.HasSuffix(path, "{position}") {
+			// A stored increment to download.
+			e.upload(t, wt, 0, "s1", testIncrement(t, 0, "s1"))
+		}
 	}
 	if strings.Contains(path, "{worktree}") {
 		wt := fmt.Sprintf("wt-c%d", n)
 		e.freshWork(t, wt)
 		path = strings.ReplaceAll(path, "{worktree}", wt)
+	}
+	if strings.Contains(path, "{position}") {
+		path = strings.ReplaceAll(path, "{position}", "0")
+	}
+	if rt.Method == "PUT" {
+		inc := testIncrement(t, 0, "s1")
+		sum := sha256.Sum256(inc)
+		return path + "?session=s1&digest=" + hex.EncodeToString(sum[:]), inc
+	}
+	if rt.Pattern == "/v1/repositories/{repo}/works/{work}/grant" {
+		body = api.GrantRequest{MaxObjects: 5, MaxBytes: 1 << 20}
 	}
 	if body == nil {
 		return path, nil

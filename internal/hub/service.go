@@ -514,6 +514,11 @@ func (s *Service) StartWork(ctx context.Context, p Principal, repository string,
 	if !api.ValidName(alias) {
 		return api.Work{}, badf("session_alias is not valid")
 	}
+	if req.ChangelogGrant != nil {
+		if err := req.ChangelogGrant.Validate(); err != nil {
+			return api.Work{}, err
+		}
+	}
 	var out api.Work
 	err := s.st.Update(ctx, func(tx store.Tx) error {
 		repo, err := authorize(tx, p, repository, true)
@@ -531,6 +536,11 @@ func (s *Service) StartWork(ctx context.Context, p Principal, repository string,
 		}
 		if err := tx.SetCurrent(store.Current{RepositoryID: repo.ID, WorktreeID: req.WorktreeID, WorkID: w.ID, Generation: 1, UpdatedAt: now}); err != nil {
 			return err
+		}
+		if req.ChangelogGrant != nil {
+			if err := tx.SetChangelogGrant(w.ID, *req.ChangelogGrant, now); err != nil {
+				return err
+			}
 		}
 		if _, err := tx.AppendCheckpoint(store.Checkpoint{WorkID: w.ID, Action: CheckpointStart, To: api.StateActive, Generation: 1,
 			HumanID: p.HumanID, WorktreeID: req.WorktreeID, At: now}); err != nil {

@@ -80,6 +80,8 @@ type Error struct {
 	Message string `json:"message"`
 	// Reason refines Code, e.g. the reason of a target refusal or a conflict.
 	Reason string `json:"reason,omitempty"`
+	// Detail carries the numbers of a changelog refusal (grant, positions).
+	Detail *ErrorDetail `json:"detail,omitempty"`
 }
 
 func (e *Error) Error() string {
@@ -163,6 +165,9 @@ type StartWorkRequest struct {
 	// SessionAlias names the canonical session that the first native session
 	// on the worktree joins; empty means "default".
 	SessionAlias string `json:"session_alias,omitempty"`
+	// ChangelogGrant, when set, is the Work's changelog grant; otherwise
+	// the default grant applies.
+	ChangelogGrant *Grant `json:"changelog_grant,omitempty"`
 }
 
 // CheckpointRequest changes a Work's state (pause, resume, block, finish,

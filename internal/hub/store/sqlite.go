@@ -25,7 +25,7 @@ import (
 const DBFile = "hub.db"
 
 // SchemaVersion is the schema this binary writes (PRAGMA user_version).
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // BusyTimeoutMS is how long a writer waits for another process's write lock.
 const BusyTimeoutMS = 10000
@@ -161,6 +161,13 @@ CREATE TABLE IF NOT EXISTS usage(work_id TEXT NOT NULL, generation INTEGER NOT N
 CREATE TABLE IF NOT EXISTS gaps(work_id TEXT NOT NULL, generation INTEGER NOT NULL, session TEXT NOT NULL, identity TEXT NOT NULL,
   kind TEXT NOT NULL, reason TEXT NOT NULL, from_seq INTEGER NOT NULL, to_seq INTEGER NOT NULL, received_at INTEGER NOT NULL,
   PRIMARY KEY(work_id, identity)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS changelog_grants(work_id TEXT PRIMARY KEY REFERENCES works(id), max_objects INTEGER NOT NULL,
+  max_bytes INTEGER NOT NULL, updated_at INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS changelog_increments(work_id TEXT NOT NULL REFERENCES works(id), position INTEGER NOT NULL,
+  digest TEXT NOT NULL, size INTEGER NOT NULL, session TEXT NOT NULL, generation INTEGER NOT NULL, worktree_id TEXT NOT NULL,
+  kind TEXT NOT NULL, tool TEXT NOT NULL, failed INTEGER NOT NULL, stored_at INTEGER NOT NULL,
+  PRIMARY KEY(work_id, position)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS changelog_increments_digest ON changelog_increments(digest);
 `
 
 func (s *SQLite) migrate(ctx context.Context) error {

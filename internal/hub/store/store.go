@@ -210,6 +210,37 @@ type Tx interface {
 	Actions(workID string) ([]Action, error)
 	Gaps(workID string) ([]api.GapRecord, error)
 	UsageTotals(workID string) (api.UsageTotals, error)
+
+	// ChangelogGrant returns a Work's explicit grant (ErrNotFound: none).
+	ChangelogGrant(workID string) (api.Grant, error)
+	SetChangelogGrant(workID string, g api.Grant, at int64) error
+	// ChangelogUsage sums a Work's stored increments and returns the last
+	// position (-1 when none).
+	ChangelogUsage(workID string) (api.GrantUsage, int, error)
+	ChangelogIncrement(workID string, position int) (Increment, error)
+	ChangelogIncrements(workID string) ([]Increment, error)
+	// PutChangelogIncrement stores an increment, replacing the one at its
+	// position.
+	PutChangelogIncrement(inc Increment) error
+	// IncrementDigestRefs counts the increments (of any Work) stored under
+	// an object digest.
+	IncrementDigestRefs(digest string) (int64, error)
+}
+
+// Increment is one changelog increment stored for a Work: the object's
+// digest and size and what its metadata says.
+type Increment struct {
+	WorkID     string
+	Position   int
+	Digest     string
+	Size       int64
+	Session    string
+	Generation int64
+	WorktreeID string
+	Kind       string
+	Tool       string
+	Failed     bool
+	StoredAt   int64
 }
 
 // SessionKey names a session inside a Work.

@@ -1,0 +1,312 @@
+package hub
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/agentscm/agentscm/internal/changelog"
+	"github.com/agentscm/agentscm/internal/fsutil"
+	"github.com/agentscm/agentscm/internal/hub/api"
+	"github.com/agentscm/agentscm/internal/hub/objects"
+	"github.com/agentscm/agentscm/internal/hub/store"
+)
+
+// grantOf returns a Work's changelog grant: its own, else the default.
+func grantOf(tx store.Tx, workID string) (api.Grant, error) {
+	g, err := tx.ChangelogGrant(workID)
+	if errors.Is(err, store.ErrNotFound) {
+		return api.DefaultGrant(), nil
+	}
+	return g, err
+}
+
+// uploadPlan is what storing one increment would do, decided in a
+// transaction.
+type uploadPlan struct {
+	repo   store.Repository
+	work   store.Work
+	grant  api.Grant
+	used   api.GrantUsage // after the upload when it is stored
+	status string
+	old    *store.Increment // the increment a replacement removes
+}
+
+func grantRefusal(workID, bound string, used, want, max int64) error {
+	return &api.Error{Status: http.StatusUnprocessableEntity, Code: api.CodeGrantExceeded, Reason: bound,
+		Message: fmt.Sprintf("work %s's changelog grant allows %d %s; %d are stored and this increment needs %d more", workID, max, bound, used, want),
+		Detail:  &api.ErrorDetail{WorkID: workID, Bound: bound, Used: used, Max: max, Want: want}}
+}
+
+// planUpload resolves the worktree's current Work (it must accept capture at
+// the worktree's generation) and decides whether the increment is new, a
+// duplicate, a replacement of the Work's latest one, or refused: a position
+// past the first missing one, a position taken by another body, or a grant
+// bound.
+func planUpload(tx store.Tx, p Principal, repository, worktree string, up api.IncrementUpload) (uploadPlan, error) {
+	var pl uploadPlan
+	repo, w, err := resolveWork(tx, p, repository, worktree)
+	if err != nil {
+		return pl, err
+	}
+	pl.repo, pl.work = repo, w
+	if pl.grant, err = grantOf(tx, w.ID); err != nil {
+		return pl, err
+	}
+	used, last, err := tx.ChangelogUsage(w.ID)
+	if err != nil {
+		return pl, err
+	}
+	old, err := tx.ChangelogIncrement(w.ID, up.Position)
+	switch {
+	case err == nil && old.Digest == up.Digest:
+		pl.status, pl.used = api.IncrementDuplicate, used
+		return pl, nil
+	case err == nil && up.Position != last:
+		return pl, &api.Error{Status: http.StatusConflict, Code: api.CodeConflict, Reason: api.ReasonPositionTaken,
+			Message: fmt.Sprintf("work %s already holds another increment at position %d, and later ones", w.ID, up.Position),
+			Detail:  &api.ErrorDetail{WorkID: w.ID}}
+	case err == nil:
+		pl.status, pl.old = api.IncrementReplaced, &old
+		used.Objects--
+		used.Bytes -= old.Size
+	case errors.Is(err, store.ErrNotFound):
+		if up.Position > last+1 {
+			next := last + 1
+			return pl, &api.Error{Status: http.StatusConflict, Code: api.CodeConflict, Reason: api.ReasonIncrementsMissing,
+				Message: fmt.Sprintf("work %s holds increments up to position %d; upload position %d first", w.ID, last, next),
+				Detail:  &api.ErrorDetail{WorkID: w.ID, NextPosition: &next}}
+		}
+		pl.status = api.IncrementStored
+	default:
+		return pl, err
+	}
+	if used.Objects+1 > pl.grant.MaxObjects {
+		return pl, grantRefusal(w.ID, api.BoundObjects, used.Objects, 1, pl.grant.MaxObjects)
+	}
+	if used.Bytes+up.Size > pl.grant.MaxBytes {
+		return pl, grantRefusal(w.ID, api.BoundBytes, used.Bytes, up.Size, pl.grant.MaxBytes)
+	}
+	pl.used = api.GrantUsage{Objects: used.Objects + 1, Bytes: used.Bytes + up.Size}
+	return pl, nil
+}
+
+func checkUpload(worktree string, up api.IncrementUpload) error {
+	if !api.ValidName(worktree) {
+		return badf("worktree id is not valid")
+	}
+	if up.Position < 0 || up.Position > api.MaxIncrementPosition {
+		return badf("position must be 0 to %d", api.MaxIncrementPosition)
+	}
+	if !api.ValidDigest(up.Digest) {
+		return badf("digest must be the SHA-256 of the body as 64 lowercase hex characters")
+	}
+	if up.Session != "" && !api.ValidName(up.Session) {
+		return badf("session is not valid")
+	}
+	if up.Size <= 0 {
+		return api.Errorf(http.StatusLengthRequired, api.CodeBadRequest, "an increment upload needs a Content-Length of at least one byte")
+	}
+	if up.Size > api.MaxIncrementBytes {
+		return api.Errorf(http.StatusRequestEntityTooLarge, api.CodeTooLarge, "increment of %d bytes exceeds the %d-byte bound of one increment", up.Size, int64(api.MaxIncrementBytes))
+	}
+	return nil
+}
+
+// UploadIncrement stores one changelog increment under the worktree's
+// current Work. It refuses before reading the body what the grant or the
+// positions already decide, then verifies that the body hashes to
+// up.Digest and that its metadata names up.Position and up.Session, stores
+// the object and records it, re-checking the grant under the write lock.
+func (s *Service) UploadIncrement(ctx context.Context, p Principal, repository, worktree string, up api.IncrementUpload, body io.Reader) (api.IncrementStoreResult, error) {
+	if err := checkUpload(worktree, up); err != nil {
+		return api.IncrementStoreResult{}, err
+	}
+	if s.obj == nil {
+		return api.IncrementStoreResult{}, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "this Hub has no object storage")
+	}
+	var pl uploadPlan
+	err := s.st.View(ctx, func(tx store.Tx) error {
+		var err error
+		pl, err = planUpload(tx, p, repository, worktree, up)
+		return err
+	})
+	if err != nil {
+		return api.IncrementStoreResult{}, internal(err)
+	}
+	result := func(pl uploadPlan) api.IncrementStoreResult {
+		return api.IncrementStoreResult{Status: pl.status, WorkID: pl.work.ID, Generation: pl.work.Generation, Position: up.Position,
+			Digest: up.Digest, Size: up.Size, Grant: pl.grant, Used: pl.used}
+	}
+	if pl.status == api.IncrementDuplicate {
+		return result(pl), nil
+	}
+	b, err := fsutil.ReadBounded(body, up.Size)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) || errors.Is(err, fsutil.ErrTooLarge) {
+			return api.IncrementStoreResult{}, api.Errorf(http.StatusRequestEntityTooLarge, api.CodeTooLarge, "increment body is longer than its declared %d bytes", up.Size)
+		}
+		return api.IncrementStoreResult{}, badf("read increment body: %v", err)
+	}
+	if int64(len(b)) != up.Size {
+		return api.IncrementStoreResult{}, badf("increment body has %d bytes, not the declared %d", len(b), up.Size)
+	}
+	sum := sha256.Sum256(b)
+	if got := hex.EncodeToString(sum[:]); got != up.Digest {
+		return api.IncrementStoreResult{}, api.Errorf(http.StatusBadRequest, api.CodeDigestMismatch, "increment body hashes to %s, not the digest %s given", got, up.Digest)
+	}
+	meta, err := changelog.ReadMetaFrom(bytes.NewReader(b))
+	if err != nil {
+		return api.IncrementStoreResult{}, api.Errorf(http.StatusUnprocessableEntity, api.CodeBadIncrement, "not a changelog increment: %v", err)
+	}
+	if meta.Position != up.Position || meta.SessionID != up.Session {
+		return api.IncrementStoreResult{}, api.Errorf(http.StatusUnprocessableEntity, api.CodeBadIncrement,
+			"the increment's metadata names position %d of session %q, not position %d of session %q", meta.Position, meta.SessionID, up.Position, up.Session)
+	}
+	if err := s.obj.Put(ctx, up.Digest, bytes.NewReader(b), up.Size); err != nil {
+		return api.IncrementStoreResult{}, internal(fmt.Errorf("store increment object: %w", err))
+	}
+	tool := meta.Tool
+	if len(tool) > api.MaxIDLen {
+		tool = tool[:api.MaxIDLen]
+	}
+	var dropped string
+	err = s.st.Update(ctx, func(tx store.Tx) error {
+		var err error
+		dropped = ""
+		if pl, err = planUpload(tx, p, repository, worktree, up); err != nil || pl.status == api.IncrementDuplicate {
+			return err
+		}
+		if err := tx.PutChangelogIncrement(store.Increment{WorkID: pl.work.ID, Position: up.Position, Digest: up.Digest, Size: up.Size,
+			Session: up.Session, Generation: pl.work.Generation, WorktreeID: worktree, Kind: meta.Kind, Tool: tool, Failed: meta.Failed,
+			StoredAt: s.now()}); err != nil {
+			return err
+		}
+		if pl.old != nil && pl.old.Digest != up.Digest {
+			if n, err := tx.IncrementDigestRefs(pl.old.Digest); err != nil {
+				return err
+			} else if n == 0 {
+				dropped = pl.old.Digest
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return api.IncrementStoreResult{}, internal(err)
+	}
+	if dropped != "" {
+		// Best effort: an object no increment names any more. A concurrent
+		// upload of the same bytes stores it again (Put is idempotent).
+		_ = s.obj.Delete(ctx, dropped)
+	}
+	return result(pl), nil
+}
+
+// SetGrant sets a Work's changelog grant. Lowering it below what is stored
+// keeps the stored increments and refuses further ones.
+func (s *Service) SetGrant(ctx context.Context, p Principal, repository, id string, req api.GrantRequest) (api.GrantView, error) {
+	g := api.Grant(req)
+	if err := g.Validate(); err != nil {
+		return api.GrantView{}, err
+	}
+	var out api.GrantView
+	err := s.st.Update(ctx, func(tx store.Tx) error {
+		repo, err := authorize(tx, p, repository, true)
+		if err != nil {
+			return err
+		}
+		w, err := workIn(tx, repo, id)
+		if err != nil {
+			return err
+		}
+		if err := tx.SetChangelogGrant(w.ID, g, s.now()); err != nil {
+			return err
+		}
+		u, _, err := tx.ChangelogUsage(w.ID)
+		out = api.GrantView{WorkID: w.ID, Grant: g, Used: u}
+		return err
+	})
+	return out, internal(err)
+}
+
+func incrementInfo(i store.Increment) api.IncrementInfo {
+	return api.IncrementInfo{Position: i.Position, Digest: i.Digest, Size: i.Size, Session: i.Session, Generation: i.Generation,
+		WorktreeID: i.WorktreeID, Kind: i.Kind, Tool: i.Tool, Failed: i.Failed, StoredAt: i.StoredAt}
+}
+
+// ListIncrements lists a Work's stored increments in position order, with
+// its grant and usage.
+func (s *Service) ListIncrements(ctx context.Context, p Principal, repository, id string) (api.IncrementList, error) {
+	var out api.IncrementList
+	err := s.st.View(ctx, func(tx store.Tx) error {
+		repo, err := authorize(tx, p, repository, false)
+		if err != nil {
+			return err
+		}
+		w, err := workIn(tx, repo, id)
+		if err != nil {
+			return err
+		}
+		if out.Grant, err = grantOf(tx, w.ID); err != nil {
+			return err
+		}
+		if out.Used, _, err = tx.ChangelogUsage(w.ID); err != nil {
+			return err
+		}
+		incs, err := tx.ChangelogIncrements(w.ID)
+		if err != nil {
+			return err
+		}
+		out.WorkID = w.ID
+		out.Increments = []api.IncrementInfo{}
+		for _, i := range incs {
+			out.Increments = append(out.Increments, incrementInfo(i))
+		}
+		return nil
+	})
+	return out, internal(err)
+}
+
+// GetIncrement returns the bytes of a Work's increment at position,
+// verified against its digest.
+func (s *Service) GetIncrement(ctx context.Context, p Principal, repository, id string, position int) (api.IncrementInfo, []byte, error) {
+	if position < 0 || position > api.MaxIncrementPosition {
+		return api.IncrementInfo{}, nil, badf("position must be 0 to %d", api.MaxIncrementPosition)
+	}
+	if s.obj == nil {
+		return api.IncrementInfo{}, nil, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "this Hub has no object storage")
+	}
+	var inc store.Increment
+	err := s.st.View(ctx, func(tx store.Tx) error {
+		repo, err := authorize(tx, p, repository, false)
+		if err != nil {
+			return err
+		}
+		w, err := workIn(tx, repo, id)
+		if err != nil {
+			return err
+		}
+		inc, err = tx.ChangelogIncrement(w.ID, position)
+		if errors.Is(err, store.ErrNotFound) {
+			return api.Errorf(http.StatusNotFound, api.CodeNotFound, "work %s has no increment at position %d", w.ID, position)
+		}
+		return err
+	})
+	if err != nil {
+		return api.IncrementInfo{}, nil, internal(err)
+	}
+	b, err := s.obj.Get(ctx, inc.Digest, inc.Size)
+	if err != nil {
+		if errors.Is(err, objects.ErrNotFound) || errors.Is(err, objects.ErrDigest) {
+			return api.IncrementInfo{}, nil, internal(fmt.Errorf("increment %d of work %s (object %s): %w", position, id, inc.Digest, err))
+		}
+		return api.IncrementInfo{}, nil, internal(err)
+	}
+	return incrementInfo(inc), b, nil
+}

@@ -1,0 +1,63 @@
+package store
+
+import "github.com/agentscm/agentscm/internal/hub/api"
+
+func (t *sqliteTx) ChangelogGrant(workID string) (api.Grant, error) {
+	var g api.Grant
+	err := t.row("SELECT max_objects,max_bytes FROM changelog_grants WHERE work_id=?", []any{workID}, &g.MaxObjects, &g.MaxBytes)
+	return g, err
+}
+
+func (t *sqliteTx) SetChangelogGrant(workID string, g api.Grant, at int64) error {
+	return t.exec(`INSERT INTO changelog_grants(work_id,max_objects,max_bytes,updated_at) VALUES(?,?,?,?)
+		ON CONFLICT(work_id) DO UPDATE SET max_objects=excluded.max_objects, max_bytes=excluded.max_bytes, updated_at=excluded.updated_at`,
+		workID, g.MaxObjects, g.MaxBytes, at)
+}
+
+func (t *sqliteTx) ChangelogUsage(workID string) (api.GrantUsage, int, error) {
+	var u api.GrantUsage
+	var last int
+	err := t.row("SELECT count(*), coalesce(sum(size),0), coalesce(max(position),-1) FROM changelog_increments WHERE work_id=?",
+		[]any{workID}, &u.Objects, &u.Bytes, &last)
+	return u, last, err
+}
+
+const incrementCols = "work_id,position,digest,size,session,generation,worktree_id,kind,tool,failed,stored_at"
+
+func scanIncrement(sc interface{ Scan(...any) error }) (Increment, error) {
+	var i Increment
+	err := sc.Scan(&i.WorkID, &i.Position, &i.Digest, &i.Size, &i.Session, &i.Generation, &i.WorktreeID, &i.Kind, &i.Tool, &i.Failed, &i.StoredAt)
+	return i, mapErr(err)
+}
+
+func (t *sqliteTx) ChangelogIncrement(workID string, position int) (Increment, error) {
+	return scanIncrement(t.queryRow("SELECT "+incrementCols+" FROM changelog_increments WHERE work_id=? AND position=?", workID, position))
+}
+
+func (t *sqliteTx) ChangelogIncrements(workID string) ([]Increment, error) {
+	rows, err := t.query("SELECT "+incrementCols+" FROM changelog_increments WHERE work_id=? ORDER BY position", workID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Increment
+	for rows.Next() {
+		i, err := scanIncrement(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, i)
+	}
+	return out, rows.Err()
+}
+
+func (t *sqliteTx) PutChangelogIncrement(i Increment) error {
+	return t.exec("INSERT OR REPLACE INTO changelog_increments("+incrementCols+") VALUES(?,?,?,?,?,?,?,?,?,?,?)",
+		i.WorkID, i.Position, i.Digest, i.Size, i.Session, i.Generation, i.WorktreeID, i.Kind, i.Tool, b2i(i.Failed), i.StoredAt)
+}
+
+func (t *sqliteTx) IncrementDigestRefs(digest string) (int64, error) {
+	var n int64
+	err := t.row("SELECT count(*) FROM changelog_increments WHERE digest=?", []any{digest}, &n)
+	return n, err
+}
