@@ -23,6 +23,15 @@ type HookResult struct {
 	Dir       string
 	Ignored   bool
 	Increment *Increment
+	// Remote says what the upload did when the checkout has a remote.
+	Remote *RemoteOutcome
+}
+
+// HookOptions configure HandleClaudeHookWith.
+type HookOptions struct {
+	// Remote, when set, returns the remote of the checkout at root (nil:
+	// none, increments stay local). It is called only for a tool call.
+	Remote func(ctx context.Context, root string) (Remote, func(), error)
 }
 
 // TurnWait bounds how long a prompt waits for another session's turn to
@@ -83,6 +92,12 @@ func FindDir(configDir, cwd string) (dir, root string, ok bool) {
 // increment; a prompt starts a turn and Stop or SessionEnd ends it. A
 // checkout without a changelog is ignored.
 func HandleClaudeHook(ctx context.Context, configDir string, in io.Reader, now time.Time) (*HookResult, error) {
+	return HandleClaudeHookWith(ctx, configDir, in, now, HookOptions{})
+}
+
+// HandleClaudeHookWith is HandleClaudeHook with options: with a remote, each
+// increment counts as stored only once the remote holds it too.
+func HandleClaudeHookWith(ctx context.Context, configDir string, in io.Reader, now time.Time, opts HookOptions) (*HookResult, error) {
 	b, err := fsutil.ReadBounded(in, claude.MaxPayloadBytes)
 	if err != nil {
 		return nil, fmt.Errorf("read hook payload: %w", err)
@@ -118,7 +133,21 @@ func HandleClaudeHook(ctx context.Context, configDir string, in io.Reader, now t
 	if len(roots) == 0 || roots[0].Path != root {
 		return nil, fmt.Errorf("changelog %s does not belong to %s", dir, root)
 	}
-	c, err := Open(dir, Options{Roots: roots})
+	copts := Options{Roots: roots}
+	if opts.Remote != nil {
+		r, closeRemote, err := opts.Remote(ctx, root)
+		if err != nil {
+			return nil, fmt.Errorf("changelog remote: %w", err)
+		}
+		if closeRemote != nil {
+			defer closeRemote()
+		}
+		if r != nil {
+			res.Remote = &RemoteOutcome{}
+			copts.Store = RemoteStore(dir, r, res.Remote, nil)
+		}
+	}
+	c, err := Open(dir, copts)
 	if err != nil {
 		return nil, err
 	}
@@ -128,7 +157,7 @@ func HandleClaudeHook(ctx context.Context, configDir string, in io.Reader, now t
 	}
 	inc, err := c.Capture(ctx, CaptureRequest{Position: -1, SessionID: p.SessionID, ToolUseID: p.ToolUseID, Tool: tool, Failed: p.HookEventName == "PostToolUseFailure"})
 	if err != nil {
-		return nil, err
+		return res, err
 	}
 	res.Increment = inc
 	return res, nil

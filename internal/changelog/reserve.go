@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"time"
 
 	"github.com/agentscm/agentscm/internal/fsutil"
 )
@@ -32,19 +33,76 @@ func (e *LimitError) Error() string {
 
 func (e *LimitError) Unwrap() error { return ErrLimit }
 
-// Reservation keeps a grant's usage in a file shared by every hook process:
-// each Reserve reads, checks and rewrites it under an exclusive flock, so the
-// limits hold across processes.
+// Reservation keeps a grant's limits and usage in a file shared by every
+// hook process: each Reserve, Check or Sync reads, checks and rewrites it
+// under an exclusive flock, so the limits hold across processes. Grant, when
+// zero, is taken from the file (where Sync records the Hub's grant).
 type Reservation struct {
 	Path  string
 	Grant Grant
 }
 
-// Usage is the reservation file's content.
+// Usage is the reservation file's content: the usage and, once synced with
+// the Hub, the grant of the Work the increments go to and when it was read.
 type Usage struct {
 	Objects int64 `json:"objects"`
 	Bytes   int64 `json:"bytes"`
+	// Grant and WorkID are the Hub's, as of SyncedAt.
+	Grant    *Grant    `json:"grant,omitempty"`
+	WorkID   string    `json:"work_id,omitempty"`
+	SyncedAt time.Time `json:"synced_at,omitzero"`
 }
+
+// ReservationFile is the reservation file's name in a changelog directory.
+const ReservationFile = "reservation.json"
+
+func (r *Reservation) grant(u *Usage) Grant {
+	if r.Grant != (Grant{}) || u.Grant == nil {
+		return r.Grant
+	}
+	return *u.Grant
+}
+
+func checkGrant(g Grant, u *Usage, objects, bytes int64) error {
+	if g.MaxObjects > 0 && u.Objects+objects > g.MaxObjects {
+		return &LimitError{Bound: "objects", Used: u.Objects, Max: g.MaxObjects, Want: objects}
+	}
+	if g.MaxBytes > 0 && u.Bytes+bytes > g.MaxBytes {
+		return &LimitError{Bound: "bytes", Used: u.Bytes, Max: g.MaxBytes, Want: bytes}
+	}
+	return nil
+}
+
+// Check refuses with a *LimitError when objects and bytes more would exceed
+// the grant recorded by a Sync within ttl before now; it changes nothing. A
+// stale or missing record passes: the Hub decides.
+func (r *Reservation) Check(objects, bytes int64, now time.Time, ttl time.Duration) error {
+	_, err := r.update(func(u *Usage) error {
+		if u.Grant == nil || now.Sub(u.SyncedAt) > ttl || now.Before(u.SyncedAt) {
+			return errUnchanged
+		}
+		if err := checkGrant(*u.Grant, u, objects, bytes); err != nil {
+			return err
+		}
+		return errUnchanged
+	})
+	if errors.Is(err, errUnchanged) {
+		return nil
+	}
+	return err
+}
+
+// Sync records the Hub's grant and usage of a Work as of now.
+func (r *Reservation) Sync(workID string, g Grant, used Usage, now time.Time) error {
+	_, err := r.update(func(u *Usage) error {
+		*u = Usage{Objects: used.Objects, Bytes: used.Bytes, Grant: &g, WorkID: workID, SyncedAt: now.UTC()}
+		return nil
+	})
+	return err
+}
+
+// errUnchanged ends an update without rewriting the file.
+var errUnchanged = errors.New("unchanged")
 
 func (r *Reservation) update(fn func(u *Usage) error) (Usage, error) {
 	lk, err := fsutil.LockFile(r.Path + ".lock")
@@ -77,11 +135,8 @@ func (r *Reservation) update(fn func(u *Usage) error) (Usage, error) {
 // *LimitError (wrapping ErrLimit) leaving the usage unchanged.
 func (r *Reservation) Reserve(objects, bytes int64) error {
 	_, err := r.update(func(u *Usage) error {
-		if g := r.Grant.MaxObjects; g > 0 && u.Objects+objects > g {
-			return &LimitError{Bound: "objects", Used: u.Objects, Max: g, Want: objects}
-		}
-		if g := r.Grant.MaxBytes; g > 0 && u.Bytes+bytes > g {
-			return &LimitError{Bound: "bytes", Used: u.Bytes, Max: g, Want: bytes}
+		if err := checkGrant(r.grant(u), u, objects, bytes); err != nil {
+			return err
 		}
 		u.Objects += objects
 		u.Bytes += bytes
@@ -102,5 +157,9 @@ func (r *Reservation) Release(objects, bytes int64) error {
 
 // Used reads the current usage.
 func (r *Reservation) Used() (Usage, error) {
-	return r.update(func(*Usage) error { return nil })
+	u, err := r.update(func(*Usage) error { return errUnchanged })
+	if errors.Is(err, errUnchanged) {
+		err = nil
+	}
+	return u, err
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/agentscm/agentscm/internal/agent/claude"
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/changelog"
+	"github.com/agentscm/agentscm/internal/changelog/hubremote"
 )
 
 // turnExit maps a refusal during a running turn to its exit status.
@@ -31,11 +32,15 @@ func runChangelogHook(ctx context.Context, env *Env) int {
 	ctx, cancel := context.WithTimeout(ctx, 18*time.Second)
 	defer cancel()
 	cfg, err := capture.ConfigDir(env.Getenv)
+	var res *changelog.HookResult
 	if err == nil {
-		_, err = changelog.HandleClaudeHook(ctx, cfg, env.Stdin, env.Now())
+		res, err = changelog.HandleClaudeHookWith(ctx, cfg, env.Stdin, env.Now(), changelog.HookOptions{Remote: hubremote.ForCheckout(cfg)})
 	}
 	if err != nil {
+		// The increment was not stored: its writes go to the next one.
 		fmt.Fprintf(env.Stderr, "agentscm: warning: changelog hook failed: %s\n", oneLine(err.Error()))
+	} else if res != nil && res.Increment != nil && res.Remote != nil && res.Remote.LocalOnly != "" {
+		fmt.Fprintf(env.Stderr, "agentscm: warning: changelog increment %d kept locally only: %s\n", res.Increment.Position, oneLine(res.Remote.LocalOnly))
 	}
 	return ExitOK
 }
