@@ -81,6 +81,33 @@ func (c *Changelog) Apply(ctx context.Context, req ApplyRequest) (*ApplyResult, 
 	if !found {
 		return nil, fmt.Errorf("%w: %d", ErrNoIncrement, req.To)
 	}
+	return c.applyLocked(ctx, paths, applied, req)
+}
+
+// ApplyFiles is Apply with the increments of another sequence (positions
+// 0..req.To in order, such as a Work's downloaded from the Hub): they are
+// validated first, the current state is stored as this changelog's next
+// increment (the undo), they are extracted, and the result is stored too.
+func (c *Changelog) ApplyFiles(ctx context.Context, paths []string, req ApplyRequest) (*ApplyResult, error) {
+	lk, err := c.lock()
+	if err != nil {
+		return nil, err
+	}
+	defer lk.Unlock()
+	if _, err := c.stateForCapture(); err != nil {
+		return nil, err
+	}
+	if len(paths) != req.To+1 {
+		return nil, fmt.Errorf("%w: %d increments given for positions 0..%d", ErrNoIncrement, len(paths), req.To)
+	}
+	applied := make([]int, len(paths))
+	for i := range applied {
+		applied[i] = i
+	}
+	return c.applyLocked(ctx, paths, applied, req)
+}
+
+func (c *Changelog) applyLocked(ctx context.Context, paths []string, applied []int, req ApplyRequest) (*ApplyResult, error) {
 	rp, err := prepareReplay(ctx, paths, c.opts.Roots)
 	if err != nil {
 		return nil, err

@@ -181,12 +181,18 @@ capture hook does this after every tool call; this command does it by hand.`)
 func runChangelogList(ctx context.Context, env *Env, args []string) error {
 	fs := newFlags(env, "agentscm changelog list", "--root ABS [flags]", `
 List the stored increments of a checkout: position, kind, tool, files
-changed, content bytes and archive size.`)
+changed, content bytes and archive size. With --from-hub, the increments a
+Work holds on the checkout's connected Hub, with its grant and usage.`)
 	var rf rootFlags
 	rf.register(fs, false)
+	fromHub := fs.Bool("from-hub", false, "list the increments a Work holds on the checkout's connected Hub instead")
+	work := fs.String("work", "", "with --from-hub: the Work (default: the checkout's current Work)")
 	format := formatFlag(fs)
 	if err := parseFlags(fs, args, false); err != nil {
 		return err
+	}
+	if *fromHub {
+		return runChangelogListFromHub(ctx, env, rf.root, *work, *format)
 	}
 	c, err := openChangelog(env, &rf, false)
 	if err != nil {
@@ -269,12 +275,21 @@ marker).`)
 	to := fs.Int("to", -1, "the position to rewind to (required)")
 	force := fs.Bool("force", false, "rewind even though a turn marker says a turn is running (its session is gone)")
 	resume := fs.Bool("resume-conversation", false, "also bind the conversation, cut right after the target call's result, to a fresh session id and print the claude --resume command")
+	fromHub := fs.Bool("from-hub", false, "take the increments 0..POSITION of a Work from the checkout's connected Hub (the root may be a fresh empty directory)")
+	work := fs.String("work", "", "with --from-hub: the Work (default: the checkout's current Work)")
+	fs.Var(&rf.extra, "extra-root", "with --from-hub: where another capture root of the increments goes, as NAME=ABSPATH (repeatable)")
 	format := formatFlag(fs)
 	if err := parseFlags(fs, args, false); err != nil {
 		return err
 	}
 	if *to < 0 {
 		return usagef("--to POSITION is required")
+	}
+	if *fromHub {
+		return runChangelogApplyFromHub(ctx, env, &rf, hubApply{to: *to, work: *work, force: *force, resume: *resume, format: *format})
+	}
+	if *work != "" || len(rf.extra) > 0 {
+		return usagef("--work and --extra-root go with --from-hub")
 	}
 	c, err := openChangelog(env, &rf, false)
 	if err != nil {

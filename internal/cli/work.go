@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/changelog"
 	"github.com/agentscm/agentscm/internal/client"
 	"github.com/agentscm/agentscm/internal/hub/api"
 )
@@ -25,6 +27,7 @@ func workCommand() *Command {
 			{Name: "start", Summary: "start a Work and make it current for this checkout", Run: runWorkStart},
 			{Name: "list", Summary: "list the repository's Works", Run: runWorkList},
 			{Name: "show", Summary: "show a Work (default: the checkout's current Work)", Run: runWorkShow},
+			{Name: "grant", Summary: "show or set a Work's changelog grant (objects and bytes on the Hub)", Run: runWorkGrant},
 			cp(api.CheckpointPause, "pause a Work (capture continues; a resumed session keeps capturing)"),
 			cp(api.CheckpointResume, "resume a paused or blocked Work"),
 			cp(api.CheckpointBlock, "mark a Work blocked (capture continues)"),
@@ -83,9 +86,25 @@ canonical session named by --session-alias (default "default").`)
 	root := fs.String("root", "", "absolute path of the checkout (default: the working directory)")
 	title := fs.String("title", "", "a short title")
 	alias := fs.String("session-alias", "", `canonical session name for the first native session (default "default")`)
+	maxObjects := fs.Int64("changelog-max-objects", 0, fmt.Sprintf("the Work's changelog grant: increments the Hub stores (default %d)", api.DefaultGrantObjects))
+	maxBytes := fs.Int64("changelog-max-bytes", 0, fmt.Sprintf("the Work's changelog grant: increment bytes the Hub stores (default %d)", int64(api.DefaultGrantBytes)))
 	format := formatFlag(fs)
 	if err := parseFlags(fs, args, false); err != nil {
 		return err
+	}
+	var grant *api.Grant
+	if *maxObjects != 0 || *maxBytes != 0 {
+		g := api.DefaultGrant()
+		if *maxObjects != 0 {
+			g.MaxObjects = *maxObjects
+		}
+		if *maxBytes != 0 {
+			g.MaxBytes = *maxBytes
+		}
+		if err := g.Validate(); err != nil {
+			return usagef("%s", err.(*api.Error).Message)
+		}
+		grant = &g
 	}
 	ctx, cancel := context.WithTimeout(ctx, hubTimeout)
 	defer cancel()
@@ -94,7 +113,7 @@ canonical session named by --session-alias (default "default").`)
 		return err
 	}
 	defer conn.Close()
-	w, err := conn.StartWork(ctx, api.StartWorkRequest{Title: *title, WorktreeID: c.WorktreeID, SessionAlias: *alias})
+	w, err := conn.StartWork(ctx, api.StartWorkRequest{Title: *title, WorktreeID: c.WorktreeID, SessionAlias: *alias, ChangelogGrant: grant})
 	if err != nil {
 		return err
 	}
@@ -272,5 +291,63 @@ generation (the previous holder's sessions) is refused from now on.`
 		return writeJSON(env.Stdout, w)
 	}
 	fmt.Fprintf(env.Stdout, "%s: %s, generation %d\n", w.ID, w.State, w.Generation)
+	return nil
+}
+
+func runWorkGrant(ctx context.Context, env *Env, args []string) error {
+	fs := newFlags(env, "agentscm work grant", "[--root ABS] [--work-id ID] [--max-objects N] [--max-bytes N] [--format text|json]",
+		`Show a Work's changelog grant and usage (default: the checkout's current
+Work), or set it with --max-objects and --max-bytes: how many increments,
+and how many bytes of them, the Hub stores for the Work. An upload over the
+grant is refused (422 grant_exceeded) and its writes go to the next
+increment. Lowering the grant keeps what is stored.`)
+	root := fs.String("root", "", "absolute path of the checkout (default: the working directory)")
+	id := fs.String("work-id", "", "the Work (default: the checkout's current Work)")
+	maxObjects := fs.Int64("max-objects", 0, fmt.Sprintf("increments the Hub stores for the Work (1 to %d)", api.MaxGrantObjects))
+	maxBytes := fs.Int64("max-bytes", 0, fmt.Sprintf("increment bytes the Hub stores for the Work (1 to %d)", int64(api.MaxGrantBytes)))
+	format := formatFlag(fs)
+	if err := parseFlags(fs, args, false); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, hubTimeout)
+	defer cancel()
+	c, conn, err := openCheckout(ctx, env, *root)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	wid, err := workID(ctx, conn, c, *id)
+	if err != nil {
+		return err
+	}
+	list, err := conn.ListIncrements(ctx, wid)
+	if err != nil {
+		return err
+	}
+	view := api.GrantView{WorkID: wid, Grant: list.Grant, Used: list.Used}
+	if *maxObjects != 0 || *maxBytes != 0 {
+		req := api.GrantRequest(list.Grant)
+		if *maxObjects != 0 {
+			req.MaxObjects = *maxObjects
+		}
+		if *maxBytes != 0 {
+			req.MaxBytes = *maxBytes
+		}
+		if view, err = conn.SetGrant(ctx, wid, req); err != nil {
+			return err
+		}
+		// This checkout's hook refuses from the grant it last read: give it
+		// the new one at once.
+		if cfg, err := configDir(env); err == nil {
+			res := &changelog.Reservation{Path: filepath.Join(changelog.DefaultDir(cfg, c.Root), changelog.ReservationFile)}
+			if u, err := res.Used(); err == nil && u.WorkID == wid {
+				_ = res.Sync(wid, changelog.Grant(view.Grant), changelog.Usage{Objects: view.Used.Objects, Bytes: view.Used.Bytes}, env.Now())
+			}
+		}
+	}
+	if *format == "json" {
+		return writeJSON(env.Stdout, view)
+	}
+	fmt.Fprintf(env.Stdout, "work %s changelog grant: %d of %d objects, %d of %d bytes used\n", view.WorkID, view.Used.Objects, view.Grant.MaxObjects, view.Used.Bytes, view.Grant.MaxBytes)
 	return nil
 }

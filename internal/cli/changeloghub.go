@@ -1,0 +1,278 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/agentscm/agentscm/internal/capture"
+	"github.com/agentscm/agentscm/internal/changelog"
+	"github.com/agentscm/agentscm/internal/client"
+	"github.com/agentscm/agentscm/internal/fsutil"
+	"github.com/agentscm/agentscm/internal/hub/api"
+)
+
+// hubApply is changelog apply --from-hub's request.
+type hubApply struct {
+	to     int
+	work   string
+	force  bool
+	resume bool
+	format string
+}
+
+// openHubCheckout opens the connection of --root for a --from-hub command
+// and returns the Work to read (--work, else the checkout's current Work).
+func openHubCheckout(ctx context.Context, env *Env, rootFlag, work string) (client.Connection, client.Conn, string, error) {
+	if rootFlag == "" {
+		return client.Connection{}, nil, "", usagef("--root is required")
+	}
+	c, conn, err := openCheckout(ctx, env, rootFlag)
+	if err != nil {
+		return c, nil, "", fmt.Errorf("--from-hub needs the checkout's client connection: %w", err)
+	}
+	if work == "" {
+		cur, err := conn.CurrentWork(ctx, c.WorktreeID)
+		if err != nil {
+			conn.Close()
+			if e, ok := api.AsError(err); ok && e.Code == api.CodeNotFound {
+				return c, nil, "", fmt.Errorf("%s has no current work on the Hub; pass --work ID (agentscm work list shows them)", c.Root)
+			}
+			return c, nil, "", err
+		}
+		work = cur.Work.ID
+	}
+	return c, conn, work, nil
+}
+
+func runChangelogListFromHub(ctx context.Context, env *Env, root, work, format string) error {
+	ctx, cancel := context.WithTimeout(ctx, hubTimeout)
+	defer cancel()
+	_, conn, work, err := openHubCheckout(ctx, env, root, work)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	list, err := conn.ListIncrements(ctx, work)
+	if err != nil {
+		return err
+	}
+	if format == "json" {
+		return writeJSON(env.Stdout, list)
+	}
+	fmt.Fprintf(env.Stdout, "work %s: %d of %d objects, %d of %d bytes granted\n", list.WorkID, list.Used.Objects, list.Grant.MaxObjects, list.Used.Bytes, list.Grant.MaxBytes)
+	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "POSITION\tKIND\tTOOL\tSIZE\tSESSION\tDIGEST\tNOTE")
+	for _, in := range list.Increments {
+		note := ""
+		if in.Failed {
+			note = "failed call"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%s\n", in.Position, in.Kind, in.Tool, in.Size, in.Session, in.Digest[:12], note)
+	}
+	return tw.Flush()
+}
+
+// runChangelogApplyFromHub downloads a Work's increments 0..to, verifies
+// each against its digest and applies them: onto a root with a changelog
+// through ApplyFiles (undoable), onto an empty root by replaying them.
+func runChangelogApplyFromHub(ctx context.Context, env *Env, rf *rootFlags, req hubApply) error {
+	if rf.root == "" {
+		return usagef("--root is required")
+	}
+	if !filepath.IsAbs(rf.root) {
+		return usagef("--root %q is not an absolute path", rf.root)
+	}
+	if _, err := os.Lstat(rf.root); errors.Is(err, fs.ErrNotExist) {
+		if err := os.MkdirAll(rf.root, 0o755); err != nil {
+			return err
+		}
+	}
+	home := env.Getenv("HOME")
+	if req.resume && !filepath.IsAbs(home) {
+		return usagef("--resume-conversation needs an absolute HOME (where Claude Code keeps transcripts)")
+	}
+	hctx, cancel := context.WithTimeout(ctx, hubTimeout)
+	defer cancel()
+	conn0, conn, work, err := openHubCheckout(hctx, env, rf.root, req.work)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	root := conn0.Root
+	list, err := conn.ListIncrements(hctx, work)
+	if err != nil {
+		return err
+	}
+	var want []api.IncrementInfo
+	for _, in := range list.Increments {
+		if in.Position <= req.to {
+			want = append(want, in)
+		}
+	}
+	if len(want) != req.to+1 || want[len(want)-1].Position != req.to {
+		have := "none"
+		if n := len(list.Increments); n > 0 {
+			have = fmt.Sprintf("positions %d..%d", list.Increments[0].Position, list.Increments[n-1].Position)
+		}
+		return fmt.Errorf("%w: work %s on the Hub holds %s, not all of 0..%d", changelog.ErrNoIncrement, work, have, req.to)
+	}
+	cfg, err := capture.ConfigDir(env.Getenv)
+	if err != nil {
+		return err
+	}
+	if err := fsutil.MkdirPrivate(filepath.Join(cfg, "changelog")); err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp(filepath.Join(cfg, "changelog"), ".download-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	var paths []string
+	var total int64
+	for _, in := range want {
+		b, err := conn.GetIncrement(hctx, work, in)
+		if err != nil {
+			return fmt.Errorf("download increment %d of work %s: %w", in.Position, work, err)
+		}
+		p := filepath.Join(tmp, changelog.IncrementName(in.Position))
+		if err := fsutil.WriteNew(p, b, fsutil.FileMode); err != nil {
+			return err
+		}
+		paths = append(paths, p)
+		total += int64(len(b))
+	}
+	target, err := changelog.ReadMeta(paths[len(paths)-1])
+	if err != nil {
+		return archiveExit(fmt.Errorf("increment %d of work %s: %w", req.to, work, err))
+	}
+	roots, err := hubApplyRoots(root, target, rf.extra)
+	if err != nil {
+		return err
+	}
+	after, err := dropRestoredHooks(root)
+	if err != nil {
+		return err
+	}
+	dir := changelog.DefaultDir(cfg, root)
+	if rf.dir != "" {
+		dir = filepath.Clean(rf.dir)
+	}
+	out := map[string]any{"to": req.to, "work_id": work, "applied": len(paths), "downloaded_bytes": total}
+	stored, err := changelog.LoadRoots(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		// No changelog: nothing could undo an apply, so only an empty root.
+		ents, err := os.ReadDir(root)
+		if err != nil {
+			return err
+		}
+		if len(ents) > 0 {
+			return fmt.Errorf("%s is not empty and has no changelog to undo the apply with; use an empty directory, or run agentscm changelog enable --root %s first", root, root)
+		}
+		if err := changelog.Replay(ctx, paths, roots); err != nil {
+			return archiveExit(err)
+		}
+		if err := after(ctx, roots); err != nil {
+			return err
+		}
+	case err != nil:
+		return err
+	default:
+		if stored[0].Path != root {
+			return fmt.Errorf("changelog %s belongs to %s, not %s", dir, stored[0].Path, root)
+		}
+		for _, r := range roots[1:] {
+			if !hasRoot(stored, r) {
+				return fmt.Errorf("the changelog of %s has no capture root %s=%s; the increments need it", root, r.Name, r.Path)
+			}
+		}
+		c, err := changelog.Open(dir, changelog.Options{Roots: stored})
+		if err != nil {
+			return err
+		}
+		if !req.force {
+			if err := turnExit(changelog.RefuseDuringTurn(c.Dir())); err != nil {
+				return err
+			}
+		}
+		res, err := c.ApplyFiles(ctx, paths, changelog.ApplyRequest{To: req.to, AfterExtract: after})
+		if err != nil {
+			return archiveExit(err)
+		}
+		out["undo_position"] = res.PreApply.Position
+		out["result_position"] = res.Result.Position
+	}
+	var resumed *changelog.Resumed
+	if req.resume {
+		if target.Kind != changelog.KindCall || target.SessionID == "" {
+			return fmt.Errorf("applied position %d, but it is not a tool call of a session, so there is no conversation to resume", req.to)
+		}
+		resumed, err = changelog.ResumeConversation(changelog.ClaudeProjectDir(home, root), target.SessionID, target.ToolUseID)
+		if err != nil {
+			return fmt.Errorf("applied position %d, but the conversation could not be resumed: %w", req.to, err)
+		}
+		out["resumed"] = resumed
+	}
+	if req.format == "json" {
+		return writeJSON(env.Stdout, out)
+	}
+	fmt.Fprintf(env.Stdout, "applied increments 0..%d of work %s from the Hub onto %s (%d bytes, digests verified)\n", req.to, work, root, total)
+	if u, ok := out["undo_position"]; ok {
+		fmt.Fprintf(env.Stdout, "undo with: agentscm changelog apply --root %s --to %d\n", root, u)
+	}
+	if resumed != nil {
+		fmt.Fprintf(env.Stdout, "conversation of session %s bound to %s; continue it with:\n  %s\n", resumed.FromSession, resumed.SessionID, resumed.Command)
+	}
+	return nil
+}
+
+func hasRoot(roots []changelog.Root, r changelog.Root) bool {
+	for _, s := range roots {
+		if s.Name == r.Name && s.Path == r.Path {
+			return true
+		}
+	}
+	return false
+}
+
+// hubApplyRoots maps the capture roots an increment declares onto this
+// machine: "checkout" is root, every other one needs --extra-root NAME=ABS.
+func hubApplyRoots(root string, m *changelog.Meta, extra []string) ([]changelog.Root, error) {
+	given := map[string]string{}
+	for _, e := range extra {
+		name, p, ok := strings.Cut(e, "=")
+		if !ok || name == "" || !filepath.IsAbs(p) {
+			return nil, usagef("--extra-root %q must be NAME=ABSPATH", e)
+		}
+		given[name] = filepath.Clean(p)
+	}
+	roots := []changelog.Root{{Name: "checkout", Path: root, Git: true}}
+	var missing []string
+	found := false
+	for _, r := range m.Roots {
+		if r.Name == "checkout" {
+			found = true
+			continue
+		}
+		p, ok := given[r.Name]
+		if !ok {
+			missing = append(missing, fmt.Sprintf("--extra-root %s=ABSPATH (it was /%s)", r.Name, r.Prefix))
+			continue
+		}
+		roots = append(roots, changelog.Root{Name: r.Name, Path: p})
+	}
+	if !found {
+		return nil, fmt.Errorf("the increments have no \"checkout\" capture root")
+	}
+	if len(missing) > 0 {
+		return nil, usagef("the increments hold other capture roots; say where they go: %s", strings.Join(missing, ", "))
+	}
+	return roots, nil
+}

@@ -1,0 +1,118 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/agentscm/agentscm/internal/hub/api"
+)
+
+// files lists a tree's regular files and their contents, leaving out .git
+// and the Claude settings (whose capture hooks differ by design).
+func files(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		if rel == ".git" || rel == ".claude" {
+			return filepath.SkipDir
+		}
+		if fi.Mode().IsRegular() {
+			b, _ := os.ReadFile(p)
+			out[rel] = string(b)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// Three tool calls on a checkout connected to the embedded Hub go to its
+// current Work; apply --from-hub --to 1 onto a fresh directory reproduces
+// the checkout after call 1.
+func TestChangelogApplyFromHub(t *testing.T) {
+	base := t.TempDir()
+	env := map[string]string{"HOME": filepath.Join(base, "home")}
+	a, b := filepath.Join(base, "a"), filepath.Join(base, "b")
+	os.MkdirAll(a, 0o755)
+	if out, err := exec.Command("git", "-C", a, "init", "-q").CombinedOutput(); err != nil {
+		t.Fatalf("git init: %v %s", err, out)
+	}
+	must := func(args ...string) string {
+		t.Helper()
+		r := runMain(t, env, "", args...)
+		if r.code != 0 {
+			t.Fatalf("%v: %d %s", args, r.code, r.stderr)
+		}
+		return r.stdout
+	}
+	must("client", "setup", "--root", a, "--local", "--repository", "proj")
+	var w api.Work
+	json.Unmarshal([]byte(must("work", "start", "--root", a, "--changelog-max-objects", "50", "--format", "json")), &w)
+	must("changelog", "enable", "--root", a)
+	call := func(i int, rel, content string) {
+		t.Helper()
+		os.WriteFile(filepath.Join(a, rel), []byte(content), 0o644)
+		p := fmt.Sprintf(`{"session_id":"native-1","cwd":%q,"hook_event_name":"PostToolUse","tool_name":"Write","tool_use_id":"toolu_%d"}`, a, i)
+		r := runMain(t, env, p, "changelog", "hook-claude")
+		if r.code != 0 || r.stdout != "" || r.stderr != "" {
+			t.Fatalf("hook %d: %d %q %q", i, r.code, r.stdout, r.stderr)
+		}
+	}
+	call(0, "one.txt", "1")
+	call(1, "two.txt", "2")
+	after1 := files(t, a)
+	os.Remove(filepath.Join(a, "one.txt"))
+	call(2, "three.txt", "3")
+
+	var list api.IncrementList
+	if err := json.Unmarshal([]byte(must("changelog", "list", "--root", a, "--from-hub", "--format", "json")), &list); err != nil {
+		t.Fatal(err)
+	}
+	if list.WorkID != w.ID || len(list.Increments) != 3 || list.Grant.MaxObjects != 50 || list.Used.Objects != 3 {
+		t.Fatalf("hub list %+v", list)
+	}
+	if out := must("work", "grant", "--root", a); !strings.Contains(out, "3 of 50 objects") {
+		t.Fatalf("work grant: %s", out)
+	}
+
+	// B: a fresh directory connected to the same repository.
+	os.MkdirAll(b, 0o755)
+	must("client", "setup", "--root", b, "--local", "--repository", "proj")
+	r := runMain(t, env, "", "changelog", "apply", "--root", b, "--to", "1", "--from-hub")
+	if r.code != 1 || !strings.Contains(r.stderr, "has no current work on the Hub; pass --work ID") {
+		t.Fatalf("without --work and no current work: %d %s", r.code, r.stderr)
+	}
+	out := must("changelog", "apply", "--root", b, "--to", "1", "--from-hub", "--work", w.ID)
+	if !strings.Contains(out, "digests verified") {
+		t.Fatalf("apply: %s", out)
+	}
+	if got := files(t, b); fmt.Sprint(got) != fmt.Sprint(after1) {
+		t.Fatalf("B after apply --from-hub --to 1: %v, want %v", got, after1)
+	}
+	// B is no longer empty and has no changelog: a second apply is refused.
+	r = runMain(t, env, "", "changelog", "apply", "--root", b, "--to", "2", "--from-hub", "--work", w.ID)
+	if r.code != 1 || !strings.Contains(r.stderr, "is not empty and has no changelog") {
+		t.Fatalf("second apply: %d %s", r.code, r.stderr)
+	}
+	// With a changelog it is undoable.
+	must("changelog", "enable", "--root", b)
+	out = must("changelog", "apply", "--root", b, "--to", "2", "--from-hub", "--work", w.ID)
+	if got := files(t, b); fmt.Sprint(got) != fmt.Sprint(files(t, a)) || !strings.Contains(out, "undo with") {
+		t.Fatalf("B after apply --to 2: %v (%s)", got, out)
+	}
+	r = runMain(t, env, "", "changelog", "apply", "--root", b, "--to", "7", "--from-hub", "--work", w.ID)
+	if r.code != 1 || !strings.Contains(r.stderr, "holds positions 0..2, not all of 0..7") {
+		t.Fatalf("apply past the last position: %d %s", r.code, r.stderr)
+	}
+}
