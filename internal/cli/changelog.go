@@ -277,6 +277,7 @@ marker).`)
 	resume := fs.Bool("resume-conversation", false, "also bind the conversation, cut right after the target call's result, to a fresh session id and print the claude --resume command")
 	fromHub := fs.Bool("from-hub", false, "take the increments 0..POSITION of a Work from the checkout's connected Hub (the root may be a fresh empty directory)")
 	work := fs.String("work", "", "with --from-hub: the Work (default: the checkout's current Work)")
+	worktree := fs.String("worktree", "", "with --from-hub: whose changelog, when the Work holds several checkouts' (after a takeover)")
 	fs.Var(&rf.extra, "extra-root", "with --from-hub: where another capture root of the increments goes, as NAME=ABSPATH (repeatable)")
 	format := formatFlag(fs)
 	if err := parseFlags(fs, args, false); err != nil {
@@ -286,10 +287,10 @@ marker).`)
 		return usagef("--to POSITION is required")
 	}
 	if *fromHub {
-		return runChangelogApplyFromHub(ctx, env, &rf, hubApply{to: *to, work: *work, force: *force, resume: *resume, format: *format})
+		return runChangelogApplyFromHub(ctx, env, &rf, hubApply{to: *to, work: *work, worktree: *worktree, force: *force, resume: *resume, format: *format})
 	}
-	if *work != "" || len(rf.extra) > 0 {
-		return usagef("--work and --extra-root go with --from-hub")
+	if *work != "" || *worktree != "" || len(rf.extra) > 0 {
+		return usagef("--work, --worktree and --extra-root go with --from-hub")
 	}
 	c, err := openChangelog(env, &rf, false)
 	if err != nil {

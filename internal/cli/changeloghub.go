@@ -17,10 +17,37 @@ import (
 	"github.com/agentscm/agentscm/internal/hub/api"
 )
 
+// pickSequence returns the increments of one worktree's sequence in a
+// Work's listing: the one named, else the only one.
+func pickSequence(list api.IncrementList, worktree string) ([]api.IncrementInfo, error) {
+	var names []string
+	by := map[string][]api.IncrementInfo{}
+	for _, in := range list.Increments {
+		if _, ok := by[in.WorktreeID]; !ok {
+			names = append(names, in.WorktreeID)
+		}
+		by[in.WorktreeID] = append(by[in.WorktreeID], in)
+	}
+	switch {
+	case worktree != "":
+		return by[worktree], nil
+	case len(names) > 1:
+		var desc []string
+		for _, n := range names {
+			desc = append(desc, fmt.Sprintf("%s (positions %d..%d)", n, by[n][0].Position, by[n][len(by[n])-1].Position))
+		}
+		return nil, usagef("work %s holds the changelogs of %d checkouts: %s; pass --worktree ID", list.WorkID, len(names), strings.Join(desc, ", "))
+	case len(names) == 1:
+		return by[names[0]], nil
+	}
+	return nil, nil
+}
+
 // hubApply is changelog apply --from-hub's request.
 type hubApply struct {
-	to     int
-	work   string
+	to       int
+	worktree string
+	work     string
 	force  bool
 	resume bool
 	format string
@@ -67,13 +94,13 @@ func runChangelogListFromHub(ctx context.Context, env *Env, root, work, format s
 	}
 	fmt.Fprintf(env.Stdout, "work %s: %d of %d objects, %d of %d bytes granted\n", list.WorkID, list.Used.Objects, list.Grant.MaxObjects, list.Used.Bytes, list.Grant.MaxBytes)
 	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "POSITION\tKIND\tTOOL\tSIZE\tSESSION\tDIGEST\tNOTE")
+	fmt.Fprintln(tw, "WORKTREE\tPOSITION\tKIND\tTOOL\tSIZE\tSESSION\tDIGEST\tNOTE")
 	for _, in := range list.Increments {
 		note := ""
 		if in.Failed {
 			note = "failed call"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%s\n", in.Position, in.Kind, in.Tool, in.Size, in.Session, in.Digest[:12], note)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%s\t%s\t%s\n", in.WorktreeID, in.Position, in.Kind, in.Tool, in.Size, in.Session, in.Digest[:12], note)
 	}
 	return tw.Flush()
 }
@@ -109,16 +136,20 @@ func runChangelogApplyFromHub(ctx context.Context, env *Env, rf *rootFlags, req 
 	if err != nil {
 		return err
 	}
+	seq, err := pickSequence(list, req.worktree)
+	if err != nil {
+		return err
+	}
 	var want []api.IncrementInfo
-	for _, in := range list.Increments {
+	for _, in := range seq {
 		if in.Position <= req.to {
 			want = append(want, in)
 		}
 	}
-	if len(want) != req.to+1 || want[len(want)-1].Position != req.to {
+	if len(want) == 0 || len(want) != req.to+1 || want[len(want)-1].Position != req.to {
 		have := "none"
-		if n := len(list.Increments); n > 0 {
-			have = fmt.Sprintf("positions %d..%d", list.Increments[0].Position, list.Increments[n-1].Position)
+		if n := len(seq); n > 0 {
+			have = fmt.Sprintf("positions %d..%d", seq[0].Position, seq[n-1].Position)
 		}
 		return fmt.Errorf("%w: work %s on the Hub holds %s, not all of 0..%d", changelog.ErrNoIncrement, work, have, req.to)
 	}

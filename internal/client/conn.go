@@ -43,7 +43,8 @@ type Conn interface {
 	// UploadIncrement stores one changelog increment (body, whose SHA-256
 	// is up.Digest) under the worktree's current Work, within its grant.
 	UploadIncrement(ctx context.Context, worktreeID string, up api.IncrementUpload, body []byte) (api.IncrementStoreResult, error)
-	// ListIncrements lists a Work's stored increments with its grant.
+	// ListIncrements lists a Work's stored increments (every worktree's
+	// sequence, by worktree and position) with its grant.
 	ListIncrements(ctx context.Context, workID string) (api.IncrementList, error)
 	// GetIncrement downloads a Work's increment and verifies its size and
 	// digest against want (an entry of ListIncrements): ErrIncrementDigest.
@@ -143,11 +144,11 @@ func (l *Local) UploadIncrement(ctx context.Context, worktreeID string, up api.I
 }
 
 func (l *Local) ListIncrements(ctx context.Context, workID string) (api.IncrementList, error) {
-	return l.svc.ListIncrements(ctx, l.p, l.repo, workID)
+	return l.svc.ListIncrements(ctx, l.p, l.repo, workID, "")
 }
 
 func (l *Local) GetIncrement(ctx context.Context, workID string, want api.IncrementInfo) ([]byte, error) {
-	_, b, err := l.svc.GetIncrement(ctx, l.p, l.repo, workID, want.Position)
+	_, b, err := l.svc.GetIncrement(ctx, l.p, l.repo, workID, want.WorktreeID, want.Position)
 	if err != nil {
 		return nil, err
 	}
@@ -328,7 +329,11 @@ func (h *HTTP) GetIncrement(ctx context.Context, workID string, want api.Increme
 	if want.Size < 0 || want.Size > api.MaxIncrementBytes {
 		return nil, fmt.Errorf("increment %d is listed with %d bytes, over the %d-byte bound", want.Position, want.Size, int64(api.MaxIncrementBytes))
 	}
-	b, _, err := h.send(ctx, "GET", h.repoPath("works", workID, "changelog", strconv.Itoa(want.Position)), nil, "", want.Size)
+	path := h.repoPath("works", workID, "changelog", strconv.Itoa(want.Position))
+	if want.WorktreeID != "" {
+		path += "?worktree=" + url.QueryEscape(want.WorktreeID)
+	}
+	b, _, err := h.send(ctx, "GET", path, nil, "", want.Size)
 	if err != nil {
 		if errors.Is(err, fsutil.ErrTooLarge) {
 			return nil, fmt.Errorf("%w: position %d: longer than the listed %d bytes", ErrIncrementDigest, want.Position, want.Size)

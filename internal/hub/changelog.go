@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 
 	"github.com/agentscm/agentscm/internal/changelog"
 	"github.com/agentscm/agentscm/internal/fsutil"
@@ -58,18 +59,22 @@ func planUpload(tx store.Tx, p Principal, repository, worktree string, up api.In
 	if pl.grant, err = grantOf(tx, w.ID); err != nil {
 		return pl, err
 	}
-	used, last, err := tx.ChangelogUsage(w.ID)
+	used, err := tx.ChangelogUsage(w.ID)
 	if err != nil {
 		return pl, err
 	}
-	old, err := tx.ChangelogIncrement(w.ID, up.Position)
+	last, err := tx.ChangelogLast(w.ID, worktree)
+	if err != nil {
+		return pl, err
+	}
+	old, err := tx.ChangelogIncrement(w.ID, worktree, up.Position)
 	switch {
 	case err == nil && old.Digest == up.Digest:
 		pl.status, pl.used = api.IncrementDuplicate, used
 		return pl, nil
 	case err == nil && up.Position != last:
 		return pl, &api.Error{Status: http.StatusConflict, Code: api.CodeConflict, Reason: api.ReasonPositionTaken,
-			Message: fmt.Sprintf("work %s already holds another increment at position %d, and later ones", w.ID, up.Position),
+			Message: fmt.Sprintf("work %s already holds another increment of worktree %s at position %d, and later ones", w.ID, worktree, up.Position),
 			Detail:  &api.ErrorDetail{WorkID: w.ID}}
 	case err == nil:
 		pl.status, pl.old = api.IncrementReplaced, &old
@@ -79,7 +84,7 @@ func planUpload(tx store.Tx, p Principal, repository, worktree string, up api.In
 		if up.Position > last+1 {
 			next := last + 1
 			return pl, &api.Error{Status: http.StatusConflict, Code: api.CodeConflict, Reason: api.ReasonIncrementsMissing,
-				Message: fmt.Sprintf("work %s holds increments up to position %d; upload position %d first", w.ID, last, next),
+				Message: fmt.Sprintf("work %s holds increments of worktree %s up to position %d; upload position %d first", w.ID, worktree, last, next),
 				Detail:  &api.ErrorDetail{WorkID: w.ID, NextPosition: &next}}
 		}
 		pl.status = api.IncrementStored
@@ -228,7 +233,7 @@ func (s *Service) SetGrant(ctx context.Context, p Principal, repository, id stri
 		if err := tx.SetChangelogGrant(w.ID, g, s.now()); err != nil {
 			return err
 		}
-		u, _, err := tx.ChangelogUsage(w.ID)
+		u, err := tx.ChangelogUsage(w.ID)
 		out = api.GrantView{WorkID: w.ID, Grant: g, Used: u}
 		return err
 	})
@@ -240,9 +245,13 @@ func incrementInfo(i store.Increment) api.IncrementInfo {
 		WorktreeID: i.WorktreeID, Kind: i.Kind, Tool: i.Tool, Failed: i.Failed, StoredAt: i.StoredAt}
 }
 
-// ListIncrements lists a Work's stored increments in position order, with
-// its grant and usage.
-func (s *Service) ListIncrements(ctx context.Context, p Principal, repository, id string) (api.IncrementList, error) {
+// ListIncrements lists a Work's stored increments, of one worktree's
+// sequence when worktree is not empty, by worktree and position, with the
+// Work's grant and usage.
+func (s *Service) ListIncrements(ctx context.Context, p Principal, repository, id, worktree string) (api.IncrementList, error) {
+	if worktree != "" && !api.ValidName(worktree) {
+		return api.IncrementList{}, badf("worktree id is not valid")
+	}
 	var out api.IncrementList
 	err := s.st.View(ctx, func(tx store.Tx) error {
 		repo, err := authorize(tx, p, repository, false)
@@ -256,7 +265,7 @@ func (s *Service) ListIncrements(ctx context.Context, p Principal, repository, i
 		if out.Grant, err = grantOf(tx, w.ID); err != nil {
 			return err
 		}
-		if out.Used, _, err = tx.ChangelogUsage(w.ID); err != nil {
+		if out.Used, err = tx.ChangelogUsage(w.ID); err != nil {
 			return err
 		}
 		incs, err := tx.ChangelogIncrements(w.ID)
@@ -266,18 +275,24 @@ func (s *Service) ListIncrements(ctx context.Context, p Principal, repository, i
 		out.WorkID = w.ID
 		out.Increments = []api.IncrementInfo{}
 		for _, i := range incs {
-			out.Increments = append(out.Increments, incrementInfo(i))
+			if worktree == "" || i.WorktreeID == worktree {
+				out.Increments = append(out.Increments, incrementInfo(i))
+			}
 		}
 		return nil
 	})
 	return out, internal(err)
 }
 
-// GetIncrement returns the bytes of a Work's increment at position,
-// verified against its digest.
-func (s *Service) GetIncrement(ctx context.Context, p Principal, repository, id string, position int) (api.IncrementInfo, []byte, error) {
+// GetIncrement returns the bytes of a Work's increment at position of a
+// worktree's sequence, verified against its digest. An empty worktree
+// names the Work's only sequence; with several it is a 409.
+func (s *Service) GetIncrement(ctx context.Context, p Principal, repository, id, worktree string, position int) (api.IncrementInfo, []byte, error) {
 	if position < 0 || position > api.MaxIncrementPosition {
 		return api.IncrementInfo{}, nil, badf("position must be 0 to %d", api.MaxIncrementPosition)
+	}
+	if worktree != "" && !api.ValidName(worktree) {
+		return api.IncrementInfo{}, nil, badf("worktree id is not valid")
 	}
 	if s.obj == nil {
 		return api.IncrementInfo{}, nil, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "this Hub has no object storage")
@@ -292,7 +307,28 @@ func (s *Service) GetIncrement(ctx context.Context, p Principal, repository, id 
 		if err != nil {
 			return err
 		}
-		inc, err = tx.ChangelogIncrement(w.ID, position)
+		if worktree == "" {
+			all, err := tx.ChangelogIncrements(w.ID)
+			if err != nil {
+				return err
+			}
+			seqs := map[string]bool{}
+			var names []string
+			for _, i := range all {
+				if !seqs[i.WorktreeID] {
+					seqs[i.WorktreeID] = true
+					names = append(names, i.WorktreeID)
+				}
+			}
+			if len(names) > 1 {
+				return &api.Error{Status: http.StatusConflict, Code: api.CodeConflict, Reason: "several_sequences",
+					Message: fmt.Sprintf("work %s holds the changelogs of %d worktrees (%s); name one with ?worktree=", w.ID, len(names), strings.Join(names, ", "))}
+			}
+			if len(names) == 1 {
+				worktree = names[0]
+			}
+		}
+		inc, err = tx.ChangelogIncrement(w.ID, worktree, position)
 		if errors.Is(err, store.ErrNotFound) {
 			return api.Errorf(http.StatusNotFound, api.CodeNotFound, "work %s has no increment at position %d", w.ID, position)
 		}

@@ -185,7 +185,7 @@ func TestIncrementUploadRefusals(t *testing.T) {
 	// The replaced object is gone from storage; the current one downloads.
 	p, _ := e.svc.EnsureLocal(context.Background(), "alice", "proj")
 	cur, _ := e.svc.CurrentWork(context.Background(), p, "proj", "wt-r")
-	list, err := e.svc.ListIncrements(context.Background(), p, "proj", cur.Work.ID)
+	list, err := e.svc.ListIncrements(context.Background(), p, "proj", cur.Work.ID, "")
 	if err != nil || len(list.Increments) != 2 || list.Increments[0].Digest != digestOf(other0) {
 		t.Fatalf("list %+v %v", list, err)
 	}
@@ -283,5 +283,46 @@ func TestIncrementOversizeBodyRefused(t *testing.T) {
 	_, err = e.svc.UploadIncrement(context.Background(), p, "proj", "wt-big", api.IncrementUpload{Position: 0, Session: "s", Digest: digestOf(inc), Size: int64(len(inc) + 1)}, bytes.NewReader(inc))
 	if ae, ok := api.AsError(err); !ok || ae.Status != 400 {
 		t.Fatalf("shorter body: %v", err)
+	}
+}
+
+// After a takeover, the taker's checkout uploads its own sequence into the
+// same Work; the grant counts both, and a download names the sequence when
+// there are several.
+func TestIncrementSequencesPerWorktree(t *testing.T) {
+	e := newMatrixEnv(t)
+	rw := e.tokens[callerReadWrite]
+	w := e.freshWork(t, "wt-a")
+	a0, a1, b0 := testIncrement(t, 0, "s1"), testIncrement(t, 1, "s1"), testIncrement(t, 0, "s2")
+	for i, b := range [][]byte{a0, a1} {
+		if status, eb, _ := e.put(t, rw, "wt-a", i, "s1", digestOf(b), b); status != 200 {
+			t.Fatalf("a%d: %d %+v", i, status, eb.Error)
+		}
+	}
+	p, _ := e.svc.EnsureLocal(context.Background(), "alice", "proj")
+	if _, err := e.svc.Checkpoint(context.Background(), p, "proj", w.ID, api.CheckpointRequest{Action: api.CheckpointTakeover, WorktreeID: "wt-b"}); err != nil {
+		t.Fatal(err)
+	}
+	// The old holder is fenced; the taker starts its own sequence at 0.
+	if status, eb, _ := e.put(t, rw, "wt-a", 2, "s1", digestOf(b0), b0); status != 422 || eb.Error.Reason != api.ReasonStaleGeneration {
+		t.Fatalf("old holder: %d %+v", status, eb.Error)
+	}
+	status, eb, res := e.put(t, rw, "wt-b", 0, "s2", digestOf(b0), b0)
+	if status != 200 || res.Status != api.IncrementStored || res.Used.Objects != 3 || res.Generation != 2 {
+		t.Fatalf("taker: %d %+v %+v", status, eb.Error, res)
+	}
+	status, body := e.do(t, "GET", "/v1/repositories/proj/works/"+w.ID+"/changelog/0", rw, nil)
+	if status != 409 || !strings.Contains(string(body), "several_sequences") {
+		t.Fatalf("download without a worktree: %d %s", status, body)
+	}
+	for wt, want := range map[string][]byte{"wt-a": a0, "wt-b": b0} {
+		_, got, err := e.svc.GetIncrement(context.Background(), p, "proj", w.ID, wt, 0)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("download %s: %v", wt, err)
+		}
+	}
+	list, err := e.svc.ListIncrements(context.Background(), p, "proj", w.ID, "wt-b")
+	if err != nil || len(list.Increments) != 1 || list.Used.Objects != 3 {
+		t.Fatalf("list of wt-b: %+v %v", list, err)
 	}
 }

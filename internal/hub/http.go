@@ -117,14 +117,14 @@ func NewHandler(svc *Service, logger *log.Logger) *Handler {
 			return svc.UploadIncrement(r.Context(), p, r.PathValue("repo"), r.PathValue("worktree"), up, r.Body)
 		},
 		"GET /v1/repositories/{repo}/works/{work}/changelog": func(r *http.Request, p Principal) (any, error) {
-			return svc.ListIncrements(r.Context(), p, r.PathValue("repo"), r.PathValue("work"))
+			return svc.ListIncrements(r.Context(), p, r.PathValue("repo"), r.PathValue("work"), r.URL.Query().Get("worktree"))
 		},
 		"GET /v1/repositories/{repo}/works/{work}/changelog/{position}": func(r *http.Request, p Principal) (any, error) {
 			pos, err := api.ParsePosition(r.PathValue("position"))
 			if err != nil {
 				return nil, err
 			}
-			info, b, err := svc.GetIncrement(r.Context(), p, r.PathValue("repo"), r.PathValue("work"), pos)
+			info, b, err := svc.GetIncrement(r.Context(), p, r.PathValue("repo"), r.PathValue("work"), r.URL.Query().Get("worktree"), pos)
 			if err != nil {
 				return nil, err
 			}

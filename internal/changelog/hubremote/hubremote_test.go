@@ -272,7 +272,7 @@ func TestStoppedHubLeavesWritesToNextIncrement(t *testing.T) {
 		t.Fatalf("call after the restart: %+v %v", r, err)
 	}
 	cur, _ := e.svc.CurrentWork(context.Background(), e.p, "proj", conn.WorktreeID)
-	list, err := e.svc.ListIncrements(context.Background(), e.p, "proj", cur.Work.ID)
+	list, err := e.svc.ListIncrements(context.Background(), e.p, "proj", cur.Work.ID, "")
 	if err != nil || len(list.Increments) != 2 {
 		t.Fatalf("hub list %+v %v", list, err)
 	}

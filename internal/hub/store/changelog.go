@@ -14,12 +14,16 @@ func (t *sqliteTx) SetChangelogGrant(workID string, g api.Grant, at int64) error
 		workID, g.MaxObjects, g.MaxBytes, at)
 }
 
-func (t *sqliteTx) ChangelogUsage(workID string) (api.GrantUsage, int, error) {
+func (t *sqliteTx) ChangelogUsage(workID string) (api.GrantUsage, error) {
 	var u api.GrantUsage
+	err := t.row("SELECT count(*), coalesce(sum(size),0) FROM changelog_increments WHERE work_id=?", []any{workID}, &u.Objects, &u.Bytes)
+	return u, err
+}
+
+func (t *sqliteTx) ChangelogLast(workID, worktreeID string) (int, error) {
 	var last int
-	err := t.row("SELECT count(*), coalesce(sum(size),0), coalesce(max(position),-1) FROM changelog_increments WHERE work_id=?",
-		[]any{workID}, &u.Objects, &u.Bytes, &last)
-	return u, last, err
+	err := t.row("SELECT coalesce(max(position),-1) FROM changelog_increments WHERE work_id=? AND worktree_id=?", []any{workID, worktreeID}, &last)
+	return last, err
 }
 
 const incrementCols = "work_id,position,digest,size,session,generation,worktree_id,kind,tool,failed,stored_at"
@@ -30,12 +34,12 @@ func scanIncrement(sc interface{ Scan(...any) error }) (Increment, error) {
 	return i, mapErr(err)
 }
 
-func (t *sqliteTx) ChangelogIncrement(workID string, position int) (Increment, error) {
-	return scanIncrement(t.queryRow("SELECT "+incrementCols+" FROM changelog_increments WHERE work_id=? AND position=?", workID, position))
+func (t *sqliteTx) ChangelogIncrement(workID, worktreeID string, position int) (Increment, error) {
+	return scanIncrement(t.queryRow("SELECT "+incrementCols+" FROM changelog_increments WHERE work_id=? AND worktree_id=? AND position=?", workID, worktreeID, position))
 }
 
 func (t *sqliteTx) ChangelogIncrements(workID string) ([]Increment, error) {
-	rows, err := t.query("SELECT "+incrementCols+" FROM changelog_increments WHERE work_id=? ORDER BY position", workID)
+	rows, err := t.query("SELECT "+incrementCols+" FROM changelog_increments WHERE work_id=? ORDER BY worktree_id, position", workID)
 	if err != nil {
 		return nil, err
 	}

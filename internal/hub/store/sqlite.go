@@ -166,7 +166,7 @@ CREATE TABLE IF NOT EXISTS changelog_grants(work_id TEXT PRIMARY KEY REFERENCES 
 CREATE TABLE IF NOT EXISTS changelog_increments(work_id TEXT NOT NULL REFERENCES works(id), position INTEGER NOT NULL,
   digest TEXT NOT NULL, size INTEGER NOT NULL, session TEXT NOT NULL, generation INTEGER NOT NULL, worktree_id TEXT NOT NULL,
   kind TEXT NOT NULL, tool TEXT NOT NULL, failed INTEGER NOT NULL, stored_at INTEGER NOT NULL,
-  PRIMARY KEY(work_id, position)) WITHOUT ROWID;
+  PRIMARY KEY(work_id, worktree_id, position)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS changelog_increments_digest ON changelog_increments(digest);
 `
 

@@ -214,10 +214,14 @@ type Tx interface {
 	// ChangelogGrant returns a Work's explicit grant (ErrNotFound: none).
 	ChangelogGrant(workID string) (api.Grant, error)
 	SetChangelogGrant(workID string, g api.Grant, at int64) error
-	// ChangelogUsage sums a Work's stored increments and returns the last
-	// position (-1 when none).
-	ChangelogUsage(workID string) (api.GrantUsage, int, error)
-	ChangelogIncrement(workID string, position int) (Increment, error)
+	// ChangelogUsage sums a Work's stored increments (every worktree's).
+	ChangelogUsage(workID string) (api.GrantUsage, error)
+	// ChangelogLast returns the last position of a worktree's sequence in
+	// a Work (-1 when none).
+	ChangelogLast(workID, worktreeID string) (int, error)
+	ChangelogIncrement(workID, worktreeID string, position int) (Increment, error)
+	// ChangelogIncrements lists a Work's increments by worktree, then
+	// position.
 	ChangelogIncrements(workID string) ([]Increment, error)
 	// PutChangelogIncrement stores an increment, replacing the one at its
 	// position.
@@ -228,7 +232,8 @@ type Tx interface {
 }
 
 // Increment is one changelog increment stored for a Work: the object's
-// digest and size and what its metadata says.
+// digest and size and what its metadata says. Each worktree (checkout)
+// uploads its own sequence of positions into a Work.
 type Increment struct {
 	WorkID     string
 	Position   int
