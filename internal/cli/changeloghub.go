@@ -48,9 +48,9 @@ type hubApply struct {
 	to       int
 	worktree string
 	work     string
-	force  bool
-	resume bool
-	format string
+	force    bool
+	resume   bool
+	format   string
 }
 
 // openHubCheckout opens the connection of --root for a --from-hub command
