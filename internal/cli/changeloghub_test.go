@@ -1,6 +1,12 @@
 package cli
 
 import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -8,9 +14,34 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/agentscm/agentscm/internal/changelog"
+	"github.com/agentscm/agentscm/internal/client"
 	"github.com/agentscm/agentscm/internal/hub/api"
 )
+
+// hostileIncrement is a well-formed increment at position 0 whose metadata
+// the Hub accepts but whose member climbs out of the checkout with "..".
+func hostileIncrement(t *testing.T, root string) []byte {
+	t.Helper()
+	meta, _ := json.Marshal(changelog.Meta{Version: 1, Position: 0, SessionID: "native-1", Kind: changelog.KindCall, CreatedAt: time.Now().UTC(),
+		Roots: []changelog.MetaRoot{{Name: "checkout", Path: root, Prefix: strings.TrimPrefix(root, "/"), Exists: true}}, RemovedRoots: []string{}})
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
+	add := func(name string, body []byte) {
+		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(body)), Typeflag: tar.TypeReg, Format: tar.FormatGNU}); err != nil {
+			t.Fatal(err)
+		}
+		tw.Write(body)
+	}
+	add(changelog.MetaMember, meta)
+	add(strings.TrimPrefix(root, "/")+"/../../escaped.txt", []byte("evil"))
+	tw.Close()
+	gz.Close()
+	return buf.Bytes()
+}
 
 // files lists a tree's regular files and their contents, leaving out .git
 // and the Claude settings (whose capture hooks differ by design).
@@ -114,5 +145,36 @@ func TestChangelogApplyFromHub(t *testing.T) {
 	r = runMain(t, env, "", "changelog", "apply", "--root", b, "--to", "7", "--from-hub", "--work", w.ID)
 	if r.code != 1 || !strings.Contains(r.stderr, "holds positions 0..2, not all of 0..7") {
 		t.Fatalf("apply past the last position: %d %s", r.code, r.stderr)
+	}
+
+	// A hostile increment the Hub stored (its metadata is fine) is refused
+	// by the apply with status 4, and nothing is written.
+	var w2 api.Work
+	json.Unmarshal([]byte(must("work", "start", "--root", a, "--format", "json")), &w2)
+	cfg := filepath.Join(env["HOME"], ".config", "agentscm")
+	cc, err := client.Lookup(cfg, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := client.Open(context.Background(), cc, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evil := hostileIncrement(t, a)
+	sum := sha256.Sum256(evil)
+	_, err = conn.UploadIncrement(context.Background(), cc.WorktreeID, api.IncrementUpload{Position: 0, Session: "native-1", Digest: hex.EncodeToString(sum[:])}, evil)
+	conn.Close()
+	if err != nil {
+		t.Fatalf("upload the hostile increment: %v", err)
+	}
+	fresh := filepath.Join(base, "c")
+	os.MkdirAll(fresh, 0o755)
+	must("client", "setup", "--root", fresh, "--local", "--repository", "proj")
+	r = runMain(t, env, "", "changelog", "apply", "--root", fresh, "--to", "0", "--from-hub", "--work", w2.ID)
+	if _, serr := os.Stat(filepath.Join(base, "escaped.txt")); r.code != ExitUnreadableArchive || !strings.Contains(r.stderr, `".." component`) || serr == nil {
+		t.Fatalf("hostile increment: %d %s (escaped file: %v)", r.code, r.stderr, serr)
+	}
+	if got := files(t, fresh); len(got) != 0 {
+		t.Fatalf("the refused apply wrote %v", got)
 	}
 }

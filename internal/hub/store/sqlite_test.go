@@ -81,6 +81,30 @@ func TestRefusals(t *testing.T) {
 			t.Fatal("opened a database with a newer schema")
 		}
 	})
+	t.Run("version 1 upgraded in place", func(t *testing.T) {
+		dir := t.TempDir()
+		s := open(t, dir)
+		s.Close()
+		db, err := sql.Open("sqlite", filepath.Join(dir, DBFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range []string{"DROP TABLE changelog_increments", "DROP TABLE changelog_grants", "PRAGMA user_version = 1"} {
+			if _, err := db.Exec(q); err != nil {
+				t.Fatal(err)
+			}
+		}
+		db.Close()
+		s = open(t, dir)
+		defer s.Close()
+		err = s.View(context.Background(), func(tx Tx) error {
+			_, err := tx.ChangelogUsage("wrk_x")
+			return err
+		})
+		if err != nil {
+			t.Fatalf("changelog tables after the upgrade: %v", err)
+		}
+	})
 	t.Run("duplicate key", func(t *testing.T) {
 		s := open(t, t.TempDir())
 		ctx := context.Background()
