@@ -101,6 +101,16 @@ func (r *Reservation) Sync(workID string, g Grant, used Usage, now time.Time) er
 	return err
 }
 
+// Forget drops the recorded grant and usage (the checkout's current Work
+// changed): the next increment asks the Hub.
+func (r *Reservation) Forget() error {
+	_, err := r.update(func(u *Usage) error {
+		*u = Usage{}
+		return nil
+	})
+	return err
+}
+
 // errUnchanged ends an update without rewriting the file.
 var errUnchanged = errors.New("unchanged")
 

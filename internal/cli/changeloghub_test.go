@@ -178,3 +178,64 @@ func TestChangelogApplyFromHub(t *testing.T) {
 		t.Fatalf("the refused apply wrote %v", got)
 	}
 }
+
+// A refused upload warns and stores nothing; a new Work's grant applies at
+// once (the cached grant of the old Work is dropped) and the new Work gets
+// the checkout's whole sequence by back-fill.
+func TestChangelogHookGrantAndNewWork(t *testing.T) {
+	base := t.TempDir()
+	env := map[string]string{"HOME": filepath.Join(base, "home")}
+	a := filepath.Join(base, "a")
+	os.MkdirAll(a, 0o755)
+	if out, err := exec.Command("git", "-C", a, "init", "-q").CombinedOutput(); err != nil {
+		t.Fatalf("git init: %v %s", err, out)
+	}
+	must := func(args ...string) string {
+		t.Helper()
+		r := runMain(t, env, "", args...)
+		if r.code != 0 {
+			t.Fatalf("%v: %d %s", args, r.code, r.stderr)
+		}
+		return r.stdout
+	}
+	must("client", "setup", "--root", a, "--local", "--repository", "proj")
+	must("work", "start", "--root", a, "--changelog-max-objects", "1")
+	must("changelog", "enable", "--root", a)
+	call := func(i int) run {
+		t.Helper()
+		os.WriteFile(filepath.Join(a, fmt.Sprintf("f%d.txt", i)), []byte(fmt.Sprint(i)), 0o644)
+		p := fmt.Sprintf(`{"session_id":"native-1","cwd":%q,"hook_event_name":"PostToolUse","tool_name":"Write","tool_use_id":"toolu_%d"}`, a, i)
+		r := runMain(t, env, p, "changelog", "hook-claude")
+		if r.code != 0 || r.stdout != "" {
+			t.Fatalf("hook %d: %d %q", i, r.code, r.stdout)
+		}
+		return r
+	}
+	if r := call(0); r.stderr != "" {
+		t.Fatalf("first call warned: %s", r.stderr)
+	}
+	if r := call(1); !strings.Contains(r.stderr, "changelog hook failed") || !strings.Contains(r.stderr, "objects: 1 used + 1 requested > 1 granted") {
+		t.Fatalf("second call over the grant: %q", r.stderr)
+	}
+	var local struct {
+		Increments []struct{ Position, Files int } `json:"increments"`
+	}
+	json.Unmarshal([]byte(must("changelog", "list", "--root", a, "--format", "json")), &local)
+	if len(local.Increments) != 1 {
+		t.Fatalf("local increments after the refusal: %+v", local)
+	}
+	var w2 api.Work
+	json.Unmarshal([]byte(must("work", "start", "--root", a, "--format", "json")), &w2)
+	if r := call(2); r.stderr != "" {
+		t.Fatalf("first call in the new Work: %q", r.stderr)
+	}
+	json.Unmarshal([]byte(must("changelog", "list", "--root", a, "--format", "json")), &local)
+	if len(local.Increments) != 2 || local.Increments[1].Files != 2 {
+		t.Fatalf("local increments: %+v, want increment 1 with the refused call's file too", local)
+	}
+	var hub api.IncrementList
+	json.Unmarshal([]byte(must("changelog", "list", "--root", a, "--from-hub", "--format", "json")), &hub)
+	if hub.WorkID != w2.ID || len(hub.Increments) != 2 || hub.Grant != api.DefaultGrant() {
+		t.Fatalf("new Work on the Hub: %+v", hub)
+	}
+}

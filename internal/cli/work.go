@@ -117,6 +117,7 @@ canonical session named by --session-alias (default "default").`)
 	if err != nil {
 		return err
 	}
+	forgetGrant(env, c.Root)
 	if *format == "json" {
 		return writeJSON(env.Stdout, w)
 	}
@@ -287,6 +288,9 @@ generation (the previous holder's sessions) is refused from now on.`
 	if err != nil {
 		return err
 	}
+	if action == api.CheckpointTakeover {
+		forgetGrant(env, c.Root)
+	}
 	if *format == "json" {
 		return writeJSON(env.Stdout, w)
 	}
@@ -350,4 +354,17 @@ increment. Lowering the grant keeps what is stored.`)
 	}
 	fmt.Fprintf(env.Stdout, "work %s changelog grant: %d of %d objects, %d of %d bytes used\n", view.WorkID, view.Used.Objects, view.Grant.MaxObjects, view.Used.Bytes, view.Grant.MaxBytes)
 	return nil
+}
+
+// forgetGrant drops the Hub grant the checkout's changelog hook last read:
+// its current Work changed, so the next increment asks the Hub.
+func forgetGrant(env *Env, root string) {
+	cfg, err := configDir(env)
+	if err != nil {
+		return
+	}
+	path := filepath.Join(changelog.DefaultDir(cfg, root), changelog.ReservationFile)
+	if _, err := os.Lstat(path); err == nil {
+		_ = (&changelog.Reservation{Path: path}).Forget()
+	}
 }
