@@ -150,6 +150,16 @@ func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Re
 		return nil, err
 	}
 	defer led.Close()
+	if led.Fresh() {
+		// A spool that already holds records may have delivered them
+		// under spool-wide sequence numbers: new target streams start
+		// above them so no number is ever reused.
+		high, err := ss.MaxSeq()
+		if err != nil {
+			return nil, err
+		}
+		led.SetFloor(high)
+	}
 	// Delivery runs even when this event was not appended (a conflict, a
 	// paused spool): earlier retained envelopes still go out.
 	cerr := captureOccurrence(led, ss, bd, p, rec, obs, t, rerr == nil, res)

@@ -162,8 +162,14 @@ type observedState struct {
 }
 
 type ledgerState struct {
-	Version  int                       `json:"version"`
-	Tick     uint64                    `json:"tick"`
+	Version int    `json:"version"`
+	Tick    uint64 `json:"tick"`
+	// Floor is where every new target stream starts (its first sequence is
+	// Floor+1): the spool's highest sequence when the ledger was created
+	// for a spool that already held records, whose envelopes (written
+	// before shared sequences, or with a lost ledger) may have reached the
+	// Hub under spool-wide numbers up to it. A new spool has floor 0.
+	Floor    uint64                    `json:"floor,omitempty"`
 	Targets  []*targetSeq              `json:"targets"`
 	Sessions map[string]*observedState `json:"sessions"`
 	Outages  []Outage                  `json:"outages,omitempty"`
@@ -176,7 +182,19 @@ type Ledger struct {
 	lock      *fsutil.Lock
 	st        ledgerState
 	dirty     bool
+	fresh     bool
 	failpoint string
+}
+
+// Fresh reports whether the ledger did not exist on disk when opened.
+func (l *Ledger) Fresh() bool { return l.fresh }
+
+// SetFloor sets where new target streams start; see ledgerState.Floor.
+func (l *Ledger) SetFloor(floor uint64) {
+	if floor > l.st.Floor {
+		l.st.Floor = floor
+		l.dirty = true
+	}
 }
 
 // ledgerDir is the ledger directory of a spool.
@@ -205,6 +223,7 @@ func (s Store) OpenLedger(spoolDir string) (*Ledger, error) {
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		l.st = ledgerState{Version: ledgerVersion}
+		l.fresh, l.dirty = true, true
 	case err != nil:
 		lk.Unlock()
 		return nil, fmt.Errorf("capture ledger: %w", err)
@@ -342,7 +361,7 @@ func (l *Ledger) Reserve(observed string, r *Route) error {
 		if len(l.st.Targets) >= MaxLedgerTargets {
 			return fmt.Errorf("%w: %d targets", ErrLedgerFull, len(l.st.Targets))
 		}
-		ts = &targetSeq{WorkID: r.Target.WorkID, Generation: r.Target.Generation, Session: r.Target.Session}
+		ts = &targetSeq{WorkID: r.Target.WorkID, Generation: r.Target.Generation, Session: r.Target.Session, Last: l.st.Floor}
 		l.st.Targets = append(l.st.Targets, ts)
 		sort.Slice(l.st.Targets, func(i, j int) bool { return targetLess(l.st.Targets[i], l.st.Targets[j]) })
 	}

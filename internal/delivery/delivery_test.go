@@ -505,3 +505,28 @@ func TestHookChild(t *testing.T) {
 	_, err := capture.HandleClaudeHook(context.Background(), capture.Store{Dir: cfg}, Opener{cfg}, os.Stdin, time.Now())
 	t.Fatalf("the failpoint did not kill the hook: %v", err)
 }
+
+// TestLostLedgerNeverReusesSequences: when the ledger is missing for a
+// spool that already holds records (written before shared sequences, or
+// the ledger was lost), new target streams start above the spool's highest
+// sequence, so nothing the Hub already accepted is numbered again.
+func TestLostLedgerNeverReusesSequences(t *testing.T) {
+	f := newFixture(t)
+	work := f.startWork(t)
+	f.hook(t, f.payload("SessionStart", `,"source":"startup"`))
+	f.hook(t, f.payload("PreToolUse", `,"tool_name":"Bash","tool_use_id":"t1"`))
+	matches, _ := filepath.Glob(filepath.Join(f.cfg, "capture-sessions", "*", "ledger.json"))
+	if len(matches) != 1 {
+		t.Fatalf("ledger files %v", matches)
+	}
+	if err := os.Remove(matches[0]); err != nil {
+		t.Fatal(err)
+	}
+	if r := f.hook(t, f.payload("Stop", "")); r.Failed != 0 || r.Delivered != 1 {
+		t.Fatalf("after the ledger loss: %+v", r)
+	}
+	s := f.record(t, work).Sessions[0]
+	if s.Events != 3 || s.LastSeq != 3 {
+		t.Fatalf("session %+v", s)
+	}
+}
