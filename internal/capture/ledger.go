@@ -27,7 +27,7 @@ import (
 //     generation, canonical session) and of every observed session's
 //     unassociated stream, each observed session's last exact target, and
 //     the deferred outages not yet made visible on the Hub;
-//   - claims/<hh>/<sha256>: the first durable claim of each
+//   - claims/<session hash>/<sha256>: the first durable claim of each
 //     provider-identified occurrence (observed session, phase, provider
 //     identity): its route, reserved sequence and private phase
 //     fingerprint;
@@ -136,7 +136,10 @@ type targetSeq struct {
 	WorkID     string `json:"work_id"`
 	Generation int64  `json:"generation"`
 	Session    string `json:"session"`
-	Last       uint64 `json:"last"`
+	// Last is the last reserved sequence; Ceiling bounds every sequence
+	// ever handed out and is raised (durably) a block at a time.
+	Last    uint64 `json:"last"`
+	Ceiling uint64 `json:"ceiling"`
 }
 
 // Outage is a run of deferred occurrences of one observed session that
@@ -152,8 +155,9 @@ type observedState struct {
 	// Target is the session's last exact authorized target.
 	Target *Target `json:"target,omitempty"`
 	// Unassociated is the last reserved sequence of the session's
-	// unassociated stream.
-	Unassociated uint64 `json:"unassociated,omitempty"`
+	// unassociated stream, UnassocCeiling its durable bound.
+	Unassociated   uint64 `json:"unassociated,omitempty"`
+	UnassocCeiling uint64 `json:"unassociated_ceiling,omitempty"`
 	// Attributed is true once an event of the session reached an exact
 	// target.
 	Attributed bool `json:"attributed,omitempty"`
@@ -169,7 +173,11 @@ type ledgerState struct {
 	// for a spool that already held records, whose envelopes (written
 	// before shared sequences, or with a lost ledger) may have reached the
 	// Hub under spool-wide numbers up to it. A new spool has floor 0.
-	Floor    uint64                    `json:"floor,omitempty"`
+	Floor uint64 `json:"floor,omitempty"`
+	// Gen counts writes; BootID is the kernel boot the fast copy was
+	// written in.
+	Gen      uint64                    `json:"gen"`
+	BootID   string                    `json:"boot_id,omitempty"`
 	Targets  []*targetSeq              `json:"targets"`
 	Sessions map[string]*observedState `json:"sessions"`
 	Outages  []Outage                  `json:"outages,omitempty"`
@@ -177,13 +185,42 @@ type ledgerState struct {
 }
 
 // Ledger is an open, locked ledger of one spool.
+//
+// Its state has two copies. ledger.json is written durably (fsync) when
+// something must survive a machine crash: a raised sequence ceiling, a new
+// target, a session's exact target, an outage, the floor. ledger.fast.json
+// is the same state written on every change without fsync (atomic rename
+// only), stamped with the kernel boot id. A reader in the same boot sees
+// every completed write, so it trusts the fast copy; after a reboot (or if
+// the fast copy is unreadable) it falls back to the durable copy and moves
+// every stream to its ceiling, turning the sequences that may have been
+// handed out since into holes. Sequences are reserved a block at a time,
+// so an ordinary reservation costs no fsync while no number is ever reused.
 type Ledger struct {
 	dir       string
 	lock      *fsutil.Lock
 	st        ledgerState
-	dirty     bool
+	dirty     bool // the fast copy must be written
+	durable   bool // the durable copy must be written
 	fresh     bool
+	boot      string
 	failpoint string
+}
+
+// seqBlock is how many sequences one durable ceiling raise reserves.
+const seqBlock = 32
+
+const ledgerFastFile = "ledger.fast.json"
+
+// bootID is the kernel's boot id, or "" where there is none (then the
+// fast copy is never trusted across processes and every reservation is
+// durable).
+func bootID() string {
+	b, err := fsutil.ReadFileNoFollow("/proc/sys/kernel/random/boot_id", 128)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // Fresh reports whether the ledger did not exist on disk when opened.
@@ -193,7 +230,7 @@ func (l *Ledger) Fresh() bool { return l.fresh }
 func (l *Ledger) SetFloor(floor uint64) {
 	if floor > l.st.Floor {
 		l.st.Floor = floor
-		l.dirty = true
+		l.dirty, l.durable = true, true
 	}
 }
 
@@ -218,30 +255,52 @@ func (s Store) OpenLedger(spoolDir string) (*Ledger, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Ledger{dir: dir, lock: lk, failpoint: os.Getenv(spool.FailpointEnv)}
+	l := &Ledger{dir: dir, lock: lk, boot: bootID(), failpoint: os.Getenv(spool.FailpointEnv)}
 	b, err := fsutil.ReadFileNoFollow(filepath.Join(dir, ledgerFile), maxLedgerBytes)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		l.st = ledgerState{Version: ledgerVersion}
-		l.fresh, l.dirty = true, true
+		l.fresh, l.dirty, l.durable = true, true, true
 	case err != nil:
 		lk.Unlock()
 		return nil, fmt.Errorf("capture ledger: %w", err)
 	default:
-		dec := json.NewDecoder(bytes.NewReader(b))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&l.st); err != nil || l.st.Version != ledgerVersion {
+		if err := decodeLedger(b, &l.st); err != nil {
 			lk.Unlock()
-			if err == nil {
-				err = fmt.Errorf("version %d", l.st.Version)
-			}
 			return nil, fmt.Errorf("capture ledger %s is unreadable (%v); nothing captured", filepath.Join(dir, ledgerFile), err)
+		}
+		var fast ledgerState
+		fb, ferr := fsutil.ReadFileNoFollow(filepath.Join(dir, ledgerFastFile), maxLedgerBytes)
+		if ferr == nil && l.boot != "" && decodeLedger(fb, &fast) == nil && fast.BootID == l.boot && fast.Gen >= l.st.Gen {
+			l.st = fast
+		} else {
+			// Another boot (or no usable fast copy): anything up to the
+			// durable ceilings may have been handed out.
+			for _, ts := range l.st.Targets {
+				ts.Last = max(ts.Last, ts.Ceiling)
+			}
+			for _, o := range l.st.Sessions {
+				o.Unassociated = max(o.Unassociated, o.UnassocCeiling)
+			}
+			l.dirty = true
 		}
 	}
 	if l.st.Sessions == nil {
 		l.st.Sessions = map[string]*observedState{}
 	}
 	return l, nil
+}
+
+func decodeLedger(b []byte, st *ledgerState) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(st); err != nil {
+		return err
+	}
+	if st.Version != ledgerVersion {
+		return fmt.Errorf("version %d", st.Version)
+	}
+	return nil
 }
 
 // Close releases the ledger lock. Unflushed changes are dropped.
@@ -252,11 +311,16 @@ func (l *Ledger) Close() error {
 	return l.lock.Unlock()
 }
 
-// Flush durably writes the ledger state when it changed.
+// Flush writes the ledger state when it changed: the durable copy (fsync)
+// when a ceiling, target, session target, outage or the floor changed,
+// and always the same-boot fast copy. Without a boot id every flush is
+// durable.
 func (l *Ledger) Flush() error {
-	if !l.dirty {
+	if !l.dirty && !l.durable {
 		return nil
 	}
+	l.st.Gen++
+	l.st.BootID = l.boot
 	b, err := json.Marshal(&l.st)
 	if err != nil {
 		return err
@@ -264,11 +328,37 @@ func (l *Ledger) Flush() error {
 	if len(b) > maxLedgerBytes {
 		return fmt.Errorf("%w: %d bytes", ErrLedgerFull, len(b))
 	}
-	if err := fsutil.WriteAtomic(filepath.Join(l.dir, ledgerFile), b, fsutil.FileMode); err != nil {
-		return fmt.Errorf("capture ledger: %w", err)
+	if l.durable || l.boot == "" {
+		if err := fsutil.WriteAtomic(filepath.Join(l.dir, ledgerFile), b, fsutil.FileMode); err != nil {
+			return fmt.Errorf("capture ledger: %w", err)
+		}
 	}
-	l.dirty = false
+	if l.boot != "" {
+		if err := writeFast(filepath.Join(l.dir, ledgerFastFile), b); err != nil {
+			return fmt.Errorf("capture ledger: %w", err)
+		}
+	}
+	l.dirty, l.durable = false, false
 	return nil
+}
+
+// writeFast replaces path with data through a temporary file and a rename,
+// without fsync: visible to every later reader in this boot, not promised
+// to survive a machine crash.
+func writeFast(path string, data []byte) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, fsutil.FileMode)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
 }
 
 func (l *Ledger) session(observed string) *observedState {
@@ -327,10 +417,11 @@ func (l *Ledger) Attributed(observed string) (attributed, unassociated bool) {
 // SetExact records t as the observed session's last exact target.
 func (l *Ledger) SetExact(observed string, t Target) {
 	o := l.session(observed)
-	if o.Target == nil || *o.Target != t {
+	if o.Target == nil || *o.Target != t || !o.Attributed {
 		o.Target = &t
+		o.Attributed = true
+		l.durable = true
 	}
-	o.Attributed = true
 }
 
 // RouteFor returns the route of an occurrence of the observed session given
@@ -353,6 +444,10 @@ func (l *Ledger) Reserve(observed string, r *Route) error {
 	if r.Association == AssocUnassociated {
 		o := l.session(observed)
 		o.Unassociated++
+		if o.Unassociated > o.UnassocCeiling {
+			o.UnassocCeiling = o.Unassociated + seqBlock - 1
+			l.durable = true
+		}
 		r.SharedSeq = o.Unassociated
 		return nil
 	}
@@ -361,11 +456,15 @@ func (l *Ledger) Reserve(observed string, r *Route) error {
 		if len(l.st.Targets) >= MaxLedgerTargets {
 			return fmt.Errorf("%w: %d targets", ErrLedgerFull, len(l.st.Targets))
 		}
-		ts = &targetSeq{WorkID: r.Target.WorkID, Generation: r.Target.Generation, Session: r.Target.Session, Last: l.st.Floor}
+		ts = &targetSeq{WorkID: r.Target.WorkID, Generation: r.Target.Generation, Session: r.Target.Session, Last: l.st.Floor, Ceiling: l.st.Floor}
 		l.st.Targets = append(l.st.Targets, ts)
 		sort.Slice(l.st.Targets, func(i, j int) bool { return targetLess(l.st.Targets[i], l.st.Targets[j]) })
 	}
 	ts.Last++
+	if ts.Last > ts.Ceiling {
+		ts.Ceiling = ts.Last + seqBlock - 1
+		l.durable = true
+	}
 	r.SharedSeq = ts.Last
 	l.dirty = true
 	if r.Association == AssocCopied {
@@ -404,6 +503,7 @@ func (l *Ledger) LastSeq(t Target) uint64 {
 }
 
 func (l *Ledger) addOutage(observed string, t Target, seq uint64) {
+	l.durable = true
 	for i := len(l.st.Outages) - 1; i >= 0; i-- {
 		o := &l.st.Outages[i]
 		if o.Observed == observed && o.Target == t && o.To+1 == seq {
@@ -446,14 +546,16 @@ func (l *Ledger) ClearOutages(done []Outage) {
 		}
 	}
 	l.st.Outages = keep
-	l.dirty = true
+	l.dirty, l.durable = true, true
 }
 
+// claimPath names a claim: one directory per observed session (created
+// once per session), one file per occurrence.
 func (l *Ledger) claimPath(occ Occurrence) string {
 	b, _ := json.Marshal([]string{"agentscm-claim-v1", occ.Session, occ.Phase, occ.Identity})
 	sum := sha256.Sum256(b)
-	h := hex.EncodeToString(sum[:])
-	return filepath.Join(l.dir, claimsDir, h[:2], h)
+	ss := sha256.Sum256([]byte(occ.Session))
+	return filepath.Join(l.dir, claimsDir, hex.EncodeToString(ss[:8]), hex.EncodeToString(sum[:]))
 }
 
 // Lookup returns the retained claim of an occurrence, if any.

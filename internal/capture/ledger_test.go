@@ -226,3 +226,56 @@ func TestListDeferredLegacy(t *testing.T) {
 		t.Fatalf("legacy json %s", b)
 	}
 }
+
+// TestLedgerAfterReboot: in the same boot the un-fsynced fast copy is
+// exact; after a reboot (another boot id) or with the fast copy lost, every
+// stream resumes above its durable ceiling, so a number handed out before
+// the crash is never handed out again.
+func TestLedgerAfterReboot(t *testing.T) {
+	if bootID() == "" {
+		t.Skip("no kernel boot id here")
+	}
+	store := Store{Dir: filepath.Join(t.TempDir(), "cfg")}
+	tA := Target{WorkID: "wrk_a", Generation: 1, Session: "default"}
+	reserve := func() uint64 {
+		t.Helper()
+		l, err := store.OpenLedger("/s")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		r := Route{Target: tA, Association: AssocExact}
+		u := Route{Association: AssocUnassociated}
+		if err := l.Reserve("n", &r); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Reserve("m", &u); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if u.SharedSeq != r.SharedSeq {
+			t.Fatalf("unassociated %d, target %d", u.SharedSeq, r.SharedSeq)
+		}
+		return r.SharedSeq
+	}
+	for want := uint64(1); want <= 3; want++ {
+		if got := reserve(); got != want {
+			t.Fatalf("reserve %d, want %d", got, want)
+		}
+	}
+	fast := filepath.Join(store.ledgerDir("/s"), ledgerFastFile)
+	b, _ := os.ReadFile(fast)
+	os.WriteFile(fast, []byte(strings.Replace(string(b), bootID(), "another-boot", 1)), 0o600)
+	if got := reserve(); got != seqBlock+1 {
+		t.Fatalf("after a reboot: %d, want %d", got, seqBlock+1)
+	}
+	if got := reserve(); got != seqBlock+2 {
+		t.Fatalf("same boot again: %d", got)
+	}
+	os.Remove(fast)
+	if got := reserve(); got != 2*seqBlock+1 {
+		t.Fatalf("fast copy lost: %d, want %d", got, 2*seqBlock+1)
+	}
+}
