@@ -20,22 +20,25 @@ import (
 
 // The ledger is the private, per-spool identity and sequence state of
 // capture, kept beside the session records under
-// <config>/capture-sessions/<hash of the spool>/ (directories 0700, files
+// <config>/capture-ledger/<hash of the spool>/ (directories 0700, files
 // 0600):
 //
-//   - ledger.json: the last reserved shared sequence of every target (Work,
-//     generation, canonical session) and of every observed session's
-//     unassociated stream, each observed session's last exact target, and
-//     the deferred outages not yet made visible on the Hub;
+//   - ledger.json and ledger.fast.json (see Ledger): the reserved shared
+//     sequences of every target (Work, generation, canonical session) and
+//     of every observed session's unassociated stream, each observed
+//     session's last exact target, and the deferred outages not yet made
+//     visible on the Hub;
 //   - claims/<session hash>/<sha256>: the first durable claim of each
 //     provider-identified occurrence (observed session, phase, provider
 //     identity): its route, reserved sequence and private phase
 //     fingerprint;
 //   - ledger.lock: serialises ledger users (taken after the spool lock).
 //
-// Every reservation is written (fsynced) before the record that uses it is
-// appended, so a crash between the two leaves a hole, never a reuse.
+// Every reservation is covered by a durable ceiling before the record that
+// uses it is appended, so a crash between the two leaves a hole, never a
+// reuse.
 const (
+	ledgerRoot      = "capture-ledger"
 	ledgerFile      = "ledger.json"
 	ledgerLock      = "ledger.lock"
 	claimsDir       = "claims"
@@ -53,7 +56,7 @@ const (
 const (
 	MaxLedgerTargets  = 4096
 	MaxLedgerSessions = 4096
-	MaxClaims         = 1 << 20
+	MaxClaims         = 1 << 16
 	maxOutageRuns     = 64
 )
 
@@ -234,10 +237,11 @@ func (l *Ledger) SetFloor(floor uint64) {
 	}
 }
 
-// ledgerDir is the ledger directory of a spool.
+// ledgerDir is the ledger directory of a spool. It is a sibling tree of
+// the session records, so no session id can name a ledger file.
 func (s Store) ledgerDir(spoolDir string) string {
 	sum := sha256.Sum256([]byte(spoolDir))
-	return filepath.Join(s.Dir, sessionsDir, hex.EncodeToString(sum[:8]))
+	return filepath.Join(s.Dir, ledgerRoot, hex.EncodeToString(sum[:8]))
 }
 
 // OpenLedger locks and reads the ledger of spoolDir, creating it when

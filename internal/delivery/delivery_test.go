@@ -515,7 +515,7 @@ func TestLostLedgerNeverReusesSequences(t *testing.T) {
 	work := f.startWork(t)
 	f.hook(t, f.payload("SessionStart", `,"source":"startup"`))
 	f.hook(t, f.payload("PreToolUse", `,"tool_name":"Bash","tool_use_id":"t1"`))
-	matches, _ := filepath.Glob(filepath.Join(f.cfg, "capture-sessions", "*", "ledger.json"))
+	matches, _ := filepath.Glob(filepath.Join(f.cfg, "capture-ledger", "*", "ledger.json"))
 	if len(matches) != 1 {
 		t.Fatalf("ledger files %v", matches)
 	}
