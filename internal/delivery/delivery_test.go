@@ -530,3 +530,46 @@ func TestLostLedgerNeverReusesSequences(t *testing.T) {
 		t.Fatalf("session %+v", s)
 	}
 }
+
+// TestSessionStartSources: a fork start maps to source other and, as a
+// session's first event, to an adapter_started_late gap; a compact start
+// of an observed session continues it (no gap). Neither is identified.
+func TestSessionStartSources(t *testing.T) {
+	f := newFixture(t)
+	work := f.startWork(t)
+	p := func(native, source string) string {
+		return `{"session_id":"` + native + `","cwd":"` + f.root + `","hook_event_name":"SessionStart","source":"` + source + `"}`
+	}
+	f.hook(t, p("s-start", "startup"))
+	f.hook(t, p("s-start", "compact"))
+	f.hook(t, p("s-fork", "fork"))
+	rec := f.record(t, work)
+	var late []api.Gap
+	uncertain := 0
+	for _, g := range rec.Gaps {
+		switch g.Kind {
+		case event.GapAdapterStartedLate:
+			late = append(late, g.Gap)
+			if g.Session != "s-fork" {
+				t.Fatalf("late gap for %s", g.Session)
+			}
+		case event.GapIdentityUncertain:
+			uncertain++
+		}
+	}
+	if len(late) != 1 || late[0].Reason != "session_start_other" || uncertain != 2 {
+		t.Fatalf("gaps %+v", rec.Gaps)
+	}
+	var sources []string
+	for _, e := range rec.Events {
+		sources = append(sources, e.Source)
+	}
+	if strings.Join(sources, ",") != "startup,compact,other" {
+		t.Fatalf("sources %v", sources)
+	}
+	for _, s := range rec.Sessions {
+		if s.MissingSeqs != 0 {
+			t.Fatalf("session %+v", s)
+		}
+	}
+}
