@@ -16,7 +16,6 @@ import (
 
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/event"
-	"github.com/agentscm/agentscm/internal/hub/api"
 	"github.com/agentscm/agentscm/internal/spool"
 	"github.com/agentscm/agentscm/test/e2e/scriptedapi"
 )
@@ -340,5 +339,5 @@ func TestSubagentMarkers(t *testing.T) {
 	}
 	_, gaps := split(recs)
 	checkOnlyUncertain(t, rec, len(gaps))
-	_ = api.ChangeRecord{}
+	t.Logf("subagent: %d SubagentStart, %d SubagentStop in the spool and on the Hub, %d identity_uncertain gaps", starts, stops, len(gaps))
 }
