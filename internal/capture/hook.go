@@ -62,6 +62,11 @@ type HookResult struct {
 	Delivered, Failed int
 	// DeliveryErr is the first delivery error, reported as a warning.
 	DeliveryErr error
+	// Claim is the claim status of a provider-identified occurrence
+	// ("new", "duplicate", "conflict", "unrecorded"), empty otherwise.
+	Claim string
+	// Duplicate is true for an exact re-run: nothing was appended.
+	Duplicate bool
 }
 
 // HandleClaudeHook reads one Claude Code hook payload from in, finds the
@@ -113,7 +118,7 @@ func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Re
 	if lin := hub.Lineage(); bd.Hub != "" && !sameRepo(lin, bd.lineage()) {
 		return nil, fmt.Errorf("capture binding of %s was saved for %s, but the checkout is now connected to %s; nothing captured", bd.Root, describeLineage(bd.lineage()), describeLineage(lin))
 	}
-	obs, err := store.Observe(bd, p.SessionID, p.HookEventName, p.Source)
+	obs, err := store.Observe(bd, p.SessionID, p.HookEventName, rec.Source)
 	if err != nil {
 		return nil, fmt.Errorf("session record: %w", err)
 	}
@@ -122,32 +127,10 @@ func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Re
 			return nil, err
 		}
 	}
-	var gap *event.Record
-	if obs.StartedLate {
-		gap = &event.Record{
-			Agent: rec.Agent, SessionID: rec.SessionID, Kind: event.KindGap, HookEvent: rec.HookEvent,
-			ObservedAt: rec.ObservedAt, CaptureMode: rec.CaptureMode,
-			Gap: &event.GapInfo{Kind: event.GapAdapterStartedLate, Reason: obs.Reason,
-				Detail: "the session's original start was not observed; earlier history is not covered"},
-		}
-	}
 	res := &HookResult{Spool: bd.Spool}
 	rctx, cancel := context.WithTimeout(ctx, ResolveTimeout)
 	t, rerr := hub.Resolve(rctx, bd.WorktreeID, p.SessionID)
 	cancel()
-	for _, r := range []*event.Record{gap, rec} {
-		if r == nil {
-			continue
-		}
-		if rerr == nil {
-			r.WorkID, r.Generation, r.CanonicalSession = t.WorkID, t.Generation, t.Session
-		} else {
-			// No exact authorized target: keep only a sanitized local fact.
-			r.Body = nil
-			r.Deferred = true
-			res.Deferred = true
-		}
-	}
 	// OpenAppender skips the open-time recovery, and one Session does the
 	// append and the delivery bookkeeping under a single guarded lock
 	// acquisition (one identity revalidation and recovery scan per hook).
@@ -162,22 +145,182 @@ func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Re
 		return nil, err
 	}
 	defer ss.Close()
-	if gap != nil {
+	led, err := store.OpenLedger(bd.Spool)
+	if err != nil {
+		return nil, err
+	}
+	defer led.Close()
+	if led.Fresh() {
+		// A spool that already holds records may have delivered them
+		// under spool-wide sequence numbers: new target streams start
+		// above them so no number is ever reused.
+		high, err := ss.MaxSeq()
+		if err != nil {
+			return nil, err
+		}
+		led.SetFloor(high)
+	}
+	// Delivery runs even when this event was not appended (a conflict, a
+	// paused spool): earlier retained envelopes still go out.
+	cerr := captureOccurrence(led, ss, bd, p, rec, obs, t, rerr == nil, res)
+	deliver(ctx, ss, hub, now, res)
+	return res, cerr
+}
+
+// captureOccurrence routes, claims or reserves, and appends one mapped
+// event: the first durable claim (or the bare reservation of an event
+// without provider identity) is written before anything target-scoped is
+// appended; a duplicate appends nothing and a conflict appends nothing and
+// fails. With an exact target it first publishes the outages of earlier
+// deferred occurrences, and gives a session whose earlier facts stayed
+// unassociated one adapter_started_late gap.
+func captureOccurrence(led *Ledger, ss *spool.Session, bd *Binding, p *claude.Payload, rec *event.Record, obs Observation, t Target, resolved bool, res *HookResult) error {
+	observed := p.SessionID
+	var lateGap bool
+	lateReason := obs.Reason
+	if resolved {
+		if attributed, unassoc := led.Attributed(observed); !attributed && unassoc && !obs.StartedLate {
+			// Every earlier fact of the session stayed unassociated: this
+			// target's stream did not observe the start.
+			lateGap, lateReason = true, "unassociated_before_target"
+		}
+		led.SetExact(observed, t)
+	}
+	lateGap = lateGap || obs.StartedLate
+	route := led.RouteFor(observed, t, resolved)
+	for _, r := range bd.ActionRules {
+		if (rec.Kind == event.ToolStart || rec.Kind == event.ToolFinish) && r.Tool == rec.ToolName {
+			route.Rule = r.String()
+		}
+	}
+	uncertain := ""
+	occ, identified := ProviderOccurrence(rec)
+	claimed := false
+	if identified {
+		orig, status, err := led.Claim(occ, PhaseFingerprint(p, rec), route)
+		if err != nil {
+			return err
+		}
+		res.Claim = status.String()
+		switch status {
+		case ClaimDuplicate:
+			// An exact re-run (even after compaction): the original is
+			// retained or was delivered; append nothing new.
+			res.Duplicate, res.Deferred = true, orig.Deferred
+			return led.Flush()
+		case ClaimConflict:
+			if err := led.Flush(); err != nil {
+				return err
+			}
+			return fmt.Errorf("%w: %s %s of session %s was already captured with different facts; nothing appended",
+				ErrOccurrenceConflict, rec.HookEvent, occ.Identity, observed)
+		case ClaimUnrecorded:
+			uncertain = "claim_limit"
+		case ClaimNew, ClaimResumed:
+			claimed = true
+		}
+		route = orig
+		if status == ClaimResumed {
+			// The original claim was never appended: append it now under
+			// its original route and sequence, nothing else.
+			lateGap = false
+		}
+	} else {
+		if err := led.Reserve(observed, &route); err != nil {
+			return err
+		}
+		if err := led.Flush(); err != nil {
+			return err
+		}
+		led.fail("capture.reserved")
+		if !Informational(rec.Kind) {
+			uncertain = "no_provider_identity"
+		}
+	}
+	// The reservation is durable now: a crash from here on leaves a hole.
+	stamp := func(r *event.Record) {
+		r.Sequenced, r.Association, r.Deferred = true, route.Association, route.Deferred
+		r.WorkID, r.Generation, r.CanonicalSession = route.Target.WorkID, route.Target.Generation, route.Target.Session
+		if route.Deferred {
+			// No exact authorized target: keep only a sanitized local fact.
+			r.Body = nil
+			res.Deferred = true
+		}
+	}
+	stamp(rec)
+	rec.SharedSeq = route.SharedSeq
+	var published []Outage
+	if resolved {
+		var err error
+		if published, err = publishOutages(ss, led, rec, observed, t); err != nil {
+			return err
+		}
+	}
+	if lateGap {
+		gap := &event.Record{
+			Agent: rec.Agent, SessionID: rec.SessionID, Kind: event.KindGap, HookEvent: rec.HookEvent,
+			ObservedAt: rec.ObservedAt, CaptureMode: rec.CaptureMode,
+			Gap: &event.GapInfo{Kind: event.GapAdapterStartedLate, Reason: lateReason,
+				Detail: "the session's original start was not observed; earlier history is not covered"},
+		}
+		stamp(gap)
 		if _, err := ss.Append(gap); err != nil {
-			return res, fmt.Errorf("record the adapter_started_late gap: %w", err)
+			return fmt.Errorf("record the adapter_started_late gap: %w", err)
 		}
 	}
 	seq, err := ss.Append(rec)
 	res.Seq = seq
-	if err != nil && seq == 0 {
-		return res, err
+	if err != nil {
+		return err
 	}
-	appendErr := err
-	deliver(ctx, ss, hub, now, res)
-	if appendErr != nil {
-		return res, appendErr
+	if claimed {
+		if err := led.MarkAppended(occ); err != nil {
+			return err
+		}
 	}
-	return res, nil
+	if uncertain != "" {
+		gap := &event.Record{
+			Agent: rec.Agent, SessionID: rec.SessionID, Kind: event.KindGap, HookEvent: rec.HookEvent,
+			ObservedAt: rec.ObservedAt, CaptureMode: rec.CaptureMode, SharedSeq: rec.SharedSeq,
+			Gap: &event.GapInfo{Kind: event.GapIdentityUncertain, Reason: uncertain, AffectedSeq: seq,
+				Detail: "the host gave no identity for this event: a retried hook cannot be told apart from a repeat"},
+		}
+		stamp(gap)
+		if _, err := ss.Append(gap); err != nil {
+			return fmt.Errorf("record %d retained; recording its identity_uncertain gap failed: %w", seq, err)
+		}
+	}
+	led.ClearOutages(published)
+	return led.Flush()
+}
+
+// publishOutages makes earlier deferred occurrences that copied an exact
+// target visible under that exact target: a deterministic
+// capture_interrupted gap over the reserved range, except where the
+// current event exposes the hole directly (same observed session and
+// target, observed id equal to the canonical one). A later generation never
+// absorbs the gap: it names the copied target. Outages stay recorded until
+// the caller clears them after the append.
+func publishOutages(ss *spool.Session, led *Ledger, rec *event.Record, observed string, t Target) ([]Outage, error) {
+	var done []Outage
+	for _, o := range led.Outages() {
+		direct := o.Observed == observed && o.Target == t && observed == t.Session
+		if !direct {
+			gap := &event.Record{
+				Agent: rec.Agent, SessionID: o.Observed, Kind: event.KindGap, HookEvent: "outage",
+				ObservedAt: rec.ObservedAt, CaptureMode: rec.CaptureMode,
+				WorkID: o.Target.WorkID, Generation: o.Target.Generation, CanonicalSession: o.Target.Session,
+				Association: AssocCopied, Sequenced: true, SharedSeq: o.From,
+				Gap: &event.GapInfo{Kind: event.GapCaptureInterrupted, Reason: "target_unavailable", FromSeq: o.From, ToSeq: o.To,
+					Detail: "no exact target resolved for these occurrences; only sanitized local facts were kept"},
+			}
+			if _, err := ss.Append(gap); err != nil {
+				return done, fmt.Errorf("publish the outage gap of session %s: %w", o.Observed, err)
+			}
+		}
+		done = append(done, o)
+	}
+	return done, nil
 }
 
 // deliver replays up to DeliveryPageSize pending envelopes in sequence

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -38,6 +39,7 @@ func changeCaptureCommand() *Command {
 			}},
 			{Name: "events", Summary: "list a spool's sessions and their events in order (read-only)", Run: runEvents},
 			changeCaptureShowCommand(),
+			deferredCommand(),
 		}, spoolCommands()...),
 	}
 }
@@ -75,6 +77,8 @@ func runHookClaude(ctx context.Context, env *Env) int {
 		res, err = capture.HandleClaudeHook(ctx, store, delivery.Opener{ConfigDir: store.Dir}, env.Stdin, env.Now())
 	}
 	switch {
+	case errors.Is(err, capture.ErrOccurrenceConflict):
+		fmt.Fprintf(env.Stderr, "agentscm: warning: %s\n", oneLine(err.Error()))
 	case err != nil:
 		fmt.Fprintf(env.Stderr, "agentscm: warning: capture hook failed: %s\n", oneLine(err.Error()))
 	case res.DeliveryErr != nil:

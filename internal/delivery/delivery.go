@@ -96,11 +96,10 @@ func (h *hub) Deliver(ctx context.Context, env *spool.Envelope) (string, error) 
 	return res.Status, nil
 }
 
-// Envelope builds the Hub envelope of a retained record. Its identity hashes
-// the event's identity fields: the native session, kind and, when the host
-// gives one, the provider's tool_use_id or message fragment; otherwise the
-// durable local occurrence number (the spool sequence). Receipt time never
-// enters identity.
+// Envelope builds the Hub envelope of a retained record. A record written
+// with shared sequences carries its target stream's sequence (SharedSeq);
+// a legacy record keeps the spool-wide one. Receipt time never enters
+// identity (see Identity).
 func Envelope(r event.Record) (*api.Envelope, error) {
 	if r.Deferred || r.WorkID == "" {
 		return nil, errors.New("a deferred record has no target and is never delivered")
@@ -116,6 +115,19 @@ func Envelope(r event.Record) (*api.Envelope, error) {
 			return nil, errors.New("gap record without gap details")
 		}
 		g := &api.Gap{Kind: r.Gap.Kind, Reason: r.Gap.Reason, FromSeq: int64(r.Seq), ToSeq: int64(r.Seq)}
+		if r.Sequenced {
+			// Shared sequences: a gap names the target-stream range it
+			// covers (an outage), else the sequence of the event it
+			// concerns, else none (a late start precedes every sequence).
+			from, to := r.Gap.FromSeq, r.Gap.ToSeq
+			if from == 0 {
+				from, to = r.SharedSeq, r.SharedSeq
+			}
+			if from > 1<<62 || to > 1<<62 || to < from {
+				return nil, fmt.Errorf("gap sequence range %d..%d is not valid", from, to)
+			}
+			g.FromSeq, g.ToSeq = int64(from), int64(to)
+		}
 		if g.Kind == event.GapContentNotRetained {
 			// The Hub has no such kind: the record was kept, its content
 			// was not, which interrupts capture of that content.
@@ -126,8 +138,15 @@ func Envelope(r event.Record) (*api.Envelope, error) {
 	case event.KindUsage:
 		return nil, errors.New("usage records are not delivered yet")
 	}
+	seq := r.Seq
+	if r.Sequenced {
+		if r.SharedSeq == 0 || r.SharedSeq > 1<<62 {
+			return nil, fmt.Errorf("shared sequence %d out of range", r.SharedSeq)
+		}
+		seq = r.SharedSeq
+	}
 	ev := api.Event{
-		Seq: int64(r.Seq), Kind: string(r.Kind), HookEvent: r.HookEvent, ToolName: r.ToolName,
+		Seq: int64(seq), Kind: string(r.Kind), HookEvent: r.HookEvent, ToolName: r.ToolName,
 		ToolUseID: r.ToolUseID, Source: r.Source, Reason: r.Reason, Outcome: r.Outcome,
 		AgentID: r.AgentID, AgentType: r.AgentType, ObservedAt: r.ObservedAt.Unix(),
 	}
@@ -135,17 +154,35 @@ func Envelope(r event.Record) (*api.Envelope, error) {
 	return env, nil
 }
 
-// Identity is the identity digest of a record (64 lowercase hex).
+// Identity is the identity digest of a record (64 lowercase hex). It hashes
+// the observed native session, kind and hook event plus the provider
+// identity when the host gives one: the tool_use_id of a tool event, the
+// message id and index of a MessageDisplay fragment and, on records written
+// with shared sequences, the agent_id of a subagent marker and the single
+// startup SessionStart of a native session. Otherwise it hashes the durable
+// local occurrence number (the spool sequence). A late-start gap is one per
+// session and an outage gap is named by its target and range, so a replay
+// of either is a duplicate. Receipt time never enters identity.
 func Identity(r event.Record) string {
 	id := []string{"agentscm-event-v1", r.Agent, r.SessionID, string(r.Kind), r.HookEvent}
 	switch {
 	case r.Kind == event.KindGap && r.Gap != nil && r.Gap.Kind == event.GapAdapterStartedLate:
 		// One per session: a replay of it is a duplicate.
 		id = append(id, "gap", r.Gap.Kind)
+		if r.Sequenced {
+			id = append(id, r.WorkID, strconv.FormatInt(r.Generation, 10), r.CanonicalSession)
+		}
+	case r.Sequenced && r.Kind == event.KindGap && r.Gap != nil && r.Gap.Kind == event.GapCaptureInterrupted && r.Gap.FromSeq != 0:
+		id = append(id, "outage", r.WorkID, strconv.FormatInt(r.Generation, 10), r.CanonicalSession,
+			strconv.FormatUint(r.Gap.FromSeq, 10), strconv.FormatUint(r.Gap.ToSeq, 10))
 	case r.ToolUseID != "" && (r.Kind == event.ToolStart || r.Kind == event.ToolFinish):
 		id = append(id, "tool_use_id", r.ToolUseID)
 	case r.Kind == event.MessageDisplay && r.MessageID != "" && r.FragmentIndex != nil:
 		id = append(id, "message", r.MessageID, strconv.Itoa(*r.FragmentIndex))
+	case r.Sequenced && r.AgentID != "" && (r.Kind == event.SubagentStart || r.Kind == event.SubagentStop):
+		id = append(id, "agent_id", r.AgentID)
+	case r.Sequenced && r.Kind == event.SessionStart && r.Source == "startup":
+		id = append(id, "session_start", "startup")
 	default:
 		id = append(id, "occurrence", strconv.FormatUint(r.Seq, 10))
 	}

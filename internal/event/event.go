@@ -71,8 +71,26 @@ type Record struct {
 	Generation       int64  `json:"generation,omitempty"`
 	CanonicalSession string `json:"canonical_session,omitempty"`
 	// Deferred marks a sanitized local fact kept while no exact target
-	// could be resolved; it is never delivered.
+	// could be resolved; it is never delivered. A deferred fact of a
+	// session that already had an exact target copies that target (WorkID,
+	// Generation, CanonicalSession; Association "copied"); one captured
+	// before any exact target has none (Association "unassociated").
 	Deferred bool `json:"deferred,omitempty"`
+	// Association says how the record's target was chosen: "exact" (this
+	// invocation resolved it), "copied" (a deferred fact copying the
+	// session's last exact target) or "unassociated" (no target). Empty on
+	// records written before shared sequences.
+	Association string `json:"association,omitempty"`
+	// Sequenced is true on records written with shared sequences: the Hub
+	// event sequence is SharedSeq, not Seq. Legacy records (false) keep the
+	// spool-wide mapping.
+	Sequenced bool `json:"sequenced,omitempty"`
+	// SharedSeq is the record's reserved sequence in its target's shared
+	// stream (per Work, generation and canonical session; per observed
+	// session for an unassociated fact). Gap records name the sequence of
+	// the event they concern, or 0. Reserved durably before the append, so
+	// a crash leaves a hole and never a reuse.
+	SharedSeq uint64 `json:"shared_seq,omitempty"`
 	// ObservedAt is the hook process's receipt time, not a host timestamp.
 	ObservedAt  time.Time `json:"observed_at"`
 	CaptureMode string    `json:"capture_mode"`

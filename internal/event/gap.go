@@ -21,6 +21,10 @@ const (
 	// GapAdapterStartedLate marks a session whose original start was not
 	// observed: earlier history is not covered.
 	GapAdapterStartedLate = "adapter_started_late"
+	// GapIdentityUncertain marks an event without a provider identity: it
+	// got a durable local occurrence number, and a retried hook cannot be
+	// told apart from a legitimate repeat, so the event may be overcounted.
+	GapIdentityUncertain = "identity_uncertain"
 )
 
 // Gap reasons name the bound that caused the gap.
@@ -45,6 +49,11 @@ type GapInfo struct {
 	RefusedKind Kind `json:"refused_kind,omitempty"`
 	// AffectedSeq names the retained record whose content is missing.
 	AffectedSeq uint64 `json:"affected_seq,omitempty"`
+	// FromSeq and ToSeq are the shared-sequence range a gap covers (an
+	// outage of deferred occurrences), when it covers more than its own
+	// record's SharedSeq.
+	FromSeq uint64 `json:"from_seq,omitempty"`
+	ToSeq   uint64 `json:"to_seq,omitempty"`
 }
 
 // Availability values of an ArtifactRef.

@@ -209,6 +209,10 @@ func gapRecord(rec *event.Record, kind, reason, detail string) *event.Record {
 		Agent: rec.Agent, SessionID: rec.SessionID, Kind: event.KindGap, HookEvent: rec.HookEvent,
 		ObservedAt: rec.ObservedAt, CaptureMode: rec.CaptureMode,
 		Gap: &event.GapInfo{Kind: kind, Reason: reason, Detail: detail, RefusedKind: rec.Kind},
+		// The gap concerns the record's target and its reserved shared
+		// sequence, so it is delivered where the hole is.
+		WorkID: rec.WorkID, Generation: rec.Generation, CanonicalSession: rec.CanonicalSession,
+		Deferred: rec.Deferred, Association: rec.Association, Sequenced: rec.Sequenced, SharedSeq: rec.SharedSeq,
 	}
 }
 

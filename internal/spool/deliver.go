@@ -301,6 +301,15 @@ func (ss *Session) RecordAttempt(a Attempt) error {
 	return ss.s.recordAttemptLocked(a)
 }
 
+// MaxSeq returns the highest sequence the spool has retained or compacted
+// (0 for an empty spool), under the held lock.
+func (ss *Session) MaxSeq() (uint64, error) {
+	if err := ss.held(); err != nil {
+		return 0, err
+	}
+	return ss.g.st.maxSeq, nil
+}
+
 // Close releases the spool lock. Closing twice is harmless.
 func (ss *Session) Close() {
 	if ss.g != nil {

@@ -67,7 +67,7 @@ func (s step) String() string {
 func shape(recs []event.Record) []step {
 	var out []step
 	for _, r := range recs {
-		if r.Kind == event.MessageDisplay {
+		if r.Kind == event.MessageDisplay || r.Kind == event.KindGap {
 			continue
 		}
 		out = append(out, step{kind: r.Kind, tool: r.ToolName, outcome: r.Outcome, source: r.Source})
@@ -128,10 +128,8 @@ func TestSessionCapturedEndToEnd(t *testing.T) {
 		{kind: event.TurnEnd},
 		{kind: event.SessionEnd},
 	})
+	checkSequences(t, first)
 	for i, r := range first {
-		if r.Seq != uint64(i+1) {
-			t.Errorf("event %d has seq %d", i, r.Seq)
-		}
 		if r.SessionID != res.SessionID || r.CaptureMode != event.ModeMetadataOnly || r.Body != nil {
 			t.Errorf("event %d: %+v", i, r)
 		}
@@ -191,6 +189,50 @@ func TestSessionCapturedEndToEnd(t *testing.T) {
 		assertNoSecrets(t, dir, secrets)
 	}
 	assertPrivateModes(t, c.spool)
+}
+
+// split separates a session's spool records into events and gap records.
+func split(recs []event.Record) (evs, gaps []event.Record) {
+	for _, r := range recs {
+		if r.Kind == event.KindGap {
+			gaps = append(gaps, r)
+		} else {
+			evs = append(evs, r)
+		}
+	}
+	return evs, gaps
+}
+
+// checkSequences checks shared sequences in one stream: the events carry
+// 1, 2, 3... with no hole, and exactly the events without a provider
+// identity (prompts, non-startup starts, session ends, unidentified
+// fragments; never the informational markers) are each followed by one
+// identity_uncertain gap naming their sequence.
+func checkSequences(t *testing.T, recs []event.Record) {
+	t.Helper()
+	var next uint64 = 1
+	for i, r := range recs {
+		if !r.Sequenced {
+			t.Fatalf("record %d is not sequenced: %+v", i, r)
+		}
+		if r.Kind == event.KindGap {
+			continue
+		}
+		if r.SharedSeq != next {
+			t.Fatalf("event %d (%s) has shared seq %d, want %d", i, r.Kind, r.SharedSeq, next)
+		}
+		next++
+		identified := r.ToolUseID != "" || r.AgentID != "" || (r.Kind == event.SessionStart && r.Source == "startup") ||
+			(r.Kind == event.MessageDisplay && r.MessageID != "" && r.FragmentIndex != nil)
+		informational := r.Kind == event.TurnEnd || r.Kind == event.PreCompact || r.Kind == event.SubagentStart || r.Kind == event.SubagentStop
+		gotGap := i+1 < len(recs) && recs[i+1].Kind == event.KindGap && recs[i+1].Gap.Kind == "identity_uncertain"
+		if gotGap && recs[i+1].SharedSeq != r.SharedSeq {
+			t.Fatalf("identity_uncertain gap after event %d names seq %d", i, recs[i+1].SharedSeq)
+		}
+		if want := !identified && !informational; gotGap != want {
+			t.Fatalf("event %d (%s %s): identity_uncertain gap %v, want %v", i, r.Kind, r.HookEvent, gotGap, want)
+		}
+	}
 }
 
 // assertNoSecrets reads every file below dir and fails if any holds one of
