@@ -62,6 +62,10 @@ type HookResult struct {
 	Delivered, Failed int
 	// DeliveryErr is the first delivery error, reported as a warning.
 	DeliveryErr error
+	// Action says what the tool call's execution rule recorded (action.go:
+	// started, finished, their duplicates, conflict, ...); empty when no
+	// rule applies.
+	Action string
 }
 
 // HandleClaudeHook reads one Claude Code hook payload from in, finds the
@@ -173,9 +177,14 @@ func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Re
 		return res, err
 	}
 	appendErr := err
+	// Actions from execution rules (action.go): the action start or finish
+	// of this tool call, appended in the same spool Session after the event
+	// and before delivery.
+	var actionErr error
+	res.Action, actionErr = recordAction(ctx, actionEnv{ss: ss, sp: sp, configDir: store.Dir, bd: bd, p: p, rec: rec, now: now})
 	deliver(ctx, ss, hub, now, res)
-	if appendErr != nil {
-		return res, appendErr
+	if err := errors.Join(appendErr, actionErr); err != nil {
+		return res, err
 	}
 	return res, nil
 }

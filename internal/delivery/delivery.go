@@ -125,6 +125,8 @@ func Envelope(r event.Record) (*api.Envelope, error) {
 		return env, nil
 	case event.KindUsage:
 		return nil, errors.New("usage records are not delivered yet")
+	case event.ActionStart, event.ActionFinish:
+		return actionEnvelope(env, r) // action.go
 	}
 	ev := api.Event{
 		Seq: int64(r.Seq), Kind: string(r.Kind), HookEvent: r.HookEvent, ToolName: r.ToolName,
@@ -142,7 +144,7 @@ func Identity(r event.Record) string {
 	case r.Kind == event.KindGap && r.Gap != nil && r.Gap.Kind == event.GapAdapterStartedLate:
 		// One per session: a replay of it is a duplicate.
 		id = append(id, "gap", r.Gap.Kind)
-	case r.ToolUseID != "" && (r.Kind == event.ToolStart || r.Kind == event.ToolFinish):
+	case r.ToolUseID != "" && (r.Kind == event.ToolStart || r.Kind == event.ToolFinish || r.Kind == event.ActionStart || r.Kind == event.ActionFinish):
 		id = append(id, "tool_use_id", r.ToolUseID)
 	case r.Kind == event.MessageDisplay && r.MessageID != "" && r.FragmentIndex != nil:
 		id = append(id, "message", r.MessageID, strconv.Itoa(*r.FragmentIndex))

@@ -97,20 +97,27 @@ func TestDeferredThenDelivered(t *testing.T) {
 		t.Fatalf("before any Work: %+v", r)
 	}
 	work := f.startWork(t)
+	// One-step setup's default rule makes Bash an action: the tool event
+	// and the action start (seq 4) are both delivered.
 	r = f.hook(t, f.payload("PreToolUse", `,"tool_name":"Bash","tool_use_id":"toolu_9"`))
-	if r.Deferred || r.Delivered != 1 || r.Failed != 0 {
+	if r.Deferred || r.Delivered != 2 || r.Failed != 0 || r.Action != capture.ActionStarted {
 		t.Fatalf("with a Work: %+v", r)
 	}
 	r = f.hook(t, f.payload("PostToolUseFailure", `,"tool_name":"Bash","tool_use_id":"toolu_9","error":"Exit code 3"`))
-	if r.Delivered != 1 {
+	if r.Delivered != 2 || r.Action != capture.ActionFinished {
 		t.Fatalf("finish: %+v", r)
 	}
 	rec := f.record(t, work)
 	if len(rec.Events) != 2 || rec.Events[0].Seq != 3 || rec.Events[1].Outcome != event.OutcomeFailed {
 		t.Fatalf("record events %+v", rec.Events)
 	}
+	if len(rec.Actions) != 1 || rec.Actions[0].Status != "complete" || rec.Actions[0].Finish.Result != "failed" {
+		t.Fatalf("record actions %+v", rec.Actions)
+	}
 	// The deferred facts stay local: their sequences are a visible hole.
-	if rec.Sessions[0].MissingSeqs != 2 || rec.Coverage.State == "complete" || len(rec.Gaps) != 0 {
+	// (Under the shared spool sequence the action records' numbers 4 and 6
+	// are holes in the event sequence too, until per-session sequences.)
+	if rec.Sessions[0].MissingSeqs != 3 || rec.Coverage.State == "complete" || len(rec.Gaps) != 0 {
 		t.Fatalf("hole not visible: %+v %+v %+v", rec.Sessions, rec.Coverage, rec.Gaps)
 	}
 	sp, err := spool.Open(f.spool)
@@ -118,14 +125,14 @@ func TestDeferredThenDelivered(t *testing.T) {
 		t.Fatal(err)
 	}
 	recs, _ := sp.Events()
-	if len(recs) != 4 || !recs[0].Deferred || recs[0].Kind != event.KindGap || !recs[1].Deferred || recs[1].Body != nil {
+	if len(recs) != 6 || !recs[0].Deferred || recs[0].Kind != event.KindGap || !recs[1].Deferred || recs[1].Body != nil {
 		t.Fatalf("spool records %+v", recs)
 	}
 	// A session first seen through a tool call records its late start as a
 	// Hub gap, once.
 	p2 := `{"session_id":"native-2","cwd":"` + f.root + `","hook_event_name":"PreToolUse","tool_name":"Bash","tool_use_id":"toolu_n2"}`
 	r = f.hook(t, p2)
-	if r.Delivered != 2 {
+	if r.Delivered != 3 {
 		t.Fatalf("late session: %+v", r)
 	}
 	rec = f.record(t, work)
