@@ -107,7 +107,7 @@ func CaptureSource(ctx context.Context, root string) (*event.SourceBinding, erro
 	}
 	heads := make(chan result, 1)
 	go func() {
-		out, err := runGit(ctx, root, 4096, "rev-parse", "--verify", "-q", "HEAD", "HEAD^{tree}")
+		out, err := runGit(ctx, root, 4096, "rev-parse", "HEAD", "HEAD^{tree}")
 		heads <- result{out, err}
 	}()
 	status, serr := runGit(ctx, root, maxSourceStatus, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--ignore-submodules=none")
