@@ -206,3 +206,45 @@ func TestCompactionReplayIndexFull(t *testing.T) {
 		t.Fatal("records were pruned")
 	}
 }
+
+// TestCompactActionPairsBesideToolPairs: a tool call's lifecycle pair and
+// the pair of the action a rule made of it share session and tool_use_id;
+// compaction pairs each with its own kind, so both become receipts and an
+// incomplete action start stays even when its tool pair completed.
+func TestCompactActionPairsBesideToolPairs(t *testing.T) {
+	ctx := context.Background()
+	sp, _ := newSpool(t, spool.Config{})
+	add := func(kind event.Kind, id string) uint64 {
+		r := rec(kind, "s")
+		r.ToolUseID = id
+		seq, err := sp.Append(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return seq
+	}
+	add(event.ToolStart, "t1")
+	add(event.ActionStart, "t1")
+	add(event.ToolFinish, "t1")
+	add(event.ActionFinish, "t1")
+	add(event.ToolStart, "t2")
+	open := add(event.ActionStart, "t2")
+	add(event.ToolFinish, "t2")
+	pend, _ := sp.Pending(ctx, 100)
+	for _, e := range pend {
+		if err := sp.Ack(ctx, e.Record.Seq, e.Digest); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep, err := sp.Compact(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Receipts != 3 || rep.Kept != 1 {
+		t.Fatalf("report %+v", rep)
+	}
+	evs, _ := sp.Events()
+	if len(evs) != 1 || evs[0].Seq != open || evs[0].Kind != event.ActionStart {
+		t.Fatalf("retained %+v", evs)
+	}
+}
