@@ -8,11 +8,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/agentscm/agentscm/internal/agent/claude"
@@ -122,11 +124,12 @@ func ruleFor(bd *Binding, tool string) (ActionRule, bool) {
 type actionReceipts struct {
 	dir     string
 	spoolID string
+	limit   int
 }
 
 func openActionReceipts(configDir string, sp *spool.Spool) actionReceipts {
 	sum := sha256.Sum256([]byte(sp.Dir() + "\x00" + sp.ID()))
-	return actionReceipts{dir: filepath.Join(configDir, actionsDir, hex.EncodeToString(sum[:8])), spoolID: sp.ID()}
+	return actionReceipts{dir: filepath.Join(configDir, actionsDir, hex.EncodeToString(sum[:8])), spoolID: sp.ID(), limit: MaxActionReceipts}
 }
 
 func (a actionReceipts) ensure() error {
@@ -172,38 +175,43 @@ func (a actionReceipts) writePending(name string, r *actionReceipt) error {
 	return fsutil.WriteNew(filepath.Join(a.dir, name+".pending"), b, fsutil.FileMode)
 }
 
-// commit marks a pending receipt as appended (rename, directory fsync).
+// commit marks a pending receipt as appended. The rename is not synced: if
+// a crash loses it, the receipt is pending again and a retry appends the
+// identical record once more, which the Hub answers as a duplicate.
 func (a actionReceipts) commit(name string) error {
 	if err := os.Rename(filepath.Join(a.dir, name+".pending"), filepath.Join(a.dir, name)); err != nil {
 		return fmt.Errorf("commit action receipt: %w", err)
 	}
-	return fsutil.SyncDir(a.dir)
+	return nil
 }
 
-// nextOrder allocates the next observation order durably before any
-// receipt uses it: a crash after the allocation leaves a hole in the order,
-// never a reuse. It refuses past MaxActionReceipts.
-func (a actionReceipts) nextOrder() (int64, error) {
-	p := filepath.Join(a.dir, "order")
-	var n int64
-	b, err := fsutil.ReadFileNoFollow(p, 64)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-	case err != nil:
-		return 0, fmt.Errorf("action order: %w", err)
-	default:
-		if n, err = strconv.ParseInt(string(bytes.TrimSpace(b)), 10, 64); err != nil || n < 0 {
-			return 0, fmt.Errorf("action order file %s is malformed", p)
+// checkRoom refuses a new start once the directory holds
+// MaxActionReceipts start receipts (names ending in ".s" or ".s.pending").
+// It lists names only; hooks of one spool are serialised by the spool lock.
+func (a actionReceipts) checkRoom() error {
+	d, err := os.Open(a.dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	n := 0
+	for {
+		names, err := d.Readdirnames(1024)
+		for _, name := range names {
+			if strings.HasSuffix(name, ".s") || strings.HasSuffix(name, ".s.pending") {
+				n++
+			}
+		}
+		if n >= a.limit {
+			return errReceiptLimit
+		}
+		if err == io.EOF || len(names) == 0 {
+			return nil
+		}
+		if err != nil {
+			return err
 		}
 	}
-	if n >= MaxActionReceipts {
-		return 0, errReceiptLimit
-	}
-	n++
-	if err := fsutil.WriteAtomic(p, []byte(strconv.FormatInt(n, 10)+"\n"), fsutil.FileMode); err != nil {
-		return 0, err
-	}
-	return n, nil
 }
 
 var errReceiptLimit = errors.New("action receipt limit reached")
@@ -298,6 +306,8 @@ type actionEnv struct {
 	// source captures the checkout's source; CaptureSource unless a test
 	// replaces it.
 	source func(ctx context.Context, root string) (*event.SourceBinding, error)
+	// receiptLimit replaces MaxActionReceipts when set (tests).
+	receiptLimit int
 }
 
 // recordAction appends the action start or finish of a tool lifecycle
@@ -312,6 +322,9 @@ func recordAction(ctx context.Context, e actionEnv) (string, error) {
 		e.source = CaptureSource
 	}
 	rs := openActionReceipts(e.configDir, e.sp)
+	if e.receiptLimit > 0 {
+		rs.limit = e.receiptLimit
+	}
 	if rec.Kind == event.ToolStart {
 		rule, ok := ruleFor(e.bd, rec.ToolName)
 		if !ok {
@@ -362,19 +375,23 @@ func startAction(ctx context.Context, e actionEnv, rs actionReceipts, rule Actio
 	case !errors.Is(err, fs.ErrNotExist):
 		return "", err
 	}
-	order, err := rs.nextOrder()
-	if errors.Is(err, errReceiptLimit) {
+	// The observation order is the spool sequence of the PreToolUse event
+	// just appended: durable, spool-local, unique and in observation order.
+	order := int64(rec.Seq)
+	if rec.Seq == 0 || rec.Seq > 1<<62 {
+		return "", fmt.Errorf("action %s: the PreToolUse event has no spool sequence to order it", id)
+	}
+	if err := rs.checkRoom(); errors.Is(err, errReceiptLimit) {
 		gap := &event.Record{Agent: rec.Agent, SessionID: rec.SessionID, Kind: event.KindGap, HookEvent: rec.HookEvent,
 			ObservedAt: rec.ObservedAt, CaptureMode: rec.CaptureMode,
 			WorkID: rec.WorkID, Generation: rec.Generation, CanonicalSession: rec.CanonicalSession,
 			Gap: &event.GapInfo{Kind: event.GapCaptureInterrupted, Reason: "action_receipt_limit", RefusedKind: event.ActionStart,
-				Detail: fmt.Sprintf("the spool's %d retained action receipts are its bound; this action start was not recorded", MaxActionReceipts)}}
+				Detail: fmt.Sprintf("the spool's %d retained action receipts are its bound; this action start was not recorded", rs.limit)}}
 		if _, gerr := e.ss.Append(gap); gerr != nil {
 			return ActionReceiptLimit, fmt.Errorf("action receipt limit reached, and recording its gap failed: %w", gerr)
 		}
 		return ActionReceiptLimit, nil
-	}
-	if err != nil {
+	} else if err != nil {
 		return "", err
 	}
 	src, err := e.source(ctx, e.bd.Root)

@@ -6,7 +6,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/agentscm/agentscm/internal/agent/claude"
+	"github.com/agentscm/agentscm/internal/event"
+	"github.com/agentscm/agentscm/internal/spool"
 )
 
 func TestActionResultMapping(t *testing.T) {
@@ -132,5 +139,150 @@ func TestCaptureSource(t *testing.T) {
 	// Not a repository: an error, and the action starts unbound.
 	if _, err := CaptureSource(ctx, t.TempDir()); err == nil {
 		t.Fatal("a directory outside Git bound a source")
+	}
+}
+
+// BenchmarkCaptureSource binds the source of a clean repository of 1000
+// small files (two concurrent git processes), next to `git status` alone.
+func BenchmarkCaptureSource(b *testing.B) {
+	dir := b.TempDir()
+	for i := range 1000 {
+		p := filepath.Join(dir, "pkg"+strconv.Itoa(i%50), "f"+strconv.Itoa(i)+".go")
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		os.WriteFile(p, []byte("package p\n"), 0o644)
+	}
+	for _, args := range [][]string{{"init", "-q"}, {"add", "."}, {"-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-m", "x"}} {
+		cmd := exec.Command("git", append([]string{"-C", dir}, args...)...)
+		cmd.Env = gitEnv()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.Fatalf("%v %s", err, out)
+		}
+	}
+	ctx := context.Background()
+	b.Run("CaptureSource", func(b *testing.B) {
+		for b.Loop() {
+			if sb, err := CaptureSource(ctx, dir); err != nil || sb.Dirty {
+				b.Fatal(sb, err)
+			}
+		}
+	})
+	b.Run("git-status-ref", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := runGit(ctx, dir, maxSourceStatus, "status", "--porcelain=v1", "-z"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// actionFixture drives recordAction directly on a real spool, as
+// HandleClaudeHook does after appending the lifecycle event.
+type actionFixture struct {
+	t   *testing.T
+	sp  *spool.Spool
+	cfg string
+	bd  *Binding
+}
+
+func newActionFixture(t *testing.T) *actionFixture {
+	sp, err := spool.Init(filepath.Join(t.TempDir(), "spool"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &actionFixture{t: t, sp: sp, cfg: filepath.Join(t.TempDir(), "agentscm"),
+		bd: &Binding{Root: t.TempDir(), ActionRules: []ActionRule{DefaultActionRule}, SetupDigest: strings.Repeat("a", 64)}}
+}
+
+// hook appends the lifecycle record of payload p and records its action.
+func (f *actionFixture) hook(p *claude.Payload, limit int) (string, error) {
+	f.t.Helper()
+	rec, ok, err := claude.Map(p, event.ModeMetadataOnly, time.Now())
+	if err != nil || !ok {
+		f.t.Fatal(err)
+	}
+	rec.WorkID, rec.Generation, rec.CanonicalSession = "wrk_1", 1, "default"
+	ss, err := f.sp.Begin(context.Background())
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer ss.Close()
+	if _, err := ss.Append(rec); err != nil {
+		f.t.Fatal(err)
+	}
+	src := func(context.Context, string) (*event.SourceBinding, error) {
+		return &event.SourceBinding{Head: strings.Repeat("1", 40), Tree: strings.Repeat("2", 40)}, nil
+	}
+	return recordAction(context.Background(), actionEnv{ss: ss, sp: f.sp, configDir: f.cfg, bd: f.bd, p: p, rec: rec, now: time.Now(), source: src, receiptLimit: limit})
+}
+
+func (f *actionFixture) actions() []event.Record {
+	recs, err := f.sp.Events()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	var out []event.Record
+	for _, r := range recs {
+		if r.Action != nil || (r.Gap != nil && r.Gap.RefusedKind == event.ActionStart) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func pre(id string) *claude.Payload {
+	return &claude.Payload{SessionID: "native-1", Cwd: "/x", HookEventName: "PreToolUse", ToolName: "Bash", ToolUseID: id, ToolInput: json.RawMessage(`{"command":"true"}`)}
+}
+
+// TestActionReceiptLimit: past the receipt bound a start is refused with a
+// capture_interrupted gap in the spool, never dropped silently.
+func TestActionReceiptLimit(t *testing.T) {
+	f := newActionFixture(t)
+	for i, want := range []string{ActionStarted, ActionStarted, ActionReceiptLimit} {
+		if got, err := f.hook(pre("t"+strconv.Itoa(i)), 2); got != want || err != nil {
+			t.Fatalf("start %d: %q, %v; want %q", i, got, err, want)
+		}
+	}
+	recs := f.actions()
+	if len(recs) != 3 || recs[2].Kind != event.KindGap || recs[2].Gap.Kind != event.GapCaptureInterrupted || recs[2].Gap.Reason != "action_receipt_limit" || recs[2].WorkID != "wrk_1" {
+		t.Fatalf("records %+v", recs)
+	}
+	// An exact retry of an admitted start is still a duplicate at the bound.
+	if got, err := f.hook(pre("t0"), 2); got != ActionStartDuplicate || err != nil {
+		t.Fatalf("retry at the bound: %q, %v", got, err)
+	}
+}
+
+// TestActionPendingReceiptReplayed: a crash between the durable pending
+// receipt and its append leaves the receipt pending; the retry appends the
+// retained record (same order, same bytes) and commits the receipt.
+func TestActionPendingReceiptReplayed(t *testing.T) {
+	f := newActionFixture(t)
+	if got, err := f.hook(pre("t1"), 0); got != ActionStarted || err != nil {
+		t.Fatal(got, err)
+	}
+	rs := openActionReceipts(f.cfg, f.sp)
+	id := ActionID(claude.AgentName, "native-1", "t1")
+	// Simulate the crash: the receipt back to pending, the append undone is
+	// not needed (a duplicate append is what the Hub absorbs).
+	if err := os.Rename(filepath.Join(rs.dir, id+".s"), filepath.Join(rs.dir, id+".s.pending")); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := f.hook(pre("t1"), 0); got != ActionStarted || err != nil {
+		t.Fatal(got, err)
+	}
+	recs := f.actions()
+	if len(recs) != 2 || recs[0].Action.ObservationOrder != recs[1].Action.ObservationOrder || recs[0].Seq == recs[1].Seq {
+		t.Fatalf("replayed start %+v", recs)
+	}
+	a, b := recs[0], recs[1]
+	a.Seq, b.Seq = 0, 0
+	if ja, jb := mustMarshal(a), mustMarshal(b); string(ja) != string(jb) {
+		t.Fatalf("replayed record differs:\n%s\n%s", ja, jb)
+	}
+	if _, pending, err := rs.read(id + ".s"); err != nil || pending {
+		t.Fatalf("receipt pending %v, %v", pending, err)
+	}
+	if got, _ := f.hook(pre("t1"), 0); got != ActionStartDuplicate {
+		t.Fatalf("after replay: %q", got)
 	}
 }

@@ -45,7 +45,7 @@ func TestActionsFromExecutionRules(t *testing.T) {
 	// finish right after its tool_finish.
 	evs := c.inspect().Sessions[0].Events
 	var kinds []string
-	toolIDs := map[string]string{} // tool_use_id -> tool
+	preSeq := map[string]uint64{} // tool_use_id -> seq of its PreToolUse event
 	var order []string
 	for i, r := range evs {
 		switch r.Kind {
@@ -53,7 +53,7 @@ func TestActionsFromExecutionRules(t *testing.T) {
 			if i == 0 || evs[i-1].Kind != event.ToolStart || evs[i-1].ToolUseID != r.ToolUseID {
 				t.Fatalf("action start %d does not follow its tool_start: %+v", i, evs[i-1])
 			}
-			toolIDs[r.ToolUseID] = r.ToolName
+			preSeq[r.ToolUseID] = evs[i-1].Seq
 			order = append(order, r.ToolUseID)
 		case event.ActionFinish:
 			if evs[i-1].Kind != event.ToolFinish || evs[i-1].ToolUseID != r.ToolUseID {
@@ -91,7 +91,7 @@ func TestActionsFromExecutionRules(t *testing.T) {
 			if a.Status != "complete" || a.Start.Tool != w.tool || a.Start.Class != "execution" || a.Start.Coverage != w.coverage ||
 				a.Finish.Result != w.result || a.Finish.Verification != "unknown" || a.Finish.ExitCode != nil || a.Finish.Stale ||
 				a.Start.SetupDigest != setup || a.Finish.SetupDigest != setup || a.Start.Source == nil || len(a.Start.Source.Head) != 40 ||
-				a.Start.ObservationScope == "" || a.Start.ObservationOrder != int64(i+1) {
+				a.Start.ObservationScope == "" || a.Start.ObservationOrder != int64(preSeq[order[i]]) {
 				t.Fatalf("action %d: %s", i, b)
 			}
 			if w.tool == "Write" && a.Finish.Drift != "changed" {
