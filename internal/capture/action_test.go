@@ -286,3 +286,21 @@ func TestActionPendingReceiptReplayed(t *testing.T) {
 		t.Fatalf("after replay: %q", got)
 	}
 }
+
+// FuzzExplicitExitCode: any tool_response maps without panicking, and only
+// an explicit integer field yields a code, whose result follows its sign.
+func FuzzExplicitExitCode(f *testing.F) {
+	for _, s := range []string{`{"exit_code":0}`, `{"exitCode":-3}`, `{"exit_code":"3"}`, `{"exit_code":3.0}`, `[]`, `null`, ``, `{"exit_code":0,"exitCode":0}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		code, field := ExplicitExitCode(b)
+		if (code != nil) != (field == "integer") {
+			t.Fatalf("code %v with field %q", code, field)
+		}
+		res, ver := ActionResult(DefaultActionRule, "PostToolUse", code)
+		if ver != "unknown" || (code == nil && res != "unknown") || (code != nil && (res == "succeeded") != (*code == 0)) {
+			t.Fatalf("result %q %q for %v", res, ver, code)
+		}
+	})
+}
