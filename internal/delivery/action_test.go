@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/agentscm/agentscm/internal/capture"
+	"github.com/agentscm/agentscm/internal/client"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/hub/api"
 	"github.com/agentscm/agentscm/internal/spool"
@@ -267,4 +268,44 @@ func TestDeferredStartMakesNoAction(t *testing.T) {
 	if rec := f.record(t, work); len(rec.Actions) != 0 {
 		t.Fatalf("hub actions %+v", rec.Actions)
 	}
+}
+
+// TestActionFinishKeepsStartTarget: the finish goes to the Work its start
+// was bound to, even when another Work is current by then; the finished
+// Work refuses it, so it stays retained and the action stays incomplete
+// there, rather than being reattributed to the new Work.
+func TestActionFinishKeepsStartTarget(t *testing.T) {
+	f := newFixture(t)
+	f.gitRepo(t)
+	first := f.startWork(t)
+	if r := f.hook(t, f.payload("PreToolUse", tool("Bash", "t1", `{"command":"true"}`, ""))); r.Action != capture.ActionStarted {
+		t.Fatalf("start: %+v", r)
+	}
+	conn, err := f.open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Checkpoint(context.Background(), first, api.CheckpointRequest{Action: api.CheckpointFinish}); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close()
+	second := f.startWork(t)
+	r := f.hook(t, f.payload("PostToolUse", tool("Bash", "t1", `{"command":"true"}`, "")))
+	if r.Action != capture.ActionFinished || r.Failed != 1 {
+		t.Fatalf("finish: %+v", r)
+	}
+	recs := f.actionRecords(t)
+	if len(recs) != 2 || recs[1].WorkID != first {
+		t.Fatalf("finish record bound to %q, want %q", recs[1].WorkID, first)
+	}
+	if a := f.record(t, first).Actions; len(a) != 1 || a[0].Status != "incomplete" {
+		t.Fatalf("first work actions %+v", a)
+	}
+	if a := f.record(t, second).Actions; len(a) != 0 {
+		t.Fatalf("second work actions %+v", a)
+	}
+}
+
+func (f *fixture) open() (client.Conn, error) {
+	return client.Open(context.Background(), f.conn, client.Options{})
 }
