@@ -318,10 +318,14 @@ func recordAction(ctx context.Context, e actionEnv) (string, error) {
 	if rec.Kind != event.ToolStart && rec.Kind != event.ToolFinish {
 		return "", nil
 	}
-	if e.source == nil {
-		e.source = CaptureSource
-	}
 	rs := openActionReceipts(e.configDir, e.sp)
+	if e.source == nil {
+		e.source = func(ctx context.Context, root string) (*event.SourceBinding, error) {
+			// Only a start needs HEAD's tree; a finish's drift check
+			// compares HEAD.
+			return captureSource(ctx, root, sourceOptions{treeCache: filepath.Join(rs.dir, "trees"), noTree: rec.Kind == event.ToolFinish})
+		}
+	}
 	if e.receiptLimit > 0 {
 		rs.limit = e.receiptLimit
 	}

@@ -97,6 +97,39 @@ func git(t *testing.T, dir string, args ...string) {
 	}
 }
 
+func TestParseStatusV2(t *testing.T) {
+	oid := strings.Repeat("ab", 20)
+	in := strings.Join([]string{
+		"# branch.oid " + oid, "# branch.head main",
+		"1 .M N... 100644 100644 100644 " + oid + " " + oid + " dir/a file.txt",
+		"2 R. N... 100644 100644 100644 " + oid + " " + oid + " R100 new name", "old name",
+		"u UU N... 100644 100644 100644 100644 " + oid + " " + oid + " " + oid + " conflict.txt",
+		"1 .M S.M. 160000 160000 160000 " + oid + " " + oid + " sub",
+		"? untracked x",
+	}, "\x00") + "\x00"
+	head, entries, err := parseStatusV2([]byte(in))
+	if err != nil || head != oid {
+		t.Fatal(head, err)
+	}
+	want := []manifestEntry{{Path: "dir/a file.txt", Status: ".M"}, {Path: "new name", Status: "R."}, {Path: "conflict.txt", Status: "UU"}, {Path: "sub", Status: ".M S"}, {Path: "untracked x", Status: "??"}}
+	if len(entries) != len(want) {
+		t.Fatalf("entries %+v", entries)
+	}
+	for i := range want {
+		if entries[i] != want[i] {
+			t.Fatalf("entry %d %+v, want %+v", i, entries[i], want[i])
+		}
+	}
+	if head, _, err := parseStatusV2([]byte("# branch.oid (initial)\x00")); err != nil || head != "" {
+		t.Fatalf("unborn: %q %v", head, err)
+	}
+	for _, bad := range []string{"1 .M\x00", "# branch.oid zz\x00", "x y\x00", "?\x00"} {
+		if _, _, err := parseStatusV2([]byte(bad)); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+}
+
 func TestCaptureSource(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
@@ -136,6 +169,23 @@ func TestCaptureSource(t *testing.T) {
 	if d3, err := CaptureSource(ctx, dir); err != nil || d3.ManifestDigest == d2.ManifestDigest {
 		t.Fatalf("symlink/delete: %+v, %v", d3, err)
 	}
+	// The tree cache answers for a known HEAD and learns a new one; a
+	// malformed cache is ignored.
+	cache := filepath.Join(t.TempDir(), "trees")
+	c1, err := captureSource(ctx, dir, sourceOptions{treeCache: cache})
+	if err != nil || c1.Tree != clean.Tree {
+		t.Fatalf("cached capture %+v, %v; want tree %s", c1, err, clean.Tree)
+	}
+	if b, _ := os.ReadFile(cache); string(b) != clean.Head+" "+clean.Tree+"\n" {
+		t.Fatalf("tree cache %q", b)
+	}
+	os.WriteFile(cache, []byte(clean.Head+" "+strings.Repeat("f", 40)+"\ngarbage\n"), 0o600)
+	if c2, _ := captureSource(ctx, dir, sourceOptions{treeCache: cache}); c2.Tree != clean.Tree {
+		t.Fatalf("a malformed cache was believed: %+v", c2)
+	}
+	if c3, _ := captureSource(ctx, dir, sourceOptions{noTree: true}); c3.Tree != "" || c3.Head != clean.Head {
+		t.Fatalf("drift capture %+v", c3)
+	}
 	// Not a repository: an error, and the action starts unbound.
 	if _, err := CaptureSource(ctx, t.TempDir()); err == nil {
 		t.Fatal("a directory outside Git bound a source")
@@ -163,6 +213,28 @@ func BenchmarkCaptureSource(b *testing.B) {
 		for b.Loop() {
 			if sb, err := CaptureSource(ctx, dir); err != nil || sb.Dirty {
 				b.Fatal(sb, err)
+			}
+		}
+	})
+	b.Run("captureSource-tree-cached", func(b *testing.B) {
+		cache := filepath.Join(b.TempDir(), "trees")
+		for b.Loop() {
+			if sb, err := captureSource(ctx, dir, sourceOptions{treeCache: cache}); err != nil || sb.Dirty || sb.Tree == "" {
+				b.Fatal(sb, err)
+			}
+		}
+	})
+	b.Run("git-rev-parse", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := runGit(ctx, dir, 4096, "rev-parse", "HEAD", "HEAD^{tree}"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("git-status-v2-branch", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := runGit(ctx, dir, maxSourceStatus, "status", "--porcelain=v2", "--branch", "-z", "--untracked-files=all"); err != nil {
+				b.Fatal(err)
 			}
 		}
 	})

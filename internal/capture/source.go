@@ -18,6 +18,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/agentscm/agentscm/internal/event"
+	"github.com/agentscm/agentscm/internal/fsutil"
 	"github.com/agentscm/agentscm/internal/scan"
 )
 
@@ -91,41 +92,44 @@ func (l *limitedBuffer) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// CaptureSource binds the source of the checkout at root: HEAD and its tree
-// (git rev-parse) and the worktree's differences from HEAD (git status,
-// tracked changes and non-ignored untracked files), run concurrently. A
-// dirty worktree gets a manifest of the differing paths with each file's
-// SHA-256 read through a no-follow openat chain; its digest names the
-// content. The bytes are not retained, so a dirty binding is partial. An
-// unborn HEAD leaves Head and Tree empty.
+// CaptureSource binds the source of the checkout at root: the worktree's
+// differences from HEAD (one `git status --porcelain=v2 --branch`, tracked
+// changes and non-ignored untracked files), HEAD from the same output and
+// HEAD's tree (git rev-parse). A dirty worktree gets a manifest of the
+// differing paths with each file's SHA-256 read through a no-follow openat
+// chain; its digest names the content. The bytes are not retained, so a
+// dirty binding is partial. An unborn HEAD leaves Head and Tree empty.
 func CaptureSource(ctx context.Context, root string) (*event.SourceBinding, error) {
+	return captureSource(ctx, root, sourceOptions{})
+}
+
+// sourceOptions tunes a capture on the hook path.
+type sourceOptions struct {
+	// treeCache is a private file remembering the tree of recent HEAD
+	// commits (a commit's tree never changes), so a capture usually runs a
+	// single git process; empty: always ask git.
+	treeCache string
+	// noTree leaves Tree empty (a drift check compares HEAD, which fixes
+	// the tree).
+	noTree bool
+}
+
+func captureSource(ctx context.Context, root string, o sourceOptions) (*event.SourceBinding, error) {
 	ctx, cancel := context.WithTimeout(ctx, sourceTimeout)
 	defer cancel()
-	type result struct {
-		out []byte
-		err error
-	}
-	heads := make(chan result, 1)
-	go func() {
-		out, err := runGit(ctx, root, 4096, "rev-parse", "HEAD", "HEAD^{tree}")
-		heads <- result{out, err}
-	}()
-	status, serr := runGit(ctx, root, maxSourceStatus, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--ignore-submodules=none")
-	h := <-heads
-	if serr != nil {
-		return nil, serr
-	}
-	sb := &event.SourceBinding{}
-	if h.err == nil {
-		lines := strings.Fields(string(h.out))
-		if len(lines) != 2 || !isObjectID(lines[0]) || !isObjectID(lines[1]) {
-			return nil, fmt.Errorf("git rev-parse: unexpected output %q", h.out)
-		}
-		sb.Head, sb.Tree = lines[0], lines[1]
-	}
-	entries, err := parseStatusZ(status)
+	status, err := runGit(ctx, root, maxSourceStatus, "status", "--porcelain=v2", "--branch", "-z", "--untracked-files=all", "--ignore-submodules=none")
 	if err != nil {
 		return nil, err
+	}
+	head, entries, err := parseStatusV2(status)
+	if err != nil {
+		return nil, err
+	}
+	sb := &event.SourceBinding{Head: head}
+	if head != "" && !o.noTree {
+		if sb.Tree, err = treeOf(ctx, root, head, o.treeCache); err != nil {
+			return nil, err
+		}
 	}
 	if len(entries) == 0 {
 		return sb, nil
@@ -139,34 +143,100 @@ func CaptureSource(ctx context.Context, root string) (*event.SourceBinding, erro
 	return sb, nil
 }
 
+// treeOf returns the tree of commit head, from the cache when it holds it.
+// The cache is a small private file of "commit tree" lines, newest last,
+// at most 64; a malformed cache is ignored and rewritten.
+func treeOf(ctx context.Context, root, head, cache string) (string, error) {
+	var lines []string
+	if cache != "" {
+		if b, err := fsutil.ReadFileNoFollow(cache, 64<<10); err == nil {
+			for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+				c, t, ok := strings.Cut(l, " ")
+				if !ok || !isObjectID(c) || !isObjectID(t) {
+					lines = nil // malformed: ignored whole, rewritten below
+					break
+				}
+				lines = append(lines, l)
+			}
+			for _, l := range lines {
+				if c, t, _ := strings.Cut(l, " "); c == head {
+					return t, nil
+				}
+			}
+		}
+	}
+	out, err := runGit(ctx, root, 4096, "rev-parse", head+"^{tree}")
+	if err != nil {
+		return "", err
+	}
+	tree := strings.TrimSpace(string(out))
+	if !isObjectID(tree) {
+		return "", fmt.Errorf("git rev-parse: unexpected output %q", out)
+	}
+	if cache != "" {
+		lines = append(lines, head+" "+tree)
+		if len(lines) > 64 {
+			lines = lines[len(lines)-64:]
+		}
+		// A cache: a failed write costs one more git process next time.
+		_ = fsutil.WriteAtomic(cache, []byte(strings.Join(lines, "\n")+"\n"), fsutil.FileMode)
+	}
+	return tree, nil
+}
+
 func isObjectID(s string) bool {
 	if len(s) != 40 && len(s) != 64 {
 		return false
 	}
 	_, err := hex.DecodeString(s)
-	return err == nil
+	return err == nil && strings.ToLower(s) == s
 }
 
-// parseStatusZ parses `git status --porcelain=v1 -z`: "XY path\0", with a
-// second "orig\0" field after a rename or copy.
-func parseStatusZ(b []byte) ([]manifestEntry, error) {
+// parseStatusV2 parses `git status --porcelain=v2 --branch -z`: the
+// "# branch.oid" header (a commit, or "(initial)" for an unborn branch) and
+// one entry per changed (1), renamed or copied (2, followed by the
+// original path), unmerged (u) or untracked (?) path. A submodule entry is
+// kept with status "S" so the manifest names it as omitted.
+func parseStatusV2(b []byte) (string, []manifestEntry, error) {
+	var head string
 	var out []manifestEntry
 	fields := bytes.Split(b, []byte{0})
 	for i := 0; i < len(fields); i++ {
-		f := fields[i]
-		if len(f) == 0 {
+		f := string(fields[i])
+		if f == "" {
 			continue
 		}
-		if len(f) < 4 || f[2] != ' ' {
-			return nil, fmt.Errorf("git status: malformed entry %q", f)
+		switch f[0] {
+		case '#':
+			if oid, ok := strings.CutPrefix(f, "# branch.oid "); ok && oid != "(initial)" {
+				if !isObjectID(oid) {
+					return "", nil, fmt.Errorf("git status: malformed branch.oid %q", oid)
+				}
+				head = oid
+			}
+			continue
+		case '?':
+			if len(f) < 3 || f[1] != ' ' {
+				return "", nil, fmt.Errorf("git status: malformed entry %q", f)
+			}
+			out = append(out, manifestEntry{Path: f[2:], Status: "??"})
+			continue
 		}
-		xy := string(f[:2])
-		out = append(out, manifestEntry{Path: string(f[3:]), Status: xy})
-		if xy[0] == 'R' || xy[0] == 'C' {
+		n := map[byte]int{'1': 9, '2': 10, 'u': 11}[f[0]]
+		parts := strings.SplitN(f, " ", n)
+		if n == 0 || len(parts) != n || len(parts[1]) != 2 || len(parts[2]) != 4 {
+			return "", nil, fmt.Errorf("git status: malformed entry %q", f)
+		}
+		e := manifestEntry{Path: parts[n-1], Status: parts[1]}
+		if parts[2][0] == 'S' {
+			e.Status += " S"
+		}
+		out = append(out, e)
+		if f[0] == '2' {
 			i++ // the original path
 		}
 	}
-	return out, nil
+	return head, out, nil
 }
 
 // manifestDigest hashes the canonical JSON of the sorted manifest of the
@@ -182,6 +252,9 @@ func manifestDigest(root string, entries []manifestEntry) (string, error) {
 			continue
 		case !utf8.ValidString(e.Path):
 			e.Kind, e.Reason = "omitted", "not_utf8"
+			continue
+		case strings.HasSuffix(e.Status, " S"):
+			e.Kind, e.Reason = "omitted", "submodule"
 			continue
 		}
 		st, err := scan.Lstat(root, e.Path)
@@ -247,7 +320,8 @@ func sourceDrift(start, now *event.SourceBinding) string {
 	if start == nil || now == nil {
 		return "unknown"
 	}
-	if *start == *now {
+	// HEAD fixes the tree, which a drift capture does not look up.
+	if start.Head == now.Head && start.Dirty == now.Dirty && start.ManifestDigest == now.ManifestDigest && start.Partial == now.Partial {
 		return "none_observed"
 	}
 	return "changed"
