@@ -436,7 +436,7 @@ func appendReceipt(ss *spool.Session, rs actionReceipts, name string, r *actionR
 func finishAction(ctx context.Context, e actionEnv, rs actionReceipts) (string, error) {
 	rec := e.rec
 	id := ActionID(rec.Agent, rec.SessionID, rec.ToolUseID)
-	start, _, err := rs.read(id + ".s")
+	start, startPending, err := rs.read(id + ".s")
 	if errors.Is(err, fs.ErrNotExist) {
 		if _, ok := ruleFor(e.bd, rec.ToolName); ok {
 			return ActionNoStart, nil
@@ -445,6 +445,14 @@ func finishAction(ctx context.Context, e actionEnv, rs actionReceipts) (string, 
 	}
 	if err != nil {
 		return "", err
+	}
+	if startPending && !rec.Deferred && rec.WorkID != "" {
+		// The start's append failed or was cut by a crash (a quota pause
+		// records its own gap): append the retained start first, so a
+		// finish never goes out without it.
+		if err := appendReceipt(e.ss, rs, id+".s", start); err != nil {
+			return "", fmt.Errorf("action %s: the retained start could not be appended, so no finish is recorded: %w", id, err)
+		}
 	}
 	code, field := ExplicitExitCode(e.p.ToolResponse)
 	fc := finishCanon{startCanon: e.startCanon(), HookEvent: rec.HookEvent, Outcome: rec.Outcome, ExitCode: code, ExitCodeField: field}

@@ -376,3 +376,27 @@ func FuzzExplicitExitCode(f *testing.F) {
 		}
 	})
 }
+
+// TestActionFinishAppendsPendingStart: a start whose append never happened
+// (its receipt still pending) is appended before its finish.
+func TestActionFinishAppendsPendingStart(t *testing.T) {
+	f := newActionFixture(t)
+	if got, err := f.hook(pre("t1"), 0); got != ActionStarted || err != nil {
+		t.Fatal(got, err)
+	}
+	rs := openActionReceipts(f.cfg, f.sp)
+	id := ActionID(claude.AgentName, "native-1", "t1")
+	os.Rename(filepath.Join(rs.dir, id+".s"), filepath.Join(rs.dir, id+".s.pending"))
+	post := pre("t1")
+	post.HookEventName = "PostToolUse"
+	if got, err := f.hook(post, 0); got != ActionFinished || err != nil {
+		t.Fatal(got, err)
+	}
+	recs := f.actions()
+	if len(recs) != 3 || recs[1].Kind != event.ActionStart || recs[2].Kind != event.ActionFinish || recs[2].Action.Result != "unknown" {
+		t.Fatalf("records %+v", recs)
+	}
+	if _, pending, _ := rs.read(id + ".s"); pending {
+		t.Fatal("start receipt still pending")
+	}
+}
