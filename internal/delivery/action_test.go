@@ -18,7 +18,7 @@ import (
 )
 
 // gitRepo makes the fixture's root a Git repository with one commit.
-func (f *fixture) gitRepo(t *testing.T) {
+func (f *fixture) gitRepo(t testing.TB) {
 	t.Helper()
 	os.WriteFile(filepath.Join(f.root, "README"), []byte("hi\n"), 0o644)
 	for _, args := range [][]string{{"init", "-q"}, {"add", "README"}, {"commit", "-q", "-m", "init"}} {
@@ -34,7 +34,7 @@ func (f *fixture) gitRepo(t *testing.T) {
 
 // setBinding changes the binding's setup digest and rules, as a later
 // configure would.
-func (f *fixture) setBinding(t *testing.T, setup string, rules ...capture.ActionRule) {
+func (f *fixture) setBinding(t testing.TB, setup string, rules ...capture.ActionRule) {
 	t.Helper()
 	err := f.store.Update(func(c *capture.Config) (bool, error) {
 		for i := range c.Bindings {

@@ -25,7 +25,7 @@ type fixture struct {
 
 // newFixture connects a checkout to the embedded Hub and enables capture,
 // all through the real code paths.
-func newFixture(t *testing.T) *fixture {
+func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	dir := t.TempDir()
 	f := &fixture{cfg: filepath.Join(dir, "cfg", "agentscm"), root: filepath.Join(dir, "repo")}
@@ -46,7 +46,7 @@ func newFixture(t *testing.T) *fixture {
 	return f
 }
 
-func (f *fixture) startWork(t *testing.T) string {
+func (f *fixture) startWork(t testing.TB) string {
 	t.Helper()
 	conn, err := client.Open(context.Background(), f.conn, client.Options{})
 	if err != nil {
