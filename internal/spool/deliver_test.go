@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/agentscm/agentscm/internal/event"
@@ -246,5 +247,21 @@ func TestCompactActionPairsBesideToolPairs(t *testing.T) {
 	evs, _ := sp.Events()
 	if len(evs) != 1 || evs[0].Seq != open || evs[0].Kind != event.ActionStart {
 		t.Fatalf("retained %+v", evs)
+	}
+}
+
+// TestObservationScope: the scope is persisted (the same after reopening)
+// and random per spool (two spools never share one), and does not reveal
+// the spool id.
+func TestObservationScope(t *testing.T) {
+	a, dir := newSpool(t, spool.Config{})
+	b, _ := newSpool(t, spool.Config{})
+	again, err := spool.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.ObservationScope() != again.ObservationScope() || a.ObservationScope() == b.ObservationScope() ||
+		!strings.HasPrefix(a.ObservationScope(), "obs_") || strings.Contains(a.ObservationScope(), a.ID()) {
+		t.Fatalf("scopes %s %s %s (id %s)", a.ObservationScope(), again.ObservationScope(), b.ObservationScope(), a.ID())
 	}
 }
