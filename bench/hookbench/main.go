@@ -35,14 +35,15 @@ func main() {
 	n := flag.Int("n", 300, "runs per subject (at least 200 for a p99)")
 	out := flag.String("json", "", "also write the results as JSON to this file")
 	base := flag.String("base", "", "also measure this agentscm binary (e.g. built from main), with its own config and spool, in the same interleaved run")
+	actionFiles := flag.Int("action-files", 0, "also measure PreToolUse/PostToolUse with a Bash execution rule on a clean Git checkout of this many files (0: not measured)")
 	flag.Parse()
-	if err := run(*n, *out, *base); err != nil {
+	if err := run(*n, *out, *base, *actionFiles); err != nil {
 		fmt.Fprintln(os.Stderr, "hookbench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(n int, jsonOut, baseBin string) error {
+func run(n int, jsonOut, baseBin string, actionFiles int) error {
 	work, err := os.MkdirTemp("", "hookbench-")
 	if err != nil {
 		return err
@@ -90,6 +91,13 @@ func run(n int, jsonOut, baseBin string) error {
 			b.stdin = func(i int) []byte { return bytes.ReplaceAll(in(i), []byte(root), []byte(broot)) }
 			subjects = append(subjects, &b)
 		}
+	}
+	if actionFiles > 0 {
+		as, err := actionSubjects(bin, filepath.Join(work, "actions"), actionFiles)
+		if err != nil {
+			return fmt.Errorf("actions: %w", err)
+		}
+		subjects = append(subjects, as...)
 	}
 	ctx := context.Background()
 	for i := 0; i < n; i++ {

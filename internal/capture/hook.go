@@ -67,6 +67,10 @@ type HookResult struct {
 	Claim string
 	// Duplicate is true for an exact re-run: nothing was appended.
 	Duplicate bool
+	// Action says what the tool call's execution rule recorded (action.go:
+	// started, finished, their duplicates, conflict, ...); empty when no
+	// rule applies.
+	Action string
 }
 
 // HandleClaudeHook reads one Claude Code hook payload from in, finds the
@@ -163,6 +167,15 @@ func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Re
 	// Delivery runs even when this event was not appended (a conflict, a
 	// paused spool): earlier retained envelopes still go out.
 	cerr := captureOccurrence(led, ss, bd, p, rec, obs, t, rerr == nil, res)
+	if cerr == nil {
+		// Actions from execution rules (action.go): the action start or
+		// finish of this tool call, appended in the same spool Session
+		// after the event and before delivery. An exact re-run reaches its
+		// retained receipt (a duplicate, or the append a crash cut off).
+		var aerr error
+		res.Action, aerr = recordAction(ctx, actionEnv{ss: ss, sp: sp, configDir: store.Dir, bd: bd, p: p, rec: rec, now: now})
+		cerr = aerr
+	}
 	deliver(ctx, ss, hub, now, res)
 	return res, cerr
 }
@@ -207,6 +220,9 @@ func captureOccurrence(led *Ledger, ss *spool.Session, bd *Binding, p *claude.Pa
 			// An exact re-run (even after compaction): the original is
 			// retained or was delivered; append nothing new.
 			res.Duplicate, res.Deferred = true, orig.Deferred
+			// The original route, for the action path's retained receipt.
+			rec.Sequenced, rec.Association, rec.Deferred = true, orig.Association, orig.Deferred
+			rec.WorkID, rec.Generation, rec.CanonicalSession = orig.Target.WorkID, orig.Target.Generation, orig.Target.Session
 			return led.Flush()
 		case ClaimConflict:
 			if err := led.Flush(); err != nil {

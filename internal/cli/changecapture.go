@@ -292,6 +292,13 @@ func describe(r event.Record) string {
 	add("reason", r.Reason)
 	add("agent_id", r.AgentID)
 	add("message_id", r.MessageID)
+	if a := r.Action; a != nil {
+		add("action", a.ID)
+		add("result", a.Result)
+		if a.Stale {
+			parts = append(parts, "stale")
+		}
+	}
 	if r.Deferred {
 		parts = append(parts, "deferred")
 	} else if r.WorkID != "" {

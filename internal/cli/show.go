@@ -86,6 +86,12 @@ func printRecord(out io.Writer, r api.ChangeRecord) {
 			if a.Finish.ExitCode != nil {
 				line += fmt.Sprintf(" exit=%d", *a.Finish.ExitCode)
 			}
+			if a.Finish.Drift != "" {
+				line += " drift=" + a.Finish.Drift
+			}
+			if a.Finish.Stale {
+				line += " stale (setup changed since the start)"
+			}
 		}
 		fmt.Fprintln(out, line)
 	}

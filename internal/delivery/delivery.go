@@ -137,6 +137,8 @@ func Envelope(r event.Record) (*api.Envelope, error) {
 		return env, nil
 	case event.KindUsage:
 		return nil, errors.New("usage records are not delivered yet")
+	case event.ActionStart, event.ActionFinish:
+		return actionEnvelope(env, r) // action.go
 	}
 	seq := r.Seq
 	if r.Sequenced {
@@ -175,7 +177,7 @@ func Identity(r event.Record) string {
 	case r.Sequenced && r.Kind == event.KindGap && r.Gap != nil && r.Gap.Kind == event.GapCaptureInterrupted && r.Gap.FromSeq != 0:
 		id = append(id, "outage", r.WorkID, strconv.FormatInt(r.Generation, 10), r.CanonicalSession,
 			strconv.FormatUint(r.Gap.FromSeq, 10), strconv.FormatUint(r.Gap.ToSeq, 10))
-	case r.ToolUseID != "" && (r.Kind == event.ToolStart || r.Kind == event.ToolFinish):
+	case r.ToolUseID != "" && (r.Kind == event.ToolStart || r.Kind == event.ToolFinish || r.Kind == event.ActionStart || r.Kind == event.ActionFinish):
 		id = append(id, "tool_use_id", r.ToolUseID)
 	case r.Kind == event.MessageDisplay && r.MessageID != "" && r.FragmentIndex != nil:
 		id = append(id, "message", r.MessageID, strconv.Itoa(*r.FragmentIndex))

@@ -31,7 +31,7 @@ type fixture struct {
 
 // newFixture connects a checkout to the embedded Hub and enables capture,
 // all through the real code paths.
-func newFixture(t *testing.T) *fixture {
+func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	dir := t.TempDir()
 	f := &fixture{cfg: filepath.Join(dir, "cfg", "agentscm"), root: filepath.Join(dir, "repo")}
@@ -52,7 +52,7 @@ func newFixture(t *testing.T) *fixture {
 	return f
 }
 
-func (f *fixture) startWork(t *testing.T) string {
+func (f *fixture) startWork(t testing.TB) string {
 	t.Helper()
 	conn, err := client.Open(context.Background(), f.conn, client.Options{})
 	if err != nil {
@@ -104,12 +104,14 @@ func TestDeferredThenDelivered(t *testing.T) {
 		t.Fatalf("before any Work: %+v", r)
 	}
 	work := f.startWork(t)
+	// One-step setup's default rule makes Bash an action: the late-start
+	// gap, the tool event and the action start are delivered.
 	r = f.hook(t, f.payload("PreToolUse", `,"tool_name":"Bash","tool_use_id":"toolu_9","tool_input":{"command":"false"}`))
-	if r.Deferred || r.Delivered != 2 || r.Failed != 0 || r.Claim != "new" {
+	if r.Deferred || r.Delivered != 3 || r.Failed != 0 || r.Claim != "new" || r.Action != capture.ActionStarted {
 		t.Fatalf("with a Work: %+v", r)
 	}
 	r = f.hook(t, f.payload("PostToolUseFailure", `,"tool_name":"Bash","tool_use_id":"toolu_9","tool_input":{"command":"false"},"error":"Exit code 3"`))
-	if r.Delivered != 1 {
+	if r.Delivered != 2 || r.Action != capture.ActionFinished {
 		t.Fatalf("finish: %+v", r)
 	}
 	rec := f.record(t, work)
@@ -117,6 +119,9 @@ func TestDeferredThenDelivered(t *testing.T) {
 	// in it, and the late start under this target is an explicit gap.
 	if len(rec.Events) != 2 || rec.Events[0].Seq != 1 || rec.Events[1].Seq != 2 || rec.Events[1].Outcome != event.OutcomeFailed {
 		t.Fatalf("record events %+v", rec.Events)
+	}
+	if len(rec.Actions) != 1 || rec.Actions[0].Status != "complete" || rec.Actions[0].Finish.Result != "failed" {
+		t.Fatalf("record actions %+v", rec.Actions)
 	}
 	if rec.Sessions[0].MissingSeqs != 0 || rec.Coverage.State == "complete" || len(rec.Gaps) != 1 ||
 		rec.Gaps[0].Kind != event.GapAdapterStartedLate || rec.Gaps[0].Reason != "unassociated_before_target" {
@@ -127,7 +132,7 @@ func TestDeferredThenDelivered(t *testing.T) {
 		t.Fatal(err)
 	}
 	recs, _ := sp.Events()
-	if len(recs) != 6 || !recs[0].Deferred || recs[0].Kind != event.KindGap || !recs[1].Deferred || recs[1].Body != nil ||
+	if len(recs) != 8 || !recs[0].Deferred || recs[0].Kind != event.KindGap || !recs[1].Deferred || recs[1].Body != nil ||
 		recs[1].Association != capture.AssocUnassociated || recs[1].SharedSeq != 1 || recs[1].WorkID != "" {
 		t.Fatalf("spool records %+v", recs)
 	}
@@ -135,7 +140,7 @@ func TestDeferredThenDelivered(t *testing.T) {
 	// Hub gap, once.
 	p2 := `{"session_id":"native-2","cwd":"` + f.root + `","hook_event_name":"PreToolUse","tool_name":"Bash","tool_use_id":"toolu_n2"}`
 	r = f.hook(t, p2)
-	if r.Delivered != 2 {
+	if r.Delivered != 3 {
 		t.Fatalf("late session: %+v", r)
 	}
 	rec = f.record(t, work)
@@ -514,7 +519,8 @@ func TestLostLedgerNeverReusesSequences(t *testing.T) {
 	f := newFixture(t)
 	work := f.startWork(t)
 	f.hook(t, f.payload("SessionStart", `,"source":"startup"`))
-	f.hook(t, f.payload("PreToolUse", `,"tool_name":"Bash","tool_use_id":"t1"`))
+	// Read has no execution rule: no action record takes a spool number.
+	f.hook(t, f.payload("PreToolUse", `,"tool_name":"Read","tool_use_id":"t1"`))
 	matches, _ := filepath.Glob(filepath.Join(f.cfg, "capture-ledger", "*", "ledger.json"))
 	if len(matches) != 1 {
 		t.Fatalf("ledger files %v", matches)

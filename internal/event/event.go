@@ -105,6 +105,8 @@ type Record struct {
 	// Managed marks a managed recipe Pre/Post event, which compaction keeps
 	// whole in the replay index.
 	Managed bool `json:"managed,omitempty"`
+	// Action is the action fact of an ActionStart or ActionFinish record.
+	Action *Action `json:"action,omitempty"`
 }
 
 // Body is the local-only conversation content of an event.

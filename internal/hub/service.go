@@ -443,6 +443,17 @@ func (s *Service) Ingest(ctx context.Context, p Principal, repository string, en
 	return res, nil
 }
 
+// checkStale refuses a start/finish pair whose finish calls itself stale
+// when the setups agree, or fresh when they differ: stale means exactly that
+// the completion setup differs from the setup bound at start.
+func checkStale(st *api.ActionStart, f *api.ActionFinish) error {
+	if (st.SetupDigest != f.SetupDigest) != f.Stale {
+		return &api.Error{Status: http.StatusBadRequest, Code: api.CodeBadRequest, Reason: "stale_mismatch",
+			Message: fmt.Sprintf("action %s: the finish says stale=%v, but its setup digest %q and the start's %q say otherwise", f.ActionID, f.Stale, f.SetupDigest, st.SetupDigest)}
+	}
+	return nil
+}
+
 func conflict(reason, format string, a ...any) error {
 	return &api.Error{Status: http.StatusConflict, Code: api.CodeConflict, Reason: reason, Message: fmt.Sprintf(format, a...)}
 }
@@ -480,6 +491,11 @@ func (s *Service) apply(tx store.Tx, p Principal, w *store.Work, sc store.Scope,
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			return err
 		}
+		if err == nil && a.Finish != nil {
+			if err := checkStale(env.ActionStart, a.Finish); err != nil {
+				return err
+			}
+		}
 		return tx.InsertActionStart(sc, env.ActionStart)
 	case api.TypeActionFinish:
 		a, err := tx.Action(w.ID, env.ActionFinish.ActionID)
@@ -488,6 +504,11 @@ func (s *Service) apply(tx store.Tx, p Principal, w *store.Work, sc store.Scope,
 		}
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			return err
+		}
+		if err == nil && a.Start != nil {
+			if err := checkStale(a.Start, env.ActionFinish); err != nil {
+				return err
+			}
 		}
 		return tx.SetActionFinish(sc, env.ActionFinish)
 	case api.TypeUsage:

@@ -99,9 +99,9 @@ func (s *Spool) appendLocked(st *state, rec *event.Record) (uint64, error) {
 	}
 	class := byte(classEvent)
 	switch rec.Kind {
-	case event.ToolStart:
+	case event.ToolStart, event.ActionStart:
 		class = classStart
-	case event.ToolFinish:
+	case event.ToolFinish, event.ActionFinish:
 		class = classFinish
 	case event.KindGap:
 		class = classGap

@@ -174,15 +174,24 @@ func (s *Spool) Compact(ctx context.Context) (*CompactReport, error) {
 		}
 		items = append(items, item{e, env})
 	}
-	type actionKey struct{ session, id string }
+	// A tool call's lifecycle pair (tool_start/tool_finish) and the pair of
+	// the action a rule makes of it (action_start/action_finish) share the
+	// session and tool_use_id; the key keeps them apart.
+	type actionKey struct {
+		session, id string
+		action      bool
+	}
+	keyOf := func(rec event.Record) actionKey {
+		return actionKey{rec.SessionID, rec.ToolUseID, rec.Kind == event.ActionStart || rec.Kind == event.ActionFinish}
+	}
 	starts := map[actionKey]int{}
 	for i, it := range items {
 		if it.e.class == classStart && it.env.Record.ToolUseID != "" {
-			starts[actionKey{it.env.Record.SessionID, it.env.Record.ToolUseID}] = i
+			starts[keyOf(it.env.Record)] = i
 		}
 	}
 	hasStart := func(rec event.Record) bool {
-		_, ok := starts[actionKey{rec.SessionID, rec.ToolUseID}]
+		_, ok := starts[keyOf(rec)]
 		return ok && rec.ToolUseID != ""
 	}
 	isAcked := func(it item) bool { return acked[it.e.seq] == it.env.Digest }
@@ -199,7 +208,7 @@ func (s *Spool) Compact(ctx context.Context) (*CompactReport, error) {
 		if it.e.class != classFinish || !isAcked(it) {
 			continue
 		}
-		k := actionKey{it.env.Record.SessionID, it.env.Record.ToolUseID}
+		k := keyOf(it.env.Record)
 		j, ok := starts[k]
 		if !ok || k.id == "" || !isAcked(items[j]) || paired[j] {
 			continue

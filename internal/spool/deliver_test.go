@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/agentscm/agentscm/internal/event"
@@ -204,5 +205,63 @@ func TestCompactionReplayIndexFull(t *testing.T) {
 	}
 	if evs, _ := sp.Events(); len(evs) != 3 {
 		t.Fatal("records were pruned")
+	}
+}
+
+// TestCompactActionPairsBesideToolPairs: a tool call's lifecycle pair and
+// the pair of the action a rule made of it share session and tool_use_id;
+// compaction pairs each with its own kind, so both become receipts and an
+// incomplete action start stays even when its tool pair completed.
+func TestCompactActionPairsBesideToolPairs(t *testing.T) {
+	ctx := context.Background()
+	sp, _ := newSpool(t, spool.Config{})
+	add := func(kind event.Kind, id string) uint64 {
+		r := rec(kind, "s")
+		r.ToolUseID = id
+		seq, err := sp.Append(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return seq
+	}
+	add(event.ToolStart, "t1")
+	add(event.ActionStart, "t1")
+	add(event.ToolFinish, "t1")
+	add(event.ActionFinish, "t1")
+	add(event.ToolStart, "t2")
+	open := add(event.ActionStart, "t2")
+	add(event.ToolFinish, "t2")
+	pend, _ := sp.Pending(ctx, 100)
+	for _, e := range pend {
+		if err := sp.Ack(ctx, e.Record.Seq, e.Digest); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep, err := sp.Compact(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Receipts != 3 || rep.Kept != 1 {
+		t.Fatalf("report %+v", rep)
+	}
+	evs, _ := sp.Events()
+	if len(evs) != 1 || evs[0].Seq != open || evs[0].Kind != event.ActionStart {
+		t.Fatalf("retained %+v", evs)
+	}
+}
+
+// TestObservationScope: the scope is persisted (the same after reopening)
+// and random per spool (two spools never share one), and does not reveal
+// the spool id.
+func TestObservationScope(t *testing.T) {
+	a, dir := newSpool(t, spool.Config{})
+	b, _ := newSpool(t, spool.Config{})
+	again, err := spool.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.ObservationScope() != again.ObservationScope() || a.ObservationScope() == b.ObservationScope() ||
+		!strings.HasPrefix(a.ObservationScope(), "obs_") || strings.Contains(a.ObservationScope(), a.ID()) {
+		t.Fatalf("scopes %s %s %s (id %s)", a.ObservationScope(), again.ObservationScope(), b.ObservationScope(), a.ID())
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -195,6 +196,16 @@ func (s *Spool) Dir() string { return s.dir }
 
 // ID returns the random identity written into the commit at initialisation.
 func (s *Spool) ID() string { return s.commit.SpoolID }
+
+// ObservationScope returns the spool's random persisted observation scope:
+// a digest of the random spool id recorded in the commit and scope.json, so
+// it lives exactly as long as the spool identity and never reveals the id.
+// Action starts carry it with their spool-local observation order; orders
+// are comparable only inside one scope.
+func (s *Spool) ObservationScope() string {
+	sum := sha256.Sum256([]byte("agentscm-observation-scope-v1\x00" + s.commit.SpoolID))
+	return "obs_" + hex.EncodeToString(sum[:16])
+}
 
 func checkAbs(dir string) error {
 	if !filepath.IsAbs(dir) || filepath.Clean(dir) != dir {

@@ -89,9 +89,11 @@ type SourceBinding struct {
 
 // ActionStart is the durable start of an observed action.
 type ActionStart struct {
-	ActionID         string         `json:"action_id"`
-	Tool             string         `json:"tool"`
-	Class            string         `json:"class"`
+	ActionID string `json:"action_id"`
+	Tool     string `json:"tool"`
+	Class    string `json:"class"`
+	// Coverage is the rule's claimed coverage: complete, partial or unknown.
+	Coverage         string         `json:"coverage,omitempty"`
 	RecipeDigest     string         `json:"recipe_digest,omitempty"`
 	SetupDigest      string         `json:"setup_digest,omitempty"`
 	Source           *SourceBinding `json:"source,omitempty"`
@@ -107,7 +109,14 @@ type ActionFinish struct {
 	Verification string `json:"verification"`
 	ExitCode     *int   `json:"exit_code,omitempty"`
 	Drift        string `json:"drift,omitempty"`
-	FinishedAt   int64  `json:"finished_at,omitempty"`
+	// SetupDigest is the setup current at completion. Stale is true exactly
+	// when it differs from the start's SetupDigest: the finish was observed
+	// under another setup than the one the action started with, so its
+	// result says nothing about the started setup and source drift was not
+	// checked (Drift is unknown).
+	SetupDigest string `json:"setup_digest,omitempty"`
+	Stale       bool   `json:"stale,omitempty"`
+	FinishedAt  int64  `json:"finished_at,omitempty"`
 }
 
 // Usage is one provider usage record.
@@ -134,10 +143,11 @@ var gapKinds = map[string]bool{
 }
 
 var (
-	actionResults = map[string]bool{"succeeded": true, "failed": true, "incomplete": true, "unknown": true}
-	verifications = map[string]bool{"passed": true, "failed": true, "incomplete": true, "unknown": true}
-	actionClasses = map[string]bool{"execution": true, "verification": true, "edit": true, "other": true}
-	driftValues   = map[string]bool{"": true, "none_observed": true, "changed": true, "unknown": true}
+	actionResults   = map[string]bool{"succeeded": true, "failed": true, "incomplete": true, "unknown": true}
+	verifications   = map[string]bool{"passed": true, "failed": true, "incomplete": true, "unknown": true}
+	actionClasses   = map[string]bool{"execution": true, "verification": true, "edit": true, "other": true}
+	driftValues     = map[string]bool{"": true, "none_observed": true, "changed": true, "unknown": true}
+	actionCoverages = map[string]bool{"complete": true, "partial": true, "unknown": true}
 )
 
 // IngestResult is the body of a 200 answer to an envelope delivery.
@@ -266,6 +276,12 @@ func (e *Envelope) Validate() error {
 		if !actionClasses[a.Class] {
 			return bad("action_start: unknown class %q", a.Class)
 		}
+		if a.Coverage != "" && !actionCoverages[a.Coverage] {
+			return bad("action_start: unknown coverage %q", a.Coverage)
+		}
+		if a.ObservationOrder < 0 || a.StartedAt < 0 {
+			return bad("action_start: observation_order and started_at cannot be negative")
+		}
 		for _, d := range []string{a.RecipeDigest, a.SetupDigest} {
 			if d != "" && !IsDigest(d) {
 				return bad("action_start: digests are 64 lowercase hex characters")
@@ -298,6 +314,15 @@ func (e *Envelope) Validate() error {
 		}
 		if !driftValues[f.Drift] {
 			return bad("action_finish: unknown drift %q", f.Drift)
+		}
+		if f.SetupDigest != "" && !IsDigest(f.SetupDigest) {
+			return bad("action_finish: setup_digest is 64 lowercase hex characters")
+		}
+		if f.Stale && f.Drift != "" && f.Drift != "unknown" {
+			return bad("action_finish: a stale finish did not check source drift; drift must be unknown")
+		}
+		if f.FinishedAt < 0 {
+			return bad("action_finish: finished_at cannot be negative")
 		}
 	case TypeUsage:
 		u := e.Usage

@@ -1,0 +1,61 @@
+package event
+
+import "time"
+
+// Action record kinds: the start and finish of an action an execution rule
+// makes of a native tool call. They are separate spool records from the
+// tool_start/tool_finish lifecycle events of the same call.
+const (
+	ActionStart  Kind = "action_start"
+	ActionFinish Kind = "action_finish"
+)
+
+// Action is the typed action fact of an ActionStart or ActionFinish record.
+// Start fields are set on both (the finish repeats the start's binding so a
+// finish can be mapped on its own); finish fields only on a finish.
+type Action struct {
+	// ID derives from the observed native session and the provider
+	// tool_use_id only.
+	ID string `json:"id"`
+	// Class, Coverage and ResultSource are the rule bound at start.
+	Class        string `json:"class"`
+	Coverage     string `json:"coverage"`
+	ResultSource string `json:"result_source"`
+	// SetupDigest is the caller's setup digest bound at start.
+	SetupDigest string         `json:"setup_digest,omitempty"`
+	Source      *SourceBinding `json:"source,omitempty"`
+	// ObservationScope is the spool's random persisted observation scope and
+	// ObservationOrder the durable spool-local order of the start in it.
+	ObservationScope string    `json:"observation_scope"`
+	ObservationOrder int64     `json:"observation_order"`
+	StartedAt        time.Time `json:"started_at"`
+
+	// Result is succeeded, failed, incomplete or unknown; Verification is
+	// always unknown for an execution rule.
+	Result       string `json:"result,omitempty"`
+	Verification string `json:"verification,omitempty"`
+	// ExitCode is the explicit integer exit code the host reported, if any.
+	ExitCode *int `json:"exit_code,omitempty"`
+	// Drift compares the source at completion with the start's binding:
+	// none_observed, changed or unknown.
+	Drift string `json:"drift,omitempty"`
+	// CompletionSetupDigest is the setup digest current at completion;
+	// Stale is true when it differs from SetupDigest.
+	CompletionSetupDigest string    `json:"completion_setup_digest,omitempty"`
+	Stale                 bool      `json:"stale,omitempty"`
+	FinishedAt            time.Time `json:"finished_at,omitzero"`
+}
+
+// SourceBinding is the source an action started on: the Git HEAD commit and
+// tree, whether the worktree differed from HEAD (tracked changes or
+// non-ignored untracked files), and for a dirty worktree the digest of a
+// manifest of the differing paths' contents. Partial is true when the
+// manifest omits something (bounds, unreadable or unsupported entries) or
+// when the bytes are not retained.
+type SourceBinding struct {
+	Head           string `json:"head,omitempty"`
+	Tree           string `json:"tree,omitempty"`
+	ManifestDigest string `json:"manifest_digest,omitempty"`
+	Dirty          bool   `json:"dirty,omitempty"`
+	Partial        bool   `json:"partial,omitempty"`
+}
