@@ -29,10 +29,10 @@ type servedHub struct {
 	cmd    *exec.Cmd
 }
 
-// serveHub creates a Hub data directory with one human, repository and
+// serveConnectedHub creates a Hub data directory with one human, repository and
 // token, starts `agentscm hub serve` on a free loopback port and connects
 // the checkout to it.
-func (c *checkout) serveHub() *servedHub {
+func (c *checkout) serveConnectedHub() *servedHub {
 	c.t.Helper()
 	s := &servedHub{c: c, data: filepath.Join(c.dir, "hubdata"), listen: "127.0.0.1:0"}
 	token := filepath.Join(c.dir, "alice.token")
@@ -118,7 +118,7 @@ func (c *checkout) report() spool.Report {
 // twice.
 func TestHubOutageMidSession(t *testing.T) {
 	c := newCheckout(t)
-	hub := c.serveHub()
+	hub := c.serveConnectedHub()
 	c.agentscm("change-capture", "configure", "--root", c.root, "--spool", c.spool, "--capture-mode", "metadata-only")
 	work := c.startWork("outage")
 	api1, err := scriptedapi.Start(firstTurn(c.root), resumeTurn(), thirdTurn())
