@@ -173,6 +173,11 @@ func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Re
 		return res, err
 	}
 	appendErr := err
+	// Transcript reader and setup artifact (transcript.go): bounded, appends
+	// usage records to this same spool session; its error is a warning.
+	if rerr == nil && appendErr == nil {
+		_, appendErr = store.TranscriptStep(ss, bd, b, p, t, obs.Mode, now)
+	}
 	deliver(ctx, ss, hub, now, res)
 	if appendErr != nil {
 		return res, appendErr
@@ -199,8 +204,6 @@ func deliver(ctx context.Context, sp *spool.Session, hub Hub, now time.Time, res
 		a := spool.Attempt{Seq: env.Record.Seq, Digest: env.Digest, At: now}
 		if env.Record.Deferred || env.Record.WorkID == "" {
 			a.Outcome, a.Detail = "local_only", "deferred fact: no exact target; never delivered"
-		} else if env.Record.Kind == event.KindUsage {
-			a.Outcome, a.Detail = "local_only", "usage records are not delivered yet"
 		} else if status, err := hub.Deliver(ctx, env); err != nil {
 			a.Outcome, a.Detail = "failed", err.Error()
 			res.Failed++

@@ -124,7 +124,14 @@ func Envelope(r event.Record) (*api.Envelope, error) {
 		env.Type, env.Gap = api.TypeGap, g
 		return env, nil
 	case event.KindUsage:
-		return nil, errors.New("usage records are not delivered yet")
+		u := r.Usage
+		if u == nil {
+			return nil, errors.New("usage record without usage details")
+		}
+		env.Type, env.Usage = api.TypeUsage, &api.Usage{Scope: u.Scope, MessageID: u.MessageID, Model: u.Model,
+			InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
+			CacheCreationInputTokens: u.CacheCreationInputTokens, CacheReadInputTokens: u.CacheReadInputTokens}
+		return env, nil
 	}
 	ev := api.Event{
 		Seq: int64(r.Seq), Kind: string(r.Kind), HookEvent: r.HookEvent, ToolName: r.ToolName,
@@ -142,6 +149,14 @@ func Identity(r event.Record) string {
 	case r.Kind == event.KindGap && r.Gap != nil && r.Gap.Kind == event.GapAdapterStartedLate:
 		// One per session: a replay of it is a duplicate.
 		id = append(id, "gap", r.Gap.Kind)
+	case r.Kind == event.KindUsage && r.Usage != nil && r.Usage.Scope == event.UsageScopeRequest && r.Usage.MessageID != "":
+		// One provider request, however many transcript records repeat it.
+		id = append(id, "usage", r.Usage.MessageID)
+	case r.Kind == event.KindUsage && r.Usage != nil && r.Usage.Scope == event.UsageScopeSessionCumulative:
+		// Each distinct snapshot of the host's running total is its own
+		// record; re-reading the same snapshot is a duplicate.
+		id = append(id, "usage_cumulative", r.Usage.Model, countID(r.Usage.InputTokens), countID(r.Usage.OutputTokens),
+			countID(r.Usage.CacheCreationInputTokens), countID(r.Usage.CacheReadInputTokens))
 	case r.ToolUseID != "" && (r.Kind == event.ToolStart || r.Kind == event.ToolFinish):
 		id = append(id, "tool_use_id", r.ToolUseID)
 	case r.Kind == event.MessageDisplay && r.MessageID != "" && r.FragmentIndex != nil:
@@ -152,4 +167,11 @@ func Identity(r event.Record) string {
 	b, _ := json.Marshal(id)
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
+}
+
+func countID(v *int64) string {
+	if v == nil {
+		return "unknown"
+	}
+	return strconv.FormatInt(*v, 10)
 }

@@ -23,10 +23,6 @@ type Usage struct {
 	CacheReadInputTokens     *int64 `json:"cache_read_input_tokens,omitempty"`
 }
 
-// KindSetup is the kind of a record that retains the setup a hook observed
-// (model, permission mode, effort) as a small local artifact.
-const KindSetup Kind = "setup"
-
 // Setup is the setup observed in native hook metadata. Unobserved lists the
 // setup components the hook did not expose, so the record never reads as a
 // complete observed setup.
@@ -38,4 +34,18 @@ type Setup struct {
 	PermissionMode string   `json:"permission_mode,omitempty"`
 	Effort         string   `json:"effort,omitempty"`
 	Unobserved     []string `json:"unobserved"`
+}
+
+// SetupArtifact is the canonical content of a setup artifact: what the hook
+// observed and what it did not.
+type SetupArtifact struct {
+	Model          string   `json:"model,omitempty"`
+	PermissionMode string   `json:"permission_mode,omitempty"`
+	Effort         string   `json:"effort,omitempty"`
+	Unobserved     []string `json:"unobserved"`
+}
+
+// ArtifactBody returns the artifact content the Artifact identity hashes.
+func (s *Setup) ArtifactBody() SetupArtifact {
+	return SetupArtifact{Model: s.Model, PermissionMode: s.PermissionMode, Effort: s.Effort, Unobserved: s.Unobserved}
 }

@@ -110,14 +110,24 @@ type ActionFinish struct {
 	FinishedAt   int64  `json:"finished_at,omitempty"`
 }
 
-// Usage is one provider usage record.
+// Usage scopes: a request-scoped record is one provider request and is
+// summed into a Work's totals; a session-cumulative record is the host's own
+// running total of a session, kept apart and never summed.
+const (
+	UsageScopeRequest           = "request"
+	UsageScopeSessionCumulative = "session_cumulative"
+)
+
+// Usage is one provider usage record. A token count the provider did not
+// report is absent (null), which means unknown, never zero.
 type Usage struct {
+	Scope                    string `json:"scope"`
 	MessageID                string `json:"message_id,omitempty"`
 	Model                    string `json:"model,omitempty"`
-	InputTokens              int64  `json:"input_tokens"`
-	OutputTokens             int64  `json:"output_tokens"`
-	CacheCreationInputTokens int64  `json:"cache_creation_input_tokens"`
-	CacheReadInputTokens     int64  `json:"cache_read_input_tokens"`
+	InputTokens              *int64 `json:"input_tokens"`
+	OutputTokens             *int64 `json:"output_tokens"`
+	CacheCreationInputTokens *int64 `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     *int64 `json:"cache_read_input_tokens"`
 }
 
 // Gap is an explicit hole in coverage.
@@ -304,11 +314,25 @@ func (e *Envelope) Validate() error {
 		if u == nil {
 			return bad("usage envelope without usage")
 		}
-		if u.InputTokens < 0 || u.OutputTokens < 0 || u.CacheCreationInputTokens < 0 || u.CacheReadInputTokens < 0 {
-			return bad("usage: token counts cannot be negative")
+		for _, n := range []*int64{u.InputTokens, u.OutputTokens, u.CacheCreationInputTokens, u.CacheReadInputTokens} {
+			if n != nil && *n < 0 {
+				return bad("usage: token counts cannot be negative")
+			}
 		}
-		if !validText(u.MessageID) || !validText(u.Model) {
+		if !validText(u.MessageID) || !validText(u.Model) || len(u.MessageID) > MaxIDLen || len(u.Model) > MaxIDLen {
 			return bad("usage: a field is too long or has control characters")
+		}
+		switch u.Scope {
+		case UsageScopeRequest:
+			if u.MessageID == "" {
+				return bad("usage: a request-scoped record needs the provider message_id")
+			}
+		case UsageScopeSessionCumulative:
+			if u.MessageID != "" {
+				return bad("usage: a session-cumulative record names no message_id")
+			}
+		default:
+			return bad("usage: unknown scope %q", u.Scope)
 		}
 	case TypeGap:
 		g := e.Gap
