@@ -38,7 +38,7 @@ func changeCaptureCommand() *Command {
 			}},
 			{Name: "events", Summary: "list a spool's sessions and their events in order (read-only)", Run: runEvents},
 			changeCaptureShowCommand(),
-		}, spoolCommands()...),
+		}, append(spoolCommands(), transcriptCommands()...)...),
 	}
 }
 
