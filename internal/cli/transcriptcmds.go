@@ -51,7 +51,7 @@ the provider data directory. Saved history is not proof of live
 observation: the import starts with an adapter_started_late gap. It selects
 provider usage, visible user text, assistant text, tool use and tool
 results, keeping the transcript's own timestamps; thinking blocks are never
-selected. Malformed, oversized (over 4 MiB) and foreign-session records are
+selected. Malformed, oversized (over 2 MiB) and foreign-session records are
 skipped with a capture_interrupted gap. Bodies are kept only with
 --capture-mode local-conversation. Imported records stay local: they are
 attributed to no Work and never delivered.`, args, true, false, func(fs *flag.FlagSet) {

@@ -17,8 +17,8 @@ import (
 // gap; at most MaxReadBytes of new transcript are read per invocation (the
 // rest waits for the next hook, the cursor says where).
 const (
-	MaxLineBytes = 4 << 20
-	MaxReadBytes = 8 << 20
+	MaxLineBytes = 2 << 20
+	MaxReadBytes = 4 << 20
 	// maxProjectDirs bounds the one-level search of project directories.
 	maxProjectDirs = 4096
 )
