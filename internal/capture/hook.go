@@ -12,6 +12,7 @@ import (
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/fsutil"
 	"github.com/agentscm/agentscm/internal/spool"
+	"github.com/agentscm/agentscm/internal/transcript"
 )
 
 // Target is the exact current Work, generation and canonical session of a
@@ -204,6 +205,8 @@ func deliver(ctx context.Context, sp *spool.Session, hub Hub, now time.Time, res
 		a := spool.Attempt{Seq: env.Record.Seq, Digest: env.Digest, At: now}
 		if env.Record.Deferred || env.Record.WorkID == "" {
 			a.Outcome, a.Detail = "local_only", "deferred fact: no exact target; never delivered"
+		} else if transcript.LocalOnly(&env.Record) {
+			a.Outcome, a.Detail = "local_only", "transcript conversation record: kept locally"
 		} else if status, err := hub.Deliver(ctx, env); err != nil {
 			a.Outcome, a.Detail = "failed", err.Error()
 			res.Failed++

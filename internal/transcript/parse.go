@@ -398,3 +398,12 @@ func (p *Parser) Gaps(out []event.Record) []event.Record {
 	p.Malformed, p.Foreign = 0, 0
 	return out
 }
+
+// LocalOnly reports whether a retained record came from a transcript as
+// conversation content (assistant text, prompts, tool blocks) rather than
+// usage or a gap. Such records stay in the spool and are never delivered:
+// they take no place in the Hub's event sequence, which only live hook
+// events number.
+func LocalOnly(r *event.Record) bool {
+	return r.HookEvent == HookEvent && r.Kind != event.KindUsage && r.Kind != event.KindGap
+}
