@@ -40,18 +40,29 @@ func realisticTranscript(tb testing.TB, size int) (string, int) {
 	return dir, msgs
 }
 
-// BenchmarkReadWhole reads a 5 MB transcript from its start in one hook
-// invocation (the worst case: a session observed from startup whose
-// transcript grew to 5 MB between two hooks).
+// BenchmarkReadWhole reads a 5 MB transcript from its start in as many
+// bounded invocations as MaxReadBytes needs (two): the worst case of a
+// session observed from startup whose transcript grew to 5 MB between two
+// hooks.
 func BenchmarkReadWhole(b *testing.B) {
 	root, msgs := realisticTranscript(b, 5<<20)
 	st, _ := os.Stat(filepath.Join(root, sess+".jsonl"))
 	b.SetBytes(st.Size())
 	b.ResetTimer()
 	for b.Loop() {
-		recs, _, err := Read(root, sess, nil, work1, Options{FromStart: true, Flush: true, Now: now})
-		if err != nil || len(recs) != msgs {
-			b.Fatalf("%v: %d records, want %d", err, len(recs), msgs)
+		// As many bounded invocations as the read bound needs.
+		var cur *Cursor
+		n := 0
+		for cur == nil || cur.Offset < st.Size() {
+			recs, next, err := Read(root, sess, cur, work1, Options{FromStart: true, Flush: true, Now: now})
+			if err != nil {
+				b.Fatal(err)
+			}
+			n += len(recs)
+			cur = next
+		}
+		if n != msgs {
+			b.Fatalf("%d records, want %d", n, msgs)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package transcript
 
 import (
+	"encoding/json"
 	"testing"
 
 	"github.com/agentscm/agentscm/internal/event"
@@ -48,6 +49,42 @@ func FuzzParserLine(f *testing.F) {
 			if (r.Kind == event.KindGap) != (r.Gap != nil) {
 				t.Fatalf("gap shape %+v", r)
 			}
+		}
+	})
+}
+
+// FuzzScanHead: the fast top-level scan accepts every valid JSON object and
+// agrees with encoding/json on its type and sessionId.
+func FuzzScanHead(f *testing.F) {
+	f.Add([]byte(assistantLine(sess, "msg_1", textBlock(`a "quoted" \\ text`), 1, 2)))
+	f.Add([]byte(costState))
+	f.Add([]byte(`{"type":"x","sessionId":null,"a":[1,-2.5e3,true,false,null,{"b":"\"}"}]}`))
+	f.Add([]byte(`{"sessionId":"a\u0062c","type":"user"} `))
+	f.Add([]byte(`{}`))
+	f.Fuzz(func(t *testing.T, line []byte) {
+		h, ok := scanHead(line)
+		// Keys match exactly, as Claude Code writes them (encoding/json's
+		// struct decoding would also match "TYPE"; a map does not).
+		var obj map[string]json.RawMessage
+		if json.Unmarshal(line, &obj) != nil {
+			return // not an object: scanHead may accept or refuse
+		}
+		if !ok {
+			t.Fatalf("scanHead refused a valid object: %q", line)
+		}
+		var typ, session string
+		if v, ok := obj["type"]; ok && json.Unmarshal(v, &typ) == nil && h.typ != typ {
+			t.Fatalf("type %q, want %q", h.typ, typ)
+		}
+		v, has := obj["sessionId"]
+		if has && string(v) == "null" {
+			has = false
+		}
+		if has != h.hasSession {
+			t.Fatalf("hasSession %v, want %v", h.hasSession, has)
+		}
+		if has && json.Unmarshal(v, &session) == nil && h.session != session {
+			t.Fatalf("session %q, want %q", h.session, session)
 		}
 	})
 }

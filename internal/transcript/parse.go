@@ -137,13 +137,29 @@ func (p *Parser) Line(line []byte, out []event.Record) []event.Record {
 	if len(line) == 0 {
 		return out
 	}
-	var r rawRecord
-	if line[0] != '{' || json.Unmarshal(line, &r) != nil {
+	h, ok := scanHead(line)
+	if !ok {
 		p.Malformed++
 		return out
 	}
-	if r.SessionID != nil && *r.SessionID != p.Session {
+	if h.hasSession && h.session != p.Session {
 		p.Foreign++
+		return out
+	}
+	switch h.typ {
+	case "assistant", "cost-state":
+	case "user":
+		if !p.Select.Prompts && !p.Select.Tools {
+			return p.Flush(out) // nothing of a user record is selected
+		}
+	case "system", "summary":
+		return p.Flush(out)
+	default:
+		return out // attachments and bookkeeping: nothing to select
+	}
+	var r rawRecord
+	if json.Unmarshal(line, &r) != nil {
+		p.Malformed++
 		return out
 	}
 	at := p.Now.UTC().Truncate(time.Second)
