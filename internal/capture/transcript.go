@@ -35,11 +35,12 @@ type transcriptState struct {
 }
 
 // transcriptEvents are the hook events after which the transcript is read:
-// the ones that follow new provider messages, plus SessionStart so a
-// session whose start was observed is read from its beginning.
+// turn and session boundaries, plus SessionStart so a session whose start
+// was observed is read from its beginning. Tool hooks do not read: they are
+// on the agent's hot path between two model requests, and each message
+// read costs a durable spool append.
 var transcriptEvents = map[string]bool{
-	"SessionStart": true, "UserPromptSubmit": true, "PostToolUse": true, "PostToolUseFailure": true,
-	"Stop": true, "SubagentStop": true, "PreCompact": true, "SessionEnd": true,
+	"SessionStart": true, "Stop": true, "SubagentStop": true, "PreCompact": true, "SessionEnd": true,
 }
 
 func (s Store) transcriptStatePath(spoolDir, session string) (string, bool) {

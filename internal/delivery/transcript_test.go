@@ -158,6 +158,7 @@ func TestRunningSessionNotAttributed(t *testing.T) {
 	// current Work.
 	appendFile(t, tr, assistant("msg_old", `{"type":"text","text":"x"}`, 1000, 1000))
 	f.hook(t, f.payload("UserPromptSubmit", `,"prompt":"p"`))
+	f.hook(t, f.payload("Stop", ""))
 	appendFile(t, tr, assistant("msg_new", `{"type":"text","text":"y"}`, 5, 6))
 	f.hook(t, f.payload("Stop", ""))
 	if u := f.record(t, work).Usage; u.Records != 1 || u.InputTokens != 5 {
