@@ -28,8 +28,8 @@ const maxTranscriptState = 64 << 10
 // and setup between invocations.
 type transcriptState struct {
 	Cursor *transcript.Cursor `json:"cursor,omitempty"`
-	// Setup is the artifact identity of the latest setup retained, and
-	// SetupInfo what it observed and did not.
+	// Setup names the latest setup shared (artifact identity and target),
+	// and SetupInfo what it observed and did not.
 	Setup     string       `json:"setup,omitempty"`
 	SetupInfo *event.Setup `json:"setup_info,omitempty"`
 }
@@ -103,11 +103,15 @@ func (s Store) TranscriptStep(ss *spool.Session, bd *Binding, raw []byte, p *cla
 	base := func(r *event.Record) {
 		r.WorkID, r.Generation, r.CanonicalSession, r.CaptureMode = t.WorkID, t.Generation, t.Session, mode
 	}
-	if setup := claude.ObservedSetup(raw); setup != nil && setup.Artifact != st.Setup {
+	setup := claude.ObservedSetup(raw)
+	setupKey := ""
+	if setup != nil {
+		setupKey = fmt.Sprintf("%s@%s/%d/%s", setup.Artifact, t.WorkID, t.Generation, t.Session)
+	}
+	if setup != nil && setupKey != st.Setup {
 		// The small local setup artifact, content-addressed beside the
-		// session's state. It is not a spool record: a record would take a
-		// spool sequence number that the Hub's event stream would then
-		// report as missing.
+		// session's state; the spool record shares its identity and the
+		// observed values (once per session, Work and setup).
 		art, _ := json.Marshal(setup.ArtifactBody())
 		ap := filepath.Join(filepath.Dir(path), "setup-"+setup.Artifact[len("sha256:"):]+".json")
 		if err := fsutil.MkdirPrivate(filepath.Dir(ap)); err != nil {
@@ -116,7 +120,14 @@ func (s Store) TranscriptStep(ss *spool.Session, bd *Binding, raw []byte, p *cla
 		if err := fsutil.WriteNew(ap, art, fsutil.FileMode); err != nil && !errors.Is(err, fs.ErrExist) {
 			return 0, fmt.Errorf("retain the setup artifact: %w", err)
 		}
-		st.Setup, st.SetupInfo, changed = setup.Artifact, setup, true
+		rec := &event.Record{Agent: claude.AgentName, SessionID: p.SessionID, Kind: event.KindSetup, HookEvent: p.HookEventName,
+			ObservedAt: now.UTC().Truncate(time.Second), Setup: setup}
+		base(rec)
+		if _, err := ss.Append(rec); err != nil {
+			return 0, fmt.Errorf("retain the setup record: %w", err)
+		}
+		n++
+		st.Setup, st.SetupInfo, changed = setupKey, setup, true
 	}
 	var terr error
 	if bd.ClaudeHistoryRoot != "" && transcriptEvents[p.HookEventName] {

@@ -2,10 +2,13 @@ package delivery
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -121,6 +124,25 @@ func TestTranscriptUsageReachesHub(t *testing.T) {
 	})
 	if len(setups) != 1 || !strings.Contains(setups[0], `"permission_mode":"default","effort":"medium","unobserved":["model",`) {
 		t.Fatalf("setup artifacts = %v", setups)
+	}
+	// The Hub holds its identity and the observed values, once, never as a
+	// complete setup.
+	f.hook(t, f.payload("PreToolUse", `,"tool_name":"Bash","tool_use_id":"toolu_2","permission_mode":"default","effort":{"level":"medium"}`))
+	rec = f.record(t, work)
+	if len(rec.Setups) != 1 {
+		t.Fatalf("setups on the Hub = %+v", rec.Setups)
+	}
+	st := rec.Setups[0]
+	if st.PermissionMode != "default" || st.Effort != "medium" || st.Model != "" || !slices.Contains(st.Unobserved, "model") || !slices.Contains(st.Unobserved, "system_prompt") {
+		t.Fatalf("setup = %+v", st)
+	}
+	if sum := sha256.Sum256([]byte(setups[0])); st.Artifact != "sha256:"+hex.EncodeToString(sum[:]) {
+		t.Fatalf("artifact identity %s does not name the local artifact", st.Artifact)
+	}
+	// A changed setup is shared again.
+	f.hook(t, f.payload("PreToolUse", `,"tool_name":"Bash","tool_use_id":"toolu_3","permission_mode":"plan","effort":{"level":"medium"}`))
+	if rec = f.record(t, work); len(rec.Setups) != 2 || rec.Setups[1].PermissionMode != "plan" {
+		t.Fatalf("setups on the Hub = %+v", rec.Setups)
 	}
 }
 

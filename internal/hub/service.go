@@ -494,6 +494,8 @@ func (s *Service) apply(tx store.Tx, p Principal, w *store.Work, sc store.Scope,
 		return tx.InsertUsage(sc, env.Usage)
 	case api.TypeGap:
 		return tx.InsertGap(sc, env.Gap)
+	case api.TypeSetup:
+		return tx.InsertSetup(sc, env.Setup)
 	}
 	return nil
 }
@@ -793,6 +795,9 @@ func (s *Service) Record(ctx context.Context, p Principal, repository, id string
 			}
 		}
 		if rec.Usage, err = tx.UsageTotals(w.ID); err != nil {
+			return err
+		}
+		if rec.Setups, err = tx.Setups(w.ID); err != nil {
 			return err
 		}
 		switch {

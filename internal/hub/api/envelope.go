@@ -19,6 +19,7 @@ const (
 	TypeActionFinish = "action_finish"
 	TypeUsage        = "usage"
 	TypeGap          = "gap"
+	TypeSetup        = "setup"
 )
 
 // Bounds on client input. A request over a bound is refused, never cut.
@@ -48,6 +49,7 @@ type Envelope struct {
 	ActionFinish *ActionFinish `json:"action_finish,omitempty"`
 	Usage        *Usage        `json:"usage,omitempty"`
 	Gap          *Gap          `json:"gap,omitempty"`
+	Setup        *Setup        `json:"setup,omitempty"`
 }
 
 // Event kinds the Hub accepts; an unknown kind is refused, so a newer client
@@ -129,6 +131,21 @@ type Usage struct {
 	CacheCreationInputTokens *int64 `json:"cache_creation_input_tokens"`
 	CacheReadInputTokens     *int64 `json:"cache_read_input_tokens"`
 }
+
+// Setup is the agent setup a native hook exposed: the opaque identity of the
+// client's local setup artifact, any observed model, permission mode and
+// effort, and the explicit list of setup components that were not observed.
+// It is never a complete observed setup.
+type Setup struct {
+	Artifact       string   `json:"artifact"`
+	Model          string   `json:"model,omitempty"`
+	PermissionMode string   `json:"permission_mode,omitempty"`
+	Effort         string   `json:"effort,omitempty"`
+	Unobserved     []string `json:"unobserved"`
+}
+
+// MaxSetupComponents bounds a setup's list of unobserved components.
+const MaxSetupComponents = 32
 
 // Gap is an explicit hole in coverage.
 type Gap struct {
@@ -228,7 +245,7 @@ func (e *Envelope) Validate() error {
 	if len(e.Events) > 0 {
 		n++
 	}
-	for _, p := range []bool{e.ActionStart != nil, e.ActionFinish != nil, e.Usage != nil, e.Gap != nil} {
+	for _, p := range []bool{e.ActionStart != nil, e.ActionFinish != nil, e.Usage != nil, e.Gap != nil, e.Setup != nil} {
 		if p {
 			n++
 		}
@@ -333,6 +350,30 @@ func (e *Envelope) Validate() error {
 			}
 		default:
 			return bad("usage: unknown scope %q", u.Scope)
+		}
+	case TypeSetup:
+		st := e.Setup
+		if st == nil {
+			return bad("setup envelope without setup")
+		}
+		if len(st.Artifact) != len("sha256:")+64 || st.Artifact[:7] != "sha256:" || !IsDigest(st.Artifact[7:]) {
+			return bad("setup: artifact must be sha256:<64 lowercase hex>")
+		}
+		if st.Model == "" && st.PermissionMode == "" && st.Effort == "" {
+			return bad("setup: nothing observed; no setup is recorded then")
+		}
+		if st.Unobserved == nil || len(st.Unobserved) > MaxSetupComponents {
+			return bad("setup: unobserved must list at most %d components", MaxSetupComponents)
+		}
+		for _, v := range append([]string{st.Model, st.PermissionMode, st.Effort}, st.Unobserved...) {
+			if len(v) > 128 || !validText(v) {
+				return bad("setup: a field is too long or has control characters")
+			}
+		}
+		for _, c := range st.Unobserved {
+			if c == "" {
+				return bad("setup: an unobserved component has no name")
+			}
 		}
 	case TypeGap:
 		g := e.Gap

@@ -11,7 +11,18 @@ type ChangeRecord struct {
 	Actions       []ActionRecord  `json:"actions"`
 	Gaps          []GapRecord     `json:"gaps"`
 	Usage         UsageTotals     `json:"usage"`
-	Coverage      Coverage        `json:"coverage"`
+	// Setups lists the setups the sessions' hooks exposed, in arrival
+	// order; each names what was not observed.
+	Setups   []SetupRecord `json:"setups"`
+	Coverage Coverage      `json:"coverage"`
+}
+
+// SetupRecord is an observed setup as retained.
+type SetupRecord struct {
+	Session    string `json:"session"`
+	Generation int64  `json:"generation"`
+	Setup
+	ReceivedAt int64 `json:"received_at"`
 }
 
 // SessionRecord is one canonical session of a Work at one generation.

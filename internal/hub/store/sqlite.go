@@ -25,7 +25,8 @@ import (
 const DBFile = "hub.db"
 
 // SchemaVersion is the schema this binary writes (PRAGMA user_version).
-// Version 2 made usage counts nullable (unknown) and added the usage scope.
+// Version 2 made usage counts nullable (unknown), added the usage scope and
+// the setups table.
 const SchemaVersion = 2
 
 // migrations[v] brings a version-v database to v+1 before the schema (all
@@ -172,6 +173,9 @@ CREATE TABLE IF NOT EXISTS actions(work_id TEXT NOT NULL, action_id TEXT NOT NUL
 CREATE TABLE IF NOT EXISTS usage(work_id TEXT NOT NULL, generation INTEGER NOT NULL, session TEXT NOT NULL, identity TEXT NOT NULL,
   model TEXT NOT NULL, message_id TEXT NOT NULL, input INTEGER, output INTEGER, cache_creation INTEGER,
   cache_read INTEGER, received_at INTEGER NOT NULL, scope TEXT NOT NULL DEFAULT 'request', PRIMARY KEY(work_id, identity)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS setups(work_id TEXT NOT NULL, generation INTEGER NOT NULL, session TEXT NOT NULL, identity TEXT NOT NULL,
+  artifact TEXT NOT NULL, model TEXT NOT NULL, permission_mode TEXT NOT NULL, effort TEXT NOT NULL, unobserved TEXT NOT NULL,
+  received_at INTEGER NOT NULL, PRIMARY KEY(work_id, identity)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS gaps(work_id TEXT NOT NULL, generation INTEGER NOT NULL, session TEXT NOT NULL, identity TEXT NOT NULL,
   kind TEXT NOT NULL, reason TEXT NOT NULL, from_seq INTEGER NOT NULL, to_seq INTEGER NOT NULL, received_at INTEGER NOT NULL,
   PRIMARY KEY(work_id, identity)) WITHOUT ROWID;
@@ -853,6 +857,36 @@ func fromNull(v sql.NullInt64) *int64 {
 	}
 	n := v.Int64
 	return &n
+}
+
+func (t *sqliteTx) InsertSetup(s Scope, st *api.Setup) error {
+	un, err := json.Marshal(st.Unobserved)
+	if err != nil {
+		return err
+	}
+	return t.exec("INSERT INTO setups(work_id,generation,session,identity,artifact,model,permission_mode,effort,unobserved,received_at) VALUES(?,?,?,?,?,?,?,?,?,?)",
+		s.WorkID, s.Generation, s.Session, s.Identity, st.Artifact, st.Model, st.PermissionMode, st.Effort, string(un), s.ReceivedAt)
+}
+
+func (t *sqliteTx) Setups(workID string) ([]api.SetupRecord, error) {
+	rows, err := t.query("SELECT generation,session,artifact,model,permission_mode,effort,unobserved,received_at FROM setups WHERE work_id=? ORDER BY received_at,identity", workID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []api.SetupRecord{}
+	for rows.Next() {
+		var r api.SetupRecord
+		var un string
+		if err := rows.Scan(&r.Generation, &r.Session, &r.Artifact, &r.Model, &r.PermissionMode, &r.Effort, &un, &r.ReceivedAt); err != nil {
+			return nil, err
+		}
+		if err := json.Unmarshal([]byte(un), &r.Unobserved); err != nil {
+			return nil, fmt.Errorf("setup of work %s: %w", workID, err)
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
 }
 
 func (t *sqliteTx) InsertGap(s Scope, g *api.Gap) error {
