@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/agentscm/agentscm/internal/agent/claude"
@@ -24,13 +25,19 @@ const transcriptsDir = "capture-transcripts"
 // maxTranscriptState bounds a persisted transcript state file.
 const maxTranscriptState = 64 << 10
 
+// maxSetupsKept bounds the setups a session's state remembers as shared: a
+// hook alternating between payloads that expose more or fewer setup fields
+// shares each distinct setup once.
+const maxSetupsKept = 32
+
 // transcriptState is what the hook remembers of one session's transcript
 // and setup between invocations.
 type transcriptState struct {
 	Cursor *transcript.Cursor `json:"cursor,omitempty"`
-	// Setup names the latest setup shared (artifact identity and target),
-	// and SetupInfo what it observed and did not.
-	Setup     string       `json:"setup,omitempty"`
+	// Setups names the setups already shared (artifact identity and
+	// target), at most maxSetupsKept, oldest first; SetupInfo is the latest
+	// one's content.
+	Setups    []string     `json:"setups,omitempty"`
 	SetupInfo *event.Setup `json:"setup_info,omitempty"`
 }
 
@@ -108,7 +115,7 @@ func (s Store) TranscriptStep(ss *spool.Session, bd *Binding, raw []byte, p *cla
 	if setup != nil {
 		setupKey = fmt.Sprintf("%s@%s/%d/%s", setup.Artifact, t.WorkID, t.Generation, t.Session)
 	}
-	if setup != nil && setupKey != st.Setup {
+	if setup != nil && !slices.Contains(st.Setups, setupKey) {
 		// The small local setup artifact, content-addressed beside the
 		// session's state; the spool record shares its identity and the
 		// observed values (once per session, Work and setup).
@@ -127,7 +134,10 @@ func (s Store) TranscriptStep(ss *spool.Session, bd *Binding, raw []byte, p *cla
 			return 0, fmt.Errorf("retain the setup record: %w", err)
 		}
 		n++
-		st.Setup, st.SetupInfo, changed = setupKey, setup, true
+		st.Setups, st.SetupInfo, changed = append(st.Setups, setupKey), setup, true
+		if len(st.Setups) > maxSetupsKept {
+			st.Setups = st.Setups[len(st.Setups)-maxSetupsKept:]
+		}
 	}
 	var terr error
 	if bd.ClaudeHistoryRoot != "" && transcriptEvents[p.HookEventName] {

@@ -139,10 +139,23 @@ func TestTranscriptUsageReachesHub(t *testing.T) {
 	if sum := sha256.Sum256([]byte(setups[0])); st.Artifact != "sha256:"+hex.EncodeToString(sum[:]) {
 		t.Fatalf("artifact identity %s does not name the local artifact", st.Artifact)
 	}
-	// A changed setup is shared again.
+	// A changed setup is shared, each distinct one once.
 	f.hook(t, f.payload("PreToolUse", `,"tool_name":"Bash","tool_use_id":"toolu_3","permission_mode":"plan","effort":{"level":"medium"}`))
+	f.hook(t, f.payload("PreToolUse", `,"tool_name":"Bash","tool_use_id":"toolu_4","permission_mode":"default","effort":{"level":"medium"}`))
+	f.hook(t, f.payload("PreToolUse", `,"tool_name":"Bash","tool_use_id":"toolu_5","permission_mode":"plan","effort":{"level":"medium"}`))
 	if rec = f.record(t, work); len(rec.Setups) != 2 || rec.Setups[1].PermissionMode != "plan" {
 		t.Fatalf("setups on the Hub = %+v", rec.Setups)
+	}
+	sp, _ := spool.Open(f.spool)
+	all, _ := sp.Events()
+	n := 0
+	for _, r := range all {
+		if r.Kind == event.KindSetup {
+			n++
+		}
+	}
+	if n != 2 {
+		t.Fatalf("%d setup records in the spool, want 2", n)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -84,6 +85,17 @@ func TestTranscriptUsageDelivered(t *testing.T) {
 	if usage < main || texts == 0 {
 		t.Fatalf("spool: %d usage records for %d requests, %d assistant texts", usage, main, texts)
 	}
+	// The setup the real CLI's hooks exposed (permission_mode, effort) is
+	// shared with what it did not expose; never as a complete setup.
+	if len(rec.Setups) == 0 {
+		t.Fatal("no setup on the Hub")
+	}
+	for _, st := range rec.Setups {
+		if st.PermissionMode == "" || !strings.HasPrefix(st.Artifact, "sha256:") || !slices.Contains(st.Unobserved, "system_prompt") {
+			t.Fatalf("setup %+v", st)
+		}
+	}
+	t.Logf("setups: %+v", rec.Setups)
 	// The transcript reader added no gap of its own.
 	for _, g := range rec.Gaps {
 		if strings.HasPrefix(g.Reason, "transcript_") {
