@@ -19,6 +19,7 @@ import (
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/hub/api"
 	"github.com/agentscm/agentscm/internal/spool"
+	"github.com/agentscm/agentscm/internal/transcript"
 )
 
 // Connections gives capture the client connections of one config directory.
@@ -116,6 +117,11 @@ func Envelope(r event.Record) (*api.Envelope, error) {
 			return nil, errors.New("gap record without gap details")
 		}
 		g := &api.Gap{Kind: r.Gap.Kind, Reason: r.Gap.Reason, FromSeq: int64(r.Seq), ToSeq: int64(r.Seq)}
+		if r.HookEvent == transcript.HookEvent {
+			// A transcript gap concerns provider records, not a place in
+			// the session's event sequence.
+			g.FromSeq, g.ToSeq = 0, 0
+		}
 		if g.Kind == event.GapContentNotRetained {
 			// The Hub has no such kind: the record was kept, its content
 			// was not, which interrupts capture of that content.

@@ -11,8 +11,8 @@ type ChangeRecord struct {
 	Actions       []ActionRecord  `json:"actions"`
 	Gaps          []GapRecord     `json:"gaps"`
 	Usage         UsageTotals     `json:"usage"`
-	// Setups lists the setups the sessions' hooks exposed, in arrival
-	// order; each names what was not observed.
+	// Setups lists the setups the sessions' hooks exposed, by receipt
+	// time; each names what was not observed.
 	Setups   []SetupRecord `json:"setups"`
 	Coverage Coverage      `json:"coverage"`
 }

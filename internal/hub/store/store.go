@@ -211,7 +211,7 @@ type Tx interface {
 	Actions(workID string) ([]Action, error)
 	Gaps(workID string) ([]api.GapRecord, error)
 	UsageTotals(workID string) (api.UsageTotals, error)
-	// Setups returns a Work's observed setups in arrival order.
+	// Setups returns a Work's observed setups by receipt time.
 	Setups(workID string) ([]api.SetupRecord, error)
 }
 
