@@ -7,8 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
-	"slices"
 	"time"
 
 	"github.com/agentscm/agentscm/internal/agent/claude"
@@ -25,20 +25,11 @@ const transcriptsDir = "capture-transcripts"
 // maxTranscriptState bounds a persisted transcript state file.
 const maxTranscriptState = 64 << 10
 
-// maxSetupsKept bounds the setups a session's state remembers as shared: a
-// hook alternating between payloads that expose more or fewer setup fields
-// shares each distinct setup once.
-const maxSetupsKept = 32
 
 // transcriptState is what the hook remembers of one session's transcript
 // and setup between invocations.
 type transcriptState struct {
 	Cursor *transcript.Cursor `json:"cursor,omitempty"`
-	// Setups names the setups already shared (artifact identity and
-	// target), at most maxSetupsKept, oldest first; SetupInfo is the latest
-	// one's content.
-	Setups    []string     `json:"setups,omitempty"`
-	SetupInfo *event.Setup `json:"setup_info,omitempty"`
 }
 
 // transcriptEvents are the hook events after which the transcript is read:
@@ -110,33 +101,19 @@ func (s Store) TranscriptStep(ss *spool.Session, bd *Binding, raw []byte, p *cla
 	base := func(r *event.Record) {
 		r.WorkID, r.Generation, r.CanonicalSession, r.CaptureMode = t.WorkID, t.Generation, t.Session, mode
 	}
-	setup := claude.ObservedSetup(raw)
-	setupKey := ""
-	if setup != nil {
-		setupKey = fmt.Sprintf("%s@%s/%d/%s", setup.Artifact, t.WorkID, t.Generation, t.Session)
-	}
-	if setup != nil && !slices.Contains(st.Setups, setupKey) {
+	if setup := claude.ObservedSetup(raw); setup != nil {
 		// The small local setup artifact, content-addressed beside the
-		// session's state; the spool record shares its identity and the
-		// observed values (once per session, Work and setup).
-		art, _ := json.Marshal(setup.ArtifactBody())
+		// session's state; the hook's own event carries its identity and
+		// the observed values.
 		ap := filepath.Join(filepath.Dir(path), "setup-"+setup.Artifact[len("sha256:"):]+".json")
-		if err := fsutil.MkdirPrivate(filepath.Dir(ap)); err != nil {
-			return 0, err
-		}
-		if err := fsutil.WriteNew(ap, art, fsutil.FileMode); err != nil && !errors.Is(err, fs.ErrExist) {
-			return 0, fmt.Errorf("retain the setup artifact: %w", err)
-		}
-		rec := &event.Record{Agent: claude.AgentName, SessionID: p.SessionID, Kind: event.KindSetup, HookEvent: p.HookEventName,
-			ObservedAt: now.UTC().Truncate(time.Second), Setup: setup}
-		base(rec)
-		if _, err := ss.Append(rec); err != nil {
-			return 0, fmt.Errorf("retain the setup record: %w", err)
-		}
-		n++
-		st.Setups, st.SetupInfo, changed = append(st.Setups, setupKey), setup, true
-		if len(st.Setups) > maxSetupsKept {
-			st.Setups = st.Setups[len(st.Setups)-maxSetupsKept:]
+		if _, err := os.Lstat(ap); errors.Is(err, fs.ErrNotExist) {
+			art, _ := json.Marshal(setup.ArtifactBody())
+			if err := fsutil.MkdirPrivate(filepath.Dir(ap)); err != nil {
+				return 0, err
+			}
+			if err := fsutil.WriteNew(ap, art, fsutil.FileMode); err != nil && !errors.Is(err, fs.ErrExist) {
+				return 0, fmt.Errorf("retain the setup artifact: %w", err)
+			}
 		}
 	}
 	var terr error

@@ -129,14 +129,6 @@ func Envelope(r event.Record) (*api.Envelope, error) {
 		}
 		env.Type, env.Gap = api.TypeGap, g
 		return env, nil
-	case event.KindSetup:
-		st := r.Setup
-		if st == nil {
-			return nil, errors.New("setup record without setup details")
-		}
-		env.Type, env.Setup = api.TypeSetup, &api.Setup{Artifact: st.Artifact, Model: st.Model,
-			PermissionMode: st.PermissionMode, Effort: st.Effort, Unobserved: st.Unobserved}
-		return env, nil
 	case event.KindUsage:
 		u := r.Usage
 		if u == nil {
@@ -152,6 +144,9 @@ func Envelope(r event.Record) (*api.Envelope, error) {
 		ToolUseID: r.ToolUseID, Source: r.Source, Reason: r.Reason, Outcome: r.Outcome,
 		AgentID: r.AgentID, AgentType: r.AgentType, ObservedAt: r.ObservedAt.Unix(),
 	}
+	if st := r.Setup; st != nil {
+		ev.Setup = &api.Setup{Artifact: st.Artifact, Model: st.Model, PermissionMode: st.PermissionMode, Effort: st.Effort, Unobserved: st.Unobserved}
+	}
 	env.Type, env.Events = api.TypeEvents, []api.Event{ev}
 	return env, nil
 }
@@ -163,9 +158,6 @@ func Identity(r event.Record) string {
 	case r.Kind == event.KindGap && r.Gap != nil && r.Gap.Kind == event.GapAdapterStartedLate:
 		// One per session: a replay of it is a duplicate.
 		id = append(id, "gap", r.Gap.Kind)
-	case r.Kind == event.KindSetup && r.Setup != nil:
-		// One per session, Work and observed setup.
-		id = append(id, "setup", r.WorkID, strconv.FormatInt(r.Generation, 10), r.CanonicalSession, r.Setup.Artifact)
 	case r.Kind == event.KindUsage && r.Usage != nil && r.Usage.Scope == event.UsageScopeRequest && r.Usage.MessageID != "":
 		// One provider request, however many transcript records repeat it.
 		id = append(id, "usage", r.Usage.MessageID)

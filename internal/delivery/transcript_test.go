@@ -139,7 +139,7 @@ func TestTranscriptUsageReachesHub(t *testing.T) {
 	if sum := sha256.Sum256([]byte(setups[0])); st.Artifact != "sha256:"+hex.EncodeToString(sum[:]) {
 		t.Fatalf("artifact identity %s does not name the local artifact", st.Artifact)
 	}
-	// A changed setup is shared, each distinct one once.
+	// A changed setup is recorded, each distinct one once per session.
 	f.hook(t, f.payload("PreToolUse", `,"tool_name":"Bash","tool_use_id":"toolu_3","permission_mode":"plan","effort":{"level":"medium"}`))
 	f.hook(t, f.payload("PreToolUse", `,"tool_name":"Bash","tool_use_id":"toolu_4","permission_mode":"default","effort":{"level":"medium"}`))
 	f.hook(t, f.payload("PreToolUse", `,"tool_name":"Bash","tool_use_id":"toolu_5","permission_mode":"plan","effort":{"level":"medium"}`))
@@ -151,16 +151,20 @@ func TestTranscriptUsageReachesHub(t *testing.T) {
 	if slices.Sort(modes); !slices.Equal(modes, []string{"default", "plan"}) {
 		t.Fatalf("setups on the Hub = %+v", rec.Setups)
 	}
+	// The setup travels with the hook's own event: no record of its own.
 	sp, _ := spool.Open(f.spool)
 	all, _ := sp.Events()
-	n := 0
+	with := 0
 	for _, r := range all {
-		if r.Kind == event.KindSetup {
-			n++
+		if r.Setup != nil {
+			with++
+			if r.Kind != event.ToolStart && r.Kind != event.ToolFinish {
+				t.Fatalf("setup on %+v", r)
+			}
 		}
 	}
-	if n != 2 {
-		t.Fatalf("%d setup records in the spool, want 2", n)
+	if with != 5 { // the PostToolUse and the four PreToolUse hooks
+		t.Fatalf("%d events carry a setup, want 5", with)
 	}
 }
 

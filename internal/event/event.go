@@ -87,9 +87,9 @@ type Record struct {
 	// Managed marks a managed recipe Pre/Post event, which compaction keeps
 	// whole in the replay index.
 	Managed bool `json:"managed,omitempty"`
-	// Usage is set exactly when Kind is KindUsage, Setup when Kind is
-	// KindSetup (see usage.go).
+	// Usage is set exactly when Kind is KindUsage (see usage.go).
 	Usage *Usage `json:"usage,omitempty"`
+	// Setup is the setup the hook of this event exposed, if any.
 	Setup *Setup `json:"setup,omitempty"`
 }
 

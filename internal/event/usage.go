@@ -23,10 +23,6 @@ type Usage struct {
 	CacheReadInputTokens     *int64 `json:"cache_read_input_tokens,omitempty"`
 }
 
-// KindSetup is the kind of a record that shares the setup a hook observed:
-// the identity of the local setup artifact plus the observed values.
-const KindSetup Kind = "setup"
-
 // Setup is the setup observed in native hook metadata. Unobserved lists the
 // setup components the hook did not expose, so the record never reads as a
 // complete observed setup.

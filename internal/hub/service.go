@@ -458,6 +458,11 @@ func (s *Service) apply(tx store.Tx, p Principal, w *store.Work, sc store.Scope,
 			return err
 		}
 		for _, ev := range env.Events {
+			if ev.Setup != nil {
+				if err := tx.InsertSetup(sc, ev.Setup); err != nil {
+					return err
+				}
+			}
 			if ev.Kind == api.KindSessionEnd && w.State == api.StateActive {
 				from := w.State
 				w.State = api.StatePaused
@@ -494,8 +499,6 @@ func (s *Service) apply(tx store.Tx, p Principal, w *store.Work, sc store.Scope,
 		return tx.InsertUsage(sc, env.Usage)
 	case api.TypeGap:
 		return tx.InsertGap(sc, env.Gap)
-	case api.TypeSetup:
-		return tx.InsertSetup(sc, env.Setup)
 	}
 	return nil
 }

@@ -31,10 +31,14 @@ func ObservedSetup(raw []byte) *event.Setup {
 	if json.Unmarshal(raw, &p) != nil {
 		return nil
 	}
+	return setupFrom(p.Model, p.PermissionMode, p.Effort)
+}
+
+func setupFrom(model, permissionMode, effort json.RawMessage) *event.Setup {
 	s := &event.Setup{
-		Model:          setupValue(p.Model, "id", "model"),
-		PermissionMode: setupValue(p.PermissionMode),
-		Effort:         setupValue(p.Effort, "level"),
+		Model:          setupValue(model, "id", "model"),
+		PermissionMode: setupValue(permissionMode),
+		Effort:         setupValue(effort, "level"),
 	}
 	if s.Model == "" && s.PermissionMode == "" && s.Effort == "" {
 		return nil

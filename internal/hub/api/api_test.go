@@ -61,19 +61,19 @@ func TestValidate(t *testing.T) {
 			e.Type, e.Events, e.Usage = TypeUsage, nil, &Usage{Scope: UsageScopeSessionCumulative, MessageID: "msg_1"}
 		}, false},
 		{"setup", func(e *Envelope) {
-			e.Type, e.Events, e.Setup = TypeSetup, nil, &Setup{Artifact: "sha256:" + strings.Repeat("a", 64), PermissionMode: "default", Unobserved: []string{"model"}}
+			e.Events[0].Setup = &Setup{Artifact: "sha256:" + strings.Repeat("a", 64), PermissionMode: "default", Unobserved: []string{"model"}}
 		}, true},
 		{"setup without observed values", func(e *Envelope) {
-			e.Type, e.Events, e.Setup = TypeSetup, nil, &Setup{Artifact: "sha256:" + strings.Repeat("a", 64), Unobserved: []string{"model"}}
+			e.Events[0].Setup = &Setup{Artifact: "sha256:" + strings.Repeat("a", 64), Unobserved: []string{"model"}}
 		}, false},
 		{"setup without unobserved list", func(e *Envelope) {
-			e.Type, e.Events, e.Setup = TypeSetup, nil, &Setup{Artifact: "sha256:" + strings.Repeat("a", 64), Effort: "high"}
+			e.Events[0].Setup = &Setup{Artifact: "sha256:" + strings.Repeat("a", 64), Effort: "high"}
 		}, false},
 		{"setup bad artifact", func(e *Envelope) {
-			e.Type, e.Events, e.Setup = TypeSetup, nil, &Setup{Artifact: "sha256:XYZ", Effort: "high", Unobserved: []string{}}
+			e.Events[0].Setup = &Setup{Artifact: "sha256:XYZ", Effort: "high", Unobserved: []string{}}
 		}, false},
 		{"setup control character", func(e *Envelope) {
-			e.Type, e.Events, e.Setup = TypeSetup, nil, &Setup{Artifact: "sha256:" + strings.Repeat("a", 64), Model: "a\nb", Unobserved: []string{}}
+			e.Events[0].Setup = &Setup{Artifact: "sha256:" + strings.Repeat("a", 64), Model: "a\nb", Unobserved: []string{}}
 		}, false},
 		{"finish unknown result", func(e *Envelope) {
 			e.Type, e.Events, e.ActionFinish = TypeActionFinish, nil, &ActionFinish{ActionID: "a", Result: "great", Verification: "unknown"}

@@ -19,7 +19,6 @@ const (
 	TypeActionFinish = "action_finish"
 	TypeUsage        = "usage"
 	TypeGap          = "gap"
-	TypeSetup        = "setup"
 )
 
 // Bounds on client input. A request over a bound is refused, never cut.
@@ -49,7 +48,6 @@ type Envelope struct {
 	ActionFinish *ActionFinish `json:"action_finish,omitempty"`
 	Usage        *Usage        `json:"usage,omitempty"`
 	Gap          *Gap          `json:"gap,omitempty"`
-	Setup        *Setup        `json:"setup,omitempty"`
 }
 
 // Event kinds the Hub accepts; an unknown kind is refused, so a newer client
@@ -77,6 +75,8 @@ type Event struct {
 	AgentID    string `json:"agent_id,omitempty"`
 	AgentType  string `json:"agent_type,omitempty"`
 	ObservedAt int64  `json:"observed_at,omitempty"`
+	// Setup is the setup the event's hook exposed, if any.
+	Setup *Setup `json:"setup,omitempty"`
 }
 
 // SourceBinding is the exact source an action started on.
@@ -146,6 +146,29 @@ type Setup struct {
 
 // MaxSetupComponents bounds a setup's list of unobserved components.
 const MaxSetupComponents = 32
+
+func (st *Setup) validate() *Error {
+	if len(st.Artifact) != len("sha256:")+64 || st.Artifact[:7] != "sha256:" || !IsDigest(st.Artifact[7:]) {
+		return bad("setup: artifact must be sha256:<64 lowercase hex>")
+	}
+	if st.Model == "" && st.PermissionMode == "" && st.Effort == "" {
+		return bad("setup: nothing observed; no setup is recorded then")
+	}
+	if st.Unobserved == nil || len(st.Unobserved) > MaxSetupComponents {
+		return bad("setup: unobserved must list at most %d components", MaxSetupComponents)
+	}
+	for _, v := range append([]string{st.Model, st.PermissionMode, st.Effort}, st.Unobserved...) {
+		if len(v) > 128 || !validText(v) {
+			return bad("setup: a field is too long or has control characters")
+		}
+	}
+	for _, c := range st.Unobserved {
+		if c == "" {
+			return bad("setup: an unobserved component has no name")
+		}
+	}
+	return nil
+}
 
 // Gap is an explicit hole in coverage.
 type Gap struct {
@@ -245,7 +268,7 @@ func (e *Envelope) Validate() error {
 	if len(e.Events) > 0 {
 		n++
 	}
-	for _, p := range []bool{e.ActionStart != nil, e.ActionFinish != nil, e.Usage != nil, e.Gap != nil, e.Setup != nil} {
+	for _, p := range []bool{e.ActionStart != nil, e.ActionFinish != nil, e.Usage != nil, e.Gap != nil} {
 		if p {
 			n++
 		}
@@ -280,6 +303,11 @@ func (e *Envelope) Validate() error {
 			}
 			if ev.ObservedAt < 0 {
 				return bad("event %d: observed_at is negative", i)
+			}
+			if ev.Setup != nil {
+				if err := ev.Setup.validate(); err != nil {
+					return bad("event %d: %s", i, err.Message)
+				}
 			}
 		}
 	case TypeActionStart:
@@ -350,30 +378,6 @@ func (e *Envelope) Validate() error {
 			}
 		default:
 			return bad("usage: unknown scope %q", u.Scope)
-		}
-	case TypeSetup:
-		st := e.Setup
-		if st == nil {
-			return bad("setup envelope without setup")
-		}
-		if len(st.Artifact) != len("sha256:")+64 || st.Artifact[:7] != "sha256:" || !IsDigest(st.Artifact[7:]) {
-			return bad("setup: artifact must be sha256:<64 lowercase hex>")
-		}
-		if st.Model == "" && st.PermissionMode == "" && st.Effort == "" {
-			return bad("setup: nothing observed; no setup is recorded then")
-		}
-		if st.Unobserved == nil || len(st.Unobserved) > MaxSetupComponents {
-			return bad("setup: unobserved must list at most %d components", MaxSetupComponents)
-		}
-		for _, v := range append([]string{st.Model, st.PermissionMode, st.Effort}, st.Unobserved...) {
-			if len(v) > 128 || !validText(v) {
-				return bad("setup: a field is too long or has control characters")
-			}
-		}
-		for _, c := range st.Unobserved {
-			if c == "" {
-				return bad("setup: an unobserved component has no name")
-			}
 		}
 	case TypeGap:
 		g := e.Gap

@@ -173,9 +173,9 @@ CREATE TABLE IF NOT EXISTS actions(work_id TEXT NOT NULL, action_id TEXT NOT NUL
 CREATE TABLE IF NOT EXISTS usage(work_id TEXT NOT NULL, generation INTEGER NOT NULL, session TEXT NOT NULL, identity TEXT NOT NULL,
   model TEXT NOT NULL, message_id TEXT NOT NULL, input INTEGER, output INTEGER, cache_creation INTEGER,
   cache_read INTEGER, received_at INTEGER NOT NULL, scope TEXT NOT NULL DEFAULT 'request', PRIMARY KEY(work_id, identity)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS setups(work_id TEXT NOT NULL, generation INTEGER NOT NULL, session TEXT NOT NULL, identity TEXT NOT NULL,
+CREATE TABLE IF NOT EXISTS setups(work_id TEXT NOT NULL, generation INTEGER NOT NULL, session TEXT NOT NULL,
   artifact TEXT NOT NULL, model TEXT NOT NULL, permission_mode TEXT NOT NULL, effort TEXT NOT NULL, unobserved TEXT NOT NULL,
-  received_at INTEGER NOT NULL, PRIMARY KEY(work_id, identity)) WITHOUT ROWID;
+  received_at INTEGER NOT NULL, PRIMARY KEY(work_id, generation, session, artifact)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS gaps(work_id TEXT NOT NULL, generation INTEGER NOT NULL, session TEXT NOT NULL, identity TEXT NOT NULL,
   kind TEXT NOT NULL, reason TEXT NOT NULL, from_seq INTEGER NOT NULL, to_seq INTEGER NOT NULL, received_at INTEGER NOT NULL,
   PRIMARY KEY(work_id, identity)) WITHOUT ROWID;
@@ -864,12 +864,14 @@ func (t *sqliteTx) InsertSetup(s Scope, st *api.Setup) error {
 	if err != nil {
 		return err
 	}
-	return t.exec("INSERT INTO setups(work_id,generation,session,identity,artifact,model,permission_mode,effort,unobserved,received_at) VALUES(?,?,?,?,?,?,?,?,?,?)",
-		s.WorkID, s.Generation, s.Session, s.Identity, st.Artifact, st.Model, st.PermissionMode, st.Effort, string(un), s.ReceivedAt)
+	// Every event of a hook that exposed the same setup carries it: the
+	// first one of a session records it.
+	return t.exec("INSERT OR IGNORE INTO setups(work_id,generation,session,artifact,model,permission_mode,effort,unobserved,received_at) VALUES(?,?,?,?,?,?,?,?,?)",
+		s.WorkID, s.Generation, s.Session, st.Artifact, st.Model, st.PermissionMode, st.Effort, string(un), s.ReceivedAt)
 }
 
 func (t *sqliteTx) Setups(workID string) ([]api.SetupRecord, error) {
-	rows, err := t.query("SELECT generation,session,artifact,model,permission_mode,effort,unobserved,received_at FROM setups WHERE work_id=? ORDER BY received_at,identity", workID)
+	rows, err := t.query("SELECT generation,session,artifact,model,permission_mode,effort,unobserved,received_at FROM setups WHERE work_id=? ORDER BY received_at,generation,session,artifact", workID)
 	if err != nil {
 		return nil, err
 	}

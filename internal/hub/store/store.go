@@ -202,6 +202,8 @@ type Tx interface {
 	SetActionFinish(s Scope, f *api.ActionFinish) error
 	InsertUsage(s Scope, u *api.Usage) error
 	InsertGap(s Scope, g *api.Gap) error
+	// InsertSetup records a session's observed setup once (later copies
+	// are ignored).
 	InsertSetup(s Scope, st *api.Setup) error
 
 	// ListEvents returns at most limit events of a Work in (generation,
