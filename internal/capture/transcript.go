@@ -25,7 +25,6 @@ const transcriptsDir = "capture-transcripts"
 // maxTranscriptState bounds a persisted transcript state file.
 const maxTranscriptState = 64 << 10
 
-
 // transcriptState is what the hook remembers of one session's transcript
 // and setup between invocations.
 type transcriptState struct {
