@@ -12,6 +12,7 @@ import (
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/fsutil"
 	"github.com/agentscm/agentscm/internal/spool"
+	"github.com/agentscm/agentscm/internal/transcript"
 )
 
 // Target is the exact current Work, generation and canonical session of a
@@ -175,6 +176,11 @@ func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Re
 		var aerr error
 		res.Action, aerr = recordAction(ctx, actionEnv{ss: ss, sp: sp, configDir: store.Dir, bd: bd, p: p, rec: rec, now: now})
 		cerr = aerr
+	}
+	if rerr == nil && cerr == nil {
+		// Transcript reader and setup artifact (transcript.go): bounded,
+		// appends usage records to this same spool session.
+		_, cerr = store.TranscriptStep(ss, bd, b, p, t, obs.Mode, now)
 	}
 	deliver(ctx, ss, hub, now, res)
 	return res, cerr
@@ -358,8 +364,8 @@ func deliver(ctx context.Context, sp *spool.Session, hub Hub, now time.Time, res
 		a := spool.Attempt{Seq: env.Record.Seq, Digest: env.Digest, At: now}
 		if env.Record.Deferred || env.Record.WorkID == "" {
 			a.Outcome, a.Detail = "local_only", "deferred fact: no exact target; never delivered"
-		} else if env.Record.Kind == event.KindUsage {
-			a.Outcome, a.Detail = "local_only", "usage records are not delivered yet"
+		} else if transcript.LocalOnly(&env.Record) {
+			a.Outcome, a.Detail = "local_only", "transcript conversation record: kept locally"
 		} else if status, err := hub.Deliver(ctx, env); err != nil {
 			a.Outcome, a.Detail = "failed", err.Error()
 			res.Failed++

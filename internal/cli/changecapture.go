@@ -40,7 +40,7 @@ func changeCaptureCommand() *Command {
 			{Name: "events", Summary: "list a spool's sessions and their events in order (read-only)", Run: runEvents},
 			changeCaptureShowCommand(),
 			deferredCommand(),
-		}, spoolCommands()...),
+		}, append(spoolCommands(), transcriptCommands()...)...),
 	}
 }
 

@@ -109,4 +109,31 @@ func printRecord(out io.Writer, r api.ChangeRecord) {
 	u := r.Usage
 	fmt.Fprintf(out, "\nusage: %d records, input %d, output %d, cache creation %d, cache read %d tokens\n",
 		u.Records, u.InputTokens, u.OutputTokens, u.CacheCreationInputTokens, u.CacheReadInputTokens)
+	for _, name := range []string{"input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"} {
+		if n := u.Unknown[name]; n > 0 {
+			fmt.Fprintf(out, "  %s unknown in %d records (the sum covers the others)\n", name, n)
+		}
+	}
+	for _, c := range u.SessionCumulative {
+		fmt.Fprintf(out, "  session %s (generation %d) reported its own total for %s, not added: input %s, output %s\n",
+			c.Session, c.Generation, c.Model, count(c.InputTokens), count(c.OutputTokens))
+	}
+	for _, st := range r.Setups {
+		fmt.Fprintf(out, "setup %s (session %s): model %s, permission mode %s, effort %s; unobserved: %s\n",
+			st.Artifact, st.Session, orUnobserved(st.Model), orUnobserved(st.PermissionMode), orUnobserved(st.Effort), strings.Join(st.Unobserved, ", "))
+	}
+}
+
+func count(v *int64) string {
+	if v == nil {
+		return "unknown"
+	}
+	return fmt.Sprint(*v)
+}
+
+func orUnobserved(s string) string {
+	if s == "" {
+		return "unobserved"
+	}
+	return s
 }

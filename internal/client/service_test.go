@@ -262,7 +262,13 @@ var serviceCases = []struct {
 			e.Type = api.TypeActionFinish
 			e.ActionFinish = &api.ActionFinish{ActionID: "toolu_3", Result: "unknown", Verification: "unknown"}
 		}), api.StatusAccepted)
-		for i, u := range []api.Usage{{Model: "m", InputTokens: 10, OutputTokens: 5}, {Model: "m", InputTokens: 1, CacheReadInputTokens: 7}} {
+		n := func(v int64) *int64 { return &v }
+		for i, u := range []api.Usage{
+			{Scope: api.UsageScopeRequest, MessageID: "msg_1", Model: "m", InputTokens: n(10), OutputTokens: n(5), CacheCreationInputTokens: n(0), CacheReadInputTokens: n(0)},
+			{Scope: api.UsageScopeRequest, MessageID: "msg_2", Model: "m", InputTokens: n(1), OutputTokens: n(0), CacheReadInputTokens: n(7)},
+			// The host's session total: kept apart, never summed.
+			{Scope: api.UsageScopeSessionCumulative, Model: "m", InputTokens: n(500), OutputTokens: n(500)},
+		} {
 			u := u
 			deliver(t, f.alice, mk("u"+string(rune('0'+i)), func(e *api.Envelope) { e.Type = api.TypeUsage; e.Usage = &u }), api.StatusAccepted)
 		}
@@ -274,6 +280,12 @@ var serviceCases = []struct {
 		rec := must[api.ChangeRecord](t)(f.reader.Record(ctx, w.ID))
 		if rec.Usage.Records != 2 || rec.Usage.InputTokens != 11 || rec.Usage.OutputTokens != 5 || rec.Usage.CacheReadInputTokens != 7 {
 			t.Fatalf("usage = %+v", rec.Usage)
+		}
+		if len(rec.Usage.Unknown) != 1 || rec.Usage.Unknown["cache_creation_input_tokens"] != 1 {
+			t.Fatalf("unknown counts = %+v", rec.Usage.Unknown)
+		}
+		if sc := rec.Usage.SessionCumulative; len(sc) != 1 || *sc[0].InputTokens != 500 || sc[0].CacheReadInputTokens != nil || sc[0].Session != tg.Session {
+			t.Fatalf("session cumulative = %+v", sc)
 		}
 		status := map[string]string{}
 		for _, a := range rec.Actions {

@@ -19,6 +19,7 @@ import (
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/hub/api"
 	"github.com/agentscm/agentscm/internal/spool"
+	"github.com/agentscm/agentscm/internal/transcript"
 )
 
 // Connections gives capture the client connections of one config directory.
@@ -115,7 +116,11 @@ func Envelope(r event.Record) (*api.Envelope, error) {
 			return nil, errors.New("gap record without gap details")
 		}
 		g := &api.Gap{Kind: r.Gap.Kind, Reason: r.Gap.Reason, FromSeq: int64(r.Seq), ToSeq: int64(r.Seq)}
-		if r.Sequenced {
+		if r.HookEvent == transcript.HookEvent {
+			// A transcript gap concerns provider records, not a place in
+			// the session's event sequence.
+			g.FromSeq, g.ToSeq = 0, 0
+		} else if r.Sequenced {
 			// Shared sequences: a gap names the target-stream range it
 			// covers (an outage), else the sequence of the event it
 			// concerns, else none (a late start precedes every sequence).
@@ -136,7 +141,14 @@ func Envelope(r event.Record) (*api.Envelope, error) {
 		env.Type, env.Gap = api.TypeGap, g
 		return env, nil
 	case event.KindUsage:
-		return nil, errors.New("usage records are not delivered yet")
+		u := r.Usage
+		if u == nil {
+			return nil, errors.New("usage record without usage details")
+		}
+		env.Type, env.Usage = api.TypeUsage, &api.Usage{Scope: u.Scope, MessageID: u.MessageID, Model: u.Model,
+			InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
+			CacheCreationInputTokens: u.CacheCreationInputTokens, CacheReadInputTokens: u.CacheReadInputTokens}
+		return env, nil
 	case event.ActionStart, event.ActionFinish:
 		return actionEnvelope(env, r) // action.go
 	}
@@ -151,6 +163,9 @@ func Envelope(r event.Record) (*api.Envelope, error) {
 		Seq: int64(seq), Kind: string(r.Kind), HookEvent: r.HookEvent, ToolName: r.ToolName,
 		ToolUseID: r.ToolUseID, Source: r.Source, Reason: r.Reason, Outcome: r.Outcome,
 		AgentID: r.AgentID, AgentType: r.AgentType, ObservedAt: r.ObservedAt.Unix(),
+	}
+	if st := r.Setup; st != nil {
+		ev.Setup = &api.Setup{Artifact: st.Artifact, Model: st.Model, PermissionMode: st.PermissionMode, Effort: st.Effort, Unobserved: st.Unobserved}
 	}
 	env.Type, env.Events = api.TypeEvents, []api.Event{ev}
 	return env, nil
@@ -177,6 +192,14 @@ func Identity(r event.Record) string {
 	case r.Sequenced && r.Kind == event.KindGap && r.Gap != nil && r.Gap.Kind == event.GapCaptureInterrupted && r.Gap.FromSeq != 0:
 		id = append(id, "outage", r.WorkID, strconv.FormatInt(r.Generation, 10), r.CanonicalSession,
 			strconv.FormatUint(r.Gap.FromSeq, 10), strconv.FormatUint(r.Gap.ToSeq, 10))
+	case r.Kind == event.KindUsage && r.Usage != nil && r.Usage.Scope == event.UsageScopeRequest && r.Usage.MessageID != "":
+		// One provider request, however many transcript records repeat it.
+		id = append(id, "usage", r.Usage.MessageID)
+	case r.Kind == event.KindUsage && r.Usage != nil && r.Usage.Scope == event.UsageScopeSessionCumulative:
+		// Each distinct snapshot of the host's running total is its own
+		// record; re-reading the same snapshot is a duplicate.
+		id = append(id, "usage_cumulative", r.Usage.Model, countID(r.Usage.InputTokens), countID(r.Usage.OutputTokens),
+			countID(r.Usage.CacheCreationInputTokens), countID(r.Usage.CacheReadInputTokens))
 	case r.ToolUseID != "" && (r.Kind == event.ToolStart || r.Kind == event.ToolFinish || r.Kind == event.ActionStart || r.Kind == event.ActionFinish):
 		id = append(id, "tool_use_id", r.ToolUseID)
 	case r.Kind == event.MessageDisplay && r.MessageID != "" && r.FragmentIndex != nil:
@@ -191,4 +214,11 @@ func Identity(r event.Record) string {
 	b, _ := json.Marshal(id)
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
+}
+
+func countID(v *int64) string {
+	if v == nil {
+		return "unknown"
+	}
+	return strconv.FormatInt(*v, 10)
 }

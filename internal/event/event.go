@@ -107,6 +107,10 @@ type Record struct {
 	Managed bool `json:"managed,omitempty"`
 	// Action is the action fact of an ActionStart or ActionFinish record.
 	Action *Action `json:"action,omitempty"`
+	// Usage is set exactly when Kind is KindUsage (see usage.go).
+	Usage *Usage `json:"usage,omitempty"`
+	// Setup is the setup the hook of this event exposed, if any.
+	Setup *Setup `json:"setup,omitempty"`
 }
 
 // Body is the local-only conversation content of an event.

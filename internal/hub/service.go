@@ -469,6 +469,11 @@ func (s *Service) apply(tx store.Tx, p Principal, w *store.Work, sc store.Scope,
 			return err
 		}
 		for _, ev := range env.Events {
+			if ev.Setup != nil {
+				if err := tx.InsertSetup(sc, ev.Setup); err != nil {
+					return err
+				}
+			}
 			if ev.Kind == api.KindSessionEnd && w.State == api.StateActive {
 				from := w.State
 				w.State = api.StatePaused
@@ -824,6 +829,9 @@ func (s *Service) Record(ctx context.Context, p Principal, repository, id string
 			}
 		}
 		if rec.Usage, err = tx.UsageTotals(w.ID); err != nil {
+			return err
+		}
+		if rec.Setups, err = tx.Setups(w.ID); err != nil {
 			return err
 		}
 		switch {

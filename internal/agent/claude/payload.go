@@ -51,6 +51,10 @@ type Payload struct {
 	Index          *int            `json:"index"`
 	Final          *bool           `json:"final"`
 	Delta          *string         `json:"delta"`
+	// Setup metadata some hooks expose (see setup.go).
+	Model          json.RawMessage `json:"model"`
+	PermissionMode json.RawMessage `json:"permission_mode"`
+	Effort         json.RawMessage `json:"effort"`
 }
 
 // DecodePayload parses one hook payload. It checks the fields every event
@@ -188,6 +192,9 @@ func Map(p *Payload, mode string, now time.Time) (rec *event.Record, ok bool, er
 	default:
 		return nil, false, nil
 	}
+	// The setup the hook exposed travels with its event: no record of its
+	// own, so no place of its own in the session's sequence.
+	rec.Setup = setupFrom(p.Model, p.PermissionMode, p.Effort)
 	if local && !body.Empty() {
 		if mode == event.ModeSharedConversation {
 			redactBody(&body)

@@ -39,7 +39,42 @@ func TestValidate(t *testing.T) {
 		{"gap range reversed", func(e *Envelope) {
 			e.Type, e.Events, e.Gap = TypeGap, nil, &Gap{Kind: "outage", FromSeq: 5, ToSeq: 2}
 		}, false},
-		{"usage negative", func(e *Envelope) { e.Type, e.Events, e.Usage = TypeUsage, nil, &Usage{InputTokens: -1} }, false},
+		{"usage negative", func(e *Envelope) {
+			e.Type, e.Events, e.Usage = TypeUsage, nil, &Usage{Scope: UsageScopeRequest, MessageID: "m", InputTokens: ptr(-1)}
+		}, false},
+		{"usage unknown counts", func(e *Envelope) {
+			e.Type, e.Events, e.Usage = TypeUsage, nil, &Usage{Scope: UsageScopeRequest, MessageID: "msg_1", OutputTokens: ptr(3)}
+		}, true},
+		{"usage without scope", func(e *Envelope) {
+			e.Type, e.Events, e.Usage = TypeUsage, nil, &Usage{MessageID: "msg_1", OutputTokens: ptr(3)}
+		}, false},
+		{"usage unknown scope", func(e *Envelope) {
+			e.Type, e.Events, e.Usage = TypeUsage, nil, &Usage{Scope: "total", MessageID: "msg_1"}
+		}, false},
+		{"request usage without message id", func(e *Envelope) {
+			e.Type, e.Events, e.Usage = TypeUsage, nil, &Usage{Scope: UsageScopeRequest, InputTokens: ptr(1)}
+		}, false},
+		{"cumulative usage", func(e *Envelope) {
+			e.Type, e.Events, e.Usage = TypeUsage, nil, &Usage{Scope: UsageScopeSessionCumulative, Model: "m", InputTokens: ptr(1)}
+		}, true},
+		{"cumulative usage with a message id", func(e *Envelope) {
+			e.Type, e.Events, e.Usage = TypeUsage, nil, &Usage{Scope: UsageScopeSessionCumulative, MessageID: "msg_1"}
+		}, false},
+		{"setup", func(e *Envelope) {
+			e.Events[0].Setup = &Setup{Artifact: "sha256:" + strings.Repeat("a", 64), PermissionMode: "default", Unobserved: []string{"model"}}
+		}, true},
+		{"setup without observed values", func(e *Envelope) {
+			e.Events[0].Setup = &Setup{Artifact: "sha256:" + strings.Repeat("a", 64), Unobserved: []string{"model"}}
+		}, false},
+		{"setup without unobserved list", func(e *Envelope) {
+			e.Events[0].Setup = &Setup{Artifact: "sha256:" + strings.Repeat("a", 64), Effort: "high"}
+		}, false},
+		{"setup bad artifact", func(e *Envelope) {
+			e.Events[0].Setup = &Setup{Artifact: "sha256:XYZ", Effort: "high", Unobserved: []string{}}
+		}, false},
+		{"setup control character", func(e *Envelope) {
+			e.Events[0].Setup = &Setup{Artifact: "sha256:" + strings.Repeat("a", 64), Model: "a\nb", Unobserved: []string{}}
+		}, false},
 		{"finish unknown result", func(e *Envelope) {
 			e.Type, e.Events, e.ActionFinish = TypeActionFinish, nil, &ActionFinish{ActionID: "a", Result: "great", Verification: "unknown"}
 		}, false},
@@ -146,3 +181,5 @@ func FuzzEnvelope(f *testing.F) {
 		}
 	})
 }
+
+func ptr(v int64) *int64 { return &v }

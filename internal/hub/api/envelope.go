@@ -75,6 +75,8 @@ type Event struct {
 	AgentID    string `json:"agent_id,omitempty"`
 	AgentType  string `json:"agent_type,omitempty"`
 	ObservedAt int64  `json:"observed_at,omitempty"`
+	// Setup is the setup the event's hook exposed, if any.
+	Setup *Setup `json:"setup,omitempty"`
 }
 
 // SourceBinding is the exact source an action started on.
@@ -119,14 +121,62 @@ type ActionFinish struct {
 	FinishedAt  int64  `json:"finished_at,omitempty"`
 }
 
-// Usage is one provider usage record.
+// Usage scopes: a request-scoped record is one provider request and is
+// summed into a Work's totals; a session-cumulative record is the host's own
+// running total of a session, kept apart and never summed.
+const (
+	UsageScopeRequest           = "request"
+	UsageScopeSessionCumulative = "session_cumulative"
+)
+
+// Usage is one provider usage record. A token count the provider did not
+// report is absent (null), which means unknown, never zero.
 type Usage struct {
+	Scope                    string `json:"scope"`
 	MessageID                string `json:"message_id,omitempty"`
 	Model                    string `json:"model,omitempty"`
-	InputTokens              int64  `json:"input_tokens"`
-	OutputTokens             int64  `json:"output_tokens"`
-	CacheCreationInputTokens int64  `json:"cache_creation_input_tokens"`
-	CacheReadInputTokens     int64  `json:"cache_read_input_tokens"`
+	InputTokens              *int64 `json:"input_tokens"`
+	OutputTokens             *int64 `json:"output_tokens"`
+	CacheCreationInputTokens *int64 `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     *int64 `json:"cache_read_input_tokens"`
+}
+
+// Setup is the agent setup a native hook exposed: the opaque identity of the
+// client's local setup artifact, any observed model, permission mode and
+// effort, and the explicit list of setup components that were not observed.
+// It is never a complete observed setup.
+type Setup struct {
+	Artifact       string   `json:"artifact"`
+	Model          string   `json:"model,omitempty"`
+	PermissionMode string   `json:"permission_mode,omitempty"`
+	Effort         string   `json:"effort,omitempty"`
+	Unobserved     []string `json:"unobserved"`
+}
+
+// MaxSetupComponents bounds a setup's list of unobserved components.
+const MaxSetupComponents = 32
+
+func (st *Setup) validate() *Error {
+	if len(st.Artifact) != len("sha256:")+64 || st.Artifact[:7] != "sha256:" || !IsDigest(st.Artifact[7:]) {
+		return bad("setup: artifact must be sha256:<64 lowercase hex>")
+	}
+	if st.Model == "" && st.PermissionMode == "" && st.Effort == "" {
+		return bad("setup: nothing observed; no setup is recorded then")
+	}
+	if st.Unobserved == nil || len(st.Unobserved) > MaxSetupComponents {
+		return bad("setup: unobserved must list at most %d components", MaxSetupComponents)
+	}
+	for _, v := range append([]string{st.Model, st.PermissionMode, st.Effort}, st.Unobserved...) {
+		if len(v) > 128 || !validText(v) {
+			return bad("setup: a field is too long or has control characters")
+		}
+	}
+	for _, c := range st.Unobserved {
+		if c == "" {
+			return bad("setup: an unobserved component has no name")
+		}
+	}
+	return nil
 }
 
 // Gap is an explicit hole in coverage.
@@ -264,6 +314,11 @@ func (e *Envelope) Validate() error {
 			if ev.ObservedAt < 0 {
 				return bad("event %d: observed_at is negative", i)
 			}
+			if ev.Setup != nil {
+				if err := ev.Setup.validate(); err != nil {
+					return bad("event %d: %s", i, err.Message)
+				}
+			}
 		}
 	case TypeActionStart:
 		a := e.ActionStart
@@ -329,11 +384,25 @@ func (e *Envelope) Validate() error {
 		if u == nil {
 			return bad("usage envelope without usage")
 		}
-		if u.InputTokens < 0 || u.OutputTokens < 0 || u.CacheCreationInputTokens < 0 || u.CacheReadInputTokens < 0 {
-			return bad("usage: token counts cannot be negative")
+		for _, n := range []*int64{u.InputTokens, u.OutputTokens, u.CacheCreationInputTokens, u.CacheReadInputTokens} {
+			if n != nil && *n < 0 {
+				return bad("usage: token counts cannot be negative")
+			}
 		}
-		if !validText(u.MessageID) || !validText(u.Model) {
+		if !validText(u.MessageID) || !validText(u.Model) || len(u.MessageID) > MaxIDLen || len(u.Model) > MaxIDLen {
 			return bad("usage: a field is too long or has control characters")
+		}
+		switch u.Scope {
+		case UsageScopeRequest:
+			if u.MessageID == "" {
+				return bad("usage: a request-scoped record needs the provider message_id")
+			}
+		case UsageScopeSessionCumulative:
+			if u.MessageID != "" {
+				return bad("usage: a session-cumulative record names no message_id")
+			}
+		default:
+			return bad("usage: unknown scope %q", u.Scope)
 		}
 	case TypeGap:
 		g := e.Gap

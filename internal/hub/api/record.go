@@ -11,7 +11,18 @@ type ChangeRecord struct {
 	Actions       []ActionRecord  `json:"actions"`
 	Gaps          []GapRecord     `json:"gaps"`
 	Usage         UsageTotals     `json:"usage"`
-	Coverage      Coverage        `json:"coverage"`
+	// Setups lists the setups the sessions' hooks exposed, by receipt
+	// time; each names what was not observed.
+	Setups   []SetupRecord `json:"setups"`
+	Coverage Coverage      `json:"coverage"`
+}
+
+// SetupRecord is an observed setup as retained.
+type SetupRecord struct {
+	Session    string `json:"session"`
+	Generation int64  `json:"generation"`
+	Setup
+	ReceivedAt int64 `json:"received_at"`
 }
 
 // SessionRecord is one canonical session of a Work at one generation.
@@ -55,13 +66,30 @@ type GapRecord struct {
 	ReceivedAt int64 `json:"received_at"`
 }
 
-// UsageTotals sums a Work's usage records.
+// UsageTotals sums a Work's request-scoped usage records. A count some
+// records left unknown is summed over the others and the records that left
+// it unknown are counted in Unknown (field name to count), so a partial sum
+// never reads as complete. Session-cumulative records are never added: they
+// are listed apart in SessionCumulative.
 type UsageTotals struct {
-	Records                  int64 `json:"records"`
-	InputTokens              int64 `json:"input_tokens"`
-	OutputTokens             int64 `json:"output_tokens"`
-	CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
-	CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
+	Records                  int64            `json:"records"`
+	InputTokens              int64            `json:"input_tokens"`
+	OutputTokens             int64            `json:"output_tokens"`
+	CacheCreationInputTokens int64            `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     int64            `json:"cache_read_input_tokens"`
+	Unknown                  map[string]int64 `json:"unknown,omitempty"`
+	// SessionCumulative holds the latest session-cumulative record of each
+	// session and model, excluded from the sums above.
+	SessionCumulative []CumulativeUsage `json:"session_cumulative,omitempty"`
+}
+
+// CumulativeUsage is a session's own running usage total as the host
+// reported it.
+type CumulativeUsage struct {
+	Session    string `json:"session"`
+	Generation int64  `json:"generation"`
+	Usage
+	ReceivedAt int64 `json:"received_at"`
 }
 
 // Coverage states what the record can claim: complete only when every

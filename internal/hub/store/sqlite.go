@@ -25,7 +25,22 @@ import (
 const DBFile = "hub.db"
 
 // SchemaVersion is the schema this binary writes (PRAGMA user_version).
+// Version 2 made usage counts nullable (unknown), added the usage scope and
+// the setups table.
 const SchemaVersion = 2
+
+// migrations[v] brings a version-v database to v+1 before the schema (all
+// CREATE ... IF NOT EXISTS) is applied.
+var migrations = map[int]string{
+	1: `ALTER TABLE usage RENAME TO usage_v1;`,
+}
+
+// postMigrations[v] runs after the schema for a database that was at v.
+var postMigrations = map[int]string{
+	1: `INSERT INTO usage(work_id,generation,session,identity,model,message_id,input,output,cache_creation,cache_read,received_at,scope)
+  SELECT work_id,generation,session,identity,model,message_id,input,output,cache_creation,cache_read,received_at,'request' FROM usage_v1;
+DROP TABLE usage_v1;`,
+}
 
 // BusyTimeoutMS is how long a writer waits for another process's write lock.
 const BusyTimeoutMS = 10000
@@ -156,8 +171,11 @@ CREATE TABLE IF NOT EXISTS actions(work_id TEXT NOT NULL, action_id TEXT NOT NUL
   start TEXT, start_identity TEXT NOT NULL DEFAULT '', finish TEXT, finish_identity TEXT NOT NULL DEFAULT '',
   PRIMARY KEY(work_id, action_id)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS usage(work_id TEXT NOT NULL, generation INTEGER NOT NULL, session TEXT NOT NULL, identity TEXT NOT NULL,
-  model TEXT NOT NULL, message_id TEXT NOT NULL, input INTEGER NOT NULL, output INTEGER NOT NULL, cache_creation INTEGER NOT NULL,
-  cache_read INTEGER NOT NULL, received_at INTEGER NOT NULL, PRIMARY KEY(work_id, identity)) WITHOUT ROWID;
+  model TEXT NOT NULL, message_id TEXT NOT NULL, input INTEGER, output INTEGER, cache_creation INTEGER,
+  cache_read INTEGER, received_at INTEGER NOT NULL, scope TEXT NOT NULL DEFAULT 'request', PRIMARY KEY(work_id, identity)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS setups(work_id TEXT NOT NULL, generation INTEGER NOT NULL, session TEXT NOT NULL,
+  artifact TEXT NOT NULL, model TEXT NOT NULL, permission_mode TEXT NOT NULL, effort TEXT NOT NULL, unobserved TEXT NOT NULL,
+  received_at INTEGER NOT NULL, PRIMARY KEY(work_id, generation, session, artifact)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS gaps(work_id TEXT NOT NULL, generation INTEGER NOT NULL, session TEXT NOT NULL, identity TEXT NOT NULL,
   kind TEXT NOT NULL, reason TEXT NOT NULL, from_seq INTEGER NOT NULL, to_seq INTEGER NOT NULL, received_at INTEGER NOT NULL,
   PRIMARY KEY(work_id, identity)) WITHOUT ROWID;
@@ -188,8 +206,23 @@ func (s *SQLite) migrate(ctx context.Context) error {
 		if v == SchemaVersion {
 			return nil // another process migrated first
 		}
+		from := v
+		for u := from; u > 0 && u < SchemaVersion; u++ {
+			if m := migrations[u]; m != "" {
+				if _, err := tx.ExecContext(ctx, m); err != nil {
+					return fmt.Errorf("migrate hub schema from version %d: %w", u, err)
+				}
+			}
+		}
 		if _, err := tx.ExecContext(ctx, schema); err != nil {
 			return fmt.Errorf("create hub schema: %w", err)
+		}
+		for u := from; u > 0 && u < SchemaVersion; u++ {
+			if m := postMigrations[u]; m != "" {
+				if _, err := tx.ExecContext(ctx, m); err != nil {
+					return fmt.Errorf("migrate hub schema from version %d: %w", u, err)
+				}
+			}
 		}
 		if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", SchemaVersion)); err != nil {
 			return fmt.Errorf("set hub schema version: %w", err)
@@ -812,8 +845,57 @@ func (t *sqliteTx) SetActionFinish(s Scope, f *api.ActionFinish) error {
 }
 
 func (t *sqliteTx) InsertUsage(s Scope, u *api.Usage) error {
-	return t.exec("INSERT INTO usage(work_id,generation,session,identity,model,message_id,input,output,cache_creation,cache_read,received_at) VALUES(?,?,?,?,?,?,?,?,?,?,?)",
-		s.WorkID, s.Generation, s.Session, s.Identity, u.Model, u.MessageID, u.InputTokens, u.OutputTokens, u.CacheCreationInputTokens, u.CacheReadInputTokens, s.ReceivedAt)
+	return t.exec("INSERT INTO usage(work_id,generation,session,identity,model,message_id,input,output,cache_creation,cache_read,received_at,scope) VALUES(?,?,?,?,?,?,?,?,?,?,?,?)",
+		s.WorkID, s.Generation, s.Session, s.Identity, u.Model, u.MessageID, nullable(u.InputTokens), nullable(u.OutputTokens),
+		nullable(u.CacheCreationInputTokens), nullable(u.CacheReadInputTokens), s.ReceivedAt, u.Scope)
+}
+
+// nullable stores an unknown count as NULL.
+func nullable(v *int64) any {
+	if v == nil {
+		return nil
+	}
+	return *v
+}
+
+func fromNull(v sql.NullInt64) *int64 {
+	if !v.Valid {
+		return nil
+	}
+	n := v.Int64
+	return &n
+}
+
+func (t *sqliteTx) InsertSetup(s Scope, st *api.Setup) error {
+	un, err := json.Marshal(st.Unobserved)
+	if err != nil {
+		return err
+	}
+	// Every event of a hook that exposed the same setup carries it: the
+	// first one of a session records it.
+	return t.exec("INSERT OR IGNORE INTO setups(work_id,generation,session,artifact,model,permission_mode,effort,unobserved,received_at) VALUES(?,?,?,?,?,?,?,?,?)",
+		s.WorkID, s.Generation, s.Session, st.Artifact, st.Model, st.PermissionMode, st.Effort, string(un), s.ReceivedAt)
+}
+
+func (t *sqliteTx) Setups(workID string) ([]api.SetupRecord, error) {
+	rows, err := t.query("SELECT generation,session,artifact,model,permission_mode,effort,unobserved,received_at FROM setups WHERE work_id=? ORDER BY received_at,generation,session,artifact", workID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []api.SetupRecord{}
+	for rows.Next() {
+		var r api.SetupRecord
+		var un string
+		if err := rows.Scan(&r.Generation, &r.Session, &r.Artifact, &r.Model, &r.PermissionMode, &r.Effort, &un, &r.ReceivedAt); err != nil {
+			return nil, err
+		}
+		if err := json.Unmarshal([]byte(un), &r.Unobserved); err != nil {
+			return nil, fmt.Errorf("setup of work %s: %w", workID, err)
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
 }
 
 func (t *sqliteTx) InsertGap(s Scope, g *api.Gap) error {
@@ -905,7 +987,47 @@ func (t *sqliteTx) Gaps(workID string) ([]api.GapRecord, error) {
 
 func (t *sqliteTx) UsageTotals(workID string) (api.UsageTotals, error) {
 	var u api.UsageTotals
-	err := t.row("SELECT count(*),coalesce(sum(input),0),coalesce(sum(output),0),coalesce(sum(cache_creation),0),coalesce(sum(cache_read),0) FROM usage WHERE work_id=?",
-		[]any{workID}, &u.Records, &u.InputTokens, &u.OutputTokens, &u.CacheCreationInputTokens, &u.CacheReadInputTokens)
-	return u, err
+	var unknown [4]int64
+	// Only request-scoped records are summed; a session-cumulative record is
+	// the host's own running total and adding it would count twice.
+	err := t.row(`SELECT count(*),coalesce(sum(input),0),coalesce(sum(output),0),coalesce(sum(cache_creation),0),coalesce(sum(cache_read),0),
+		count(*)-count(input),count(*)-count(output),count(*)-count(cache_creation),count(*)-count(cache_read)
+		FROM usage WHERE work_id=? AND scope='request'`,
+		[]any{workID}, &u.Records, &u.InputTokens, &u.OutputTokens, &u.CacheCreationInputTokens, &u.CacheReadInputTokens,
+		&unknown[0], &unknown[1], &unknown[2], &unknown[3])
+	if err != nil {
+		return u, err
+	}
+	for i, name := range []string{"input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"} {
+		if unknown[i] > 0 {
+			if u.Unknown == nil {
+				u.Unknown = map[string]int64{}
+			}
+			u.Unknown[name] = unknown[i]
+		}
+	}
+	// The latest cumulative record per session and model, kept apart.
+	rows, err := t.query(`SELECT generation,session,model,input,output,cache_creation,cache_read,received_at FROM usage
+		WHERE work_id=? AND scope='session_cumulative' ORDER BY generation,session,model,received_at DESC,identity`, workID)
+	if err != nil {
+		return u, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var c api.CumulativeUsage
+		var in, out, cc, cr sql.NullInt64
+		if err := rows.Scan(&c.Generation, &c.Session, &c.Model, &in, &out, &cc, &cr, &c.ReceivedAt); err != nil {
+			return u, err
+		}
+		if n := len(u.SessionCumulative); n > 0 {
+			p := u.SessionCumulative[n-1]
+			if p.Generation == c.Generation && p.Session == c.Session && p.Model == c.Model {
+				continue // an older snapshot of the same session and model
+			}
+		}
+		c.Scope = api.UsageScopeSessionCumulative
+		c.InputTokens, c.OutputTokens, c.CacheCreationInputTokens, c.CacheReadInputTokens = fromNull(in), fromNull(out), fromNull(cc), fromNull(cr)
+		u.SessionCumulative = append(u.SessionCumulative, c)
+	}
+	return u, rows.Err()
 }

@@ -202,6 +202,9 @@ type Tx interface {
 	SetActionFinish(s Scope, f *api.ActionFinish) error
 	InsertUsage(s Scope, u *api.Usage) error
 	InsertGap(s Scope, g *api.Gap) error
+	// InsertSetup records a session's observed setup once (later copies
+	// are ignored).
+	InsertSetup(s Scope, st *api.Setup) error
 
 	// ListEvents returns at most limit events of a Work in (generation,
 	// session, seq) order and the total count.
@@ -210,6 +213,8 @@ type Tx interface {
 	Actions(workID string) ([]Action, error)
 	Gaps(workID string) ([]api.GapRecord, error)
 	UsageTotals(workID string) (api.UsageTotals, error)
+	// Setups returns a Work's observed setups by receipt time.
+	Setups(workID string) ([]api.SetupRecord, error)
 
 	// ChangelogGrant returns a Work's explicit grant (ErrNotFound: none).
 	ChangelogGrant(workID string) (api.Grant, error)

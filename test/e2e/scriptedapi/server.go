@@ -52,6 +52,24 @@ type Server struct {
 	turns []Turn
 	reqs  []Request
 	seq   int
+	usage Usage
+}
+
+// Usage is the token usage every reply reports: InputTokens, cache counts
+// and a first OutputTokens in message_start, the final OutputTokens in
+// message_delta, as the API streams them.
+type Usage struct {
+	InputTokens, OutputTokens, CacheCreationInputTokens, CacheReadInputTokens int
+}
+
+// DefaultUsage is what a reply reports unless SetUsage changed it.
+var DefaultUsage = Usage{InputTokens: 120, OutputTokens: 20}
+
+// SetUsage changes the usage that later replies report.
+func (s *Server) SetUsage(u Usage) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.usage = u
 }
 
 // Start serves the scripted API on a free loopback port.
@@ -60,7 +78,7 @@ func Start(turns ...Turn) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen: %w", err)
 	}
-	s := &Server{URL: "http://" + ln.Addr().String(), ln: ln, turns: turns}
+	s := &Server{URL: "http://" + ln.Addr().String(), ln: ln, turns: turns, usage: DefaultUsage}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/messages", s.messages)
 	mux.HandleFunc("POST /v1/messages/count_tokens", func(w http.ResponseWriter, r *http.Request) {
@@ -158,16 +176,17 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	} else {
 		out = []outBlock{{Type: "text", Text: "scripted side answer"}}
 	}
+	u := s.usage
 	s.mu.Unlock()
 	model := req.Model
 	if model == "" {
 		model = "claude-scripted"
 	}
 	if !req.Stream {
-		writeJSONMessage(w, id, model, out, stop)
+		writeJSONMessage(w, id, model, out, stop, u)
 		return
 	}
-	writeStream(w, id, model, out, stop)
+	writeStream(w, id, model, out, stop, u)
 }
 
 type outBlock struct {
@@ -227,11 +246,12 @@ func sanitize(s string) string {
 	}, s)
 }
 
-func usage(out int) map[string]any {
-	return map[string]any{"input_tokens": 120, "output_tokens": out, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+func usage(u Usage, out int) map[string]any {
+	return map[string]any{"input_tokens": u.InputTokens, "output_tokens": out,
+		"cache_creation_input_tokens": u.CacheCreationInputTokens, "cache_read_input_tokens": u.CacheReadInputTokens}
 }
 
-func writeJSONMessage(w http.ResponseWriter, id, model string, out []outBlock, stop string) {
+func writeJSONMessage(w http.ResponseWriter, id, model string, out []outBlock, stop string, u Usage) {
 	content := make([]map[string]any, 0, len(out))
 	for _, b := range out {
 		if b.Type == "text" {
@@ -243,11 +263,11 @@ func writeJSONMessage(w http.ResponseWriter, id, model string, out []outBlock, s
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(map[string]any{
 		"id": id, "type": "message", "role": "assistant", "model": model, "content": content,
-		"stop_reason": stop, "stop_sequence": nil, "usage": usage(20),
+		"stop_reason": stop, "stop_sequence": nil, "usage": usage(u, u.OutputTokens),
 	})
 }
 
-func writeStream(w http.ResponseWriter, id, model string, out []outBlock, stop string) {
+func writeStream(w http.ResponseWriter, id, model string, out []outBlock, stop string, u Usage) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.Header().Set("request-id", "req_"+id)
@@ -261,7 +281,7 @@ func writeStream(w http.ResponseWriter, id, model string, out []outBlock, stop s
 	}
 	send("message_start", map[string]any{"type": "message_start", "message": map[string]any{
 		"id": id, "type": "message", "role": "assistant", "model": model, "content": []any{},
-		"stop_reason": nil, "stop_sequence": nil, "usage": usage(1),
+		"stop_reason": nil, "stop_sequence": nil, "usage": usage(u, 1),
 	}})
 	send("ping", map[string]any{"type": "ping"})
 	for i, b := range out {
@@ -282,6 +302,6 @@ func writeStream(w http.ResponseWriter, id, model string, out []outBlock, stop s
 		}
 		send("content_block_stop", map[string]any{"type": "content_block_stop", "index": i})
 	}
-	send("message_delta", map[string]any{"type": "message_delta", "delta": map[string]any{"stop_reason": stop, "stop_sequence": nil}, "usage": map[string]any{"output_tokens": 20}})
+	send("message_delta", map[string]any{"type": "message_delta", "delta": map[string]any{"stop_reason": stop, "stop_sequence": nil}, "usage": map[string]any{"output_tokens": u.OutputTokens}})
 	send("message_stop", map[string]any{"type": "message_stop"})
 }
