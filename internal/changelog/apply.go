@@ -12,10 +12,10 @@ import (
 	"path"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/klauspost/compress/gzip"
+	"golang.org/x/sys/unix"
 
 	"github.com/agentscm/agentscm/internal/scan"
 )
@@ -31,6 +31,11 @@ type ApplyRequest struct {
 	// before the resulting state is captured: the place to drop capture
 	// hooks restored from a captured .claude/settings*.json.
 	AfterExtract func(ctx context.Context, roots []Root) error
+	// BeforeExtract, when set, runs once the increments are validated and
+	// before anything changes, with the metadata of the increment rewound
+	// to: the place to read what the rewind will replace (the live
+	// transcript a resumed conversation continues).
+	BeforeExtract func(ctx context.Context, target Meta) error
 }
 
 // ApplyResult reports a rewind.
@@ -87,6 +92,11 @@ func (c *Changelog) Apply(ctx context.Context, req ApplyRequest) (*ApplyResult, 
 	}
 	defer rp.close()
 	target := rp.archives[len(rp.archives)-1].a.Meta
+	if req.BeforeExtract != nil {
+		if err := req.BeforeExtract(ctx, target); err != nil {
+			return nil, err
+		}
+	}
 	st, err := c.stateForCapture()
 	if err != nil {
 		return nil, err
@@ -449,6 +459,7 @@ func (rp *replay) extractOne(ctx context.Context, ra *replayArchive) error {
 	var dirTimes []dirTime
 	cache := &dirCache{}
 	defer cache.drop()
+	bufs := &replayBufs{}
 	mi := 0
 	for i := 0; ; i++ {
 		if err := ctx.Err(); err != nil {
@@ -516,7 +527,7 @@ func (rp *replay) extractOne(ctx context.Context, ra *replayArchive) error {
 		case tar.TypeReg:
 			var content io.Reader = io.LimitReader(tr, m.Size)
 			if m.Size <= sameCheckMax {
-				same, data, err := sameAsDisk(dr, base, m, tr)
+				same, data, err := sameAsDisk(cache.fd(), base, m, tr, bufs)
 				if err != nil {
 					return err
 				}
@@ -608,25 +619,24 @@ func purgeDir(root *os.Root, rel string, dump []dumpEntry) error {
 	if err != nil {
 		return err
 	}
-	names, err := d.Readdirnames(-1)
+	// The kinds come from the directory listing (d_type), not one stat per
+	// child through the root.
+	ents, err := d.ReadDir(-1)
 	d.Close()
 	if err != nil {
 		return err
 	}
-	for _, n := range names {
-		child := n
-		if rel != "." {
-			child = rel + "/" + n
-		}
-		fi, err := root.Lstat(child)
-		if err != nil {
-			continue
-		}
+	for _, de := range ents {
+		n := de.Name()
 		k := vFile
-		if fi.IsDir() {
+		if de.IsDir() {
 			k = vDir
 		}
 		if purged(l, n, k) == vGone {
+			child := n
+			if rel != "." {
+				child = rel + "/" + n
+			}
 			if err := root.RemoveAll(child); err != nil {
 				return err
 			}
@@ -657,37 +667,70 @@ func renameDir(root *os.Root, from, to string) error {
 // are left untouched (no rewrite, so git's index stays clean).
 const sameCheckMax = 1 << 20
 
-// sameAsDisk reads member m's content and reports whether the regular file
-// at rel already holds it with the same mode (fixing only a differing mtime
-// second).
-func sameAsDisk(root *os.Root, rel string, m *Member, tr io.Reader) (bool, []byte, error) {
-	data := make([]byte, m.Size)
+// sameAsDisk reads member m's content into buf and reports whether the
+// regular file base in the directory dfd already holds it with the same mode
+// (fixing only a differing mtime second). It works on the directory fd with
+// raw syscalls (fstatat and openat without following, fstat, read): no
+// per-file *os.File and no path resolution through the root. The content
+// read is returned for writing when the file differs.
+func sameAsDisk(dfd int, base string, m *Member, tr io.Reader, buf *replayBufs) (bool, []byte, error) {
+	data := buf.grow(&buf.data, int(m.Size))
 	if _, err := io.ReadFull(tr, data); err != nil {
 		return false, nil, fmt.Errorf("%w: %s: %v", ErrUnreadableArchive, m.Name, err)
 	}
-	fi, err := root.Lstat(rel)
-	if err != nil || !fi.Mode().IsRegular() || fi.Size() != m.Size || fi.Mode().Perm() != m.Mode.Perm() || fi.Mode()&(fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky) != 0 {
+	var st unix.Stat_t
+	if unix.Fstatat(dfd, base, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || !sameMeta(&st, m) {
 		return false, data, nil
 	}
-	f, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	fd, err := unix.Openat(dfd, base, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
 	if err != nil {
 		return false, data, nil
 	}
-	defer f.Close()
-	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() || st.Size() != m.Size {
+	var fst unix.Stat_t
+	if unix.Fstat(fd, &fst) != nil || fst.Ino != st.Ino || fst.Dev != st.Dev || !sameMeta(&fst, m) {
+		unix.Close(fd)
 		return false, data, nil
 	}
-	disk := make([]byte, m.Size+1)
-	n, _ := io.ReadFull(f, disk)
+	disk := buf.grow(&buf.disk, int(m.Size)+1)
+	n := 0
+	for n < len(disk) {
+		k, err := unix.Read(fd, disk[n:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || k == 0 {
+			break
+		}
+		n += k
+	}
+	unix.Close(fd)
 	if n != int(m.Size) || !bytes.Equal(disk[:n], data) {
 		return false, data, nil
 	}
-	if fi.ModTime().Unix() != m.ModTime.Unix() {
-		if err := root.Chtimes(rel, m.ModTime, m.ModTime); err != nil {
-			return false, nil, err
+	if st.Mtim.Sec != m.ModTime.Unix() {
+		ts := unix.NsecToTimespec(m.ModTime.UnixNano())
+		if err := unix.UtimesNanoAt(dfd, base, []unix.Timespec{ts, ts}, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return false, nil, fmt.Errorf("set the time of %s: %w", m.Name, err)
 		}
 	}
 	return true, nil, nil
+}
+
+// sameMeta reports whether st is a regular file of m's size and permission
+// bits, without setuid, setgid or sticky bits.
+func sameMeta(st *unix.Stat_t, m *Member) bool {
+	return st.Mode&unix.S_IFMT == unix.S_IFREG && st.Size == m.Size &&
+		fs.FileMode(st.Mode&0o7777) == m.Mode.Perm()
+}
+
+// replayBufs are the buffers one extraction reuses for small files.
+type replayBufs struct{ data, disk []byte }
+
+func (b *replayBufs) grow(p *[]byte, n int) []byte {
+	if cap(*p) < n {
+		*p = make([]byte, n, max(n, 64<<10))
+	}
+	return (*p)[:n]
 }
 
 // dirCache keeps the directory of the last extracted file open: members come
@@ -696,9 +739,13 @@ type dirCache struct {
 	root string
 	rel  string
 	r    *os.Root
+	d    *os.File // the same directory, for raw *at syscalls
 }
 
 func (c *dirCache) drop() {
+	if c.d != nil {
+		c.d.Close()
+	}
 	if c.r != nil {
 		c.r.Close()
 	}
@@ -710,22 +757,28 @@ func (c *dirCache) get(root *os.Root, rootName, rel string) (*os.Root, error) {
 		return c.r, nil
 	}
 	c.drop()
-	if rel == "" {
-		// The capture root itself: not cached (owned by the caller).
-		r, err := root.OpenRoot(".")
-		if err != nil {
+	if rel != "" {
+		if err := ensureDir(root, rel); err != nil {
 			return nil, err
 		}
-		c.root, c.rel, c.r = rootName, rel, r
-		return r, nil
-	}
-	if err := ensureDir(root, rel); err != nil {
-		return nil, err
+	} else {
+		rel = "."
 	}
 	r, err := root.OpenRoot(rel)
 	if err != nil {
 		return nil, err
 	}
-	c.root, c.rel, c.r = rootName, rel, r
+	d, err := r.Open(".")
+	if err != nil {
+		r.Close()
+		return nil, err
+	}
+	if rel == "." {
+		rel = ""
+	}
+	c.root, c.rel, c.r, c.d = rootName, rel, r, d
 	return r, nil
 }
+
+// fd is the cached directory's descriptor (valid until the next get or drop).
+func (c *dirCache) fd() int { return int(c.d.Fd()) }
