@@ -194,7 +194,7 @@ func (c *Changelog) captureLocked(ctx context.Context, req CaptureRequest, kind 
 			return nil, fmt.Errorf("store increment %d: %w", req.Position, err)
 		}
 	}
-	if err := c.saveState(next); err != nil {
+	if err := c.advanceState(st, next); err != nil {
 		// The state may or may not have been replaced; keep the increment
 		// only if it was.
 		if again, lerr := c.loadState(); lerr != nil || again.LastPosition != req.Position {
