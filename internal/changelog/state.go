@@ -21,6 +21,7 @@ type entry struct {
 	Mode     fs.FileMode
 	Size     int64
 	MTime    int64 // nanoseconds
+	CTime    int64 // nanoseconds; 0 when unknown (states of format 1)
 	Dev, Ino uint64
 	Target   string    // symlink target
 	Hash     *[32]byte // content hash of a racily clean file, re-verified next time
@@ -162,6 +163,7 @@ func appendEntry(b []byte, e *entry, prev string) []byte {
 	b = binary.AppendUvarint(b, uint64(e.Mode))
 	b = binary.AppendVarint(b, e.Size)
 	b = binary.AppendVarint(b, e.MTime)
+	b = binary.AppendVarint(b, e.CTime)
 	b = binary.AppendUvarint(b, e.Dev)
 	b = binary.AppendUvarint(b, e.Ino)
 	b = appendString(b, e.Target)
@@ -176,6 +178,7 @@ var errBadState = errors.New("capture state is corrupt")
 type stateReader struct {
 	b   []byte
 	err error
+	v1  bool // format 1: entries without CTime
 }
 
 func (r *stateReader) u() uint64 {
@@ -258,6 +261,9 @@ func (r *stateReader) entry(a *arena, prev string) (entry, error) {
 	e.Mode = fs.FileMode(r.u())
 	e.Size = r.i()
 	e.MTime = r.i()
+	if !r.v1 {
+		e.CTime = r.i()
+	}
 	e.Dev = r.u()
 	e.Ino = r.u()
 	e.Target = r.s()
@@ -284,7 +290,7 @@ func decodeState(b []byte) (*captureState, error) {
 	if crc32.ChecksumIEEE(body) != sum {
 		return nil, fmt.Errorf("%w: checksum mismatch", errBadState)
 	}
-	r := &stateReader{b: body[len(stateMagic):]}
+	r := &stateReader{b: body[len(stateMagic):], v1: magic == stateMagicV1}
 	s := &captureState{baseSize: int64(len(b))}
 	if magic == stateMagic {
 		g := r.raw(8)
