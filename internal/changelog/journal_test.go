@@ -12,6 +12,7 @@ import (
 	"reflect"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/agentscm/agentscm/internal/scan"
 )
@@ -250,5 +251,27 @@ func TestStaleJournalIsIgnored(t *testing.T) {
 	}
 	if st, err := c.loadState(); err != nil || st.journalStale {
 		t.Fatalf("the stale journal was not replaced: %v", err)
+	}
+}
+
+// A rewrite that keeps the size and puts the mtime back (touch -d, or a
+// tool preserving times) is still captured: the inode change time moved.
+func TestCaptureSeesChangeTime(t *testing.T) {
+	c, root := journalScenario(t)
+	p := filepath.Join(root, "d1/f1")
+	old := time.Now().Add(-time.Hour).Truncate(time.Second)
+	if err := os.Chtimes(p, old, old); err != nil {
+		t.Fatal(err)
+	}
+	mustCapture(t, c, 1) // not racy: no content hash kept
+	if err := os.WriteFile(p, []byte("X"), 0o644); err != nil { // same size as "1"
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(p, old, old); err != nil {
+		t.Fatal(err)
+	}
+	inc := mustCapture(t, c, 2)
+	if inc.Meta.Files != 1 {
+		t.Fatalf("a same-size rewrite with its mtime restored captured %d files, want 1", inc.Meta.Files)
 	}
 }
