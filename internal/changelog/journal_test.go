@@ -263,7 +263,7 @@ func TestCaptureSeesChangeTime(t *testing.T) {
 	if err := os.Chtimes(p, old, old); err != nil {
 		t.Fatal(err)
 	}
-	mustCapture(t, c, 1) // not racy: no content hash kept
+	mustCapture(t, c, 1)                                        // not racy: no content hash kept
 	if err := os.WriteFile(p, []byte("X"), 0o644); err != nil { // same size as "1"
 		t.Fatal(err)
 	}
