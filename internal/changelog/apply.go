@@ -65,7 +65,8 @@ func (c *Changelog) Apply(ctx context.Context, req ApplyRequest) (*ApplyResult, 
 	defer lk.Unlock()
 	// Quarantine increments a crash left past the state first: they must
 	// not be replayed.
-	if _, err := c.stateForCapture(); err != nil {
+	st, err := c.stateForCapture()
+	if err != nil {
 		return nil, err
 	}
 	pos, err := c.positions()
@@ -97,11 +98,7 @@ func (c *Changelog) Apply(ctx context.Context, req ApplyRequest) (*ApplyResult, 
 			return nil, err
 		}
 	}
-	st, err := c.stateForCapture()
-	if err != nil {
-		return nil, err
-	}
-	pre, err := c.captureLocked(ctx, CaptureRequest{Position: st.LastPosition + 1, SessionID: req.SessionID, Tool: "agentscm changelog apply"}, KindPreApply, nil)
+	pre, st, err := c.captureLocked(ctx, CaptureRequest{Position: st.LastPosition + 1, SessionID: req.SessionID, Tool: "agentscm changelog apply"}, KindPreApply, nil, st)
 	if err != nil {
 		return nil, fmt.Errorf("capture the state before the rewind: %w", err)
 	}
@@ -114,7 +111,7 @@ func (c *Changelog) Apply(ctx context.Context, req ApplyRequest) (*ApplyResult, 
 		}
 	}
 	to := req.To
-	post, err := c.captureLocked(ctx, CaptureRequest{Position: pre.Position + 1, SessionID: req.SessionID, Tool: "agentscm changelog apply"}, KindApply, &to)
+	post, _, err := c.captureLocked(ctx, CaptureRequest{Position: pre.Position + 1, SessionID: req.SessionID, Tool: "agentscm changelog apply"}, KindApply, &to, st)
 	if err != nil {
 		return &ApplyResult{PreApply: pre, Applied: applied}, fmt.Errorf("capture the rewound state: %w", err)
 	}
@@ -165,6 +162,7 @@ func prepareReplay(ctx context.Context, paths []string, roots []Root) (*replay, 
 			rp.close()
 		}
 	}()
+	budget := int64(holdBudget)
 	for _, p := range paths {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -173,7 +171,7 @@ func prepareReplay(ctx context.Context, paths []string, roots []Root) (*replay, 
 		if err != nil {
 			return nil, fmt.Errorf("open increment %s: %w", p, err)
 		}
-		a, err := readArchive(f, mroots)
+		a, err := readArchiveHolding(f, mroots, &budget)
 		if err != nil {
 			f.Close()
 			return nil, fmt.Errorf("increment %s: %w", path.Base(p), err)
@@ -425,16 +423,21 @@ func (rp *replay) extractOne(ctx context.Context, ra *replayArchive) error {
 			return fmt.Errorf("remove capture root %s: %w", name, err)
 		}
 	}
-	if _, err := ra.f.Seek(0, io.SeekStart); err != nil {
-		return err
+	// An archive whose contents were held while validating is not read
+	// again.
+	var tr *tar.Reader
+	if !ra.a.held {
+		if _, err := ra.f.Seek(0, io.SeekStart); err != nil {
+			return err
+		}
+		gz, err := gzip.NewReader(ra.f)
+		if err != nil {
+			return err
+		}
+		defer gz.Close()
+		gz.Multistream(false)
+		tr = tar.NewReader(gz)
 	}
-	gz, err := gzip.NewReader(ra.f)
-	if err != nil {
-		return err
-	}
-	defer gz.Close()
-	gz.Multistream(false)
-	tr := tar.NewReader(gz)
 	opened := map[string]*os.Root{}
 	defer func() {
 		for _, r := range opened {
@@ -460,25 +463,23 @@ func (rp *replay) extractOne(ctx context.Context, ra *replayArchive) error {
 	cache := &dirCache{}
 	defer cache.drop()
 	bufs := &replayBufs{}
-	mi := 0
-	for i := 0; ; i++ {
+	ordinal := 0 // of the next member tr returns
+	for mi := range ra.a.Members {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return fmt.Errorf("%w: %v", ErrUnreadableArchive, err)
-		}
-		if mi >= len(ra.a.Members) || ra.a.Members[mi].offset != i {
-			continue // the metadata member
-		}
 		m := &ra.a.Members[mi]
-		mi++
-		if strings.TrimSuffix(h.Name, "/") != m.Name {
-			return fmt.Errorf("%w: archive changed while being applied", ErrUnreadableArchive)
+		if tr != nil {
+			var h *tar.Header
+			for ; ordinal <= m.offset; ordinal++ {
+				var err error
+				if h, err = tr.Next(); err != nil {
+					return fmt.Errorf("%w: archive changed while being applied: %v", ErrUnreadableArchive, err)
+				}
+			}
+			if strings.TrimSuffix(h.Name, "/") != m.Name {
+				return fmt.Errorf("%w: archive changed while being applied", ErrUnreadableArchive)
+			}
 		}
 		root, err := openRoot(m.Root)
 		if err != nil {
@@ -525,9 +526,16 @@ func (rp *replay) extractOne(ctx context.Context, ra *replayArchive) error {
 		}
 		switch m.Type {
 		case tar.TypeReg:
-			var content io.Reader = io.LimitReader(tr, m.Size)
+			var content io.Reader
 			if m.Size <= sameCheckMax {
-				same, data, err := sameAsDisk(cache.fd(), base, m, tr, bufs)
+				data := m.data
+				if tr != nil {
+					data = bufs.grow(&bufs.data, int(m.Size))
+					if _, err := io.ReadFull(tr, data); err != nil {
+						return fmt.Errorf("%w: %s: %v", ErrUnreadableArchive, m.Name, err)
+					}
+				}
+				same, err := sameAsDisk(cache.fd(), base, m, data, bufs)
 				if err != nil {
 					return err
 				}
@@ -535,6 +543,8 @@ func (rp *replay) extractOne(ctx context.Context, ra *replayArchive) error {
 					continue
 				}
 				content = bytes.NewReader(data)
+			} else {
+				content = io.LimitReader(tr, m.Size)
 			}
 			if err := removeExisting(dr, base); err != nil {
 				return err
@@ -667,29 +677,29 @@ func renameDir(root *os.Root, from, to string) error {
 // are left untouched (no rewrite, so git's index stays clean).
 const sameCheckMax = 1 << 20
 
-// sameAsDisk reads member m's content into buf and reports whether the
-// regular file base in the directory dfd already holds it with the same mode
+// holdBudget bounds the small-file contents a replay keeps in memory from
+// validation to extraction (saving a second gunzip and parse of each
+// archive that fits).
+const holdBudget = 256 << 20
+
+// sameAsDisk reports whether the regular file base in the directory dfd
+// already holds data, member m's content, with the same mode
 // (fixing only a differing mtime second). It works on the directory fd with
 // raw syscalls (fstatat and openat without following, fstat, read): no
-// per-file *os.File and no path resolution through the root. The content
-// read is returned for writing when the file differs.
-func sameAsDisk(dfd int, base string, m *Member, tr io.Reader, buf *replayBufs) (bool, []byte, error) {
-	data := buf.grow(&buf.data, int(m.Size))
-	if _, err := io.ReadFull(tr, data); err != nil {
-		return false, nil, fmt.Errorf("%w: %s: %v", ErrUnreadableArchive, m.Name, err)
-	}
+// per-file *os.File and no path resolution through the root.
+func sameAsDisk(dfd int, base string, m *Member, data []byte, buf *replayBufs) (bool, error) {
 	var st unix.Stat_t
 	if unix.Fstatat(dfd, base, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || !sameMeta(&st, m) {
-		return false, data, nil
+		return false, nil
 	}
 	fd, err := unix.Openat(dfd, base, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
 	if err != nil {
-		return false, data, nil
+		return false, nil
 	}
 	var fst unix.Stat_t
 	if unix.Fstat(fd, &fst) != nil || fst.Ino != st.Ino || fst.Dev != st.Dev || !sameMeta(&fst, m) {
 		unix.Close(fd)
-		return false, data, nil
+		return false, nil
 	}
 	disk := buf.grow(&buf.disk, int(m.Size)+1)
 	n := 0
@@ -705,15 +715,15 @@ func sameAsDisk(dfd int, base string, m *Member, tr io.Reader, buf *replayBufs) 
 	}
 	unix.Close(fd)
 	if n != int(m.Size) || !bytes.Equal(disk[:n], data) {
-		return false, data, nil
+		return false, nil
 	}
 	if st.Mtim.Sec != m.ModTime.Unix() {
 		ts := unix.NsecToTimespec(m.ModTime.UnixNano())
 		if err := unix.UtimesNanoAt(dfd, base, []unix.Timespec{ts, ts}, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			return false, nil, fmt.Errorf("set the time of %s: %w", m.Name, err)
+			return false, fmt.Errorf("set the time of %s: %w", m.Name, err)
 		}
 	}
-	return true, nil, nil
+	return true, nil
 }
 
 // sameMeta reports whether st is a regular file of m's size and permission

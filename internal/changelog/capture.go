@@ -68,7 +68,8 @@ func (c *Changelog) Capture(ctx context.Context, req CaptureRequest) (*Increment
 		return nil, err
 	}
 	defer lk.Unlock()
-	return c.captureLocked(ctx, req, KindCall, nil)
+	inc, _, err := c.captureLocked(ctx, req, KindCall, nil, nil)
+	return inc, err
 }
 
 // stateForCapture loads the state, falling back to a full capture after the
@@ -93,27 +94,31 @@ func (c *Changelog) stateForCapture() (*captureState, error) {
 	return st, nil
 }
 
-func (c *Changelog) captureLocked(ctx context.Context, req CaptureRequest, kind string, appliedTo *int) (*Increment, error) {
-	st, err := c.stateForCapture()
-	if err != nil {
-		return nil, err
+// captureLocked stores one increment against the state st (nil loads it)
+// and returns the state it advanced to.
+func (c *Changelog) captureLocked(ctx context.Context, req CaptureRequest, kind string, appliedTo *int, st *captureState) (_ *Increment, next *captureState, _ error) {
+	if st == nil {
+		var err error
+		if st, err = c.stateForCapture(); err != nil {
+			return nil, nil, err
+		}
 	}
 	if req.Position < 0 {
 		req.Position = st.LastPosition + 1
 	}
 	if req.Position <= st.LastPosition || req.Position > 999999 {
-		return nil, fmt.Errorf("%w: position %d, last stored %d", ErrPosition, req.Position, st.LastPosition)
+		return nil, nil, fmt.Errorf("%w: position %d, last stored %d", ErrPosition, req.Position, st.LastPosition)
 	}
 	mroots, err := metaRoots(c.opts.Roots)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	start := c.opts.Now()
 	meta := &Meta{
 		Version: 1, Position: req.Position, SessionID: req.SessionID, ToolUseID: req.ToolUseID, Tool: req.Tool, Failed: req.Failed,
 		Kind: kind, CreatedAt: start.UTC(), RemovedRoots: []string{}, AppliedTo: appliedTo,
 	}
-	next := &captureState{LastPosition: req.Position}
+	next = &captureState{LastPosition: req.Position}
 	var plans []*rootPlan
 	full := true
 	for i, r := range c.opts.Roots {
@@ -123,7 +128,7 @@ func (c *Changelog) captureLocked(ctx context.Context, req CaptureRequest, kind 
 		}
 		p, err := c.scanRoot(ctx, r, old, start)
 		if err != nil {
-			return nil, fmt.Errorf("capture root %s: %w", r.Name, err)
+			return nil, nil, fmt.Errorf("capture root %s: %w", r.Name, err)
 		}
 		mroots[i].Exists = p.state.Exists
 		if old != nil && old.Exists && !p.state.Exists {
@@ -142,30 +147,30 @@ func (c *Changelog) captureLocked(ctx context.Context, req CaptureRequest, kind 
 	incDir := filepath.Join(c.dir, incrementsDir)
 	tmp, err := createTempFile(incDir)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	tmpName := tmp.Name()
 	defer os.Remove(tmpName)
 	if err := writeIncrement(ctx, tmp, meta, plans, start); err != nil {
 		tmp.Close()
-		return nil, fmt.Errorf("write increment %d: %w", req.Position, err)
+		return nil, nil, fmt.Errorf("write increment %d: %w", req.Position, err)
 	}
 	if err := tmp.Sync(); err != nil {
 		tmp.Close()
-		return nil, fmt.Errorf("sync increment: %w", err)
+		return nil, nil, fmt.Errorf("sync increment: %w", err)
 	}
 	fi, err := tmp.Stat()
 	if err != nil {
 		tmp.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	if err := tmp.Close(); err != nil {
-		return nil, fmt.Errorf("close increment: %w", err)
+		return nil, nil, fmt.Errorf("close increment: %w", err)
 	}
 	size := fi.Size()
 	if res := c.opts.Reservation; res != nil {
 		if err := res.Reserve(1, size); err != nil {
-			return nil, fmt.Errorf("increment %d of %d bytes refused: %w", req.Position, size, err)
+			return nil, nil, fmt.Errorf("increment %d of %d bytes refused: %w", req.Position, size, err)
 		}
 	}
 	release := func() {
@@ -176,12 +181,12 @@ func (c *Changelog) captureLocked(ctx context.Context, req CaptureRequest, kind 
 	final := c.incrementPath(req.Position)
 	if err := os.Link(tmpName, final); err != nil {
 		release()
-		return nil, fmt.Errorf("store increment %d: %w", req.Position, err)
+		return nil, nil, fmt.Errorf("store increment %d: %w", req.Position, err)
 	}
 	if err := fsutil.SyncDir(incDir); err != nil {
 		os.Remove(final)
 		release()
-		return nil, err
+		return nil, nil, err
 	}
 	inc := &Increment{Position: req.Position, Path: final, Size: size, Meta: *meta}
 	if c.opts.Store != nil {
@@ -189,7 +194,7 @@ func (c *Changelog) captureLocked(ctx context.Context, req CaptureRequest, kind 
 			os.Remove(final)
 			_ = fsutil.SyncDir(incDir)
 			release()
-			return nil, fmt.Errorf("store increment %d: %w", req.Position, err)
+			return nil, nil, fmt.Errorf("store increment %d: %w", req.Position, err)
 		}
 	}
 	if err := c.advanceState(st, next); err != nil {
@@ -199,10 +204,10 @@ func (c *Changelog) captureLocked(ctx context.Context, req CaptureRequest, kind 
 			os.Remove(final)
 			_ = fsutil.SyncDir(incDir)
 			release()
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	return inc, nil
+	return inc, next, nil
 }
 
 func createTempFile(dir string) (*os.File, error) {
