@@ -12,10 +12,10 @@ import (
 	"path"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/klauspost/compress/gzip"
+	"golang.org/x/sys/unix"
 
 	"github.com/agentscm/agentscm/internal/scan"
 )
@@ -31,6 +31,11 @@ type ApplyRequest struct {
 	// before the resulting state is captured: the place to drop capture
 	// hooks restored from a captured .claude/settings*.json.
 	AfterExtract func(ctx context.Context, roots []Root) error
+	// BeforeExtract, when set, runs once the increments are validated and
+	// before anything changes, with the metadata of the increment rewound
+	// to: the place to read what the rewind will replace (the live
+	// transcript a resumed conversation continues).
+	BeforeExtract func(ctx context.Context, target Meta) error
 }
 
 // ApplyResult reports a rewind.
@@ -60,7 +65,8 @@ func (c *Changelog) Apply(ctx context.Context, req ApplyRequest) (*ApplyResult, 
 	defer lk.Unlock()
 	// Quarantine increments a crash left past the state first: they must
 	// not be replayed.
-	if _, err := c.stateForCapture(); err != nil {
+	st, err := c.stateForCapture()
+	if err != nil {
 		return nil, err
 	}
 	pos, err := c.positions()
@@ -114,11 +120,12 @@ func (c *Changelog) applyLocked(ctx context.Context, paths []string, applied []i
 	}
 	defer rp.close()
 	target := rp.archives[len(rp.archives)-1].a.Meta
-	st, err := c.stateForCapture()
-	if err != nil {
-		return nil, err
+	if req.BeforeExtract != nil {
+		if err := req.BeforeExtract(ctx, target); err != nil {
+			return nil, err
+		}
 	}
-	pre, err := c.captureLocked(ctx, CaptureRequest{Position: st.LastPosition + 1, SessionID: req.SessionID, Tool: "agentscm changelog apply"}, KindPreApply, nil)
+	pre, st, err := c.captureLocked(ctx, CaptureRequest{Position: st.LastPosition + 1, SessionID: req.SessionID, Tool: "agentscm changelog apply"}, KindPreApply, nil, st)
 	if err != nil {
 		return nil, fmt.Errorf("capture the state before the rewind: %w", err)
 	}
@@ -131,7 +138,7 @@ func (c *Changelog) applyLocked(ctx context.Context, paths []string, applied []i
 		}
 	}
 	to := req.To
-	post, err := c.captureLocked(ctx, CaptureRequest{Position: pre.Position + 1, SessionID: req.SessionID, Tool: "agentscm changelog apply"}, KindApply, &to)
+	post, _, err := c.captureLocked(ctx, CaptureRequest{Position: pre.Position + 1, SessionID: req.SessionID, Tool: "agentscm changelog apply"}, KindApply, &to, st)
 	if err != nil {
 		return &ApplyResult{PreApply: pre, Applied: applied}, fmt.Errorf("capture the rewound state: %w", err)
 	}
@@ -182,6 +189,7 @@ func prepareReplay(ctx context.Context, paths []string, roots []Root) (*replay, 
 			rp.close()
 		}
 	}()
+	budget := int64(holdBudget)
 	for _, p := range paths {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -190,7 +198,7 @@ func prepareReplay(ctx context.Context, paths []string, roots []Root) (*replay, 
 		if err != nil {
 			return nil, fmt.Errorf("open increment %s: %w", p, err)
 		}
-		a, err := readArchive(f, mroots)
+		a, err := readArchiveHolding(f, mroots, &budget)
 		if err != nil {
 			f.Close()
 			return nil, fmt.Errorf("increment %s: %w", path.Base(p), err)
@@ -442,16 +450,21 @@ func (rp *replay) extractOne(ctx context.Context, ra *replayArchive) error {
 			return fmt.Errorf("remove capture root %s: %w", name, err)
 		}
 	}
-	if _, err := ra.f.Seek(0, io.SeekStart); err != nil {
-		return err
+	// An archive whose contents were held while validating is not read
+	// again.
+	var tr *tar.Reader
+	if !ra.a.held {
+		if _, err := ra.f.Seek(0, io.SeekStart); err != nil {
+			return err
+		}
+		gz, err := gzip.NewReader(ra.f)
+		if err != nil {
+			return err
+		}
+		defer gz.Close()
+		gz.Multistream(false)
+		tr = tar.NewReader(gz)
 	}
-	gz, err := gzip.NewReader(ra.f)
-	if err != nil {
-		return err
-	}
-	defer gz.Close()
-	gz.Multistream(false)
-	tr := tar.NewReader(gz)
 	opened := map[string]*os.Root{}
 	defer func() {
 		for _, r := range opened {
@@ -476,25 +489,24 @@ func (rp *replay) extractOne(ctx context.Context, ra *replayArchive) error {
 	var dirTimes []dirTime
 	cache := &dirCache{}
 	defer cache.drop()
-	mi := 0
-	for i := 0; ; i++ {
+	bufs := &replayBufs{}
+	ordinal := 0 // of the next member tr returns
+	for mi := range ra.a.Members {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return fmt.Errorf("%w: %v", ErrUnreadableArchive, err)
-		}
-		if mi >= len(ra.a.Members) || ra.a.Members[mi].offset != i {
-			continue // the metadata member
-		}
 		m := &ra.a.Members[mi]
-		mi++
-		if strings.TrimSuffix(h.Name, "/") != m.Name {
-			return fmt.Errorf("%w: archive changed while being applied", ErrUnreadableArchive)
+		if tr != nil {
+			var h *tar.Header
+			for ; ordinal <= m.offset; ordinal++ {
+				var err error
+				if h, err = tr.Next(); err != nil {
+					return fmt.Errorf("%w: archive changed while being applied: %v", ErrUnreadableArchive, err)
+				}
+			}
+			if strings.TrimSuffix(h.Name, "/") != m.Name {
+				return fmt.Errorf("%w: archive changed while being applied", ErrUnreadableArchive)
+			}
 		}
 		root, err := openRoot(m.Root)
 		if err != nil {
@@ -541,9 +553,16 @@ func (rp *replay) extractOne(ctx context.Context, ra *replayArchive) error {
 		}
 		switch m.Type {
 		case tar.TypeReg:
-			var content io.Reader = io.LimitReader(tr, m.Size)
+			var content io.Reader
 			if m.Size <= sameCheckMax {
-				same, data, err := sameAsDisk(dr, base, m, tr)
+				data := m.data
+				if tr != nil {
+					data = bufs.grow(&bufs.data, int(m.Size))
+					if _, err := io.ReadFull(tr, data); err != nil {
+						return fmt.Errorf("%w: %s: %v", ErrUnreadableArchive, m.Name, err)
+					}
+				}
+				same, err := sameAsDisk(cache.fd(), base, m, data, bufs)
 				if err != nil {
 					return err
 				}
@@ -551,6 +570,8 @@ func (rp *replay) extractOne(ctx context.Context, ra *replayArchive) error {
 					continue
 				}
 				content = bytes.NewReader(data)
+			} else {
+				content = io.LimitReader(tr, m.Size)
 			}
 			if err := removeExisting(dr, base); err != nil {
 				return err
@@ -635,25 +656,24 @@ func purgeDir(root *os.Root, rel string, dump []dumpEntry) error {
 	if err != nil {
 		return err
 	}
-	names, err := d.Readdirnames(-1)
+	// The kinds come from the directory listing (d_type), not one stat per
+	// child through the root.
+	ents, err := d.ReadDir(-1)
 	d.Close()
 	if err != nil {
 		return err
 	}
-	for _, n := range names {
-		child := n
-		if rel != "." {
-			child = rel + "/" + n
-		}
-		fi, err := root.Lstat(child)
-		if err != nil {
-			continue
-		}
+	for _, de := range ents {
+		n := de.Name()
 		k := vFile
-		if fi.IsDir() {
+		if de.IsDir() {
 			k = vDir
 		}
 		if purged(l, n, k) == vGone {
+			child := n
+			if rel != "." {
+				child = rel + "/" + n
+			}
 			if err := root.RemoveAll(child); err != nil {
 				return err
 			}
@@ -684,37 +704,70 @@ func renameDir(root *os.Root, from, to string) error {
 // are left untouched (no rewrite, so git's index stays clean).
 const sameCheckMax = 1 << 20
 
-// sameAsDisk reads member m's content and reports whether the regular file
-// at rel already holds it with the same mode (fixing only a differing mtime
-// second).
-func sameAsDisk(root *os.Root, rel string, m *Member, tr io.Reader) (bool, []byte, error) {
-	data := make([]byte, m.Size)
-	if _, err := io.ReadFull(tr, data); err != nil {
-		return false, nil, fmt.Errorf("%w: %s: %v", ErrUnreadableArchive, m.Name, err)
+// holdBudget bounds the small-file contents a replay keeps in memory from
+// validation to extraction (saving a second gunzip and parse of each
+// archive that fits).
+const holdBudget = 256 << 20
+
+// sameAsDisk reports whether the regular file base in the directory dfd
+// already holds data, member m's content, with the same mode
+// (fixing only a differing mtime second). It works on the directory fd with
+// raw syscalls (fstatat and openat without following, fstat, read): no
+// per-file *os.File and no path resolution through the root.
+func sameAsDisk(dfd int, base string, m *Member, data []byte, buf *replayBufs) (bool, error) {
+	var st unix.Stat_t
+	if unix.Fstatat(dfd, base, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || !sameMeta(&st, m) {
+		return false, nil
 	}
-	fi, err := root.Lstat(rel)
-	if err != nil || !fi.Mode().IsRegular() || fi.Size() != m.Size || fi.Mode().Perm() != m.Mode.Perm() || fi.Mode()&(fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky) != 0 {
-		return false, data, nil
-	}
-	f, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	fd, err := unix.Openat(dfd, base, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
 	if err != nil {
-		return false, data, nil
+		return false, nil
 	}
-	defer f.Close()
-	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() || st.Size() != m.Size {
-		return false, data, nil
+	var fst unix.Stat_t
+	if unix.Fstat(fd, &fst) != nil || fst.Ino != st.Ino || fst.Dev != st.Dev || !sameMeta(&fst, m) {
+		unix.Close(fd)
+		return false, nil
 	}
-	disk := make([]byte, m.Size+1)
-	n, _ := io.ReadFull(f, disk)
+	disk := buf.grow(&buf.disk, int(m.Size)+1)
+	n := 0
+	for n < len(disk) {
+		k, err := unix.Read(fd, disk[n:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || k == 0 {
+			break
+		}
+		n += k
+	}
+	unix.Close(fd)
 	if n != int(m.Size) || !bytes.Equal(disk[:n], data) {
-		return false, data, nil
+		return false, nil
 	}
-	if fi.ModTime().Unix() != m.ModTime.Unix() {
-		if err := root.Chtimes(rel, m.ModTime, m.ModTime); err != nil {
-			return false, nil, err
+	if st.Mtim.Sec != m.ModTime.Unix() {
+		ts := unix.NsecToTimespec(m.ModTime.UnixNano())
+		if err := unix.UtimesNanoAt(dfd, base, []unix.Timespec{ts, ts}, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return false, fmt.Errorf("set the time of %s: %w", m.Name, err)
 		}
 	}
-	return true, nil, nil
+	return true, nil
+}
+
+// sameMeta reports whether st is a regular file of m's size and permission
+// bits, without setuid, setgid or sticky bits.
+func sameMeta(st *unix.Stat_t, m *Member) bool {
+	return st.Mode&unix.S_IFMT == unix.S_IFREG && st.Size == m.Size &&
+		fs.FileMode(st.Mode&0o7777) == m.Mode.Perm()
+}
+
+// replayBufs are the buffers one extraction reuses for small files.
+type replayBufs struct{ data, disk []byte }
+
+func (b *replayBufs) grow(p *[]byte, n int) []byte {
+	if cap(*p) < n {
+		*p = make([]byte, n, max(n, 64<<10))
+	}
+	return (*p)[:n]
 }
 
 // dirCache keeps the directory of the last extracted file open: members come
@@ -723,9 +776,13 @@ type dirCache struct {
 	root string
 	rel  string
 	r    *os.Root
+	d    *os.File // the same directory, for raw *at syscalls
 }
 
 func (c *dirCache) drop() {
+	if c.d != nil {
+		c.d.Close()
+	}
 	if c.r != nil {
 		c.r.Close()
 	}
@@ -737,22 +794,28 @@ func (c *dirCache) get(root *os.Root, rootName, rel string) (*os.Root, error) {
 		return c.r, nil
 	}
 	c.drop()
-	if rel == "" {
-		// The capture root itself: not cached (owned by the caller).
-		r, err := root.OpenRoot(".")
-		if err != nil {
+	if rel != "" {
+		if err := ensureDir(root, rel); err != nil {
 			return nil, err
 		}
-		c.root, c.rel, c.r = rootName, rel, r
-		return r, nil
-	}
-	if err := ensureDir(root, rel); err != nil {
-		return nil, err
+	} else {
+		rel = "."
 	}
 	r, err := root.OpenRoot(rel)
 	if err != nil {
 		return nil, err
 	}
-	c.root, c.rel, c.r = rootName, rel, r
+	d, err := r.Open(".")
+	if err != nil {
+		r.Close()
+		return nil, err
+	}
+	if rel == "." {
+		rel = ""
+	}
+	c.root, c.rel, c.r, c.d = rootName, rel, r, d
 	return r, nil
 }
+
+// fd is the cached directory's descriptor (valid until the next get or drop).
+func (c *dirCache) fd() int { return int(c.d.Fd()) }

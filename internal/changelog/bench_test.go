@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // The 100,000-file benchmarks are gated: AGENTSCM_BENCH_100K=1 go test
@@ -152,6 +153,57 @@ func BenchmarkCapture100k(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkCaptureInterleaved100k measures the same three subjects as
+// BenchmarkCapture100k, interleaved call by call (a one-file change before
+// each), so a shared machine's load changes hit all three alike. It reports
+// each subject's mean seconds per call and the ratios.
+func BenchmarkCaptureInterleaved100k(b *testing.B) {
+	bt := needBenchTree(b)
+	c, err := Open(filepath.Join(b.TempDir(), "cl"), Options{Roots: []Root{{Name: "checkout", Path: bt.repo, Git: true}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	pos := 0
+	mustCaptureB(b, c, pos)
+	dir := b.TempDir()
+	snap := filepath.Join(dir, "snap")
+	tarCmd := func(i int) *exec.Cmd {
+		cmd := exec.Command("tar", "--listed-incremental="+snap, "--exclude=.git", "-czf", filepath.Join(dir, fmt.Sprintf("%06d.tgz", i)), "repo")
+		cmd.Dir = bt.base
+		return cmd
+	}
+	if out, err := tarCmd(0).CombinedOutput(); err != nil {
+		b.Fatalf("%v %s", err, out)
+	}
+	var ours, tar, git time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		touchOne(b, bt, 10_000+3*i)
+		t0 := time.Now()
+		pos++
+		mustCaptureB(b, c, pos)
+		ours += time.Since(t0)
+		touchOne(b, bt, 10_001+3*i)
+		t0 = time.Now()
+		if out, err := tarCmd(i + 1).CombinedOutput(); err != nil {
+			b.Fatalf("%v %s", err, out)
+		}
+		tar += time.Since(t0)
+		touchOne(b, bt, 10_002+3*i)
+		t0 = time.Now()
+		if out, err := gitCmd(bt.repo, "status", "--porcelain").CombinedOutput(); err != nil {
+			b.Fatalf("%v %s", err, out)
+		}
+		git += time.Since(t0)
+	}
+	n := float64(b.N)
+	b.ReportMetric(ours.Seconds()/n, "changelog-s/call")
+	b.ReportMetric(tar.Seconds()/n, "gnutar-s/call")
+	b.ReportMetric(git.Seconds()/n, "gitstatus-s/call")
+	b.ReportMetric(ours.Seconds()/git.Seconds(), "x-gitstatus")
+	b.ReportMetric(ours.Seconds()/tar.Seconds(), "x-gnutar")
 }
 
 func mustCaptureB(b *testing.B, c *Changelog, pos int) *Increment {

@@ -13,9 +13,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"runtime"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -70,7 +68,8 @@ func (c *Changelog) Capture(ctx context.Context, req CaptureRequest) (*Increment
 		return nil, err
 	}
 	defer lk.Unlock()
-	return c.captureLocked(ctx, req, KindCall, nil)
+	inc, _, err := c.captureLocked(ctx, req, KindCall, nil, nil)
+	return inc, err
 }
 
 // stateForCapture loads the state, falling back to a full capture after the
@@ -95,27 +94,31 @@ func (c *Changelog) stateForCapture() (*captureState, error) {
 	return st, nil
 }
 
-func (c *Changelog) captureLocked(ctx context.Context, req CaptureRequest, kind string, appliedTo *int) (*Increment, error) {
-	st, err := c.stateForCapture()
-	if err != nil {
-		return nil, err
+// captureLocked stores one increment against the state st (nil loads it)
+// and returns the state it advanced to.
+func (c *Changelog) captureLocked(ctx context.Context, req CaptureRequest, kind string, appliedTo *int, st *captureState) (_ *Increment, next *captureState, _ error) {
+	if st == nil {
+		var err error
+		if st, err = c.stateForCapture(); err != nil {
+			return nil, nil, err
+		}
 	}
 	if req.Position < 0 {
 		req.Position = st.LastPosition + 1
 	}
 	if req.Position <= st.LastPosition || req.Position > 999999 {
-		return nil, fmt.Errorf("%w: position %d, last stored %d", ErrPosition, req.Position, st.LastPosition)
+		return nil, nil, fmt.Errorf("%w: position %d, last stored %d", ErrPosition, req.Position, st.LastPosition)
 	}
 	mroots, err := metaRoots(c.opts.Roots)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	start := c.opts.Now()
 	meta := &Meta{
 		Version: 1, Position: req.Position, SessionID: req.SessionID, ToolUseID: req.ToolUseID, Tool: req.Tool, Failed: req.Failed,
 		Kind: kind, CreatedAt: start.UTC(), RemovedRoots: []string{}, AppliedTo: appliedTo,
 	}
-	next := &captureState{LastPosition: req.Position}
+	next = &captureState{LastPosition: req.Position}
 	var plans []*rootPlan
 	full := true
 	for i, r := range c.opts.Roots {
@@ -125,7 +128,7 @@ func (c *Changelog) captureLocked(ctx context.Context, req CaptureRequest, kind 
 		}
 		p, err := c.scanRoot(ctx, r, old, start)
 		if err != nil {
-			return nil, fmt.Errorf("capture root %s: %w", r.Name, err)
+			return nil, nil, fmt.Errorf("capture root %s: %w", r.Name, err)
 		}
 		mroots[i].Exists = p.state.Exists
 		if old != nil && old.Exists && !p.state.Exists {
@@ -144,30 +147,30 @@ func (c *Changelog) captureLocked(ctx context.Context, req CaptureRequest, kind 
 	incDir := filepath.Join(c.dir, incrementsDir)
 	tmp, err := createTempFile(incDir)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	tmpName := tmp.Name()
 	defer os.Remove(tmpName)
 	if err := writeIncrement(ctx, tmp, meta, plans, start); err != nil {
 		tmp.Close()
-		return nil, fmt.Errorf("write increment %d: %w", req.Position, err)
+		return nil, nil, fmt.Errorf("write increment %d: %w", req.Position, err)
 	}
 	if err := tmp.Sync(); err != nil {
 		tmp.Close()
-		return nil, fmt.Errorf("sync increment: %w", err)
+		return nil, nil, fmt.Errorf("sync increment: %w", err)
 	}
 	fi, err := tmp.Stat()
 	if err != nil {
 		tmp.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	if err := tmp.Close(); err != nil {
-		return nil, fmt.Errorf("close increment: %w", err)
+		return nil, nil, fmt.Errorf("close increment: %w", err)
 	}
 	size := fi.Size()
 	if res := c.opts.Reservation; res != nil {
 		if err := res.Reserve(1, size); err != nil {
-			return nil, fmt.Errorf("increment %d of %d bytes refused: %w", req.Position, size, err)
+			return nil, nil, fmt.Errorf("increment %d of %d bytes refused: %w", req.Position, size, err)
 		}
 	}
 	release := func() {
@@ -178,12 +181,12 @@ func (c *Changelog) captureLocked(ctx context.Context, req CaptureRequest, kind 
 	final := c.incrementPath(req.Position)
 	if err := os.Link(tmpName, final); err != nil {
 		release()
-		return nil, fmt.Errorf("store increment %d: %w", req.Position, err)
+		return nil, nil, fmt.Errorf("store increment %d: %w", req.Position, err)
 	}
 	if err := fsutil.SyncDir(incDir); err != nil {
 		os.Remove(final)
 		release()
-		return nil, err
+		return nil, nil, err
 	}
 	inc := &Increment{Position: req.Position, Path: final, Size: size, Meta: *meta}
 	if c.opts.Store != nil {
@@ -191,20 +194,20 @@ func (c *Changelog) captureLocked(ctx context.Context, req CaptureRequest, kind 
 			os.Remove(final)
 			_ = fsutil.SyncDir(incDir)
 			release()
-			return nil, fmt.Errorf("store increment %d: %w", req.Position, err)
+			return nil, nil, fmt.Errorf("store increment %d: %w", req.Position, err)
 		}
 	}
-	if err := c.saveState(next); err != nil {
+	if err := c.advanceState(st, next); err != nil {
 		// The state may or may not have been replaced; keep the increment
 		// only if it was.
 		if again, lerr := c.loadState(); lerr != nil || again.LastPosition != req.Position {
 			os.Remove(final)
 			_ = fsutil.SyncDir(incDir)
 			release()
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	return inc, nil
+	return inc, next, nil
 }
 
 func createTempFile(dir string) (*os.File, error) {
@@ -326,127 +329,29 @@ func (c *Changelog) scanRoot(ctx context.Context, r Root, old *rootState, start 
 }
 
 // walkRoot lists the root (its own entry first, Path "") in walk order,
-// recording excluded entries without descending into them. The root's
-// top-level directories are walked concurrently, each through a directory
-// opened without following symlinks; sizeHint preallocates.
+// recording excluded entries without descending into them, through
+// scan.List (no-follow, directory fds, several directories at once). The
+// root must still be the directory rootInfo describes.
 func walkRoot(ctx context.Context, r Root, ignored map[string]bool, rootInfo fs.FileInfo, sizeHint int) ([]entry, error) {
-	rootEntry := entry{Path: "", Type: scan.Dir, Mode: rootInfo.Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky), MTime: rootInfo.ModTime().UnixNano()}
-	if st, ok := rootInfo.Sys().(*syscall.Stat_t); ok {
-		rootEntry.Dev, rootEntry.Ino = uint64(st.Dev), st.Ino
-	}
-	excluded := func(rel string) bool { return (r.Git && path.Base(rel) == ".git") || ignored[rel] }
-	// The top level, without descending.
-	top := []entry{rootEntry}
-	err := scan.Walk(ctx, r.Path, scan.Options{AllowNonUTF8: true, Skip: func(rel string, isDir bool) bool {
-		if excluded(rel) {
-			top = append(top, excludedEntry(rel, isDir))
-			return true
-		}
-		return false
-	}}, func(e *scan.Entry) error {
-		top = append(top, fromScan(e, ""))
-		if e.Type == scan.Dir {
-			return fs.SkipDir
-		}
-		return nil
-	})
+	list, err := scan.List(ctx, r.Path, scan.ListOptions{Skip: func(rel string, isDir bool) bool {
+		return (r.Git && path.Base(rel) == ".git") || ignored[rel]
+	}})
 	if err != nil {
 		return nil, err
 	}
-	subs := make([][]entry, len(top))
-	jobs := make(chan int)
-	errs := make(chan error, 1)
-	var wg sync.WaitGroup
-	workers := min(max(runtime.GOMAXPROCS(0), 1), 4)
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range jobs {
-				list, err := walkSubtree(ctx, r.Path, &top[i], excluded)
-				if err != nil {
-					select {
-					case errs <- err:
-					default:
-					}
-					continue
-				}
-				subs[i] = list
-			}
-		}()
+	if st, ok := rootInfo.Sys().(*syscall.Stat_t); ok && (uint64(st.Dev) != list[0].Dev || st.Ino != list[0].Ino) {
+		return nil, fmt.Errorf("capture root %s: %w", r.Path, scan.ErrChanged)
 	}
-	for i := range top {
-		if top[i].Type == scan.Dir && !top[i].Excluded && top[i].Path != "" {
-			jobs <- i
+	entries := make([]entry, len(list), max(sizeHint, len(list)))
+	for i := range list {
+		s := &list[i]
+		if s.Skipped {
+			entries[i] = entry{Path: s.Path, Type: s.Type, Excluded: true}
+			continue
 		}
-	}
-	close(jobs)
-	wg.Wait()
-	select {
-	case err := <-errs:
-		return nil, err
-	default:
-	}
-	entries := make([]entry, 0, max(sizeHint, len(top)))
-	for i := range top {
-		entries = append(entries, top[i])
-		entries = append(entries, subs[i]...)
+		entries[i] = entry{Path: s.Path, Type: s.Type, Mode: s.Mode, Size: s.Size, MTime: s.MTime, CTime: s.CTime, Dev: s.Dev, Ino: s.Ino, Target: s.Target}
 	}
 	return entries, nil
-}
-
-func excludedEntry(rel string, isDir bool) entry {
-	t := scan.File
-	if isDir {
-		t = scan.Dir
-	}
-	return entry{Path: rel, Type: t, Excluded: true}
-}
-
-func fromScan(e *scan.Entry, prefix string) entry {
-	return entry{
-		Path: prefix + e.Path, Type: e.Type, Mode: e.Mode, Size: e.Size, MTime: e.ModTime.UnixNano(),
-		Dev: e.Dev, Ino: e.Ino, Target: e.Target,
-	}
-}
-
-// walkSubtree walks the top-level directory d of root. The directory is
-// opened through scan.OpenDir (no symlink component), checked to be the one
-// listed, and walked through its /proc/self/fd link so a directory swapped
-// for a symlink meanwhile is never followed.
-func walkSubtree(ctx context.Context, root string, d *entry, excluded func(string) bool) ([]entry, error) {
-	f, err := scan.OpenDir(root, d.Path)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, nil // vanished since the listing
-		}
-		return nil, err
-	}
-	defer f.Close()
-	var st syscall.Stat_t
-	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
-		return nil, err
-	}
-	if uint64(st.Dev) != d.Dev || st.Ino != d.Ino {
-		return nil, fmt.Errorf("capture root %s: %s: %w", root, d.Path, scan.ErrChanged)
-	}
-	walkPath := fmt.Sprintf("/proc/self/fd/%d", f.Fd())
-	if _, err := os.Stat(walkPath); err != nil {
-		return nil, fmt.Errorf("capture needs /proc/self/fd: %w", err)
-	}
-	prefix := d.Path + "/"
-	var out []entry
-	err = scan.Walk(ctx, walkPath, scan.Options{AllowNonUTF8: true, Skip: func(rel string, isDir bool) bool {
-		if excluded(prefix + rel) {
-			out = append(out, excludedEntry(prefix+rel, isDir))
-			return true
-		}
-		return false
-	}}, func(e *scan.Entry) error {
-		out = append(out, fromScan(e, prefix))
-		return nil
-	})
-	return out, err
 }
 
 // applyIgnored marks entries that git ignores as excluded and drops the
@@ -499,8 +404,12 @@ func mergeEntries(old, cur []entry, fn func(o, n *entry)) {
 	}
 }
 
+// sameStat reports whether the walk found a path as the state recorded it:
+// type, mode, size, mtime, ctime (0 in states written before it was
+// recorded), device and inode, symlink target and exclusion.
 func sameStat(o, n *entry) bool {
 	return o.Type == n.Type && o.Mode == n.Mode && o.Size == n.Size && o.MTime == n.MTime &&
+		(o.CTime == n.CTime || o.CTime == 0 || n.CTime == 0) &&
 		o.Ino == n.Ino && o.Dev == n.Dev && o.Target == n.Target && o.Excluded == n.Excluded
 }
 
@@ -723,7 +632,7 @@ func writeFileMember(aw *archiveWriter, root, name string, e *entry, start time.
 	// Record what was stored, not what the walk saw.
 	e.Mode, e.Size, e.MTime = mode, fi.Size(), fi.ModTime().UnixNano()
 	if ok {
-		e.Dev, e.Ino = uint64(st.Dev), st.Ino
+		e.Dev, e.Ino, e.CTime = uint64(st.Dev), st.Ino, st.Ctim.Sec*1e9+st.Ctim.Nsec
 	}
 	e.Hash = nil
 	switch {

@@ -64,7 +64,7 @@ type Increment struct {
 const (
 	incrementsDir = "increments"
 	quarantineDir = "quarantine"
-	stateFile     = "state"
+	stateFile     = "state" // with journalFile (see journal.go)
 	lockFile      = "lock"
 )
 
@@ -181,28 +181,6 @@ func (c *Changelog) positions() ([]int, error) {
 	}
 	sort.Ints(out)
 	return out, nil
-}
-
-func (c *Changelog) loadState() (*captureState, error) {
-	b, err := fsutil.ReadFileNoFollow(filepath.Join(c.dir, stateFile), 1<<30)
-	if errors.Is(err, fs.ErrNotExist) {
-		return &captureState{LastPosition: -1}, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read capture state: %w", err)
-	}
-	s, err := decodeState(b)
-	if err != nil {
-		return nil, err
-	}
-	return s, nil
-}
-
-func (c *Changelog) saveState(s *captureState) error {
-	if err := fsutil.WriteAtomic(filepath.Join(c.dir, stateFile), s.encode(), fsutil.FileMode); err != nil {
-		return fmt.Errorf("advance capture state: %w", err)
-	}
-	return nil
 }
 
 // quarantineOrphans moves increments past the state's last position (left

@@ -317,17 +317,22 @@ type Member struct {
 	Linkname string
 	Dumpdir  []dumpEntry
 	Renames  []memberRename
-	offset   int // ordinal of the member in the archive
+	offset   int    // ordinal of the member in the archive
+	data     []byte // the content, when the archive was read holding it
 }
 
 // memberRename is a validated rename inside one capture root.
 type memberRename struct{ From, To string }
 
-// Archive is a fully read and validated increment. File contents are not
-// held: extraction reads the archive a second time.
+// Archive is a fully read and validated increment. File contents are held
+// only when read with readArchiveHolding and within its budget; otherwise
+// extraction reads the archive a second time.
 type Archive struct {
 	Meta    Meta
 	Members []Member
+	// held is set when every regular file's content is in its Member (see
+	// readArchiveHolding); otherwise extraction reads the archive again.
+	held bool
 }
 
 // archiveError wraps a validation failure as ErrUnreadableArchive.
@@ -384,6 +389,14 @@ func cleanMemberName(name string) (string, error) {
 // nil, are the capture roots the caller allows (matched by Name); members
 // must lie inside one of them. File contents are read and discarded.
 func readArchive(r io.Reader, allowed []MetaRoot) (*Archive, error) {
+	return readArchiveHolding(r, allowed, nil)
+}
+
+// readArchiveHolding is readArchive that also keeps the content of regular
+// files of at most sameCheckMax bytes while *budget allows (it is decreased
+// by what is kept). When every file's content is kept, Archive.held is set
+// and extraction needs no second read of the archive.
+func readArchiveHolding(r io.Reader, allowed []MetaRoot, budget *int64) (*Archive, error) {
 	gz, err := gzip.NewReader(r)
 	if err != nil {
 		return nil, archiveError("%v", err)
@@ -391,7 +404,8 @@ func readArchive(r io.Reader, allowed []MetaRoot) (*Archive, error) {
 	defer gz.Close()
 	gz.Multistream(false)
 	tr := tar.NewReader(gz)
-	a := &Archive{}
+	a := &Archive{held: budget != nil}
+	var chunk []byte
 	var matcher rootMatcher
 	haveMeta := false
 	seen := map[string]byte{}
@@ -496,6 +510,20 @@ func readArchive(r io.Reader, allowed []MetaRoot) (*Archive, error) {
 				return nil, archiveError("member %q has negative size", h.Name)
 			}
 			m.Size = h.Size
+			if a.held && h.Size <= sameCheckMax && h.Size <= *budget {
+				// Contents share 1 MiB chunks: one allocation per chunk.
+				if int64(cap(chunk)-len(chunk)) < h.Size {
+					chunk = make([]byte, 0, max(h.Size, 1<<20))
+				}
+				m.data = chunk[len(chunk) : len(chunk)+int(h.Size) : len(chunk)+int(h.Size)]
+				chunk = chunk[:len(chunk)+int(h.Size)]
+				if _, err := io.ReadFull(tr, m.data); err != nil {
+					return nil, archiveError("member %q: %v", h.Name, err)
+				}
+				*budget -= h.Size
+				break
+			}
+			a.held = false
 			if _, err := io.Copy(io.Discard, tr); err != nil {
 				return nil, archiveError("member %q: %v", h.Name, err)
 			}

@@ -14,6 +14,12 @@ import (
 	"github.com/agentscm/agentscm/internal/fsutil"
 )
 
+// TranscriptRootName names the capture root that holds the checkout's Claude
+// Code transcript directory (see ClaudeProjectDir), which changelog enable
+// adds by default: a rewind then restores the conversation as it was at the
+// call.
+const TranscriptRootName = "claude-transcript"
+
 // maxTranscriptBytes bounds a transcript read for resuming.
 const maxTranscriptBytes = 512 << 20
 
@@ -63,17 +69,102 @@ type Resumed struct {
 // read no-follow from the regular file whose basename is exactly
 // <session>.jsonl in dir.
 func ResumeConversation(dir, session, toolUseID string) (*Resumed, error) {
-	if session == "" || strings.ContainsAny(session, "/\\\x00") || session == "." || session == ".." {
-		return nil, fmt.Errorf("%w: invalid session id %q", ErrNoTranscript, session)
+	return ResumeConversationFrom(dir, session, toolUseID, nil)
+}
+
+// ReadTranscript reads the transcript of session from the transcript
+// directory dir (bounded, no-follow, regular file <session>.jsonl).
+func ReadTranscript(dir, session string) ([]byte, error) {
+	if err := checkSession(session); err != nil {
+		return nil, err
 	}
-	if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
-		return nil, fmt.Errorf("%w: no transcript directory %s", ErrNoTranscript, dir)
+	if err := checkDir(dir); err != nil {
+		return nil, err
 	}
-	src := filepath.Join(dir, session+".jsonl")
-	b, err := fsutil.ReadFileNoFollow(src, maxTranscriptBytes)
+	b, err := fsutil.ReadFileNoFollow(filepath.Join(dir, session+".jsonl"), maxTranscriptBytes)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNoTranscript, err)
 	}
+	return b, nil
+}
+
+// ResumeConversationFrom is ResumeConversation preferring an earlier copy of
+// the transcript (pre, read before a rewind restored the transcript
+// directory; nil when there was none): the hook captures a call before the
+// host appends its result, so the transcript restored at call k ends with
+// the call and the copy read before the rewind is the one that holds its
+// result. The copy that holds the call's result wins, then the one that
+// holds the call; the new transcript is written into dir either way.
+func ResumeConversationFrom(dir, session, toolUseID string, pre []byte) (*Resumed, error) {
+	if err := checkSession(session); err != nil {
+		return nil, err
+	}
+	disk, derr := ReadTranscript(dir, session)
+	if derr != nil && pre == nil {
+		return nil, derr
+	}
+	if err := checkDir(dir); err != nil {
+		return nil, err
+	}
+	var cands [][]byte
+	if pre != nil {
+		cands = append(cands, pre)
+	}
+	if derr == nil {
+		cands = append(cands, disk)
+	}
+	var best *cut
+	for _, b := range cands {
+		c, err := cutTranscript(b, toolUseID)
+		if err != nil {
+			if best == nil && errors.Is(err, ErrNoTranscript) {
+				continue
+			}
+			return nil, fmt.Errorf("transcript %s: %w", filepath.Join(dir, session+".jsonl"), err)
+		}
+		if best == nil || (c.found && !best.found) {
+			best = c
+		}
+		if best.found {
+			break
+		}
+	}
+	if best == nil {
+		return nil, fmt.Errorf("%w: tool call %s is not in the transcript of session %s", ErrNoTranscript, toolUseID, session)
+	}
+	dst := filepath.Join(dir, best.id+".jsonl")
+	if err := fsutil.WriteNew(dst, best.out, fsutil.FileMode); err != nil {
+		return nil, err
+	}
+	return &Resumed{SessionID: best.id, Transcript: dst, FromSession: session, IncludesResult: best.found || toolUseID == "", Command: "claude --resume " + best.id}, nil
+}
+
+func checkSession(session string) error {
+	if session == "" || strings.ContainsAny(session, "/\\\x00") || session == "." || session == ".." {
+		return fmt.Errorf("%w: invalid session id %q", ErrNoTranscript, session)
+	}
+	return nil
+}
+
+func checkDir(dir string) error {
+	if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
+		return fmt.Errorf("%w: no transcript directory %s", ErrNoTranscript, dir)
+	}
+	return nil
+}
+
+// cut is a transcript cut right after a tool call's result, under a fresh
+// session id.
+type cut struct {
+	id    string
+	out   []byte
+	found bool // the call's result is in out
+}
+
+// cutTranscript copies the transcript b up to the result of toolUseID (all
+// of it when toolUseID is empty) with its session id replaced by a fresh
+// one; ErrNoTranscript when the call is not in b.
+func cutTranscript(b []byte, toolUseID string) (*cut, error) {
 	id := newSessionID()
 	var out bytes.Buffer
 	found, sawUse := false, toolUseID == ""
@@ -86,7 +177,7 @@ func ResumeConversation(dir, session, toolUseID string) (*Resumed, error) {
 		}
 		var entry map[string]json.RawMessage
 		if err := json.Unmarshal(line, &entry); err != nil {
-			return nil, fmt.Errorf("transcript %s: malformed line: %w", src, err)
+			return nil, fmt.Errorf("malformed line: %w", err)
 		}
 		if _, ok := entry["sessionId"]; ok {
 			entry["sessionId"], _ = json.Marshal(id)
@@ -104,16 +195,12 @@ func ResumeConversation(dir, session, toolUseID string) (*Resumed, error) {
 		out.WriteByte('\n')
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("transcript %s: %w", src, err)
-	}
-	if !sawUse {
-		return nil, fmt.Errorf("%w: tool call %s is not in %s", ErrNoTranscript, toolUseID, src)
-	}
-	dst := filepath.Join(dir, id+".jsonl")
-	if err := fsutil.WriteNew(dst, out.Bytes(), fsutil.FileMode); err != nil {
 		return nil, err
 	}
-	return &Resumed{SessionID: id, Transcript: dst, FromSession: session, IncludesResult: found || toolUseID == "", Command: "claude --resume " + id}, nil
+	if !sawUse {
+		return nil, fmt.Errorf("%w: tool call %s is not in it", ErrNoTranscript, toolUseID)
+	}
+	return &cut{id: id, out: out.Bytes(), found: found}, nil
 }
 
 // toolIDs lists the tool_use ids and tool_result ids of a transcript

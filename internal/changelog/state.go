@@ -21,6 +21,7 @@ type entry struct {
 	Mode     fs.FileMode
 	Size     int64
 	MTime    int64 // nanoseconds
+	CTime    int64 // nanoseconds; 0 when unknown (states of format 1)
 	Dev, Ino uint64
 	Target   string    // symlink target
 	Hash     *[32]byte // content hash of a racily clean file, re-verified next time
@@ -40,6 +41,14 @@ type rootState struct {
 type captureState struct {
 	LastPosition int // -1 before the first stored increment
 	Roots        []*rootState
+
+	// Bookkeeping of the stored form (not encoded): the base's generation,
+	// its size, and the journal records applied on top of it.
+	gen            uint64
+	baseSize       int64
+	journalRecords int
+	journalSize    int64
+	journalStale   bool // a journal of another generation was found (and ignored)
 }
 
 func (s *captureState) root(name string) *rootState {
@@ -55,6 +64,9 @@ func (s *captureState) root(name string) *rootState {
 // visits them: component by component, each in byte order, a directory
 // before its contents.
 func comparePaths(a, b string) int {
+	if a == b {
+		return 0
+	}
 	for {
 		ia := strings.IndexByte(a, '/')
 		ib := strings.IndexByte(b, '/')
@@ -80,7 +92,12 @@ func comparePaths(a, b string) int {
 	}
 }
 
-const stateMagic = "AGSCLST1"
+// State base formats: version 1 had no generation; version 2 records the
+// generation its journal must carry.
+const (
+	stateMagicV1 = "AGSCLST1"
+	stateMagic   = "AGSCLST2"
+)
 
 // Entry flag bits in the encoded state.
 const (
@@ -95,50 +112,65 @@ func (s *captureState) encode() []byte {
 	}
 	b := make([]byte, 0, n)
 	b = append(b, stateMagic...)
-	putS := func(b []byte, v string) []byte { return append(binary.AppendUvarint(b, uint64(len(v))), v...) }
+	b = binary.BigEndian.AppendUint64(b, s.gen)
 	b = binary.AppendVarint(b, int64(s.LastPosition))
 	b = binary.AppendUvarint(b, uint64(len(s.Roots)))
 	for _, r := range s.Roots {
-		b = putS(b, r.Name)
-		b = putS(b, r.Path)
-		if r.Exists {
-			b = append(b, 1)
-		} else {
-			b = append(b, 0)
-		}
-		b = putS(b, r.Stamp)
+		b = appendRootHeader(b, r)
 		b = binary.AppendUvarint(b, uint64(len(r.Entries)))
 		prev := ""
 		for i := range r.Entries {
-			e := &r.Entries[i]
-			shared := 0
-			for shared < len(prev) && shared < len(e.Path) && prev[shared] == e.Path[shared] {
-				shared++
-			}
-			b = binary.AppendUvarint(b, uint64(shared))
-			b = putS(b, e.Path[shared:])
-			prev = e.Path
-			var flags uint64
-			if e.Excluded {
-				flags |= stExcluded
-			}
-			if e.Hash != nil {
-				flags |= stHash
-			}
-			b = binary.AppendUvarint(b, flags)
-			b = binary.AppendUvarint(b, uint64(e.Type))
-			b = binary.AppendUvarint(b, uint64(e.Mode))
-			b = binary.AppendVarint(b, e.Size)
-			b = binary.AppendVarint(b, e.MTime)
-			b = binary.AppendUvarint(b, e.Dev)
-			b = binary.AppendUvarint(b, e.Ino)
-			b = putS(b, e.Target)
-			if e.Hash != nil {
-				b = append(b, e.Hash[:]...)
-			}
+			b = appendEntry(b, &r.Entries[i], prev)
+			prev = r.Entries[i].Path
 		}
 	}
 	return binary.BigEndian.AppendUint32(b, crc32.ChecksumIEEE(b))
+}
+
+func appendString(b []byte, v string) []byte {
+	return append(binary.AppendUvarint(b, uint64(len(v))), v...)
+}
+
+func appendRootHeader(b []byte, r *rootState) []byte {
+	b = appendString(b, r.Name)
+	b = appendString(b, r.Path)
+	if r.Exists {
+		b = append(b, 1)
+	} else {
+		b = append(b, 0)
+	}
+	return appendString(b, r.Stamp)
+}
+
+// appendEntry encodes e, its path as the length shared with prev and the
+// rest.
+func appendEntry(b []byte, e *entry, prev string) []byte {
+	shared := 0
+	for shared < len(prev) && shared < len(e.Path) && prev[shared] == e.Path[shared] {
+		shared++
+	}
+	b = binary.AppendUvarint(b, uint64(shared))
+	b = appendString(b, e.Path[shared:])
+	var flags uint64
+	if e.Excluded {
+		flags |= stExcluded
+	}
+	if e.Hash != nil {
+		flags |= stHash
+	}
+	b = binary.AppendUvarint(b, flags)
+	b = binary.AppendUvarint(b, uint64(e.Type))
+	b = binary.AppendUvarint(b, uint64(e.Mode))
+	b = binary.AppendVarint(b, e.Size)
+	b = binary.AppendVarint(b, e.MTime)
+	b = binary.AppendVarint(b, e.CTime)
+	b = binary.AppendUvarint(b, e.Dev)
+	b = binary.AppendUvarint(b, e.Ino)
+	b = appendString(b, e.Target)
+	if e.Hash != nil {
+		b = append(b, e.Hash[:]...)
+	}
+	return b
 }
 
 var errBadState = errors.New("capture state is corrupt")
@@ -146,6 +178,7 @@ var errBadState = errors.New("capture state is corrupt")
 type stateReader struct {
 	b   []byte
 	err error
+	v1  bool // format 1: entries without CTime
 }
 
 func (r *stateReader) u() uint64 {
@@ -189,67 +222,103 @@ func (r *stateReader) raw(n uint64) []byte {
 
 func (r *stateReader) s() string { return string(r.raw(r.u())) }
 
+// arena materialises decoded paths: one allocation per chunk instead of one
+// per entry.
+type arena struct{ b []byte }
+
+func (a *arena) path(prev string, shared uint64, suffix []byte) string {
+	need := int(shared) + len(suffix)
+	if need == 0 {
+		return ""
+	}
+	if cap(a.b)-len(a.b) < need {
+		a.b = make([]byte, 0, max(need, 256<<10))
+	}
+	start := len(a.b)
+	a.b = append(a.b, prev[:shared]...)
+	a.b = append(a.b, suffix...)
+	return unsafe.String(unsafe.SliceData(a.b[start:]), need)
+}
+
+func (r *stateReader) rootHeader() *rootState {
+	return &rootState{Name: r.s(), Path: r.s(), Exists: r.u() == 1, Stamp: r.s()}
+}
+
+// entry decodes one entry written by appendEntry after the path prev.
+func (r *stateReader) entry(a *arena, prev string) (entry, error) {
+	shared := r.u()
+	if shared > uint64(len(prev)) {
+		return entry{}, errBadState
+	}
+	suffix := r.raw(r.u())
+	if r.err != nil {
+		return entry{}, r.err
+	}
+	e := entry{Path: a.path(prev, shared, suffix)}
+	flags := r.u()
+	e.Excluded = flags&stExcluded != 0
+	e.Type = scan.Type(r.u())
+	e.Mode = fs.FileMode(r.u())
+	e.Size = r.i()
+	e.MTime = r.i()
+	if !r.v1 {
+		e.CTime = r.i()
+	}
+	e.Dev = r.u()
+	e.Ino = r.u()
+	e.Target = r.s()
+	if flags&stHash != 0 {
+		var h [32]byte
+		copy(h[:], r.raw(32))
+		e.Hash = &h
+	}
+	if r.err != nil || flags&^(stExcluded|stHash) != 0 || e.Type > scan.Other {
+		return entry{}, errBadState
+	}
+	return e, nil
+}
+
 func decodeState(b []byte) (*captureState, error) {
-	if len(b) < len(stateMagic)+4 || string(b[:len(stateMagic)]) != stateMagic {
+	if len(b) < len(stateMagic)+4 {
+		return nil, fmt.Errorf("%w: bad header", errBadState)
+	}
+	magic := string(b[:len(stateMagic)])
+	if magic != stateMagic && magic != stateMagicV1 {
 		return nil, fmt.Errorf("%w: bad header", errBadState)
 	}
 	body, sum := b[:len(b)-4], binary.BigEndian.Uint32(b[len(b)-4:])
 	if crc32.ChecksumIEEE(body) != sum {
 		return nil, fmt.Errorf("%w: checksum mismatch", errBadState)
 	}
-	r := &stateReader{b: body[len(stateMagic):]}
-	s := &captureState{LastPosition: int(r.i())}
+	r := &stateReader{b: body[len(stateMagic):], v1: magic == stateMagicV1}
+	s := &captureState{baseSize: int64(len(b))}
+	if magic == stateMagic {
+		g := r.raw(8)
+		if r.err != nil {
+			return nil, errBadState
+		}
+		s.gen = binary.BigEndian.Uint64(g)
+	}
+	s.LastPosition = int(r.i())
 	nroots := r.u()
 	if nroots > 1024 {
 		return nil, fmt.Errorf("%w: %d roots", errBadState, nroots)
 	}
+	a := &arena{}
 	for range nroots {
-		rs := &rootState{Name: r.s(), Path: r.s(), Exists: r.u() == 1, Stamp: r.s()}
+		rs := r.rootHeader()
 		n := r.u()
 		if r.err != nil || n > uint64(len(r.b)) {
 			return nil, errBadState
 		}
 		rs.Entries = make([]entry, 0, n)
-		// Paths are materialised into one arena: one allocation per chunk
-		// instead of one per entry.
-		var arena []byte
 		prev := ""
 		for range n {
-			shared := r.u()
-			if shared > uint64(len(prev)) {
-				return nil, errBadState
+			e, err := r.entry(a, prev)
+			if err != nil {
+				return nil, err
 			}
-			suffix := r.raw(r.u())
-			need := int(shared) + len(suffix)
-			if cap(arena)-len(arena) < need {
-				arena = make([]byte, 0, max(need, 256<<10))
-			}
-			start := len(arena)
-			arena = append(arena, prev[:shared]...)
-			arena = append(arena, suffix...)
-			p := ""
-			if need > 0 {
-				p = unsafe.String(unsafe.SliceData(arena[start:]), need)
-			}
-			prev = p
-			e := entry{Path: p}
-			flags := r.u()
-			e.Excluded = flags&stExcluded != 0
-			e.Type = scan.Type(r.u())
-			e.Mode = fs.FileMode(r.u())
-			e.Size = r.i()
-			e.MTime = r.i()
-			e.Dev = r.u()
-			e.Ino = r.u()
-			e.Target = r.s()
-			if flags&stHash != 0 {
-				var h [32]byte
-				copy(h[:], r.raw(32))
-				e.Hash = &h
-			}
-			if r.err != nil {
-				return nil, r.err
-			}
+			prev = e.Path
 			rs.Entries = append(rs.Entries, e)
 		}
 		s.Roots = append(s.Roots, rs)

@@ -63,6 +63,11 @@ type rootFlags struct {
 	root, dir      string
 	extra          multiFlag
 	includeIgnored bool
+	// transcript adds (transcriptOn) or drops (transcriptOff) the Claude
+	// Code transcript directory of the checkout as a capture root when the
+	// roots are recorded; transcriptKeep leaves the recorded roots alone.
+	transcript transcriptMode
+	home       string
 }
 
 func (rf *rootFlags) register(fs *flag.FlagSet, extraRoots bool) {
@@ -133,6 +138,11 @@ func openChangelog(env *Env, rf *rootFlags, capture bool) (*changelog.Changelog,
 			return nil, fmt.Errorf("changelog %s belongs to %s, not %s", dir, stored[0].Path, root)
 		}
 		roots = stored
+	}
+	if capture {
+		if roots, err = rf.withTranscript(env, roots); err != nil {
+			return nil, err
+		}
 	}
 	c, err := changelog.Open(dir, changelog.Options{Roots: roots})
 	if err != nil {
@@ -309,7 +319,19 @@ marker).`)
 	if *resume && !filepath.IsAbs(home) {
 		return usagef("--resume-conversation needs an absolute HOME (where Claude Code keeps transcripts)")
 	}
-	res, err := c.Apply(ctx, changelog.ApplyRequest{To: *to, AfterExtract: after})
+	req := changelog.ApplyRequest{To: *to, AfterExtract: after}
+	// With the transcript directory a capture root, the rewind restores the
+	// transcript as the hook saw it (before the host appended the call's
+	// result): the live copy, read first, supplies the result.
+	projectDir := transcriptDir(c, home)
+	var live []byte
+	if *resume {
+		req.BeforeExtract = func(_ context.Context, target changelog.Meta) error {
+			live, _ = changelog.ReadTranscript(projectDir, target.SessionID)
+			return nil
+		}
+	}
+	res, err := c.Apply(ctx, req)
 	if err != nil {
 		return archiveExit(err)
 	}
@@ -318,7 +340,7 @@ marker).`)
 		if res.Target.Kind != changelog.KindCall || res.Target.SessionID == "" {
 			return fmt.Errorf("rewound to position %d, but it is not a tool call of a session, so there is no conversation to resume", *to)
 		}
-		resumed, err = changelog.ResumeConversation(changelog.ClaudeProjectDir(home, c.Roots()[0].Path), res.Target.SessionID, res.Target.ToolUseID)
+		resumed, err = changelog.ResumeConversationFrom(projectDir, res.Target.SessionID, res.Target.ToolUseID, live)
 		if err != nil {
 			return fmt.Errorf("rewound to position %d, but the conversation could not be resumed: %w", *to, err)
 		}

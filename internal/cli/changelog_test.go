@@ -2,11 +2,14 @@ package cli
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/agentscm/agentscm/internal/changelog"
 )
 
 func TestChangelogCaptureListApplySnapshot(t *testing.T) {
@@ -115,5 +118,115 @@ func TestChangelogCaptureListApplySnapshot(t *testing.T) {
 	}
 	if r := runMain(t, env, "", "changelog", "list", "--root", filepath.Join(base, "home")); r.code != 1 || !strings.Contains(r.stderr, "no changelog") {
 		t.Errorf("list of a checkout without changelog: %d %s", r.code, r.stderr)
+	}
+}
+
+// changelog enable makes the checkout's Claude Code transcript directory a
+// capture root by default (--no-transcript-root drops it, a later enable
+// brings it back and keeps other extra roots); a rewind restores the
+// transcript as the hook captured it and the resumed conversation still
+// ends with the call's result, read from the transcript before the rewind.
+func TestChangelogTranscriptRootDefault(t *testing.T) {
+	base := t.TempDir()
+	home := filepath.Join(base, "home")
+	repo := filepath.Join(base, "repo")
+	extra := filepath.Join(base, "state")
+	os.MkdirAll(repo, 0o755)
+	os.MkdirAll(extra, 0o755)
+	if out, err := exec.Command("git", "-C", repo, "init", "-q").CombinedOutput(); err != nil {
+		t.Fatalf("git init: %v %s", err, out)
+	}
+	env := map[string]string{"HOME": home}
+	project := changelog.ClaudeProjectDir(home, repo)
+	enable := func(args ...string) map[string]string {
+		t.Helper()
+		r := runMain(t, env, "", append([]string{"changelog", "enable", "--root", repo, "--format", "json"}, args...)...)
+		if r.code != 0 {
+			t.Fatalf("enable %v: %d %s", args, r.code, r.stderr)
+		}
+		var out struct {
+			Roots []changelog.Root `json:"roots"`
+		}
+		if err := json.Unmarshal([]byte(r.stdout), &out); err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]string{}
+		for _, root := range out.Roots {
+			m[root.Name] = root.Path
+		}
+		return m
+	}
+	if roots := enable(); roots[changelog.TranscriptRootName] != project || roots["checkout"] != repo || len(roots) != 2 {
+		t.Fatalf("default roots %v, want the checkout and %s", roots, project)
+	}
+	if roots := enable("--no-transcript-root", "--extra-root", "state="+extra); len(roots) != 2 || roots["state"] != extra {
+		t.Fatalf("roots with --no-transcript-root %v", roots)
+	}
+	if roots := enable(); len(roots) != 3 || roots[changelog.TranscriptRootName] != project || roots["state"] != extra {
+		t.Fatalf("roots after enabling again %v, want the stored extra root and the transcript", roots)
+	}
+
+	// Two tool calls of session S; the hook runs before the host appends
+	// each call's result to the transcript.
+	transcript := filepath.Join(project, "S.jsonl")
+	appendLine := func(line string) {
+		f, err := os.OpenFile(transcript, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.WriteString(line + "\n")
+		f.Close()
+	}
+	os.MkdirAll(project, 0o700)
+	hook := func(event, tool string) {
+		t.Helper()
+		payload := `{"session_id":"S","cwd":"` + repo + `","hook_event_name":"` + event + `","tool_name":"Bash","tool_use_id":"` + tool + `"}`
+		if r := runMain(t, env, payload, "changelog", "hook-claude"); r.code != 0 || r.stderr != "" {
+			t.Fatalf("hook %s: %d %s", event, r.code, r.stderr)
+		}
+	}
+	hook("UserPromptSubmit", "")
+	appendLine(`{"type":"user","sessionId":"S","message":{"role":"user","content":"go"}}`)
+	appendLine(`{"type":"assistant","sessionId":"S","message":{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"Bash","input":{}}]}}`)
+	os.WriteFile(filepath.Join(repo, "one.txt"), []byte("1"), 0o644)
+	hook("PostToolUse", "t1")
+	appendLine(`{"type":"user","sessionId":"S","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"RESULT-ONE"}]}}`)
+	appendLine(`{"type":"assistant","sessionId":"S","message":{"role":"assistant","content":[{"type":"tool_use","id":"t2","name":"Bash","input":{}}]}}`)
+	os.WriteFile(filepath.Join(repo, "two.txt"), []byte("2"), 0o644)
+	hook("PostToolUse", "t2")
+	appendLine(`{"type":"user","sessionId":"S","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"t2","content":"RESULT-TWO"}]}}`)
+	hook("Stop", "")
+
+	r := runMain(t, env, "", "changelog", "apply", "--root", repo, "--to", "0", "--resume-conversation", "--format", "json")
+	if r.code != 0 {
+		t.Fatalf("apply: %d %s", r.code, r.stderr)
+	}
+	var res struct {
+		Undo    int                `json:"undo_position"`
+		Resumed *changelog.Resumed `json:"resumed"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(repo, "two.txt")); err == nil {
+		t.Errorf("the rewind kept the second call's file")
+	}
+	live, _ := os.ReadFile(transcript)
+	if strings.Contains(string(live), "RESULT-ONE") || !strings.Contains(string(live), `"t1"`) {
+		t.Errorf("the transcript root was not rewound to the first call:\n%s", live)
+	}
+	if res.Resumed == nil || !res.Resumed.IncludesResult || filepath.Dir(res.Resumed.Transcript) != project {
+		t.Fatalf("resumed %+v", res.Resumed)
+	}
+	b, _ := os.ReadFile(res.Resumed.Transcript)
+	if !strings.Contains(string(b), "RESULT-ONE") || strings.Contains(string(b), "t2") {
+		t.Errorf("resumed transcript is not cut right after the first call's result:\n%s", b)
+	}
+	// Undoing the rewind brings the whole transcript back.
+	if r := runMain(t, env, "", "changelog", "apply", "--root", repo, "--to", fmt.Sprint(res.Undo)); r.code != 0 {
+		t.Fatalf("undo: %d %s", r.code, r.stderr)
+	}
+	if live, _ := os.ReadFile(transcript); !strings.Contains(string(live), "RESULT-TWO") {
+		t.Errorf("undo did not restore the transcript:\n%s", live)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/agentscm/agentscm/internal/agent/claude"
@@ -46,10 +47,14 @@ func runChangelogHook(ctx context.Context, env *Env) int {
 }
 
 func runChangelogEnable(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "agentscm changelog enable", "--root ABS [--extra-root NAME=ABS]... [--include-ignored] [--claude-settings REL] [--force] [--format text|json]", `
+	fs := newFlags(env, "agentscm changelog enable", "--root ABS [--extra-root NAME=ABS]... [--include-ignored] [--no-transcript-root] [--claude-settings REL] [--force] [--format text|json]", `
 Turn on the per-tool-call changelog of a checkout: the capture roots are
 recorded (the checkout without .git and, by default, without git-ignored
-paths, plus any --extra-root such as the agent's transcript directory) and
+paths; the checkout's Claude Code transcript directory
+~/.claude/projects/<checkout path with every character but ASCII letters and
+digits turned into '-'> as the root claude-transcript, so a rewind also
+restores the conversation as it was at that call, unless
+--no-transcript-root; plus any --extra-root) and
 marked 'agentscm changelog hook-claude' hooks are installed for PostToolUse
 and PostToolUseFailure (each tool call, returned or failed, becomes
 increment <position:06d>.tgz) and for UserPromptSubmit, Stop and SessionEnd
@@ -59,12 +64,17 @@ Refused with exit status 5 while a turn runs.`)
 	rf.register(fs, true)
 	settings := fs.String("claude-settings", capture.DefaultClaudeSettings, "Claude settings file for the hooks, relative to the root")
 	force := fs.Bool("force", false, "enable even though a turn marker says a turn is running (its session is gone)")
+	noTranscript := fs.Bool("no-transcript-root", false, "do not capture the checkout's Claude Code transcript directory (root claude-transcript)")
 	format := formatFlag(fs)
 	if err := parseFlags(fs, args, false); err != nil {
 		return err
 	}
 	if rf.root == "" {
 		return usagef("--root is required")
+	}
+	rf.transcript, rf.home = transcriptOn, env.Getenv("HOME")
+	if *noTranscript {
+		rf.transcript = transcriptOff
 	}
 	if !filepath.IsAbs(env.Executable) {
 		return fmt.Errorf("cannot install hooks: agentscm executable path %q is not absolute", env.Executable)
@@ -141,4 +151,64 @@ func rewindCommand() *Command {
 	return &Command{Name: "rewind", Summary: "rewind a checkout to a tool call (same as changelog apply)", Run: func(ctx context.Context, env *Env, args []string) error {
 		return runChangelogApply(ctx, env, args)
 	}}
+}
+
+// transcriptMode says what recording the capture roots does with the
+// transcript root.
+type transcriptMode int
+
+const (
+	transcriptKeep transcriptMode = iota
+	transcriptOn
+	transcriptOff
+)
+
+// withTranscript adds or drops the checkout's Claude Code transcript
+// directory (changelog.TranscriptRootName) as rf.transcript asks. An explicit
+// --extra-root of that name wins; a transcript directory that would overlap
+// another root (a checkout that holds ~/.claude) is left out with a note on
+// stderr, as is one without an absolute HOME.
+func (rf *rootFlags) withTranscript(env *Env, roots []changelog.Root) ([]changelog.Root, error) {
+	idx := -1
+	for i, r := range roots {
+		if r.Name == changelog.TranscriptRootName {
+			idx = i
+		}
+	}
+	switch rf.transcript {
+	case transcriptOff:
+		if idx > 0 {
+			roots = append(roots[:idx:idx], roots[idx+1:]...)
+		}
+		return roots, nil
+	case transcriptOn:
+		if idx >= 0 {
+			return roots, nil
+		}
+	default:
+		return roots, nil
+	}
+	if !filepath.IsAbs(rf.home) {
+		fmt.Fprintln(env.Stderr, "agentscm changelog: HOME is not an absolute path, so the Claude Code transcripts are not a capture root")
+		return roots, nil
+	}
+	p := filepath.Clean(changelog.ClaudeProjectDir(rf.home, roots[0].Path))
+	for _, r := range roots {
+		if p == r.Path || strings.HasPrefix(p, r.Path+"/") || strings.HasPrefix(r.Path, p+"/") {
+			fmt.Fprintf(env.Stderr, "agentscm changelog: the transcript directory %s overlaps the capture root %s (%s), so it is not a root of its own\n", p, r.Name, r.Path)
+			return roots, nil
+		}
+	}
+	return append(roots, changelog.Root{Name: changelog.TranscriptRootName, Path: p}), nil
+}
+
+// transcriptDir is where the checkout's Claude Code transcripts live: the
+// recorded transcript root, else the project directory under home.
+func transcriptDir(c *changelog.Changelog, home string) string {
+	for _, r := range c.Roots() {
+		if r.Name == changelog.TranscriptRootName {
+			return r.Path
+		}
+	}
+	return changelog.ClaudeProjectDir(home, c.Roots()[0].Path)
 }
