@@ -11,6 +11,7 @@ import (
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/delivery"
 	"github.com/agentscm/agentscm/internal/event"
+	"github.com/agentscm/agentscm/internal/hookrun"
 	"github.com/agentscm/agentscm/internal/spool"
 )
 
@@ -61,36 +62,12 @@ func configStore(env *Env) (capture.Store, error) {
 }
 
 // runHookClaude is the hook entry point: it always exits 0 with empty stdout.
+// The lean agentscm-hook binary runs the same hookrun.ClaudeCapture.
 func runHookClaude(ctx context.Context, env *Env) int {
-	defer func() {
-		if r := recover(); r != nil {
-			fmt.Fprintf(env.Stderr, "agentscm: warning: capture hook failed: internal error: %v\n", r)
-		}
-	}()
-	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	store, err := configStore(env)
-	var res *capture.HookResult
-	if err == nil {
-		res, err = capture.HandleClaudeHook(ctx, store, delivery.Opener{ConfigDir: store.Dir}, env.Stdin, env.Now())
-	}
-	switch {
-	case err != nil:
-		fmt.Fprintf(env.Stderr, "agentscm: warning: capture hook failed: %s\n", oneLine(err.Error()))
-	case res.DeliveryErr != nil:
-		fmt.Fprintf(env.Stderr, "agentscm: warning: event retained locally, delivery pending: %s\n", oneLine(res.DeliveryErr.Error()))
-	}
-	return ExitOK
+	return hookrun.ClaudeCapture(ctx, env.Stdin, env.Stderr, env.Getenv, env.Now())
 }
 
-func oneLine(s string) string {
-	s = strings.ReplaceAll(s, "\r", " ")
-	s = strings.ReplaceAll(s, "\n", " ")
-	if len(s) > 1000 {
-		s = s[:1000] + "…"
-	}
-	return s
-}
+func oneLine(s string) string { return hookrun.OneLine(s) }
 
 func captureDeps(env *Env) (capture.Store, delivery.Connections, error) {
 	store, err := configStore(env)
