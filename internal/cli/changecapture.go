@@ -84,9 +84,11 @@ func runConfigure(ctx context.Context, env *Env, args []string) error {
 setup') to a private spool, and install the marked agentscm hook for the
 eleven Claude Code lifecycle events (each with a 20-second timeout) in
 ROOT/.claude/settings.local.json (or --claude-settings). Unrelated settings
-and hooks are kept; running it again adds nothing twice. The spool is created
-with directories 0700 and files 0600 and is bound for life to the checkout's
-Hub, repository and worktree.
+and hooks are kept; running it again adds nothing twice. The hook command is
+the lean agentscm-hook when it sits next to this agentscm binary (faster to
+start on every tool call), else 'agentscm change-capture hook-claude'. The
+spool is created with directories 0700 and files 0600 and is bound for life
+to the checkout's Hub, repository and worktree.
 
 Capture modes: metadata-only (default) keeps no prompt, tool input, tool
 output or error text; local-conversation keeps them in the spool only;
