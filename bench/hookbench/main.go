@@ -1,17 +1,22 @@
-// Command hookbench measures the agentscm Claude Code hook as the agent runs
+// Command hookbench measures the Claude Code capture hook as the agent runs
 // it: a fresh process per event, a recorded payload on stdin, a durable
-// append to a real spool. It reports p50/p90/p99 per payload, next to the
-// reference processes /bin/true and fsyncref (one durable file write), all
-// measured in the same run with interleaved order. The checkout is connected
-// to the embedded Hub with a current Work, so every hook resolves its target,
-// appends and delivers through SQLite, as a solo user's hook does.
+// append to a real spool, target resolution and delivery to a real Hub. Every
+// event kind is measured against two checkouts, each with a current Work:
+// one connected to the embedded Hub (in-process SQLite, the solo default)
+// and one connected to an `agentscm hub serve` process on loopback (HTTP).
+// Each runs through the lean agentscm-hook binary (what configure installs)
+// and, for comparison, through the whole agentscm binary. The references
+// /bin/true and fsyncref (one durable file write: temp file, fsync, rename,
+// directory fsync) are measured in the same run, interleaved, so load drift
+// hits every subject alike. It reports p50/p90/p99 wall time, the ratio to
+// fsyncref and the median minor page faults of each subject.
 //
-//	go run ./bench/hookbench -n 300
+//	go run ./bench/hookbench -n 150 -runs 2
 package main
 
 import (
+	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -20,119 +25,199 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 )
 
 type subject struct {
-	name  string
-	argv  []string
-	stdin func(i int) []byte
-	env   []string
-	times []time.Duration
+	name   string
+	argv   []string
+	stdin  func(i int) []byte
+	env    []string
+	times  []time.Duration
+	faults []int64
+}
+
+type options struct {
+	n       int
+	cgo     bool
+	bins    string
+	stores  string
+	kinds   string
+	jsonOut string
+	base    string
 }
 
 func main() {
-	n := flag.Int("n", 300, "runs per subject (at least 200 for a p99)")
-	out := flag.String("json", "", "also write the results as JSON to this file")
-	base := flag.String("base", "", "also measure this agentscm binary (e.g. built from main), with its own config and spool, in the same interleaved run")
-	actionFiles := flag.Int("action-files", 0, "also measure PreToolUse/PostToolUse with a Bash execution rule on a clean Git checkout of this many files (0: not measured)")
+	var o options
+	flag.IntVar(&o.n, "n", 150, "runs per subject (at least 100 for a p99)")
+	runs := flag.Int("runs", 1, "independent runs, each with fresh checkouts, spools and Hubs")
+	flag.BoolVar(&o.cgo, "cgo", false, "build the binaries with cgo (dynamically linked) instead of CGO_ENABLED=0")
+	flag.StringVar(&o.bins, "bins", "lean,full", "binaries to measure: lean (agentscm-hook), full (agentscm)")
+	flag.StringVar(&o.stores, "stores", "embedded,served", "Hub connections to measure")
+	flag.StringVar(&o.kinds, "kinds", "SessionStart,UserPromptSubmit,PreToolUse,PostToolUse,PostToolUseFailure,Stop", "hook events to measure, in session order")
+	flag.StringVar(&o.jsonOut, "json", "", "also write the results as JSON to this file")
+	flag.StringVar(&o.base, "base", "", "also measure this agentscm binary (e.g. built from main) with its own checkouts")
 	flag.Parse()
-	if err := run(*n, *out, *base, *actionFiles); err != nil {
-		fmt.Fprintln(os.Stderr, "hookbench:", err)
-		os.Exit(1)
+	var all [][]row
+	for r := 1; r <= *runs; r++ {
+		fmt.Printf("== run %d of %d, %s\n", r, *runs, time.Now().UTC().Format("2006-01-02 15:04:05 UTC"))
+		rows, err := run(o)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "hookbench:", err)
+			os.Exit(1)
+		}
+		all = append(all, rows)
+	}
+	if o.jsonOut != "" {
+		b, _ := json.MarshalIndent(all, "", "  ")
+		if err := os.WriteFile(o.jsonOut, append(b, '\n'), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "hookbench:", err)
+			os.Exit(1)
+		}
 	}
 }
 
-func run(n int, jsonOut, baseBin string, actionFiles int) error {
+type row struct {
+	Name     string  `json:"name"`
+	Runs     int     `json:"runs"`
+	P50      float64 `json:"p50_ms"`
+	P90      float64 `json:"p90_ms"`
+	P99      float64 `json:"p99_ms"`
+	P50Ratio float64 `json:"p50_over_fsyncref"`
+	P99Ratio float64 `json:"p99_over_fsyncref"`
+	Faults   int64   `json:"median_minor_faults"`
+}
+
+// payload is a recorded Claude Code hook payload of kind ev for iteration i
+// of a session-scoped run: each iteration is a new session and a new tool
+// call, as the host sends them.
+func payload(ev, cwd, session string) func(int) []byte {
+	return func(i int) []byte {
+		sid := fmt.Sprintf("%s-%06d", session, i)
+		tool := fmt.Sprintf("toolu_%s_%06d", strings.ReplaceAll(session, "-", "_"), i)
+		extra := ""
+		switch ev {
+		case "SessionStart":
+			extra = `,"source":"startup","model":"claude-sonnet-4-5"`
+		case "UserPromptSubmit":
+			extra = `,"prompt":"please fix the failing test in parser.go"`
+		case "PreToolUse":
+			extra = `,"tool_name":"Bash","tool_use_id":"` + tool + `","tool_input":{"command":"go test ./...","description":"run tests"}`
+		case "PostToolUse":
+			extra = `,"tool_name":"Bash","tool_use_id":"` + tool + `","tool_input":{"command":"go test ./..."},"tool_response":{"stdout":"ok","stderr":"","interrupted":false}`
+		case "PostToolUseFailure":
+			extra = `,"tool_name":"Bash","tool_use_id":"` + tool + `_f","tool_input":{"command":"false"},"error":"Exit code 1"`
+		case "Stop":
+			extra = `,"stop_hook_active":false`
+		case "SessionEnd":
+			extra = `,"reason":"prompt_input_exit"`
+		}
+		return []byte(`{"session_id":"` + sid + `","transcript_path":"/tmp/bench.jsonl","cwd":"` + cwd + `","permission_mode":"default","hook_event_name":"` + ev + `"` + extra + `}`)
+	}
+}
+
+func run(o options) ([]row, error) {
 	work, err := os.MkdirTemp("", "hookbench-")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer os.RemoveAll(work)
-	bin := filepath.Join(work, "agentscm")
+	bin := filepath.Join(work, "bin")
 	ref := filepath.Join(work, "fsyncref")
-	for target, pkg := range map[string]string{bin: "github.com/agentscm/agentscm/cmd/agentscm", ref: "github.com/agentscm/agentscm/bench/hookbench/fsyncref"} {
-		if out, err := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", target, pkg).CombinedOutput(); err != nil {
-			return fmt.Errorf("build %s: %v\n%s", pkg, err, out)
-		}
+	build := exec.Command("go", "build", "-trimpath", "-o", bin+string(filepath.Separator),
+		"github.com/agentscm/agentscm/cmd/agentscm", "github.com/agentscm/agentscm/cmd/agentscm-hook")
+	build.Env = os.Environ()
+	if !o.cgo {
+		build.Env = append(build.Env, "CGO_ENABLED=0")
 	}
-	root, env, err := setupHub(bin, filepath.Join(work, "new"))
-	if err != nil {
-		return err
+	if out, err := build.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("build: %v\n%s", err, out)
 	}
-	// Every run is a new tool call: a fresh tool_use_id, as the host sends.
-	payload := func(ev string, extra string) func(int) []byte {
-		return func(i int) []byte {
-			x := strings.ReplaceAll(extra, "TOOLID", fmt.Sprintf("toolu_bench_%06d", i))
-			return []byte(`{"session_id":"bench-session","transcript_path":"/tmp/t.jsonl","cwd":"` + root + `","permission_mode":"default","hook_event_name":"` + ev + `"` + x + `}`)
-		}
+	if out, err := exec.Command("go", "build", "-trimpath", "-o", ref, "github.com/agentscm/agentscm/bench/hookbench/fsyncref").CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("build fsyncref: %v\n%s", err, out)
 	}
+	full, lean := filepath.Join(bin, "agentscm"), filepath.Join(bin, "agentscm-hook")
 	refDir := filepath.Join(work, "ref")
-	os.Mkdir(refDir, 0o700)
+	if err := os.Mkdir(refDir, 0o700); err != nil {
+		return nil, err
+	}
 	subjects := []*subject{
 		{name: "/bin/true", argv: []string{"/bin/true"}, stdin: func(int) []byte { return nil }},
-		{name: "fsyncref (one durable write)", argv: []string{ref, refDir}, stdin: payload("PreToolUse", "")},
-		{name: "hook SessionStart", argv: []string{bin, "change-capture", "hook-claude"}, env: env, stdin: payload("SessionStart", `,"source":"startup","model":"claude"`)},
-		{name: "hook UserPromptSubmit", argv: []string{bin, "change-capture", "hook-claude"}, env: env, stdin: payload("UserPromptSubmit", `,"prompt":"please fix the failing test in parser.go"`)},
-		{name: "hook PreToolUse", argv: []string{bin, "change-capture", "hook-claude"}, env: env, stdin: payload("PreToolUse", `,"tool_name":"Bash","tool_use_id":"TOOLID","tool_input":{"command":"go test ./...","description":"run tests"}`)},
-		{name: "hook PostToolUse", argv: []string{bin, "change-capture", "hook-claude"}, env: env, stdin: payload("PostToolUse", `,"tool_name":"Bash","tool_use_id":"TOOLID","tool_input":{"command":"go test ./..."},"tool_response":{"stdout":"ok","stderr":"","interrupted":false}`)},
+		{name: "fsyncref (one durable write)", argv: []string{ref, refDir}, stdin: payload("PreToolUse", "/", "ref")},
 	}
-	if baseBin != "" {
-		broot, benv, err := setupHub(baseBin, filepath.Join(work, "base"))
-		if err != nil {
-			return fmt.Errorf("base: %w", err)
-		}
-		for _, s := range subjects[2:6] {
-			b := *s
-			b.name = "base " + s.name
-			b.argv = []string{baseBin, "change-capture", "hook-claude"}
-			b.env = benv
-			in := s.stdin
-			b.stdin = func(i int) []byte { return bytes.ReplaceAll(in(i), []byte(root), []byte(broot)) }
-			subjects = append(subjects, &b)
+	type binary struct{ label, exe, admin string }
+	var bins []binary
+	for _, b := range strings.Split(o.bins, ",") {
+		switch b {
+		case "lean":
+			bins = append(bins, binary{"lean", lean, full})
+		case "full":
+			bins = append(bins, binary{"full", full, full})
+		default:
+			return nil, fmt.Errorf("unknown binary %q", b)
 		}
 	}
-	if actionFiles > 0 {
-		as, err := actionSubjects(bin, filepath.Join(work, "actions"), actionFiles)
-		if err != nil {
-			return fmt.Errorf("actions: %w", err)
-		}
-		subjects = append(subjects, as...)
+	if o.base != "" {
+		bins = append(bins, binary{"base", o.base, o.base})
 	}
-	ctx := context.Background()
-	for i := 0; i < n; i++ {
-		for _, s := range subjects { // interleaved, so drift hits every subject alike
-			d, err := once(ctx, s, i)
+	var servers []*exec.Cmd
+	defer func() {
+		for _, s := range servers {
+			s.Process.Signal(syscall.SIGTERM)
+			s.Wait()
+		}
+	}()
+	for _, store := range strings.Split(o.stores, ",") {
+		for _, b := range bins {
+			dir := filepath.Join(work, store+"-"+b.label)
+			root, env, srv, err := setup(b.admin, dir, store)
+			if srv != nil {
+				servers = append(servers, srv)
+			}
 			if err != nil {
-				return fmt.Errorf("%s: %w", s.name, err)
+				return nil, fmt.Errorf("%s %s: %w", store, b.label, err)
+			}
+			for _, ev := range strings.Split(o.kinds, ",") {
+				subjects = append(subjects, &subject{
+					name:  fmt.Sprintf("%s %s %s", b.label, store, ev),
+					argv:  []string{b.exe, "change-capture", "hook-claude"},
+					env:   env,
+					stdin: payload(ev, root, "bench-"+store+"-"+b.label),
+				})
+			}
+		}
+	}
+	for i := 0; i < o.n; i++ {
+		for _, s := range subjects { // interleaved
+			d, f, err := once(s, i)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", s.name, err)
 			}
 			s.times = append(s.times, d)
+			s.faults = append(s.faults, f)
 		}
 	}
-	type row struct {
-		Name string  `json:"name"`
-		Runs int     `json:"runs"`
-		P50  float64 `json:"p50_ms"`
-		P90  float64 `json:"p90_ms"`
-		P99  float64 `json:"p99_ms"`
-	}
+	slices.Sort(subjects[1].times)
+	ref50, ref99 := ms(pct(subjects[1].times, 50)), ms(pct(subjects[1].times, 99))
 	var rows []row
-	fmt.Printf("%-32s %6s %9s %9s %9s\n", "subject", "runs", "p50 ms", "p90 ms", "p99 ms")
+	fmt.Printf("%-38s %5s %8s %8s %8s %9s %9s %7s\n", "subject", "runs", "p50 ms", "p90 ms", "p99 ms", "p50/ref", "p99/ref", "faults")
 	for _, s := range subjects {
 		slices.Sort(s.times)
-		r := row{s.name, len(s.times), ms(pct(s.times, 50)), ms(pct(s.times, 90)), ms(pct(s.times, 99))}
+		slices.Sort(s.faults)
+		r := row{Name: s.name, Runs: len(s.times), P50: ms(pct(s.times, 50)), P90: ms(pct(s.times, 90)), P99: ms(pct(s.times, 99)), Faults: s.faults[len(s.faults)/2]}
+		r.P50Ratio, r.P99Ratio = r.P50/ref50, r.P99/ref99
 		rows = append(rows, r)
-		fmt.Printf("%-32s %6d %9.2f %9.2f %9.2f\n", r.Name, r.Runs, r.P50, r.P90, r.P99)
+		fmt.Printf("%-38s %5d %8.2f %8.2f %8.2f %8.2fx %8.2fx %7d\n", r.Name, r.Runs, r.P50, r.P90, r.P99, r.P50Ratio, r.P99Ratio, r.Faults)
 	}
-	if jsonOut != "" {
-		b, _ := json.MarshalIndent(rows, "", "  ")
-		return os.WriteFile(jsonOut, append(b, '\n'), 0o644)
-	}
-	return nil
+	return rows, nil
 }
 
-func once(ctx context.Context, s *subject, i int) (time.Duration, error) {
-	cmd := exec.CommandContext(ctx, s.argv[0], s.argv[1:]...)
+// once runs s once and returns its wall time and minor page faults. A hook
+// must exit 0 with empty stdout and stderr (a warning would mean it did not
+// capture or deliver).
+func once(s *subject, i int) (time.Duration, int64, error) {
+	cmd := exec.Command(s.argv[0], s.argv[1:]...)
 	cmd.Env = s.env
 	cmd.Stdin = bytes.NewReader(s.stdin(i))
 	var stdout, stderr bytes.Buffer
@@ -141,12 +226,16 @@ func once(ctx context.Context, s *subject, i int) (time.Duration, error) {
 	err := cmd.Run()
 	d := time.Since(start)
 	if err != nil {
-		return 0, fmt.Errorf("%v: %s", err, stderr.String())
+		return 0, 0, fmt.Errorf("%v: %s", err, stderr.String())
 	}
 	if stdout.Len() != 0 || stderr.Len() != 0 {
-		return 0, fmt.Errorf("unexpected output: stdout %q stderr %q", stdout.String(), stderr.String())
+		return 0, 0, fmt.Errorf("unexpected output: stdout %q stderr %q", stdout.String(), stderr.String())
 	}
-	return d, nil
+	var faults int64
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		faults = ru.Minflt + ru.Majflt
+	}
+	return d, faults, nil
 }
 
 func pct(sorted []time.Duration, p int) time.Duration {
@@ -159,29 +248,68 @@ func pct(sorted []time.Duration, p int) time.Duration {
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-// setupHub connects a fresh checkout under dir to the embedded Hub of its
-// own config directory, binds it to a spool and starts a Work.
-func setupHub(bin, dir string) (string, []string, error) {
+func sh(env []string, argv ...string) error {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = env
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%s: %v\n%s", strings.Join(argv, " "), err, out)
+	}
+	return nil
+}
+
+// setup makes a checkout under dir connected to a Hub (embedded, or a new
+// `hub serve` on loopback, which it returns to be stopped), binds it to a
+// spool with the capture hooks and starts a Work.
+func setup(bin, dir, store string) (string, []string, *exec.Cmd, error) {
 	root := filepath.Join(dir, "repo")
 	if err := os.MkdirAll(root, 0o755); err != nil {
-		return "", nil, err
+		return "", nil, nil, err
 	}
-	cfg := filepath.Join(dir, "config")
-	env := append(os.Environ(), "XDG_CONFIG_HOME="+cfg)
-	setup := exec.Command(bin, "client", "setup", "--root", root, "--local")
-	setup.Env = env
-	if out, err := setup.CombinedOutput(); err != nil {
-		return "", nil, fmt.Errorf("client setup: %v\n%s", err, out)
+	env := append(os.Environ(), "XDG_CONFIG_HOME="+filepath.Join(dir, "config"))
+	var srv *exec.Cmd
+	switch store {
+	case "embedded":
+		if err := sh(env, bin, "client", "setup", "--root", root, "--local"); err != nil {
+			return "", nil, nil, err
+		}
+	case "served":
+		data, tok := filepath.Join(dir, "hubdata"), filepath.Join(dir, "token")
+		for _, a := range [][]string{
+			{"hub", "admin", "human", "create", "--data", data, "--name", "dev"},
+			{"hub", "admin", "repository", "create", "--data", data, "--name", "team"},
+			{"hub", "admin", "token", "create", "--data", data, "--human", "dev", "--repository", "team", "--output", tok},
+		} {
+			if err := sh(env, append([]string{bin}, a...)...); err != nil {
+				return "", nil, nil, err
+			}
+		}
+		srv = exec.Command(bin, "hub", "serve", "--listen", "127.0.0.1:0", "--data", data)
+		srv.Env = env
+		out, err := srv.StdoutPipe()
+		if err != nil {
+			return "", nil, nil, err
+		}
+		if err := srv.Start(); err != nil {
+			return "", nil, nil, err
+		}
+		line, err := bufio.NewReader(out).ReadString('\n')
+		if err != nil {
+			return "", nil, srv, fmt.Errorf("hub serve: %w", err)
+		}
+		url := strings.TrimSpace(strings.TrimPrefix(line, "listening on "))
+		if err := sh(env, bin, "client", "setup", "--root", root, "--hub", url, "--repository", "team", "--token-file", tok); err != nil {
+			return "", nil, srv, err
+		}
+	default:
+		return "", nil, nil, fmt.Errorf("unknown store %q", store)
 	}
 	for _, args := range [][]string{
 		{"change-capture", "configure", "--root", root, "--spool", filepath.Join(dir, "spool")},
 		{"work", "start", "--root", root, "--title", "hook benchmark"},
 	} {
-		cmd := exec.Command(bin, args...)
-		cmd.Env = env
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return "", nil, fmt.Errorf("%v: %v\n%s", args, err, out)
+		if err := sh(env, append([]string{bin}, args...)...); err != nil {
+			return "", nil, srv, err
 		}
 	}
-	return root, env, nil
+	return root, env, srv, nil
 }

@@ -55,7 +55,8 @@ type ConfigureOptions struct {
 	ClaudeSettings string
 	// Limits are the spool limits; zero fields take the defaults.
 	Limits spool.Limits
-	// Executable is the agentscm binary the installed hooks run.
+	// Executable is the agentscm binary; the installed hooks run it, or the
+	// lean agentscm-hook next to it (claude.HookExecutable).
 	Executable string
 	Now        time.Time
 }
@@ -363,7 +364,7 @@ func configureLocked(ctx context.Context, store Store, root string, lin Lineage,
 	settings := b.SettingsPath()
 	_, statErr := os.Lstat(settings)
 	events := claude.HookEvents[:]
-	changed, err := claude.InstallHooks(settings, claude.HookCommand(o.Executable), events)
+	changed, err := claude.InstallHooks(settings, claude.HookCommand(claude.HookExecutable(o.Executable)), events)
 	if err != nil {
 		return nil, fmt.Errorf("install Claude Code hooks: %w", err)
 	}

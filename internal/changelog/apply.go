@@ -87,7 +87,7 @@ func (c *Changelog) Apply(ctx context.Context, req ApplyRequest) (*ApplyResult, 
 	if !found {
 		return nil, fmt.Errorf("%w: %d", ErrNoIncrement, req.To)
 	}
-	return c.applyLocked(ctx, paths, applied, req)
+	return c.applyLocked(ctx, paths, applied, req, st)
 }
 
 // ApplyFiles is Apply with the increments of another sequence (positions
@@ -100,7 +100,8 @@ func (c *Changelog) ApplyFiles(ctx context.Context, paths []string, req ApplyReq
 		return nil, err
 	}
 	defer lk.Unlock()
-	if _, err := c.stateForCapture(); err != nil {
+	st, err := c.stateForCapture()
+	if err != nil {
 		return nil, err
 	}
 	if len(paths) != req.To+1 {
@@ -110,10 +111,12 @@ func (c *Changelog) ApplyFiles(ctx context.Context, paths []string, req ApplyReq
 	for i := range applied {
 		applied[i] = i
 	}
-	return c.applyLocked(ctx, paths, applied, req)
+	return c.applyLocked(ctx, paths, applied, req, st)
 }
 
-func (c *Changelog) applyLocked(ctx context.Context, paths []string, applied []int, req ApplyRequest) (*ApplyResult, error) {
+// applyLocked validates and extracts paths under the changelog lock; st is
+// the state loaded once by the caller and reused for both captures.
+func (c *Changelog) applyLocked(ctx context.Context, paths []string, applied []int, req ApplyRequest, st *captureState) (*ApplyResult, error) {
 	rp, err := prepareReplay(ctx, paths, c.opts.Roots)
 	if err != nil {
 		return nil, err

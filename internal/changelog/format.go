@@ -17,16 +17,22 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/changelog/incmeta"
 	"github.com/klauspost/compress/gzip"
 )
 
 // MetaDir is the top-level archive directory that holds an increment's
-// metadata. No capture root can contain it (roots are absolute paths below
-// "/" and MetaDir is itself a top-level name), and extraction leaves it out.
-const MetaDir = ".agentscm-changelog-meta"
+// metadata (see incmeta.Dir).
+const MetaDir = incmeta.Dir
 
 // MetaMember is the archive member holding the increment's Meta as JSON.
-const MetaMember = MetaDir + "/meta.json"
+const MetaMember = incmeta.Member
+
+// Meta is the metadata stored in every increment.
+type Meta = incmeta.Meta
+
+// MetaRoot describes one capture root inside an increment.
+type MetaRoot = incmeta.Root
 
 // typeDumpdir is GNU tar's 'D' typeflag: a directory whose data is the
 // dumpdir listing of its entries.
@@ -48,48 +54,12 @@ const (
 	maxDepth        = 256
 )
 
-// Meta is the metadata stored in every increment.
-type Meta struct {
-	Version   int    `json:"version"`
-	Position  int    `json:"position"`
-	SessionID string `json:"session_id,omitempty"`
-	// ToolUseID is the host's id of the tool call, used to cut a resumed
-	// transcript right after that call's result.
-	ToolUseID string    `json:"tool_use_id,omitempty"`
-	Tool      string    `json:"tool,omitempty"`
-	Failed    bool      `json:"failed,omitempty"`
-	Kind      string    `json:"kind"` // KindCall, KindPreApply or KindApply
-	Full      bool      `json:"full,omitempty"`
-	CreatedAt time.Time `json:"created_at"`
-	// Roots lists every configured capture root at capture time.
-	Roots []MetaRoot `json:"roots"`
-	// RemovedRoots names (by Name) the capture roots removed since the last
-	// stored capture; replay removes them before extracting this increment.
-	RemovedRoots []string `json:"removed_roots"`
-	// Files and Bytes count the regular files and symlinks stored and their
-	// content bytes; Deleted counts entries removed since the last capture.
-	Files   int   `json:"files"`
-	Bytes   int64 `json:"bytes"`
-	Deleted int   `json:"deleted"`
-	// AppliedTo is the target position of the rewind that produced this
-	// increment (KindApply only).
-	AppliedTo *int `json:"applied_to,omitempty"`
-}
-
 // Increment kinds.
 const (
 	KindCall     = "call"      // a tool call's writes and deletions
 	KindPreApply = "pre-apply" // the state captured before a rewind, to undo it
 	KindApply    = "apply"     // the state a rewind produced
 )
-
-// MetaRoot describes one capture root inside an increment.
-type MetaRoot struct {
-	Name   string `json:"name"`   // stable label, e.g. "checkout" or "transcripts"
-	Path   string `json:"path"`   // absolute path at capture time
-	Prefix string `json:"prefix"` // member name prefix: Path without its leading "/"
-	Exists bool   `json:"exists"`
-}
 
 // dumpEntry is one line of a GNU dumpdir.
 type dumpEntry struct {
@@ -626,26 +596,9 @@ func ReadMeta(path string) (*Meta, error) {
 // ReadMetaFrom reads only the metadata of an increment (its first member)
 // from r, without validating the rest.
 func ReadMetaFrom(r io.Reader) (*Meta, error) {
-	gz, err := gzip.NewReader(r)
+	m, err := incmeta.ReadFrom(r)
 	if err != nil {
-		return nil, archiveError("gzip: %v", err)
+		return nil, archiveError("%v", err)
 	}
-	defer gz.Close()
-	tr := tar.NewReader(gz)
-	h, err := tr.Next()
-	if err != nil {
-		return nil, archiveError("tar: %v", err)
-	}
-	if h.Name != MetaMember || h.Typeflag != tar.TypeReg {
-		return nil, archiveError("first member is %q, not the metadata", h.Name)
-	}
-	b, err := readAllBounded(tr, maxMetaBytes)
-	if err != nil {
-		return nil, archiveError("metadata: %v", err)
-	}
-	var m Meta
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, archiveError("metadata: %v", err)
-	}
-	return &m, nil
+	return m, nil
 }

@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/delivery"
 	"github.com/agentscm/agentscm/internal/event"
+	"github.com/agentscm/agentscm/internal/hookrun"
 	"github.com/agentscm/agentscm/internal/spool"
 )
 
@@ -63,38 +63,12 @@ func configStore(env *Env) (capture.Store, error) {
 }
 
 // runHookClaude is the hook entry point: it always exits 0 with empty stdout.
+// The lean agentscm-hook binary runs the same hookrun.ClaudeCapture.
 func runHookClaude(ctx context.Context, env *Env) int {
-	defer func() {
-		if r := recover(); r != nil {
-			fmt.Fprintf(env.Stderr, "agentscm: warning: capture hook failed: internal error: %v\n", r)
-		}
-	}()
-	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	store, err := configStore(env)
-	var res *capture.HookResult
-	if err == nil {
-		res, err = capture.HandleClaudeHook(ctx, store, delivery.Opener{ConfigDir: store.Dir}, env.Stdin, env.Now())
-	}
-	switch {
-	case errors.Is(err, capture.ErrOccurrenceConflict):
-		fmt.Fprintf(env.Stderr, "agentscm: warning: %s\n", oneLine(err.Error()))
-	case err != nil:
-		fmt.Fprintf(env.Stderr, "agentscm: warning: capture hook failed: %s\n", oneLine(err.Error()))
-	case res.DeliveryErr != nil:
-		fmt.Fprintf(env.Stderr, "agentscm: warning: event retained locally, delivery pending: %s\n", oneLine(res.DeliveryErr.Error()))
-	}
-	return ExitOK
+	return hookrun.ClaudeCapture(ctx, env.Stdin, env.Stderr, env.Getenv, env.Now())
 }
 
-func oneLine(s string) string {
-	s = strings.ReplaceAll(s, "\r", " ")
-	s = strings.ReplaceAll(s, "\n", " ")
-	if len(s) > 1000 {
-		s = s[:1000] + "…"
-	}
-	return s
-}
+func oneLine(s string) string { return hookrun.OneLine(s) }
 
 func captureDeps(env *Env) (capture.Store, delivery.Connections, error) {
 	store, err := configStore(env)
@@ -111,9 +85,11 @@ func runConfigure(ctx context.Context, env *Env, args []string) error {
 setup') to a private spool, and install the marked agentscm hook for the
 eleven Claude Code lifecycle events (each with a 20-second timeout) in
 ROOT/.claude/settings.local.json (or --claude-settings). Unrelated settings
-and hooks are kept; running it again adds nothing twice. The spool is created
-with directories 0700 and files 0600 and is bound for life to the checkout's
-Hub, repository and worktree.
+and hooks are kept; running it again adds nothing twice. The hook command is
+the lean agentscm-hook when it sits next to this agentscm binary (faster to
+start on every tool call), else 'agentscm change-capture hook-claude'. The
+spool is created with directories 0700 and files 0600 and is bound for life
+to the checkout's Hub, repository and worktree.
 
 Capture modes: metadata-only (default) keeps no prompt, tool input, tool
 output or error text; local-conversation keeps them in the spool only;
@@ -292,13 +268,6 @@ func describe(r event.Record) string {
 	add("reason", r.Reason)
 	add("agent_id", r.AgentID)
 	add("message_id", r.MessageID)
-	if a := r.Action; a != nil {
-		add("action", a.ID)
-		add("result", a.Result)
-		if a.Stale {
-			parts = append(parts, "stale")
-		}
-	}
 	if r.Deferred {
 		parts = append(parts, "deferred")
 	} else if r.WorkID != "" {

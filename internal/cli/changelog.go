@@ -288,7 +288,7 @@ marker).`)
 	fromHub := fs.Bool("from-hub", false, "take the increments 0..POSITION of a Work from the checkout's connected Hub (the root may be a fresh empty directory)")
 	work := fs.String("work", "", "with --from-hub: the Work (default: the checkout's current Work)")
 	worktree := fs.String("worktree", "", "with --from-hub: whose changelog, when the Work holds several checkouts' (after a takeover)")
-	fs.Var(&rf.extra, "extra-root", "with --from-hub: where another capture root of the increments goes, as NAME=ABSPATH (repeatable)")
+	fs.Var(&rf.extra, "extra-root", "with --from-hub: where another capture root of the increments goes, as NAME=ABSPATH (repeatable; claude-transcript defaults to this machine's Claude Code project directory of --root)")
 	format := formatFlag(fs)
 	if err := parseFlags(fs, args, false); err != nil {
 		return err

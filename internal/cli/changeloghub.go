@@ -183,7 +183,7 @@ func runChangelogApplyFromHub(ctx context.Context, env *Env, rf *rootFlags, req 
 	if err != nil {
 		return archiveExit(fmt.Errorf("increment %d of work %s: %w", req.to, work, err))
 	}
-	roots, err := hubApplyRoots(root, target, rf.extra)
+	roots, err := hubApplyRoots(root, home, target, rf.extra)
 	if err != nil {
 		return err
 	}
@@ -274,8 +274,11 @@ func hasRoot(roots []changelog.Root, r changelog.Root) bool {
 }
 
 // hubApplyRoots maps the capture roots an increment declares onto this
-// machine: "checkout" is root, every other one needs --extra-root NAME=ABS.
-func hubApplyRoots(root string, m *changelog.Meta, extra []string) ([]changelog.Root, error) {
+// machine: "checkout" is root; the checkout's Claude Code transcript
+// directory (changelog.TranscriptRootName) goes to this machine's project
+// directory of root under home, so --resume-conversation finds it; every
+// other root needs --extra-root NAME=ABS (which also overrides the default).
+func hubApplyRoots(root, home string, m *changelog.Meta, extra []string) ([]changelog.Root, error) {
 	given := map[string]string{}
 	for _, e := range extra {
 		name, p, ok := strings.Cut(e, "=")
@@ -293,6 +296,9 @@ func hubApplyRoots(root string, m *changelog.Meta, extra []string) ([]changelog.
 			continue
 		}
 		p, ok := given[r.Name]
+		if !ok && r.Name == changelog.TranscriptRootName && home != "" && filepath.IsAbs(home) {
+			p, ok = filepath.Clean(changelog.ClaudeProjectDir(home, root)), true
+		}
 		if !ok {
 			missing = append(missing, fmt.Sprintf("--extra-root %s=ABSPATH (it was /%s)", r.Name, r.Prefix))
 			continue

@@ -11,7 +11,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/agentscm/agentscm/internal/changelog"
+	"github.com/agentscm/agentscm/internal/changelog/incmeta"
 	"github.com/agentscm/agentscm/internal/fsutil"
 	"github.com/agentscm/agentscm/internal/hub/api"
 	"github.com/agentscm/agentscm/internal/hub/objects"
@@ -166,7 +166,7 @@ func (s *Service) UploadIncrement(ctx context.Context, p Principal, repository, 
 	if got := hex.EncodeToString(sum[:]); got != up.Digest {
 		return api.IncrementStoreResult{}, api.Errorf(http.StatusBadRequest, api.CodeDigestMismatch, "increment body hashes to %s, not the digest %s given", got, up.Digest)
 	}
-	meta, err := changelog.ReadMetaFrom(bytes.NewReader(b))
+	meta, err := incmeta.ReadFrom(bytes.NewReader(b))
 	if err != nil {
 		return api.IncrementStoreResult{}, api.Errorf(http.StatusUnprocessableEntity, api.CodeBadIncrement, "not a changelog increment: %v", err)
 	}

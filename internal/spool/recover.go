@@ -610,16 +610,25 @@ func decodeIndex(b []byte) (*compactIndex, error) {
 // recovery call it; the per-process hook path relies on the private
 // operational directories, which nobody else can traverse.
 func (s *Spool) checkEvidence(st *state) error {
+	// One lstat per file into a reused Stat_t and the effective user read
+	// once: this runs over every evidence file on every hook.
+	euid := os.Geteuid()
+	var sys syscall.Stat_t
 	check := func(dir, name string) error {
 		p := filepath.Join(s.dir, dir, name)
-		fi, err := os.Lstat(p)
+		var err error
+		for {
+			if err = syscall.Lstat(p, &sys); err != syscall.EINTR {
+				break
+			}
+		}
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
 				return nil
 			}
-			return err
+			return &fs.PathError{Op: "lstat", Path: p, Err: err}
 		}
-		return checkPrivateInfo(p, fi)
+		return checkPrivateStat(p, &sys, euid)
 	}
 	for _, e := range st.outbox {
 		if err := check(outboxDir, e.name); err != nil {

@@ -499,6 +499,9 @@ func checkPrivateFile(path string) error {
 }
 
 func checkPrivateInfo(path string, fi fs.FileInfo) error {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return checkPrivateStat(path, st, os.Geteuid())
+	}
 	if !fi.Mode().IsRegular() {
 		return fmt.Errorf("%w: %s is not a regular file", ErrUnsafeAuthority, path)
 	}
@@ -507,6 +510,22 @@ func checkPrivateInfo(path string, fi fs.FileInfo) error {
 	}
 	if fi.Mode().Perm()&0o077 != 0 {
 		return fmt.Errorf("%w: %s has mode %04o; it must allow no group or other access", ErrUnsafeAuthority, path, fi.Mode().Perm())
+	}
+	return nil
+}
+
+// checkPrivateStat is checkPrivateInfo on a raw stat result, with the
+// effective user id passed in so that a caller checking many files reads it
+// once.
+func checkPrivateStat(path string, st *syscall.Stat_t, euid int) error {
+	if st.Mode&syscall.S_IFMT != syscall.S_IFREG {
+		return fmt.Errorf("%w: %s is not a regular file", ErrUnsafeAuthority, path)
+	}
+	if int(st.Uid) != euid {
+		return fmt.Errorf("%w: %s is owned by uid %d, not the effective user %d", ErrUnsafeAuthority, path, st.Uid, euid)
+	}
+	if perm := fs.FileMode(st.Mode).Perm(); perm&0o077 != 0 {
+		return fmt.Errorf("%w: %s has mode %04o; it must allow no group or other access", ErrUnsafeAuthority, path, perm)
 	}
 	return nil
 }

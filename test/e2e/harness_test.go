@@ -53,8 +53,12 @@ func setup() (int, error) {
 	if err != nil {
 		return 1, err
 	}
+	// Built as the README says: agentscm and, next to it, the lean
+	// agentscm-hook that configure installs as the capture hook.
 	agentscm := filepath.Join(bin, "agentscm")
-	build := exec.Command("go", "build", "-o", agentscm, "github.com/agentscm/agentscm/cmd/agentscm")
+	build := exec.Command("go", "build", "-o", bin+string(filepath.Separator),
+		"github.com/agentscm/agentscm/cmd/agentscm", "github.com/agentscm/agentscm/cmd/agentscm-hook")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		return 1, fmt.Errorf("build agentscm: %w", err)
@@ -193,6 +197,11 @@ func (c *checkout) configure(mode string) {
 	c.t.Helper()
 	c.agentscm("client", "setup", "--root", c.root, "--local")
 	c.agentscm("change-capture", "configure", "--root", c.root, "--spool", c.spool, "--capture-mode", mode)
+	// The hooks run the lean agentscm-hook built next to agentscm.
+	lean := filepath.Join(filepath.Dir(h.agentscm), "agentscm-hook") + " change-capture hook-claude"
+	if b, _ := os.ReadFile(filepath.Join(c.root, ".claude", "settings.local.json")); !strings.Contains(string(b), lean) {
+		c.t.Fatalf("configure did not install %q:\n%s", lean, b)
+	}
 }
 
 // claudeResult is the part of `claude -p --output-format json` we read.

@@ -48,6 +48,27 @@ func toolEvent(ev string) bool {
 // exe.
 func HookCommand(exe string) string { return CommandFor(exe, HookSubcommand) }
 
+// HookBinary is the lean capture hook binary (cmd/agentscm-hook): the same
+// hook as `agentscm change-capture hook-claude`, linking only what the hook
+// needs, so that the process started on every tool call starts faster.
+const HookBinary = "agentscm-hook"
+
+// HookExecutable returns the executable an installed capture hook runs for
+// the agentscm binary exe: the lean HookBinary in exe's directory when it is
+// a regular file executable by someone, else exe itself. The hook command
+// keeps the marking subcommand either way (agentscm-hook accepts exactly
+// `change-capture hook-claude`).
+func HookExecutable(exe string) string {
+	if !filepath.IsAbs(exe) {
+		return exe
+	}
+	lean := filepath.Join(filepath.Dir(exe), HookBinary)
+	if fi, err := os.Stat(lean); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
+		return lean
+	}
+	return exe
+}
+
 // CommandFor returns the shell command of a marked hook: exe followed by
 // the marking subcommand.
 func CommandFor(exe, subcommand string) string {

@@ -254,3 +254,39 @@ func TestCaptureAndChangelogMarkersAreIndependent(t *testing.T) {
 		t.Fatalf("RemoveHooks left %v", ev)
 	}
 }
+
+func TestHookExecutable(t *testing.T) {
+	cases := []struct {
+		name  string
+		setup func(dir string) // creates the sibling agentscm-hook, or not
+		lean  bool
+	}{
+		{"no sibling", func(string) {}, false},
+		{"executable sibling", func(d string) { os.WriteFile(filepath.Join(d, HookBinary), []byte("#!/bin/sh\n"), 0o755) }, true},
+		{"sibling not executable", func(d string) { os.WriteFile(filepath.Join(d, HookBinary), []byte("x"), 0o644) }, false},
+		{"sibling is a directory", func(d string) { os.Mkdir(filepath.Join(d, HookBinary), 0o755) }, false},
+		{"sibling is a dangling symlink", func(d string) { os.Symlink(filepath.Join(d, "missing"), filepath.Join(d, HookBinary)) }, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			exe := filepath.Join(dir, "agentscm")
+			c.setup(dir)
+			want := exe
+			if c.lean {
+				want = filepath.Join(dir, HookBinary)
+			}
+			got := HookExecutable(exe)
+			if got != want {
+				t.Fatalf("HookExecutable(%s) = %s, want %s", exe, got, want)
+			}
+			// Either way the installed command stays a marked capture hook.
+			if cmd := HookCommand(got); markerOf(cmd) != HookSubcommand {
+				t.Fatalf("hook command %q is not marked", cmd)
+			}
+		})
+	}
+	if got := HookExecutable("agentscm"); got != "agentscm" {
+		t.Fatalf("relative exe: got %s", got)
+	}
+}

@@ -1,0 +1,42 @@
+// Command agentscm-hook is the Claude Code capture hook alone: the same
+// behaviour as `agentscm change-capture hook-claude`, in a binary that links
+// only what the hook needs, so that the process started on every agent tool
+// call starts faster. change-capture configure and enable install it in the
+// hook command when it sits next to the agentscm binary.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/agentscm/agentscm/internal/hookrun"
+)
+
+const usage = `Usage:
+  agentscm-hook change-capture hook-claude < payload.json
+
+The Claude Code capture hook, exactly as 'agentscm change-capture
+hook-claude' runs it, in a smaller binary that starts faster. agentscm
+change-capture configure and enable install it in the hook command when it
+is next to the agentscm binary. It never blocks the agent: whatever fails,
+it prints one warning line on stderr, nothing on stdout, and exits 0.
+`
+
+func main() {
+	os.Exit(run(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr, os.Getenv, time.Now))
+}
+
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string, now func() time.Time) int {
+	switch {
+	case len(args) == 2 && args[0] == "change-capture" && args[1] == "hook-claude":
+		return hookrun.ClaudeCapture(ctx, stdin, stderr, getenv, now())
+	case len(args) == 1 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help"):
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprint(stderr, usage)
+	return 2
+}

@@ -1,0 +1,91 @@
+// Package incmeta reads the metadata member of a changelog increment. It is
+// a leaf package with only the standard library, so the Hub (and with it the
+// lean hook binary) can check an uploaded increment without linking the
+// changelog's compressor and tree walker.
+package incmeta
+
+import (
+	"archive/tar"
+	"compress/gzip"
+	"encoding/json"
+	"fmt"
+	"io"
+	"time"
+)
+
+// Dir is the top-level archive directory that holds an increment's
+// metadata. No capture root can contain it (roots are absolute paths below
+// "/" and Dir is itself a top-level name), and extraction leaves it out.
+const Dir = ".agentscm-changelog-meta"
+
+// Member is the archive member holding the increment's Meta as JSON.
+const Member = Dir + "/meta.json"
+
+// MaxBytes bounds the metadata member.
+const MaxBytes = 1 << 20
+
+// Meta is the metadata stored in every increment.
+type Meta struct {
+	Version   int    `json:"version"`
+	Position  int    `json:"position"`
+	SessionID string `json:"session_id,omitempty"`
+	// ToolUseID is the host's id of the tool call, used to cut a resumed
+	// transcript right after that call's result.
+	ToolUseID string    `json:"tool_use_id,omitempty"`
+	Tool      string    `json:"tool,omitempty"`
+	Failed    bool      `json:"failed,omitempty"`
+	Kind      string    `json:"kind"` // KindCall, KindPreApply or KindApply
+	Full      bool      `json:"full,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	// Roots lists every configured capture root at capture time.
+	Roots []Root `json:"roots"`
+	// RemovedRoots names (by Name) the capture roots removed since the last
+	// stored capture; replay removes them before extracting this increment.
+	RemovedRoots []string `json:"removed_roots"`
+	// Files and Bytes count the regular files and symlinks stored and their
+	// content bytes; Deleted counts entries removed since the last capture.
+	Files   int   `json:"files"`
+	Bytes   int64 `json:"bytes"`
+	Deleted int   `json:"deleted"`
+	// AppliedTo is the target position of the rewind that produced this
+	// increment (KindApply only).
+	AppliedTo *int `json:"applied_to,omitempty"`
+}
+
+// Root describes one capture root inside an increment.
+type Root struct {
+	Name   string `json:"name"`   // stable label, e.g. "checkout" or "transcripts"
+	Path   string `json:"path"`   // absolute path at capture time
+	Prefix string `json:"prefix"` // member name prefix: Path without its leading "/"
+	Exists bool   `json:"exists"`
+}
+
+// ReadFrom reads the metadata of the increment in r (its first member)
+// without validating the rest. Errors say why r is not an increment.
+func ReadFrom(r io.Reader) (*Meta, error) {
+	gz, err := gzip.NewReader(r)
+	if err != nil {
+		return nil, fmt.Errorf("gzip: %v", err)
+	}
+	defer gz.Close()
+	tr := tar.NewReader(gz)
+	h, err := tr.Next()
+	if err != nil {
+		return nil, fmt.Errorf("tar: %v", err)
+	}
+	if h.Name != Member || h.Typeflag != tar.TypeReg {
+		return nil, fmt.Errorf("first member is %q, not the metadata", h.Name)
+	}
+	b, err := io.ReadAll(io.LimitReader(tr, MaxBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("metadata: %v", err)
+	}
+	if len(b) > MaxBytes {
+		return nil, fmt.Errorf("metadata: larger than %d bytes", MaxBytes)
+	}
+	var m Meta
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("metadata: %v", err)
+	}
+	return &m, nil
+}

@@ -1,0 +1,59 @@
+// Package hookrun is the Claude Code capture hook as a process: the one
+// entry point shared by `agentscm change-capture hook-claude` and the lean
+// agentscm-hook binary, which links only what the hook needs.
+package hookrun
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/agentscm/agentscm/internal/capture"
+	"github.com/agentscm/agentscm/internal/delivery"
+)
+
+// Timeout bounds one hook invocation as a whole; the host's own timeout of
+// an installed hook is longer (claude.HookTimeoutSeconds).
+const Timeout = 15 * time.Second
+
+// ClaudeCapture runs the capture hook on one Claude Code payload read from
+// stdin. It fails open: whatever happens it writes at most one warning line
+// to stderr, nothing to stdout, and returns exit status 0.
+func ClaudeCapture(ctx context.Context, stdin io.Reader, stderr io.Writer, getenv func(string) string, now time.Time) int {
+	defer func() {
+		if r := recover(); r != nil {
+			fmt.Fprintf(stderr, "agentscm: warning: capture hook failed: internal error: %v\n", r)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(ctx, Timeout)
+	defer cancel()
+	dir, err := capture.ConfigDir(getenv)
+	var res *capture.HookResult
+	if err == nil {
+		store := capture.Store{Dir: dir}
+		res, err = capture.HandleClaudeHook(ctx, store, delivery.Opener{ConfigDir: store.Dir}, stdin, now)
+	}
+	switch {
+	case errors.Is(err, capture.ErrOccurrenceConflict):
+		fmt.Fprintf(stderr, "agentscm: warning: %s\n", OneLine(err.Error()))
+	case err != nil:
+		fmt.Fprintf(stderr, "agentscm: warning: capture hook failed: %s\n", OneLine(err.Error()))
+	case res.DeliveryErr != nil:
+		fmt.Fprintf(stderr, "agentscm: warning: event retained locally, delivery pending: %s\n", OneLine(res.DeliveryErr.Error()))
+	}
+	return 0
+}
+
+// OneLine flattens s to one line of at most 1,000 bytes (plus an ellipsis)
+// for a warning.
+func OneLine(s string) string {
+	s = strings.ReplaceAll(s, "\r", " ")
+	s = strings.ReplaceAll(s, "\n", " ")
+	if len(s) > 1000 {
+		s = s[:1000] + "…"
+	}
+	return s
+}
