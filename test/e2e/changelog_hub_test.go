@@ -179,7 +179,9 @@ func TestChangelogHubRefusalsCarryWrites(t *testing.T) {
 	if err := json.Unmarshal([]byte(c.agentscm("work", "start", "--root", c.root, "--changelog-max-objects", "1", "--format", "json")), &w); err != nil {
 		t.Fatal(err)
 	}
-	c.agentscm("changelog", "enable", "--root", c.root)
+	// Only the checkout is captured: the counts below are the tool calls'
+	// files (the transcript root would add the session transcripts).
+	c.agentscm("changelog", "enable", "--root", c.root, "--no-transcript-root")
 	f := func(n string) string { return filepath.Join(c.root, n) }
 	c.runTurn([]scriptedapi.ToolCall{write(f("one.txt"), "1\n")}, []scriptedapi.ToolCall{write(f("two.txt"), "2\n")}, []scriptedapi.ToolCall{write(f("three.txt"), "3\n")})
 	if list := c.changelogList(); len(list) != 1 {
