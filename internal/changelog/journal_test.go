@@ -263,8 +263,10 @@ func TestCaptureSeesChangeTime(t *testing.T) {
 	if err := os.Chtimes(p, old, old); err != nil {
 		t.Fatal(err)
 	}
-	mustCapture(t, c, 1)                                        // not racy: no content hash kept
-	if err := os.WriteFile(p, []byte("X"), 0o644); err != nil { // same size as "1"
+	// Not racy: the capture keeps no content hash to verify later.
+	mustCapture(t, c, 1)
+	// The same size as "1".
+	if err := os.WriteFile(p, []byte("X"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Chtimes(p, old, old); err != nil {
