@@ -29,6 +29,9 @@ type DeferredFact struct {
 	// legacy record.
 	Sequence   *uint64   `json:"sequence"`
 	ObservedAt time.Time `json:"observed_at"`
+	// Source is the checkout's source an unresolved PreToolUse of a ruled
+	// tool observed, when it could be read.
+	Source *event.SourceBinding `json:"source,omitempty"`
 }
 
 // DeferredReport lists a spool's deferred facts, bounded.
@@ -62,7 +65,7 @@ func ListDeferred(dir string, limit int) (*DeferredReport, error) {
 			continue
 		}
 		f := DeferredFact{SpoolSeq: r.Seq, Session: r.SessionID, Kind: r.Kind, HookEvent: r.HookEvent,
-			ToolName: r.ToolName, ToolUseID: r.ToolUseID, ObservedAt: r.ObservedAt, Association: "legacy"}
+			ToolName: r.ToolName, ToolUseID: r.ToolUseID, ObservedAt: r.ObservedAt, Association: "legacy", Source: r.DeferredSource}
 		if r.Gap != nil {
 			f.GapKind = r.Gap.Kind
 		}

@@ -167,6 +167,15 @@ func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Re
 	}
 	// Delivery runs even when this event was not appended (a conflict, a
 	// paused spool): earlier retained envelopes still go out.
+	if rerr != nil && rec.Kind == event.ToolStart {
+		if _, ok := ruleFor(bd, rec.ToolName); ok {
+			// An unresolved PreToolUse of a ruled tool keeps the source it
+			// ran on, when possible (seed); a failure leaves it absent.
+			if sb, err := captureSource(ctx, bd.Root, sourceOptions{}); err == nil {
+				rec.DeferredSource = sb
+			}
+		}
+	}
 	cerr := captureOccurrence(led, ss, bd, p, rec, obs, t, rerr == nil, res)
 	if cerr == nil {
 		// Actions from execution rules (action.go): the action start or

@@ -60,6 +60,12 @@ Read-only: it neither locks nor changes the spool.`, args, true, false, func(fs 
 		if f.ToolName != "" {
 			what += " tool=" + f.ToolName
 		}
+		if f.Source != nil {
+			what += " source=" + f.Source.Head
+			if f.Source.Dirty {
+				what += "+dirty"
+			}
+		}
 		fmt.Fprintf(env.Stdout, "  %6d  %s  session=%s  %-12s seq=%s  %s%s\n", f.SpoolSeq, f.ObservedAt.Format(time.RFC3339), f.Session, f.Association, seq, what, target)
 	}
 	return nil

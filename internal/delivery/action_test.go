@@ -258,6 +258,21 @@ func TestDeferredStartMakesNoAction(t *testing.T) {
 	if !r.Deferred || r.Action != capture.ActionDeferred {
 		t.Fatalf("deferred start: %+v", r)
 	}
+	// The sanitized fact keeps the source the start observed (seed: "An
+	// unresolved PreToolUse also captures the source ... when possible").
+	rep, err := capture.ListDeferred(f.spool, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var src *event.SourceBinding
+	for _, fact := range rep.Facts {
+		if fact.Kind == event.ToolStart && fact.ToolUseID == "t1" {
+			src = fact.Source
+		}
+	}
+	if src == nil || len(src.Head) != 40 {
+		t.Fatalf("deferred start's source: %+v in %+v", src, rep.Facts)
+	}
 	work := f.startWork(t)
 	r = f.hook(t, f.payload("PostToolUse", tool("Bash", "t1", `{"command":"true"}`, "")))
 	if r.Deferred || r.Action != capture.ActionNoStart {

@@ -81,6 +81,10 @@ type Record struct {
 	// session's last exact target) or "unassociated" (no target). Empty on
 	// records written before shared sequences.
 	Association string `json:"association,omitempty"`
+	// DeferredSource is the checkout's source a deferred PreToolUse of a
+	// tool with an execution rule observed when no target resolved (HEAD,
+	// tree and a manifest digest; never content), when it could be read.
+	DeferredSource *SourceBinding `json:"deferred_source,omitempty"`
 	// Sequenced is true on records written with shared sequences: the Hub
 	// event sequence is SharedSeq, not Seq. Legacy records (false) keep the
 	// spool-wide mapping.
