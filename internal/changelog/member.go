@@ -135,9 +135,16 @@ func FindResultTranscript(ctx context.Context, next func(context.Context) (*Late
 		case err != nil:
 			return nil, fmt.Errorf("increment %d: %w", inc.Position, err)
 		}
-		if c, err := cutTranscript(b, toolUseID); err == nil && c.found {
+		if TranscriptHoldsResult(b, toolUseID) {
 			return &LaterTranscript{Position: inc.Position, Data: b, Read: read}, nil
 		}
 	}
 	return nil, nil
+}
+
+// TranscriptHoldsResult reports whether transcript b holds the result of
+// tool call toolUseID, parsed the way ResumeConversation cuts it.
+func TranscriptHoldsResult(b []byte, toolUseID string) bool {
+	c, err := cutTranscript(b, toolUseID)
+	return err == nil && c.found
 }

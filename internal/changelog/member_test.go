@@ -144,7 +144,9 @@ func TestReadMemberRefusals(t *testing.T) {
 		}
 	}
 	// A hostile later increment stops the search with the archive error.
-	next := func(context.Context) (*LaterIncrement, error) { return &LaterIncrement{Position: 3, Data: hostile}, nil }
+	next := func(context.Context) (*LaterIncrement, error) {
+		return &LaterIncrement{Position: 3, Data: hostile}, nil
+	}
 	if _, err := FindResultTranscript(context.Background(), next, "S", "t1"); !errors.Is(err, ErrUnreadableArchive) {
 		t.Fatalf("hostile later increment: %v", err)
 	}
