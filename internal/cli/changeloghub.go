@@ -262,7 +262,7 @@ func runChangelogApplyFromHub(ctx context.Context, env *Env, rf *rootFlags, req 
 					fmt.Fprintf(env.Stderr, "agentscm: warning: reading call %d's result from the later increments: %s\n", req.to, oneLine(err.Error()))
 					resultNote = fmt.Sprintf("call %d's result could not be read from the later increments of work %s (%v); the conversation resumes without it", req.to, work, err)
 				case later == nil:
-					resultNote = fmt.Sprintf("no later increment of work %s (%d on the Hub, at most %d read) stores call %d's result; the conversation resumes without it", work, len(rest), changelog.MaxLaterIncrements, req.to)
+					resultNote = fmt.Sprintf("no later increment of work %s stores call %d's result (%d after it on the Hub, at most %d read; a later tool call's capture stores it); the conversation resumes without it", work, req.to, len(rest), changelog.MaxLaterIncrements)
 				default:
 					pre = later.Data
 					out["result_from_position"] = later.Position

@@ -21,11 +21,11 @@ import (
 	"github.com/agentscm/agentscm/internal/hub/api"
 )
 
-// hostileIncrement is a well-formed increment at position 0 whose metadata
+// hostileIncrement is a well-formed increment at position pos whose metadata
 // the Hub accepts but whose member climbs out of the checkout with "..".
-func hostileIncrement(t *testing.T, root string) []byte {
+func hostileIncrement(t *testing.T, root string, pos int) []byte {
 	t.Helper()
-	meta, _ := json.Marshal(changelog.Meta{Version: 1, Position: 0, SessionID: "native-1", Kind: changelog.KindCall, CreatedAt: time.Now().UTC(),
+	meta, _ := json.Marshal(changelog.Meta{Version: 1, Position: pos, SessionID: "native-1", Kind: changelog.KindCall, CreatedAt: time.Now().UTC(),
 		Roots: []changelog.MetaRoot{{Name: "checkout", Path: root, Prefix: strings.TrimPrefix(root, "/"), Exists: true}}, RemovedRoots: []string{}})
 	var buf bytes.Buffer
 	gz := gzip.NewWriter(&buf)
@@ -160,7 +160,7 @@ func TestChangelogApplyFromHub(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	evil := hostileIncrement(t, a)
+	evil := hostileIncrement(t, a, 0)
 	sum := sha256.Sum256(evil)
 	_, err = conn.UploadIncrement(context.Background(), cc.WorktreeID, api.IncrementUpload{Position: 0, Session: "native-1", Digest: hex.EncodeToString(sum[:])}, evil)
 	conn.Close()
@@ -333,7 +333,35 @@ func TestChangelogApplyFromHubResumesWithResult(t *testing.T) {
 
 	// The last call: no later increment holds its result.
 	out, _ = apply("c", 2, "text")
-	if !strings.Contains(out, "no later increment of work "+w.ID) || !strings.Contains(out, "call 2's result") || !strings.Contains(out, "claude --resume ") {
+	if !strings.Contains(out, "no later increment of work "+w.ID+" stores call 2's result") || !strings.Contains(out, "claude --resume ") {
 		t.Fatalf("apply --to 2: %s", out)
+	}
+
+	// A hostile later increment is refused: a warning, and the
+	// conversation resumes without the result.
+	cc, err := client.Lookup(filepath.Join(env["HOME"], ".config", "agentscm"), a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := client.Open(context.Background(), cc, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evil := hostileIncrement(t, a, 3)
+	sum := sha256.Sum256(evil)
+	_, err = conn.UploadIncrement(context.Background(), cc.WorktreeID, api.IncrementUpload{Position: 3, Session: "native-1", Digest: hex.EncodeToString(sum[:])}, evil)
+	conn.Close()
+	if err != nil {
+		t.Fatalf("upload the hostile increment: %v", err)
+	}
+	d := filepath.Join(base, "d")
+	os.MkdirAll(d, 0o755)
+	must("client", "setup", "--root", d, "--local", "--repository", "proj")
+	r := runMain(t, env, "", "changelog", "apply", "--root", d, "--to", "2", "--from-hub", "--work", w.ID, "--resume-conversation", "--format", "json")
+	res.From, res.Note, res.Resumed = nil, "", nil
+	json.Unmarshal([]byte(r.stdout), &res)
+	if r.code != 0 || !strings.Contains(r.stderr, "warning: reading call 2's result from the later increments") || !strings.Contains(r.stderr, `".." component`) ||
+		res.Resumed == nil || res.Resumed.IncludesResult || res.From != nil || !strings.Contains(res.Note, "could not be read") {
+		t.Fatalf("hostile later increment: %d %s %s", r.code, r.stdout, r.stderr)
 	}
 }
