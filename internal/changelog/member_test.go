@@ -5,12 +5,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/agentscm/agentscm/internal/fsutil"
+	"github.com/klauspost/compress/gzip"
 )
 
 // Transcript lines of session S as Claude Code appends them: call t1's
@@ -162,4 +164,45 @@ func appendFile(t *testing.T, p, s string) {
 	if _, err := f.WriteString(s); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// FuzzReadMember fuzzes the tar layer under a valid gzip stream: nothing may
+// panic, and what ReadMember returns is within its bound and is the member
+// the validated archive lists.
+func FuzzReadMember(f *testing.F) {
+	const prefix = "fuzz/root"
+	meta := &Meta{Version: 1, Kind: KindCall, Roots: []MetaRoot{{Name: "r", Prefix: prefix, Exists: true}}, RemovedRoots: []string{}}
+	t := &testing.T{}
+	for _, ms := range [][]hostileMember{
+		{
+			{name: prefix + "/", flag: typeDumpdir, body: string(encodeDumpdir([]dumpEntry{{'Y', "a"}, {'D', "d"}}))},
+			{name: prefix + "/d/", flag: typeDumpdir, body: "Ya\x00\x00"},
+			{name: prefix + "/a", flag: tar.TypeReg, body: "0123456789"},
+			{name: prefix + "/d/a", flag: tar.TypeReg, body: "x"},
+		},
+		{{name: prefix + "/a", flag: tar.TypeSymlink, link: "/etc/passwd"}},
+	} {
+		zr, _ := gzip.NewReader(bytes.NewReader(buildArchive(t, meta, ms)))
+		raw, _ := io.ReadAll(zr)
+		f.Add(raw)
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		var buf bytes.Buffer
+		zw := gzip.NewWriter(&buf)
+		zw.Write(raw)
+		zw.Close()
+		b, err := ReadMemberFrom(bytes.NewReader(buf.Bytes()), "r", "a", 16)
+		if err != nil {
+			return
+		}
+		a, err := readArchive(bytes.NewReader(buf.Bytes()), nil)
+		if err != nil || len(b) > 16 {
+			t.Fatalf("ReadMember accepted %d bytes of an archive readArchive refuses (%v)", len(b), err)
+		}
+		for _, m := range a.Members {
+			if m.Root == "r" && m.Rel == "a" && (m.Type != tar.TypeReg || m.Size != int64(len(b))) {
+				t.Fatalf("ReadMember returned %d bytes for member %+v", len(b), m)
+			}
+		}
+	})
 }
