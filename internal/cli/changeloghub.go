@@ -1,12 +1,14 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -256,6 +258,7 @@ func runChangelogApplyFromHub(ctx context.Context, env *Env, rf *rootFlags, req 
 						rest = append(rest, in)
 					}
 				}
+				slices.SortFunc(rest, func(x, y api.IncrementInfo) int { return cmp.Compare(x.Position, y.Position) })
 				later, err := laterResult(hctx, conn, work, rest, target)
 				switch {
 				case err != nil:
