@@ -1,12 +1,14 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -241,15 +243,43 @@ func runChangelogApplyFromHub(ctx context.Context, env *Env, rf *rootFlags, req 
 		out["result_position"] = res.Result.Position
 	}
 	var resumed *changelog.Resumed
+	resultNote := ""
 	if req.resume {
 		if target.Kind != changelog.KindCall || target.SessionID == "" {
 			return fmt.Errorf("applied position %d, but it is not a tool call of a session, so there is no conversation to resume", req.to)
 		}
-		resumed, err = changelog.ResumeConversation(changelog.ClaudeProjectDir(home, root), target.SessionID, target.ToolUseID)
+		tdir := changelog.ClaudeProjectDir(home, root)
+		var pre []byte
+		if target.ToolUseID != "" {
+			if disk, err := changelog.ReadTranscript(tdir, target.SessionID); err != nil || !changelog.TranscriptHoldsResult(disk, target.ToolUseID) {
+				var rest []api.IncrementInfo
+				for _, in := range seq {
+					if in.Position > req.to {
+						rest = append(rest, in)
+					}
+				}
+				slices.SortFunc(rest, func(x, y api.IncrementInfo) int { return cmp.Compare(x.Position, y.Position) })
+				later, err := laterResult(hctx, conn, work, rest, target)
+				switch {
+				case err != nil:
+					fmt.Fprintf(env.Stderr, "agentscm: warning: reading call %d's result from the later increments: %s\n", req.to, oneLine(err.Error()))
+					resultNote = fmt.Sprintf("call %d's result could not be read from the later increments of work %s (%v); the conversation resumes without it", req.to, work, err)
+				case later == nil:
+					resultNote = fmt.Sprintf("no later increment of work %s stores call %d's result (%d after it on the Hub, at most %d read; a later tool call's capture stores it); the conversation resumes without it", work, req.to, len(rest), changelog.MaxLaterIncrements)
+				default:
+					pre = later.Data
+					out["result_from_position"] = later.Position
+				}
+			}
+		}
+		resumed, err = changelog.ResumeConversationFrom(tdir, target.SessionID, target.ToolUseID, pre)
 		if err != nil {
 			return fmt.Errorf("applied position %d, but the conversation could not be resumed: %w", req.to, err)
 		}
 		out["resumed"] = resumed
+		if resultNote != "" {
+			out["result_note"] = resultNote
+		}
 	}
 	if req.format == "json" {
 		return writeJSON(env.Stdout, out)
@@ -259,9 +289,36 @@ func runChangelogApplyFromHub(ctx context.Context, env *Env, rf *rootFlags, req 
 		fmt.Fprintf(env.Stdout, "undo with: agentscm changelog apply --root %s --to %d\n", root, u)
 	}
 	if resumed != nil {
+		if p, ok := out["result_from_position"]; ok {
+			fmt.Fprintf(env.Stdout, "call %d's result read from the transcript stored by increment %d\n", req.to, p)
+		}
+		if resultNote != "" {
+			fmt.Fprintln(env.Stdout, resultNote)
+		}
 		fmt.Fprintf(env.Stdout, "conversation of session %s bound to %s; continue it with:\n  %s\n", resumed.FromSession, resumed.SessionID, resumed.Command)
 	}
 	return nil
+}
+
+// laterResult downloads the increments after the target in order, only as
+// needed and at most changelog.MaxLaterIncrements of them, each verified
+// against its digest, and returns the first copy of the target session's
+// transcript that holds the target call's result (nil when none does).
+func laterResult(ctx context.Context, conn client.Conn, work string, rest []api.IncrementInfo, target *changelog.Meta) (*changelog.LaterTranscript, error) {
+	i := 0
+	next := func(ctx context.Context) (*changelog.LaterIncrement, error) {
+		if i >= len(rest) {
+			return nil, nil
+		}
+		in := rest[i]
+		i++
+		b, err := conn.GetIncrement(ctx, work, in)
+		if err != nil {
+			return nil, fmt.Errorf("download increment %d of work %s: %w", in.Position, work, err)
+		}
+		return &changelog.LaterIncrement{Position: in.Position, Data: b}, nil
+	}
+	return changelog.FindResultTranscript(ctx, next, target.SessionID, target.ToolUseID)
 }
 
 func hasRoot(roots []changelog.Root, r changelog.Root) bool {

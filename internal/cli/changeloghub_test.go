@@ -21,11 +21,11 @@ import (
 	"github.com/agentscm/agentscm/internal/hub/api"
 )
 
-// hostileIncrement is a well-formed increment at position 0 whose metadata
+// hostileIncrement is a well-formed increment at position pos whose metadata
 // the Hub accepts but whose member climbs out of the checkout with "..".
-func hostileIncrement(t *testing.T, root string) []byte {
+func hostileIncrement(t *testing.T, root string, pos int) []byte {
 	t.Helper()
-	meta, _ := json.Marshal(changelog.Meta{Version: 1, Position: 0, SessionID: "native-1", Kind: changelog.KindCall, CreatedAt: time.Now().UTC(),
+	meta, _ := json.Marshal(changelog.Meta{Version: 1, Position: pos, SessionID: "native-1", Kind: changelog.KindCall, CreatedAt: time.Now().UTC(),
 		Roots: []changelog.MetaRoot{{Name: "checkout", Path: root, Prefix: strings.TrimPrefix(root, "/"), Exists: true}}, RemovedRoots: []string{}})
 	var buf bytes.Buffer
 	gz := gzip.NewWriter(&buf)
@@ -160,7 +160,7 @@ func TestChangelogApplyFromHub(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	evil := hostileIncrement(t, a)
+	evil := hostileIncrement(t, a, 0)
 	sum := sha256.Sum256(evil)
 	_, err = conn.UploadIncrement(context.Background(), cc.WorktreeID, api.IncrementUpload{Position: 0, Session: "native-1", Digest: hex.EncodeToString(sum[:])}, evil)
 	conn.Close()
@@ -237,5 +237,131 @@ func TestChangelogHookGrantAndNewWork(t *testing.T) {
 	json.Unmarshal([]byte(must("changelog", "list", "--root", a, "--from-hub", "--format", "json")), &hub)
 	if hub.WorkID != w2.ID || len(hub.Increments) != 2 || hub.Grant != api.DefaultGrant() {
 		t.Fatalf("new Work on the Hub: %+v", hub)
+	}
+}
+
+// On a fresh machine the transcript restored at call N lacks call N's
+// result (the hook captured it before Claude Code wrote the result); apply
+// --from-hub --resume-conversation reads the result from the first later
+// increment that stores the session's transcript. Without a later increment
+// the conversation resumes without the result, and the output says so.
+func TestChangelogApplyFromHubResumesWithResult(t *testing.T) {
+	base := t.TempDir()
+	env := map[string]string{"HOME": filepath.Join(base, "home")}
+	a := filepath.Join(base, "a")
+	os.MkdirAll(a, 0o755)
+	if out, err := exec.Command("git", "-C", a, "init", "-q").CombinedOutput(); err != nil {
+		t.Fatalf("git init: %v %s", err, out)
+	}
+	must := func(args ...string) string {
+		t.Helper()
+		r := runMain(t, env, "", args...)
+		if r.code != 0 {
+			t.Fatalf("%v: %d %s", args, r.code, r.stderr)
+		}
+		return r.stdout
+	}
+	must("client", "setup", "--root", a, "--local", "--repository", "proj")
+	var w api.Work
+	json.Unmarshal([]byte(must("work", "start", "--root", a, "--format", "json")), &w)
+	must("changelog", "enable", "--root", a)
+	project := changelog.ClaudeProjectDir(env["HOME"], a)
+	os.MkdirAll(project, 0o700)
+	appendLine := func(line string) {
+		t.Helper()
+		f, err := os.OpenFile(filepath.Join(project, "native-1.jsonl"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.WriteString(line + "\n")
+		f.Close()
+	}
+	resultLine := func(i int) string {
+		return fmt.Sprintf(`{"type":"user","sessionId":"native-1","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_%d","content":"RESULT-%d"}]}}`, i, i)
+	}
+	appendLine(`{"type":"user","sessionId":"native-1","message":{"role":"user","content":"go"}}`)
+	// Claude Code writes call i's tool_use, runs it, runs PostToolUse, and
+	// only then appends its tool_result.
+	for i := range 3 {
+		appendLine(fmt.Sprintf(`{"type":"assistant","sessionId":"native-1","message":{"role":"assistant","content":[{"type":"tool_use","id":"toolu_%d","name":"Write","input":{}}]}}`, i))
+		os.WriteFile(filepath.Join(a, fmt.Sprintf("f%d.txt", i)), []byte(fmt.Sprint(i)), 0o644)
+		p := fmt.Sprintf(`{"session_id":"native-1","cwd":%q,"hook_event_name":"PostToolUse","tool_name":"Write","tool_use_id":"toolu_%d"}`, a, i)
+		if r := runMain(t, env, p, "changelog", "hook-claude"); r.code != 0 || r.stderr != "" {
+			t.Fatalf("hook %d: %d %q", i, r.code, r.stderr)
+		}
+		appendLine(resultLine(i))
+	}
+
+	apply := func(name string, to int, format string) (string, string) {
+		t.Helper()
+		dst := filepath.Join(base, name)
+		os.MkdirAll(dst, 0o755)
+		must("client", "setup", "--root", dst, "--local", "--repository", "proj")
+		if ents, _ := os.ReadDir(changelog.ClaudeProjectDir(env["HOME"], dst)); len(ents) != 0 {
+			t.Fatalf("the project directory of %s is not empty: %v", dst, ents)
+		}
+		return must("changelog", "apply", "--root", dst, "--to", fmt.Sprint(to), "--from-hub", "--work", w.ID, "--resume-conversation", "--format", format), dst
+	}
+	var res struct {
+		From    *int               `json:"result_from_position"`
+		Note    string             `json:"result_note"`
+		Resumed *changelog.Resumed `json:"resumed"`
+	}
+	out, dst := apply("b", 1, "json")
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if res.Resumed == nil || !res.Resumed.IncludesResult || res.From == nil || *res.From != 2 || res.Note != "" {
+		t.Fatalf("apply --to 1: %s", out)
+	}
+	if filepath.Dir(res.Resumed.Transcript) != changelog.ClaudeProjectDir(env["HOME"], dst) {
+		t.Fatalf("resumed transcript %s is not in the project directory of %s", res.Resumed.Transcript, dst)
+	}
+	// The rewound transcript itself still ends at call 1's tool_use.
+	if live, _ := os.ReadFile(filepath.Join(filepath.Dir(res.Resumed.Transcript), "native-1.jsonl")); strings.Contains(string(live), "RESULT-1") || !strings.Contains(string(live), "toolu_1") {
+		t.Fatalf("rewound transcript:\n%s", live)
+	}
+	b, _ := os.ReadFile(res.Resumed.Transcript)
+	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	want := strings.ReplaceAll(resultLine(1), "native-1", res.Resumed.SessionID)
+	var got, wantV any
+	json.Unmarshal([]byte(lines[len(lines)-1]), &got)
+	json.Unmarshal([]byte(want), &wantV)
+	if len(lines) != 5 || fmt.Sprint(got) != fmt.Sprint(wantV) || strings.Contains(string(b), "toolu_2") {
+		t.Fatalf("resumed transcript does not end with call 1's tool_result:\n%s", b)
+	}
+
+	// The last call: no later increment holds its result.
+	out, _ = apply("c", 2, "text")
+	if !strings.Contains(out, "no later increment of work "+w.ID+" stores call 2's result") || !strings.Contains(out, "claude --resume ") {
+		t.Fatalf("apply --to 2: %s", out)
+	}
+
+	// A hostile later increment is refused: a warning, and the
+	// conversation resumes without the result.
+	cc, err := client.Lookup(filepath.Join(env["HOME"], ".config", "agentscm"), a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := client.Open(context.Background(), cc, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evil := hostileIncrement(t, a, 3)
+	sum := sha256.Sum256(evil)
+	_, err = conn.UploadIncrement(context.Background(), cc.WorktreeID, api.IncrementUpload{Position: 3, Session: "native-1", Digest: hex.EncodeToString(sum[:])}, evil)
+	conn.Close()
+	if err != nil {
+		t.Fatalf("upload the hostile increment: %v", err)
+	}
+	d := filepath.Join(base, "d")
+	os.MkdirAll(d, 0o755)
+	must("client", "setup", "--root", d, "--local", "--repository", "proj")
+	r := runMain(t, env, "", "changelog", "apply", "--root", d, "--to", "2", "--from-hub", "--work", w.ID, "--resume-conversation", "--format", "json")
+	res.From, res.Note, res.Resumed = nil, "", nil
+	json.Unmarshal([]byte(r.stdout), &res)
+	if r.code != 0 || !strings.Contains(r.stderr, "warning: reading call 2's result from the later increments") || !strings.Contains(r.stderr, `".." component`) ||
+		res.Resumed == nil || res.Resumed.IncludesResult || res.From != nil || !strings.Contains(res.Note, "could not be read") {
+		t.Fatalf("hostile later increment: %d %s %s", r.code, r.stdout, r.stderr)
 	}
 }

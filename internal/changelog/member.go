@@ -1,0 +1,150 @@
+package changelog
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"syscall"
+
+	"github.com/agentscm/agentscm/internal/fsutil"
+	"github.com/klauspost/compress/gzip"
+)
+
+// ErrNoMember reports that an increment does not store the file asked for.
+var ErrNoMember = errors.New("the increment does not store the file")
+
+// ReadMember returns the content of the regular file name (a slash path
+// inside the capture root named root) stored in the increment at path,
+// without extracting anything: the whole archive is validated first as an
+// apply validates it (ErrUnreadableArchive), then the member is read from
+// a second pass. ErrNoMember when the increment does not store name as a
+// regular file; fsutil.ErrTooLarge when it is longer than limit bytes.
+func ReadMember(path, root, name string, limit int64) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open increment: %w", err)
+	}
+	defer f.Close()
+	return ReadMemberFrom(f, root, name, limit)
+}
+
+// ReadMemberFrom is ReadMember on an increment read from r.
+func ReadMemberFrom(r io.ReadSeeker, root, name string, limit int64) ([]byte, error) {
+	if n, err := cleanMemberName(name); err != nil || n != name {
+		return nil, fmt.Errorf("invalid member path %q", name)
+	}
+	a, err := readArchive(r, nil)
+	if err != nil {
+		return nil, err
+	}
+	var m *Member
+	for i := range a.Members {
+		if a.Members[i].Root == root && a.Members[i].Rel == name {
+			m = &a.Members[i]
+			break
+		}
+	}
+	if m == nil || m.Type != tar.TypeReg {
+		return nil, fmt.Errorf("%w: %s in capture root %s", ErrNoMember, name, root)
+	}
+	if m.Size > limit {
+		return nil, fmt.Errorf("%s in capture root %s: %w (%d bytes, limit %d)", name, root, fsutil.ErrTooLarge, m.Size, limit)
+	}
+	if _, err := r.Seek(0, io.SeekStart); err != nil {
+		return nil, err
+	}
+	gz, err := gzip.NewReader(r)
+	if err != nil {
+		return nil, archiveError("%v", err)
+	}
+	defer gz.Close()
+	gz.Multistream(false)
+	tr := tar.NewReader(gz)
+	var h *tar.Header
+	for i := 0; i <= m.offset; i++ {
+		if h, err = tr.Next(); err != nil {
+			return nil, fmt.Errorf("%w: archive changed while being read: %v", ErrUnreadableArchive, err)
+		}
+	}
+	if strings.TrimSuffix(h.Name, "/") != m.Name || h.Size != m.Size {
+		return nil, fmt.Errorf("%w: archive changed while being read", ErrUnreadableArchive)
+	}
+	b := make([]byte, m.Size)
+	if _, err := io.ReadFull(tr, b); err != nil {
+		return nil, archiveError("member %q: %v", m.Name, err)
+	}
+	return b, nil
+}
+
+// MaxLaterIncrements bounds how many later increments FindResultTranscript
+// reads before giving up.
+const MaxLaterIncrements = 32
+
+// LaterTranscript is a copy of a session's transcript, read from a later
+// increment, that holds a tool call's result.
+type LaterTranscript struct {
+	Position int    // the increment it was read from
+	Data     []byte // the whole stored transcript
+	Read     int    // later increments read to find it
+}
+
+// LaterIncrement is one increment after the target, as the caller fetches
+// it (downloaded and digest-verified): its position and content.
+type LaterIncrement struct {
+	Position int
+	Data     []byte
+}
+
+// FindResultTranscript looks for the result of tool call toolUseID in the
+// copies of session's transcript (<session>.jsonl in the TranscriptRootName
+// root) that later increments store. next returns the later increments in
+// order, (nil, nil) when there is none left; it is called only as needed and
+// at most MaxLaterIncrements times. The hook captures call k before the host
+// writes its result, and the transcript is append-only, so the first later
+// copy that holds the result extends the rewound one. It returns nil (and no
+// error) when no later copy holds it; an increment that is not a readable
+// archive is an error, a copy that does not parse up to the result is
+// passed over.
+func FindResultTranscript(ctx context.Context, next func(context.Context) (*LaterIncrement, error), session, toolUseID string) (*LaterTranscript, error) {
+	if err := checkSession(session); err != nil {
+		return nil, err
+	}
+	if toolUseID == "" {
+		return nil, fmt.Errorf("%w: no tool call to look for", ErrNoTranscript)
+	}
+	for read := 1; read <= MaxLaterIncrements; read++ {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		inc, err := next(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if inc == nil {
+			return nil, nil
+		}
+		b, err := ReadMemberFrom(bytes.NewReader(inc.Data), TranscriptRootName, session+".jsonl", maxTranscriptBytes)
+		switch {
+		case errors.Is(err, ErrNoMember):
+			continue
+		case err != nil:
+			return nil, fmt.Errorf("increment %d: %w", inc.Position, err)
+		}
+		if TranscriptHoldsResult(b, toolUseID) {
+			return &LaterTranscript{Position: inc.Position, Data: b, Read: read}, nil
+		}
+	}
+	return nil, nil
+}
+
+// TranscriptHoldsResult reports whether transcript b holds the result of
+// tool call toolUseID, parsed the way ResumeConversation cuts it.
+func TranscriptHoldsResult(b []byte, toolUseID string) bool {
+	c, err := cutTranscript(b, toolUseID)
+	return err == nil && c.found
+}
