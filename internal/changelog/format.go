@@ -479,6 +479,15 @@ func readArchiveHolding(r io.Reader, allowed []MetaRoot, budget *int64) (*Archiv
 			if h.Size < 0 {
 				return nil, archiveError("member %q has negative size", h.Name)
 			}
+			// A PAX sparse member declares its real size apart from the
+			// bytes stored: a few hundred bytes could claim (and extract
+			// as) terabytes of zeros. Neither agentscm nor GNU tar's
+			// incremental mode without --sparse writes one.
+			for k := range h.PAXRecords {
+				if strings.HasPrefix(k, "GNU.sparse.") {
+					return nil, archiveError("member %q is a sparse file (%s), which increments never hold", h.Name, k)
+				}
+			}
 			m.Size = h.Size
 			if a.held && h.Size <= sameCheckMax && h.Size <= *budget {
 				// Contents share 1 MiB chunks: one allocation per chunk.

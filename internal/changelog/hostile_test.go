@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -47,6 +48,55 @@ func buildArchive(t *testing.T, meta *Meta, ms []hostileMember) []byte {
 	return buf.Bytes()
 }
 
+// paxRecord encodes one PAX extended-header record ("LEN key=value\n").
+func paxRecord(k, v string) string {
+	n := len(k) + len(v) + 3
+	for {
+		s := fmt.Sprintf("%d %s=%s\n", n, k, v)
+		if len(s) == n {
+			return s
+		}
+		n = len(s)
+	}
+}
+
+// sparseArchive is an archive whose file member is a PAX 1.0 sparse file
+// claiming 100 GB of real size in 1 KiB of data. Go's tar writer refuses
+// to encode one, so the extended header is written as a plain member and
+// its typeflag patched to 'x' afterwards.
+func sparseArchive(t *testing.T, meta *Meta, name string) []byte {
+	t.Helper()
+	var raw bytes.Buffer
+	tw := tar.NewWriter(&raw)
+	b, _ := json.Marshal(meta)
+	tw.WriteHeader(&tar.Header{Name: MetaMember, Typeflag: tar.TypeReg, Size: int64(len(b)), Mode: 0o600, Format: tar.FormatUSTAR})
+	tw.Write(b)
+	tw.Flush() // pads the metadata member: the next header starts at off
+	off := raw.Len()
+	rec := paxRecord("GNU.sparse.major", "1") + paxRecord("GNU.sparse.minor", "0") +
+		paxRecord("GNU.sparse.name", name) + paxRecord("GNU.sparse.realsize", "100000000000")
+	tw.WriteHeader(&tar.Header{Name: "PaxHeaders/x", Typeflag: tar.TypeReg, Size: int64(len(rec)), Mode: 0o644, Format: tar.FormatUSTAR})
+	tw.Write([]byte(rec))
+	body := append([]byte("1\n99999999488\n512\n"), make([]byte, 512-18)...)
+	body = append(body, bytes.Repeat([]byte("x"), 512)...)
+	tw.WriteHeader(&tar.Header{Name: name, Typeflag: tar.TypeReg, Size: int64(len(body)), Mode: 0o644, Format: tar.FormatUSTAR})
+	tw.Write(body)
+	tw.Close()
+	hdr := raw.Bytes()[off : off+512]
+	hdr[156] = tar.TypeXHeader
+	copy(hdr[148:156], "        ")
+	sum := 0
+	for _, c := range hdr {
+		sum += int(c)
+	}
+	copy(hdr[148:156], fmt.Sprintf("%06o\x00 ", sum))
+	var out bytes.Buffer
+	gz := gzip.NewWriter(&out)
+	gz.Write(raw.Bytes())
+	gz.Close()
+	return out.Bytes()
+}
+
 func TestHostileArchivesAreRefusedWithNothingWritten(t *testing.T) {
 	base := t.TempDir()
 	root := filepath.Join(base, "root")
@@ -68,9 +118,10 @@ func TestHostileArchivesAreRefusedWithNothingWritten(t *testing.T) {
 	})
 	gz := func(b []byte) []byte { return b }
 	cases := map[string][]byte{
-		"absolute name":      buildArchive(t, meta(), []hostileMember{{name: "/etc/agentscm-pwned", flag: tar.TypeReg, body: "x"}}),
-		"dot-dot":            buildArchive(t, meta(), []hostileMember{{name: prefix + "/../outside/pwned", flag: tar.TypeReg, body: "x"}}),
-		"outside every root": buildArchive(t, meta(), []hostileMember{{name: strings.TrimPrefix(outside, "/") + "/pwned", flag: tar.TypeReg, body: "x"}}),
+		"absolute name":                   buildArchive(t, meta(), []hostileMember{{name: "/etc/agentscm-pwned", flag: tar.TypeReg, body: "x"}}),
+		"PAX sparse file claiming 100 GB": sparseArchive(t, meta(), prefix+"/big"),
+		"dot-dot":                         buildArchive(t, meta(), []hostileMember{{name: prefix + "/../outside/pwned", flag: tar.TypeReg, body: "x"}}),
+		"outside every root":              buildArchive(t, meta(), []hostileMember{{name: strings.TrimPrefix(outside, "/") + "/pwned", flag: tar.TypeReg, body: "x"}}),
 		"symlink then file through it": buildArchive(t, meta(), []hostileMember{
 			{name: prefix + "/l", flag: tar.TypeSymlink, link: outside},
 			{name: prefix + "/l/pwned", flag: tar.TypeReg, body: "x"},
