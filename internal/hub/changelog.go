@@ -222,11 +222,7 @@ func (s *Service) SetGrant(ctx context.Context, p Principal, repository, id stri
 	}
 	var out api.GrantView
 	err := s.st.Update(ctx, func(tx store.Tx) error {
-		repo, err := authorize(tx, p, repository, true)
-		if err != nil {
-			return err
-		}
-		w, err := workIn(tx, repo, id)
+		_, w, err := authorizedWork(tx, p, repository, id, true)
 		if err != nil {
 			return err
 		}
@@ -254,11 +250,7 @@ func (s *Service) ListIncrements(ctx context.Context, p Principal, repository, i
 	}
 	var out api.IncrementList
 	err := s.st.View(ctx, func(tx store.Tx) error {
-		repo, err := authorize(tx, p, repository, false)
-		if err != nil {
-			return err
-		}
-		w, err := workIn(tx, repo, id)
+		_, w, err := authorizedWork(tx, p, repository, id, false)
 		if err != nil {
 			return err
 		}
@@ -299,11 +291,7 @@ func (s *Service) GetIncrement(ctx context.Context, p Principal, repository, id,
 	}
 	var inc store.Increment
 	err := s.st.View(ctx, func(tx store.Tx) error {
-		repo, err := authorize(tx, p, repository, false)
-		if err != nil {
-			return err
-		}
-		w, err := workIn(tx, repo, id)
+		_, w, err := authorizedWork(tx, p, repository, id, false)
 		if err != nil {
 			return err
 		}

@@ -248,12 +248,18 @@ func authorize(tx store.Tx, p Principal, name string, write bool) (store.Reposit
 	return r, err
 }
 
-func workIn(tx store.Tx, repo store.Repository, id string) (store.Work, error) {
+// authorizedWork authorizes p on the repository (for writing when write)
+// and returns the Work id in it, or a 404 naming both.
+func authorizedWork(tx store.Tx, p Principal, repository, id string, write bool) (store.Repository, store.Work, error) {
+	repo, err := authorize(tx, p, repository, write)
+	if err != nil {
+		return repo, store.Work{}, err
+	}
 	w, err := tx.WorkByID(id)
 	if errors.Is(err, store.ErrNotFound) || (err == nil && w.RepositoryID != repo.ID) {
-		return w, api.Errorf(http.StatusNotFound, api.CodeNotFound, "no work %q in repository %q", id, repo.Name)
+		return repo, w, api.Errorf(http.StatusNotFound, api.CodeNotFound, "no work %q in repository %q", id, repo.Name)
 	}
-	return w, err
+	return repo, w, err
 }
 
 func accepting(state string) bool {
@@ -637,11 +643,7 @@ func (s *Service) ListWorks(ctx context.Context, p Principal, repository string)
 func (s *Service) GetWork(ctx context.Context, p Principal, repository, id string) (api.Work, error) {
 	var out api.Work
 	err := s.st.View(ctx, func(tx store.Tx) error {
-		repo, err := authorize(tx, p, repository, false)
-		if err != nil {
-			return err
-		}
-		w, err := workIn(tx, repo, id)
+		repo, w, err := authorizedWork(tx, p, repository, id, false)
 		if err != nil {
 			return err
 		}
@@ -684,11 +686,7 @@ func (s *Service) Checkpoint(ctx context.Context, p Principal, repository, id st
 	}
 	var out api.Work
 	err := s.st.Update(ctx, func(tx store.Tx) error {
-		repo, err := authorize(tx, p, repository, true)
-		if err != nil {
-			return err
-		}
-		w, err := workIn(tx, repo, id)
+		repo, w, err := authorizedWork(tx, p, repository, id, true)
 		if err != nil {
 			return err
 		}
@@ -728,11 +726,7 @@ func (s *Service) Checkpoint(ctx context.Context, p Principal, repository, id st
 func (s *Service) Record(ctx context.Context, p Principal, repository, id string) (api.ChangeRecord, error) {
 	var rec api.ChangeRecord
 	err := s.st.View(ctx, func(tx store.Tx) error {
-		repo, err := authorize(tx, p, repository, false)
-		if err != nil {
-			return err
-		}
-		w, err := workIn(tx, repo, id)
+		repo, w, err := authorizedWork(tx, p, repository, id, false)
 		if err != nil {
 			return err
 		}
