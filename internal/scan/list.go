@@ -263,23 +263,12 @@ func (l *lister) dir(j listJob, buf []byte) error {
 		if s.Type != Dir {
 			continue
 		}
-		sub, err := openat(j.fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC)
-		if err != nil {
-			if err == unix.ENOENT {
-				continue
-			}
-			if err == unix.ELOOP || err == unix.ENOTDIR {
-				err = ErrChanged
-			}
-			return &PathError{Op: "open directory", Path: p, Err: err}
+		sub, err := openSubdir(j.fd, name, p, s.Dev, s.Ino)
+		if err == errVanished {
+			continue
 		}
-		var sst unix.Stat_t
-		if err := unix.Fstat(sub, &sst); err != nil || uint64(sst.Dev) != s.Dev || sst.Ino != s.Ino {
-			unix.Close(sub)
-			if err == nil {
-				err = ErrChanged
-			}
-			return &PathError{Op: "open directory", Path: p, Err: err}
+		if err != nil {
+			return err
 		}
 		if subs == nil {
 			subs = make([]*listNode, len(names))

@@ -223,23 +223,12 @@ func (w *walker) dir(fd int, rel string, depth int) error {
 		if err != nil {
 			return err
 		}
-		sub, err := openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC)
-		if err != nil {
-			if err == unix.ENOENT {
-				continue
-			}
-			if err == unix.ELOOP || err == unix.ENOTDIR {
-				err = ErrChanged
-			}
-			return &PathError{Op: "open directory", Path: p, Err: err}
+		sub, err := openSubdir(fd, name, p, e.Dev, e.Ino)
+		if err == errVanished {
+			continue
 		}
-		var sst unix.Stat_t
-		if err := unix.Fstat(sub, &sst); err != nil || uint64(sst.Dev) != e.Dev || sst.Ino != e.Ino {
-			unix.Close(sub)
-			if err == nil {
-				err = ErrChanged
-			}
-			return &PathError{Op: "open directory", Path: p, Err: err}
+		if err != nil {
+			return err
 		}
 		err = w.dir(sub, p, depth+1)
 		unix.Close(sub)
@@ -542,4 +531,34 @@ func LstatAt(dir *os.File, name, rel string) (*Entry, error) {
 		e.Target = t
 	}
 	return e, nil
+}
+
+// errVanished reports a subdirectory removed between its listing and its
+// open: the walk skips it.
+var errVanished = errors.New("directory vanished")
+
+// openSubdir opens the subdirectory name of the directory fd without
+// following a symlink and checks it is the dev/ino its parent listed (path p
+// names it in errors): a replaced entry is ErrChanged, a removed one
+// errVanished.
+func openSubdir(fd int, name, p string, dev, ino uint64) (int, error) {
+	sub, err := openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC)
+	if err != nil {
+		if err == unix.ENOENT {
+			return -1, errVanished
+		}
+		if err == unix.ELOOP || err == unix.ENOTDIR {
+			err = ErrChanged
+		}
+		return -1, &PathError{Op: "open directory", Path: p, Err: err}
+	}
+	var sst unix.Stat_t
+	if err := unix.Fstat(sub, &sst); err != nil || uint64(sst.Dev) != dev || sst.Ino != ino {
+		unix.Close(sub)
+		if err == nil {
+			err = ErrChanged
+		}
+		return -1, &PathError{Op: "open directory", Path: p, Err: err}
+	}
+	return sub, nil
 }
