@@ -66,7 +66,9 @@ func FuzzScanHead(f *testing.F) {
 		// Keys match exactly, as Claude Code writes them (encoding/json's
 		// struct decoding would also match "TYPE"; a map does not).
 		var obj map[string]json.RawMessage
-		if json.Unmarshal(line, &obj) != nil {
+		// json.Unmarshal accepts the literal null into a map (leaving it
+		// nil): null is not an object, so scanHead refusing it is right.
+		if json.Unmarshal(line, &obj) != nil || obj == nil {
 			return // not an object: scanHead may accept or refuse
 		}
 		if !ok {
