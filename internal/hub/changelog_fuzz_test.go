@@ -3,31 +3,68 @@ package hub_test
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/agentscm/agentscm/internal/changelog"
+	"github.com/agentscm/agentscm/internal/hub"
 	"github.com/agentscm/agentscm/internal/hub/api"
 )
 
+// fuzzHub opens one Hub for a whole fuzz run (every execution reuses it)
+// with one human, repository and Work. Its data directory is on tmpfs when
+// the machine has one: an execution that stores an increment then costs no
+// disk flush, so the fuzzer runs thousands of executions instead of waiting
+// on fsync. The Hub code under test is the same.
+func fuzzHub(tb testing.TB) (*hub.Service, hub.Principal) {
+	tb.Helper()
+	base := ""
+	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
+		if d, err := os.MkdirTemp("/dev/shm", "agentscm-hubfuzz-"); err == nil {
+			base = d
+			tb.Cleanup(func() { os.RemoveAll(d) })
+		}
+	}
+	if base == "" {
+		base = tb.TempDir()
+	}
+	ctx := context.Background()
+	svc, err := hub.Open(ctx, filepath.Join(base, "data"), hub.Config{RetentionDays: 9})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { svc.Close() })
+	p, err := svc.EnsureLocal(ctx, "alice", "proj")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := svc.StartWork(ctx, p, "proj", api.StartWorkRequest{WorktreeID: "wt-fuzz"}); err != nil {
+		tb.Fatal(err)
+	}
+	return svc, p
+}
+
 // FuzzUploadIncrement feeds arbitrary bodies (with their true digest) to the
 // upload: the Hub must answer with a typed error or store a body whose
-// metadata names the position and session, never panic.
+// metadata names the position and session, never panic. One Hub serves every
+// execution (no per-execution process or database).
 func FuzzUploadIncrement(f *testing.F) {
 	f.Add(testIncrement(f, 0, "s"), "s")
 	f.Add([]byte("\x1f\x8b\x08\x00garbage"), "s")
 	f.Add([]byte{}, "")
-	e := newMatrixEnvB(f)
-	e.freshWorkB(f, "wt-fuzz")
-	p, err := e.svc.EnsureLocal(context.Background(), "alice", "proj")
-	if err != nil {
-		f.Fatal(err)
-	}
+	svc, p := fuzzHub(f)
+	ctx := context.Background()
 	f.Fuzz(func(t *testing.T, body []byte, session string) {
-		res, err := e.svc.UploadIncrement(context.Background(), p, "proj", "wt-fuzz",
+		res, err := svc.UploadIncrement(ctx, p, "proj", "wt-fuzz",
 			api.IncrementUpload{Position: 0, Session: session, Digest: digestOf(body), Size: int64(len(body))}, bytes.NewReader(body))
 		if err != nil {
-			if _, ok := api.AsError(err); !ok {
+			e, ok := api.AsError(err)
+			if !ok {
 				t.Fatalf("untyped error: %v", err)
+			}
+			if e.Status >= 500 {
+				t.Fatalf("server error for client input: %v", err)
 			}
 			return
 		}

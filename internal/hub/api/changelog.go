@@ -61,6 +61,11 @@ type ErrorDetail struct {
 	Want  int64  `json:"want,omitempty"`
 	// NextPosition is the first position the Work is missing.
 	NextPosition *int `json:"next_position,omitempty"`
+	// Field names the request field of an out_of_bounds refusal.
+	Field string `json:"field,omitempty"`
+	// Generation is the Work's current generation in a generation_changed
+	// conflict.
+	Generation int64 `json:"generation,omitempty"`
 }
 
 // Grant is a Work's changelog allowance: how many increment objects and
