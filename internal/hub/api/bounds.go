@@ -111,3 +111,16 @@ func (r CheckpointRequest) Validate() error {
 	}
 	return nil
 }
+
+// GenerationChanged reports whether err is a 409 generation_changed
+// conflict, and the Work's generation it names.
+func GenerationChanged(err error) (int64, bool) {
+	e, ok := AsError(err)
+	if !ok || e.Code != CodeConflict || e.Reason != ReasonGenerationChanged {
+		return 0, false
+	}
+	if e.Detail == nil {
+		return 0, true
+	}
+	return e.Detail.Generation, true
+}

@@ -14,13 +14,14 @@ const exactSumLimit = 9.0e18
 // saturatingSums sums integer columns over the rows of "FROM ... WHERE ..."
 // (from, with args) without ever failing on overflow. A column whose
 // absolute values total below exactSumLimit gets its exact sum; any other
-// column is saturated: math.MaxInt64 (or math.MinInt64 for a negative total)
-// with sat[i] set, so a caller can say the sum is capped rather than exact.
+// column is saturated: math.MaxInt64 (or math.MinInt64 for a negative
+// total) with sat[i] set, so a caller can say the sum is capped rather than
+// exact. The probe takes abs of a real, since abs(-2^63) itself overflows.
 // cols are trusted column expressions, never client input.
 func (t *sqliteTx) saturatingSums(from string, args []any, cols ...string) (sums []int64, sat []bool, err error) {
 	probe := make([]string, 0, 2*len(cols))
 	for _, c := range cols {
-		probe = append(probe, fmt.Sprintf("total(abs(%s))", c), fmt.Sprintf("total(%s)", c))
+		probe = append(probe, fmt.Sprintf("total(abs(%s*1.0))", c), fmt.Sprintf("total(%s)", c))
 	}
 	totals := make([]float64, 2*len(cols))
 	dest := make([]any, len(totals))
