@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/agentscm/agentscm/internal/changelog"
@@ -82,6 +83,46 @@ func FuzzReadMeta(f *testing.F) {
 		m, err := changelog.ReadMetaFrom(bytes.NewReader(body))
 		if err == nil && m == nil {
 			t.Fatal("no metadata and no error")
+		}
+	})
+}
+
+// FuzzIngestRecord feeds arbitrary envelope bodies (the literal WORK stands
+// for the fuzz Work's id) through the Hub's decoder and Ingest, then reads
+// the change record: every refusal is a typed client error (never 5xx), and
+// the record of whatever was accepted always answers. One Hub serves every
+// execution.
+func FuzzIngestRecord(f *testing.F) {
+	id := strings.Repeat("b", 64)
+	for _, v := range []string{"1", "1099511627776", "9223372036854775807", "-1", "0", "1.5", "1e19", `"3"`, "null"} {
+		f.Add(`{"identity":"` + id + `","type":"events","work_id":"WORK","generation":1,"session":"default","events":[{"seq":` + v + `,"kind":"turn_end","observed_at":` + v + `}]}`)
+		f.Add(`{"identity":"` + id + `","type":"usage","work_id":"WORK","generation":1,"session":"default","usage":{"scope":"request","message_id":"m` + v + `","input_tokens":` + v + `,"output_tokens":1099511627776,"cache_creation_input_tokens":null,"cache_read_input_tokens":` + v + `}}`)
+		f.Add(`{"identity":"` + id + `","type":"usage","work_id":"WORK","generation":1,"session":"default","usage":{"scope":"session_cumulative","input_tokens":` + v + `,"output_tokens":null,"cache_creation_input_tokens":null,"cache_read_input_tokens":null}}`)
+		f.Add(`{"identity":"` + id + `","type":"action_start","work_id":"WORK","generation":1,"session":"default","action_start":{"action_id":"a","tool":"Bash","class":"execution","observation_order":` + v + `,"started_at":` + v + `}}`)
+		f.Add(`{"identity":"` + id + `","type":"action_finish","work_id":"WORK","generation":1,"session":"default","action_finish":{"action_id":"a","result":"failed","verification":"unknown","exit_code":` + v + `,"finished_at":` + v + `}}`)
+		f.Add(`{"identity":"` + id + `","type":"gap","work_id":"WORK","generation":` + v + `,"session":"default","gap":{"kind":"outage","from_seq":` + v + `,"to_seq":` + v + `}}`)
+	}
+	svc, p := fuzzHub(f)
+	ctx := context.Background()
+	cur, err := svc.CurrentWork(ctx, p, "proj", "wt-fuzz")
+	if err != nil {
+		f.Fatal(err)
+	}
+	work := cur.Work.ID
+	f.Fuzz(func(t *testing.T, body string) {
+		var env api.Envelope
+		err := api.DecodeBytesStrict([]byte(strings.ReplaceAll(body, "WORK", work)), &env)
+		if err == nil {
+			_, err = svc.Ingest(ctx, p, "proj", &env)
+		}
+		if err != nil {
+			e, ok := api.AsError(err)
+			if !ok || e.Status >= 500 {
+				t.Fatalf("envelope %s: %v", body, err)
+			}
+		}
+		if _, err := svc.Record(ctx, p, "proj", work); err != nil {
+			t.Fatalf("record after %s: %v", body, err)
 		}
 	})
 }
