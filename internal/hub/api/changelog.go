@@ -80,11 +80,11 @@ func DefaultGrant() Grant { return Grant{MaxObjects: DefaultGrantObjects, MaxByt
 
 // Validate checks a requested grant against the Hub's ceilings.
 func (g Grant) Validate() error {
-	if g.MaxObjects < 1 || g.MaxObjects > MaxGrantObjects {
-		return Errorf(http.StatusBadRequest, CodeBadRequest, "max_objects must be 1 to %d, not %d", MaxGrantObjects, g.MaxObjects)
+	if err := CheckInt("max_objects", g.MaxObjects, 1, MaxGrantObjects); err != nil {
+		return err
 	}
-	if g.MaxBytes < 1 || g.MaxBytes > MaxGrantBytes {
-		return Errorf(http.StatusBadRequest, CodeBadRequest, "max_bytes must be 1 to %d, not %d", int64(MaxGrantBytes), g.MaxBytes)
+	if err := CheckInt("max_bytes", g.MaxBytes, 1, MaxGrantBytes); err != nil {
+		return err
 	}
 	return nil
 }
