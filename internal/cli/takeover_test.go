@@ -41,8 +41,11 @@ func TestTakeoverExpectGeneration(t *testing.T) {
 			t.Fatalf("--expect-generation %s: %+v", bad, r)
 		}
 	}
+	if out := mustRun(t, env, "work", "takeover", "--root", a, "--work-id", w.ID, "--expect-generation", "2").stdout; out != w.ID+": active, generation 3; current for this checkout\n" {
+		t.Fatalf("takeover text = %q", out)
+	}
 	// Without the flag the command expects what it reads: it wins.
-	if tw := decode[api.Work](t, mustRun(t, env, "work", "takeover", "--root", c, "--work-id", w.ID, "--format", "json").stdout); tw.Generation != 3 {
+	if tw := decode[api.Work](t, mustRun(t, env, "work", "takeover", "--root", c, "--work-id", w.ID, "--format", "json").stdout); tw.Generation != 4 {
 		t.Fatalf("takeover without --expect-generation = %+v", tw)
 	}
 	if help := runMain(t, env, "", "work", "takeover", "--help"); help.code != 0 || !strings.Contains(help.stdout, "--expect-generation") || !strings.Contains(help.stdout, fmt.Sprintf("exits %d", ExitGenerationChanged)) {

@@ -334,6 +334,10 @@ Of concurrent takeovers exactly one wins each generation.`, ExitGenerationChange
 	if *format == "json" {
 		return writeJSON(env.Stdout, w)
 	}
+	if action == api.CheckpointTakeover {
+		fmt.Fprintf(env.Stdout, "%s: %s, generation %d; current for this checkout\n", w.ID, w.State, w.Generation)
+		return nil
+	}
 	fmt.Fprintf(env.Stdout, "%s: %s, generation %d\n", w.ID, w.State, w.Generation)
 	return nil
 }
