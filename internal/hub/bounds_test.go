@@ -446,3 +446,43 @@ func (e *matrixEnv) doAsync(method, path, token string, body []byte) (int, []byt
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, b
 }
+
+// TestTakeoverAtLastGeneration: a Work at the largest generation (written
+// into the database; 2^31-1 takeovers are out of reach) refuses a takeover
+// with 409 invalid_state instead of passing the bound envelopes are held to.
+func TestTakeoverAtLastGeneration(t *testing.T) {
+	ctx := context.Background()
+	data := filepath.Join(t.TempDir(), "data")
+	svc, err := hub.Open(ctx, data, hub.Config{RetentionDays: 9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := svc.EnsureLocal(ctx, "alice", "proj")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := svc.StartWork(ctx, p, "proj", api.StartWorkRequest{WorktreeID: "wt"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.Close()
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(data, store.DBFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("UPDATE works SET generation=?", int64(api.MaxGeneration)); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	if svc, err = hub.Open(ctx, data, hub.Config{RetentionDays: 9}); err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Close()
+	_, err = svc.Checkpoint(ctx, p, "proj", w.ID, api.CheckpointRequest{Action: api.CheckpointTakeover, WorktreeID: "wt-2"})
+	if e, ok := api.AsError(err); !ok || e.Status != 409 || e.Code != api.CodeInvalidState {
+		t.Fatalf("takeover at the last generation: %v", err)
+	}
+	if _, err := svc.Record(ctx, p, "proj", w.ID); err != nil {
+		t.Fatal(err)
+	}
+}
