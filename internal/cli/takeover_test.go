@@ -36,6 +36,12 @@ func TestTakeoverExpectGeneration(t *testing.T) {
 	if r := runMain(t, env, "", "work", "pause", "--root", b, "--work-id", w.ID, "--expect-generation", "1"); r.code != ExitGenerationChanged || !strings.Contains(r.stderr, "not changed") {
 		t.Fatalf("stale pause: %+v", r)
 	}
+	// An expectation ahead of the Work is refused the same way, without
+	// claiming a takeover.
+	if r := runMain(t, env, "", "work", "takeover", "--root", c, "--work-id", w.ID, "--expect-generation", "9"); r.code != ExitGenerationChanged ||
+		strings.Contains(r.stderr, "meanwhile") || !strings.Contains(r.stderr, "generation 2 now, not 9") {
+		t.Fatalf("takeover expecting a future generation: %+v", r)
+	}
 	for _, bad := range []string{"0", "-1", "2147483648", "9223372036854775807", "1.5", "x"} {
 		if r := runMain(t, env, "", "work", "takeover", "--root", c, "--work-id", w.ID, "--expect-generation", bad); r.code != ExitUsage {
 			t.Fatalf("--expect-generation %s: %+v", bad, r)

@@ -318,8 +318,12 @@ Of concurrent takeovers exactly one wins each generation.`, ExitGenerationChange
 	}
 	w, err := conn.Checkpoint(ctx, wid, req)
 	if now, ok := api.GenerationChanged(err); ok {
-		msg := fmt.Errorf("work %s was not changed: it is at generation %d now, not %d (someone took it over meanwhile)", wid, now, *req.ExpectGeneration)
-		if action == api.CheckpointTakeover {
+		why := ""
+		if now > *req.ExpectGeneration {
+			why = " (someone took it over meanwhile)"
+		}
+		msg := fmt.Errorf("work %s was not changed: it is at generation %d now, not %d%s", wid, now, *req.ExpectGeneration, why)
+		if action == api.CheckpointTakeover && now > *req.ExpectGeneration {
 			msg = fmt.Errorf("work %s was taken over meanwhile: it is at generation %d now, not %d; this checkout is not current for it (see 'agentscm work show --work-id %s'; to take it over from there, run again with --expect-generation %d)",
 				wid, now, *req.ExpectGeneration, wid, now)
 		}

@@ -696,8 +696,12 @@ func (s *Service) Checkpoint(ctx context.Context, p Principal, repository, id st
 		// Compare and swap: the generation the caller saw is checked in the
 		// same write transaction that applies the checkpoint.
 		if req.ExpectGeneration != nil && *req.ExpectGeneration != w.Generation {
+			why := ""
+			if *req.ExpectGeneration < w.Generation {
+				why = ": it was taken over meanwhile"
+			}
 			return &api.Error{Status: http.StatusConflict, Code: api.CodeConflict, Reason: api.ReasonGenerationChanged,
-				Message: fmt.Sprintf("work %s is at generation %d, not the expected %d: it was taken over meanwhile", w.ID, w.Generation, *req.ExpectGeneration),
+				Message: fmt.Sprintf("work %s is at generation %d, not the expected %d%s", w.ID, w.Generation, *req.ExpectGeneration, why),
 				Detail:  &api.ErrorDetail{WorkID: w.ID, Generation: w.Generation}}
 		}
 		if req.Action == api.CheckpointTakeover && w.Generation >= api.MaxGeneration {
