@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -249,25 +250,44 @@ func ts(unix int64) string {
 	return time.Unix(unix, 0).UTC().Format(time.RFC3339)
 }
 
+// ExitGenerationChanged is the exit status of a checkpoint refused because
+// the Work's generation is not the one expected: someone took it over
+// meanwhile (the Hub's 409 generation_changed).
+const ExitGenerationChanged = 6
+
 func runWorkCheckpoint(ctx context.Context, env *Env, action string, args []string) error {
-	synopsis := "[--root ABS] [--work-id ID] [--note TEXT] [--format text|json]"
-	desc := fmt.Sprintf("Record a %s checkpoint on a Work (default: the checkout's current Work).", action)
+	synopsis := "[--root ABS] [--work-id ID] [--expect-generation N] [--note TEXT] [--format text|json]"
+	desc := fmt.Sprintf(`Record a %s checkpoint on a Work (default: the checkout's current Work).
+With --expect-generation N it is recorded only if the Work is still at
+generation N; otherwise it exits %d and changes nothing.`, action, ExitGenerationChanged)
 	if action == api.CheckpointTakeover {
-		synopsis = "[--root ABS] --work-id ID [--note TEXT] [--format text|json]"
-		desc = `Take a Work over into this checkout: its generation increases, it becomes
+		synopsis = "[--root ABS] --work-id ID [--expect-generation N] [--note TEXT] [--format text|json]"
+		desc = fmt.Sprintf(`Take a Work over into this checkout: its generation increases, it becomes
 the current Work of this checkout's worktree, and capture at any older
-generation (the previous holder's sessions) is refused from now on.`
+generation (the previous holder's sessions) is refused from now on.
+
+The takeover applies only to the generation you expect: --expect-generation N,
+or, without it, the generation the Work has when this command reads it. If
+someone took the Work over in between, nothing changes, this checkout is not
+current for it, and the command exits %d naming the Work's generation now.
+Of concurrent takeovers exactly one wins each generation.`, ExitGenerationChanged)
 	}
 	fs := newFlags(env, "agentscm work "+action, synopsis, desc)
 	root := fs.String("root", "", "absolute path of the checkout (default: the working directory)")
 	id := fs.String("work-id", "", "the Work")
 	note := fs.String("note", "", "a note recorded with the checkpoint")
+	expect := fs.Int64("expect-generation", 0, fmt.Sprintf("apply only if the Work is at this generation (1 to %d)", api.MaxGeneration))
 	format := formatFlag(fs)
 	if err := parseFlags(fs, args, false); err != nil {
 		return err
 	}
 	if action == api.CheckpointTakeover && *id == "" {
 		return usagef("takeover needs --work-id")
+	}
+	expectSet := false
+	fs.Visit(func(f *flag.Flag) { expectSet = expectSet || f.Name == "expect-generation" })
+	if expectSet && (*expect < 1 || *expect > api.MaxGeneration) {
+		return usagef("--expect-generation must be 1 to %d, not %d", api.MaxGeneration, *expect)
 	}
 	ctx, cancel := context.WithTimeout(ctx, hubTimeout)
 	defer cancel()
@@ -281,10 +301,34 @@ generation (the previous holder's sessions) is refused from now on.`
 		return err
 	}
 	req := api.CheckpointRequest{Action: action, Note: *note}
+	if expectSet {
+		req.ExpectGeneration = expect
+	}
 	if action == api.CheckpointTakeover {
 		req.WorktreeID = c.WorktreeID
+		if !expectSet {
+			// The generation this caller saw: the Hub compares and swaps, so
+			// of concurrent takeovers only one moves the Work past it.
+			seen, err := conn.GetWork(ctx, wid)
+			if err != nil {
+				return err
+			}
+			req.ExpectGeneration = &seen.Generation
+		}
 	}
 	w, err := conn.Checkpoint(ctx, wid, req)
+	if now, ok := api.GenerationChanged(err); ok {
+		why := ""
+		if now > *req.ExpectGeneration {
+			why = " (someone took it over meanwhile)"
+		}
+		msg := fmt.Errorf("work %s was not changed: it is at generation %d now, not %d%s", wid, now, *req.ExpectGeneration, why)
+		if action == api.CheckpointTakeover && now > *req.ExpectGeneration {
+			msg = fmt.Errorf("work %s was taken over meanwhile: it is at generation %d now, not %d; this checkout is not current for it (see 'agentscm work show --work-id %s'; to take it over from there, run again with --expect-generation %d)",
+				wid, now, *req.ExpectGeneration, wid, now)
+		}
+		return &ExitCodeError{Code: ExitGenerationChanged, Err: msg}
+	}
 	if err != nil {
 		return err
 	}
@@ -293,6 +337,10 @@ generation (the previous holder's sessions) is refused from now on.`
 	}
 	if *format == "json" {
 		return writeJSON(env.Stdout, w)
+	}
+	if action == api.CheckpointTakeover {
+		fmt.Fprintf(env.Stdout, "%s: %s, generation %d; current for this checkout\n", w.ID, w.State, w.Generation)
+		return nil
 	}
 	fmt.Fprintf(env.Stdout, "%s: %s, generation %d\n", w.ID, w.State, w.Generation)
 	return nil

@@ -94,7 +94,7 @@ func planUpload(tx store.Tx, p Principal, repository, worktree string, up api.In
 	if used.Objects+1 > pl.grant.MaxObjects {
 		return pl, grantRefusal(w.ID, api.BoundObjects, used.Objects, 1, pl.grant.MaxObjects)
 	}
-	if used.Bytes+up.Size > pl.grant.MaxBytes {
+	if up.Size > pl.grant.MaxBytes-used.Bytes { // no overflow: used.Bytes is capped, never above 2^63-1
 		return pl, grantRefusal(w.ID, api.BoundBytes, used.Bytes, up.Size, pl.grant.MaxBytes)
 	}
 	pl.used = api.GrantUsage{Objects: used.Objects + 1, Bytes: used.Bytes + up.Size}

@@ -684,11 +684,28 @@ func (s *Service) Checkpoint(ctx context.Context, p Principal, repository, id st
 	if len(req.Note) > api.MaxTextLen {
 		return api.Work{}, badf("note is longer than %d bytes", api.MaxTextLen)
 	}
+	if err := req.Validate(); err != nil {
+		return api.Work{}, err
+	}
 	var out api.Work
 	err := s.st.Update(ctx, func(tx store.Tx) error {
 		repo, w, err := authorizedWork(tx, p, repository, id, true)
 		if err != nil {
 			return err
+		}
+		// Compare and swap: the generation the caller saw is checked in the
+		// same write transaction that applies the checkpoint.
+		if req.ExpectGeneration != nil && *req.ExpectGeneration != w.Generation {
+			why := ""
+			if *req.ExpectGeneration < w.Generation {
+				why = ": it was taken over meanwhile"
+			}
+			return &api.Error{Status: http.StatusConflict, Code: api.CodeConflict, Reason: api.ReasonGenerationChanged,
+				Message: fmt.Sprintf("work %s is at generation %d, not the expected %d%s", w.ID, w.Generation, *req.ExpectGeneration, why),
+				Detail:  &api.ErrorDetail{WorkID: w.ID, Generation: w.Generation}}
+		}
+		if req.Action == api.CheckpointTakeover && w.Generation >= api.MaxGeneration {
+			return api.Errorf(http.StatusConflict, api.CodeInvalidState, "work %s is at generation %d, the last one a Hub allows", w.ID, w.Generation)
 		}
 		allowed := false
 		for _, f := range tr.from {
@@ -755,7 +772,7 @@ func (s *Service) Record(ctx context.Context, p Principal, repository, id string
 			k := store.SessionKey{Generation: ss.Generation, Canonical: ss.Canonical}
 			st := byKey[k]
 			sr := api.SessionRecord{Session: ss.Canonical, Generation: ss.Generation, WorktreeID: ss.WorktreeID,
-				NativeSessionIDs: natives[k], Events: st.Events, FirstSeq: st.FirstSeq, LastSeq: st.LastSeq, MissingSeqs: st.LastSeq - st.Events}
+				NativeSessionIDs: natives[k], Events: st.Events, FirstSeq: st.FirstSeq, LastSeq: st.LastSeq, MissingSeqs: missingSeqs(st.LastSeq, st.Events)}
 			if sr.NativeSessionIDs == nil {
 				sr.NativeSessionIDs = []string{}
 			}
@@ -839,6 +856,17 @@ func (s *Service) Record(ctx context.Context, p Principal, repository, id string
 		return nil
 	})
 	return rec, internal(err)
+}
+
+// missingSeqs counts the numbers 1..last that events (the distinct
+// sequences received) do not cover. It never overflows and is never
+// negative, whatever the store holds: admission keeps seq in 1..MaxSeq, and
+// data written around the Hub (seq <= 0) only makes the count smaller.
+func missingSeqs(last, events int64) int64 {
+	if last <= 0 || events >= last {
+		return 0
+	}
+	return last - max(events, 0)
 }
 
 // CurrentWork returns the Work that is current for a worktree and the

@@ -27,7 +27,7 @@ func FuzzParserLine(f *testing.F) {
 		out = p.Flush(out)
 		out = p.Gaps(out)
 		for _, r := range out {
-			if r.SessionID != sess || r.ObservedAt.Unix() <= 0 {
+			if r.SessionID != sess || r.ObservedAt.Unix() <= 0 || r.ObservedAt.Unix() > maxUnixTime {
 				t.Fatalf("record %+v", r)
 			}
 			if r.Body != nil && !bodies {
@@ -35,8 +35,8 @@ func FuzzParserLine(f *testing.F) {
 			}
 			if u := r.Usage; u != nil {
 				for _, n := range []*int64{u.InputTokens, u.OutputTokens, u.CacheCreationInputTokens, u.CacheReadInputTokens} {
-					if n != nil && *n < 0 {
-						t.Fatalf("negative count %+v", u)
+					if n != nil && (*n < 0 || *n > maxTokenCount) {
+						t.Fatalf("count outside the Hub's bound %+v", u)
 					}
 				}
 				if u.Scope != event.UsageScopeRequest && u.Scope != event.UsageScopeSessionCumulative {
@@ -66,7 +66,9 @@ func FuzzScanHead(f *testing.F) {
 		// Keys match exactly, as Claude Code writes them (encoding/json's
 		// struct decoding would also match "TYPE"; a map does not).
 		var obj map[string]json.RawMessage
-		if json.Unmarshal(line, &obj) != nil {
+		// json.Unmarshal accepts the literal null into a map (leaving it
+		// nil): null is not an object, so scanHead refusing it is right.
+		if json.Unmarshal(line, &obj) != nil || obj == nil {
 			return // not an object: scanHead may accept or refuse
 		}
 		if !ok {

@@ -163,7 +163,7 @@ func (p *Parser) Line(line []byte, out []event.Record) []event.Record {
 		return out
 	}
 	at := p.Now.UTC().Truncate(time.Second)
-	if ts, err := time.Parse(time.RFC3339Nano, r.Timestamp); err == nil && ts.Unix() > 0 {
+	if ts, err := time.Parse(time.RFC3339Nano, r.Timestamp); err == nil && ts.Unix() > 0 && ts.Unix() <= maxUnixTime {
 		at = ts.UTC()
 	}
 	switch {
@@ -245,8 +245,19 @@ func usageOf(id string, m *rawMessage) event.Usage {
 
 // nonNeg keeps a reported count; a negative one is not a count and stays
 // unknown.
+// maxTokenCount and maxUnixTime are the Hub's admission bounds
+// (api.MaxTokenCount and api.MaxUnixTime, pinned by a test). A token count
+// above the bound is not a credible provider count and reads as unknown, and
+// a timestamp past it as absent (the receipt time is used), so the Hub never
+// refuses the record and leaves it pending for good.
+const (
+	maxTokenCount = 1 << 40
+	maxUnixTime   = 253402300799
+)
+
+// nonNeg keeps a credible count: 0 to maxTokenCount, else unknown (nil).
 func nonNeg(v *int64) *int64 {
-	if v == nil || *v < 0 {
+	if v == nil || *v < 0 || *v > maxTokenCount {
 		return nil
 	}
 	n := *v

@@ -70,6 +70,10 @@ const (
 	ReasonWorktreeMismatch = "worktree_mismatch"
 	// ReasonUnknownWork: the envelope names a Work the repository does not have.
 	ReasonUnknownWork = "unknown_work"
+	// ReasonGenerationChanged (409 conflict): a checkpoint's
+	// expect_generation is not the Work's generation any more (someone
+	// took it over meanwhile).
+	ReasonGenerationChanged = "generation_changed"
 )
 
 // Error is the JSON error of every failed request, and the Go error both
@@ -177,6 +181,11 @@ type CheckpointRequest struct {
 	// WorktreeID is required for takeover: the Work becomes current there.
 	WorktreeID string `json:"worktree_id,omitempty"`
 	Note       string `json:"note,omitempty"`
+	// ExpectGeneration, when set, is the generation the caller saw: the
+	// checkpoint is applied only if the Work is still at it, else 409
+	// conflict with reason generation_changed (Detail.Generation is the
+	// Work's generation now). Checked and applied in one transaction.
+	ExpectGeneration *int64 `json:"expect_generation,omitempty"`
 }
 
 // Work is a unit of agent work on a repository.

@@ -153,6 +153,13 @@ func FuzzEnvelope(f *testing.F) {
 	f.Add(b)
 	f.Add([]byte(`{"identity":"","type":"gap","gap":{"kind":"outage","from_seq":1,"to_seq":0}}`))
 	f.Add([]byte(`{"type":"action_start","action_start":{"action_id":"x","tool":"Bash","class":"edit","source":{"head":"h"}}}`))
+	id := strings.Repeat("a", 64)
+	for _, v := range []string{"9223372036854775807", "-9223372036854775808", "1099511627776", "1099511627777", "2147483648", "1.5", "1e19", `"1"`} {
+		f.Add([]byte(`{"identity":"` + id + `","type":"events","work_id":"w","generation":1,"session":"s","events":[{"seq":` + v + `,"kind":"turn_end","observed_at":` + v + `}]}`))
+		f.Add([]byte(`{"identity":"` + id + `","type":"usage","work_id":"w","generation":` + v + `,"session":"s","usage":{"scope":"request","message_id":"m","input_tokens":` + v + `,"output_tokens":null,"cache_creation_input_tokens":0,"cache_read_input_tokens":` + v + `}}`))
+		f.Add([]byte(`{"identity":"` + id + `","type":"action_finish","work_id":"w","generation":1,"session":"s","action_finish":{"action_id":"a","result":"failed","verification":"unknown","exit_code":` + v + `,"finished_at":` + v + `}}`))
+		f.Add([]byte(`{"identity":"` + id + `","type":"gap","work_id":"w","generation":1,"session":"s","gap":{"kind":"outage","from_seq":` + v + `,"to_seq":` + v + `}}`))
+	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var e Envelope
 		if err := DecodeBytesStrict(body, &e); err != nil {
@@ -162,7 +169,46 @@ func FuzzEnvelope(f *testing.F) {
 			return
 		}
 		if err := e.Validate(); err != nil {
+			ae, ok := AsError(err)
+			if !ok || ae.Status != 400 {
+				t.Fatalf("validation error is not a 400 *Error: %v", err)
+			}
+			if ae.Reason == ReasonOutOfBounds && (ae.Detail == nil || ae.Detail.Field == "" || !strings.Contains(ae.Message, ae.Detail.Field)) {
+				t.Fatalf("out_of_bounds refusal without its field: %+v", ae)
+			}
 			return
+		}
+		// Accepted: every integer is within its bound.
+		in := func(name string, v, min, max int64) {
+			if v < min || v > max {
+				t.Fatalf("accepted %s = %d outside %d..%d", name, v, min, max)
+			}
+		}
+		in("generation", e.Generation, 1, MaxGeneration)
+		for _, ev := range e.Events {
+			in("seq", ev.Seq, 1, MaxSeq)
+			in("observed_at", ev.ObservedAt, 0, MaxUnixTime)
+		}
+		if a := e.ActionStart; a != nil {
+			in("observation_order", a.ObservationOrder, 0, MaxSeq)
+			in("started_at", a.StartedAt, 0, MaxUnixTime)
+		}
+		if a := e.ActionFinish; a != nil {
+			in("finished_at", a.FinishedAt, 0, MaxUnixTime)
+			if a.ExitCode != nil {
+				in("exit_code", int64(*a.ExitCode), MinExitCode, MaxExitCode)
+			}
+		}
+		if u := e.Usage; u != nil {
+			for _, n := range []*int64{u.InputTokens, u.OutputTokens, u.CacheCreationInputTokens, u.CacheReadInputTokens} {
+				if n != nil {
+					in("token count", *n, 0, MaxTokenCount)
+				}
+			}
+		}
+		if g := e.Gap; g != nil {
+			in("from_seq", g.FromSeq, 0, MaxSeq)
+			in("to_seq", g.ToSeq, 0, MaxSeq)
 		}
 		d := e.Digest()
 		out, err := json.Marshal(&e)

@@ -61,6 +61,11 @@ type ErrorDetail struct {
 	Want  int64  `json:"want,omitempty"`
 	// NextPosition is the first position the Work is missing.
 	NextPosition *int `json:"next_position,omitempty"`
+	// Field names the request field of an out_of_bounds refusal.
+	Field string `json:"field,omitempty"`
+	// Generation is the Work's current generation in a generation_changed
+	// conflict.
+	Generation int64 `json:"generation,omitempty"`
 }
 
 // Grant is a Work's changelog allowance: how many increment objects and
@@ -75,11 +80,11 @@ func DefaultGrant() Grant { return Grant{MaxObjects: DefaultGrantObjects, MaxByt
 
 // Validate checks a requested grant against the Hub's ceilings.
 func (g Grant) Validate() error {
-	if g.MaxObjects < 1 || g.MaxObjects > MaxGrantObjects {
-		return Errorf(http.StatusBadRequest, CodeBadRequest, "max_objects must be 1 to %d, not %d", MaxGrantObjects, g.MaxObjects)
+	if err := CheckInt("max_objects", g.MaxObjects, 1, MaxGrantObjects); err != nil {
+		return err
 	}
-	if g.MaxBytes < 1 || g.MaxBytes > MaxGrantBytes {
-		return Errorf(http.StatusBadRequest, CodeBadRequest, "max_bytes must be 1 to %d, not %d", int64(MaxGrantBytes), g.MaxBytes)
+	if err := CheckInt("max_bytes", g.MaxBytes, 1, MaxGrantBytes); err != nil {
+		return err
 	}
 	return nil
 }

@@ -268,8 +268,8 @@ func (e *Envelope) Validate() error {
 	if !ValidName(e.WorkID) || !ValidName(e.Session) {
 		return bad("work_id and session are required")
 	}
-	if e.Generation < 1 {
-		return bad("generation must be at least 1")
+	if err := e.checkBounds(); err != nil {
+		return err
 	}
 	if e.NativeSessionID != "" && !ValidName(e.NativeSessionID) {
 		return bad("native_session_id is not valid")

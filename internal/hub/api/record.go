@@ -78,6 +78,10 @@ type UsageTotals struct {
 	CacheCreationInputTokens int64            `json:"cache_creation_input_tokens"`
 	CacheReadInputTokens     int64            `json:"cache_read_input_tokens"`
 	Unknown                  map[string]int64 `json:"unknown,omitempty"`
+	// Saturated names the fields whose sum would leave the 64-bit range:
+	// they read 9223372036854775807 (2^63-1) and are not exact. Admission
+	// bounds (MaxTokenCount) make this unreachable for data the Hub accepted.
+	Saturated []string `json:"saturated,omitempty"`
 	// SessionCumulative holds the latest session-cumulative record of each
 	// session and model, excluded from the sums above.
 	SessionCumulative []CumulativeUsage `json:"session_cumulative,omitempty"`

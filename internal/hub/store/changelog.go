@@ -16,8 +16,19 @@ func (t *sqliteTx) SetChangelogGrant(workID string, g api.Grant, at int64) error
 
 func (t *sqliteTx) ChangelogUsage(workID string) (api.GrantUsage, error) {
 	var u api.GrantUsage
-	err := t.row("SELECT count(*), coalesce(sum(size),0) FROM changelog_increments WHERE work_id=?", []any{workID}, &u.Objects, &u.Bytes)
-	return u, err
+	const from = "FROM changelog_increments WHERE work_id=?"
+	if err := t.row("SELECT count(*) "+from, []any{workID}, &u.Objects); err != nil {
+		return u, err
+	}
+	// Sizes are bounded at upload, so the sum is exact; a sum that would
+	// overflow (only data written around the Hub) is capped, which refuses
+	// every further upload of the Work, instead of failing.
+	sums, _, err := t.saturatingSums(from, []any{workID}, "size")
+	if err != nil {
+		return u, err
+	}
+	u.Bytes = max(sums[0], 0)
+	return u, nil
 }
 
 func (t *sqliteTx) ChangelogLast(workID, worktreeID string) (int, error) {

@@ -990,20 +990,28 @@ func (t *sqliteTx) UsageTotals(workID string) (api.UsageTotals, error) {
 	var unknown [4]int64
 	// Only request-scoped records are summed; a session-cumulative record is
 	// the host's own running total and adding it would count twice.
-	err := t.row(`SELECT count(*),coalesce(sum(input),0),coalesce(sum(output),0),coalesce(sum(cache_creation),0),coalesce(sum(cache_read),0),
-		count(*)-count(input),count(*)-count(output),count(*)-count(cache_creation),count(*)-count(cache_read)
-		FROM usage WHERE work_id=? AND scope='request'`,
-		[]any{workID}, &u.Records, &u.InputTokens, &u.OutputTokens, &u.CacheCreationInputTokens, &u.CacheReadInputTokens,
-		&unknown[0], &unknown[1], &unknown[2], &unknown[3])
+	const from = "FROM usage WHERE work_id=? AND scope='request'"
+	err := t.row(`SELECT count(*),count(*)-count(input),count(*)-count(output),count(*)-count(cache_creation),count(*)-count(cache_read) `+from,
+		[]any{workID}, &u.Records, &unknown[0], &unknown[1], &unknown[2], &unknown[3])
 	if err != nil {
 		return u, err
 	}
+	// Sums never fail: one that would leave int64 is capped and named in
+	// Saturated (admission bounds make that unreachable for accepted data).
+	sums, sat, err := t.saturatingSums(from, []any{workID}, "input", "output", "cache_creation", "cache_read")
+	if err != nil {
+		return u, err
+	}
+	u.InputTokens, u.OutputTokens, u.CacheCreationInputTokens, u.CacheReadInputTokens = sums[0], sums[1], sums[2], sums[3]
 	for i, name := range []string{"input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"} {
 		if unknown[i] > 0 {
 			if u.Unknown == nil {
 				u.Unknown = map[string]int64{}
 			}
 			u.Unknown[name] = unknown[i]
+		}
+		if sat[i] {
+			u.Saturated = append(u.Saturated, name)
 		}
 	}
 	// The latest cumulative record per session and model, kept apart.
