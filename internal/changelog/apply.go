@@ -237,6 +237,9 @@ type overlay struct {
 	listing  map[string]map[string]byte
 	fresh    map[string]bool // directories created anew: their disk contents are gone
 	rootGone map[string]bool
+	// sizes tracks the transcripts the sequence stored: local bytes (what
+	// the next appended part must start at) and the bytes on disk.
+	sizes map[string][2]int64
 }
 
 func vkey(root, rel string) string { return root + "\x00" + rel }
@@ -311,6 +314,7 @@ func purged(l map[string]byte, name string, k vkind) vkind {
 func (o *overlay) set(root, rel string, v vkind) {
 	k := vkey(root, rel)
 	o.dropBelow(k)
+	delete(o.sizes, k)
 	if _, ok := o.kinds[k]; !ok && rel != "" {
 		pk := vkey(root, parentOf(rel))
 		o.children[pk] = append(o.children[pk], rel)
@@ -339,6 +343,7 @@ func (o *overlay) dropBelow(k string) {
 		ck := vkey(root, rel)
 		o.dropBelow(ck)
 		delete(o.kinds, ck)
+		delete(o.sizes, ck)
 	}
 	delete(o.children, k)
 	delete(o.listing, k)
@@ -349,6 +354,7 @@ func (rp *replay) simulate() error {
 	o := &overlay{
 		roots: rp.roots, kinds: map[string]vkind{}, children: map[string][]string{},
 		listing: map[string]map[string]byte{}, fresh: map[string]bool{}, rootGone: map[string]bool{},
+		sizes: map[string][2]int64{},
 	}
 	for _, ra := range rp.archives {
 		for _, name := range ra.a.Meta.RemovedRoots {
@@ -358,7 +364,8 @@ func (rp *replay) simulate() error {
 			o.set(name, "", vGone)
 			o.rootGone[name] = true
 		}
-		for _, m := range ra.a.Members {
+		for mi := range ra.a.Members {
+			m := &ra.a.Members[mi]
 			// Every ancestor must be (or become) a directory, never a
 			// symlink or a file.
 			var anc []string
@@ -418,13 +425,27 @@ func (rp *replay) simulate() error {
 					if v := purged(l, path.Base(rel), o.kinds[ck]); v == vGone {
 						o.dropBelow(ck)
 						o.kinds[ck] = vGone
+						delete(o.sizes, ck)
 					}
 				}
 				o.listing[k] = l
 			case tar.TypeReg:
 				o.set(m.Root, m.Rel, vFile)
-			case tar.TypeSymlink:
-				o.set(m.Root, m.Rel, vSymlink)
+				o.sizes[vkey(m.Root, m.Rel)] = [2]int64{m.localLen(), m.Size}
+			case typeAppend:
+				// An appended part extends the copy the sequence stored
+				// before it, which must be exactly its offset long.
+				k := vkey(m.Root, m.Rel)
+				sz, ok := o.sizes[k]
+				if o.lookup(m.Root, m.Rel) != vFile || !ok || sz[0] != m.part.Offset {
+					have := "no stored copy"
+					if ok {
+						have = fmt.Sprintf("a stored copy of %d bytes", sz[0])
+					}
+					return fmt.Errorf("increment %s: %w: transcript part %q appends at byte %d of %q, but the increments before it hold %s", path.Base(ra.path), ErrUnreadableArchive, m.arch, m.part.Offset, m.Name, have)
+				}
+				ra.a.Members[mi].expect = sz[1]
+				o.sizes[k] = [2]int64{sz[0] + m.part.Length, sz[1] + m.Size}
 			}
 		}
 	}
@@ -507,7 +528,7 @@ func (rp *replay) extractOne(ctx context.Context, ra *replayArchive) error {
 					return fmt.Errorf("%w: archive changed while being applied: %v", ErrUnreadableArchive, err)
 				}
 			}
-			if strings.TrimSuffix(h.Name, "/") != m.Name {
+			if strings.TrimSuffix(h.Name, "/") != m.archName() {
 				return fmt.Errorf("%w: archive changed while being applied", ErrUnreadableArchive)
 			}
 		}
@@ -601,6 +622,16 @@ func (rp *replay) extractOne(ctx context.Context, ra *replayArchive) error {
 				return err
 			}
 			if err := dr.Symlink(m.Linkname, base); err != nil {
+				return err
+			}
+		case typeAppend:
+			var content io.Reader
+			if tr != nil {
+				content = io.LimitReader(tr, m.Size)
+			} else {
+				content = bytes.NewReader(m.data)
+			}
+			if err := appendPart(dr, base, m, content); err != nil {
 				return err
 			}
 		}

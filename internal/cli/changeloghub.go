@@ -259,7 +259,13 @@ func runChangelogApplyFromHub(ctx context.Context, env *Env, rf *rootFlags, req 
 					}
 				}
 				slices.SortFunc(rest, func(x, y api.IncrementInfo) int { return cmp.Compare(x.Position, y.Position) })
-				later, err := laterResult(hctx, conn, work, rest, target)
+				// Later increments store the bytes appended since the
+				// previous one: they extend the copy the apply left.
+				local, ok := changelog.TranscriptLocalSize(paths, target.SessionID+".jsonl")
+				if !ok {
+					local = int64(len(disk))
+				}
+				later, err := laterResult(hctx, conn, work, rest, target, disk, local)
 				switch {
 				case err != nil:
 					fmt.Fprintf(env.Stderr, "agentscm: warning: reading call %d's result from the later increments: %s\n", req.to, oneLine(err.Error()))
@@ -304,7 +310,7 @@ func runChangelogApplyFromHub(ctx context.Context, env *Env, rf *rootFlags, req 
 // needed and at most changelog.MaxLaterIncrements of them, each verified
 // against its digest, and returns the first copy of the target session's
 // transcript that holds the target call's result (nil when none does).
-func laterResult(ctx context.Context, conn client.Conn, work string, rest []api.IncrementInfo, target *changelog.Meta) (*changelog.LaterTranscript, error) {
+func laterResult(ctx context.Context, conn client.Conn, work string, rest []api.IncrementInfo, target *changelog.Meta, base []byte, baseLocal int64) (*changelog.LaterTranscript, error) {
 	i := 0
 	next := func(ctx context.Context) (*changelog.LaterIncrement, error) {
 		if i >= len(rest) {
@@ -318,7 +324,7 @@ func laterResult(ctx context.Context, conn client.Conn, work string, rest []api.
 		}
 		return &changelog.LaterIncrement{Position: in.Position, Data: b}, nil
 	}
-	return changelog.FindResultTranscript(ctx, next, target.SessionID, target.ToolUseID)
+	return changelog.FindResultTranscript(ctx, next, target.SessionID, target.ToolUseID, base, baseLocal)
 }
 
 func hasRoot(roots []changelog.Root, r changelog.Root) bool {
