@@ -1,0 +1,222 @@
+package changelog
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// transcriptFixture is a checkout and a transcript root with a changelog.
+type transcriptFixture struct {
+	t      *testing.T
+	base   string
+	co, tr string
+	c      *Changelog
+	paths  []string
+	// want holds each position's transcript root as a rebuild must give it.
+	want []tree
+}
+
+func newTranscriptFixture(t *testing.T) *transcriptFixture {
+	base := t.TempDir()
+	f := &transcriptFixture{t: t, base: base, co: filepath.Join(base, "repo"), tr: filepath.Join(base, "home", ".claude", "projects", "-repo")}
+	writeFile(t, filepath.Join(f.co, "a.txt"), "a")
+	if err := os.MkdirAll(f.tr, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Open(filepath.Join(base, "changelog"), Options{Roots: []Root{{Name: "checkout", Path: f.co}, {Name: TranscriptRootName, Path: f.tr}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.c = c
+	return f
+}
+
+// capture stores the next increment and records the transcript root it
+// must rebuild to: every file cut at its last complete line.
+func (f *transcriptFixture) capture() *Increment {
+	f.t.Helper()
+	inc, err := f.c.Capture(context.Background(), CaptureRequest{Position: -1, SessionID: "S", Tool: "Bash"})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.paths = append(f.paths, inc.Path)
+	want := tree{}
+	for rel, v := range snapshot(f.t, f.tr, false, nil) {
+		if strings.HasPrefix(v, "file ") && strings.HasSuffix(rel, ".jsonl") {
+			b, _ := os.ReadFile(filepath.Join(f.tr, rel))
+			if i := strings.LastIndexByte(string(b), '\n'); i >= 0 {
+				b = b[:i+1]
+			} else {
+				b = nil
+			}
+			fi, _ := os.Stat(filepath.Join(f.tr, rel))
+			v = fmt.Sprintf("file %o %q", fi.Mode().Perm(), b)
+		}
+		want[rel] = v
+	}
+	f.want = append(f.want, want)
+	return inc
+}
+
+func (f *transcriptFixture) write(name, s string) {
+	f.t.Helper()
+	writeFile(f.t, filepath.Join(f.tr, name), s)
+}
+
+func (f *transcriptFixture) append(name, s string) {
+	f.t.Helper()
+	appendFile(f.t, filepath.Join(f.tr, name), s)
+}
+
+func (f *transcriptFixture) parts(inc *Increment) map[string]Part {
+	out := map[string]Part{}
+	for _, p := range inc.Meta.Transcripts {
+		out[p.Path] = p
+	}
+	return out
+}
+
+// TestTranscriptDeltas: appended bytes are stored as parts (O(appended
+// bytes)), a partial line waits, a truncated, rewritten or rotated
+// transcript is stored whole once, and every position rebuilds exactly.
+func TestTranscriptDeltas(t *testing.T) {
+	f := newTranscriptFixture(t)
+	big := strings.Repeat(`{"type":"user","message":{"content":"`+strings.Repeat("x", 200)+`"}}`+"\n", 2000) // ~430 KB
+	f.write("S.jsonl", big)
+	inc0 := f.capture()
+	if p, ok := f.parts(inc0)["S.jsonl"]; !ok || p.Member != "" || p.Offset != 0 || p.Length != int64(len(big)) {
+		t.Fatalf("first capture: part %+v, want a whole copy of %d bytes", p, len(big))
+	}
+
+	line := `{"type":"assistant","n":1}` + "\n"
+	f.append("S.jsonl", line)
+	inc1 := f.capture()
+	p := f.parts(inc1)["S.jsonl"]
+	if p.Member == "" || p.Offset != int64(len(big)) || p.Length != int64(len(line)) {
+		t.Fatalf("append: part %+v, want %d bytes at %d", p, len(line), len(big))
+	}
+	if inc1.Size > 2048 {
+		t.Fatalf("appending %d bytes to a %d-byte transcript made a %d-byte increment", len(line), len(big), inc1.Size)
+	}
+
+	// A partial line waits for the next increment.
+	f.append("S.jsonl", `{"type":"partial"`)
+	writeFile(t, filepath.Join(f.co, "b.txt"), "b")
+	inc2 := f.capture()
+	if _, ok := f.parts(inc2)["S.jsonl"]; ok {
+		t.Fatalf("a partial line was stored: %+v", inc2.Meta.Transcripts)
+	}
+	f.append("S.jsonl", `,"n":2}`+"\n")
+	inc3 := f.capture()
+	if p := f.parts(inc3)["S.jsonl"]; p.Member == "" || p.Offset != int64(len(big)+len(line)) {
+		t.Fatalf("completed line: part %+v", p)
+	}
+
+	// Truncated (same inode): stored whole once, then appends again.
+	if err := os.Truncate(filepath.Join(f.tr, "S.jsonl"), int64(len(big))); err != nil {
+		t.Fatal(err)
+	}
+	inc4 := f.capture()
+	if p := f.parts(inc4)["S.jsonl"]; p.Member != "" || p.Length != int64(len(big)) {
+		t.Fatalf("truncated: part %+v, want whole", p)
+	}
+	f.append("S.jsonl", line)
+	if p := f.parts(f.capture())["S.jsonl"]; p.Member == "" {
+		t.Fatalf("append after truncation: part %+v", p)
+	}
+
+	// Rewritten in place (same inode, longer, other bytes): whole.
+	fh, err := os.OpenFile(filepath.Join(f.tr, "S.jsonl"), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fh.WriteAt([]byte(strings.Repeat("y", len(big)+len(line)-1)+"\n"+line), 0)
+	fh.Close()
+	if p := f.parts(f.capture())["S.jsonl"]; p.Member != "" {
+		t.Fatalf("rewritten in place: part %+v, want whole", p)
+	}
+
+	// Rotated: renamed away and a new file of the same name.
+	if err := os.Rename(filepath.Join(f.tr, "S.jsonl"), filepath.Join(f.tr, "S-old.jsonl")); err != nil {
+		t.Fatal(err)
+	}
+	f.write("S.jsonl", line)
+	ps := f.parts(f.capture())
+	if ps["S.jsonl"].Member != "" || ps["S.jsonl"].Length != int64(len(line)) {
+		t.Fatalf("rotated: part %+v, want whole", ps["S.jsonl"])
+	}
+	// Replaced by rename over (a new inode): whole.
+	f.write("new.tmp", line+line)
+	if err := os.Rename(filepath.Join(f.tr, "new.tmp"), filepath.Join(f.tr, "S.jsonl")); err != nil {
+		t.Fatal(err)
+	}
+	if p := f.parts(f.capture())["S.jsonl"]; p.Member != "" {
+		t.Fatalf("replaced: part %+v, want whole", p)
+	}
+	// Another session, and a plain file (stored whole each time).
+	f.write("T.jsonl", line)
+	f.write("notes.txt", "no newline")
+	f.capture()
+	f.append("T.jsonl", line)
+	f.append("S.jsonl", line)
+	f.capture()
+
+	// Every position rebuilds onto a fresh root exactly (cut at lines).
+	for k := range f.paths {
+		fresh := t.TempDir()
+		roots := []Root{{Name: "checkout", Path: filepath.Join(fresh, "co")}, {Name: TranscriptRootName, Path: filepath.Join(fresh, "tr")}}
+		if err := Replay(context.Background(), f.paths[:k+1], roots); err != nil {
+			t.Fatalf("replay 0..%d: %v", k, err)
+		}
+		if d := diffTrees(f.want[k], snapshot(t, roots[1].Path, false, nil)); d != "" {
+			t.Errorf("position %d rebuilds differently:\n%s", k, d)
+		}
+	}
+}
+
+// An appended part whose base is missing from the sequence is refused
+// before anything is written.
+func TestTranscriptPartWithoutBase(t *testing.T) {
+	f := newTranscriptFixture(t)
+	f.write("S.jsonl", "1\n")
+	f.capture()
+	f.append("S.jsonl", "2\n")
+	f.capture()
+	fresh := t.TempDir()
+	roots := []Root{{Name: "checkout", Path: filepath.Join(fresh, "co")}, {Name: TranscriptRootName, Path: filepath.Join(fresh, "tr")}}
+	err := Replay(context.Background(), f.paths[1:], roots)
+	if err == nil || !strings.Contains(err.Error(), "appends at byte 2") {
+		t.Fatalf("replay of the part alone: %v", err)
+	}
+	if _, err := os.Lstat(roots[1].Path); !os.IsNotExist(err) {
+		t.Fatalf("something was written: %v", err)
+	}
+}
+
+// GNU tar lists increments with appended parts and, excluding the metadata
+// directory as documented, extracts their workspace members.
+func TestTranscriptPartsGNUTar(t *testing.T) {
+	needGNUTar(t)
+	f := newTranscriptFixture(t)
+	f.write("S.jsonl", "1\n")
+	f.capture()
+	f.append("S.jsonl", "2\n")
+	writeFile(t, filepath.Join(f.co, "c.txt"), "c")
+	f.capture()
+	out := run(t, f.base, "tar", "--incremental", "-tzf", f.paths[1])
+	if !strings.Contains(out, "append/000000") || !strings.Contains(out, "c.txt") {
+		t.Fatalf("tar -t: %s", out)
+	}
+	gnu := t.TempDir()
+	for _, p := range f.paths {
+		run(t, gnu, "tar", "-C", gnu, "--incremental", "--anchored", "--exclude="+MetaDir, "-xzf", p)
+	}
+	got := snapshot(t, filepath.Join(gnu, strings.TrimPrefix(f.co, "/")), false, nil)
+	if d := diffTrees(snapshot(t, f.co, false, nil), got); d != "" {
+		t.Fatalf("GNU tar extraction of the checkout differs:\n%s", d)
+	}
+}
