@@ -2,8 +2,8 @@ package changelog
 
 import (
 	"bytes"
-	"errors"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
