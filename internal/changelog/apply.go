@@ -117,7 +117,14 @@ func (c *Changelog) ApplyFiles(ctx context.Context, paths []string, req ApplyReq
 // applyLocked validates and extracts paths under the changelog lock; st is
 // the state loaded once by the caller and reused for both captures.
 func (c *Changelog) applyLocked(ctx context.Context, paths []string, applied []int, req ApplyRequest, st *captureState) (*ApplyResult, error) {
-	rp, err := prepareReplay(ctx, paths, c.opts.Roots)
+	// Conversation roots are extracted aside and merged (transcript.go):
+	// a rewind never deletes a conversation.
+	roots, staged, cleanup, err := stageConversation(c.opts.Roots, c.dir)
+	if err != nil {
+		return nil, err
+	}
+	defer cleanup()
+	rp, err := prepareReplay(ctx, paths, roots)
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +139,11 @@ func (c *Changelog) applyLocked(ctx context.Context, paths []string, applied []i
 	if err != nil {
 		return nil, fmt.Errorf("capture the state before the rewind: %w", err)
 	}
-	if err := rp.extract(ctx); err != nil {
+	err = rp.extract(ctx)
+	if err == nil {
+		err = mergeConversations(c.opts.Roots, staged, rewoundSession(target))
+	}
+	if err != nil {
 		return &ApplyResult{PreApply: pre, Applied: applied}, fmt.Errorf("rewind to %d (undo with --to %d): %w", req.To, pre.Position, err)
 	}
 	if req.AfterExtract != nil {
@@ -152,12 +163,33 @@ func (c *Changelog) applyLocked(ctx context.Context, paths []string, applied []i
 // roots, matched by name: the way to restore onto a fresh directory. Nothing
 // is written unless every increment validates.
 func Replay(ctx context.Context, paths []string, roots []Root) error {
-	rp, err := prepareReplay(ctx, paths, roots)
+	sroots, staged, cleanup, err := stageConversation(roots, "")
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	rp, err := prepareReplay(ctx, paths, sroots)
 	if err != nil {
 		return err
 	}
 	defer rp.close()
-	return rp.extract(ctx)
+	if err := rp.extract(ctx); err != nil {
+		return err
+	}
+	if len(rp.archives) == 0 {
+		return nil
+	}
+	return mergeConversations(roots, staged, rewoundSession(rp.archives[len(rp.archives)-1].a.Meta))
+}
+
+// rewoundSession is the session whose transcript a rewind to target cuts:
+// the target tool call's session; none for any other increment (an undo
+// restores, it never cuts).
+func rewoundSession(target Meta) string {
+	if target.Kind == KindCall {
+		return target.SessionID
+	}
+	return ""
 }
 
 type replayArchive struct {

@@ -8,6 +8,8 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -371,4 +373,177 @@ func appendPart(dr *os.Root, base string, m *Member, content io.Reader) error {
 		return fmt.Errorf("extend %s: %w", m.Name, err)
 	}
 	return dr.Chtimes(base, m.ModTime, m.ModTime)
+}
+
+// Rewinds never delete a conversation. A replay extracts a conversation
+// root into a private staging directory instead of the live one, then
+// merges it: the rewound session's transcript (the target call's session,
+// cut at that call) is set exactly to its restored copy; every other file
+// is only ever added or extended (written when the live copy is missing or
+// a strict prefix of the restored one), and nothing live is deleted. So an
+// undo never deletes the conversation resumed after a rewind, and a rewind
+// never deletes or shortens another session's transcript.
+
+// stageConversation returns roots with every conversation root moved into
+// a fresh directory under parent, and the staged roots by name.
+func stageConversation(roots []Root, parent string) ([]Root, map[string]string, func(), error) {
+	var staged map[string]string
+	out := append([]Root(nil), roots...)
+	dir := ""
+	for i, r := range out {
+		if !IsConversationRoot(r.Name, r.Path) {
+			continue
+		}
+		if dir == "" {
+			var err error
+			if dir, err = os.MkdirTemp(parent, ".staging-"); err != nil {
+				return nil, nil, nil, fmt.Errorf("stage the conversation roots: %w", err)
+			}
+			staged = map[string]string{}
+		}
+		out[i].Path = filepath.Join(dir, fmt.Sprintf("%d", i))
+		staged[r.Name] = out[i].Path
+	}
+	cleanup := func() {
+		if dir != "" {
+			os.RemoveAll(dir)
+		}
+	}
+	return out, staged, cleanup, nil
+}
+
+// mergeConversations merges every staged conversation root into its live
+// root (see stageConversation); session is the rewound session ("" for
+// none: an undo, or a rewind to a position that is not a tool call).
+func mergeConversations(roots []Root, staged map[string]string, session string) error {
+	for _, r := range roots {
+		if s, ok := staged[r.Name]; ok {
+			if err := mergeConversation(s, r.Path, session); err != nil {
+				return fmt.Errorf("restore the conversation root %s: %w", r.Name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// inSession reports whether rel, a path in a conversation root, belongs to
+// session: its transcript <session>.jsonl or its directory <session>/.
+func inSession(rel, session string) bool {
+	return session != "" && (rel == session+".jsonl" || strings.HasPrefix(rel, session+"/"))
+}
+
+func mergeConversation(staged, live, session string) error {
+	if fi, err := os.Lstat(staged); err != nil || !fi.IsDir() {
+		return nil // the root did not exist at the target: nothing is removed
+	}
+	var lr *os.Root
+	defer func() {
+		if lr != nil {
+			lr.Close()
+		}
+	}()
+	return filepath.WalkDir(staged, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(staged, p)
+		if err != nil {
+			return err
+		}
+		rel = filepath.ToSlash(rel)
+		if lr == nil {
+			if err := os.MkdirAll(live, 0o700); err != nil {
+				return err
+			}
+			if lr, err = os.OpenRoot(live); err != nil {
+				return err
+			}
+		}
+		if rel == "." {
+			return nil
+		}
+		if d.IsDir() {
+			fi, err := lr.Lstat(rel)
+			if err == nil && !fi.IsDir() {
+				return filepath.SkipDir // a live non-directory stays
+			}
+			if err != nil {
+				return lr.Mkdir(rel, 0o700)
+			}
+			return nil
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		want, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		fi, err := lr.Lstat(rel)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+		case err != nil:
+			return err
+		case !fi.Mode().IsRegular():
+			return nil // never replace a live directory or link
+		default:
+			have, err := readRootFile(lr, rel, int64(len(want))+1)
+			if err != nil {
+				return err
+			}
+			same := bytes.Equal(have, want)
+			extends := len(have) < len(want) && bytes.HasPrefix(want, have)
+			if same || !(extends || inSession(rel, session)) {
+				return nil
+			}
+		}
+		sfi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		return writeRootFile(lr, rel, want, sfi.Mode().Perm(), sfi.ModTime())
+	})
+}
+
+// readRootFile reads at most limit bytes of the regular file rel in r
+// without following a final symlink; a longer file reads as its first
+// limit bytes (enough to tell it is not a prefix).
+func readRootFile(r *os.Root, rel string, limit int64) ([]byte, error) {
+	f, err := r.OpenFile(rel, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, limit))
+}
+
+// writeRootFile replaces rel in r atomically (temporary file in the same
+// directory, fsync, rename).
+func writeRootFile(r *os.Root, rel string, b []byte, mode fs.FileMode, mtime time.Time) error {
+	tmp := path.Join(path.Dir(rel), fmt.Sprintf(".agentscm-restore-%d", time.Now().UnixNano()))
+	f, err := r.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Chmod(mode)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = r.Chtimes(tmp, mtime, mtime)
+	}
+	if err == nil {
+		err = r.Rename(tmp, rel)
+	}
+	if err != nil {
+		r.Remove(tmp)
+		return fmt.Errorf("restore %s: %w", rel, err)
+	}
+	return nil
 }

@@ -220,3 +220,79 @@ func TestTranscriptPartsGNUTar(t *testing.T) {
 		t.Fatalf("GNU tar extraction of the checkout differs:\n%s", d)
 	}
 }
+
+// Rewinds and their undos never delete a conversation: a rewind cuts only
+// the rewound session's transcript, another session's transcript (started
+// after the target, or resumed after the rewind) survives the rewind and
+// its undo, and the undo restores the cut transcript.
+func TestRewindKeepsOtherConversations(t *testing.T) {
+	f := newTranscriptFixture(t)
+	ctx := context.Background()
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join(f.tr, name))
+		if err != nil {
+			return "<" + err.Error() + ">"
+		}
+		return string(b)
+	}
+	f.write("S.jsonl", "s1\n")
+	if _, err := f.c.Capture(ctx, CaptureRequest{Position: 0, SessionID: "S", ToolUseID: "t1"}); err != nil {
+		t.Fatal(err)
+	}
+	f.append("S.jsonl", "s2\n")
+	writeFile(t, filepath.Join(f.co, "a.txt"), "a2")
+	if _, err := f.c.Capture(ctx, CaptureRequest{Position: 1, SessionID: "S", ToolUseID: "t2"}); err != nil {
+		t.Fatal(err)
+	}
+	// Another session after the target.
+	f.write("U.jsonl", "u1\n")
+	if _, err := f.c.Capture(ctx, CaptureRequest{Position: 2, SessionID: "U", ToolUseID: "u"}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := f.c.Apply(ctx, ApplyRequest{To: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := read("S.jsonl"); got != "s1\n" {
+		t.Fatalf("the rewound session's transcript: %q, want it cut at call 0", got)
+	}
+	if got := read("U.jsonl"); got != "u1\n" {
+		t.Fatalf("another session's transcript after the rewind: %q", got)
+	}
+	if b, _ := os.ReadFile(filepath.Join(f.co, "a.txt")); string(b) != "a" {
+		t.Fatalf("the checkout was not rewound: %q", b)
+	}
+	// The conversation is resumed under a new id, and goes on.
+	f.write("R.jsonl", "s1\nr1\n")
+	if _, err := f.c.Capture(ctx, CaptureRequest{Position: -1, SessionID: "R", ToolUseID: "r"}); err != nil {
+		t.Fatal(err)
+	}
+	f.append("U.jsonl", "u2\n")
+	// Undo: the checkout and S come back; R and U's later line stay.
+	if _, err := f.c.Apply(ctx, ApplyRequest{To: res.PreApply.Position}); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(f.co, "a.txt")); string(b) != "a2" {
+		t.Fatalf("the undo did not restore the checkout: %q", b)
+	}
+	if got := read("S.jsonl"); got != "s1\ns2\n" {
+		t.Fatalf("the undo did not restore the cut transcript: %q", got)
+	}
+	if got := read("R.jsonl"); got != "s1\nr1\n" {
+		t.Fatalf("the undo deleted the resumed conversation: %q", got)
+	}
+	if got := read("U.jsonl"); got != "u1\nu2\n" {
+		t.Fatalf("the undo shortened another session's transcript: %q", got)
+	}
+	// A rewind to before R and U existed keeps them too.
+	if _, err := f.c.Apply(ctx, ApplyRequest{To: 0}); err != nil {
+		t.Fatal(err)
+	}
+	if read("R.jsonl") != "s1\nr1\n" || read("U.jsonl") != "u1\nu2\n" || read("S.jsonl") != "s1\n" {
+		t.Fatalf("second rewind: R %q U %q S %q", read("R.jsonl"), read("U.jsonl"), read("S.jsonl"))
+	}
+	// No staging directory is left behind.
+	if m, _ := filepath.Glob(filepath.Join(f.c.Dir(), ".staging-*")); len(m) != 0 {
+		t.Fatalf("staging left: %v", m)
+	}
+}
