@@ -34,6 +34,12 @@ type Meta = incmeta.Meta
 // MetaRoot describes one capture root inside an increment.
 type MetaRoot = incmeta.Root
 
+// What an uploaded form kept of the conversation roots (Meta.Conversation).
+const (
+	ConvWithheld = incmeta.ConvWithheld
+	ConvRedacted = incmeta.ConvRedacted
+)
+
 // typeDumpdir is GNU tar's 'D' typeflag: a directory whose data is the
 // dumpdir listing of its entries.
 const typeDumpdir = 'D'

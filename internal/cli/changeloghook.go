@@ -13,6 +13,7 @@ import (
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/changelog"
 	"github.com/agentscm/agentscm/internal/changelog/hubremote"
+	"github.com/agentscm/agentscm/internal/client"
 )
 
 // turnExit maps a refusal during a running turn to its exit status.
@@ -35,7 +36,9 @@ func runChangelogHook(ctx context.Context, env *Env) int {
 	cfg, err := capture.ConfigDir(env.Getenv)
 	var res *changelog.HookResult
 	if err == nil {
-		res, err = changelog.HandleClaudeHookWith(ctx, cfg, env.Stdin, env.Now(), changelog.HookOptions{Remote: hubremote.ForCheckout(cfg)})
+		res, err = changelog.HandleClaudeHookWith(ctx, cfg, env.Stdin, env.Now(), changelog.HookOptions{Remote: hubremote.ForCheckout(cfg), Sharing: func(root string) changelog.SharingPolicy {
+			return checkoutSharing(cfg, root)
+		}})
 	}
 	if err != nil {
 		// The increment was not stored: its writes go to the next one.
@@ -211,4 +214,23 @@ func transcriptDir(c *changelog.Changelog, home string) string {
 		}
 	}
 	return changelog.ClaudeProjectDir(home, c.Roots()[0].Path)
+}
+
+// checkoutSharing is the changelog's sharing policy for the checkout at
+// root: its capture binding's mode (metadata-only without one), shared only
+// for a session that started in shared-conversation mode, with the binding
+// saved for the repository and Hub the checkout is connected to. Any error
+// shares nothing.
+func checkoutSharing(configDir, root string) changelog.SharingPolicy {
+	hub, repo := "", ""
+	if c, err := client.Lookup(configDir, root); err == nil {
+		hub, repo = c.Hub, c.Repository
+	}
+	return func(session string) changelog.Sharing {
+		sh, err := capture.Store{Dir: configDir}.ConversationSharing(root, session, hub, repo)
+		if err != nil {
+			return changelog.Sharing{Mode: sh.Mode, Reason: sh.Reason + ": " + err.Error()}
+		}
+		return changelog.Sharing{Mode: sh.Mode, Share: sh.Share, Reason: sh.Reason}
+	}
 }
