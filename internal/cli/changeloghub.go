@@ -244,7 +244,15 @@ func runChangelogApplyFromHub(ctx context.Context, env *Env, rf *rootFlags, req 
 	}
 	var resumed *changelog.Resumed
 	resultNote := ""
+	convNote := ""
 	if req.resume {
+		convNote = conversationNotShared(target)
+	}
+	if convNote != "" {
+		out["conversation_shared"] = false
+		out["conversation_note"] = convNote
+	} else if req.resume {
+		out["conversation_shared"] = true
 		if target.Kind != changelog.KindCall || target.SessionID == "" {
 			return fmt.Errorf("applied position %d, but it is not a tool call of a session, so there is no conversation to resume", req.to)
 		}
@@ -291,6 +299,9 @@ func runChangelogApplyFromHub(ctx context.Context, env *Env, rf *rootFlags, req 
 		return writeJSON(env.Stdout, out)
 	}
 	fmt.Fprintf(env.Stdout, "applied increments 0..%d of work %s from the Hub onto %s (%d bytes, digests verified)\n", req.to, work, root, total)
+	if convNote != "" {
+		fmt.Fprintln(env.Stdout, convNote)
+	}
 	if u, ok := out["undo_position"]; ok {
 		fmt.Fprintf(env.Stdout, "undo with: agentscm changelog apply --root %s --to %d\n", root, u)
 	}
@@ -375,4 +386,22 @@ func hubApplyRoots(root, home string, m *changelog.Meta, extra []string) ([]chan
 		return nil, usagef("the increments hold other capture roots; say where they go: %s", strings.Join(missing, ", "))
 	}
 	return roots, nil
+}
+
+// conversationNotShared explains why the increment target, as downloaded
+// from the Hub, holds no conversation to resume ("" when it holds one).
+func conversationNotShared(target *changelog.Meta) string {
+	if target.Conversation == changelog.ConvWithheld {
+		mode := target.ConversationMode
+		if mode == "" {
+			mode = "metadata-only"
+		}
+		return fmt.Sprintf("the conversation was not shared: the checkout that captured it was in %s mode, so its transcripts stayed on that machine (only shared-conversation mode uploads them, redacted); the files are restored, there is no conversation to resume", mode)
+	}
+	for _, r := range target.Roots {
+		if changelog.IsConversationRoot(r.Name, r.Path) {
+			return ""
+		}
+	}
+	return "the increments hold no conversation (the changelog was enabled without a transcript root); the files are restored, there is no conversation to resume"
 }
