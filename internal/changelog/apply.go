@@ -469,6 +469,15 @@ func (rp *replay) simulate() error {
 				// before it, which must be exactly its offset long.
 				k := vkey(m.Root, m.Rel)
 				sz, ok := o.sizes[k]
+				if (o.lookup(m.Root, m.Rel) != vFile || !ok || sz[0] != m.part.Offset) && ra.a.Meta.Conversation == ConvRedacted {
+					// An uploaded form shares a session's transcript only
+					// while the session is shared: after the mode went
+					// down and up again its parts no longer chain. The
+					// copy stays as the sequence last held it.
+					m.skip = true
+					delete(o.sizes, k)
+					continue
+				}
 				if o.lookup(m.Root, m.Rel) != vFile || !ok || sz[0] != m.part.Offset {
 					have := "no stored copy"
 					if ok {
@@ -657,6 +666,9 @@ func (rp *replay) extractOne(ctx context.Context, ra *replayArchive) error {
 				return err
 			}
 		case typeAppend:
+			if m.skip {
+				continue
+			}
 			var content io.Reader
 			if tr != nil {
 				content = io.LimitReader(tr, m.Size)

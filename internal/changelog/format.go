@@ -304,6 +304,9 @@ type Member struct {
 	// expect is the size the file must have on disk when an appended part
 	// is extracted (set by the replay's simulation).
 	expect int64
+	// skip marks an appended part of an uploaded form that does not extend
+	// what the sequence holds (see simulate): it is not extracted.
+	skip bool
 }
 
 // typeAppend marks a Member holding the bytes appended to a transcript

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/agentscm/agentscm/internal/fsutil"
 	"github.com/agentscm/agentscm/internal/redact"
@@ -52,15 +53,7 @@ func uploadFormFile(path string, pos int, policy SharingPolicy) (RemoteIncrement
 	if err != nil {
 		return RemoteIncrement{}, fmt.Errorf("read increment %d for upload: %w", pos, err)
 	}
-	m, err := ReadMetaFrom(bytes.NewReader(local))
-	if err != nil {
-		return RemoteIncrement{}, fmt.Errorf("increment %d: %w", pos, err)
-	}
-	sh := Sharing{Reason: "no sharing policy"}
-	if policy != nil {
-		sh = policy(m.SessionID)
-	}
-	body, meta, err := UploadFormOf(local, sh)
+	body, meta, err := UploadFormOf(local, policy)
 	if err != nil {
 		return RemoteIncrement{}, fmt.Errorf("increment %d: %w", pos, err)
 	}
@@ -72,115 +65,158 @@ func uploadFormFile(path string, pos int, policy SharingPolicy) (RemoteIncrement
 		Conversation: meta.Conversation, Redactions: meta.Redactions}, nil
 }
 
+// transcriptSession is the session a path in a conversation root belongs
+// to: <session>.jsonl or anything below <session>/.
+func transcriptSession(rel string) string {
+	first, _, _ := strings.Cut(rel, "/")
+	if first == rel {
+		return strings.TrimSuffix(rel, ".jsonl")
+	}
+	return first
+}
+
 // UploadFormOf is the pure transformation of a local increment into the
-// bytes allowed to leave the machine under sh, and their metadata. An
+// bytes allowed to leave the machine under policy, and their metadata. An
 // increment without conversation roots is returned unchanged. Otherwise the
-// archive is validated as an apply validates it and rewritten: without the
-// conversation roots unless sh.Share, else with every file of those roots
-// redacted line by line (transcript copies are whole lines, see
-// transcript.go, so a part never splits a secret). Workspace members are
-// copied as they are, so the form stays a GNU incremental archive.
-func UploadFormOf(local []byte, sh Sharing) ([]byte, *Meta, error) {
+// archive is validated as an apply validates it and rewritten, workspace
+// members copied as they are (the form stays a GNU incremental archive).
+// Each file of a conversation root is decided by its own session
+// (<session>.jsonl, <session>/...), whichever call's increment captured it:
+// the file of a shared session is redacted line by line (transcript copies
+// are whole lines, see transcript.go, so a part never splits a secret),
+// any other file is left out. A conversation root with nothing shared (the
+// increment's session not shared, no file of a shared session) is left out
+// entirely: its members, its parts and the root itself.
+func UploadFormOf(local []byte, policy SharingPolicy) ([]byte, *Meta, error) {
 	a, err := readArchive(bytes.NewReader(local), nil)
 	if err != nil {
 		return nil, nil, err
 	}
 	conv := map[string]bool{}
-	prefixes := map[string]string{}
 	for _, r := range a.Meta.Roots {
 		if IsConversationRoot(r.Name, r.Path) {
 			conv[r.Name] = true
-			prefixes[r.Name] = r.Prefix
 		}
 	}
 	if len(conv) == 0 {
 		m := a.Meta
 		return local, &m, nil
 	}
+	decided := map[string]Sharing{}
+	decide := func(session string) Sharing {
+		if sh, ok := decided[session]; ok {
+			return sh
+		}
+		sh := Sharing{Mode: "metadata-only", Reason: "no sharing policy"}
+		if policy != nil {
+			sh = policy(session)
+		}
+		decided[session] = sh
+		return sh
+	}
 	meta := a.Meta
-	meta.ConversationMode = sh.Mode
-	// Which archive members (by ordinal) belong to a conversation root,
-	// and the redacted size and count of each (shared form).
+	own := decide(a.Meta.SessionID)
+	meta.ConversationMode = own.Mode
+	// Which archive members (by ordinal) belong to a conversation root and
+	// whether each is shared; which roots keep anything.
 	type convMember struct {
-		size       int64
+		root       string
+		share      bool
 		redactions int
 	}
 	members := map[int]*convMember{}
+	keepRoot := map[string]bool{}
 	for i := range a.Members {
 		m := &a.Members[i]
-		if conv[m.Root] {
-			members[m.offset] = &convMember{size: m.Size}
+		if !conv[m.Root] {
+			continue
+		}
+		cm := &convMember{root: m.Root}
+		if m.Type == tar.TypeReg || m.Type == typeAppend {
+			cm.share = m.Rel != "" && decide(transcriptSession(m.Rel)).Share
+		}
+		keepRoot[m.Root] = keepRoot[m.Root] || cm.share
+		members[m.offset] = cm
+	}
+	for name := range conv {
+		keepRoot[name] = keepRoot[name] || own.Share
+	}
+	// Dumpdirs and symlinks of a kept root stay (names only); files of a
+	// session not shared go.
+	var roots []MetaRoot
+	meta.WithheldRoots = nil
+	for _, r := range a.Meta.Roots {
+		if conv[r.Name] && !keepRoot[r.Name] {
+			meta.WithheldRoots = append(meta.WithheldRoots, r.Name)
+		} else {
+			roots = append(roots, r)
 		}
 	}
-	if !sh.Share {
-		meta.Conversation = ConvWithheld
-		meta.Transcripts = nil
-		meta.WithheldRoots = nil
-		var roots []MetaRoot
-		for _, r := range a.Meta.Roots {
-			if conv[r.Name] {
-				meta.WithheldRoots = append(meta.WithheldRoots, r.Name)
-			} else {
-				roots = append(roots, r)
-			}
+	meta.Roots = roots
+	removed := []string{}
+	for _, n := range a.Meta.RemovedRoots {
+		if !conv[n] || keepRoot[n] {
+			removed = append(removed, n)
 		}
-		meta.Roots = roots
-		removed := []string{}
-		for _, n := range a.Meta.RemovedRoots {
-			if !conv[n] {
-				removed = append(removed, n)
-			}
+	}
+	meta.RemovedRoots = removed
+	dropped := map[string]bool{} // root + "\x00" + rel of a file left out
+	for i := range a.Members {
+		m := &a.Members[i]
+		cm := members[m.offset]
+		if cm == nil || cm.share {
+			continue
 		}
-		meta.RemovedRoots = removed
-		for i := range a.Members {
-			m := &a.Members[i]
-			if !conv[m.Root] {
-				continue
-			}
-			switch m.Type {
-			case tar.TypeReg, typeAppend:
-				meta.Files--
-				meta.Bytes -= m.localLen()
-			case tar.TypeSymlink:
-				meta.Files--
-			}
+		switch {
+		case m.Type == tar.TypeReg || m.Type == typeAppend:
+			meta.Files--
+			meta.Bytes -= m.localLen()
+			dropped[m.Root+"\x00"+m.Rel] = true
+		case m.Type == tar.TypeSymlink && !keepRoot[m.Root]:
+			meta.Files--
 		}
-		meta.Files, meta.Bytes = max(meta.Files, 0), max(meta.Bytes, 0)
-	} else {
-		meta.Conversation = ConvRedacted
-		meta.Transcripts = append([]Part(nil), a.Meta.Transcripts...)
-		total := 0
-		err := eachMember(local, func(i int, h *tar.Header, r io.Reader) error {
-			cm := members[i]
-			if cm == nil || (h.Typeflag != tar.TypeReg && h.Typeflag != tar.TypeRegA) {
-				return nil
-			}
-			b, err := readAllBounded(r, maxTranscriptBytes)
-			if err != nil {
-				return archiveError("member %q: %v", h.Name, err)
-			}
-			out, n := redactLines(b)
-			cm.size, cm.redactions = int64(len(out)), n
-			total += n
+	}
+	meta.Files, meta.Bytes = max(meta.Files, 0), max(meta.Bytes, 0)
+	meta.Transcripts = nil
+	for _, pt := range a.Meta.Transcripts {
+		if keepRoot[pt.Root] && !dropped[pt.Root+"\x00"+pt.Path] {
+			meta.Transcripts = append(meta.Transcripts, pt)
+		}
+	}
+	// Redaction counts, in a first pass (the metadata comes first).
+	total := 0
+	err = eachMember(local, func(i int, h *tar.Header, r io.Reader) error {
+		cm := members[i]
+		if cm == nil || !cm.share || (h.Typeflag != tar.TypeReg && h.Typeflag != tar.TypeRegA) {
 			return nil
-		})
-		if err != nil {
-			return nil, nil, err
 		}
-		for i := range a.Members {
-			m := &a.Members[i]
-			cm := members[m.offset]
-			if cm == nil || cm.redactions == 0 {
-				continue
-			}
+		b, err := readAllBounded(r, maxTranscriptBytes)
+		if err != nil {
+			return archiveError("member %q: %v", h.Name, err)
+		}
+		_, cm.redactions = redactLines(b)
+		total += cm.redactions
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	for i := range a.Members {
+		m := &a.Members[i]
+		if cm := members[m.offset]; cm != nil && cm.redactions > 0 {
 			for j := range meta.Transcripts {
-				pt := &meta.Transcripts[j]
-				if pt.Root == m.Root && pt.Path == m.Rel {
+				if pt := &meta.Transcripts[j]; pt.Root == m.Root && pt.Path == m.Rel {
 					pt.Redactions = cm.redactions
 				}
 			}
 		}
-		meta.Redactions = total
+	}
+	meta.Redactions = total
+	meta.Conversation = ConvWithheld
+	for _, k := range keepRoot {
+		if k {
+			meta.Conversation = ConvRedacted
+		}
 	}
 
 	var out bytes.Buffer
@@ -193,10 +229,11 @@ func UploadFormOf(local []byte, sh Sharing) ([]byte, *Meta, error) {
 			return nil // the metadata, written above
 		}
 		cm := members[i]
-		if cm != nil && !sh.Share {
+		isFile := h.Typeflag == tar.TypeReg || h.Typeflag == tar.TypeRegA
+		if cm != nil && (!keepRoot[cm.root] || isFile && !cm.share) {
 			return nil
 		}
-		if cm != nil && (h.Typeflag == tar.TypeReg || h.Typeflag == tar.TypeRegA) {
+		if cm != nil && isFile {
 			b, err := readAllBounded(r, maxTranscriptBytes)
 			if err != nil {
 				return archiveError("member %q: %v", h.Name, err)

@@ -153,3 +153,59 @@ func TestUploadForm(t *testing.T) {
 		t.Fatalf("form without a conversation root differs: %v", err)
 	}
 }
+
+// Each transcript file is decided by its own session: an increment of a
+// shared session never carries another session's transcript, and an
+// increment of a session not shared still carries a shared session's.
+func TestUploadFormPerSession(t *testing.T) {
+	f := newTranscriptFixture(t)
+	ctx := context.Background()
+	f.write("S.jsonl", `{"s":"shared-`+promptText+`"}`+"\n")
+	f.write("T.jsonl", `{"t":"private-one"}`+"\n")
+	capture := func(session string) int {
+		inc, err := f.c.Capture(ctx, CaptureRequest{Position: -1, SessionID: session})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return inc.Position
+	}
+	p0 := capture("S")
+	f.append("S.jsonl", `{"s":"more `+secretToken+`"}`+"\n")
+	f.append("T.jsonl", `{"t":"private-two"}`+"\n")
+	p1 := capture("T")
+	policy := func(session string) Sharing {
+		if session == "S" {
+			return Sharing{Mode: "shared-conversation", Share: true}
+		}
+		return Sharing{Mode: "shared-conversation", Reason: "started before sharing"}
+	}
+	for _, pos := range []int{p0, p1} {
+		u, err := f.c.UploadForm(pos, policy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := gunzipped(t, u.Body)
+		if strings.Contains(body, "private-") || strings.Contains(body, secretToken) {
+			t.Fatalf("form of %d carries session T or the token:\n%s", pos, body)
+		}
+		want := "shared-" + promptText
+		if pos == p1 {
+			want = "more [REDACTED:github_token]"
+		}
+		if !strings.Contains(body, want) || u.Conversation != ConvRedacted {
+			t.Fatalf("form of %d lacks session S's %q (%s):\n%s", pos, want, u.Conversation, body)
+		}
+	}
+	// An increment of T with nothing of S: the conversation root is left
+	// out entirely.
+	f.append("T.jsonl", `{"t":"private-three"}`+"\n")
+	p2 := capture("T")
+	u, err := f.c.UploadForm(p2, policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := ReadMetaFrom(bytes.NewReader(u.Body))
+	if u.Conversation != ConvWithheld || len(m.Roots) != 1 || strings.Contains(gunzipped(t, u.Body), "private-") {
+		t.Fatalf("form of %d: %s %+v", p2, u.Conversation, m.Roots)
+	}
+}

@@ -185,7 +185,24 @@ func runChangelogApplyFromHub(ctx context.Context, env *Env, rf *rootFlags, req 
 	if err != nil {
 		return archiveExit(fmt.Errorf("increment %d of work %s: %w", req.to, work, err))
 	}
-	roots, err := hubApplyRoots(root, home, target, rf.extra)
+	// The roots of every increment: an uploaded form leaves out a
+	// conversation root it shares nothing of, so the target's alone may
+	// lack one that earlier increments hold.
+	union := &changelog.Meta{}
+	seenRoot := map[string]bool{}
+	for _, p := range paths {
+		m, err := changelog.ReadMeta(p)
+		if err != nil {
+			return archiveExit(fmt.Errorf("increment %s of work %s: %w", filepath.Base(p), work, err))
+		}
+		for _, r := range m.Roots {
+			if !seenRoot[r.Name] {
+				seenRoot[r.Name] = true
+				union.Roots = append(union.Roots, r)
+			}
+		}
+	}
+	roots, err := hubApplyRoots(root, home, union, rf.extra)
 	if err != nil {
 		return err
 	}
