@@ -34,6 +34,9 @@ type Meta = incmeta.Meta
 // MetaRoot describes one capture root inside an increment.
 type MetaRoot = incmeta.Root
 
+// AppendDir is the archive directory of appended transcript parts.
+const AppendDir = incmeta.AppendDir
+
 // What an uploaded form kept of the conversation roots (Meta.Conversation).
 const (
 	ConvWithheld = incmeta.ConvWithheld

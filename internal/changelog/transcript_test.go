@@ -1,7 +1,10 @@
 package changelog
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -294,5 +297,45 @@ func TestRewindKeepsOtherConversations(t *testing.T) {
 	// No staging directory is left behind.
 	if m, _ := filepath.Glob(filepath.Join(f.c.Dir(), ".staging-*")); len(m) != 0 {
 		t.Fatalf("staging left: %v", m)
+	}
+}
+
+// Hostile transcript parts are refused as unreadable archives: a part
+// member the metadata does not list, a listed part that is missing, a part
+// member outside the append directory, a part in an undeclared root, a
+// path escaping its root, and a part through a symlink.
+func TestHostileTranscriptParts(t *testing.T) {
+	root := "/x/p"
+	prefix := strings.TrimPrefix(root, "/")
+	meta := func(parts ...Part) *Meta {
+		return &Meta{Version: 1, Kind: KindCall, Roots: []MetaRoot{{Name: TranscriptRootName, Path: root, Prefix: prefix, Exists: true}}, RemovedRoots: []string{}, Transcripts: parts}
+	}
+	part := func(path, member string) Part {
+		return Part{Root: TranscriptRootName, Path: path, Member: member, Offset: 2, Length: 2}
+	}
+	app := AppendDir + "/000000"
+	cases := []struct {
+		name    string
+		meta    *Meta
+		members []hostileMember
+	}{
+		{"unlisted part", meta(), []hostileMember{{name: app, flag: tar.TypeReg, body: "2\n"}}},
+		{"missing part", meta(part("S.jsonl", app)), nil},
+		{"missing whole copy", meta(Part{Root: TranscriptRootName, Path: "S.jsonl", Length: 2}), nil},
+		{"member outside the append directory", meta(part("S.jsonl", MetaDir+"/other")), []hostileMember{{name: MetaDir + "/other", flag: tar.TypeReg, body: "2\n"}}},
+		{"undeclared root", meta(Part{Root: "elsewhere", Path: "S.jsonl", Member: app, Offset: 2, Length: 2}), []hostileMember{{name: app, flag: tar.TypeReg, body: "2\n"}}},
+		{"dot-dot path", meta(part("../S.jsonl", app)), []hostileMember{{name: app, flag: tar.TypeReg, body: "2\n"}}},
+		{"negative offset", meta(Part{Root: TranscriptRootName, Path: "S.jsonl", Member: app, Offset: -1, Length: 2}), []hostileMember{{name: app, flag: tar.TypeReg, body: "2\n"}}},
+		{"part below a symlink", meta(part("link/S.jsonl", app)), []hostileMember{{name: prefix + "/link", flag: tar.TypeSymlink, link: "/etc"}, {name: app, flag: tar.TypeReg, body: "2\n"}}},
+		{"part listed twice", meta(part("S.jsonl", app), part("S.jsonl", AppendDir+"/000001")), []hostileMember{{name: app, flag: tar.TypeReg, body: "2\n"}, {name: AppendDir + "/000001", flag: tar.TypeReg, body: "3\n"}}},
+		{"part and whole copy", meta(part("S.jsonl", app)), []hostileMember{{name: prefix + "/S.jsonl", flag: tar.TypeReg, body: "1\n"}, {name: app, flag: tar.TypeReg, body: "2\n"}}},
+	}
+	for _, tc := range cases {
+		b := buildArchive(t, tc.meta, tc.members)
+		_, err := readArchive(bytes.NewReader(b), nil)
+		t.Logf("%s: %v", tc.name, err)
+		if !errors.Is(err, ErrUnreadableArchive) {
+			t.Errorf("%s: %v, want ErrUnreadableArchive", tc.name, err)
+		}
 	}
 }
