@@ -135,7 +135,7 @@ func TestChangelogPrivacyAcrossModes(t *testing.T) {
 			url, stop := c.startHubLogged(data)
 			c.agentscm("client", "setup", "--root", c.root, "--hub", url, "--repository", "proj", "--token-file", tok)
 			c.agentscm("change-capture", "configure", "--root", c.root, "--spool", c.spool, "--capture-mode", mode)
-			c.startWork("privacy " + mode)
+			work := c.startWork("privacy " + mode)
 			var en struct {
 				Upload struct {
 					Connected   bool   `json:"connected"`
@@ -174,6 +174,41 @@ func TestChangelogPrivacyAcrossModes(t *testing.T) {
 			for _, s := range []string{privPrompt, privInput, privOutput, privError} {
 				if !anyHolds(local, s) {
 					t.Fatalf("the local changelog does not hold %q: the test would not see a leak", s)
+				}
+			}
+			// Another machine (a fresh root with its own connection and
+			// HOME): apply --from-hub --resume-conversation restores the
+			// files; outside shared mode it says the conversation was not
+			// shared (exit 0), in shared mode it resumes the redacted copy.
+			b := filepath.Join(c.dir, "fresh-b")
+			if err := os.MkdirAll(b, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			c.agentscm("client", "setup", "--root", b, "--hub", url, "--repository", "proj", "--token-file", tok)
+			var ap struct {
+				Shared  bool   `json:"conversation_shared"`
+				Note    string `json:"conversation_note"`
+				Resumed *struct {
+					Transcript string `json:"transcript"`
+				} `json:"resumed"`
+			}
+			if err := json.Unmarshal([]byte(c.agentscm("changelog", "apply", "--root", b, "--to", "3", "--from-hub", "--work", work, "--resume-conversation", "--format", "json")), &ap); err != nil {
+				t.Fatal(err)
+			}
+			if !exists(t, filepath.Join(b, "neutral.txt")) || !exists(t, filepath.Join(b, "done.txt")) {
+				t.Fatalf("apply --from-hub did not restore the files")
+			}
+			if mode != event.ModeSharedConversation {
+				if ap.Shared || !strings.Contains(ap.Note, "not shared") || ap.Resumed != nil {
+					t.Fatalf("%s mode: apply --from-hub --resume-conversation: %+v", mode, ap)
+				}
+			} else {
+				if !ap.Shared || ap.Resumed == nil {
+					t.Fatalf("shared mode: apply --from-hub --resume-conversation: %+v", ap)
+				}
+				tb, err := os.ReadFile(ap.Resumed.Transcript)
+				if err != nil || !bytes.Contains(tb, []byte(privPrompt)) || bytes.Contains(tb, []byte(privToken)) || !bytes.Contains(tb, []byte("[REDACTED:github_token]")) {
+					t.Fatalf("shared mode: the resumed transcript is not the redacted conversation (%v):\n%.2000s", err, tb)
 				}
 			}
 			logs := stop()
