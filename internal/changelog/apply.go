@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -118,7 +119,13 @@ func (c *Changelog) ApplyFiles(ctx context.Context, paths []string, req ApplyReq
 // the state loaded once by the caller and reused for both captures.
 func (c *Changelog) applyLocked(ctx context.Context, paths []string, applied []int, req ApplyRequest, st *captureState) (*ApplyResult, error) {
 	// Conversation roots are extracted aside and merged (transcript.go):
-	// a rewind never deletes a conversation.
+	// a rewind never deletes a conversation. A staging directory found
+	// here, under the lock, was left by a crashed apply.
+	if old, _ := filepath.Glob(filepath.Join(c.dir, ".staging-*")); len(old) > 0 {
+		for _, d := range old {
+			os.RemoveAll(d)
+		}
+	}
 	roots, staged, cleanup, err := stageConversation(c.opts.Roots, c.dir)
 	if err != nil {
 		return nil, err

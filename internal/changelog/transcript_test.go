@@ -252,6 +252,10 @@ func TestRewindKeepsOtherConversations(t *testing.T) {
 	if _, err := f.c.Capture(ctx, CaptureRequest{Position: 2, SessionID: "U", ToolUseID: "u"}); err != nil {
 		t.Fatal(err)
 	}
+	// A staging directory a crashed apply left is removed by the next.
+	if err := os.MkdirAll(filepath.Join(f.c.Dir(), ".staging-crashed", "1"), 0o700); err != nil {
+		t.Fatal(err)
+	}
 	res, err := f.c.Apply(ctx, ApplyRequest{To: 0})
 	if err != nil {
 		t.Fatal(err)
