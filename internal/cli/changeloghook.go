@@ -168,6 +168,7 @@ func (up uploadPlan) describe() string {
 	if len(up.LocalRoots) > 0 {
 		switch {
 		case !up.Connected:
+			fmt.Fprintf(&b, "  transcripts: %s kept on this machine (in the local changelog only)\n", strings.Join(up.LocalRoots, ", "))
 		case up.Transcripts == changelog.ConvRedacted:
 			fmt.Fprintf(&b, "  transcripts: %s uploaded REDACTED (shared-conversation mode, for sessions started in it; redaction is best effort)\n", strings.Join(up.LocalRoots, ", "))
 		default:
