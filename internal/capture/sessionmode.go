@@ -100,3 +100,68 @@ func (s Store) Observe(b *Binding, session, hookEvent, source string) (Observati
 	}
 	return obs, nil
 }
+
+// Sharing says whether the conversation bodies of one session of a checkout
+// may leave the machine (the changelog's transcript copies, for one).
+type Sharing struct {
+	// Mode is the capture mode of the checkout's binding (metadata-only
+	// without one).
+	Mode string `json:"mode"`
+	// Share is true only for an enabled binding in shared-conversation
+	// mode, connected to the repository and Hub it was saved for, and a
+	// session observed to start under that mode.
+	Share bool `json:"share"`
+	// Reason explains a Share of false.
+	Reason string `json:"reason,omitempty"`
+}
+
+// ConversationSharing decides Sharing for session in the checkout at root,
+// connected to hub and repository (empty: not checked). It reads the
+// capture config and the session's record without writing anything: a
+// session whose start was not observed under shared-conversation mode keeps
+// its bodies local ("a session keeps the mode it started under for
+// sharing"), as does a binding saved for another repository or Hub.
+func (s Store) ConversationSharing(root, session, hub, repository string) (Sharing, error) {
+	cfg, err := s.Load()
+	if err != nil {
+		return Sharing{Mode: event.ModeMetadataOnly, Reason: "the capture config cannot be read"}, err
+	}
+	b := cfg.ForPath(root)
+	if b == nil {
+		return Sharing{Mode: event.ModeMetadataOnly, Reason: "the checkout has no enabled capture binding, so it is metadata-only"}, nil
+	}
+	sh := Sharing{Mode: b.CaptureMode}
+	if b.CaptureMode != event.ModeSharedConversation {
+		sh.Reason = "the checkout is in " + b.CaptureMode + " mode"
+		return sh, nil
+	}
+	if b.Hub != "" && hub != "" && (b.Hub != hub || b.Repository != repository) {
+		sh.Reason = "the capture binding was saved for " + describeLineage(b.lineage()) + ", not " + describeLineage(Lineage{Hub: hub, Repository: repository})
+		return sh, nil
+	}
+	p, ok := s.sessionPath(b.Spool, session)
+	if !ok {
+		sh.Reason = "the tool call has no valid session id"
+		return sh, nil
+	}
+	data, err := fsutil.ReadFileNoFollow(p, 4096)
+	if errors.Is(err, fs.ErrNotExist) {
+		sh.Reason = "the start of session " + session + " was not observed in shared-conversation mode"
+		return sh, nil
+	}
+	if err != nil {
+		sh.Reason = "the session record cannot be read"
+		return sh, fmt.Errorf("session record %s: %w", p, err)
+	}
+	var rec sessionRecord
+	if err := json.Unmarshal(data, &rec); err != nil {
+		sh.Reason = "the session record is corrupt"
+		return sh, fmt.Errorf("session record %s: %w", p, err)
+	}
+	if rec.Mode != event.ModeSharedConversation {
+		sh.Reason = "session " + session + " started in " + rec.Mode + " mode; sharing starts with the next session"
+		return sh, nil
+	}
+	sh.Share = true
+	return sh, nil
+}

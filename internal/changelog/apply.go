@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -117,7 +118,20 @@ func (c *Changelog) ApplyFiles(ctx context.Context, paths []string, req ApplyReq
 // applyLocked validates and extracts paths under the changelog lock; st is
 // the state loaded once by the caller and reused for both captures.
 func (c *Changelog) applyLocked(ctx context.Context, paths []string, applied []int, req ApplyRequest, st *captureState) (*ApplyResult, error) {
-	rp, err := prepareReplay(ctx, paths, c.opts.Roots)
+	// Conversation roots are extracted aside and merged (transcript.go):
+	// a rewind never deletes a conversation. A staging directory found
+	// here, under the lock, was left by a crashed apply.
+	if old, _ := filepath.Glob(filepath.Join(c.dir, ".staging-*")); len(old) > 0 {
+		for _, d := range old {
+			os.RemoveAll(d)
+		}
+	}
+	roots, staged, cleanup, err := stageConversation(c.opts.Roots, c.dir)
+	if err != nil {
+		return nil, err
+	}
+	defer cleanup()
+	rp, err := prepareReplay(ctx, paths, roots)
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +146,11 @@ func (c *Changelog) applyLocked(ctx context.Context, paths []string, applied []i
 	if err != nil {
 		return nil, fmt.Errorf("capture the state before the rewind: %w", err)
 	}
-	if err := rp.extract(ctx); err != nil {
+	err = rp.extract(ctx)
+	if err == nil {
+		err = mergeConversations(c.opts.Roots, staged, rewoundSession(target))
+	}
+	if err != nil {
 		return &ApplyResult{PreApply: pre, Applied: applied}, fmt.Errorf("rewind to %d (undo with --to %d): %w", req.To, pre.Position, err)
 	}
 	if req.AfterExtract != nil {
@@ -152,12 +170,33 @@ func (c *Changelog) applyLocked(ctx context.Context, paths []string, applied []i
 // roots, matched by name: the way to restore onto a fresh directory. Nothing
 // is written unless every increment validates.
 func Replay(ctx context.Context, paths []string, roots []Root) error {
-	rp, err := prepareReplay(ctx, paths, roots)
+	sroots, staged, cleanup, err := stageConversation(roots, "")
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	rp, err := prepareReplay(ctx, paths, sroots)
 	if err != nil {
 		return err
 	}
 	defer rp.close()
-	return rp.extract(ctx)
+	if err := rp.extract(ctx); err != nil {
+		return err
+	}
+	if len(rp.archives) == 0 {
+		return nil
+	}
+	return mergeConversations(roots, staged, rewoundSession(rp.archives[len(rp.archives)-1].a.Meta))
+}
+
+// rewoundSession is the session whose transcript a rewind to target cuts:
+// the target tool call's session; none for any other increment (an undo
+// restores, it never cuts).
+func rewoundSession(target Meta) string {
+	if target.Kind == KindCall {
+		return target.SessionID
+	}
+	return ""
 }
 
 type replayArchive struct {
@@ -237,6 +276,9 @@ type overlay struct {
 	listing  map[string]map[string]byte
 	fresh    map[string]bool // directories created anew: their disk contents are gone
 	rootGone map[string]bool
+	// sizes tracks the transcripts the sequence stored: local bytes (what
+	// the next appended part must start at) and the bytes on disk.
+	sizes map[string][2]int64
 }
 
 func vkey(root, rel string) string { return root + "\x00" + rel }
@@ -311,6 +353,7 @@ func purged(l map[string]byte, name string, k vkind) vkind {
 func (o *overlay) set(root, rel string, v vkind) {
 	k := vkey(root, rel)
 	o.dropBelow(k)
+	delete(o.sizes, k)
 	if _, ok := o.kinds[k]; !ok && rel != "" {
 		pk := vkey(root, parentOf(rel))
 		o.children[pk] = append(o.children[pk], rel)
@@ -339,6 +382,7 @@ func (o *overlay) dropBelow(k string) {
 		ck := vkey(root, rel)
 		o.dropBelow(ck)
 		delete(o.kinds, ck)
+		delete(o.sizes, ck)
 	}
 	delete(o.children, k)
 	delete(o.listing, k)
@@ -349,6 +393,7 @@ func (rp *replay) simulate() error {
 	o := &overlay{
 		roots: rp.roots, kinds: map[string]vkind{}, children: map[string][]string{},
 		listing: map[string]map[string]byte{}, fresh: map[string]bool{}, rootGone: map[string]bool{},
+		sizes: map[string][2]int64{},
 	}
 	for _, ra := range rp.archives {
 		for _, name := range ra.a.Meta.RemovedRoots {
@@ -358,7 +403,8 @@ func (rp *replay) simulate() error {
 			o.set(name, "", vGone)
 			o.rootGone[name] = true
 		}
-		for _, m := range ra.a.Members {
+		for mi := range ra.a.Members {
+			m := &ra.a.Members[mi]
 			// Every ancestor must be (or become) a directory, never a
 			// symlink or a file.
 			var anc []string
@@ -418,13 +464,36 @@ func (rp *replay) simulate() error {
 					if v := purged(l, path.Base(rel), o.kinds[ck]); v == vGone {
 						o.dropBelow(ck)
 						o.kinds[ck] = vGone
+						delete(o.sizes, ck)
 					}
 				}
 				o.listing[k] = l
 			case tar.TypeReg:
 				o.set(m.Root, m.Rel, vFile)
-			case tar.TypeSymlink:
-				o.set(m.Root, m.Rel, vSymlink)
+				o.sizes[vkey(m.Root, m.Rel)] = [2]int64{m.localLen(), m.Size}
+			case typeAppend:
+				// An appended part extends the copy the sequence stored
+				// before it, which must be exactly its offset long.
+				k := vkey(m.Root, m.Rel)
+				sz, ok := o.sizes[k]
+				if (o.lookup(m.Root, m.Rel) != vFile || !ok || sz[0] != m.part.Offset) && ra.a.Meta.Conversation == ConvRedacted {
+					// An uploaded form shares a session's transcript only
+					// while the session is shared: after the mode went
+					// down and up again its parts no longer chain. The
+					// copy stays as the sequence last held it.
+					m.skip = true
+					delete(o.sizes, k)
+					continue
+				}
+				if o.lookup(m.Root, m.Rel) != vFile || !ok || sz[0] != m.part.Offset {
+					have := "no stored copy"
+					if ok {
+						have = fmt.Sprintf("a stored copy of %d bytes", sz[0])
+					}
+					return fmt.Errorf("increment %s: %w: transcript part %q appends at byte %d of %q, but the increments before it hold %s", path.Base(ra.path), ErrUnreadableArchive, m.arch, m.part.Offset, m.Name, have)
+				}
+				ra.a.Members[mi].expect = sz[1]
+				o.sizes[k] = [2]int64{sz[0] + m.part.Length, sz[1] + m.Size}
 			}
 		}
 	}
@@ -507,7 +576,7 @@ func (rp *replay) extractOne(ctx context.Context, ra *replayArchive) error {
 					return fmt.Errorf("%w: archive changed while being applied: %v", ErrUnreadableArchive, err)
 				}
 			}
-			if strings.TrimSuffix(h.Name, "/") != m.Name {
+			if strings.TrimSuffix(h.Name, "/") != m.archName() {
 				return fmt.Errorf("%w: archive changed while being applied", ErrUnreadableArchive)
 			}
 		}
@@ -601,6 +670,19 @@ func (rp *replay) extractOne(ctx context.Context, ra *replayArchive) error {
 				return err
 			}
 			if err := dr.Symlink(m.Linkname, base); err != nil {
+				return err
+			}
+		case typeAppend:
+			if m.skip {
+				continue
+			}
+			var content io.Reader
+			if tr != nil {
+				content = io.LimitReader(tr, m.Size)
+			} else {
+				content = bytes.NewReader(m.data)
+			}
+			if err := appendPart(dr, base, m, content); err != nil {
 				return err
 			}
 		}

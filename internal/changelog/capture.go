@@ -240,11 +240,16 @@ type rootPlan struct {
 	// children of each dumped directory: indexes into state.Entries.
 	children map[int][]int
 	deleted  int
+	// conv marks a conversation root (see IsConversationRoot): its JSONL
+	// transcripts are stored as the bytes appended since the last
+	// increment (appends), each cut at its last complete line.
+	conv    bool
+	appends []appendPlan
 }
 
 // scanRoot walks one root, classifies excluded paths and diffs against old.
 func (c *Changelog) scanRoot(ctx context.Context, r Root, old *rootState, start time.Time) (*rootPlan, error) {
-	p := &rootPlan{root: r, state: &rootState{Name: r.Name, Path: r.Path}}
+	p := &rootPlan{root: r, state: &rootState{Name: r.Name, Path: r.Path}, conv: IsConversationRoot(r.Name, r.Path)}
 	fi, err := os.Lstat(r.Path)
 	if errors.Is(err, fs.ErrNotExist) || (err == nil && !fi.IsDir()) {
 		return p, nil // removed (or no longer a directory): nothing to capture
@@ -475,6 +480,20 @@ func (p *rootPlan) plan(old *rootState, start time.Time) {
 					mark(n.Path)
 				}
 			case n.Type == scan.File:
+				if p.conv && isTranscriptFile(n.Path) {
+					// Append-only transcripts: a grown file of the same
+					// identity stores only its new bytes.
+					if !sameStat(o, n) {
+						if canAppend(o, n) {
+							p.appends = append(p.appends, appendPlan{idx: j, offset: o.Size, tail: o.Tail})
+						} else {
+							p.files = append(p.files, j)
+						}
+					} else {
+						n.Tail = o.Tail
+					}
+					return
+				}
 				if !sameStat(o, n) || (o.Hash != nil && !hashMatches(p.root.Path, n.Path, o.Hash)) {
 					p.files = append(p.files, j)
 				} else if o.Hash != nil && time.Unix(0, n.MTime).After(start.Add(-racyWindow)) {
@@ -547,6 +566,10 @@ func writeIncrement(ctx context.Context, w io.Writer, meta *Meta, plans []*rootP
 			}
 		}
 	}
+	conv, appends, err := planTranscripts(plans, meta)
+	if err != nil {
+		return err
+	}
 	if err := aw.meta(meta); err != nil {
 		return err
 	}
@@ -589,9 +612,26 @@ func writeIncrement(ctx context.Context, w io.Writer, meta *Meta, plans []*rootP
 				}
 				continue
 			}
+			if it := conv[e]; it != nil {
+				if err := it.write(aw, name, uid, gid); err != nil {
+					return err
+				}
+				continue
+			}
 			if err := writeFileMember(aw, p.root.Path, name, e, start, h); err != nil {
 				return err
 			}
+		}
+	}
+	// Appended transcript bytes come last, in members of the metadata
+	// directory: GNU tar lists them and leaves them out of an extraction
+	// that excludes that directory, as the documented command does.
+	for _, it := range appends {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := it.write(aw, "", uid, gid); err != nil {
+			return err
 		}
 	}
 	return aw.close()

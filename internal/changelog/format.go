@@ -34,6 +34,15 @@ type Meta = incmeta.Meta
 // MetaRoot describes one capture root inside an increment.
 type MetaRoot = incmeta.Root
 
+// AppendDir is the archive directory of appended transcript parts.
+const AppendDir = incmeta.AppendDir
+
+// What an uploaded form kept of the conversation roots (Meta.Conversation).
+const (
+	ConvWithheld = incmeta.ConvWithheld
+	ConvRedacted = incmeta.ConvRedacted
+)
+
 // typeDumpdir is GNU tar's 'D' typeflag: a directory whose data is the
 // dumpdir listing of its entries.
 const typeDumpdir = 'D'
@@ -289,6 +298,40 @@ type Member struct {
 	Renames  []memberRename
 	offset   int    // ordinal of the member in the archive
 	data     []byte // the content, when the archive was read holding it
+	// arch is the member's name in the archive when it differs from Name
+	// (the AppendDir member of an appended transcript part).
+	arch string
+	// part is the transcript part a conversation file's member stores
+	// (nil for other members and increments written before parts).
+	part *Part
+	// expect is the size the file must have on disk when an appended part
+	// is extracted (set by the replay's simulation).
+	expect int64
+	// skip marks an appended part of an uploaded form that does not extend
+	// what the sequence holds (see simulate): it is not extracted.
+	skip bool
+}
+
+// typeAppend marks a Member holding the bytes appended to a transcript
+// (an AppendDir member of the archive, see incmeta.Part). It is never a
+// tar typeflag: the archive stores such a member as a regular file.
+const typeAppend = 'a'
+
+// archName is the member's name in the archive.
+func (m *Member) archName() string {
+	if m.arch != "" {
+		return m.arch
+	}
+	return m.Name
+}
+
+// localLen is the local transcript bytes a member represents: its part's
+// length, else its size.
+func (m *Member) localLen() int64 {
+	if m.part != nil {
+		return m.part.Length
+	}
+	return m.Size
 }
 
 // memberRename is a validated rename inside one capture root.
@@ -377,6 +420,8 @@ func readArchiveHolding(r io.Reader, allowed []MetaRoot, budget *int64) (*Archiv
 	a := &Archive{held: budget != nil}
 	var chunk []byte
 	var matcher rootMatcher
+	var parts *partIndex
+	var arch *indexedPart
 	haveMeta := false
 	seen := map[string]byte{}
 	symlinks := map[string]bool{}
@@ -395,6 +440,19 @@ func readArchiveHolding(r io.Reader, allowed []MetaRoot, budget *int64) (*Archiv
 		if err != nil {
 			return nil, archiveError("%v", err)
 		}
+		if (name == MetaDir || strings.HasPrefix(name, MetaDir+"/")) && name != MetaMember && haveMeta && parts != nil {
+			// An appended transcript part: listed in the metadata, read
+			// as the file it extends.
+			pt, ok := parts.appends[name]
+			if !ok || h.Typeflag != tar.TypeReg && h.Typeflag != tar.TypeRegA {
+				return nil, archiveError("unexpected metadata member %q", h.Name)
+			}
+			delete(parts.appends, name)
+			h.Typeflag = typeAppend
+			h.Name = memberName(pt.prefix, pt.Path)
+			name = h.Name
+			arch = pt
+		}
 		if name == MetaDir || strings.HasPrefix(name, MetaDir+"/") {
 			if name != MetaMember || h.Typeflag != tar.TypeReg || haveMeta || i != 0 {
 				return nil, archiveError("unexpected metadata member %q", h.Name)
@@ -412,6 +470,9 @@ func readArchiveHolding(r io.Reader, allowed []MetaRoot, budget *int64) (*Archiv
 			}
 			matcher = rootMatcher{roots: roots}
 			haveMeta = true
+			if parts, err = indexParts(&a.Meta, roots); err != nil {
+				return nil, archiveError("%v", err)
+			}
 			continue
 		}
 		if !haveMeta {
@@ -442,7 +503,45 @@ func readArchiveHolding(r io.Reader, allowed []MetaRoot, budget *int64) (*Archiv
 			Name: name, Root: root.Name, Rel: rel, Type: h.Typeflag,
 			Mode: fs.FileMode(h.Mode & 0o7777), ModTime: h.ModTime, offset: i,
 		}
+		if arch != nil {
+			if arch.Root != root.Name {
+				return nil, archiveError("transcript part %q is not in its capture root %q", arch.Member, arch.Root)
+			}
+			m.arch, m.part = arch.Member, &arch.Part
+			arch = nil
+		} else if parts != nil && h.Typeflag != typeDumpdir {
+			if pt, ok := parts.whole[name]; ok {
+				m.part = &pt.Part
+				delete(parts.whole, name)
+			}
+		}
 		switch h.Typeflag {
+		case typeAppend:
+			if rel == "" || h.Size < 0 {
+				return nil, archiveError("transcript part %q is invalid", m.arch)
+			}
+			for k := range h.PAXRecords {
+				if strings.HasPrefix(k, "GNU.sparse.") {
+					return nil, archiveError("member %q is a sparse file (%s), which increments never hold", m.arch, k)
+				}
+			}
+			m.Size = h.Size
+			if a.held && h.Size <= sameCheckMax && h.Size <= *budget {
+				if int64(cap(chunk)-len(chunk)) < h.Size {
+					chunk = make([]byte, 0, max(h.Size, 1<<20))
+				}
+				m.data = chunk[len(chunk) : len(chunk)+int(h.Size) : len(chunk)+int(h.Size)]
+				chunk = chunk[:len(chunk)+int(h.Size)]
+				if _, err := io.ReadFull(tr, m.data); err != nil {
+					return nil, archiveError("member %q: %v", m.arch, err)
+				}
+				*budget -= h.Size
+				break
+			}
+			a.held = false
+			if _, err := io.Copy(io.Discard, tr); err != nil {
+				return nil, archiveError("member %q: %v", m.arch, err)
+			}
 		case typeDumpdir:
 			if h.Size > maxDumpdirBytes {
 				return nil, archiveError("dumpdir %q of %d bytes", h.Name, h.Size)
@@ -523,6 +622,14 @@ func readArchiveHolding(r io.Reader, allowed []MetaRoot, budget *int64) (*Archiv
 	}
 	if !haveMeta && allowed == nil {
 		return nil, archiveError("empty archive")
+	}
+	if parts != nil {
+		for n := range parts.appends {
+			return nil, archiveError("transcript part %q listed in the metadata is missing", n)
+		}
+		for n := range parts.whole {
+			return nil, archiveError("transcript %q listed in the metadata is missing", n)
+		}
 	}
 	if _, err := io.Copy(io.Discard, gz); err != nil {
 		return nil, archiveError("gzip trailer: %v", err)

@@ -32,6 +32,10 @@ type HookOptions struct {
 	// Remote, when set, returns the remote of the checkout at root (nil:
 	// none, increments stay local). It is called only for a tool call.
 	Remote func(ctx context.Context, root string) (Remote, func(), error)
+	// Sharing, when set, returns the sharing policy of the checkout at
+	// root: what of its conversation roots an upload may carry (see
+	// UploadForm). Nil shares no conversation.
+	Sharing func(root string) SharingPolicy
 }
 
 // TurnWait bounds how long a prompt waits for another session's turn to
@@ -144,7 +148,11 @@ func HandleClaudeHookWith(ctx context.Context, configDir string, in io.Reader, n
 		}
 		if r != nil {
 			res.Remote = &RemoteOutcome{}
-			copts.Store = RemoteStore(dir, r, res.Remote, nil)
+			var policy SharingPolicy
+			if opts.Sharing != nil {
+				policy = opts.Sharing(root)
+			}
+			copts.Store = RemoteStoreSharing(dir, r, policy, res.Remote, nil)
 		}
 	}
 	c, err := Open(dir, copts)

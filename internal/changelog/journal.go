@@ -52,7 +52,10 @@ func sameEntry(o, n *entry) bool {
 	if !sameStat(o, n) {
 		return false
 	}
-	if (o.Hash == nil) != (n.Hash == nil) {
+	if (o.Hash == nil) != (n.Hash == nil) || (o.Tail == nil) != (n.Tail == nil) {
+		return false
+	}
+	if o.Tail != nil && *o.Tail != *n.Tail {
 		return false
 	}
 	return o.Hash == nil || *o.Hash == *n.Hash

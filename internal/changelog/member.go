@@ -35,6 +35,30 @@ func ReadMember(path, root, name string, limit int64) ([]byte, error) {
 
 // ReadMemberFrom is ReadMember on an increment read from r.
 func ReadMemberFrom(r io.ReadSeeker, root, name string, limit int64) ([]byte, error) {
+	sp, err := ReadPartFrom(r, root, name, limit)
+	if err != nil {
+		return nil, err
+	}
+	if !sp.Whole {
+		return nil, fmt.Errorf("%w: %s in capture root %s (only the bytes appended since the previous increment are stored)", ErrNoMember, name, root)
+	}
+	return sp.Data, nil
+}
+
+// StoredPart is what an increment stores of one file: the whole file, or
+// (a transcript) the local bytes [Offset, Offset+Length) appended to the
+// copy the increments before it hold, as Data (redacted in a redacted
+// upload, so len(Data) may differ from Length).
+type StoredPart struct {
+	Whole  bool
+	Offset int64
+	Length int64
+	Data   []byte
+}
+
+// ReadPartFrom is ReadMemberFrom that also returns an appended transcript
+// part (see StoredPart).
+func ReadPartFrom(r io.ReadSeeker, root, name string, limit int64) (*StoredPart, error) {
 	if n, err := cleanMemberName(name); err != nil || n != name {
 		return nil, fmt.Errorf("invalid member path %q", name)
 	}
@@ -49,8 +73,12 @@ func ReadMemberFrom(r io.ReadSeeker, root, name string, limit int64) ([]byte, er
 			break
 		}
 	}
-	if m == nil || m.Type != tar.TypeReg {
+	if m == nil || (m.Type != tar.TypeReg && m.Type != typeAppend) {
 		return nil, fmt.Errorf("%w: %s in capture root %s", ErrNoMember, name, root)
+	}
+	sp := &StoredPart{Whole: m.Type == tar.TypeReg, Length: m.localLen()}
+	if m.part != nil {
+		sp.Offset = m.part.Offset
 	}
 	if m.Size > limit {
 		return nil, fmt.Errorf("%s in capture root %s: %w (%d bytes, limit %d)", name, root, fsutil.ErrTooLarge, m.Size, limit)
@@ -71,14 +99,15 @@ func ReadMemberFrom(r io.ReadSeeker, root, name string, limit int64) ([]byte, er
 			return nil, fmt.Errorf("%w: archive changed while being read: %v", ErrUnreadableArchive, err)
 		}
 	}
-	if strings.TrimSuffix(h.Name, "/") != m.Name || h.Size != m.Size {
+	if strings.TrimSuffix(h.Name, "/") != m.archName() || h.Size != m.Size {
 		return nil, fmt.Errorf("%w: archive changed while being read", ErrUnreadableArchive)
 	}
 	b := make([]byte, m.Size)
 	if _, err := io.ReadFull(tr, b); err != nil {
 		return nil, archiveError("member %q: %v", m.Name, err)
 	}
-	return b, nil
+	sp.Data = b
+	return sp, nil
 }
 
 // MaxLaterIncrements bounds how many later increments FindResultTranscript
@@ -106,17 +135,22 @@ type LaterIncrement struct {
 // order, (nil, nil) when there is none left; it is called only as needed and
 // at most MaxLaterIncrements times. The hook captures call k before the host
 // writes its result, and the transcript is append-only, so the first later
-// copy that holds the result extends the rewound one. It returns nil (and no
-// error) when no later copy holds it; an increment that is not a readable
-// archive is an error, a copy that does not parse up to the result is
-// passed over.
-func FindResultTranscript(ctx context.Context, next func(context.Context) (*LaterIncrement, error), session, toolUseID string) (*LaterTranscript, error) {
+// copy that holds the result extends the rewound one. A later increment
+// stores either a whole copy or the bytes appended since the previous one:
+// those extend base, the copy the rewind left, which holds baseLocal bytes
+// of the local transcript (see TranscriptLocalSize); a part that does not
+// start where the copy ends breaks the chain, and the search ends there. It
+// returns nil (and no error) when no later copy holds the result; an
+// increment that is not a readable archive is an error, a copy that does not
+// parse up to the result is passed over.
+func FindResultTranscript(ctx context.Context, next func(context.Context) (*LaterIncrement, error), session, toolUseID string, base []byte, baseLocal int64) (*LaterTranscript, error) {
 	if err := checkSession(session); err != nil {
 		return nil, err
 	}
 	if toolUseID == "" {
 		return nil, fmt.Errorf("%w: no tool call to look for", ErrNoTranscript)
 	}
+	cur, local, chained := base, baseLocal, base != nil
 	for read := 1; read <= MaxLaterIncrements; read++ {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -128,18 +162,47 @@ func FindResultTranscript(ctx context.Context, next func(context.Context) (*Late
 		if inc == nil {
 			return nil, nil
 		}
-		b, err := ReadMemberFrom(bytes.NewReader(inc.Data), TranscriptRootName, session+".jsonl", maxTranscriptBytes)
+		sp, err := ReadPartFrom(bytes.NewReader(inc.Data), TranscriptRootName, session+".jsonl", maxTranscriptBytes)
 		switch {
 		case errors.Is(err, ErrNoMember):
 			continue
 		case err != nil:
 			return nil, fmt.Errorf("increment %d: %w", inc.Position, err)
 		}
-		if TranscriptHoldsResult(b, toolUseID) {
-			return &LaterTranscript{Position: inc.Position, Data: b, Read: read}, nil
+		switch {
+		case sp.Whole:
+			cur, local, chained = sp.Data, sp.Length, true
+		case chained && sp.Offset == local && int64(len(cur))+int64(len(sp.Data)) <= maxTranscriptBytes:
+			cur = append(cur[:len(cur):len(cur)], sp.Data...)
+			local += sp.Length
+		default:
+			return nil, nil
+		}
+		if TranscriptHoldsResult(cur, toolUseID) {
+			return &LaterTranscript{Position: inc.Position, Data: cur, Read: read}, nil
 		}
 	}
 	return nil, nil
+}
+
+// TranscriptLocalSize returns how many bytes of the local transcript rel
+// (a path in the TranscriptRootName root) the increments at paths, in
+// order, leave: the end of the last part that stores it. ok is false when
+// none records a part for it (increments written before parts, where the
+// stored copy is the local one).
+func TranscriptLocalSize(paths []string, rel string) (size int64, ok bool) {
+	for _, p := range paths {
+		m, err := ReadMeta(p)
+		if err != nil {
+			continue
+		}
+		for _, pt := range m.Transcripts {
+			if pt.Root == TranscriptRootName && pt.Path == rel {
+				size, ok = pt.Offset+pt.Length, true
+			}
+		}
+	}
+	return size, ok
 }
 
 // TranscriptHoldsResult reports whether transcript b holds the result of

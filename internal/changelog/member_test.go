@@ -54,9 +54,19 @@ func TestFindResultTranscriptInLaterIncrement(t *testing.T) {
 	appendFile(t, filepath.Join(tr, "S.jsonl"), lineResult1+lineUse2)
 	inc2 := capture(2, "t2")
 
-	// Increment 2 stores the extended transcript; 1 does not store it.
-	if b, err := ReadMember(inc2.Path, TranscriptRootName, "S.jsonl", 1<<20); err != nil || string(b) != lineUser+lineUse1+lineResult1+lineUse2 {
-		t.Fatalf("ReadMember(2) = %q, %v", b, err)
+	// Increment 2 stores the bytes appended to the transcript; 1 does
+	// not store it.
+	f2, err := os.Open(inc2.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp, err := ReadPartFrom(f2, TranscriptRootName, "S.jsonl", 1<<20)
+	f2.Close()
+	if err != nil || sp.Whole || sp.Offset != int64(len(lineUser+lineUse1)) || string(sp.Data) != lineResult1+lineUse2 {
+		t.Fatalf("ReadPartFrom(2) = %+v, %v", sp, err)
+	}
+	if _, err := ReadMember(inc2.Path, TranscriptRootName, "S.jsonl", 1<<20); !errors.Is(err, ErrNoMember) {
+		t.Fatalf("ReadMember(2) of an appended part: %v, want ErrNoMember", err)
 	}
 	if _, err := ReadMember(inc1.Path, TranscriptRootName, "S.jsonl", 1<<20); !errors.Is(err, ErrNoMember) {
 		t.Fatalf("ReadMember(1): %v, want ErrNoMember", err)
@@ -85,11 +95,27 @@ func TestFindResultTranscriptInLaterIncrement(t *testing.T) {
 			return &LaterIncrement{Position: pos, Data: b}, err
 		}
 	}
+	rewound, err := ReadTranscript(dir, "S")
+	if err != nil {
+		t.Fatal(err)
+	}
+	local, ok := TranscriptLocalSize([]string{inc0.Path}, "S.jsonl")
+	if !ok || local != int64(len(rewound)) {
+		t.Fatalf("TranscriptLocalSize = %d, %v; the rewound copy has %d bytes", local, ok, len(rewound))
+	}
 	// Only increment 1: no later copy holds the result.
-	if lt, err := FindResultTranscript(ctx, later(inc1), "S", "t1"); err != nil || lt != nil {
+	if lt, err := FindResultTranscript(ctx, later(inc1), "S", "t1", rewound, local); err != nil || lt != nil {
 		t.Fatalf("without increment 2: %+v, %v", lt, err)
 	}
-	lt, err := FindResultTranscript(ctx, later(inc1, inc2), "S", "t1")
+	// Without the rewound copy, the appended part has nothing to extend.
+	if lt, err := FindResultTranscript(ctx, later(inc1, inc2), "S", "t1", nil, 0); err != nil || lt != nil {
+		t.Fatalf("without a base: %+v, %v", lt, err)
+	}
+	// A base of another length breaks the chain.
+	if lt, err := FindResultTranscript(ctx, later(inc1, inc2), "S", "t1", rewound, local-1); err != nil || lt != nil {
+		t.Fatalf("with a misaligned base: %+v, %v", lt, err)
+	}
+	lt, err := FindResultTranscript(ctx, later(inc1, inc2), "S", "t1", rewound, local)
 	if err != nil || lt == nil || lt.Position != 2 || lt.Read != 2 {
 		t.Fatalf("FindResultTranscript = %+v, %v", lt, err)
 	}
@@ -149,7 +175,7 @@ func TestReadMemberRefusals(t *testing.T) {
 	next := func(context.Context) (*LaterIncrement, error) {
 		return &LaterIncrement{Position: 3, Data: hostile}, nil
 	}
-	if _, err := FindResultTranscript(context.Background(), next, "S", "t1"); !errors.Is(err, ErrUnreadableArchive) {
+	if _, err := FindResultTranscript(context.Background(), next, "S", "t1", nil, 0); !errors.Is(err, ErrUnreadableArchive) {
 		t.Fatalf("hostile later increment: %v", err)
 	}
 }

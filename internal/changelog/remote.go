@@ -1,16 +1,11 @@
 package changelog
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"path/filepath"
 	"time"
-
-	"github.com/agentscm/agentscm/internal/fsutil"
 )
 
 // Remote is where stored increments go beyond the changelog directory: the
@@ -30,6 +25,10 @@ type RemoteIncrement struct {
 	// Digest is the SHA-256 of Body, lowercase hex.
 	Digest string
 	Body   []byte
+	// Conversation and Redactions are the form's (see UploadForm):
+	// ConvWithheld, ConvRedacted or "" (no conversation root).
+	Conversation string
+	Redactions   int
 }
 
 // RemoteResult is what the remote holds after an upload.
@@ -85,6 +84,12 @@ type RemoteOutcome struct {
 // is not stored and its writes go to the next one; only ErrNoDestination
 // lets a local-only increment stand. out, when not nil, receives the outcome.
 func RemoteStore(dir string, r Remote, out *RemoteOutcome, now func() time.Time) func(ctx context.Context, inc Increment) error {
+	return RemoteStoreSharing(dir, r, nil, out, now)
+}
+
+// RemoteStoreSharing is RemoteStore uploading each increment's UploadForm
+// under policy (nil shares no conversation).
+func RemoteStoreSharing(dir string, r Remote, policy SharingPolicy, out *RemoteOutcome, now func() time.Time) func(ctx context.Context, inc Increment) error {
 	if now == nil {
 		now = time.Now
 	}
@@ -95,36 +100,29 @@ func RemoteStore(dir string, r Remote, out *RemoteOutcome, now func() time.Time)
 		}
 		ctx, cancel := context.WithTimeout(ctx, RemoteDeadline)
 		defer cancel()
-		body, err := fsutil.ReadFileNoFollow(inc.Path, MaxRemoteBytes)
+		// Only the upload form leaves the machine (upload.go).
+		form, err := uploadFormFile(inc.Path, inc.Position, policy)
 		if err != nil {
-			return fmt.Errorf("read increment %d for upload: %w", inc.Position, err)
+			return err
 		}
-		if err := res.Check(1, int64(len(body)), now(), ReservationTTL); err != nil {
+		if err := res.Check(1, int64(len(form.Body)), now(), ReservationTTL); err != nil {
 			return fmt.Errorf("the Hub's grant (as last read) refuses it: %w", err)
 		}
-		upload := func(pos int, session string, b []byte) (RemoteResult, error) {
-			sum := sha256.Sum256(b)
-			return r.Upload(ctx, RemoteIncrement{Position: pos, Session: session, Digest: hex.EncodeToString(sum[:]), Body: b})
-		}
-		rr, err := upload(inc.Position, inc.Meta.SessionID, body)
+		rr, err := r.Upload(ctx, form)
 		var miss *MissingError
 		backfilled := 0
 		if errors.As(err, &miss) && miss.Next >= 0 && miss.Next < inc.Position {
 			for p := miss.Next; p < inc.Position; p++ {
-				b, err := fsutil.ReadFileNoFollow(filepath.Join(dir, incrementsDir, IncrementName(p)), MaxRemoteBytes)
-				if err != nil {
-					return fmt.Errorf("back-fill the Hub from position %d: increment %d: %w", miss.Next, p, err)
+				f, err := uploadFormFile(filepath.Join(dir, incrementsDir, IncrementName(p)), p, policy)
+				if err == nil {
+					_, err = r.Upload(ctx, f)
 				}
-				m, err := ReadMetaFrom(bytes.NewReader(b))
 				if err != nil {
-					return fmt.Errorf("back-fill the Hub from position %d: increment %d: %w", miss.Next, p, err)
-				}
-				if _, err := upload(p, m.SessionID, b); err != nil {
 					return fmt.Errorf("back-fill the Hub from position %d: increment %d: %w", miss.Next, p, err)
 				}
 				backfilled++
 			}
-			rr, err = upload(inc.Position, inc.Meta.SessionID, body)
+			rr, err = r.Upload(ctx, form)
 		}
 		if errors.Is(err, ErrNoDestination) {
 			if out != nil {

@@ -25,6 +25,9 @@ type entry struct {
 	Dev, Ino uint64
 	Target   string    // symlink target
 	Hash     *[32]byte // content hash of a racily clean file, re-verified next time
+	// Tail is the hash of a conversation file's last stored bytes (see
+	// tailBytes): an append is stored as a delta only while they match.
+	Tail *[32]byte
 }
 
 // rootState is the captured state of one capture root.
@@ -103,6 +106,7 @@ const (
 const (
 	stExcluded = 1 << 0
 	stHash     = 1 << 1
+	stTail     = 1 << 2
 )
 
 func (s *captureState) encode() []byte {
@@ -158,6 +162,9 @@ func appendEntry(b []byte, e *entry, prev string) []byte {
 	if e.Hash != nil {
 		flags |= stHash
 	}
+	if e.Tail != nil {
+		flags |= stTail
+	}
 	b = binary.AppendUvarint(b, flags)
 	b = binary.AppendUvarint(b, uint64(e.Type))
 	b = binary.AppendUvarint(b, uint64(e.Mode))
@@ -169,6 +176,9 @@ func appendEntry(b []byte, e *entry, prev string) []byte {
 	b = appendString(b, e.Target)
 	if e.Hash != nil {
 		b = append(b, e.Hash[:]...)
+	}
+	if e.Tail != nil {
+		b = append(b, e.Tail[:]...)
 	}
 	return b
 }
@@ -272,7 +282,12 @@ func (r *stateReader) entry(a *arena, prev string) (entry, error) {
 		copy(h[:], r.raw(32))
 		e.Hash = &h
 	}
-	if r.err != nil || flags&^(stExcluded|stHash) != 0 || e.Type > scan.Other {
+	if flags&stTail != 0 {
+		var h [32]byte
+		copy(h[:], r.raw(32))
+		e.Tail = &h
+	}
+	if r.err != nil || flags&^(stExcluded|stHash|stTail) != 0 || e.Type > scan.Other {
 		return entry{}, errBadState
 	}
 	return e, nil

@@ -13,6 +13,8 @@ import (
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/changelog"
 	"github.com/agentscm/agentscm/internal/changelog/hubremote"
+	"github.com/agentscm/agentscm/internal/client"
+	"github.com/agentscm/agentscm/internal/event"
 )
 
 // turnExit maps a refusal during a running turn to its exit status.
@@ -35,7 +37,9 @@ func runChangelogHook(ctx context.Context, env *Env) int {
 	cfg, err := capture.ConfigDir(env.Getenv)
 	var res *changelog.HookResult
 	if err == nil {
-		res, err = changelog.HandleClaudeHookWith(ctx, cfg, env.Stdin, env.Now(), changelog.HookOptions{Remote: hubremote.ForCheckout(cfg)})
+		res, err = changelog.HandleClaudeHookWith(ctx, cfg, env.Stdin, env.Now(), changelog.HookOptions{Remote: hubremote.ForCheckout(cfg), Sharing: func(root string) changelog.SharingPolicy {
+			return checkoutSharing(cfg, root)
+		}})
 	}
 	if err != nil {
 		// The increment was not stored: its writes go to the next one.
@@ -94,7 +98,12 @@ Refused with exit status 5 while a turn runs.`)
 	if err != nil {
 		return fmt.Errorf("install changelog hooks: %w", err)
 	}
-	out := map[string]any{"root": root, "dir": c.Dir(), "claude_settings": path, "hook_events": changelog.HookEvents, "settings_changed": changed, "roots": c.Roots()}
+	cfg, err := capture.ConfigDir(env.Getenv)
+	if err != nil {
+		return err
+	}
+	up := uploadPlanFor(cfg, root, c.Roots())
+	out := map[string]any{"root": root, "dir": c.Dir(), "claude_settings": path, "hook_events": changelog.HookEvents, "settings_changed": changed, "roots": c.Roots(), "upload": up}
 	if *format == "json" {
 		return writeJSON(env.Stdout, out)
 	}
@@ -102,7 +111,71 @@ Refused with exit status 5 while a turn runs.`)
 	for _, r := range c.Roots()[1:] {
 		fmt.Fprintf(env.Stdout, "  extra root: %s=%s\n", r.Name, r.Path)
 	}
+	fmt.Fprintln(env.Stdout, up.describe())
 	return nil
+}
+
+// uploadPlan is what changelog enable says leaves the machine, and where.
+type uploadPlan struct {
+	// Connected is false when the checkout has no client connection:
+	// increments then stay in the changelog directory.
+	Connected  bool   `json:"connected"`
+	Hub        string `json:"hub,omitempty"`
+	Repository string `json:"repository,omitempty"`
+	// Roots are uploaded as captured; LocalRoots (the conversation roots)
+	// are uploaded only as Transcripts says.
+	Roots      []string `json:"roots"`
+	LocalRoots []string `json:"conversation_roots"`
+	// Transcripts is "redacted" (shared-conversation mode: copies redacted
+	// before upload, for sessions started in that mode) or "withheld".
+	Transcripts string `json:"transcripts"`
+	CaptureMode string `json:"capture_mode"`
+	Reason      string `json:"reason,omitempty"`
+}
+
+func uploadPlanFor(configDir, root string, roots []changelog.Root) uploadPlan {
+	up := uploadPlan{Roots: []string{}, LocalRoots: []string{}, Transcripts: changelog.ConvWithheld}
+	if c, err := client.Lookup(configDir, root); err == nil {
+		up.Connected, up.Hub, up.Repository = true, c.Hub, c.Repository
+	}
+	for _, r := range roots {
+		if changelog.IsConversationRoot(r.Name, r.Path) {
+			up.LocalRoots = append(up.LocalRoots, r.Name)
+		} else {
+			up.Roots = append(up.Roots, r.Name)
+		}
+	}
+	// The mode decides per session; "" stands for a session that started
+	// under the binding's current mode.
+	sh, _ := capture.Store{Dir: configDir}.ConversationSharing(root, "", up.Hub, up.Repository)
+	up.CaptureMode = sh.Mode
+	if sh.Mode == event.ModeSharedConversation && !strings.HasPrefix(sh.Reason, "the capture binding was saved for") {
+		up.Transcripts = changelog.ConvRedacted
+	} else {
+		up.Reason = sh.Reason
+	}
+	return up
+}
+
+func (up uploadPlan) describe() string {
+	var b strings.Builder
+	if !up.Connected {
+		b.WriteString("  uploads:    none: the checkout has no client connection, so increments stay in the changelog directory\n")
+	} else {
+		fmt.Fprintf(&b, "  uploads:    every increment goes to repository %s on %s (the current Work's changelog)\n", up.Repository, up.Hub)
+		fmt.Fprintf(&b, "              uploaded as captured: %s\n", strings.Join(up.Roots, ", "))
+	}
+	if len(up.LocalRoots) > 0 {
+		switch {
+		case !up.Connected:
+			fmt.Fprintf(&b, "  transcripts: %s kept on this machine (in the local changelog only)\n", strings.Join(up.LocalRoots, ", "))
+		case up.Transcripts == changelog.ConvRedacted:
+			fmt.Fprintf(&b, "  transcripts: %s uploaded REDACTED (shared-conversation mode, for sessions started in it; redaction is best effort)\n", strings.Join(up.LocalRoots, ", "))
+		default:
+			fmt.Fprintf(&b, "  transcripts: %s NOT uploaded, kept on this machine (%s; only shared-conversation mode uploads them, redacted)\n", strings.Join(up.LocalRoots, ", "), up.Reason)
+		}
+	}
+	return strings.TrimSuffix(b.String(), "\n")
 }
 
 func runChangelogDisable(ctx context.Context, env *Env, args []string) error {
@@ -211,4 +284,23 @@ func transcriptDir(c *changelog.Changelog, home string) string {
 		}
 	}
 	return changelog.ClaudeProjectDir(home, c.Roots()[0].Path)
+}
+
+// checkoutSharing is the changelog's sharing policy for the checkout at
+// root: its capture binding's mode (metadata-only without one), shared only
+// for a session that started in shared-conversation mode, with the binding
+// saved for the repository and Hub the checkout is connected to. Any error
+// shares nothing.
+func checkoutSharing(configDir, root string) changelog.SharingPolicy {
+	hub, repo := "", ""
+	if c, err := client.Lookup(configDir, root); err == nil {
+		hub, repo = c.Hub, c.Repository
+	}
+	return func(session string) changelog.Sharing {
+		sh, err := capture.Store{Dir: configDir}.ConversationSharing(root, session, hub, repo)
+		if err != nil {
+			return changelog.Sharing{Mode: sh.Mode, Reason: sh.Reason + ": " + err.Error()}
+		}
+		return changelog.Sharing{Mode: sh.Mode, Share: sh.Share, Reason: sh.Reason}
+	}
 }

@@ -185,7 +185,24 @@ func runChangelogApplyFromHub(ctx context.Context, env *Env, rf *rootFlags, req 
 	if err != nil {
 		return archiveExit(fmt.Errorf("increment %d of work %s: %w", req.to, work, err))
 	}
-	roots, err := hubApplyRoots(root, home, target, rf.extra)
+	// The roots of every increment: an uploaded form leaves out a
+	// conversation root it shares nothing of, so the target's alone may
+	// lack one that earlier increments hold.
+	union := &changelog.Meta{}
+	seenRoot := map[string]bool{}
+	for _, p := range paths {
+		m, err := changelog.ReadMeta(p)
+		if err != nil {
+			return archiveExit(fmt.Errorf("increment %s of work %s: %w", filepath.Base(p), work, err))
+		}
+		for _, r := range m.Roots {
+			if !seenRoot[r.Name] {
+				seenRoot[r.Name] = true
+				union.Roots = append(union.Roots, r)
+			}
+		}
+	}
+	roots, err := hubApplyRoots(root, home, union, rf.extra)
 	if err != nil {
 		return err
 	}
@@ -244,7 +261,15 @@ func runChangelogApplyFromHub(ctx context.Context, env *Env, rf *rootFlags, req 
 	}
 	var resumed *changelog.Resumed
 	resultNote := ""
+	convNote := ""
 	if req.resume {
+		convNote = conversationNotShared(target)
+	}
+	if convNote != "" {
+		out["conversation_shared"] = false
+		out["conversation_note"] = convNote
+	} else if req.resume {
+		out["conversation_shared"] = true
 		if target.Kind != changelog.KindCall || target.SessionID == "" {
 			return fmt.Errorf("applied position %d, but it is not a tool call of a session, so there is no conversation to resume", req.to)
 		}
@@ -259,7 +284,13 @@ func runChangelogApplyFromHub(ctx context.Context, env *Env, rf *rootFlags, req 
 					}
 				}
 				slices.SortFunc(rest, func(x, y api.IncrementInfo) int { return cmp.Compare(x.Position, y.Position) })
-				later, err := laterResult(hctx, conn, work, rest, target)
+				// Later increments store the bytes appended since the
+				// previous one: they extend the copy the apply left.
+				local, ok := changelog.TranscriptLocalSize(paths, target.SessionID+".jsonl")
+				if !ok {
+					local = int64(len(disk))
+				}
+				later, err := laterResult(hctx, conn, work, rest, target, disk, local)
 				switch {
 				case err != nil:
 					fmt.Fprintf(env.Stderr, "agentscm: warning: reading call %d's result from the later increments: %s\n", req.to, oneLine(err.Error()))
@@ -285,6 +316,9 @@ func runChangelogApplyFromHub(ctx context.Context, env *Env, rf *rootFlags, req 
 		return writeJSON(env.Stdout, out)
 	}
 	fmt.Fprintf(env.Stdout, "applied increments 0..%d of work %s from the Hub onto %s (%d bytes, digests verified)\n", req.to, work, root, total)
+	if convNote != "" {
+		fmt.Fprintln(env.Stdout, convNote)
+	}
 	if u, ok := out["undo_position"]; ok {
 		fmt.Fprintf(env.Stdout, "undo with: agentscm changelog apply --root %s --to %d\n", root, u)
 	}
@@ -304,7 +338,7 @@ func runChangelogApplyFromHub(ctx context.Context, env *Env, rf *rootFlags, req 
 // needed and at most changelog.MaxLaterIncrements of them, each verified
 // against its digest, and returns the first copy of the target session's
 // transcript that holds the target call's result (nil when none does).
-func laterResult(ctx context.Context, conn client.Conn, work string, rest []api.IncrementInfo, target *changelog.Meta) (*changelog.LaterTranscript, error) {
+func laterResult(ctx context.Context, conn client.Conn, work string, rest []api.IncrementInfo, target *changelog.Meta, base []byte, baseLocal int64) (*changelog.LaterTranscript, error) {
 	i := 0
 	next := func(ctx context.Context) (*changelog.LaterIncrement, error) {
 		if i >= len(rest) {
@@ -318,7 +352,7 @@ func laterResult(ctx context.Context, conn client.Conn, work string, rest []api.
 		}
 		return &changelog.LaterIncrement{Position: in.Position, Data: b}, nil
 	}
-	return changelog.FindResultTranscript(ctx, next, target.SessionID, target.ToolUseID)
+	return changelog.FindResultTranscript(ctx, next, target.SessionID, target.ToolUseID, base, baseLocal)
 }
 
 func hasRoot(roots []changelog.Root, r changelog.Root) bool {
@@ -369,4 +403,22 @@ func hubApplyRoots(root, home string, m *changelog.Meta, extra []string) ([]chan
 		return nil, usagef("the increments hold other capture roots; say where they go: %s", strings.Join(missing, ", "))
 	}
 	return roots, nil
+}
+
+// conversationNotShared explains why the increment target, as downloaded
+// from the Hub, holds no conversation to resume ("" when it holds one).
+func conversationNotShared(target *changelog.Meta) string {
+	if target.Conversation == changelog.ConvWithheld {
+		mode := target.ConversationMode
+		if mode == "" {
+			mode = "metadata-only"
+		}
+		return fmt.Sprintf("the conversation was not shared: the checkout that captured it was in %s mode, so its transcripts stayed on that machine (only shared-conversation mode uploads them, redacted); the files are restored, there is no conversation to resume", mode)
+	}
+	for _, r := range target.Roots {
+		if changelog.IsConversationRoot(r.Name, r.Path) {
+			return ""
+		}
+	}
+	return "the increments hold no conversation (the changelog was enabled without a transcript root); the files are restored, there is no conversation to resume"
 }

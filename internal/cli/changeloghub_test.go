@@ -246,6 +246,17 @@ func TestChangelogHookGrantAndNewWork(t *testing.T) {
 // increment that stores the session's transcript. Without a later increment
 // the conversation resumes without the result, and the output says so.
 func TestChangelogApplyFromHubResumesWithResult(t *testing.T) {
+	testApplyFromHubResume(t, true)
+}
+
+// In metadata-only mode (no capture binding) the transcripts never reach
+// the Hub: apply --from-hub --resume-conversation restores the files, says
+// plainly that the conversation was not shared and exits 0.
+func TestChangelogApplyFromHubConversationNotShared(t *testing.T) {
+	testApplyFromHubResume(t, false)
+}
+
+func testApplyFromHubResume(t *testing.T, shared bool) {
 	base := t.TempDir()
 	env := map[string]string{"HOME": filepath.Join(base, "home")}
 	a := filepath.Join(base, "a")
@@ -264,7 +275,18 @@ func TestChangelogApplyFromHubResumesWithResult(t *testing.T) {
 	must("client", "setup", "--root", a, "--local", "--repository", "proj")
 	var w api.Work
 	json.Unmarshal([]byte(must("work", "start", "--root", a, "--format", "json")), &w)
-	must("changelog", "enable", "--root", a)
+	if shared {
+		// Shared-conversation mode, and a session observed to start in it.
+		must("change-capture", "configure", "--root", a, "--spool", filepath.Join(base, "spool"), "--capture-mode", "shared-conversation")
+		p := fmt.Sprintf(`{"session_id":"native-1","cwd":%q,"hook_event_name":"SessionStart","source":"startup"}`, a)
+		if r := runMain(t, env, p, "change-capture", "hook-claude"); r.code != 0 || r.stderr != "" {
+			t.Fatalf("SessionStart: %+v", r)
+		}
+	}
+	en := must("changelog", "enable", "--root", a)
+	if shared != strings.Contains(en, "claude-transcript uploaded REDACTED") || shared == strings.Contains(en, "claude-transcript NOT uploaded") || !strings.Contains(en, "repository proj on local") {
+		t.Fatalf("changelog enable (shared %v) does not say what it uploads:\n%s", shared, en)
+	}
 	project := changelog.ClaudeProjectDir(env["HOME"], a)
 	os.MkdirAll(project, 0o700)
 	appendLine := func(line string) {
@@ -303,13 +325,34 @@ func TestChangelogApplyFromHubResumesWithResult(t *testing.T) {
 		return must("changelog", "apply", "--root", dst, "--to", fmt.Sprint(to), "--from-hub", "--work", w.ID, "--resume-conversation", "--format", format), dst
 	}
 	var res struct {
-		From    *int               `json:"result_from_position"`
-		Note    string             `json:"result_note"`
-		Resumed *changelog.Resumed `json:"resumed"`
+		From     *int               `json:"result_from_position"`
+		Note     string             `json:"result_note"`
+		Resumed  *changelog.Resumed `json:"resumed"`
+		Shared   *bool              `json:"conversation_shared"`
+		ConvNote string             `json:"conversation_note"`
 	}
 	out, dst := apply("b", 1, "json")
 	if err := json.Unmarshal([]byte(out), &res); err != nil {
 		t.Fatalf("%v: %s", err, out)
+	}
+	if !shared {
+		if res.Shared == nil || *res.Shared || !strings.Contains(res.ConvNote, "not shared") || !strings.Contains(res.ConvNote, "metadata-only") || res.Resumed != nil {
+			t.Fatalf("apply --to 1 of a metadata-only checkout: %s", out)
+		}
+		if b, err := os.ReadFile(filepath.Join(dst, "f1.txt")); err != nil || string(b) != "1" {
+			t.Fatalf("the files were not restored: %q %v", b, err)
+		}
+		if ents, _ := os.ReadDir(changelog.ClaudeProjectDir(env["HOME"], dst)); len(ents) != 0 {
+			t.Fatalf("a transcript arrived from the Hub: %v", ents)
+		}
+		out, _ = apply("c", 2, "text")
+		if !strings.Contains(out, "the conversation was not shared") || strings.Contains(out, "claude --resume") {
+			t.Fatalf("apply --to 2 (text): %s", out)
+		}
+		return
+	}
+	if res.Shared == nil || !*res.Shared {
+		t.Fatalf("apply --to 1 of a shared checkout: %s", out)
 	}
 	if res.Resumed == nil || !res.Resumed.IncludesResult || res.From == nil || *res.From != 2 || res.Note != "" {
 		t.Fatalf("apply --to 1: %s", out)

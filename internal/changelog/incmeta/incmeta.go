@@ -50,6 +50,53 @@ type Meta struct {
 	// AppliedTo is the target position of the rewind that produced this
 	// increment (KindApply only).
 	AppliedTo *int `json:"applied_to,omitempty"`
+	// Transcripts lists the files of a conversation root (the Claude Code
+	// transcripts) this increment stores: whole, as the regular member of
+	// their path, or as the bytes appended since the previous increment,
+	// in a member of Dir (see Part).
+	Transcripts []Part `json:"transcripts,omitempty"`
+	// Conversation says what an uploaded form of the increment kept of the
+	// conversation roots: "" in the local form (everything), ConvWithheld
+	// when the checkout was not sharing conversations (no conversation
+	// root and no transcript left the machine), ConvRedacted when the
+	// transcript copies were redacted for sharing.
+	Conversation string `json:"conversation,omitempty"`
+	// ConversationMode is the capture mode that decided Conversation.
+	ConversationMode string `json:"conversation_mode,omitempty"`
+	// WithheldRoots names the conversation roots an uploaded form left out.
+	WithheldRoots []string `json:"withheld_roots,omitempty"`
+	// Redactions counts the redactions of an uploaded, redacted form.
+	Redactions int `json:"redactions,omitempty"`
+}
+
+// Values of Meta.Conversation.
+const (
+	ConvWithheld = "withheld"
+	ConvRedacted = "redacted"
+)
+
+// AppendDir holds the members with a transcript's appended bytes.
+const AppendDir = Dir + "/append"
+
+// Part is one transcript file an increment stores. Offset and Length are in
+// the bytes of the local transcript: a whole copy has Offset 0 and Length
+// its stored size; an appended part holds the local bytes
+// [Offset, Offset+Length) and extends the copy the sequence held before,
+// which must then be Offset bytes long. In a redacted upload the stored
+// bytes are the redacted form of those, so Length may differ from the
+// member's size.
+type Part struct {
+	Root string `json:"root"`
+	Path string `json:"path"` // slash path inside the root
+	// Member is the archive member holding appended bytes ("" for a whole
+	// copy, stored as the regular member of its path).
+	Member string `json:"member,omitempty"`
+	Offset int64  `json:"offset"`
+	Length int64  `json:"length"`
+	// Dev and Ino identify the local file the bytes came from.
+	Dev        uint64 `json:"dev,omitempty"`
+	Ino        uint64 `json:"ino,omitempty"`
+	Redactions int    `json:"redactions,omitempty"`
 }
 
 // Root describes one capture root inside an increment.

@@ -1,0 +1,340 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/agentscm/agentscm/internal/event"
+	"github.com/agentscm/agentscm/test/e2e/scriptedapi"
+)
+
+// The session's conversation, each part findable on its own: the prompt,
+// a tool input that is neither written to the workspace nor echoed, a tool
+// output and a failing command's output that appear only once the command
+// ran (their inputs compute them), and a GitHub token in the prompt and in
+// a tool output.
+const (
+	privPrompt = "PRIVPROMPT-c41d"
+	privInput  = "PRIVINPUT-9e27"
+	privOutput = "PRIVOUTPUT-3f80" // printed by `printf 'PRIV%s' OUTPUT-3f80`
+	privError  = "PRIVERROR-77b1"  // printed by a failing command, likewise
+	privToken  = "ghp_" + "Zx81Qw72Er63Ty54Ui45Op36As27Df18Gh09"
+)
+
+// hubBytes returns every byte that reached the Hub: each file of its data
+// directory (object directory, SQLite database and its WAL and shared
+// memory), gzip objects also decompressed, and its log output.
+func hubBytes(t *testing.T, data string, log []byte) map[string][]byte {
+	t.Helper()
+	out := map[string][]byte{"hub serve output": log}
+	err := filepath.WalkDir(data, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		out[p] = b
+		if len(b) > 2 && b[0] == 0x1f && b[1] == 0x8b {
+			if gz, err := gzip.NewReader(bytes.NewReader(b)); err == nil {
+				if plain, err := io.ReadAll(gz); err == nil {
+					out[p+" (gunzipped)"] = plain
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// startHubLogged is startHub keeping the server's whole output.
+func (c *checkout) startHubLogged(data string) (url string, stop func() []byte) {
+	c.t.Helper()
+	cmd := exec.Command(h.agentscm, "hub", "serve", "--listen", "127.0.0.1:0", "--data", data)
+	cmd.Env = c.env()
+	var mu sync.Mutex
+	var log bytes.Buffer
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := cmd.Start(); err != nil {
+		c.t.Fatal(err)
+	}
+	lines := make(chan string, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sc := bufio.NewScanner(pr)
+		first := true
+		for sc.Scan() {
+			mu.Lock()
+			log.Write(sc.Bytes())
+			log.WriteByte('\n')
+			mu.Unlock()
+			if first && strings.HasPrefix(sc.Text(), "listening on ") {
+				lines <- strings.TrimPrefix(sc.Text(), "listening on ")
+				first = false
+			}
+		}
+	}()
+	var once sync.Once
+	stop = func() []byte {
+		once.Do(func() {
+			cmd.Process.Signal(syscall.SIGTERM)
+			cmd.Wait()
+			pw.Close()
+			<-done
+		})
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]byte(nil), log.Bytes()...)
+	}
+	c.t.Cleanup(func() { stop() })
+	select {
+	case url = <-lines:
+		return url, stop
+	case <-time.After(30 * time.Second):
+		c.t.Fatalf("hub serve did not start: %s", stop())
+	}
+	return "", nil
+}
+
+// TestChangelogPrivacyAcrossModes: with the real CLI and a served Hub, in
+// each capture mode, every byte that reached the Hub is searched for the
+// session's prompt, tool input and outputs: absent in metadata-only and
+// local-conversation mode (while the local changelog holds them), and in
+// shared-conversation mode present only redacted (the token only as
+// [REDACTED:github_token]).
+func TestChangelogPrivacyAcrossModes(t *testing.T) {
+	for _, mode := range []string{event.ModeMetadataOnly, event.ModeLocalConversation, event.ModeSharedConversation} {
+		t.Run(mode, func(t *testing.T) {
+			c := newCheckout(t)
+			data := filepath.Join(c.dir, "hubdata")
+			tok := filepath.Join(c.dir, "alice.token")
+			c.agentscm("hub", "admin", "human", "create", "--data", data, "--name", "alice")
+			c.agentscm("hub", "admin", "repository", "create", "--data", data, "--name", "proj")
+			c.agentscm("hub", "admin", "token", "create", "--data", data, "--human", "alice", "--repository", "proj", "--output", tok)
+			url, stop := c.startHubLogged(data)
+			c.agentscm("client", "setup", "--root", c.root, "--hub", url, "--repository", "proj", "--token-file", tok)
+			c.agentscm("change-capture", "configure", "--root", c.root, "--spool", c.spool, "--capture-mode", mode)
+			work := c.startWork("privacy " + mode)
+			var en struct {
+				Upload struct {
+					Connected   bool   `json:"connected"`
+					Hub         string `json:"hub"`
+					Transcripts string `json:"transcripts"`
+				} `json:"upload"`
+			}
+			if err := json.Unmarshal([]byte(c.agentscm("changelog", "enable", "--root", c.root, "--format", "json")), &en); err != nil {
+				t.Fatal(err)
+			}
+			wantForm := "withheld"
+			if mode == event.ModeSharedConversation {
+				wantForm = "redacted"
+			}
+			if !en.Upload.Connected || en.Upload.Hub != url || en.Upload.Transcripts != wantForm {
+				t.Fatalf("changelog enable says %+v, want transcripts %s to %s", en.Upload, wantForm, url)
+			}
+			api, err := scriptedapi.Start(scriptedapi.Turn{Marker: "SCENARIO-PRIV", Steps: [][]scriptedapi.ToolCall{
+				{bash("printf 'PRIV%s\\n' OUTPUT-3f80; printf 'ghp_%s\\n' Zx81Qw72Er63Ty54Ui45Op36As27Df18Gh09 # " + privInput)},
+				{write(filepath.Join(c.root, "neutral.txt"), "neutral\n")},
+				{bash("printf 'PRIV%s\\n' ERROR-77b1 >&2; exit 3")},
+				{bash("echo done > done.txt")},
+			}, FinalText: "ok"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer api.Close()
+			c.runClaude(api, "-p", "Please run SCENARIO-PRIV now. "+privPrompt+" token "+privToken)
+			list := c.changelogList()
+			if len(list) != 4 {
+				t.Fatalf("%d increments, want 4: %+v", len(list), list)
+			}
+			// The local changelog holds the conversation (so the search
+			// below can find it when it leaks).
+			local := hubBytes(t, c.changelogDir(), nil)
+			for _, s := range []string{privPrompt, privInput, privOutput, privError} {
+				if !anyHolds(local, s) {
+					t.Fatalf("the local changelog does not hold %q: the test would not see a leak", s)
+				}
+			}
+			// Another machine (a fresh root with its own connection and
+			// HOME): apply --from-hub --resume-conversation restores the
+			// files; outside shared mode it says the conversation was not
+			// shared (exit 0), in shared mode it resumes the redacted copy.
+			b := filepath.Join(c.dir, "fresh-b")
+			if err := os.MkdirAll(b, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			c.agentscm("client", "setup", "--root", b, "--hub", url, "--repository", "proj", "--token-file", tok)
+			var ap struct {
+				Shared  bool   `json:"conversation_shared"`
+				Note    string `json:"conversation_note"`
+				Resumed *struct {
+					Transcript string `json:"transcript"`
+				} `json:"resumed"`
+			}
+			if err := json.Unmarshal([]byte(c.agentscm("changelog", "apply", "--root", b, "--to", "3", "--from-hub", "--work", work, "--resume-conversation", "--format", "json")), &ap); err != nil {
+				t.Fatal(err)
+			}
+			if !exists(t, filepath.Join(b, "neutral.txt")) || !exists(t, filepath.Join(b, "done.txt")) {
+				t.Fatalf("apply --from-hub did not restore the files")
+			}
+			if mode != event.ModeSharedConversation {
+				if ap.Shared || !strings.Contains(ap.Note, "not shared") || ap.Resumed != nil {
+					t.Fatalf("%s mode: apply --from-hub --resume-conversation: %+v", mode, ap)
+				}
+			} else {
+				if !ap.Shared || ap.Resumed == nil {
+					t.Fatalf("shared mode: apply --from-hub --resume-conversation: %+v", ap)
+				}
+				tb, err := os.ReadFile(ap.Resumed.Transcript)
+				if err != nil || !bytes.Contains(tb, []byte(privPrompt)) || bytes.Contains(tb, []byte(privToken)) || !bytes.Contains(tb, []byte("[REDACTED:github_token]")) {
+					t.Fatalf("shared mode: the resumed transcript is not the redacted conversation (%v):\n%.2000s", err, tb)
+				}
+			}
+			logs := stop()
+			got := hubBytes(t, data, logs)
+			if len(got) < 3 {
+				t.Fatalf("the Hub stored almost nothing: %v", keys(got))
+			}
+			// Every increment reached the Hub.
+			objects := 0
+			for p, b := range got {
+				if strings.HasSuffix(p, "(gunzipped)") && bytes.Contains(b, []byte(".agentscm-changelog-meta/meta.json")) {
+					objects++
+				}
+			}
+			if objects < 4 {
+				t.Fatalf("%d increments in the Hub's objects, want 4", objects)
+			}
+			if anyHolds(got, privToken) {
+				t.Errorf("the token reached the Hub in %s", where(got, privToken))
+			}
+			if mode != event.ModeSharedConversation {
+				for _, s := range []string{privPrompt, privInput, privOutput, privError, "SCENARIO-PRIV"} {
+					if anyHolds(got, s) {
+						t.Errorf("%s mode: %q reached the Hub in %s", mode, s, where(got, s))
+					}
+				}
+				return
+			}
+			// Shared: the conversation is there, redacted, in the
+			// changelog's transcript copies.
+			var transcript []byte
+			for p, b := range got {
+				if strings.HasSuffix(p, "(gunzipped)") && bytes.Contains(b, []byte(`"sessionId"`)) && bytes.Contains(b, []byte(privPrompt)) {
+					transcript = b
+				}
+			}
+			if transcript == nil {
+				t.Fatal("shared mode: no increment on the Hub holds the transcript")
+			}
+			if !bytes.Contains(transcript, []byte("[REDACTED:github_token]")) {
+				t.Fatalf("shared mode: the uploaded transcript has no redaction marker")
+			}
+			for _, s := range []string{privPrompt, privInput, privOutput} {
+				if !anyHolds(got, s) {
+					t.Errorf("shared mode: %q never reached the Hub", s)
+				}
+			}
+		})
+	}
+}
+
+func (c *checkout) changelogDir() string {
+	c.t.Helper()
+	var out struct {
+		Dir string `json:"dir"`
+	}
+	if err := json.Unmarshal([]byte(c.agentscm("changelog", "list", "--root", c.root, "--format", "json")), &out); err != nil {
+		c.t.Fatal(err)
+	}
+	return out.Dir
+}
+
+func anyHolds(m map[string][]byte, s string) bool { return where(m, s) != "" }
+
+func where(m map[string][]byte, s string) string {
+	var in []string
+	for p, b := range m {
+		if bytes.Contains(b, []byte(s)) {
+			in = append(in, p)
+		}
+	}
+	return strings.Join(in, ", ")
+}
+
+func keys(m map[string][]byte) []string {
+	var out []string
+	for k := range m {
+		out = append(out, fmt.Sprintf("%s (%d bytes)", k, len(m[k])))
+	}
+	return out
+}
+
+// TestChangelogUndoKeepsResumedConversation: rewinding with
+// --resume-conversation, continuing the resumed conversation and then
+// undoing the rewind leaves that conversation resumable (the undo used to
+// delete its transcript: "No conversation found").
+func TestChangelogUndoKeepsResumedConversation(t *testing.T) {
+	c := newCheckout(t)
+	c.agentscm("changelog", "enable", "--root", c.root)
+	api, err := scriptedapi.Start(
+		scriptedapi.Turn{Marker: "SCENARIO-A", Steps: [][]scriptedapi.ToolCall{
+			{bash("echo A-RESULT-0 > a0.txt; echo A-RESULT-0")}, {bash("echo A-RESULT-1 > a1.txt; echo A-RESULT-1")},
+		}, FinalText: "a done"},
+		scriptedapi.Turn{Marker: "SCENARIO-B", Steps: [][]scriptedapi.ToolCall{{bash("echo B > b1.txt")}}, FinalText: "b done"},
+		scriptedapi.Turn{Marker: "SCENARIO-C", FinalText: "c done"},
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer api.Close()
+	c.runClaude(api, "-p", "Run SCENARIO-A.")
+	var out struct {
+		Undo    int `json:"undo_position"`
+		Resumed *struct {
+			SessionID  string `json:"session_id"`
+			Transcript string `json:"transcript"`
+		} `json:"resumed"`
+	}
+	if err := json.Unmarshal([]byte(c.agentscm("rewind", "--root", c.root, "--to", "0", "--resume-conversation", "--format", "json")), &out); err != nil {
+		t.Fatal(err)
+	}
+	if out.Resumed == nil {
+		t.Fatal("no resumed conversation")
+	}
+	// The resumed conversation goes on, with a tool call of its own.
+	if res := c.runClaude(api, "-p", "--resume", out.Resumed.SessionID, "Run SCENARIO-B."); res.Result != "b done" {
+		t.Fatalf("resumed: %q", res.Result)
+	}
+	c.agentscm("changelog", "apply", "--root", c.root, "--to", fmt.Sprint(out.Undo))
+	if !exists(t, filepath.Join(c.root, "a1.txt")) {
+		t.Fatal("the undo did not restore a1.txt")
+	}
+	if !exists(t, out.Resumed.Transcript) {
+		t.Fatalf("the undo deleted the resumed conversation's transcript %s", out.Resumed.Transcript)
+	}
+	if res := c.runClaude(api, "-p", "--resume", out.Resumed.SessionID, "Now SCENARIO-C."); res.Result != "c done" {
+		t.Fatalf("resuming after the undo: %q", res.Result)
+	}
+}
