@@ -155,16 +155,16 @@ func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Re
 		return nil, err
 	}
 	defer led.Close()
-	if led.Fresh() {
-		// A spool that already holds records may have delivered them
-		// under spool-wide sequence numbers: new target streams start
-		// above them so no number is ever reused.
-		high, err := ss.MaxSeq()
-		if err != nil {
-			return nil, err
-		}
-		led.SetFloor(high)
+	// The ledger's stream is this spool's identity space on the Hub: a new
+	// ledger (new spool, re-enable, second worktree, lost ledger) starts a
+	// new one at sequence 1, so nothing already in the spool (legacy or
+	// imported local-only records included) raises its floor, and every
+	// record appended in this Session carries it.
+	stream, err := led.BindStream(sp.ObservationScope())
+	if err != nil {
+		return nil, err
 	}
+	ss.SetStream(stream)
 	// Delivery runs even when this event was not appended (a conflict, a
 	// paused spool): earlier retained envelopes still go out.
 	if rerr != nil && rec.Kind == event.ToolStart {
@@ -272,6 +272,9 @@ func captureOccurrence(led *Ledger, ss *spool.Session, bd *Binding, p *claude.Pa
 	stamp := func(r *event.Record) {
 		r.Sequenced, r.Association, r.Deferred = true, route.Association, route.Deferred
 		r.WorkID, r.Generation, r.CanonicalSession = route.Target.WorkID, route.Target.Generation, route.Target.Session
+		// The stream the sequence was reserved in (a resumed claim keeps
+		// its original one); empty means the Session's current stream.
+		r.Stream = route.Stream
 		if route.Deferred {
 			// No exact authorized target: keep only a sanitized local fact.
 			r.Body = nil
@@ -341,7 +344,7 @@ func publishOutages(ss *spool.Session, led *Ledger, rec *event.Record, observed 
 				Agent: rec.Agent, SessionID: o.Observed, Kind: event.KindGap, HookEvent: "outage",
 				ObservedAt: rec.ObservedAt, CaptureMode: rec.CaptureMode,
 				WorkID: o.Target.WorkID, Generation: o.Target.Generation, CanonicalSession: o.Target.Session,
-				Association: AssocCopied, Sequenced: true, SharedSeq: o.From,
+				Association: AssocCopied, Sequenced: true, SharedSeq: o.From, Stream: o.Stream,
 				Gap: &event.GapInfo{Kind: event.GapCaptureInterrupted, Reason: "target_unavailable", FromSeq: o.From, ToSeq: o.To,
 					Detail: "no exact target resolved for these occurrences; only sanitized local facts were kept"},
 			}

@@ -110,6 +110,11 @@ func Envelope(r event.Record) (*api.Envelope, error) {
 	}
 	env := &api.Envelope{Identity: Identity(r), WorkID: r.WorkID, Generation: r.Generation,
 		Session: r.CanonicalSession, NativeSessionID: r.SessionID}
+	if r.Kind != event.KindUsage {
+		// The sequence (and gap range) stream on the Hub; a legacy record
+		// has none and stays in the legacy stream, byte for byte.
+		env.Stream = r.Stream
+	}
 	switch r.Kind {
 	case event.KindGap:
 		if r.Gap == nil {
@@ -180,8 +185,19 @@ func Envelope(r event.Record) (*api.Envelope, error) {
 // local occurrence number (the spool sequence). A late-start gap is one per
 // session and an outage gap is named by its target and range, so a replay
 // of either is a duplicate. Receipt time never enters identity.
+//
+// A record written with a stream (event.Record.Stream: the spool's
+// observation scope and ledger epoch) hashes it too ("agentscm-event-v2"),
+// so two spools observing one native session (a re-enable, a second
+// worktree) never share an identity. Usage records keep the stream-free
+// form: a provider request is one record whichever spool read it. A
+// legacy record (no stream) keeps its v1 identity, so envelopes delivered
+// before streams stay idempotent.
 func Identity(r event.Record) string {
 	id := []string{"agentscm-event-v1", r.Agent, r.SessionID, string(r.Kind), r.HookEvent}
+	if r.Stream != "" && r.Kind != event.KindUsage {
+		id = []string{"agentscm-event-v2", r.Stream, r.Agent, r.SessionID, string(r.Kind), r.HookEvent}
+	}
 	switch {
 	case r.Kind == event.KindGap && r.Gap != nil && r.Gap.Kind == event.GapAdapterStartedLate:
 		// One per session: a replay of it is a duplicate.
