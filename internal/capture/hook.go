@@ -63,6 +63,9 @@ type HookResult struct {
 	Delivered, Failed int
 	// DeliveryErr is the first delivery error, reported as a warning.
 	DeliveryErr error
+	// Refused counts this invocation's envelopes the Hub permanently
+	// refused (see RefusedError).
+	Refused int
 	// Claim is the claim status of a provider-identified occurrence
 	// ("new", "duplicate", "conflict", "unrecorded"), empty otherwise.
 	Claim string
@@ -191,7 +194,7 @@ func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Re
 		// appends usage records to this same spool session.
 		_, cerr = store.TranscriptStep(ss, bd, b, p, t, obs.Mode, now)
 	}
-	deliver(ctx, ss, hub, now, res)
+	deliver(ctx, ss, led, hub, now, res)
 	return res, cerr
 }
 
@@ -360,7 +363,11 @@ func publishOutages(ss *spool.Session, led *Ledger, rec *event.Record, observed 
 // deliver replays up to DeliveryPageSize pending envelopes in sequence
 // order within DeliveryTimeout. Only an acknowledgement writes the ack
 // marker; every attempt advances the scheduling cursor.
-func deliver(ctx context.Context, sp *spool.Session, hub Hub, now time.Time, res *HookResult) {
+//
+// A permanent refusal (RefusedError) is recorded as outcome "refused",
+// listed in the ledger once and, the first time, marked on the Hub by a
+// hub_refused gap (refused.go); the hook warns about it.
+func deliver(ctx context.Context, sp *spool.Session, led *Ledger, hub Hub, now time.Time, res *HookResult) {
 	ctx, cancel := context.WithTimeout(ctx, DeliveryTimeout)
 	defer cancel()
 	envs, err := sp.Pending(DeliveryPageSize)
@@ -383,6 +390,14 @@ func deliver(ctx context.Context, sp *spool.Session, hub Hub, now time.Time, res
 			res.Failed++
 			if res.DeliveryErr == nil {
 				res.DeliveryErr = err
+			}
+			var re *RefusedError
+			if errors.As(err, &re) {
+				a.Outcome = "refused"
+				res.Refused++
+				if herr := handleRefusal(sp, led, env, re, now); herr != nil {
+					res.DeliveryErr = fmt.Errorf("%w; and: %v", err, herr)
+				}
 			}
 		} else {
 			a.Outcome = status

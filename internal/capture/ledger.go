@@ -200,6 +200,10 @@ type ledgerState struct {
 	Sessions map[string]*observedState `json:"sessions"`
 	Outages  []Outage                  `json:"outages,omitempty"`
 	Claims   int64                     `json:"claims"`
+	// Refusals are the envelopes the Hub permanently refused (refused.go),
+	// the oldest beyond maxRefusals counted in RefusalsOmitted.
+	Refusals        []Refusal `json:"refusals,omitempty"`
+	RefusalsOmitted int64     `json:"refusals_omitted,omitempty"`
 }
 
 // Ledger is an open, locked ledger of one spool.

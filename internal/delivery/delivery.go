@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"strconv"
 
 	"github.com/agentscm/agentscm/internal/capture"
@@ -92,9 +93,30 @@ func (h *hub) Deliver(ctx context.Context, env *spool.Envelope) (string, error) 
 	}
 	res, err := h.conn.Deliver(ctx, e)
 	if err != nil {
+		if ae, ok := api.AsError(err); ok && permanentRefusal(ae) {
+			reason := ae.Reason
+			if reason == "" {
+				reason = ae.Code
+			}
+			return "", fmt.Errorf("%w", &capture.RefusedError{Reason: reason, Message: ae.Message})
+		}
 		return "", err
 	}
 	return res.Status, nil
+}
+
+// permanentRefusal reports whether the Hub's answer says the same envelope
+// can never be accepted: a conflict (409: identity_reused,
+// sequence_taken, a different action start or finish), a target refusal
+// (422: stale_generation, work_not_accepting, unknown work or session), an
+// invalid or too large envelope (400, 413). Authentication, authorization,
+// unavailability and server errors are transient: the envelope is retried.
+func permanentRefusal(e *api.Error) bool {
+	switch e.Status {
+	case http.StatusBadRequest, http.StatusConflict, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
+		return true
+	}
+	return false
 }
 
 // Envelope builds the Hub envelope of a retained record. A record written

@@ -56,6 +56,8 @@ DROP TABLE usage_v1;`,
 	2: `INSERT INTO events(work_id,generation,session,stream,seq,kind,body,identity,received_at)
   SELECT work_id,generation,session,'',seq,kind,body,identity,received_at FROM events_v2;
 DROP TABLE events_v2;
+INSERT OR IGNORE INTO streams(work_id,generation,session,stream,arrival)
+  SELECT DISTINCT work_id,generation,session,'',0 FROM events;
 INSERT INTO gaps(work_id,generation,session,identity,kind,reason,from_seq,to_seq,received_at,stream)
   SELECT work_id,generation,session,identity,kind,reason,from_seq,to_seq,received_at,'' FROM gaps_v2;
 DROP TABLE gaps_v2;`,
@@ -186,6 +188,8 @@ CREATE TABLE IF NOT EXISTS envelopes(repository_id TEXT NOT NULL, identity TEXT 
 CREATE TABLE IF NOT EXISTS events(work_id TEXT NOT NULL, generation INTEGER NOT NULL, session TEXT NOT NULL, stream TEXT NOT NULL,
   seq INTEGER NOT NULL, kind TEXT NOT NULL, body TEXT NOT NULL, identity TEXT NOT NULL, received_at INTEGER NOT NULL,
   PRIMARY KEY(work_id, generation, session, stream, seq)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS streams(work_id TEXT NOT NULL, generation INTEGER NOT NULL, session TEXT NOT NULL, stream TEXT NOT NULL,
+  arrival INTEGER NOT NULL, PRIMARY KEY(work_id, generation, session, stream)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS actions(work_id TEXT NOT NULL, action_id TEXT NOT NULL, generation INTEGER NOT NULL, session TEXT NOT NULL,
   start TEXT, start_identity TEXT NOT NULL DEFAULT '', finish TEXT, finish_identity TEXT NOT NULL DEFAULT '',
   PRIMARY KEY(work_id, action_id)) WITHOUT ROWID;
@@ -791,6 +795,13 @@ func (t *sqliteTx) InsertEvents(s Scope, events []api.Event) error {
 	if len(events) == 0 {
 		return nil
 	}
+	// The order in which a session's streams first reached the Hub (the
+	// receipt clock has whole seconds only).
+	if err := t.exec(`INSERT OR IGNORE INTO streams(work_id,generation,session,stream,arrival)
+  SELECT ?,?,?,?,coalesce(max(arrival),0)+1 FROM streams WHERE work_id=? AND generation=? AND session=?`,
+		s.WorkID, s.Generation, s.Session, s.Stream, s.WorkID, s.Generation, s.Session); err != nil {
+		return err
+	}
 	// Multi-row inserts in chunks keep a large batch to a few statements.
 	const chunk = 100
 	for i := 0; i < len(events); i += chunk {
@@ -929,9 +940,8 @@ func (t *sqliteTx) ListEvents(workID string, limit int) ([]api.EventRecord, int6
 	}
 	// Streams of one session in the order they first reached the Hub.
 	rows, err := t.query(`SELECT e.generation,e.session,e.stream,e.body,e.received_at FROM events e
-  JOIN (SELECT generation,session,stream,min(received_at) AS first FROM events WHERE work_id=? GROUP BY generation,session,stream) f
-  ON f.generation=e.generation AND f.session=e.session AND f.stream=e.stream
-  WHERE e.work_id=? ORDER BY e.generation, e.session, f.first, e.stream, e.seq LIMIT ?`, workID, workID, limit)
+  LEFT JOIN streams f ON f.work_id=e.work_id AND f.generation=e.generation AND f.session=e.session AND f.stream=e.stream
+  WHERE e.work_id=? ORDER BY e.generation, e.session, f.arrival, e.stream, e.seq LIMIT ?`, workID, limit)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -955,7 +965,9 @@ func (t *sqliteTx) SessionStats(workID string) ([]SessionStats, error) {
 	rows, err := t.query(`SELECT generation,session,stream,count(*),min(seq),max(seq),min(received_at),
   (SELECT e2.kind FROM events e2 WHERE e2.work_id=events.work_id AND e2.generation=events.generation AND e2.session=events.session
     AND e2.stream=events.stream ORDER BY e2.seq DESC LIMIT 1)
-  FROM events WHERE work_id=? GROUP BY generation, session, stream ORDER BY generation, session, min(received_at), stream`, workID)
+  FROM events WHERE work_id=? GROUP BY generation, session, stream
+  ORDER BY generation, session, (SELECT arrival FROM streams s WHERE s.work_id=events.work_id AND s.generation=events.generation
+    AND s.session=events.session AND s.stream=events.stream), stream`, workID)
 	if err != nil {
 		return nil, err
 	}
