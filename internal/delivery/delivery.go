@@ -211,13 +211,24 @@ func Envelope(r event.Record) (*api.Envelope, error) {
 // A record written with a stream (event.Record.Stream: the spool's
 // observation scope and ledger epoch) hashes it too ("agentscm-event-v2"),
 // so two spools observing one native session (a re-enable, a second
-// worktree) never share an identity. Usage records keep the stream-free
-// form: a provider request is one record whichever spool read it. A
+// worktree) never share an identity. A
 // legacy record (no stream) keeps its v1 identity, so envelopes delivered
 // before streams stay idempotent.
+//
+// A usage record written with a stream hashes its target (Work,
+// generation, canonical session) instead of the stream: two spools that
+// read one transcript into the same target (a re-enable) deliver one
+// record, a duplicate; two spools that read it into different targets
+// (the same native session resumed in a second worktree with its own
+// Work) each deliver their own, where the stream-free v1 form made the
+// second an identity_reused refusal.
 func Identity(r event.Record) string {
 	id := []string{"agentscm-event-v1", r.Agent, r.SessionID, string(r.Kind), r.HookEvent}
-	if r.Stream != "" && r.Kind != event.KindUsage {
+	usageTarget := r.Stream != "" && r.Kind == event.KindUsage
+	switch {
+	case usageTarget:
+		id = []string{"agentscm-event-v2", "", r.Agent, r.SessionID, string(r.Kind), r.HookEvent, "target", r.WorkID, strconv.FormatInt(r.Generation, 10), r.CanonicalSession}
+	case r.Stream != "":
 		id = []string{"agentscm-event-v2", r.Stream, r.Agent, r.SessionID, string(r.Kind), r.HookEvent}
 	}
 	switch {

@@ -16,6 +16,10 @@ import (
 // main computed it before streams.
 const legacyGolden = "54c6f63a570012d48960724ff2627d0e999de46bb353d61af4d289b0e2152a4e"
 
+// usageLegacyGolden is the v1 identity of the usage record in
+// TestIdentityStreams as main computed it.
+const usageLegacyGolden = "971c8a4d18d4566a1934f938e9dd79db5ec3f3029fd0a7733f845589a31c910c"
+
 // TestIdentityStreams: a legacy record keeps its v1 identity (so already
 // delivered envelopes stay duplicates); the same record in two streams has
 // two identities; a usage record is one provider request whatever the
@@ -44,10 +48,21 @@ func TestIdentityStreams(t *testing.T) {
 	in := int64(5)
 	u := event.Record{Agent: "claude-code", SessionID: "s1", Kind: event.KindUsage, HookEvent: "transcript", WorkID: "wrk_1", Generation: 1, CanonicalSession: "default",
 		Usage: &event.Usage{Scope: event.UsageScopeRequest, MessageID: "msg_1", InputTokens: &in}}
-	ua := u
-	ua.Stream = "obs_a.1"
-	if Identity(u) != Identity(ua) {
+	ua, ub := u, u
+	ua.Stream, ub.Stream = "obs_a.1", "obs_b.2"
+	if Identity(ua) != Identity(ub) {
 		t.Fatal("a usage record's identity depends on the stream")
+	}
+	// One provider request read into two targets (the same native session
+	// in two worktrees' Works) is one record per target; the legacy
+	// stream-free form stays as it was.
+	uc := ua
+	uc.WorkID = "wrk_2"
+	if Identity(uc) == Identity(ua) || Identity(u) == Identity(ua) {
+		t.Fatal("a usage record's identity ignores its target")
+	}
+	if Identity(u) != usageLegacyGolden {
+		t.Fatalf("legacy usage identity changed: %s", Identity(u))
 	}
 	env, err := Envelope(a)
 	if err != nil || env.Stream != "obs_a.1" || env.Events[0].Seq != 3 {
@@ -212,6 +227,29 @@ func TestRefusedEnvelopeIsReported(t *testing.T) {
 	st, err := capture.CaptureSetting(f.store, Connections{f.cfg}, f.root)
 	if err != nil || st.Refused == nil || st.Refused.Total != 1 {
 		t.Fatalf("status %+v %v", st, err)
+	}
+	// change-capture inspect: the refusal (reason, seq, kind) and, for the
+	// refused envelope still pending, its last attempt's outcome.
+	ir, err := spool.Inspect(f.spool, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	view := f.store.Inspect(f.spool, ir)
+	if view.LedgerError != "" || view.Refused.Total != 1 || view.Refused.Refusals[0].Reason != "sequence_taken" {
+		t.Fatalf("inspect view %+v", view)
+	}
+	refusedSeq := view.Refused.Refusals[0].SpoolSeq
+	var outcome *capture.PendingOutcome
+	for i, o := range view.PendingOutcomes {
+		if o.Seq == refusedSeq {
+			outcome = &view.PendingOutcomes[i]
+		} else if o.Refused != "" {
+			t.Fatalf("outcome %+v names a refusal", o)
+		}
+	}
+	if outcome == nil || outcome.Refused != "sequence_taken" || outcome.LastOutcome != "refused" || outcome.State != "attempted" ||
+		outcome.Attempts != 3 || !strings.Contains(outcome.LastDetail, "sequence_taken") {
+		t.Fatalf("outcome of the refused envelope %+v in %+v", outcome, view.PendingOutcomes)
 	}
 	var refusedGaps int
 	for _, g := range f.record(t, work).Gaps {
