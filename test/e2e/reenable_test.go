@@ -46,7 +46,11 @@ func TestReEnableMidSession(t *testing.T) {
 	c.runClaude(api1, "-p", "--resume", res.SessionID, "Continue with SCENARIO-RESUME.")
 
 	// Nothing is left pending or refused in either spool.
-	delivered := 0
+	// Every record of both spools is accounted for: a sequenced event
+	// (a Hub event), an action start or finish of the one-step setup's
+	// Bash execution rule (a Hub action, not an event: it has no place in
+	// the sequence), a gap or a usage record; nothing is deferred.
+	delivered, actions := 0, 0
 	for _, dir := range []string{oldSpool, c.spool} {
 		c.spool = dir
 		var rep spool.Report
@@ -57,8 +61,21 @@ func TestReEnableMidSession(t *testing.T) {
 			t.Fatalf("%s: %d pending, %d attempted and unacknowledged, %d quarantined", dir, rep.Pending.Total, rep.Deferred.Total, rep.Quarantine.Total)
 		}
 		for _, r := range c.inspect().Sessions[0].Events {
-			if r.Sequenced && r.SharedSeq != 0 && r.Kind != event.KindGap && r.Kind != event.KindUsage && !r.Deferred {
+			switch {
+			case r.Deferred:
+				t.Fatalf("%s: deferred record %+v", dir, r)
+			case r.Kind == event.KindGap || r.Kind == event.KindUsage:
+			case r.Kind == event.ActionStart || r.Kind == event.ActionFinish:
+				if r.Sequenced || r.WorkID == "" || r.ToolName != "Bash" || dir != st.Spool {
+					t.Fatalf("%s: action record %+v", dir, r)
+				}
+				if r.Kind == event.ActionStart {
+					actions++
+				}
+			case r.Sequenced && r.SharedSeq != 0:
 				delivered++
+			default:
+				t.Fatalf("%s: record %d (%s) is neither a Hub event nor an action: %+v", dir, r.Seq, r.Kind, r)
 			}
 		}
 	}
@@ -73,6 +90,18 @@ func TestReEnableMidSession(t *testing.T) {
 	s := rec.Sessions[0]
 	if len(s.Streams) != 2 || s.MissingSeqs != 0 || s.Streams[0].FirstSeq != 1 || s.Streams[1].FirstSeq != 1 || s.Events != int64(delivered) || len(rec.Events) != delivered {
 		t.Fatalf("session %+v, %d events on the Hub, %d delivered by the spools", s, len(rec.Events), delivered)
+	}
+	// The first spool was configured without execution rules; the
+	// re-enabled one has the default Bash rule: its one Bash call is one
+	// complete action on the Hub.
+	complete := 0
+	for _, a := range rec.Actions {
+		if a.Status == "complete" && a.Start != nil && a.Start.Tool == "Bash" {
+			complete++
+		}
+	}
+	if actions != 1 || complete != 1 || len(rec.Actions) != 1 {
+		t.Fatalf("%d actions started in the spools, on the Hub %+v", actions, rec.Actions)
 	}
 	var boundary, late int
 	for _, g := range rec.Gaps {
