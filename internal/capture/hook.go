@@ -275,8 +275,9 @@ func captureOccurrence(led *Ledger, ss *spool.Session, bd *Binding, p *claude.Pa
 	stamp := func(r *event.Record) {
 		r.Sequenced, r.Association, r.Deferred = true, route.Association, route.Deferred
 		r.WorkID, r.Generation, r.CanonicalSession = route.Target.WorkID, route.Target.Generation, route.Target.Session
-		// The stream the sequence was reserved in (a resumed claim keeps
-		// its original one); empty means the Session's current stream.
+		// The stream the sequence was reserved in: a new reservation's is
+		// the ledger's; a resumed claim keeps its original one, the legacy
+		// stream "" for a claim a version 1 ledger made (appendInStream).
 		r.Stream = route.Stream
 		if route.Deferred {
 			// No exact authorized target: keep only a sanitized local fact.
@@ -301,11 +302,11 @@ func captureOccurrence(led *Ledger, ss *spool.Session, bd *Binding, p *claude.Pa
 				Detail: "the session's original start was not observed; earlier history is not covered"},
 		}
 		stamp(gap)
-		if _, err := ss.Append(gap); err != nil {
+		if _, err := appendInStream(ss, led, gap); err != nil {
 			return fmt.Errorf("record the adapter_started_late gap: %w", err)
 		}
 	}
-	seq, err := ss.Append(rec)
+	seq, err := appendInStream(ss, led, rec)
 	res.Seq = seq
 	if err != nil {
 		return err
@@ -323,7 +324,7 @@ func captureOccurrence(led *Ledger, ss *spool.Session, bd *Binding, p *claude.Pa
 				Detail: "the host gave no identity for this event: a retried hook cannot be told apart from a repeat"},
 		}
 		stamp(gap)
-		if _, err := ss.Append(gap); err != nil {
+		if _, err := appendInStream(ss, led, gap); err != nil {
 			return fmt.Errorf("record %d retained; recording its identity_uncertain gap failed: %w", seq, err)
 		}
 	}
@@ -341,7 +342,10 @@ func captureOccurrence(led *Ledger, ss *spool.Session, bd *Binding, p *claude.Pa
 func publishOutages(ss *spool.Session, led *Ledger, rec *event.Record, observed string, t Target) ([]Outage, error) {
 	var done []Outage
 	for _, o := range led.Outages() {
-		direct := o.Observed == observed && o.Target == t && observed == t.Session
+		// An outage of another stream (a version 1 ledger's, in the legacy
+		// stream) is never exposed by this event: its hole is not in this
+		// event's stream.
+		direct := o.Observed == observed && o.Target == t && observed == t.Session && o.Stream == led.Stream()
 		if !direct {
 			gap := &event.Record{
 				Agent: rec.Agent, SessionID: o.Observed, Kind: event.KindGap, HookEvent: "outage",
@@ -351,7 +355,7 @@ func publishOutages(ss *spool.Session, led *Ledger, rec *event.Record, observed 
 				Gap: &event.GapInfo{Kind: event.GapCaptureInterrupted, Reason: "target_unavailable", FromSeq: o.From, ToSeq: o.To,
 					Detail: "no exact target resolved for these occurrences; only sanitized local facts were kept"},
 			}
-			if _, err := ss.Append(gap); err != nil {
+			if _, err := appendInStream(ss, led, gap); err != nil {
 				return done, fmt.Errorf("publish the outage gap of session %s: %w", o.Observed, err)
 			}
 		}

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/fsutil"
 	"github.com/agentscm/agentscm/internal/spool"
 )
@@ -277,6 +278,23 @@ func (l *Ledger) BindStream(scope string) (string, error) {
 	l.st.Version = ledgerVersion
 	l.dirty, l.durable = true, true
 	return l.st.Stream, nil
+}
+
+// appendInStream appends rec in exactly the stream it names, "" being
+// the Hub's legacy stream: a record whose sequence a version 1 ledger
+// reserved (a claim made before streams and appended only now, an outage
+// recorded before streams, the hub_refused gap of a refused legacy
+// record) keeps its old number in the stream that number belongs to, so
+// it can neither take a number of the ledger's new stream
+// (sequence_taken) nor name a hole there that does not exist. The
+// Session's own stream (SetStream) is restored afterwards.
+func appendInStream(ss *spool.Session, led *Ledger, rec *event.Record) (uint64, error) {
+	if rec.Stream != "" || led == nil || led.Stream() == "" {
+		return ss.Append(rec)
+	}
+	ss.SetStream("")
+	defer ss.SetStream(led.Stream())
+	return ss.Append(rec)
 }
 
 // ledgerDir is the ledger directory of a spool. It is a sibling tree of

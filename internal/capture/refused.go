@@ -8,6 +8,7 @@ import (
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/fsutil"
 	"github.com/agentscm/agentscm/internal/spool"
+	"github.com/agentscm/agentscm/internal/transcript"
 )
 
 // RefusedError is a permanent refusal of one envelope by the Hub (a
@@ -87,20 +88,30 @@ func handleRefusal(ss *spool.Session, led *Ledger, env *spool.Envelope, re *Refu
 		ref.Detail = ref.Detail[:300]
 	}
 	isRefusalGap := r.Kind == event.KindGap && r.HookEvent == GapReasonHubRefused
-	// A legacy record (no stream) is only listed: its sequence is in the
-	// legacy stream, which a new gap record (stamped with the current
-	// stream) cannot name.
-	if r.Sequenced && r.SharedSeq != 0 && r.Stream != "" && !r.Deferred && r.WorkID != "" && !isRefusalGap {
+	// The refused record's number on the Hub: its shared sequence, or for
+	// a record written before shared sequences its spool sequence. A
+	// legacy record (no stream) gets its gap in the legacy stream "",
+	// where that number is (appendInStream).
+	// Usage, actions and transcript gaps have no place in the sequence.
+	var hubSeq uint64
+	switch {
+	case r.Kind == event.KindUsage || r.Kind == event.ActionStart || r.Kind == event.ActionFinish || r.HookEvent == transcript.HookEvent:
+	case r.Sequenced:
+		hubSeq = r.SharedSeq
+	case r.Stream == "":
+		hubSeq = r.Seq
+	}
+	if hubSeq != 0 && !r.Deferred && r.WorkID != "" && !isRefusalGap {
 		gap := &event.Record{
 			Agent: r.Agent, SessionID: r.SessionID, Kind: event.KindGap, HookEvent: GapReasonHubRefused,
 			ObservedAt: now, CaptureMode: r.CaptureMode,
 			WorkID: r.WorkID, Generation: r.Generation, CanonicalSession: r.CanonicalSession,
-			Association: r.Association, Sequenced: true, SharedSeq: r.SharedSeq, Stream: r.Stream,
+			Association: r.Association, Sequenced: true, SharedSeq: hubSeq, Stream: r.Stream,
 			Gap: &event.GapInfo{Kind: event.GapCaptureInterrupted, Reason: GapReasonHubRefused + ":" + re.Reason,
-				FromSeq: r.SharedSeq, ToSeq: r.SharedSeq, AffectedSeq: r.Seq,
+				FromSeq: hubSeq, ToSeq: hubSeq, AffectedSeq: r.Seq,
 				Detail: "the Hub permanently refused this record; it stays retained locally (change-capture status lists it)"},
 		}
-		if _, err := ss.Append(gap); err != nil {
+		if _, err := appendInStream(ss, led, gap); err != nil {
 			return fmt.Errorf("record the hub_refused gap of record %d: %w", r.Seq, err)
 		}
 		ref.Gap = true
