@@ -84,12 +84,29 @@ func (c *checkout) claudeProjectDir(root string) string {
 // spool that fed it with no missing number; the only gaps are the ones
 // the Hub names (the resumed session's adapter_started_late in the second
 // Work, identity_uncertain of events without provider identity).
+//
+// It runs twice: on the embedded local Hub (one-step `enable --local`) and
+// on a served Hub (`agentscm hub serve` on loopback, both worktrees
+// connected with one token, then one-step `enable`).
 func TestTwoWorktreesOneRepository(t *testing.T) {
+	t.Run("local", func(t *testing.T) { twoWorktrees(t, false) })
+	t.Run("served", func(t *testing.T) { twoWorktrees(t, true) })
+}
+
+func twoWorktrees(t *testing.T, served bool) {
 	main := newCheckout(t)
 	second := &checkout{t: t, dir: main.dir, root: filepath.Join(main.dir, "feature"), home: main.home, config: main.config}
 	main.git("worktree", "add", "-q", "-b", "feature", second.root)
+	if served {
+		hub := main.serveConnectedHub()
+		second.agentscm("client", "setup", "--root", second.root, "--hub", hub.url, "--repository", "proj", "--token-file", filepath.Join(main.dir, "alice.token"))
+	}
 	for _, c := range []*checkout{main, second} {
-		c.agentscm("change-capture", "enable", "--root", c.root, "--local")
+		if served {
+			c.agentscm("change-capture", "enable", "--root", c.root)
+		} else {
+			c.agentscm("change-capture", "enable", "--root", c.root, "--local")
+		}
 		st := c.setting()
 		if !st.Enabled || st.Spool == "" {
 			t.Fatalf("%s: status after enable %+v", c.root, st)
