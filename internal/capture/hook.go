@@ -63,6 +63,9 @@ type HookResult struct {
 	Delivered, Failed int
 	// DeliveryErr is the first delivery error, reported as a warning.
 	DeliveryErr error
+	// Refused counts this invocation's envelopes the Hub permanently
+	// refused (see RefusedError).
+	Refused int
 	// Claim is the claim status of a provider-identified occurrence
 	// ("new", "duplicate", "conflict", "unrecorded"), empty otherwise.
 	Claim string
@@ -155,16 +158,16 @@ func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Re
 		return nil, err
 	}
 	defer led.Close()
-	if led.Fresh() {
-		// A spool that already holds records may have delivered them
-		// under spool-wide sequence numbers: new target streams start
-		// above them so no number is ever reused.
-		high, err := ss.MaxSeq()
-		if err != nil {
-			return nil, err
-		}
-		led.SetFloor(high)
+	// The ledger's stream is this spool's identity space on the Hub: a new
+	// ledger (new spool, re-enable, second worktree, lost ledger) starts a
+	// new one at sequence 1, so nothing already in the spool (legacy or
+	// imported local-only records included) raises its floor, and every
+	// record appended in this Session carries it.
+	stream, err := led.BindStream(sp.ObservationScope())
+	if err != nil {
+		return nil, err
 	}
+	ss.SetStream(stream)
 	// Delivery runs even when this event was not appended (a conflict, a
 	// paused spool): earlier retained envelopes still go out.
 	if rerr != nil && rec.Kind == event.ToolStart {
@@ -191,7 +194,7 @@ func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Re
 		// appends usage records to this same spool session.
 		_, cerr = store.TranscriptStep(ss, bd, b, p, t, obs.Mode, now)
 	}
-	deliver(ctx, ss, hub, now, res)
+	deliver(ctx, ss, led, hub, now, res)
 	return res, cerr
 }
 
@@ -272,6 +275,10 @@ func captureOccurrence(led *Ledger, ss *spool.Session, bd *Binding, p *claude.Pa
 	stamp := func(r *event.Record) {
 		r.Sequenced, r.Association, r.Deferred = true, route.Association, route.Deferred
 		r.WorkID, r.Generation, r.CanonicalSession = route.Target.WorkID, route.Target.Generation, route.Target.Session
+		// The stream the sequence was reserved in: a new reservation's is
+		// the ledger's; a resumed claim keeps its original one, the legacy
+		// stream "" for a claim a version 1 ledger made (appendInStream).
+		r.Stream = route.Stream
 		if route.Deferred {
 			// No exact authorized target: keep only a sanitized local fact.
 			r.Body = nil
@@ -295,11 +302,11 @@ func captureOccurrence(led *Ledger, ss *spool.Session, bd *Binding, p *claude.Pa
 				Detail: "the session's original start was not observed; earlier history is not covered"},
 		}
 		stamp(gap)
-		if _, err := ss.Append(gap); err != nil {
+		if _, err := appendInStream(ss, led, gap); err != nil {
 			return fmt.Errorf("record the adapter_started_late gap: %w", err)
 		}
 	}
-	seq, err := ss.Append(rec)
+	seq, err := appendInStream(ss, led, rec)
 	res.Seq = seq
 	if err != nil {
 		return err
@@ -317,7 +324,7 @@ func captureOccurrence(led *Ledger, ss *spool.Session, bd *Binding, p *claude.Pa
 				Detail: "the host gave no identity for this event: a retried hook cannot be told apart from a repeat"},
 		}
 		stamp(gap)
-		if _, err := ss.Append(gap); err != nil {
+		if _, err := appendInStream(ss, led, gap); err != nil {
 			return fmt.Errorf("record %d retained; recording its identity_uncertain gap failed: %w", seq, err)
 		}
 	}
@@ -335,17 +342,20 @@ func captureOccurrence(led *Ledger, ss *spool.Session, bd *Binding, p *claude.Pa
 func publishOutages(ss *spool.Session, led *Ledger, rec *event.Record, observed string, t Target) ([]Outage, error) {
 	var done []Outage
 	for _, o := range led.Outages() {
-		direct := o.Observed == observed && o.Target == t && observed == t.Session
+		// An outage of another stream (a version 1 ledger's, in the legacy
+		// stream) is never exposed by this event: its hole is not in this
+		// event's stream.
+		direct := o.Observed == observed && o.Target == t && observed == t.Session && o.Stream == led.Stream()
 		if !direct {
 			gap := &event.Record{
 				Agent: rec.Agent, SessionID: o.Observed, Kind: event.KindGap, HookEvent: "outage",
 				ObservedAt: rec.ObservedAt, CaptureMode: rec.CaptureMode,
 				WorkID: o.Target.WorkID, Generation: o.Target.Generation, CanonicalSession: o.Target.Session,
-				Association: AssocCopied, Sequenced: true, SharedSeq: o.From,
+				Association: AssocCopied, Sequenced: true, SharedSeq: o.From, Stream: o.Stream,
 				Gap: &event.GapInfo{Kind: event.GapCaptureInterrupted, Reason: "target_unavailable", FromSeq: o.From, ToSeq: o.To,
 					Detail: "no exact target resolved for these occurrences; only sanitized local facts were kept"},
 			}
-			if _, err := ss.Append(gap); err != nil {
+			if _, err := appendInStream(ss, led, gap); err != nil {
 				return done, fmt.Errorf("publish the outage gap of session %s: %w", o.Observed, err)
 			}
 		}
@@ -357,7 +367,11 @@ func publishOutages(ss *spool.Session, led *Ledger, rec *event.Record, observed 
 // deliver replays up to DeliveryPageSize pending envelopes in sequence
 // order within DeliveryTimeout. Only an acknowledgement writes the ack
 // marker; every attempt advances the scheduling cursor.
-func deliver(ctx context.Context, sp *spool.Session, hub Hub, now time.Time, res *HookResult) {
+//
+// A permanent refusal (RefusedError) is recorded as outcome "refused",
+// listed in the ledger once and, the first time, marked on the Hub by a
+// hub_refused gap (refused.go); the hook warns about it.
+func deliver(ctx context.Context, sp *spool.Session, led *Ledger, hub Hub, now time.Time, res *HookResult) {
 	ctx, cancel := context.WithTimeout(ctx, DeliveryTimeout)
 	defer cancel()
 	envs, err := sp.Pending(DeliveryPageSize)
@@ -380,6 +394,14 @@ func deliver(ctx context.Context, sp *spool.Session, hub Hub, now time.Time, res
 			res.Failed++
 			if res.DeliveryErr == nil {
 				res.DeliveryErr = err
+			}
+			var re *RefusedError
+			if errors.As(err, &re) {
+				a.Outcome = "refused"
+				res.Refused++
+				if herr := handleRefusal(sp, led, env, re, now); herr != nil {
+					res.DeliveryErr = fmt.Errorf("%w; and: %v", err, herr)
+				}
 			}
 		} else {
 			a.Outcome = status

@@ -2,6 +2,7 @@ package capture
 
 import (
 	"bytes"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -14,6 +15,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/fsutil"
 	"github.com/agentscm/agentscm/internal/spool"
 )
@@ -38,11 +40,14 @@ import (
 // uses it is appended, so a crash between the two leaves a hole, never a
 // reuse.
 const (
-	ledgerRoot      = "capture-ledger"
-	ledgerFile      = "ledger.json"
-	ledgerLock      = "ledger.lock"
-	claimsDir       = "claims"
-	ledgerVersion   = 1
+	ledgerRoot    = "capture-ledger"
+	ledgerFile    = "ledger.json"
+	ledgerLock    = "ledger.lock"
+	claimsDir     = "claims"
+	ledgerVersion = 2
+	// ledgerVersionV1 is the format before streams: readable, and moved to
+	// a stream of its own on first use (see BindStream).
+	ledgerVersionV1 = 1
 	maxLedgerBytes  = 8 << 20
 	maxClaimBytes   = 16 << 10
 	fingerprintSize = 64
@@ -90,6 +95,9 @@ type Route struct {
 	Rule string `json:"rule,omitempty"`
 	// Source is the source binding captured for the occurrence, if any.
 	Source json.RawMessage `json:"source,omitempty"`
+	// Stream is the ledger stream SharedSeq was reserved in (empty on
+	// claims made before streams).
+	Stream string `json:"stream,omitempty"`
 }
 
 // Occurrence is the observed identity of a provider-identified occurrence.
@@ -152,6 +160,9 @@ type Outage struct {
 	Target   Target `json:"target"`
 	From     uint64 `json:"from"`
 	To       uint64 `json:"to"`
+	// Stream is the stream the range was reserved in (empty: before
+	// streams).
+	Stream string `json:"stream,omitempty"`
 }
 
 type observedState struct {
@@ -171,11 +182,16 @@ type observedState struct {
 type ledgerState struct {
 	Version int    `json:"version"`
 	Tick    uint64 `json:"tick"`
-	// Floor is where every new target stream starts (its first sequence is
-	// Floor+1): the spool's highest sequence when the ledger was created
-	// for a spool that already held records, whose envelopes (written
-	// before shared sequences, or with a lost ledger) may have reached the
-	// Hub under spool-wide numbers up to it. A new spool has floor 0.
+	// Stream is the identity space of every target sequence below: the
+	// spool's observation scope and a random epoch of this ledger
+	// ("obs_<32 hex>.<16 hex>"). A new ledger (a new spool, a re-enable, a
+	// second worktree, a lost ledger) starts a new stream whose target
+	// sequences start at 1; records, envelope identities and the Hub's
+	// sequence key carry it, so no two streams ever collide.
+	Stream string `json:"stream,omitempty"`
+	// Floor is where every new target stream started in a version 1
+	// ledger (before streams); a ledger moved to a stream resets it to 0
+	// and never raises it again. Kept for reading old ledgers.
 	Floor uint64 `json:"floor,omitempty"`
 	// Gen counts writes; BootID is the kernel boot the fast copy was
 	// written in.
@@ -185,6 +201,10 @@ type ledgerState struct {
 	Sessions map[string]*observedState `json:"sessions"`
 	Outages  []Outage                  `json:"outages,omitempty"`
 	Claims   int64                     `json:"claims"`
+	// Refusals are the envelopes the Hub permanently refused (refused.go),
+	// the oldest beyond maxRefusals counted in RefusalsOmitted.
+	Refusals        []Refusal `json:"refusals,omitempty"`
+	RefusalsOmitted int64     `json:"refusals_omitted,omitempty"`
 }
 
 // Ledger is an open, locked ledger of one spool.
@@ -229,12 +249,52 @@ func bootID() string {
 // Fresh reports whether the ledger did not exist on disk when opened.
 func (l *Ledger) Fresh() bool { return l.fresh }
 
-// SetFloor sets where new target streams start; see ledgerState.Floor.
-func (l *Ledger) SetFloor(floor uint64) {
-	if floor > l.st.Floor {
-		l.st.Floor = floor
-		l.dirty, l.durable = true, true
+// Stream returns the ledger's current stream ("" before BindStream).
+func (l *Ledger) Stream() string { return l.st.Stream }
+
+// BindStream returns the ledger's stream for the spool whose observation
+// scope is scope, starting a new one when the ledger has none (it is new,
+// or was written before streams) or has one of another scope (a spool
+// recreated at the same path). A new stream restarts every target
+// sequence at 1 (target sequences are per stream on the Hub) with floor
+// 0: records already in the spool, imported local-only ones included,
+// belong to other streams and never raise it. Unassociated counters, the
+// observed sessions' targets and pending outages (which name their own
+// stream) are kept. Flush makes it durable before any number of it is
+// used.
+func (l *Ledger) BindStream(scope string) (string, error) {
+	if scope == "" {
+		return "", errors.New("capture ledger: the spool has no observation scope")
 	}
+	if strings.HasPrefix(l.st.Stream, scope+".") {
+		return l.st.Stream, nil
+	}
+	var epoch [8]byte
+	if _, err := rand.Read(epoch[:]); err != nil {
+		return "", fmt.Errorf("capture ledger: %w", err)
+	}
+	l.st.Stream = scope + "." + hex.EncodeToString(epoch[:])
+	l.st.Targets, l.st.Floor = nil, 0
+	l.st.Version = ledgerVersion
+	l.dirty, l.durable = true, true
+	return l.st.Stream, nil
+}
+
+// appendInStream appends rec in exactly the stream it names, "" being
+// the Hub's legacy stream: a record whose sequence a version 1 ledger
+// reserved (a claim made before streams and appended only now, an outage
+// recorded before streams, the hub_refused gap of a refused legacy
+// record) keeps its old number in the stream that number belongs to, so
+// it can neither take a number of the ledger's new stream
+// (sequence_taken) nor name a hole there that does not exist. The
+// Session's own stream (SetStream) is restored afterwards.
+func appendInStream(ss *spool.Session, led *Ledger, rec *event.Record) (uint64, error) {
+	if rec.Stream != "" || led == nil || led.Stream() == "" {
+		return ss.Append(rec)
+	}
+	ss.SetStream("")
+	defer ss.SetStream(led.Stream())
+	return ss.Append(rec)
 }
 
 // ledgerDir is the ledger directory of a spool. It is a sibling tree of
@@ -301,7 +361,7 @@ func decodeLedger(b []byte, st *ledgerState) error {
 	if err := dec.Decode(st); err != nil {
 		return err
 	}
-	if st.Version != ledgerVersion {
+	if st.Version != ledgerVersion && st.Version != ledgerVersionV1 {
 		return fmt.Errorf("version %d", st.Version)
 	}
 	return nil
@@ -445,6 +505,9 @@ func (l *Ledger) RouteFor(observed string, t Target, resolved bool) Route {
 // Reserve reserves the next shared sequence of r's stream in memory and
 // records a copied route's outage; Flush makes it durable.
 func (l *Ledger) Reserve(observed string, r *Route) error {
+	if l.st.Stream == "" {
+		return errors.New("capture ledger: no stream bound (BindStream); nothing reserved")
+	}
 	if r.Association == AssocUnassociated {
 		o := l.session(observed)
 		o.Unassociated++
@@ -453,6 +516,7 @@ func (l *Ledger) Reserve(observed string, r *Route) error {
 			l.durable = true
 		}
 		r.SharedSeq = o.Unassociated
+		r.Stream = l.st.Stream
 		return nil
 	}
 	ts := l.target(r.Target)
@@ -470,6 +534,7 @@ func (l *Ledger) Reserve(observed string, r *Route) error {
 		l.durable = true
 	}
 	r.SharedSeq = ts.Last
+	r.Stream = l.st.Stream
 	l.dirty = true
 	if r.Association == AssocCopied {
 		l.addOutage(observed, r.Target, r.SharedSeq)
@@ -510,7 +575,7 @@ func (l *Ledger) addOutage(observed string, t Target, seq uint64) {
 	l.durable = true
 	for i := len(l.st.Outages) - 1; i >= 0; i-- {
 		o := &l.st.Outages[i]
-		if o.Observed == observed && o.Target == t && o.To+1 == seq {
+		if o.Observed == observed && o.Target == t && o.Stream == l.st.Stream && o.To+1 == seq {
 			o.To = seq
 			return
 		}
@@ -519,13 +584,13 @@ func (l *Ledger) addOutage(observed string, t Target, seq uint64) {
 		// Bounded: widen the oldest run of the same target instead (a gap
 		// that covers more than the outage, never less).
 		for i := range l.st.Outages {
-			if o := &l.st.Outages[i]; o.Target == t {
+			if o := &l.st.Outages[i]; o.Target == t && o.Stream == l.st.Stream {
 				o.From, o.To = min(o.From, seq), max(o.To, seq)
 				return
 			}
 		}
 	}
-	l.st.Outages = append(l.st.Outages, Outage{Observed: observed, Target: t, From: seq, To: seq})
+	l.st.Outages = append(l.st.Outages, Outage{Observed: observed, Target: t, From: seq, To: seq, Stream: l.st.Stream})
 }
 
 // Outages returns the deferred outages not yet made visible.

@@ -103,6 +103,9 @@ func TestLedgerClaimsAndSequences(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if _, err := l.BindStream("obs_test"); err != nil {
+			t.Fatal(err)
+		}
 		return l
 	}
 	tA := Target{WorkID: "wrk_a", Generation: 1, Session: "default"}
@@ -164,7 +167,7 @@ func TestLedgerClaimsAndSequences(t *testing.T) {
 			t.Fatalf("unassociated %d: %+v %v", i, u, err)
 		}
 	}
-	if o := l.Outages(); len(o) != 1 || o[0] != (Outage{Observed: "n", Target: tA, From: 2, To: 4}) {
+	if o := l.Outages(); len(o) != 1 || o[0] != (Outage{Observed: "n", Target: tA, From: 2, To: 4, Stream: l.Stream()}) {
 		t.Fatalf("outages %+v", o)
 	}
 	if err := l.Flush(); err != nil {
@@ -244,6 +247,9 @@ func TestLedgerAfterReboot(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer l.Close()
+		if _, err := l.BindStream("obs_test"); err != nil {
+			t.Fatal(err)
+		}
 		r := Route{Target: tA, Association: AssocExact}
 		u := Route{Association: AssocUnassociated}
 		if err := l.Reserve("n", &r); err != nil {

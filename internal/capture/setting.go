@@ -41,6 +41,10 @@ type Setting struct {
 	Spool               string `json:"spool,omitempty"`
 	WorktreeID          string `json:"worktree_id,omitempty"`
 	ClaudeSettings      string `json:"claude_settings,omitempty"`
+	// Refused lists the envelopes of the spool the Hub permanently
+	// refused (retained locally, each marked on the Hub by a hub_refused
+	// gap where it had a place in a stream).
+	Refused *RefusalReport `json:"refused,omitempty"`
 }
 
 func stateOf(b *Binding) string {
@@ -83,6 +87,9 @@ func CaptureSetting(store Store, conns Connections, root string) (*Setting, erro
 	s.Hub, s.Repository, s.Spool, s.WorktreeID = b.Hub, b.Repository, b.Spool, b.WorktreeID
 	s.ClaudeSettings = b.SettingsPath()
 	s.LineageMismatch = cerr == nil && b.Hub != "" && !sameRepo(lin, b.lineage())
+	if rep, err := store.Refusals(b.Spool); err == nil && rep.Total > 0 {
+		s.Refused = &rep
+	}
 	return s, nil
 }
 

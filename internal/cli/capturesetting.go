@@ -194,6 +194,16 @@ Not set up, Off, Metadata only, Local only, Shared with Hub.`)
 		if s.LineageMismatch {
 			fmt.Fprintf(env.Stdout, "  lineage_mismatch: sharing was set for %s on %s; this checkout is now connected to %s on %s\n", s.Repository, s.Hub, s.ConnectedRepository, s.ConnectedHub)
 		}
+		if r := s.Refused; r != nil {
+			fmt.Fprintf(env.Stdout, "  refused by the Hub: %d envelopes (kept in the spool, never acknowledged)\n", r.Total)
+			for _, f := range r.Refusals {
+				gap := "no gap"
+				if f.Gap {
+					gap = "hub_refused gap appended"
+				}
+				fmt.Fprintf(env.Stdout, "    spool seq %d %s: %s (%s): %s\n", f.SpoolSeq, f.Kind, f.Reason, gap, f.Detail)
+			}
+		}
 	}
 	return nil
 }

@@ -53,7 +53,9 @@ func runSpoolInspect(ctx context.Context, env *Env, args []string) error {
 		`Classify the spool without changing it: format commit and identities,
 authority (ownership and modes), limits and complete physical usage, and
 bounded pending, deferred (attempted, not acknowledged), quarantine and
-attempt projections, each with an explicit omitted count. It takes no lock,
+attempt projections, each with an explicit omitted count; from the capture
+ledger, the envelopes the Hub permanently refused (reason, sequence, kind)
+and, per pending or attempted envelope, its last attempt's outcome. It takes no lock,
 works on refused or unsafe spools, reports unknown completeness and grants
 no execution authority. It is a snapshot: concurrent writers may change the
 spool while it reads.`, args, true, false, func(fs *flag.FlagSet) {
@@ -69,10 +71,15 @@ spool while it reads.`, args, true, false, func(fs *flag.FlagSet) {
 	if err != nil {
 		return err
 	}
+	view, err := inspectView(env, dir, rep) // inspectview.go
+	if err != nil {
+		return err
+	}
 	if format == "json" {
-		return writeJSON(env.Stdout, rep)
+		return writeJSON(env.Stdout, view)
 	}
 	printInspect(env.Stdout, rep)
+	printInspectView(env.Stdout, view)
 	return nil
 }
 

@@ -30,12 +30,20 @@ func BenchmarkIngest(b *testing.B) {
 	b.Run("reference=fsync", benchFsyncRef)
 	for _, mode := range []string{"served", "in-process"} {
 		for _, per := range []int{1, 10, 50} {
-			b.Run(fmt.Sprintf("%s/batch=%d", mode, per), func(b *testing.B) { benchIngest(b, mode, per) })
+			b.Run(fmt.Sprintf("%s/batch=%d", mode, per), func(b *testing.B) { benchIngest(b, mode, per, false) })
+		}
+	}
+	// Envelopes of a client stream (each client its own spool stream, as
+	// clients with streams send); the sub-benchmarks above send the legacy
+	// stream "" and are comparable with clients before streams.
+	for _, mode := range []string{"served", "in-process"} {
+		for _, per := range []int{1, 10} {
+			b.Run(fmt.Sprintf("%s/stream/batch=%d", mode, per), func(b *testing.B) { benchIngest(b, mode, per, true) })
 		}
 	}
 }
 
-func benchIngest(b *testing.B, mode string, per int) {
+func benchIngest(b *testing.B, mode string, per int, streamed bool) {
 	ctx := context.Background()
 	dir := filepath.Join(b.TempDir(), "data")
 	sec := bootstrap(b, dir)
@@ -96,6 +104,9 @@ func benchIngest(b *testing.B, mode string, per int) {
 					evs[j] = api.Event{Seq: seq, Kind: "tool_finish", ToolName: "Bash", ToolUseID: fmt.Sprintf("toolu_%d", seq), Outcome: "returned", ObservedAt: time.Now().Unix()}
 				}
 				env := eventsEnv(targets[c], fmt.Sprint(mode, per, c, n), evs...)
+				if streamed {
+					env.Stream = fmt.Sprintf("obs_%032x.%016x", c, c)
+				}
 				s := time.Now()
 				r, err := conns[c].Deliver(ctx, env)
 				if err != nil || r.Status != api.StatusAccepted {

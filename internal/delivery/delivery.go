@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"strconv"
 
 	"github.com/agentscm/agentscm/internal/capture"
@@ -92,9 +93,30 @@ func (h *hub) Deliver(ctx context.Context, env *spool.Envelope) (string, error) 
 	}
 	res, err := h.conn.Deliver(ctx, e)
 	if err != nil {
+		if ae, ok := api.AsError(err); ok && permanentRefusal(ae) {
+			reason := ae.Reason
+			if reason == "" {
+				reason = ae.Code
+			}
+			return "", fmt.Errorf("%w", &capture.RefusedError{Reason: reason, Message: ae.Message})
+		}
 		return "", err
 	}
 	return res.Status, nil
+}
+
+// permanentRefusal reports whether the Hub's answer says the same envelope
+// can never be accepted: a conflict (409: identity_reused,
+// sequence_taken, a different action start or finish), a target refusal
+// (422: stale_generation, work_not_accepting, unknown work or session), an
+// invalid or too large envelope (400, 413). Authentication, authorization,
+// unavailability and server errors are transient: the envelope is retried.
+func permanentRefusal(e *api.Error) bool {
+	switch e.Status {
+	case http.StatusBadRequest, http.StatusConflict, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
+		return true
+	}
+	return false
 }
 
 // Envelope builds the Hub envelope of a retained record. A record written
@@ -110,6 +132,11 @@ func Envelope(r event.Record) (*api.Envelope, error) {
 	}
 	env := &api.Envelope{Identity: Identity(r), WorkID: r.WorkID, Generation: r.Generation,
 		Session: r.CanonicalSession, NativeSessionID: r.SessionID}
+	if r.Kind != event.KindUsage {
+		// The sequence (and gap range) stream on the Hub; a legacy record
+		// has none and stays in the legacy stream, byte for byte.
+		env.Stream = r.Stream
+	}
 	switch r.Kind {
 	case event.KindGap:
 		if r.Gap == nil {
@@ -180,8 +207,30 @@ func Envelope(r event.Record) (*api.Envelope, error) {
 // local occurrence number (the spool sequence). A late-start gap is one per
 // session and an outage gap is named by its target and range, so a replay
 // of either is a duplicate. Receipt time never enters identity.
+//
+// A record written with a stream (event.Record.Stream: the spool's
+// observation scope and ledger epoch) hashes it too ("agentscm-event-v2"),
+// so two spools observing one native session (a re-enable, a second
+// worktree) never share an identity. A
+// legacy record (no stream) keeps its v1 identity, so envelopes delivered
+// before streams stay idempotent.
+//
+// A usage record written with a stream hashes its target (Work,
+// generation, canonical session) instead of the stream: two spools that
+// read one transcript into the same target (a re-enable) deliver one
+// record, a duplicate; two spools that read it into different targets
+// (the same native session resumed in a second worktree with its own
+// Work) each deliver their own, where the stream-free v1 form made the
+// second an identity_reused refusal.
 func Identity(r event.Record) string {
 	id := []string{"agentscm-event-v1", r.Agent, r.SessionID, string(r.Kind), r.HookEvent}
+	usageTarget := r.Stream != "" && r.Kind == event.KindUsage
+	switch {
+	case usageTarget:
+		id = []string{"agentscm-event-v2", "", r.Agent, r.SessionID, string(r.Kind), r.HookEvent, "target", r.WorkID, strconv.FormatInt(r.Generation, 10), r.CanonicalSession}
+	case r.Stream != "":
+		id = []string{"agentscm-event-v2", r.Stream, r.Agent, r.SessionID, string(r.Kind), r.HookEvent}
+	}
 	switch {
 	case r.Kind == event.KindGap && r.Gap != nil && r.Gap.Kind == event.GapAdapterStartedLate:
 		// One per session: a replay of it is a duplicate.

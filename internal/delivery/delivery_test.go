@@ -511,10 +511,11 @@ func TestHookChild(t *testing.T) {
 	t.Fatalf("the failpoint did not kill the hook: %v", err)
 }
 
-// TestLostLedgerNeverReusesSequences: when the ledger is missing for a
-// spool that already holds records (written before shared sequences, or
-// the ledger was lost), new target streams start above the spool's highest
-// sequence, so nothing the Hub already accepted is numbered again.
+// TestLostLedgerNeverReusesSequences: when the ledger of a spool that
+// already holds records is lost, the new ledger starts a new stream (a new
+// epoch of the spool's observation scope) at sequence 1: nothing the Hub
+// accepted is numbered again under the same key, no hole is invented, and
+// the Hub shows the boundary between the two accounts as a gap.
 func TestLostLedgerNeverReusesSequences(t *testing.T) {
 	f := newFixture(t)
 	work := f.startWork(t)
@@ -531,9 +532,19 @@ func TestLostLedgerNeverReusesSequences(t *testing.T) {
 	if r := f.hook(t, f.payload("Stop", "")); r.Failed != 0 || r.Delivered != 1 {
 		t.Fatalf("after the ledger loss: %+v", r)
 	}
-	s := f.record(t, work).Sessions[0]
-	if s.Events != 3 || s.LastSeq != 3 {
+	rec := f.record(t, work)
+	s := rec.Sessions[0]
+	if s.Events != 3 || s.MissingSeqs != 0 || len(s.Streams) != 2 || s.Streams[0].LastSeq != 2 || s.Streams[1].FirstSeq != 1 || s.Streams[1].LastSeq != 1 {
 		t.Fatalf("session %+v", s)
+	}
+	var boundary int
+	for _, g := range rec.Gaps {
+		if g.Derived && g.Reason == api.GapReasonStreamBoundary && g.Stream == s.Streams[1].Stream && g.PreviousStream == s.Streams[0].Stream && g.PreviousLastSeq == 2 {
+			boundary++
+		}
+	}
+	if boundary != 1 || rec.Coverage.State != "partial" {
+		t.Fatalf("gaps %+v coverage %+v", rec.Gaps, rec.Coverage)
 	}
 }
 

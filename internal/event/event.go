@@ -95,6 +95,14 @@ type Record struct {
 	// the event they concern, or 0. Reserved durably before the append, so
 	// a crash leaves a hole and never a reuse.
 	SharedSeq uint64 `json:"shared_seq,omitempty"`
+	// Stream is the identity space of the record's shared sequence and
+	// envelope identity: the spool's observation scope and the epoch of
+	// its capture ledger ("obs_<32 hex>.<16 hex>"). Two spools (a re-enable,
+	// a second worktree) or a lost ledger never share a stream, so their
+	// sequences and identities never collide on the Hub. Empty on records
+	// written before streams: those keep the legacy identity and the Hub's
+	// legacy stream.
+	Stream string `json:"stream,omitempty"`
 	// ObservedAt is the hook process's receipt time, not a host timestamp.
 	ObservedAt  time.Time `json:"observed_at"`
 	CaptureMode string    `json:"capture_mode"`

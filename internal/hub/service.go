@@ -426,7 +426,7 @@ func (s *Service) Ingest(ctx context.Context, p Principal, repository string, en
 		if !accepting(w.State) {
 			return api.Refusef(api.ReasonWorkNotAccepting, "work %s is %s and accepts no capture", w.ID, w.State)
 		}
-		if env.Generation != w.Generation {
+		if env.Generation != w.Generation && !gapHistory(env, w) {
 			return api.Refusef(api.ReasonStaleGeneration, "work %s is at generation %d, not %d", w.ID, w.Generation, env.Generation)
 		}
 		if _, err := tx.Session(w.ID, env.Generation, env.Session); errors.Is(err, store.ErrNotFound) {
@@ -435,7 +435,7 @@ func (s *Service) Ingest(ctx context.Context, p Principal, repository string, en
 			return err
 		}
 		now := s.now()
-		sc := store.Scope{WorkID: w.ID, Generation: env.Generation, Session: env.Session, Identity: env.Identity, ReceivedAt: now}
+		sc := store.Scope{WorkID: w.ID, Generation: env.Generation, Session: env.Session, Stream: env.Stream, Identity: env.Identity, ReceivedAt: now}
 		if err := s.apply(tx, p, &w, sc, env, &res); err != nil {
 			return err
 		}
@@ -447,6 +447,16 @@ func (s *Service) Ingest(ctx context.Context, p Principal, repository string, en
 		return api.IngestResult{}, internal(err)
 	}
 	return res, nil
+}
+
+// gapHistory reports whether env is a gap of an older generation of w:
+// history of a session that existed then (for example an outage published
+// after a takeover). It is kept on that generation's stream, where the hole
+// is; it adds no event, so it cannot make the old generation look more
+// complete. Every other envelope of an older generation is refused
+// (stale_generation).
+func gapHistory(env *api.Envelope, w store.Work) bool {
+	return env.Type == api.TypeGap && env.Generation >= 1 && env.Generation < w.Generation
 }
 
 // checkStale refuses a start/finish pair whose finish calls itself stale
@@ -762,26 +772,24 @@ func (s *Service) Record(ctx context.Context, p Principal, repository, id string
 		if err != nil {
 			return err
 		}
-		byKey := map[store.SessionKey]store.SessionStats{}
+		byKey := map[store.SessionKey][]store.SessionStats{}
 		for _, st := range stats {
-			byKey[store.SessionKey{Generation: st.Generation, Canonical: st.Session}] = st
+			k := store.SessionKey{Generation: st.Generation, Canonical: st.Session}
+			byKey[k] = append(byKey[k], st)
 		}
 		var reasons []string
+		var boundaries []api.GapRecord
 		rec.Sessions = []api.SessionRecord{}
 		for _, ss := range sessions {
 			k := store.SessionKey{Generation: ss.Generation, Canonical: ss.Canonical}
-			st := byKey[k]
-			sr := api.SessionRecord{Session: ss.Canonical, Generation: ss.Generation, WorktreeID: ss.WorktreeID,
-				NativeSessionIDs: natives[k], Events: st.Events, FirstSeq: st.FirstSeq, LastSeq: st.LastSeq, MissingSeqs: missingSeqs(st.LastSeq, st.Events)}
-			if sr.NativeSessionIDs == nil {
-				sr.NativeSessionIDs = []string{}
-			}
+			sr, bs := sessionRecord(ss, natives[k], byKey[k])
+			boundaries = append(boundaries, bs...)
 			if sr.MissingSeqs > 0 {
 				reasons = append(reasons, fmt.Sprintf("session %s (generation %d): %d sequence numbers missing", ss.Canonical, ss.Generation, sr.MissingSeqs))
 			}
 			// A session is complete only once its end was observed: an open
 			// (or abandoned) session may still hold unobserved events.
-			if st.Events > 0 && st.LastKind != api.KindSessionEnd {
+			if st := byKey[k]; len(st) > 0 && st[len(st)-1].LastKind != api.KindSessionEnd {
 				reasons = append(reasons, fmt.Sprintf("session %s (generation %d) has not ended", ss.Canonical, ss.Generation))
 			}
 			rec.Sessions = append(rec.Sessions, sr)
@@ -823,6 +831,7 @@ func (s *Service) Record(ctx context.Context, p Principal, repository, id string
 		if rec.Gaps, err = tx.Gaps(w.ID); err != nil {
 			return err
 		}
+		rec.Gaps = append(rec.Gaps, boundaries...)
 		if rec.Gaps == nil {
 			rec.Gaps = []api.GapRecord{}
 		}
@@ -867,6 +876,36 @@ func missingSeqs(last, events int64) int64 {
 		return 0
 	}
 	return last - max(events, 0)
+}
+
+// sessionRecord projects one canonical session from its per-stream event
+// statistics (streams in the order they first reached the Hub). Each
+// stream's sequence starts at 1, so its missing numbers are LastSeq-Events;
+// the session's are their sum. Where a later stream continues the session
+// (a re-enabled spool, a second worktree, a lost capture ledger) a derived
+// stream_boundary gap says that one account ended and another began and
+// that nothing in between was observed.
+func sessionRecord(ss store.Session, natives []string, streams []store.SessionStats) (api.SessionRecord, []api.GapRecord) {
+	sr := api.SessionRecord{Session: ss.Canonical, Generation: ss.Generation, WorktreeID: ss.WorktreeID, NativeSessionIDs: natives}
+	if sr.NativeSessionIDs == nil {
+		sr.NativeSessionIDs = []string{}
+	}
+	var gaps []api.GapRecord
+	for i, st := range streams {
+		missing := missingSeqs(st.LastSeq, st.Events)
+		sr.Events += st.Events
+		sr.MissingSeqs += missing
+		sr.FirstSeq, sr.LastSeq = st.FirstSeq, st.LastSeq
+		sr.Streams = append(sr.Streams, api.StreamRecord{Stream: st.Stream, Events: st.Events, FirstSeq: st.FirstSeq,
+			LastSeq: st.LastSeq, MissingSeqs: missing, FirstReceivedAt: st.FirstReceived})
+		if i > 0 {
+			prev := streams[i-1]
+			gaps = append(gaps, api.GapRecord{Session: ss.Canonical, Generation: ss.Generation, Stream: st.Stream,
+				Derived: true, PreviousStream: prev.Stream, PreviousLastSeq: prev.LastSeq, ReceivedAt: st.FirstReceived,
+				Gap: api.Gap{Kind: "capture_interrupted", Reason: api.GapReasonStreamBoundary}})
+		}
+	}
+	return sr, gaps
 }
 
 // CurrentWork returns the Work that is current for a worktree and the

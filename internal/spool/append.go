@@ -213,6 +213,7 @@ func gapRecord(rec *event.Record, kind, reason, detail string) *event.Record {
 		// sequence, so it is delivered where the hole is.
 		WorkID: rec.WorkID, Generation: rec.Generation, CanonicalSession: rec.CanonicalSession,
 		Deferred: rec.Deferred, Association: rec.Association, Sequenced: rec.Sequenced, SharedSeq: rec.SharedSeq,
+		Stream: rec.Stream,
 	}
 }
 

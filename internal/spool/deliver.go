@@ -325,7 +325,15 @@ func (s *Spool) recordAttemptLocked(a Attempt) error {
 type Session struct {
 	s *Spool
 	g *guard
+	// stream, when set, is stamped on every appended record that names
+	// none (see SetStream).
+	stream string
 }
+
+// SetStream makes every later Append of this Session stamp records that
+// carry no stream with it: the identity space of the capture ledger that
+// reserved their sequences (event.Record.Stream).
+func (ss *Session) SetStream(stream string) { ss.stream = stream }
 
 // Begin takes the spool lock (bounded by ctx), revalidates the committed
 // identities and runs recovery once, and returns the held Session.
@@ -348,6 +356,9 @@ func (ss *Session) held() error {
 func (ss *Session) Append(rec *event.Record) (uint64, error) {
 	if err := ss.held(); err != nil {
 		return 0, err
+	}
+	if rec.Stream == "" {
+		rec.Stream = ss.stream
 	}
 	return ss.s.appendLocked(ss.g.st, rec)
 }

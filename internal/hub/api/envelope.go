@@ -28,6 +28,7 @@ const (
 	MaxEventsPerBatch = 1000
 	MaxTextLen        = 1024
 	MaxIDLen          = 256
+	MaxStreamLen      = 128
 )
 
 // Envelope is one delivery unit from a client's spool: a typed payload bound
@@ -42,6 +43,14 @@ type Envelope struct {
 	Session    string `json:"session"`
 	// NativeSessionID is the observed native session, for the record.
 	NativeSessionID string `json:"native_session_id,omitempty"`
+	// Stream is the client's identity space of event sequences and gap
+	// ranges: one per spool and capture ledger (the spool's observation
+	// scope and a ledger epoch). Event sequences are unique per Work,
+	// generation, canonical session and stream; a session fed by several
+	// streams shows a stream_boundary gap where one stream's account ends
+	// and the next begins. Empty is the legacy stream of clients before
+	// streams.
+	Stream string `json:"stream,omitempty"`
 
 	Events       []Event       `json:"events,omitempty"`
 	ActionStart  *ActionStart  `json:"action_start,omitempty"`
@@ -273,6 +282,9 @@ func (e *Envelope) Validate() error {
 	}
 	if e.NativeSessionID != "" && !ValidName(e.NativeSessionID) {
 		return bad("native_session_id is not valid")
+	}
+	if e.Stream != "" && (!ValidName(e.Stream) || len(e.Stream) > MaxStreamLen) {
+		return bad("stream is not valid (at most %d printable bytes, no slashes)", MaxStreamLen)
 	}
 	n := 0
 	if len(e.Events) > 0 {

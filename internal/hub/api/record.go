@@ -35,14 +35,43 @@ type SessionRecord struct {
 	FirstSeq         int64    `json:"first_seq"`
 	LastSeq          int64    `json:"last_seq"`
 	// MissingSeqs counts sequence numbers between 1 and LastSeq that the Hub
-	// never received.
+	// never received, summed over the session's streams.
 	MissingSeqs int64 `json:"missing_seqs"`
+	// Streams lists the client streams that fed the session, in the order
+	// they first reached the Hub. Each has its own sequence from 1; with
+	// more than one, FirstSeq and LastSeq are the latest stream's and a
+	// stream_boundary gap marks each place one stream's account ends and
+	// the next begins.
+	Streams []StreamRecord `json:"streams,omitempty"`
 }
+
+// StreamRecord is one client stream's account of a session: a spool and
+// capture ledger (its observation scope and epoch), or "" for the legacy
+// stream of clients before streams.
+type StreamRecord struct {
+	Stream      string `json:"stream"`
+	Events      int64  `json:"events"`
+	FirstSeq    int64  `json:"first_seq"`
+	LastSeq     int64  `json:"last_seq"`
+	MissingSeqs int64  `json:"missing_seqs"`
+	// FirstReceivedAt is when the stream's first event reached the Hub.
+	FirstReceivedAt int64 `json:"first_received_at"`
+}
+
+// Hub-derived gap reasons.
+const (
+	// GapReasonStreamBoundary: another client stream (a re-enabled or
+	// second spool) continued the session; what happened between the two
+	// accounts was not observed.
+	GapReasonStreamBoundary = "stream_boundary"
+)
 
 // EventRecord is an event as the Hub retained it.
 type EventRecord struct {
 	Session    string `json:"session"`
 	Generation int64  `json:"generation"`
+	// Stream is the client stream the event's seq belongs to.
+	Stream string `json:"stream,omitempty"`
 	Event
 	ReceivedAt int64 `json:"received_at"`
 }
@@ -62,6 +91,14 @@ type ActionRecord struct {
 type GapRecord struct {
 	Session    string `json:"session"`
 	Generation int64  `json:"generation"`
+	// Stream is the client stream a gap's sequence range refers to.
+	Stream string `json:"stream,omitempty"`
+	// Derived is true for a gap the Hub computed from what it holds (a
+	// stream_boundary), not one a client delivered. PreviousStream and
+	// PreviousLastSeq then name where the earlier account ended.
+	Derived         bool   `json:"derived,omitempty"`
+	PreviousStream  string `json:"previous_stream,omitempty"`
+	PreviousLastSeq int64  `json:"previous_last_seq,omitempty"`
 	Gap
 	ReceivedAt int64 `json:"received_at"`
 }

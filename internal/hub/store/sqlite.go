@@ -26,13 +26,26 @@ const DBFile = "hub.db"
 
 // SchemaVersion is the schema this binary writes (PRAGMA user_version).
 // Version 2 made usage counts nullable (unknown), added the usage scope and
-// the setups table.
-const SchemaVersion = 2
+// the setups table. Version 3 added the client stream to the event
+// sequence key (events: work, generation, session, stream, seq) and to
+// gaps; rows of earlier versions are in the legacy stream ”.
+const SchemaVersion = 3
 
 // migrations[v] brings a version-v database to v+1 before the schema (all
-// CREATE ... IF NOT EXISTS) is applied.
+// CREATE ... IF NOT EXISTS) is applied. All of them, the schema and the
+// post-migrations run in one transaction.
 var migrations = map[int]string{
 	1: `ALTER TABLE usage RENAME TO usage_v1;`,
+	// The tables are created in their version 2 shape when missing, so a
+	// database of any earlier shape moves aside the same way.
+	2: `CREATE TABLE IF NOT EXISTS events(work_id TEXT NOT NULL, generation INTEGER NOT NULL, session TEXT NOT NULL, seq INTEGER NOT NULL,
+  kind TEXT NOT NULL, body TEXT NOT NULL, identity TEXT NOT NULL, received_at INTEGER NOT NULL,
+  PRIMARY KEY(work_id, generation, session, seq)) WITHOUT ROWID;
+ALTER TABLE events RENAME TO events_v2;
+CREATE TABLE IF NOT EXISTS gaps(work_id TEXT NOT NULL, generation INTEGER NOT NULL, session TEXT NOT NULL, identity TEXT NOT NULL,
+  kind TEXT NOT NULL, reason TEXT NOT NULL, from_seq INTEGER NOT NULL, to_seq INTEGER NOT NULL, received_at INTEGER NOT NULL,
+  PRIMARY KEY(work_id, identity)) WITHOUT ROWID;
+ALTER TABLE gaps RENAME TO gaps_v2;`,
 }
 
 // postMigrations[v] runs after the schema for a database that was at v.
@@ -40,6 +53,14 @@ var postMigrations = map[int]string{
 	1: `INSERT INTO usage(work_id,generation,session,identity,model,message_id,input,output,cache_creation,cache_read,received_at,scope)
   SELECT work_id,generation,session,identity,model,message_id,input,output,cache_creation,cache_read,received_at,'request' FROM usage_v1;
 DROP TABLE usage_v1;`,
+	2: `INSERT INTO events(work_id,generation,session,stream,seq,kind,body,identity,received_at)
+  SELECT work_id,generation,session,'',seq,kind,body,identity,received_at FROM events_v2;
+DROP TABLE events_v2;
+INSERT OR IGNORE INTO streams(work_id,generation,session,stream,arrival)
+  SELECT DISTINCT work_id,generation,session,'',0 FROM events;
+INSERT INTO gaps(work_id,generation,session,identity,kind,reason,from_seq,to_seq,received_at,stream)
+  SELECT work_id,generation,session,identity,kind,reason,from_seq,to_seq,received_at,'' FROM gaps_v2;
+DROP TABLE gaps_v2;`,
 }
 
 // BusyTimeoutMS is how long a writer waits for another process's write lock.
@@ -164,9 +185,11 @@ CREATE TABLE IF NOT EXISTS session_natives(work_id TEXT NOT NULL, generation INT
 CREATE TABLE IF NOT EXISTS envelopes(repository_id TEXT NOT NULL, identity TEXT NOT NULL, digest TEXT NOT NULL, type TEXT NOT NULL,
   work_id TEXT NOT NULL, generation INTEGER NOT NULL, session TEXT NOT NULL, received_at INTEGER NOT NULL,
   PRIMARY KEY(repository_id, identity)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS events(work_id TEXT NOT NULL, generation INTEGER NOT NULL, session TEXT NOT NULL, seq INTEGER NOT NULL,
-  kind TEXT NOT NULL, body TEXT NOT NULL, identity TEXT NOT NULL, received_at INTEGER NOT NULL,
-  PRIMARY KEY(work_id, generation, session, seq)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS events(work_id TEXT NOT NULL, generation INTEGER NOT NULL, session TEXT NOT NULL, stream TEXT NOT NULL,
+  seq INTEGER NOT NULL, kind TEXT NOT NULL, body TEXT NOT NULL, identity TEXT NOT NULL, received_at INTEGER NOT NULL,
+  PRIMARY KEY(work_id, generation, session, stream, seq)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS streams(work_id TEXT NOT NULL, generation INTEGER NOT NULL, session TEXT NOT NULL, stream TEXT NOT NULL,
+  arrival INTEGER NOT NULL, PRIMARY KEY(work_id, generation, session, stream)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS actions(work_id TEXT NOT NULL, action_id TEXT NOT NULL, generation INTEGER NOT NULL, session TEXT NOT NULL,
   start TEXT, start_identity TEXT NOT NULL DEFAULT '', finish TEXT, finish_identity TEXT NOT NULL DEFAULT '',
   PRIMARY KEY(work_id, action_id)) WITHOUT ROWID;
@@ -178,7 +201,7 @@ CREATE TABLE IF NOT EXISTS setups(work_id TEXT NOT NULL, generation INTEGER NOT 
   received_at INTEGER NOT NULL, PRIMARY KEY(work_id, generation, session, artifact)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS gaps(work_id TEXT NOT NULL, generation INTEGER NOT NULL, session TEXT NOT NULL, identity TEXT NOT NULL,
   kind TEXT NOT NULL, reason TEXT NOT NULL, from_seq INTEGER NOT NULL, to_seq INTEGER NOT NULL, received_at INTEGER NOT NULL,
-  PRIMARY KEY(work_id, identity)) WITHOUT ROWID;
+  stream TEXT NOT NULL DEFAULT '', PRIMARY KEY(work_id, identity)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS changelog_grants(work_id TEXT PRIMARY KEY REFERENCES works(id), max_objects INTEGER NOT NULL,
   max_bytes INTEGER NOT NULL, updated_at INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS changelog_increments(work_id TEXT NOT NULL REFERENCES works(id), position INTEGER NOT NULL,
@@ -772,23 +795,30 @@ func (t *sqliteTx) InsertEvents(s Scope, events []api.Event) error {
 	if len(events) == 0 {
 		return nil
 	}
+	// The order in which a session's streams first reached the Hub (the
+	// receipt clock has whole seconds only).
+	if err := t.exec(`INSERT OR IGNORE INTO streams(work_id,generation,session,stream,arrival)
+  SELECT ?,?,?,?,coalesce(max(arrival),0)+1 FROM streams WHERE work_id=? AND generation=? AND session=?`,
+		s.WorkID, s.Generation, s.Session, s.Stream, s.WorkID, s.Generation, s.Session); err != nil {
+		return err
+	}
 	// Multi-row inserts in chunks keep a large batch to a few statements.
 	const chunk = 100
 	for i := 0; i < len(events); i += chunk {
 		part := events[i:min(i+chunk, len(events))]
 		var q strings.Builder
-		q.WriteString("INSERT INTO events(work_id,generation,session,seq,kind,body,identity,received_at) VALUES")
-		args := make([]any, 0, len(part)*8)
+		q.WriteString("INSERT INTO events(work_id,generation,session,stream,seq,kind,body,identity,received_at) VALUES")
+		args := make([]any, 0, len(part)*9)
 		for j, ev := range part {
 			if j > 0 {
 				q.WriteByte(',')
 			}
-			q.WriteString("(?,?,?,?,?,?,?,?)")
+			q.WriteString("(?,?,?,?,?,?,?,?,?)")
 			body, err := json.Marshal(ev)
 			if err != nil {
 				return err
 			}
-			args = append(args, s.WorkID, s.Generation, s.Session, ev.Seq, ev.Kind, string(body), s.Identity, s.ReceivedAt)
+			args = append(args, s.WorkID, s.Generation, s.Session, s.Stream, ev.Seq, ev.Kind, string(body), s.Identity, s.ReceivedAt)
 		}
 		if err := t.exec(q.String(), args...); err != nil {
 			return err
@@ -899,8 +929,8 @@ func (t *sqliteTx) Setups(workID string) ([]api.SetupRecord, error) {
 }
 
 func (t *sqliteTx) InsertGap(s Scope, g *api.Gap) error {
-	return t.exec("INSERT INTO gaps(work_id,generation,session,identity,kind,reason,from_seq,to_seq,received_at) VALUES(?,?,?,?,?,?,?,?,?)",
-		s.WorkID, s.Generation, s.Session, s.Identity, g.Kind, g.Reason, g.FromSeq, g.ToSeq, s.ReceivedAt)
+	return t.exec("INSERT INTO gaps(work_id,generation,session,identity,kind,reason,from_seq,to_seq,received_at,stream) VALUES(?,?,?,?,?,?,?,?,?,?)",
+		s.WorkID, s.Generation, s.Session, s.Identity, g.Kind, g.Reason, g.FromSeq, g.ToSeq, s.ReceivedAt, s.Stream)
 }
 
 func (t *sqliteTx) ListEvents(workID string, limit int) ([]api.EventRecord, int64, error) {
@@ -908,7 +938,10 @@ func (t *sqliteTx) ListEvents(workID string, limit int) ([]api.EventRecord, int6
 	if err := t.row("SELECT count(*) FROM events WHERE work_id=?", []any{workID}, &total); err != nil {
 		return nil, 0, err
 	}
-	rows, err := t.query("SELECT generation,session,body,received_at FROM events WHERE work_id=? ORDER BY generation, session, seq LIMIT ?", workID, limit)
+	// Streams of one session in the order they first reached the Hub.
+	rows, err := t.query(`SELECT e.generation,e.session,e.stream,e.body,e.received_at FROM events e
+  LEFT JOIN streams f ON f.work_id=e.work_id AND f.generation=e.generation AND f.session=e.session AND f.stream=e.stream
+  WHERE e.work_id=? ORDER BY e.generation, e.session, f.arrival, e.stream, e.seq LIMIT ?`, workID, limit)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -917,7 +950,7 @@ func (t *sqliteTx) ListEvents(workID string, limit int) ([]api.EventRecord, int6
 	for rows.Next() {
 		var r api.EventRecord
 		var body string
-		if err := rows.Scan(&r.Generation, &r.Session, &body, &r.ReceivedAt); err != nil {
+		if err := rows.Scan(&r.Generation, &r.Session, &r.Stream, &body, &r.ReceivedAt); err != nil {
 			return nil, 0, err
 		}
 		if err := json.Unmarshal([]byte(body), &r.Event); err != nil {
@@ -929,9 +962,12 @@ func (t *sqliteTx) ListEvents(workID string, limit int) ([]api.EventRecord, int6
 }
 
 func (t *sqliteTx) SessionStats(workID string) ([]SessionStats, error) {
-	rows, err := t.query(`SELECT generation,session,count(*),min(seq),max(seq),
-  (SELECT e2.kind FROM events e2 WHERE e2.work_id=events.work_id AND e2.generation=events.generation AND e2.session=events.session ORDER BY e2.seq DESC LIMIT 1)
-  FROM events WHERE work_id=? GROUP BY generation, session`, workID)
+	rows, err := t.query(`SELECT generation,session,stream,count(*),min(seq),max(seq),min(received_at),
+  (SELECT e2.kind FROM events e2 WHERE e2.work_id=events.work_id AND e2.generation=events.generation AND e2.session=events.session
+    AND e2.stream=events.stream ORDER BY e2.seq DESC LIMIT 1)
+  FROM events WHERE work_id=? GROUP BY generation, session, stream
+  ORDER BY generation, session, (SELECT arrival FROM streams s WHERE s.work_id=events.work_id AND s.generation=events.generation
+    AND s.session=events.session AND s.stream=events.stream), stream`, workID)
 	if err != nil {
 		return nil, err
 	}
@@ -939,7 +975,7 @@ func (t *sqliteTx) SessionStats(workID string) ([]SessionStats, error) {
 	var out []SessionStats
 	for rows.Next() {
 		var s SessionStats
-		if err := rows.Scan(&s.Generation, &s.Session, &s.Events, &s.FirstSeq, &s.LastSeq, &s.LastKind); err != nil {
+		if err := rows.Scan(&s.Generation, &s.Session, &s.Stream, &s.Events, &s.FirstSeq, &s.LastSeq, &s.FirstReceived, &s.LastKind); err != nil {
 			return nil, err
 		}
 		out = append(out, s)
@@ -969,7 +1005,7 @@ func (t *sqliteTx) Actions(workID string) ([]Action, error) {
 }
 
 func (t *sqliteTx) Gaps(workID string) ([]api.GapRecord, error) {
-	rows, err := t.query("SELECT generation,session,kind,reason,from_seq,to_seq,received_at FROM gaps WHERE work_id=? ORDER BY received_at, identity", workID)
+	rows, err := t.query("SELECT generation,session,stream,kind,reason,from_seq,to_seq,received_at FROM gaps WHERE work_id=? ORDER BY received_at, identity", workID)
 	if err != nil {
 		return nil, err
 	}
@@ -977,7 +1013,7 @@ func (t *sqliteTx) Gaps(workID string) ([]api.GapRecord, error) {
 	var out []api.GapRecord
 	for rows.Next() {
 		var g api.GapRecord
-		if err := rows.Scan(&g.Generation, &g.Session, &g.Kind, &g.Reason, &g.FromSeq, &g.ToSeq, &g.ReceivedAt); err != nil {
+		if err := rows.Scan(&g.Generation, &g.Session, &g.Stream, &g.Kind, &g.Reason, &g.FromSeq, &g.ToSeq, &g.ReceivedAt); err != nil {
 			return nil, err
 		}
 		out = append(out, g)

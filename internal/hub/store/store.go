@@ -126,6 +126,9 @@ type Scope struct {
 	WorkID     string
 	Generation int64
 	Session    string
+	// Stream is the envelope's client stream ('' for legacy clients): part
+	// of the event sequence key and of a gap's range.
+	Stream     string
 	Identity   string
 	ReceivedAt int64
 }
@@ -134,9 +137,13 @@ type Scope struct {
 type SessionStats struct {
 	Generation int64
 	Session    string
-	Events     int64
-	FirstSeq   int64
-	LastSeq    int64
+	// Stream is the client stream of these events: one row per session
+	// and stream, streams in the order they first reached the Hub.
+	Stream        string
+	FirstReceived int64
+	Events        int64
+	FirstSeq      int64
+	LastSeq       int64
 	// LastKind is the kind of the session's highest-sequence event.
 	LastKind string
 }
