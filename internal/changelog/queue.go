@@ -89,6 +89,8 @@ type UploadOutcome struct {
 	// Refused lists the positions the grant refused (they merge into the
 	// next uploaded one).
 	Refused []int `json:"refused,omitempty"`
+	// RefusedReason is the latest refusal's reason.
+	RefusedReason string `json:"refused_reason,omitempty"`
 	// Pending counts the stored positions still waiting for an upload.
 	Pending int `json:"pending"`
 	// LocalOnly explains why nothing went to the Hub (no current Work).
@@ -330,6 +332,7 @@ func (c *Changelog) refuseAt(q *uploadState, out *UploadOutcome, p int, reason s
 	}
 	q.Refused.To, q.Refused.Last = p+1, reason
 	out.Refused = append(out.Refused, p)
+	out.RefusedReason = reason
 	return c.saveUploads(q)
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/agentscm/agentscm/internal/agent/claude"
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/changelog"
+	"github.com/agentscm/agentscm/internal/changelog/hubremote"
 	"github.com/agentscm/agentscm/internal/fsutil"
 )
 
@@ -41,7 +42,8 @@ func changelogCommand() *Command {
 				return nil
 			}},
 			{Name: "capture", Summary: "store the writes and deletions since the last increment as the next one", Run: runChangelogCapture},
-			{Name: "list", Summary: "list the stored increments", Run: runChangelogList},
+			{Name: "list", Summary: "list the stored increments: what each call changed and what the Hub holds", Run: runChangelogList},
+			{Name: "upload", Summary: "upload the increments the Hub does not hold yet (what the hooks retry)", Run: runChangelogUpload},
 			{Name: "apply", Summary: "rewind the capture roots to a position (undoable)", Run: runChangelogApply},
 		},
 	}
@@ -190,9 +192,14 @@ capture hook does this after every tool call; this command does it by hand.`)
 
 func runChangelogList(ctx context.Context, env *Env, args []string) error {
 	fs := newFlags(env, "agentscm changelog list", "--root ABS [flags]", `
-List the stored increments of a checkout: position, kind, tool, files
-changed, content bytes and archive size. With --from-hub, the increments a
-Work holds on the checkout's connected Hub, with its grant and usage.`)
+List the stored increments of a checkout: position, kind, tool, the paths
+the call created (+), modified (~) and deleted (-) with their counts (at
+most 100 paths of each kind are named), the bytes the call changed (created
+files' sizes, modified files' new sizes, a transcript's appended bytes),
+the archive size, and what the checkout's Hub holds of the position
+(uploaded, pending, refused, merged into a later position and why, or
+local-only). With --from-hub, the increments a Work holds on the checkout's
+connected Hub, with its grant and usage.`)
 	var rf rootFlags
 	rf.register(fs, false)
 	fromHub := fs.Bool("from-hub", false, "list the increments a Work holds on the checkout's connected Hub instead")
@@ -219,21 +226,139 @@ Work holds on the checkout's connected Hub, with its grant and usage.`)
 		return writeJSON(env.Stdout, map[string]any{"dir": c.Dir(), "increments": list})
 	}
 	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "POSITION\tKIND\tTOOL\tFILES\tDELETED\tBYTES\tSIZE\tNOTE")
+	fmt.Fprintln(tw, "POSITION\tKIND\tTOOL\tCREATED\tMODIFIED\tDELETED\tBYTES\tSIZE\tHUB\tNOTE")
 	for _, in := range list {
-		note := ""
+		var notes []string
 		switch {
 		case in.Err != "":
-			note = "unreadable: " + in.Err
+			notes = append(notes, "unreadable: "+in.Err)
 		case in.Failed:
-			note = "failed call"
+			notes = append(notes, "failed call")
 		}
 		if len(in.Removed) > 0 {
-			note = strings.TrimSpace(note + " removed roots: " + strings.Join(in.Removed, ","))
+			notes = append(notes, "removed roots: "+strings.Join(in.Removed, ","))
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", in.Position, in.Kind, in.Tool, in.Files, in.Deleted, in.Bytes, in.Size, note)
+		created, modified, deleted, bytes := fmt.Sprint(in.Files), "?", fmt.Sprint(in.Deleted), in.Bytes
+		ch := in.Changes
+		if ch != nil {
+			created = fmt.Sprint(len(ch.Created) + ch.CreatedOmitted)
+			modified = fmt.Sprint(len(ch.Modified) + ch.ModifiedOmitted)
+			deleted = fmt.Sprint(len(ch.Deleted) + ch.DeletedOmitted)
+			bytes = ch.Bytes
+			if ch.Baseline {
+				notes = append(notes, "first capture without a baseline: every stored path counts as created")
+			}
+		} else if in.Err == "" {
+			notes = append(notes, "captured before per-call changes were recorded: files stored, not created")
+		}
+		hub := "-"
+		if h := in.Hub; h != nil {
+			hub = h.State
+			switch h.State {
+			case "merged":
+				hub = fmt.Sprintf("merged into %d", h.Into)
+				notes = append(notes, "the Hub refused it: "+oneLine(h.Reason))
+			case "refused":
+				notes = append(notes, "the Hub refused it; the next uploaded increment carries its writes: "+oneLine(h.Reason))
+			case "pending", "local-only":
+				if h.Reason != "" {
+					notes = append(notes, oneLine(h.Reason))
+				}
+			}
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", in.Position, in.Kind, in.Tool, created, modified, deleted, bytes, in.Size, hub, strings.Join(notes, "; "))
+		if ch != nil {
+			for _, l := range []struct {
+				sign  string
+				paths []string
+				more  int
+				what  string
+			}{{"+", ch.Created, ch.CreatedOmitted, "created"}, {"~", ch.Modified, ch.ModifiedOmitted, "modified"}, {"-", ch.Deleted, ch.DeletedOmitted, "deleted"}} {
+				for _, p := range l.paths {
+					fmt.Fprintf(tw, "  %s %s\n", l.sign, p)
+				}
+				if l.more > 0 {
+					fmt.Fprintf(tw, "  %s ... and %d more %s\n", l.sign, l.more, l.what)
+				}
+			}
+		}
 	}
 	return tw.Flush()
+}
+
+func runChangelogUpload(ctx context.Context, env *Env, args []string) error {
+	fs := newFlags(env, "agentscm changelog upload", "--root ABS [--format text|json]", `
+Upload the stored increments the checkout's Hub does not hold yet, oldest
+first, under the checkout's current Work and within its grant: what the
+hooks do after each tool call, for the positions still pending (the Hub was
+unreachable, or had no current Work for the checkout). A position the grant
+refuses is merged into the next increment uploaded; changelog list says
+where each position went.`)
+	var rf rootFlags
+	rf.register(fs, false)
+	format := formatFlag(fs)
+	if err := parseFlags(fs, args, false); err != nil {
+		return err
+	}
+	if rf.root == "" {
+		return usagef("--root is required")
+	}
+	c, err := openChangelog(env, &rf, false)
+	if err != nil {
+		return err
+	}
+	cfg, err := capture.ConfigDir(env.Getenv)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, hubTimeout)
+	defer cancel()
+	r, closeRemote, err := hubremote.ForCheckout(cfg)(ctx, c.Roots()[0].Path)
+	if err != nil {
+		return err
+	}
+	if r == nil {
+		return fmt.Errorf("%s has no client connection, so there is no Hub to upload to (agentscm client setup)", c.Roots()[0].Path)
+	}
+	defer closeRemote()
+	next, err := c.NextPosition()
+	if err != nil {
+		return err
+	}
+	out, err := c.Upload(ctx, r, changelog.UploadOptions{Through: next - 1})
+	if err != nil {
+		return err
+	}
+	if *format == "json" {
+		return writeJSON(env.Stdout, out)
+	}
+	if len(out.Uploaded) == 0 {
+		fmt.Fprintf(env.Stdout, "uploaded nothing")
+	} else {
+		fmt.Fprintf(env.Stdout, "uploaded positions %s to work %s", joinInts(out.Uploaded), out.WorkID)
+	}
+	fmt.Fprintf(env.Stdout, "; %d pending\n", out.Pending)
+	for _, m := range out.Merged {
+		fmt.Fprintf(env.Stdout, "positions %d..%d merged into %d: %s\n", m.From, m.To, m.Into, oneLine(m.Reason))
+	}
+	if len(out.Refused) > 0 {
+		fmt.Fprintf(env.Stdout, "refused by the grant (the next uploaded increment carries them): %s\n", joinInts(out.Refused))
+	}
+	switch {
+	case out.LocalOnly != "":
+		return fmt.Errorf("the Hub has nowhere to store them: %s", out.LocalOnly)
+	case out.Err != "":
+		return fmt.Errorf("%s", out.Err)
+	}
+	return nil
+}
+
+func joinInts(v []int) string {
+	s := make([]string, len(v))
+	for i, n := range v {
+		s[i] = fmt.Sprint(n)
+	}
+	return strings.Join(s, ",")
 }
 
 // dropRestoredHooks returns the AfterExtract callback that removes the

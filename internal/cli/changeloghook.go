@@ -50,7 +50,7 @@ func runChangelogHook(ctx context.Context, env *Env) int {
 		case u.LocalOnly != "":
 			fmt.Fprintf(env.Stderr, "agentscm: warning: changelog increment %d kept locally only: %s\n", res.Increment.Position, oneLine(u.LocalOnly))
 		case len(u.Refused) > 0:
-			fmt.Fprintf(env.Stderr, "agentscm: warning: changelog increment %d stored locally; the Hub's grant refused it, so the next uploaded increment carries its writes\n", res.Increment.Position)
+			fmt.Fprintf(env.Stderr, "agentscm: warning: changelog increment %d stored locally; the Hub refused it (%s), so the next uploaded increment carries its writes\n", res.Increment.Position, oneLine(u.RefusedReason))
 		}
 	}
 	return ExitOK
@@ -97,6 +97,12 @@ Refused with exit status 5 while a turn runs.`)
 		if err := turnExit(changelog.RefuseDuringTurn(c.Dir())); err != nil {
 			return err
 		}
+	}
+	// The first capture stores every path (so the sequence replays onto an
+	// empty directory); the baseline lets it still say what the first call
+	// changed.
+	if err := c.RecordBaseline(ctx); err != nil {
+		return fmt.Errorf("record the changelog's baseline: %w", err)
 	}
 	root := c.Roots()[0].Path
 	path := filepath.Join(root, filepath.FromSlash(*settings))
