@@ -98,17 +98,17 @@ Refused with exit status 5 while a turn runs.`)
 			return err
 		}
 	}
-	// The first capture stores every path (so the sequence replays onto an
-	// empty directory); the baseline lets it still say what the first call
-	// changed.
-	if err := c.RecordBaseline(ctx); err != nil {
-		return fmt.Errorf("record the changelog's baseline: %w", err)
-	}
 	root := c.Roots()[0].Path
 	path := filepath.Join(root, filepath.FromSlash(*settings))
 	changed, err := claude.InstallHooks(path, claude.CommandFor(env.Executable, claude.ChangelogSubcommand), changelog.HookEvents)
 	if err != nil {
 		return fmt.Errorf("install changelog hooks: %w", err)
+	}
+	// The first capture stores every path (so the sequence replays onto an
+	// empty directory); the baseline, taken once the hooks are installed,
+	// lets it still say what the first call changed.
+	if err := c.RecordBaseline(ctx); err != nil {
+		return fmt.Errorf("record the changelog's baseline: %w", err)
 	}
 	out := map[string]any{"root": root, "dir": c.Dir(), "claude_settings": path, "hook_events": changelog.HookEvents, "settings_changed": changed, "roots": c.Roots()}
 	if *format == "json" {
