@@ -106,6 +106,10 @@ func changePath(r Root, first bool, rel string, dir bool) string {
 // possible) and cur; gone says the root was removed.
 func (l *changeList) root(r Root, first bool, old, cur []entry, removed bool) {
 	ch := &l.ch
+	if r.Name == TranscriptRootName {
+		l.transcript(old, cur)
+		return
+	}
 	if removed {
 		addBounded(&ch.Deleted, &ch.DeletedOmitted, changePath(r, first, "", true))
 		return
@@ -123,7 +127,6 @@ func (l *changeList) root(r Root, first bool, old, cur []entry, removed bool) {
 		}
 		return
 	}
-	transcript := r.Name == TranscriptRootName
 	deletedDir := ""
 	mergeEntries(old, cur, func(o, n *entry) {
 		switch {
@@ -160,11 +163,7 @@ func (l *changeList) root(r Root, first bool, old, cur []entry, removed bool) {
 				return // a mode change: no content bytes
 			}
 			addBounded(&ch.Modified, &ch.ModifiedOmitted, changePath(r, first, n.Path, false))
-			if transcript && n.Size >= o.Size {
-				ch.Bytes += n.Size - o.Size
-			} else {
-				ch.Bytes += n.Size
-			}
+			ch.Bytes += n.Size
 		case n.Type == scan.Symlink:
 			if o.Target != n.Target || o.Mode != n.Mode {
 				addBounded(&ch.Modified, &ch.ModifiedOmitted, changePath(r, first, n.Path, false))
@@ -173,6 +172,28 @@ func (l *changeList) root(r Root, first bool, old, cur []entry, removed bool) {
 			if o.Mode != n.Mode {
 				addBounded(&ch.Modified, &ch.ModifiedOmitted, changePath(r, first, n.Path, true))
 			}
+		}
+	})
+}
+
+// transcript counts what the conversation grew by: a new transcript's
+// size, an appended one's growth (a replaced or truncated one's new size).
+func (l *changeList) transcript(old, cur []entry) {
+	if old == nil {
+		old = []entry{}
+	}
+	mergeEntries(old, cur, func(o, n *entry) {
+		if n == nil || n.Excluded || n.Type != scan.File {
+			return
+		}
+		switch {
+		case o == nil || o.Type != scan.File:
+			l.ch.TranscriptBytes += n.Size
+		case sameStat(o, n):
+		case n.Size >= o.Size:
+			l.ch.TranscriptBytes += n.Size - o.Size
+		default:
+			l.ch.TranscriptBytes += n.Size
 		}
 	})
 }

@@ -315,6 +315,7 @@ func composeChanges(metas []*Meta) *Changes {
 		}
 		any = true
 		out.Bytes += ch.Bytes
+		out.TranscriptBytes += ch.TranscriptBytes
 		out.CreatedOmitted += ch.CreatedOmitted
 		out.ModifiedOmitted += ch.ModifiedOmitted
 		out.DeletedOmitted += ch.DeletedOmitted

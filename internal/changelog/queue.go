@@ -196,7 +196,7 @@ func (c *Changelog) Upload(ctx context.Context, r Remote, opts UploadOptions) (*
 	res := &Reservation{Path: filepath.Join(c.dir, ReservationFile)}
 	rebased := false
 	for {
-		positions, err := c.positions()
+		positions, err := c.storedBetween(q.Next, opts.Through)
 		if err != nil {
 			return nil, err
 		}
@@ -313,7 +313,7 @@ func (c *Changelog) Upload(ctx context.Context, r Remote, opts UploadOptions) (*
 			break
 		}
 	}
-	positions, err := c.positions()
+	positions, err := c.storedBetween(q.Next, opts.Through)
 	if err != nil {
 		return nil, err
 	}
@@ -334,6 +334,40 @@ func (c *Changelog) refuseAt(q *uploadState, out *UploadOutcome, p int, reason s
 	out.Refused = append(out.Refused, p)
 	out.RefusedReason = reason
 	return c.saveUploads(q)
+}
+
+// storedBetween lists the stored positions from..to: one lstat per
+// position when the range is short (the hook's case: the work is the
+// pending positions, not the changelog's whole history), else one listing.
+func (c *Changelog) storedBetween(from, to int) ([]int, error) {
+	if to < from {
+		return nil, nil
+	}
+	if to-from > 256 {
+		all, err := c.positions()
+		if err != nil {
+			return nil, err
+		}
+		var out []int
+		for _, p := range all {
+			if p >= from && p <= to {
+				out = append(out, p)
+			}
+		}
+		return out, nil
+	}
+	var out []int
+	for p := from; p <= to; p++ {
+		fi, err := os.Lstat(c.incrementPath(p))
+		switch {
+		case err == nil && fi.Mode().IsRegular():
+			out = append(out, p)
+		case err == nil || errors.Is(err, fs.ErrNotExist):
+		default:
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // buildUpload returns the body to upload at position p and the merged

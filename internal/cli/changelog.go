@@ -195,7 +195,8 @@ func runChangelogList(ctx context.Context, env *Env, args []string) error {
 List the stored increments of a checkout: position, kind, tool, the paths
 the call created (+), modified (~) and deleted (-) with their counts (at
 most 100 paths of each kind are named), the bytes the call changed (created
-files' sizes, modified files' new sizes, a transcript's appended bytes),
+files' sizes, modified files' new sizes; what the conversation's transcript
+grew by is a note of its own),
 the archive size, and what the checkout's Hub holds of the position
 (uploaded, pending, refused, merged into a later position and why, or
 local-only). With --from-hub, the increments a Work holds on the checkout's
@@ -245,6 +246,9 @@ connected Hub, with its grant and usage.`)
 			modified = fmt.Sprint(len(ch.Modified) + ch.ModifiedOmitted)
 			deleted = fmt.Sprint(len(ch.Deleted) + ch.DeletedOmitted)
 			bytes = ch.Bytes
+			if ch.TranscriptBytes > 0 {
+				notes = append(notes, fmt.Sprintf("conversation +%d bytes", ch.TranscriptBytes))
+			}
 			if ch.Baseline {
 				notes = append(notes, "first capture without a baseline: every stored path counts as created")
 			}

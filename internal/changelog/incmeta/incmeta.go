@@ -69,7 +69,8 @@ const MaxChangePaths = 100
 // Changes is what one capture changed, relative to the previous one (or,
 // for a changelog's first capture, to the baseline recorded when it was
 // enabled). Paths are relative to the checkout root, or "root:path" for
-// another capture root; directories end in "/".
+// another capture root (the transcript root's are only counted in
+// TranscriptBytes); directories end in "/".
 type Changes struct {
 	Created  []string `json:"created"`
 	Modified []string `json:"modified"`
@@ -78,10 +79,13 @@ type Changes struct {
 	CreatedOmitted  int `json:"created_omitted,omitempty"`
 	ModifiedOmitted int `json:"modified_omitted,omitempty"`
 	DeletedOmitted  int `json:"deleted_omitted,omitempty"`
-	// Bytes is what the call changed: the size of each created file, the
-	// new size of each modified file and, for a file that only grew (a
-	// transcript being appended to), the bytes appended.
+	// Bytes is what the call changed in the workspace: the size of each
+	// created file and the new size of each modified one.
 	Bytes int64 `json:"bytes"`
+	// TranscriptBytes is what the conversation grew by: the bytes appended
+	// to (or created in) the transcript root, whose paths the lists leave
+	// out.
+	TranscriptBytes int64 `json:"transcript_bytes,omitempty"`
 	// Baseline is set when there was nothing to compare with (a first
 	// capture without a recorded baseline, or a root captured in full
 	// again): every stored path is then listed as created.
