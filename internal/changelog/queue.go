@@ -214,6 +214,7 @@ func (c *Changelog) Upload(ctx context.Context, r Remote, opts UploadOptions) (*
 				out.Pending = len(pending) - i
 				return out, c.saveUploads(q)
 			}
+			refuse := func(reason string) error { return c.refuseAt(q, out, p, reason) }
 			// The objects bound as last read refuses before any body is
 			// built (a merge grows with the refused positions).
 			if err := res.Check(1, 0, now(), ReservationTTL); err != nil {
@@ -223,13 +224,19 @@ func (c *Changelog) Upload(ctx context.Context, r Remote, opts UploadOptions) (*
 				continue
 			}
 			body, merged, err := c.buildUpload(q, positions, p)
+			var tl *tooLargeError
+			if errors.As(err, &tl) {
+				if err := refuse(tl.Error()); err != nil {
+					return nil, err
+				}
+				continue
+			}
 			if err != nil {
 				q.LastError, q.LastErrorAt = err.Error(), now().UTC()
 				out.Err = err.Error()
 				out.Pending = len(pending) - i
 				return out, c.saveUploads(q)
 			}
-			refuse := func(reason string) error { return c.refuseAt(q, out, p, reason) }
 			if len(body) > MaxRemoteBytes {
 				if err := refuse(fmt.Sprintf("%d bytes exceed the %d-byte bound of one uploaded increment", len(body), MaxRemoteBytes)); err != nil {
 					return nil, err
@@ -375,6 +382,25 @@ func (c *Changelog) storedBetween(from, to int) ([]int, error) {
 // from q.Next on were refused (or have no increment), the merge of the
 // upload bodies of every stored position from q.Next to p.
 func (c *Changelog) buildUpload(q *uploadState, positions []int, p int) ([]byte, []Merged, error) {
+	// What no upload can hold is refused from the stored sizes, before
+	// anything is read.
+	var total int64
+	for _, x := range positions {
+		if x < q.Next || x > p {
+			continue
+		}
+		fi, err := os.Lstat(c.incrementPath(x))
+		if err != nil {
+			return nil, nil, err
+		}
+		if fi.Size() > MaxRemoteBytes {
+			return nil, nil, &tooLargeError{fmt.Sprintf("increment %d is %d bytes, over the %d-byte bound of one uploaded increment", x, fi.Size(), MaxRemoteBytes)}
+		}
+		total += fi.Size()
+	}
+	if total > MaxRemoteBytes {
+		return nil, nil, &tooLargeError{fmt.Sprintf("the increments %d..%d to merge hold %d bytes, over the %d-byte bound of one uploaded increment", q.Next, p, total, MaxRemoteBytes)}
+	}
 	if q.Next >= p {
 		b, err := c.uploadBody(p)
 		return b, nil, err
@@ -385,7 +411,6 @@ func (c *Changelog) buildUpload(q *uploadState, positions []int, p int) ([]byte,
 	}
 	merged := []Merged{{From: q.Next, To: p - 1, Reason: reason}}
 	var bodies [][]byte
-	total := 0
 	for _, x := range positions {
 		if x < q.Next || x > p {
 			continue
@@ -393,10 +418,6 @@ func (c *Changelog) buildUpload(q *uploadState, positions []int, p int) ([]byte,
 		b, err := c.uploadBody(x)
 		if err != nil {
 			return nil, nil, err
-		}
-		total += len(b)
-		if total > 4*MaxRemoteBytes {
-			return nil, nil, fmt.Errorf("the increments %d..%d to merge exceed %d bytes", q.Next, p, 4*MaxRemoteBytes)
 		}
 		bodies = append(bodies, b)
 	}
@@ -406,6 +427,12 @@ func (c *Changelog) buildUpload(q *uploadState, positions []int, p int) ([]byte,
 	}
 	return body, merged, nil
 }
+
+// tooLargeError refuses an upload no Hub could store: it is merged into the
+// next one like a grant refusal.
+type tooLargeError struct{ msg string }
+
+func (e *tooLargeError) Error() string { return e.msg }
 
 // HubStatus is what the Hub holds of one stored position, as the upload
 // queue last heard.

@@ -254,6 +254,11 @@ func TestChangelogHubOutageKeepsPositions(t *testing.T) {
 			t.Fatalf("position %d changed %s, want %s", i, got, want)
 		}
 	}
+	// The bytes each call changed: its own write, not the baseline or the
+	// transcript (which grows apart).
+	if ch := list[0].Changes; ch.Bytes != 2 || ch.TranscriptBytes == 0 || ch.Baseline {
+		t.Fatalf("position 0 changed %d bytes (conversation %d, baseline %v), want 2", ch.Bytes, ch.TranscriptBytes, ch.Baseline)
+	}
 	if got := hubStates(list); got != "uploaded pending pending pending" {
 		t.Fatalf("hub states with the Hub killed: %s", got)
 	}
