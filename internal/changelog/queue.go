@@ -218,7 +218,7 @@ func (c *Changelog) Upload(ctx context.Context, r Remote, opts UploadOptions) (*
 			// The objects bound as last read refuses before any body is
 			// built (a merge grows with the refused positions).
 			if err := res.Check(1, 0, now(), ReservationTTL); err != nil {
-				if err := c.refuseAt(q, out, p, fmt.Sprintf("the Hub's grant (as last read) refuses it: %v", err)); err != nil {
+				if err := c.refuseAt(q, out, p, fmt.Sprintf("the grant as last read from the Hub: %v", err)); err != nil {
 					return nil, err
 				}
 				continue
@@ -244,7 +244,7 @@ func (c *Changelog) Upload(ctx context.Context, r Remote, opts UploadOptions) (*
 				continue
 			}
 			if err := res.Check(1, int64(len(body)), now(), ReservationTTL); err != nil {
-				if err := refuse(fmt.Sprintf("the Hub's grant (as last read) refuses it: %v", err)); err != nil {
+				if err := refuse(fmt.Sprintf("the grant as last read from the Hub: %v", err)); err != nil {
 					return nil, err
 				}
 				continue

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -8,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -226,13 +228,17 @@ connected Hub, with its grant and usage.`)
 		}
 		return writeJSON(env.Stdout, map[string]any{"dir": c.Dir(), "increments": list})
 	}
-	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+	// The rows go through the tabwriter; each row's path lines are put
+	// under it afterwards, so they do not break the columns.
+	var rows bytes.Buffer
+	tw := tabwriter.NewWriter(&rows, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "POSITION\tKIND\tTOOL\tCREATED\tMODIFIED\tDELETED\tBYTES\tSIZE\tHUB\tNOTE")
-	for _, in := range list {
+	pathLines := make([][]string, len(list))
+	for k, in := range list {
 		var notes []string
 		switch {
 		case in.Err != "":
-			notes = append(notes, "unreadable: "+in.Err)
+			notes = append(notes, "unreadable: "+oneLine(in.Err))
 		case in.Failed:
 			notes = append(notes, "failed call")
 		}
@@ -261,16 +267,16 @@ connected Hub, with its grant and usage.`)
 			switch h.State {
 			case "merged":
 				hub = fmt.Sprintf("merged into %d", h.Into)
-				notes = append(notes, "the Hub refused it: "+oneLine(h.Reason))
+				notes = append(notes, "refused: "+cell(h.Reason))
 			case "refused":
-				notes = append(notes, "the Hub refused it; the next uploaded increment carries its writes: "+oneLine(h.Reason))
+				notes = append(notes, "refused (the next uploaded increment carries its writes): "+oneLine(h.Reason))
 			case "pending", "local-only":
 				if h.Reason != "" {
 					notes = append(notes, oneLine(h.Reason))
 				}
 			}
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", in.Position, in.Kind, in.Tool, created, modified, deleted, bytes, in.Size, hub, strings.Join(notes, "; "))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", in.Position, oneLine(in.Kind), cell(in.Tool), created, modified, deleted, bytes, in.Size, hub, strings.Join(notes, "; "))
 		if ch != nil {
 			for _, l := range []struct {
 				sign  string
@@ -279,15 +285,40 @@ connected Hub, with its grant and usage.`)
 				what  string
 			}{{"+", ch.Created, ch.CreatedOmitted, "created"}, {"~", ch.Modified, ch.ModifiedOmitted, "modified"}, {"-", ch.Deleted, ch.DeletedOmitted, "deleted"}} {
 				for _, p := range l.paths {
-					fmt.Fprintf(tw, "  %s %s\n", l.sign, p)
+					pathLines[k] = append(pathLines[k], fmt.Sprintf("  %s %s", l.sign, showPath(p)))
 				}
 				if l.more > 0 {
-					fmt.Fprintf(tw, "  %s ... and %d more %s\n", l.sign, l.more, l.what)
+					pathLines[k] = append(pathLines[k], fmt.Sprintf("  %s ... and %d more %s", l.sign, l.more, l.what))
 				}
 			}
 		}
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	lines := strings.Split(strings.TrimSuffix(rows.String(), "\n"), "\n")
+	fmt.Fprintln(env.Stdout, lines[0])
+	for k, l := range lines[1:] {
+		fmt.Fprintln(env.Stdout, l)
+		for _, p := range pathLines[k] {
+			fmt.Fprintln(env.Stdout, p)
+		}
+	}
+	return nil
+}
+
+// cell renders a value as one table cell: one line, no tabs.
+func cell(s string) string { return strings.ReplaceAll(oneLine(s), "\t", " ") }
+
+// showPath renders a path of a change list, quoted when it holds control
+// characters (a newline in a file name would otherwise start a line).
+func showPath(p string) string {
+	for _, r := range p {
+		if r < 0x20 || r == 0x7f {
+			return strconv.Quote(p)
+		}
+	}
+	return p
 }
 
 func runChangelogUpload(ctx context.Context, env *Env, args []string) error {

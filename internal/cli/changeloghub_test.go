@@ -446,3 +446,50 @@ func TestChangelogApplyFromHubMerged(t *testing.T) {
 		t.Fatalf("fresh after apply --from-hub --to 2: %v, checkout %v", got, want)
 	}
 }
+
+// changelog upload catches up the positions stored while the checkout had
+// no Work, in order, and says what it did.
+func TestChangelogUploadCommand(t *testing.T) {
+	base := t.TempDir()
+	env := map[string]string{"HOME": filepath.Join(base, "home")}
+	a := filepath.Join(base, "a")
+	os.MkdirAll(a, 0o755)
+	if out, err := exec.Command("git", "-C", a, "init", "-q").CombinedOutput(); err != nil {
+		t.Fatalf("git init: %v %s", err, out)
+	}
+	must := func(args ...string) string {
+		t.Helper()
+		r := runMain(t, env, "", args...)
+		if r.code != 0 {
+			t.Fatalf("%v: %d %s", args, r.code, r.stderr)
+		}
+		return r.stdout
+	}
+	if r := runMain(t, env, "", "changelog", "upload", "--root", a); r.code == 0 || !strings.Contains(r.stderr, "no changelog") {
+		t.Fatalf("upload without a changelog: %d %s", r.code, r.stderr)
+	}
+	must("changelog", "enable", "--root", a, "--no-transcript-root")
+	if r := runMain(t, env, "", "changelog", "upload", "--root", a); r.code == 0 || !strings.Contains(r.stderr, "no client connection") {
+		t.Fatalf("upload without a connection: %d %s", r.code, r.stderr)
+	}
+	must("client", "setup", "--root", a, "--local", "--repository", "proj")
+	for i := range 2 {
+		os.WriteFile(filepath.Join(a, fmt.Sprintf("f%d.txt", i)), []byte("x"), 0o644)
+		p := fmt.Sprintf(`{"session_id":"native-1","cwd":%q,"hook_event_name":"PostToolUse","tool_name":"Write","tool_use_id":"toolu_%d"}`, a, i)
+		if r := runMain(t, env, p, "changelog", "hook-claude"); r.code != 0 || !strings.Contains(r.stderr, "kept locally only") {
+			t.Fatalf("hook %d without a Work: %d %q", i, r.code, r.stderr)
+		}
+	}
+	if out := must("changelog", "list", "--root", a); strings.Count(out, "local-only") != 2 {
+		t.Fatalf("list without a Work:\n%s", out)
+	}
+	var w api.Work
+	json.Unmarshal([]byte(must("work", "start", "--root", a, "--format", "json")), &w)
+	var out changelog.UploadOutcome
+	if err := json.Unmarshal([]byte(must("changelog", "upload", "--root", a, "--format", "json")), &out); err != nil || fmt.Sprint(out.Uploaded) != "[0 1]" || out.WorkID != w.ID || out.Pending != 0 {
+		t.Fatalf("upload: %+v %v", out, err)
+	}
+	if s := must("changelog", "upload", "--root", a); !strings.Contains(s, "uploaded nothing; 0 pending") {
+		t.Fatalf("second upload: %s", s)
+	}
+}

@@ -337,7 +337,7 @@ func TestChangelogHubRefusalsMergePositions(t *testing.T) {
 		t.Fatalf("position 3 locally holds %s, want only its own write", got)
 	}
 	out := c.agentscm("changelog", "list", "--root", c.root)
-	if !strings.Contains(out, "merged into 3") || !strings.Contains(out, "the Hub refused it: ") || !strings.Contains(out, "objects") {
+	if !strings.Contains(out, "merged into 3") || !strings.Contains(out, "refused: ") || !strings.Contains(out, "objects") {
 		t.Fatalf("list text does not say what was merged and why:\n%s", out)
 	}
 	if hl := c.hubList(); hubPositions(hl) != "0 3" {
