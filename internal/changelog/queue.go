@@ -300,11 +300,11 @@ func (c *Changelog) Upload(ctx context.Context, r Remote, opts UploadOptions) (*
 				}
 				restart = true
 			case errors.Is(err, ErrNoDestination):
-				q.LocalOnly = err.Error()
+				q.LocalOnly, q.LastError, q.LastErrorAt = err.Error(), "", time.Time{}
 				out.LocalOnly = q.LocalOnly
 				stop = true
 			default:
-				q.LastError, q.LastErrorAt = fmt.Sprintf("upload of position %d: %v", p, err), now().UTC()
+				q.LastError, q.LastErrorAt, q.LocalOnly = fmt.Sprintf("upload of position %d: %v", p, err), now().UTC(), ""
 				out.Err = q.LastError
 				stop = true
 			}
