@@ -1,11 +1,13 @@
 package changelog
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math/rand"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -114,6 +116,7 @@ func TestMergeEqualsSequentialReplay(t *testing.T) {
 					mp := filepath.Join(dir, IncrementName(j))
 					os.WriteFile(mp, merged, 0o600)
 					paths = append(paths, mp)
+					checkFlags(t, merged, roots)
 					m, err := ReadMeta(mp)
 					if err != nil || m.Position != j || m.MergedFrom() != i || m.CheckMerged() != nil {
 						t.Fatalf("merged metadata %+v %v", m, err)
@@ -162,4 +165,34 @@ func execTarVersion() (string, error) {
 func runQuiet(name string, args ...string) (string, error) {
 	out, err := exec.Command(name, args...).Output()
 	return string(out), err
+}
+
+// checkFlags asserts that every file or symlink a merged increment stores
+// below a directory it dumps is flagged 'Y' in that dumpdir, as GNU tar
+// writes it.
+func checkFlags(t *testing.T, b []byte, roots []Root) {
+	t.Helper()
+	allowed, _ := metaRoots(roots)
+	a, err := readArchive(bytes.NewReader(b), allowed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dumps := map[string]map[string]byte{}
+	for _, m := range a.Members {
+		if m.Type == typeDumpdir {
+			l := map[string]byte{}
+			for _, d := range m.Dumpdir {
+				l[d.Name] = d.Flag
+			}
+			dumps[vkey(m.Root, m.Rel)] = l
+		}
+	}
+	for _, m := range a.Members {
+		if m.Type == typeDumpdir {
+			continue
+		}
+		if l, ok := dumps[vkey(m.Root, parentOf(m.Rel))]; ok && l[path.Base(m.Rel)] != flagInArchive {
+			t.Fatalf("member %s is stored but flagged %q in its directory's dumpdir", m.Name, l[path.Base(m.Rel)])
+		}
+	}
 }
