@@ -185,7 +185,14 @@ capture hook does this after every tool call; this command does it by hand.`)
 	}
 	if *format == "json" {
 		return writeJSON(env.Stdout, map[string]any{"position": inc.Position, "path": inc.Path, "size": inc.Size,
-			"files": inc.Meta.Files, "deleted": inc.Meta.Deleted, "bytes": inc.Meta.Bytes, "removed_roots": inc.Meta.RemovedRoots})
+			"files": inc.Meta.Files, "deleted": inc.Meta.Deleted, "bytes": inc.Meta.Bytes, "removed_roots": inc.Meta.RemovedRoots,
+			"changes": inc.Meta.Changes})
+	}
+	if ch := inc.Meta.Changes; ch != nil {
+		fmt.Fprintf(env.Stdout, "stored increment %d: %d created, %d modified, %d deleted (%d bytes changed); %d files stored (%d bytes), %d bytes compressed\n",
+			inc.Position, len(ch.Created)+ch.CreatedOmitted, len(ch.Modified)+ch.ModifiedOmitted, len(ch.Deleted)+ch.DeletedOmitted, ch.Bytes,
+			inc.Meta.Files, inc.Meta.Bytes, inc.Size)
+		return nil
 	}
 	fmt.Fprintf(env.Stdout, "stored increment %d: %d files (%d bytes), %d deleted, %d bytes compressed\n",
 		inc.Position, inc.Meta.Files, inc.Meta.Bytes, inc.Meta.Deleted, inc.Size)
