@@ -237,13 +237,15 @@ func TestChangelogHubOutageKeepsPositions(t *testing.T) {
 	c.agentscm("hub", "admin", "repository", "create", "--data", data, "--name", "proj")
 	c.agentscm("hub", "admin", "token", "create", "--data", data, "--human", "alice", "--repository", "proj", "--output", tok)
 	url, _, pid := c.startHubProc(data, "127.0.0.1:0")
+	port := url[strings.LastIndex(url, ":")+1:]
 	c.agentscm("client", "setup", "--root", c.root, "--hub", url, "--repository", "proj", "--token-file", tok)
 	work := c.startWork("outage mid-session")
 	c.agentscm("changelog", "enable", "--root", c.root)
 	f := func(n string) string { return filepath.Join(c.root, n) }
 	c.runTurn(
 		[]scriptedapi.ToolCall{write(f("one.txt"), "1\n")},
-		[]scriptedapi.ToolCall{bash(fmt.Sprintf("kill -9 %d; echo 2 > two.txt", pid))},
+		// SIGKILL, then wait (bounded) until the port refuses connections.
+		[]scriptedapi.ToolCall{bash(fmt.Sprintf("kill -9 %d; for i in $(seq 100); do (echo > /dev/tcp/127.0.0.1/%s) 2>/dev/null || break; sleep 0.05; done; echo 2 > two.txt", pid, port))},
 		[]scriptedapi.ToolCall{write(f("three.txt"), "3\n")},
 		[]scriptedapi.ToolCall{bash("rm one.txt")},
 	)
