@@ -55,6 +55,10 @@ type RefusedRange struct {
 	To     int    `json:"to"`
 	Reason string `json:"reason"`      // the first refusal
 	Last   string `json:"last_reason"` // the latest refusal
+	// At is when an upload was last refused after being built; for
+	// ReservationTTL after it (unless the grant was read again since) the
+	// next positions are refused without building a merge.
+	At time.Time `json:"at,omitzero"`
 }
 
 // uploadState is the queue file's content.
@@ -214,14 +218,24 @@ func (c *Changelog) Upload(ctx context.Context, r Remote, opts UploadOptions) (*
 				out.Pending = len(pending) - i
 				return out, c.saveUploads(q)
 			}
-			refuse := func(reason string) error { return c.refuseAt(q, out, p, reason) }
+			refuse := func(reason string) error { return c.refuseAt(q, out, p, reason, now()) }
 			// The objects bound as last read refuses before any body is
-			// built (a merge grows with the refused positions).
+			// built (a merge grows with the refused positions), and so does
+			// a refusal less than ReservationTTL old when the grant was not
+			// read again since: one merge per minute at most while refused.
 			if err := res.Check(1, 0, now(), ReservationTTL); err != nil {
-				if err := c.refuseAt(q, out, p, fmt.Sprintf("the grant as last read from the Hub: %v", err)); err != nil {
+				if err := c.refuseAt(q, out, p, fmt.Sprintf("the grant as last read from the Hub: %v", err), time.Time{}); err != nil {
 					return nil, err
 				}
 				continue
+			}
+			if rf := q.Refused; rf != nil && !rf.At.IsZero() && now().Sub(rf.At) < ReservationTTL && !now().Before(rf.At) {
+				if u, err := res.Used(); err == nil && !u.SyncedAt.After(rf.At) {
+					if err := c.refuseAt(q, out, p, rf.Last, time.Time{}); err != nil {
+						return nil, err
+					}
+					continue
+				}
 			}
 			body, merged, err := c.buildUpload(q, positions, p)
 			var tl *tooLargeError
@@ -280,7 +294,7 @@ func (c *Changelog) Upload(ctx context.Context, r Remote, opts UploadOptions) (*
 					return nil, err
 				}
 			case errors.Is(err, ErrMergedOnRemote):
-				if err := refuse("merged on the Hub by an earlier upload"); err != nil {
+				if err := c.refuseAt(q, out, p, "merged on the Hub by an earlier upload", time.Time{}); err != nil {
 					return nil, err
 				}
 			case errors.As(err, &miss) && miss.Next >= 0 && miss.Next < from && !rebased:
@@ -332,12 +346,16 @@ func (c *Changelog) Upload(ctx context.Context, r Remote, opts UploadOptions) (*
 	return out, nil
 }
 
-// refuseAt records that the Hub refused position p.
-func (c *Changelog) refuseAt(q *uploadState, out *UploadOutcome, p int, reason string) error {
+// refuseAt records that the Hub refused position p; at, when not zero, is
+// when a built upload was refused.
+func (c *Changelog) refuseAt(q *uploadState, out *UploadOutcome, p int, reason string, at time.Time) error {
 	if q.Refused == nil {
 		q.Refused = &RefusedRange{Reason: reason}
 	}
 	q.Refused.To, q.Refused.Last = p+1, reason
+	if !at.IsZero() {
+		q.Refused.At = at.UTC()
+	}
 	out.Refused = append(out.Refused, p)
 	out.RefusedReason = reason
 	return c.saveUploads(q)

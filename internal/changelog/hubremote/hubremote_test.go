@@ -388,6 +388,20 @@ func TestRefusedPositionsMergeIntoNextUpload(t *testing.T) {
 			t.Fatalf("list position %d: %+v, want %s", i, l[i].Hub, want)
 		}
 	}
+	// A lost queue file: the run starts over from 0, the Hub answers
+	// duplicates and says which positions it merged, and its sequence
+	// stays one that replays.
+	if err := os.Remove(filepath.Join(e.dir, "uploads.json")); err != nil {
+		t.Fatal(err)
+	}
+	out, err = c.Upload(context.Background(), r, changelog.UploadOptions{Through: 4})
+	if err != nil || fmt.Sprint(out.Uploaded) != "[0 1 4]" || len(out.Merged) != 1 || out.Merged[0].From != 2 || out.Pending != 0 {
+		t.Fatalf("upload after losing the queue file: %+v %v", out, err)
+	}
+	got, _ = e.hubReplay()
+	if pos := e.hubPositions(); fmt.Sprint(pos) != "[0 1 4]" || !sameFiles(got, files(t, e.root)) {
+		t.Fatalf("after the recovery: hub positions %v, replay %v", pos, got)
+	}
 	// A merged position cannot be uploaded on its own any more.
 	b2, _ := os.ReadFile(filepath.Join(e.dir, "increments", changelog.IncrementName(2)))
 	if _, err := r.Upload(context.Background(), changelog.RemoteIncrement{Position: 2, Session: "native-1", Digest: digest(b2), Body: b2}); !errors.Is(err, changelog.ErrMergedOnRemote) {
