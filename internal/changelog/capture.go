@@ -59,9 +59,9 @@ func (c *Changelog) NextPosition() (int, error) {
 
 // Capture stores the writes and deletions under the capture roots since the
 // last stored increment as increment req.Position. The incremental state
-// advances only once the increment is durably stored (and accepted by
-// Options.Store); on any failure, including a refused reservation, the
-// writes are left to the next increment.
+// advances only once the increment is durably stored in the changelog
+// directory; on any failure, including a refused reservation, the writes
+// are left to the next increment. Uploads to the Hub follow (Upload).
 func (c *Changelog) Capture(ctx context.Context, req CaptureRequest) (*Increment, error) {
 	lk, err := c.lock()
 	if err != nil {
@@ -121,6 +121,11 @@ func (c *Changelog) captureLocked(ctx context.Context, req CaptureRequest, kind 
 	next = &captureState{LastPosition: req.Position}
 	var plans []*rootPlan
 	full := true
+	var changes changeList
+	var baseline *captureState
+	if st.LastPosition < 0 {
+		baseline = c.loadBaseline()
+	}
 	for i, r := range c.opts.Roots {
 		old := st.root(r.Name)
 		if old != nil && old.Path != r.Path {
@@ -134,6 +139,29 @@ func (c *Changelog) captureLocked(ctx context.Context, req CaptureRequest, kind 
 		if old != nil && old.Exists && !p.state.Exists {
 			meta.RemovedRoots = append(meta.RemovedRoots, r.Name)
 		}
+		switch {
+		case old != nil && old.Exists && !p.state.Exists:
+			changes.root(r, i == 0, nil, nil, true)
+		case !p.state.Exists:
+		case old != nil && old.Exists:
+			changes.root(r, i == 0, old.Entries, p.state.Entries, false)
+		case old != nil:
+			changes.root(r, i == 0, []entry{}, p.state.Entries, false) // the root came back
+		default:
+			var b *rootState
+			if baseline != nil {
+				b = baseline.root(r.Name)
+			}
+			switch {
+			case b != nil && b.Path == r.Path && b.Exists:
+				changes.root(r, i == 0, b.Entries, p.state.Entries, false)
+			case b != nil && b.Path == r.Path:
+				changes.root(r, i == 0, []entry{}, p.state.Entries, false)
+			default:
+				changes.root(r, i == 0, nil, p.state.Entries, false)
+				changes.ch.Baseline = true
+			}
+		}
 		if p.state.Exists && !p.full {
 			full = false
 		}
@@ -143,6 +171,7 @@ func (c *Changelog) captureLocked(ctx context.Context, req CaptureRequest, kind 
 	}
 	meta.Roots = mroots
 	meta.Full = full
+	meta.Changes = changes.result()
 
 	incDir := filepath.Join(c.dir, incrementsDir)
 	tmp, err := createTempFile(incDir)
@@ -189,14 +218,6 @@ func (c *Changelog) captureLocked(ctx context.Context, req CaptureRequest, kind 
 		return nil, nil, err
 	}
 	inc := &Increment{Position: req.Position, Path: final, Size: size, Meta: *meta}
-	if c.opts.Store != nil {
-		if err := c.opts.Store(ctx, *inc); err != nil {
-			os.Remove(final)
-			_ = fsutil.SyncDir(incDir)
-			release()
-			return nil, nil, fmt.Errorf("store increment %d: %w", req.Position, err)
-		}
-	}
 	if err := c.advanceState(st, next); err != nil {
 		// The state may or may not have been replaced; keep the increment
 		// only if it was.
@@ -206,6 +227,9 @@ func (c *Changelog) captureLocked(ctx context.Context, req CaptureRequest, kind 
 			release()
 			return nil, nil, err
 		}
+	}
+	if st.LastPosition < 0 {
+		c.dropBaseline()
 	}
 	return inc, next, nil
 }

@@ -1,7 +1,6 @@
 package changelog
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -36,10 +35,6 @@ type Options struct {
 	// Reservation, when set, bounds stored increments by a grant across
 	// processes; nil stores without limit.
 	Reservation *Reservation
-	// Store, when set, runs after an increment is durably written to the
-	// changelog directory (an upload to the spool or the Hub). An error
-	// removes the local increment and leaves its writes to the next one.
-	Store func(ctx context.Context, inc Increment) error
 	// Now returns the current time; nil uses time.Now.
 	Now func() time.Time
 	// Git is the git binary; "" uses "git" from PATH.
@@ -218,7 +213,14 @@ type Info struct {
 	// Removed names the capture roots this increment removes.
 	Removed   []string  `json:"removed_roots,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
-	Err       string    `json:"error,omitempty"`
+	// Changes names the paths the call created, modified and deleted and
+	// the bytes it changed (nil for increments captured before it was
+	// recorded).
+	Changes *Changes `json:"changes,omitempty"`
+	// Hub is what the checkout's Hub holds of the position, as the upload
+	// queue last heard (nil when nothing was ever uploaded).
+	Hub *HubStatus `json:"hub,omitempty"`
+	Err string     `json:"error,omitempty"`
 }
 
 // List reads the metadata of every stored increment, in position order. An
@@ -241,8 +243,14 @@ func (c *Changelog) List() ([]Info, error) {
 		} else {
 			inf.Kind, inf.Session, inf.Tool, inf.Failed = m.Kind, m.SessionID, m.Tool, m.Failed
 			inf.Files, inf.Deleted, inf.Bytes, inf.Removed, inf.CreatedAt = m.Files, m.Deleted, m.Bytes, m.RemovedRoots, m.CreatedAt
+			inf.Changes = m.Changes
 		}
 		out = append(out, inf)
+	}
+	if hs := c.hubStatuses(pos); hs != nil {
+		for i := range out {
+			out[i].Hub = hs[out[i].Position]
+		}
 	}
 	return out, nil
 }

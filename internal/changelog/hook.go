@@ -23,8 +23,9 @@ type HookResult struct {
 	Dir       string
 	Ignored   bool
 	Increment *Increment
-	// Remote says what the upload did when the checkout has a remote.
-	Remote *RemoteOutcome
+	// Upload says what the upload queue did when the checkout has a
+	// remote (nil without one).
+	Upload *UploadOutcome
 }
 
 // HookOptions configure HandleClaudeHookWith.
@@ -99,8 +100,9 @@ func HandleClaudeHook(ctx context.Context, configDir string, in io.Reader, now t
 	return HandleClaudeHookWith(ctx, configDir, in, now, HookOptions{})
 }
 
-// HandleClaudeHookWith is HandleClaudeHook with options: with a remote, each
-// increment counts as stored only once the remote holds it too.
+// HandleClaudeHookWith is HandleClaudeHook with options: with a remote, the
+// increment stored locally is then uploaded, after the positions still
+// pending from earlier hooks, within RemoteDeadline.
 func HandleClaudeHookWith(ctx context.Context, configDir string, in io.Reader, now time.Time, opts HookOptions) (*HookResult, error) {
 	b, err := fsutil.ReadBounded(in, claude.MaxPayloadBytes)
 	if err != nil {
@@ -137,25 +139,7 @@ func HandleClaudeHookWith(ctx context.Context, configDir string, in io.Reader, n
 	if len(roots) == 0 || roots[0].Path != root {
 		return nil, fmt.Errorf("changelog %s does not belong to %s", dir, root)
 	}
-	copts := Options{Roots: roots}
-	if opts.Remote != nil {
-		r, closeRemote, err := opts.Remote(ctx, root)
-		if err != nil {
-			return nil, fmt.Errorf("changelog remote: %w", err)
-		}
-		if closeRemote != nil {
-			defer closeRemote()
-		}
-		if r != nil {
-			res.Remote = &RemoteOutcome{}
-			var policy SharingPolicy
-			if opts.Sharing != nil {
-				policy = opts.Sharing(root)
-			}
-			copts.Store = RemoteStoreSharing(dir, r, policy, res.Remote, nil)
-		}
-	}
-	c, err := Open(dir, copts)
+	c, err := Open(dir, Options{Roots: roots})
 	if err != nil {
 		return nil, err
 	}
@@ -163,10 +147,37 @@ func HandleClaudeHookWith(ctx context.Context, configDir string, in io.Reader, n
 	if len(tool) > 256 {
 		tool = tool[:256]
 	}
+	// Local first: the increment is stored (and its position fixed) in
+	// the changelog directory before anything goes to the Hub.
 	inc, err := c.Capture(ctx, CaptureRequest{Position: -1, SessionID: p.SessionID, ToolUseID: p.ToolUseID, Tool: tool, Failed: p.HookEventName == "PostToolUseFailure"})
 	if err != nil {
 		return res, err
 	}
 	res.Increment = inc
+	if opts.Remote == nil {
+		return res, nil
+	}
+	uctx, cancel := context.WithTimeout(ctx, RemoteDeadline)
+	defer cancel()
+	r, closeRemote, err := opts.Remote(uctx, root)
+	if err != nil {
+		res.Upload = &UploadOutcome{Err: fmt.Sprintf("changelog remote: %v", err), Pending: 1}
+		return res, nil
+	}
+	if closeRemote != nil {
+		defer closeRemote()
+	}
+	if r == nil {
+		return res, nil
+	}
+	var policy SharingPolicy
+	if opts.Sharing != nil {
+		policy = opts.Sharing(root)
+	}
+	out, err := c.Upload(uctx, r, UploadOptions{Through: inc.Position, Sharing: policy})
+	if err != nil {
+		return res, fmt.Errorf("increment %d stored locally; upload queue: %w", inc.Position, err)
+	}
+	res.Upload = out
 	return res, nil
 }

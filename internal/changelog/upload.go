@@ -308,3 +308,14 @@ func redactLines(b []byte) ([]byte, int) {
 	}
 	return out, n
 }
+
+// uploadBody returns the bytes of the local increment at pos that may leave
+// the machine under policy: its UploadForm. Every upload, merged or not, is
+// built from these bodies.
+func (c *Changelog) uploadBody(pos int, policy SharingPolicy) ([]byte, error) {
+	f, err := c.UploadForm(pos, policy)
+	if err != nil {
+		return nil, err
+	}
+	return f.Body, nil
+}

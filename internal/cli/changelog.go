@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -8,12 +9,14 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/agentscm/agentscm/internal/agent/claude"
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/changelog"
+	"github.com/agentscm/agentscm/internal/changelog/hubremote"
 	"github.com/agentscm/agentscm/internal/fsutil"
 )
 
@@ -41,7 +44,8 @@ func changelogCommand() *Command {
 				return nil
 			}},
 			{Name: "capture", Summary: "store the writes and deletions since the last increment as the next one", Run: runChangelogCapture},
-			{Name: "list", Summary: "list the stored increments", Run: runChangelogList},
+			{Name: "list", Summary: "list the stored increments: what each call changed and what the Hub holds", Run: runChangelogList},
+			{Name: "upload", Summary: "upload the increments the Hub does not hold yet (what the hooks retry)", Run: runChangelogUpload},
 			{Name: "apply", Summary: "rewind the capture roots to a position (undoable)", Run: runChangelogApply},
 		},
 	}
@@ -181,7 +185,14 @@ capture hook does this after every tool call; this command does it by hand.`)
 	}
 	if *format == "json" {
 		return writeJSON(env.Stdout, map[string]any{"position": inc.Position, "path": inc.Path, "size": inc.Size,
-			"files": inc.Meta.Files, "deleted": inc.Meta.Deleted, "bytes": inc.Meta.Bytes, "removed_roots": inc.Meta.RemovedRoots})
+			"files": inc.Meta.Files, "deleted": inc.Meta.Deleted, "bytes": inc.Meta.Bytes, "removed_roots": inc.Meta.RemovedRoots,
+			"changes": inc.Meta.Changes})
+	}
+	if ch := inc.Meta.Changes; ch != nil {
+		fmt.Fprintf(env.Stdout, "stored increment %d: %d created, %d modified, %d deleted (%d bytes changed); %d files stored (%d bytes), %d bytes compressed\n",
+			inc.Position, len(ch.Created)+ch.CreatedOmitted, len(ch.Modified)+ch.ModifiedOmitted, len(ch.Deleted)+ch.DeletedOmitted, ch.Bytes,
+			inc.Meta.Files, inc.Meta.Bytes, inc.Size)
+		return nil
 	}
 	fmt.Fprintf(env.Stdout, "stored increment %d: %d files (%d bytes), %d deleted, %d bytes compressed\n",
 		inc.Position, inc.Meta.Files, inc.Meta.Bytes, inc.Meta.Deleted, inc.Size)
@@ -190,9 +201,15 @@ capture hook does this after every tool call; this command does it by hand.`)
 
 func runChangelogList(ctx context.Context, env *Env, args []string) error {
 	fs := newFlags(env, "agentscm changelog list", "--root ABS [flags]", `
-List the stored increments of a checkout: position, kind, tool, files
-changed, content bytes and archive size. With --from-hub, the increments a
-Work holds on the checkout's connected Hub, with its grant and usage.`)
+List the stored increments of a checkout: position, kind, tool, the paths
+the call created (+), modified (~) and deleted (-) with their counts (at
+most 100 paths of each kind are named), the bytes the call changed (created
+files' sizes, modified files' new sizes; what the conversation's transcript
+grew by is a note of its own),
+the archive size, and what the checkout's Hub holds of the position
+(uploaded, pending, refused, merged into a later position and why, or
+local-only). With --from-hub, the increments a Work holds on the checkout's
+connected Hub, with its grant and usage.`)
 	var rf rootFlags
 	rf.register(fs, false)
 	fromHub := fs.Bool("from-hub", false, "list the increments a Work holds on the checkout's connected Hub instead")
@@ -218,22 +235,172 @@ Work holds on the checkout's connected Hub, with its grant and usage.`)
 		}
 		return writeJSON(env.Stdout, map[string]any{"dir": c.Dir(), "increments": list})
 	}
-	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "POSITION\tKIND\tTOOL\tFILES\tDELETED\tBYTES\tSIZE\tNOTE")
-	for _, in := range list {
-		note := ""
+	// The rows go through the tabwriter; each row's path lines are put
+	// under it afterwards, so they do not break the columns.
+	var rows bytes.Buffer
+	tw := tabwriter.NewWriter(&rows, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "POSITION\tKIND\tTOOL\tCREATED\tMODIFIED\tDELETED\tBYTES\tSIZE\tHUB\tNOTE")
+	pathLines := make([][]string, len(list))
+	for k, in := range list {
+		var notes []string
 		switch {
 		case in.Err != "":
-			note = "unreadable: " + in.Err
+			notes = append(notes, "unreadable: "+oneLine(in.Err))
 		case in.Failed:
-			note = "failed call"
+			notes = append(notes, "failed call")
 		}
 		if len(in.Removed) > 0 {
-			note = strings.TrimSpace(note + " removed roots: " + strings.Join(in.Removed, ","))
+			notes = append(notes, "removed roots: "+strings.Join(in.Removed, ","))
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", in.Position, in.Kind, in.Tool, in.Files, in.Deleted, in.Bytes, in.Size, note)
+		created, modified, deleted, bytes := fmt.Sprint(in.Files), "?", fmt.Sprint(in.Deleted), in.Bytes
+		ch := in.Changes
+		if ch != nil {
+			created = fmt.Sprint(len(ch.Created) + ch.CreatedOmitted)
+			modified = fmt.Sprint(len(ch.Modified) + ch.ModifiedOmitted)
+			deleted = fmt.Sprint(len(ch.Deleted) + ch.DeletedOmitted)
+			bytes = ch.Bytes
+			if ch.TranscriptBytes > 0 {
+				notes = append(notes, fmt.Sprintf("conversation +%d bytes", ch.TranscriptBytes))
+			}
+			if ch.Baseline {
+				notes = append(notes, "first capture without a baseline: every stored path counts as created")
+			}
+		} else if in.Err == "" {
+			notes = append(notes, "captured before per-call changes were recorded: files stored, not created")
+		}
+		hub := "-"
+		if h := in.Hub; h != nil {
+			hub = h.State
+			switch h.State {
+			case "merged":
+				hub = fmt.Sprintf("merged into %d", h.Into)
+				notes = append(notes, "refused: "+cell(h.Reason))
+			case "refused":
+				notes = append(notes, "refused (the next uploaded increment carries its writes): "+oneLine(h.Reason))
+			case "pending", "local-only":
+				if h.Reason != "" {
+					notes = append(notes, oneLine(h.Reason))
+				}
+			}
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", in.Position, oneLine(in.Kind), cell(in.Tool), created, modified, deleted, bytes, in.Size, hub, strings.Join(notes, "; "))
+		if ch != nil {
+			for _, l := range []struct {
+				sign  string
+				paths []string
+				more  int
+				what  string
+			}{{"+", ch.Created, ch.CreatedOmitted, "created"}, {"~", ch.Modified, ch.ModifiedOmitted, "modified"}, {"-", ch.Deleted, ch.DeletedOmitted, "deleted"}} {
+				for _, p := range l.paths {
+					pathLines[k] = append(pathLines[k], fmt.Sprintf("  %s %s", l.sign, showPath(p)))
+				}
+				if l.more > 0 {
+					pathLines[k] = append(pathLines[k], fmt.Sprintf("  %s ... and %d more %s", l.sign, l.more, l.what))
+				}
+			}
+		}
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	lines := strings.Split(strings.TrimSuffix(rows.String(), "\n"), "\n")
+	fmt.Fprintln(env.Stdout, lines[0])
+	for k, l := range lines[1:] {
+		fmt.Fprintln(env.Stdout, l)
+		for _, p := range pathLines[k] {
+			fmt.Fprintln(env.Stdout, p)
+		}
+	}
+	return nil
+}
+
+// cell renders a value as one table cell: one line, no tabs.
+func cell(s string) string { return strings.ReplaceAll(oneLine(s), "\t", " ") }
+
+// showPath renders a path of a change list, quoted when it holds control
+// characters (a newline in a file name would otherwise start a line).
+func showPath(p string) string {
+	for _, r := range p {
+		if r < 0x20 || r == 0x7f {
+			return strconv.Quote(p)
+		}
+	}
+	return p
+}
+
+func runChangelogUpload(ctx context.Context, env *Env, args []string) error {
+	fs := newFlags(env, "agentscm changelog upload", "--root ABS [--format text|json]", `
+Upload the stored increments the checkout's Hub does not hold yet, oldest
+first, under the checkout's current Work and within its grant: what the
+hooks do after each tool call, for the positions still pending (the Hub was
+unreachable, or had no current Work for the checkout). A position the grant
+refuses is merged into the next increment uploaded; changelog list says
+where each position went.`)
+	var rf rootFlags
+	rf.register(fs, false)
+	format := formatFlag(fs)
+	if err := parseFlags(fs, args, false); err != nil {
+		return err
+	}
+	if rf.root == "" {
+		return usagef("--root is required")
+	}
+	c, err := openChangelog(env, &rf, false)
+	if err != nil {
+		return err
+	}
+	cfg, err := capture.ConfigDir(env.Getenv)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, hubTimeout)
+	defer cancel()
+	r, closeRemote, err := hubremote.ForCheckout(cfg)(ctx, c.Roots()[0].Path)
+	if err != nil {
+		return err
+	}
+	if r == nil {
+		return fmt.Errorf("%s has no client connection, so there is no Hub to upload to (agentscm client setup)", c.Roots()[0].Path)
+	}
+	defer closeRemote()
+	next, err := c.NextPosition()
+	if err != nil {
+		return err
+	}
+	out, err := c.Upload(ctx, r, changelog.UploadOptions{Through: next - 1})
+	if err != nil {
+		return err
+	}
+	if *format == "json" {
+		return writeJSON(env.Stdout, out)
+	}
+	if len(out.Uploaded) == 0 {
+		fmt.Fprintf(env.Stdout, "uploaded nothing")
+	} else {
+		fmt.Fprintf(env.Stdout, "uploaded positions %s to work %s", joinInts(out.Uploaded), out.WorkID)
+	}
+	fmt.Fprintf(env.Stdout, "; %d pending\n", out.Pending)
+	for _, m := range out.Merged {
+		fmt.Fprintf(env.Stdout, "positions %d..%d merged into %d: %s\n", m.From, m.To, m.Into, oneLine(m.Reason))
+	}
+	if len(out.Refused) > 0 {
+		fmt.Fprintf(env.Stdout, "refused by the grant (the next uploaded increment carries them): %s\n", joinInts(out.Refused))
+	}
+	switch {
+	case out.LocalOnly != "":
+		return fmt.Errorf("the Hub has nowhere to store them: %s", out.LocalOnly)
+	case out.Err != "":
+		return fmt.Errorf("%s", out.Err)
+	}
+	return nil
+}
+
+func joinInts(v []int) string {
+	s := make([]string, len(v))
+	for i, n := range v {
+		s[i] = fmt.Sprint(n)
+	}
+	return strings.Join(s, ",")
 }
 
 // dropRestoredHooks returns the AfterExtract callback that removes the

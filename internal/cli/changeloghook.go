@@ -44,8 +44,18 @@ func runChangelogHook(ctx context.Context, env *Env) int {
 	if err != nil {
 		// The increment was not stored: its writes go to the next one.
 		fmt.Fprintf(env.Stderr, "agentscm: warning: changelog hook failed: %s\n", oneLine(err.Error()))
-	} else if res != nil && res.Increment != nil && res.Remote != nil && res.Remote.LocalOnly != "" {
-		fmt.Fprintf(env.Stderr, "agentscm: warning: changelog increment %d kept locally only: %s\n", res.Increment.Position, oneLine(res.Remote.LocalOnly))
+	} else if res != nil && res.Increment != nil && res.Upload != nil {
+		// The increment is stored locally; say once why the Hub does not
+		// hold it (yet).
+		u := res.Upload
+		switch {
+		case u.Err != "":
+			fmt.Fprintf(env.Stderr, "agentscm: warning: changelog increment %d stored locally; %d positions wait for the Hub: %s\n", res.Increment.Position, u.Pending, oneLine(u.Err))
+		case u.LocalOnly != "":
+			fmt.Fprintf(env.Stderr, "agentscm: warning: changelog increment %d kept locally only: %s\n", res.Increment.Position, oneLine(u.LocalOnly))
+		case len(u.Refused) > 0:
+			fmt.Fprintf(env.Stderr, "agentscm: warning: changelog increment %d stored locally; the Hub refused it (%s), so the next uploaded increment carries its writes\n", res.Increment.Position, oneLine(u.RefusedReason))
+		}
 	}
 	return ExitOK
 }
@@ -97,6 +107,12 @@ Refused with exit status 5 while a turn runs.`)
 	changed, err := claude.InstallHooks(path, claude.CommandFor(env.Executable, claude.ChangelogSubcommand), changelog.HookEvents)
 	if err != nil {
 		return fmt.Errorf("install changelog hooks: %w", err)
+	}
+	// The first capture stores every path (so the sequence replays onto an
+	// empty directory); the baseline, taken once the hooks are installed,
+	// lets it still say what the first call changed.
+	if err := c.RecordBaseline(ctx); err != nil {
+		return fmt.Errorf("record the changelog's baseline: %w", err)
 	}
 	cfg, err := capture.ConfigDir(env.Getenv)
 	if err != nil {

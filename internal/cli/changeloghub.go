@@ -97,11 +97,20 @@ func runChangelogListFromHub(ctx context.Context, env *Env, root, work, format s
 	fmt.Fprintf(env.Stdout, "work %s: %d of %d objects, %d of %d bytes granted\n", list.WorkID, list.Used.Objects, list.Grant.MaxObjects, list.Used.Bytes, list.Grant.MaxBytes)
 	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "WORKTREE\tPOSITION\tKIND\tTOOL\tSIZE\tSESSION\tDIGEST\tNOTE")
+	prev := map[string]int{}
 	for _, in := range list.Increments {
 		note := ""
 		if in.Failed {
 			note = "failed call"
 		}
+		p, ok := prev[in.WorktreeID]
+		if !ok {
+			p = -1
+		}
+		if in.Position > p+1 {
+			note = strings.TrimSpace(note + fmt.Sprintf(" carries positions %d..%d (merged: the Hub refused them)", p+1, in.Position-1))
+		}
+		prev[in.WorktreeID] = in.Position
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%s\t%s\t%s\n", in.WorktreeID, in.Position, in.Kind, in.Tool, in.Size, in.Session, in.Digest[:12], note)
 	}
 	return tw.Flush()
@@ -143,15 +152,26 @@ func runChangelogApplyFromHub(ctx context.Context, env *Env, rf *rootFlags, req 
 		return err
 	}
 	var want []api.IncrementInfo
-	for _, in := range seq {
+	var carrier *api.IncrementInfo // the increment that carries a merged target
+	for i, in := range seq {
 		if in.Position <= req.to {
 			want = append(want, in)
+		} else if carrier == nil {
+			carrier = &seq[i]
 		}
 	}
-	if len(want) == 0 || len(want) != req.to+1 || want[len(want)-1].Position != req.to {
+	if len(want) == 0 || want[len(want)-1].Position != req.to {
 		have := "none"
 		if n := len(seq); n > 0 {
 			have = fmt.Sprintf("positions %d..%d", seq[0].Position, seq[n-1].Position)
+		}
+		if carrier != nil && (len(want) == 0 || want[len(want)-1].Position < req.to) {
+			prev := -1
+			if len(want) > 0 {
+				prev = want[len(want)-1].Position
+			}
+			return fmt.Errorf("%w: position %d has no increment of its own on the Hub: work %s's increment %d carries positions %d..%d (the Hub refused them; agentscm changelog list --root %s says why); apply --to %d, or --to %d locally",
+				changelog.ErrNoIncrement, req.to, work, carrier.Position, prev+1, carrier.Position, root, carrier.Position, req.to)
 		}
 		return fmt.Errorf("%w: work %s on the Hub holds %s, not all of 0..%d", changelog.ErrNoIncrement, work, have, req.to)
 	}
@@ -168,6 +188,7 @@ func runChangelogApplyFromHub(ctx context.Context, env *Env, rf *rootFlags, req 
 	}
 	defer os.RemoveAll(tmp)
 	var paths []string
+	var positions []int
 	var total int64
 	for _, in := range want {
 		b, err := conn.GetIncrement(hctx, work, in)
@@ -179,7 +200,21 @@ func runChangelogApplyFromHub(ctx context.Context, env *Env, rf *rootFlags, req 
 			return err
 		}
 		paths = append(paths, p)
+		positions = append(positions, in.Position)
 		total += int64(len(b))
+	}
+	// Positions the Hub merged into a later increment leave holes: each
+	// increment must carry the positions since the previous one.
+	var metas []*changelog.Meta
+	for i, p := range paths {
+		m, err := changelog.ReadMeta(p)
+		if err != nil {
+			return archiveExit(fmt.Errorf("increment %d of work %s: %w", positions[i], work, err))
+		}
+		metas = append(metas, m)
+	}
+	if err := changelog.CheckChain(metas); err != nil {
+		return archiveExit(fmt.Errorf("work %s on the Hub: %w", work, err))
 	}
 	target, err := changelog.ReadMeta(paths[len(paths)-1])
 	if err != nil {
@@ -215,6 +250,13 @@ func runChangelogApplyFromHub(ctx context.Context, env *Env, rf *rootFlags, req 
 		dir = filepath.Clean(rf.dir)
 	}
 	out := map[string]any{"to": req.to, "work_id": work, "applied": len(paths), "downloaded_bytes": total}
+	var merged []changelog.Merged
+	for _, m := range metas {
+		merged = append(merged, m.Merged...)
+	}
+	if len(merged) > 0 {
+		out["merged"] = merged
+	}
 	stored, err := changelog.LoadRoots(dir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -252,7 +294,7 @@ func runChangelogApplyFromHub(ctx context.Context, env *Env, rf *rootFlags, req 
 				return err
 			}
 		}
-		res, err := c.ApplyFiles(ctx, paths, changelog.ApplyRequest{To: req.to, AfterExtract: after})
+		res, err := c.ApplyChain(ctx, paths, positions, changelog.ApplyRequest{To: req.to, AfterExtract: after})
 		if err != nil {
 			return archiveExit(err)
 		}
@@ -316,6 +358,9 @@ func runChangelogApplyFromHub(ctx context.Context, env *Env, rf *rootFlags, req 
 		return writeJSON(env.Stdout, out)
 	}
 	fmt.Fprintf(env.Stdout, "applied increments 0..%d of work %s from the Hub onto %s (%d bytes, digests verified)\n", req.to, work, root, total)
+	for _, m := range merged {
+		fmt.Fprintf(env.Stdout, "positions %d..%d came merged into a later increment (%s)\n", m.From, m.To, oneLine(m.Reason))
+	}
 	if convNote != "" {
 		fmt.Fprintln(env.Stdout, convNote)
 	}

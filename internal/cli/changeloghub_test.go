@@ -179,9 +179,9 @@ func TestChangelogApplyFromHub(t *testing.T) {
 	}
 }
 
-// A refused upload warns and stores nothing; a new Work's grant applies at
-// once (the cached grant of the old Work is dropped) and the new Work gets
-// the checkout's whole sequence by back-fill.
+// A refused upload warns and keeps its local position; a new Work's grant
+// applies at once (the cached grant of the old Work is dropped) and the new
+// Work gets the checkout's whole sequence, oldest first.
 func TestChangelogHookGrantAndNewWork(t *testing.T) {
 	base := t.TempDir()
 	env := map[string]string{"HOME": filepath.Join(base, "home")}
@@ -214,28 +214,47 @@ func TestChangelogHookGrantAndNewWork(t *testing.T) {
 	if r := call(0); r.stderr != "" {
 		t.Fatalf("first call warned: %s", r.stderr)
 	}
-	if r := call(1); !strings.Contains(r.stderr, "changelog hook failed") || !strings.Contains(r.stderr, "objects: 1 used + 1 requested > 1 granted") {
+	if r := call(1); !strings.Contains(r.stderr, "stored locally; the Hub refused it") || !strings.Contains(r.stderr, "objects: 1 used + 1 requested > 1 granted") {
 		t.Fatalf("second call over the grant: %q", r.stderr)
 	}
+	type entry struct {
+		Position int
+		Files    int
+		Changes  *changelog.Changes   `json:"changes"`
+		Hub      *changelog.HubStatus `json:"hub"`
+	}
 	var local struct {
-		Increments []struct{ Position, Files int } `json:"increments"`
+		Increments []entry `json:"increments"`
 	}
 	json.Unmarshal([]byte(must("changelog", "list", "--root", a, "--format", "json")), &local)
-	if len(local.Increments) != 1 {
+	if len(local.Increments) != 2 || local.Increments[1].Hub == nil || local.Increments[1].Hub.State != "refused" || local.Increments[0].Hub.State != "uploaded" {
 		t.Fatalf("local increments after the refusal: %+v", local)
 	}
+	if ch := local.Increments[1].Changes; ch == nil || fmt.Sprint(ch.Created) != "[f1.txt]" || ch.Bytes != 1 {
+		t.Fatalf("call 1's changes: %+v", ch)
+	}
+	if out := must("changelog", "list", "--root", a); !strings.Contains(out, "refused") || !strings.Contains(out, "+ f1.txt") {
+		t.Fatalf("list text:\n%s", out)
+	}
+	// A new Work: its grant applies at once and it gets the checkout's
+	// whole sequence, each position on its own.
 	var w2 api.Work
 	json.Unmarshal([]byte(must("work", "start", "--root", a, "--format", "json")), &w2)
 	if r := call(2); r.stderr != "" {
 		t.Fatalf("first call in the new Work: %q", r.stderr)
 	}
 	json.Unmarshal([]byte(must("changelog", "list", "--root", a, "--format", "json")), &local)
-	if len(local.Increments) != 2 || local.Increments[1].Files != 2 {
-		t.Fatalf("local increments: %+v, want increment 1 with the refused call's file too", local)
+	if len(local.Increments) != 3 {
+		t.Fatalf("local increments: %+v", local)
+	}
+	for _, in := range local.Increments {
+		if in.Hub == nil || in.Hub.State != "uploaded" || in.Hub.WorkID != w2.ID {
+			t.Fatalf("position %d on the Hub: %+v", in.Position, in.Hub)
+		}
 	}
 	var hub api.IncrementList
 	json.Unmarshal([]byte(must("changelog", "list", "--root", a, "--from-hub", "--format", "json")), &hub)
-	if hub.WorkID != w2.ID || len(hub.Increments) != 2 || hub.Grant != api.DefaultGrant() {
+	if hub.WorkID != w2.ID || len(hub.Increments) != 3 || hub.Grant != api.DefaultGrant() {
 		t.Fatalf("new Work on the Hub: %+v", hub)
 	}
 }
@@ -406,5 +425,114 @@ func testApplyFromHubResume(t *testing.T, shared bool) {
 	if r.code != 0 || !strings.Contains(r.stderr, "warning: reading call 2's result from the later increments") || !strings.Contains(r.stderr, `".." component`) ||
 		res.Resumed == nil || res.Resumed.IncludesResult || res.From != nil || !strings.Contains(res.Note, "could not be read") {
 		t.Fatalf("hostile later increment: %d %s %s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// A position the grant refused is merged on the Hub into the next uploaded
+// increment: list says so on both sides, apply --from-hub of the carrier
+// reproduces the checkout, and apply --from-hub of the merged position
+// says which increment carries it.
+func TestChangelogApplyFromHubMerged(t *testing.T) {
+	base := t.TempDir()
+	env := map[string]string{"HOME": filepath.Join(base, "home")}
+	a := filepath.Join(base, "a")
+	os.MkdirAll(a, 0o755)
+	if out, err := exec.Command("git", "-C", a, "init", "-q").CombinedOutput(); err != nil {
+		t.Fatalf("git init: %v %s", err, out)
+	}
+	must := func(args ...string) string {
+		t.Helper()
+		r := runMain(t, env, "", args...)
+		if r.code != 0 {
+			t.Fatalf("%v: %d %s", args, r.code, r.stderr)
+		}
+		return r.stdout
+	}
+	must("client", "setup", "--root", a, "--local", "--repository", "proj")
+	var w api.Work
+	json.Unmarshal([]byte(must("work", "start", "--root", a, "--changelog-max-objects", "1", "--format", "json")), &w)
+	must("changelog", "enable", "--root", a, "--no-transcript-root")
+	call := func(i int) run {
+		t.Helper()
+		os.WriteFile(filepath.Join(a, fmt.Sprintf("f%d.txt", i)), []byte(fmt.Sprint(i)), 0o644)
+		p := fmt.Sprintf(`{"session_id":"native-1","cwd":%q,"hook_event_name":"PostToolUse","tool_name":"Write","tool_use_id":"toolu_%d"}`, a, i)
+		return runMain(t, env, p, "changelog", "hook-claude")
+	}
+	call(0)
+	call(1)
+	must("work", "grant", "--root", a, "--max-objects", "10")
+	if r := call(2); r.stderr != "" {
+		t.Fatalf("call after raising the grant: %q", r.stderr)
+	}
+	out := must("changelog", "list", "--root", a)
+	if !strings.Contains(out, "merged into 2") || !strings.Contains(out, "objects: 1 used + 1 requested > 1 granted") {
+		t.Fatalf("list does not say position 1 was merged and why:\n%s", out)
+	}
+	if out := must("changelog", "list", "--root", a, "--from-hub"); !strings.Contains(out, "carries positions 1..1") {
+		t.Fatalf("list --from-hub:\n%s", out)
+	}
+	fresh := filepath.Join(base, "fresh")
+	os.MkdirAll(fresh, 0o755)
+	must("client", "setup", "--root", fresh, "--local", "--repository", "proj")
+	r := runMain(t, env, "", "changelog", "apply", "--root", fresh, "--to", "1", "--from-hub", "--work", w.ID)
+	if r.code == 0 || !strings.Contains(r.stderr, "position 1 has no increment of its own on the Hub") || !strings.Contains(r.stderr, "increment 2 carries positions 1..2") {
+		t.Fatalf("apply --from-hub of a merged position: %d %s", r.code, r.stderr)
+	}
+	out = must("changelog", "apply", "--root", fresh, "--to", "2", "--from-hub", "--work", w.ID)
+	if !strings.Contains(out, "positions 1..1 came merged") {
+		t.Fatalf("apply --from-hub of the carrier: %s", out)
+	}
+	want, got := files(t, a), files(t, fresh)
+	delete(want, ".claude")
+	delete(got, ".claude")
+	if fmt.Sprint(want) != fmt.Sprint(got) || got["f1.txt"] != "1" {
+		t.Fatalf("fresh after apply --from-hub --to 2: %v, checkout %v", got, want)
+	}
+}
+
+// changelog upload catches up the positions stored while the checkout had
+// no Work, in order, and says what it did.
+func TestChangelogUploadCommand(t *testing.T) {
+	base := t.TempDir()
+	env := map[string]string{"HOME": filepath.Join(base, "home")}
+	a := filepath.Join(base, "a")
+	os.MkdirAll(a, 0o755)
+	if out, err := exec.Command("git", "-C", a, "init", "-q").CombinedOutput(); err != nil {
+		t.Fatalf("git init: %v %s", err, out)
+	}
+	must := func(args ...string) string {
+		t.Helper()
+		r := runMain(t, env, "", args...)
+		if r.code != 0 {
+			t.Fatalf("%v: %d %s", args, r.code, r.stderr)
+		}
+		return r.stdout
+	}
+	if r := runMain(t, env, "", "changelog", "upload", "--root", a); r.code == 0 || !strings.Contains(r.stderr, "no changelog") {
+		t.Fatalf("upload without a changelog: %d %s", r.code, r.stderr)
+	}
+	must("changelog", "enable", "--root", a, "--no-transcript-root")
+	if r := runMain(t, env, "", "changelog", "upload", "--root", a); r.code == 0 || !strings.Contains(r.stderr, "no client connection") {
+		t.Fatalf("upload without a connection: %d %s", r.code, r.stderr)
+	}
+	must("client", "setup", "--root", a, "--local", "--repository", "proj")
+	for i := range 2 {
+		os.WriteFile(filepath.Join(a, fmt.Sprintf("f%d.txt", i)), []byte("x"), 0o644)
+		p := fmt.Sprintf(`{"session_id":"native-1","cwd":%q,"hook_event_name":"PostToolUse","tool_name":"Write","tool_use_id":"toolu_%d"}`, a, i)
+		if r := runMain(t, env, p, "changelog", "hook-claude"); r.code != 0 || !strings.Contains(r.stderr, "kept locally only") {
+			t.Fatalf("hook %d without a Work: %d %q", i, r.code, r.stderr)
+		}
+	}
+	if out := must("changelog", "list", "--root", a); strings.Count(out, "local-only") != 2 {
+		t.Fatalf("list without a Work:\n%s", out)
+	}
+	var w api.Work
+	json.Unmarshal([]byte(must("work", "start", "--root", a, "--format", "json")), &w)
+	var out changelog.UploadOutcome
+	if err := json.Unmarshal([]byte(must("changelog", "upload", "--root", a, "--format", "json")), &out); err != nil || fmt.Sprint(out.Uploaded) != "[0 1]" || out.WorkID != w.ID || out.Pending != 0 {
+		t.Fatalf("upload: %+v %v", out, err)
+	}
+	if s := must("changelog", "upload", "--root", a); !strings.Contains(s, "uploaded nothing; 0 pending") {
+		t.Fatalf("second upload: %s", s)
 	}
 }

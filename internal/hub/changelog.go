@@ -47,8 +47,10 @@ func grantRefusal(workID, bound string, used, want, max int64) error {
 // planUpload resolves the worktree's current Work (it must accept capture at
 // the worktree's generation) and decides whether the increment is new, a
 // duplicate, a replacement of the Work's latest one, or refused: a position
-// past the first missing one, a position taken by another body, or a grant
-// bound.
+// (or, for a merged upload, its first merged position) past the first
+// missing one, a position taken by another body, one the sequence passed
+// (merged into a later increment), a merge overlapping held positions, or a
+// grant bound.
 func planUpload(tx store.Tx, p Principal, repository, worktree string, up api.IncrementUpload) (uploadPlan, error) {
 	var pl uploadPlan
 	repo, w, err := resolveWork(tx, p, repository, worktree)
@@ -81,11 +83,23 @@ func planUpload(tx store.Tx, p Principal, repository, worktree string, up api.In
 		used.Objects--
 		used.Bytes -= old.Size
 	case errors.Is(err, store.ErrNotFound):
-		if up.Position > last+1 {
+		// A merged upload fills the sequence from first: the positions
+		// before its own have no increment of their own.
+		first := up.Position - up.Merged
+		switch {
+		case up.Position <= last:
+			return pl, &api.Error{Status: http.StatusConflict, Code: api.CodeConflict, Reason: api.ReasonPositionMerged,
+				Message: fmt.Sprintf("work %s holds increments of worktree %s up to position %d without one at %d: a later increment carries its writes", w.ID, worktree, last, up.Position),
+				Detail:  &api.ErrorDetail{WorkID: w.ID}}
+		case first > last+1:
 			next := last + 1
 			return pl, &api.Error{Status: http.StatusConflict, Code: api.CodeConflict, Reason: api.ReasonIncrementsMissing,
 				Message: fmt.Sprintf("work %s holds increments of worktree %s up to position %d; upload position %d first", w.ID, worktree, last, next),
 				Detail:  &api.ErrorDetail{WorkID: w.ID, NextPosition: &next}}
+		case first < last+1:
+			return pl, &api.Error{Status: http.StatusConflict, Code: api.CodeConflict, Reason: api.ReasonMergeOverlaps,
+				Message: fmt.Sprintf("work %s holds increments of worktree %s up to position %d; an upload at %d cannot also carry positions %d..%d", w.ID, worktree, last, up.Position, first, last),
+				Detail:  &api.ErrorDetail{WorkID: w.ID}}
 		}
 		pl.status = api.IncrementStored
 	default:
@@ -110,6 +124,9 @@ func checkUpload(worktree string, up api.IncrementUpload) error {
 	}
 	if !api.ValidDigest(up.Digest) {
 		return badf("digest must be the SHA-256 of the body as 64 lowercase hex characters")
+	}
+	if up.Merged < 0 || up.Merged > up.Position {
+		return badf("merged must be 0 to the position (%d)", up.Position)
 	}
 	if up.Session != "" && !api.ValidName(up.Session) {
 		return badf("session is not valid")
@@ -173,6 +190,10 @@ func (s *Service) UploadIncrement(ctx context.Context, p Principal, repository, 
 	if meta.Position != up.Position || meta.SessionID != up.Session {
 		return api.IncrementStoreResult{}, api.Errorf(http.StatusUnprocessableEntity, api.CodeBadIncrement,
 			"the increment's metadata names position %d of session %q, not position %d of session %q", meta.Position, meta.SessionID, up.Position, up.Session)
+	}
+	if err := meta.CheckMerged(); err != nil || meta.Position-meta.MergedFrom() != up.Merged {
+		return api.IncrementStoreResult{}, api.Errorf(http.StatusUnprocessableEntity, api.CodeBadIncrement,
+			"the increment's metadata merges positions %d..%d, not the %d before position %d the upload says (%v)", meta.MergedFrom(), meta.Position-1, up.Merged, up.Position, err)
 	}
 	if err := s.obj.Put(ctx, up.Digest, bytes.NewReader(b), up.Size); err != nil {
 		return api.IncrementStoreResult{}, internal(fmt.Errorf("store increment object: %w", err))

@@ -1,7 +1,9 @@
 package hub_test
 
 import (
+	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -324,5 +326,106 @@ func TestIncrementSequencesPerWorktree(t *testing.T) {
 	list, err := e.svc.ListIncrements(context.Background(), p, "proj", w.ID, "wt-b")
 	if err != nil || len(list.Increments) != 1 || list.Used.Objects != 3 {
 		t.Fatalf("list of wt-b: %+v %v", list, err)
+	}
+}
+
+// withMerged rewrites an increment's metadata to carry the merged range
+// from..to (as the client's merge of refused positions writes it).
+func withMerged(t *testing.T, b []byte, from, to int) []byte {
+	t.Helper()
+	gz, err := gzip.NewReader(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(gz)
+	var out bytes.Buffer
+	zw := gzip.NewWriter(&out)
+	tw := tar.NewWriter(zw)
+	for i := 0; ; i++ {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, _ := io.ReadAll(tr)
+		if i == 0 {
+			var m changelog.Meta
+			if err := json.Unmarshal(data, &m); err != nil {
+				t.Fatal(err)
+			}
+			m.Merged = []changelog.Merged{{From: from, To: to, Reason: "grant refused"}}
+			data, _ = json.Marshal(m)
+			h.Size = int64(len(data))
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		tw.Write(data)
+	}
+	tw.Close()
+	zw.Close()
+	return out.Bytes()
+}
+
+// A merged upload fills the sequence from its first merged position; the
+// positions it carries cannot be uploaded on their own, a merge may not
+// overlap what the Work holds, and the metadata must say what the upload
+// says.
+func TestIncrementMergedUploads(t *testing.T) {
+	e := newMatrixEnv(t)
+	rw := e.tokens[callerReadWrite]
+	w := e.freshWork(t, "wt-m")
+	put := func(pos, merged int, b []byte) (int, api.ErrorBody, api.IncrementStoreResult) {
+		t.Helper()
+		path := fmt.Sprintf("/v1/repositories/proj/worktrees/wt-m/changelog/%d?%s", pos, api.IncrementUpload{Digest: digestOf(b), Session: "s", Merged: merged}.Query())
+		status, body := e.do(t, "PUT", path, rw, b)
+		var eb api.ErrorBody
+		var res api.IncrementStoreResult
+		if status == 200 {
+			json.Unmarshal(body, &res)
+		} else if err := json.Unmarshal(body, &eb); err != nil || eb.Error == nil {
+			t.Fatalf("status %d body %s", status, body)
+		}
+		return status, eb, res
+	}
+	inc0 := testIncrement(t, 0, "s")
+	if status, eb, _ := put(0, 0, inc0); status != 200 {
+		t.Fatalf("upload 0: %d %+v", status, eb.Error)
+	}
+	m3 := withMerged(t, testIncrement(t, 3, "s"), 1, 2)
+	if status, eb, res := put(3, 2, m3); status != 200 || res.Status != api.IncrementStored || res.Used.Objects != 2 {
+		t.Fatalf("merged upload: %d %+v %+v", status, eb.Error, res)
+	}
+	if status, _, res := put(3, 2, m3); status != 200 || res.Status != api.IncrementDuplicate {
+		t.Fatalf("merged upload again: %d %+v", status, res)
+	}
+	cases := []struct {
+		name        string
+		pos, merged int
+		body        []byte
+		status      int
+		reason, msg string
+	}{
+		{"carried position", 2, 0, testIncrement(t, 2, "s"), 409, api.ReasonPositionMerged, "a later increment carries its writes"},
+		{"merge past a hole", 7, 1, withMerged(t, testIncrement(t, 7, "s"), 6, 6), 409, api.ReasonIncrementsMissing, "upload position 4 first"},
+		{"merge overlapping", 5, 3, withMerged(t, testIncrement(t, 5, "s"), 2, 4), 409, api.ReasonMergeOverlaps, "cannot also carry positions 2..3"},
+		{"metadata without the merge", 5, 1, testIncrement(t, 5, "s"), 422, "", "merges positions 5..4, not the 1"},
+		{"upload without the metadata's merge", 4, 0, withMerged(t, testIncrement(t, 4, "s"), 3, 3), 422, "", "merges positions 3..3, not the 0"},
+		{"merged past position 0", 1, 2, testIncrement(t, 1, "s"), 400, "", "merged must be 0 to the position"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			status, eb, _ := put(tc.pos, tc.merged, tc.body)
+			if status != tc.status || eb.Error.Reason != tc.reason || !strings.Contains(eb.Error.Message, tc.msg) {
+				t.Fatalf("got %d %+v, want %d %s %q", status, eb.Error, tc.status, tc.reason, tc.msg)
+			}
+		})
+	}
+	p, _ := e.svc.EnsureLocal(context.Background(), "alice", "proj")
+	list, err := e.svc.ListIncrements(context.Background(), p, "proj", w.ID, "")
+	if err != nil || len(list.Increments) != 2 || list.Increments[1].Position != 3 {
+		t.Fatalf("list %+v %v", list, err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -114,6 +115,13 @@ func NewHandler(svc *Service, logger *log.Logger) *Handler {
 			}
 			q := r.URL.Query()
 			up := api.IncrementUpload{Position: pos, Digest: q.Get("digest"), Session: q.Get("session"), Size: r.ContentLength}
+			if m := q.Get("merged"); m != "" {
+				n, err := strconv.Atoi(m)
+				if err != nil || strconv.Itoa(n) != m || n < 0 {
+					return nil, api.Errorf(http.StatusBadRequest, api.CodeBadRequest, "merged %q must be a count of positions", m)
+				}
+				up.Merged = n
+			}
 			return svc.UploadIncrement(r.Context(), p, r.PathValue("repo"), r.PathValue("worktree"), up, r.Body)
 		},
 		"GET /v1/repositories/{repo}/works/{work}/changelog": func(r *http.Request, p Principal) (any, error) {

@@ -23,9 +23,10 @@ type Remote struct {
 // Upload maps the Hub's answers to the changelog's: a target refusal (no
 // current Work, a finished or handed-over Work, a stale generation) leaves
 // nowhere to upload; a grant refusal is a *changelog.LimitError; missing
-// earlier positions a *changelog.MissingError.
+// earlier positions a *changelog.MissingError; a position the Hub merged into
+// a later one changelog.ErrMergedOnRemote.
 func (h *Remote) Upload(ctx context.Context, inc changelog.RemoteIncrement) (changelog.RemoteResult, error) {
-	res, err := h.conn.UploadIncrement(ctx, h.worktree, api.IncrementUpload{Position: inc.Position, Session: inc.Session, Digest: inc.Digest}, inc.Body)
+	res, err := h.conn.UploadIncrement(ctx, h.worktree, api.IncrementUpload{Position: inc.Position, Session: inc.Session, Digest: inc.Digest, Merged: inc.Merged}, inc.Body)
 	if err == nil {
 		return changelog.RemoteResult{WorkID: res.WorkID, Status: res.Status,
 			Grant: changelog.Grant{MaxObjects: res.Grant.MaxObjects, MaxBytes: res.Grant.MaxBytes},
@@ -41,6 +42,8 @@ func (h *Remote) Upload(ctx context.Context, inc changelog.RemoteIncrement) (cha
 				&changelog.LimitError{Bound: e.Detail.Bound, Used: e.Detail.Used, Max: e.Detail.Max, Want: e.Detail.Want})
 		case e.Reason == api.ReasonIncrementsMissing && e.Detail.NextPosition != nil:
 			return changelog.RemoteResult{}, &changelog.MissingError{Next: *e.Detail.NextPosition}
+		case e.Reason == api.ReasonPositionMerged:
+			return changelog.RemoteResult{}, fmt.Errorf("%w: %v", changelog.ErrMergedOnRemote, err)
 		}
 	}
 	return changelog.RemoteResult{}, err

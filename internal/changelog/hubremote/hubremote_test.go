@@ -1,15 +1,21 @@
 package hubremote_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -91,11 +97,8 @@ func (e *env) write(name, content string) {
 	}
 }
 
-func (e *env) open(r changelog.Remote, out *changelog.RemoteOutcome) *changelog.Changelog {
-	opts := changelog.Options{Roots: []changelog.Root{{Name: "checkout", Path: e.root}}}
-	if r != nil {
-		opts.Store = changelog.RemoteStore(e.dir, r, out, func() time.Time { return e.now })
-	}
+func (e *env) open() *changelog.Changelog {
+	opts := changelog.Options{Roots: []changelog.Root{{Name: "checkout", Path: e.root}}, Now: func() time.Time { return e.now }}
 	c, err := changelog.Open(e.dir, opts)
 	if err != nil {
 		e.t.Fatal(err)
@@ -107,8 +110,25 @@ func (e *env) capture(c *changelog.Changelog) (*changelog.Increment, error) {
 	return c.Capture(context.Background(), changelog.CaptureRequest{Position: -1, SessionID: "native-1", Tool: "Bash"})
 }
 
+// captureUpload stores the next increment locally, then runs the upload
+// queue through it against r, as the hook does.
+func (e *env) captureUpload(c *changelog.Changelog, r changelog.Remote) (*changelog.Increment, *changelog.UploadOutcome) {
+	e.t.Helper()
+	inc, err := e.capture(c)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), changelog.RemoteDeadline)
+	defer cancel()
+	out, err := c.Upload(ctx, r, changelog.UploadOptions{Through: inc.Position})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return inc, out
+}
+
 func (e *env) localPositions() []int {
-	c := e.open(nil, nil)
+	c := e.open()
 	list, err := c.List()
 	if err != nil {
 		e.t.Fatal(err)
@@ -176,137 +196,319 @@ func sameFiles(a, b map[string]string) bool {
 	return true
 }
 
-// A grant refusal leaves the call's writes to the next increment.
-func TestRefusedUploadLeavesWritesToNextIncrement(t *testing.T) {
-	e := newEnv(t, &api.Grant{MaxObjects: 2, MaxBytes: 1 << 20})
-	var out changelog.RemoteOutcome
-	c := e.open(e.httpRemote(), &out)
-	for i, name := range []string{"a.txt", "b.txt"} {
-		e.write(name, name)
-		inc, err := e.capture(c)
-		if err != nil || inc.Position != i || !out.Uploaded || out.Status != api.IncrementStored {
-			t.Fatalf("capture %d: %+v %+v %v", i, inc, out, err)
-		}
+// TestMain lets the test binary act as a hook process that dies at a
+// failpoint (see crashHelper).
+func TestMain(m *testing.M) {
+	if mode := os.Getenv("HUBREMOTE_CRASH"); mode != "" {
+		crashHelper(mode)
+		os.Exit(3) // the failpoint was not reached
 	}
-	e.write("c.txt", "c")
-	_, err := e.capture(c)
-	var le *changelog.LimitError
-	if !errors.As(err, &le) || le.Bound != api.BoundObjects || le.Max != 2 || !strings.Contains(err.Error(), "grant") {
-		t.Fatalf("third capture: %v", err)
-	}
-	// Refused again, now by the grant the reservation file holds, without
-	// asking the Hub.
-	e.srv.Close()
-	if _, err := e.capture(c); !errors.As(err, &le) || !strings.Contains(err.Error(), "as last read") {
-		t.Fatalf("refused from the reservation file: %v", err)
-	}
-	e.start()
-	if got := e.localPositions(); len(got) != 2 {
-		t.Fatalf("local positions after the refusal: %v", got)
-	}
-	cur, _ := e.svc.CurrentWork(context.Background(), e.p, "proj", "wt-1")
-	if _, err := e.svc.SetGrant(context.Background(), e.p, "proj", cur.Work.ID, api.GrantRequest{MaxObjects: 3, MaxBytes: 1 << 20}); err != nil {
-		t.Fatal(err)
-	}
-	e.now = e.now.Add(2 * changelog.ReservationTTL) // the cached grant is stale
-	e.write("d.txt", "d")
-	inc, err := e.capture(c)
-	if err != nil || inc.Position != 2 || inc.Meta.Files != 2 || !out.Uploaded {
-		t.Fatalf("next capture: %+v %+v %v", inc, out, err)
-	}
-	got, list := e.hubReplay()
-	if len(list) != 3 || !sameFiles(got, files(t, e.root)) {
-		t.Fatalf("hub replay %v (%d increments), checkout %v", got, len(list), files(t, e.root))
-	}
-	u, _ := (&changelog.Reservation{Path: filepath.Join(e.dir, changelog.ReservationFile)}).Used()
-	if u.Objects != 3 || u.Grant == nil || u.Grant.MaxObjects != 3 || u.WorkID != cur.Work.ID {
-		t.Fatalf("reservation file %+v", u)
-	}
+	os.Exit(m.Run())
 }
 
-// A stopped Hub: the hook's increment is not stored, the state does not
-// advance, and the next call's increment carries both calls' writes.
-func TestStoppedHubLeavesWritesToNextIncrement(t *testing.T) {
-	e := newEnv(t, nil)
-	cfg := filepath.Join(t.TempDir(), "config")
-	if _, _, err := client.SetupHub(context.Background(), cfg, e.root, "http://"+e.addr, "proj", e.token, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	conn, err := client.Lookup(cfg, e.root)
+// crashHelper runs in a child process: "stored" captures an increment and
+// is killed before any upload; "uploaded" runs the upload queue and is
+// killed once the Hub holds a position, before the queue file says so.
+func crashHelper(mode string) {
+	root, dir := os.Getenv("HUBREMOTE_ROOT"), os.Getenv("HUBREMOTE_DIR")
+	c, err := changelog.Open(dir, changelog.Options{Roots: []changelog.Root{{Name: "checkout", Path: root}}})
 	if err != nil {
-		t.Fatal(err)
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
-	// The connection's worktree is the one with the Work.
-	if _, err := e.svc.StartWork(context.Background(), e.p, "proj", api.StartWorkRequest{WorktreeID: conn.WorktreeID}); err != nil {
-		t.Fatal(err)
-	}
-	e.dir = changelog.DefaultDir(cfg, e.root)
-	os.MkdirAll(filepath.Dir(e.dir), 0o700)
-	if err := e.open(nil, nil).SaveRoots(); err != nil {
-		t.Fatal(err)
-	}
-	hook := func() (*changelog.HookResult, error) {
-		payload := fmt.Sprintf(`{"session_id":"native-1","cwd":%q,"hook_event_name":"PostToolUse","tool_name":"Bash","tool_use_id":"toolu_1"}`, e.root)
-		return changelog.HandleClaudeHookWith(context.Background(), cfg, strings.NewReader(payload), time.Now(), changelog.HookOptions{Remote: hubremote.ForCheckout(cfg)})
-	}
-	e.write("a.txt", "a")
-	if r, err := hook(); err != nil || r.Increment.Position != 0 || !r.Remote.Uploaded {
-		t.Fatalf("first call: %+v %v", r, err)
-	}
-	e.srv.Close()
-	e.write("b.txt", "b")
-	start := time.Now()
-	if _, err := hook(); err == nil || !strings.Contains(err.Error(), "upload to the Hub") {
-		t.Fatalf("call with the Hub stopped: %v", err)
-	}
-	if d := time.Since(start); d > changelog.RemoteDeadline+time.Second {
-		t.Fatalf("the failed upload took %v", d)
-	}
-	if got := e.localPositions(); len(got) != 1 {
-		t.Fatalf("local positions with the Hub stopped: %v", got)
-	}
-	e.start()
-	e.write("c.txt", "c")
-	r, err := hook()
-	if err != nil || r.Increment.Position != 1 || r.Increment.Meta.Files != 2 || !r.Remote.Uploaded {
-		t.Fatalf("call after the restart: %+v %v", r, err)
-	}
-	cur, _ := e.svc.CurrentWork(context.Background(), e.p, "proj", conn.WorktreeID)
-	list, err := e.svc.ListIncrements(context.Background(), e.p, "proj", cur.Work.ID, "")
-	if err != nil || len(list.Increments) != 2 {
-		t.Fatalf("hub list %+v %v", list, err)
+	die := func() { syscall.Kill(os.Getpid(), syscall.SIGKILL) }
+	switch mode {
+	case "stored":
+		if _, err := c.Capture(context.Background(), changelog.CaptureRequest{Position: -1, SessionID: "native-1", Tool: "Bash"}); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		die()
+	case "uploaded":
+		hc, err := client.NewHTTP(os.Getenv("HUBREMOTE_URL"), "proj", os.Getenv("HUBREMOTE_TOKEN"), nil)
+		if err != nil {
+			os.Exit(1)
+		}
+		through, _ := strconv.Atoi(os.Getenv("HUBREMOTE_THROUGH"))
+		_, err = c.Upload(context.Background(), hubremote.New(hc, "wt-1"), changelog.UploadOptions{Through: through, Failpoint: func(name string) {
+			if name == "uploaded" {
+				die()
+			}
+		}})
+		fmt.Fprintln(os.Stderr, err)
 	}
 }
 
-// Increments stored before the checkout had a Work reach the Hub before the
-// first one uploaded (embedded connection).
-func TestBackfillAndLocalOnly(t *testing.T) {
-	e := newEnv(t, nil)
-	local := hubremote.New(client.NewLocal(e.svc, e.p, "proj"), "wt-none")
-	var out changelog.RemoteOutcome
-	c := e.open(local, &out)
-	e.write("a.txt", "a")
-	inc, err := e.capture(c)
-	if err != nil || inc.Position != 0 || out.Uploaded || !strings.Contains(out.LocalOnly, "no current work") {
-		t.Fatalf("without a current Work: %+v %+v %v", inc, out, err)
+func (e *env) crash(mode string, through int) {
+	e.t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "HUBREMOTE_CRASH="+mode, "HUBREMOTE_ROOT="+e.root, "HUBREMOTE_DIR="+e.dir,
+		"HUBREMOTE_URL=http://"+e.addr, "HUBREMOTE_TOKEN="+e.token, "HUBREMOTE_THROUGH="+strconv.Itoa(through))
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		e.t.Fatalf("helper %s was not killed at its failpoint: %v\n%s", mode, err, out)
 	}
-	e.write("b.txt", "b")
-	if _, err := e.capture(e.open(nil, nil)); err != nil {
-		t.Fatal(err)
-	}
-	c = e.open(hubremote.New(client.NewLocal(e.svc, e.p, "proj"), "wt-1"), &out)
-	e.write("c.txt", "c")
-	inc, err = e.capture(c)
-	if err != nil || inc.Position != 2 || !out.Uploaded || out.Backfilled != 2 {
-		t.Fatalf("with a Work: %+v %+v %v", inc, out, err)
-	}
-	got, list := e.hubReplay()
+}
+
+func (e *env) hubPositions() []int {
+	e.t.Helper()
+	_, list := e.hubReplay()
 	var pos []int
 	for _, in := range list {
 		pos = append(pos, in.Position)
 	}
 	sort.Ints(pos)
-	if fmt.Sprint(pos) != "[0 1 2]" || !sameFiles(got, files(t, e.root)) {
+	return pos
+}
+
+func (e *env) list() []changelog.Info {
+	e.t.Helper()
+	l, err := e.open().List()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return l
+}
+
+// A stopped Hub: every call still gets its own local position, the
+// uploads wait, and the first hook after the Hub returns uploads them all,
+// in order; the Hub's sequence replays to the checkout.
+func TestStoppedHubKeepsPositionsAndCatchesUp(t *testing.T) {
+	e := newEnv(t, nil)
+	r := e.httpRemote()
+	c := e.open()
+	e.write("a.txt", "a")
+	if inc, out := e.captureUpload(c, r); inc.Position != 0 || fmt.Sprint(out.Uploaded) != "[0]" || out.Pending != 0 {
+		t.Fatalf("first call: %+v %+v", inc, out)
+	}
+	e.srv.Close()
+	for i, name := range []string{"b.txt", "c.txt", "d.txt"} {
+		e.write(name, name)
+		start := time.Now()
+		inc, out := e.captureUpload(c, r)
+		if inc.Position != i+1 || len(out.Uploaded) != 0 || out.Pending != i+1 || out.Err == "" {
+			t.Fatalf("call %d with the Hub stopped: %+v %+v", i+1, inc, out)
+		}
+		if d := time.Since(start); d > changelog.RemoteDeadline+time.Second {
+			t.Fatalf("the failed upload took %v", d)
+		}
+		if inc.Meta.Files != 1 || inc.Meta.Changes == nil || fmt.Sprint(inc.Meta.Changes.Created) != "["+name+"]" {
+			t.Fatalf("call %d does not hold only its own write: %+v %+v", i+1, inc.Meta, inc.Meta.Changes)
+		}
+	}
+	for _, in := range e.list()[1:] {
+		if in.Hub == nil || in.Hub.State != "pending" || !strings.Contains(in.Hub.Reason, "upload of position 1") {
+			t.Fatalf("list while the Hub is stopped: %+v", in.Hub)
+		}
+	}
+	if got := e.hubPositions(); fmt.Sprint(got) != "[0]" {
+		t.Fatalf("hub positions while stopped: %v", got)
+	}
+	e.start()
+	e.write("e.txt", "e")
+	inc, out := e.captureUpload(c, r)
+	if inc.Position != 4 || fmt.Sprint(out.Uploaded) != "[1 2 3 4]" || out.Pending != 0 || out.Err != "" {
+		t.Fatalf("call after the restart: %+v %+v", inc, out)
+	}
+	got, _ := e.hubReplay()
+	if pos := e.hubPositions(); fmt.Sprint(pos) != "[0 1 2 3 4]" || !sameFiles(got, files(t, e.root)) {
+		t.Fatalf("hub positions %v, replay %v, checkout %v", pos, got, files(t, e.root))
+	}
+	for _, in := range e.list() {
+		if in.Hub == nil || in.Hub.State != "uploaded" {
+			t.Fatalf("list after catching up: %+v", in.Hub)
+		}
+	}
+}
+
+// A grant refusal: the refused positions stay local with their own
+// increments and are merged into the next uploaded increment, whose
+// metadata says which and why; the Hub's sequence with the hole still
+// replays, and list says where each position went.
+func TestRefusedPositionsMergeIntoNextUpload(t *testing.T) {
+	e := newEnv(t, &api.Grant{MaxObjects: 2, MaxBytes: 1 << 20})
+	r := e.httpRemote()
+	c := e.open()
+	for i, name := range []string{"a.txt", "b.txt"} {
+		e.write(name, name)
+		if inc, out := e.captureUpload(c, r); inc.Position != i || out.Status != api.IncrementStored {
+			t.Fatalf("capture %d: %+v %+v", i, inc, out)
+		}
+	}
+	e.write("c.txt", "c")
+	os.Remove(filepath.Join(e.root, "a.txt"))
+	if inc, out := e.captureUpload(c, r); inc.Position != 2 || fmt.Sprint(out.Refused) != "[2]" || len(out.Uploaded) != 0 {
+		t.Fatalf("third capture: %+v %+v", inc, out)
+	}
+	// Refused again, by the grant the reservation file holds, without
+	// asking the (stopped) Hub.
+	e.srv.Close()
+	e.write("c.txt", "c again")
+	if inc, out := e.captureUpload(c, r); inc.Position != 3 || fmt.Sprint(out.Refused) != "[3]" || out.Err != "" {
+		t.Fatalf("refused from the reservation file: %+v %+v", inc, out)
+	}
+	e.start()
+	if got := e.localPositions(); fmt.Sprint(got) != "[0 1 2 3]" {
+		t.Fatalf("local positions after the refusals: %v", got)
+	}
+	cur, _ := e.svc.CurrentWork(context.Background(), e.p, "proj", "wt-1")
+	if _, err := e.svc.SetGrant(context.Background(), e.p, "proj", cur.Work.ID, api.GrantRequest{MaxObjects: 10, MaxBytes: 1 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	e.now = e.now.Add(2 * changelog.ReservationTTL) // the cached grant is stale
+	e.write("d.txt", "d")
+	inc, out := e.captureUpload(c, r)
+	if inc.Position != 4 || fmt.Sprint(out.Uploaded) != "[4]" || len(out.Merged) != 1 || out.Merged[0].From != 2 || out.Merged[0].To != 3 || out.Merged[0].Into != 4 {
+		t.Fatalf("next capture: %+v %+v", inc, out)
+	}
+	if !strings.Contains(out.Merged[0].Reason, "objects") {
+		t.Fatalf("merge reason %q does not name the bound", out.Merged[0].Reason)
+	}
+	got, list := e.hubReplay()
+	if pos := e.hubPositions(); fmt.Sprint(pos) != "[0 1 4]" || !sameFiles(got, files(t, e.root)) {
+		t.Fatalf("hub positions %v, replay %v, checkout %v", pos, got, files(t, e.root))
+	}
+	// The Hub's increment 4 carries 2..3, as its metadata says.
+	conn := client.NewLocal(e.svc, e.p, "proj")
+	b, err := conn.GetIncrement(context.Background(), cur.Work.ID, list[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := changelog.ReadMetaFrom(bytes.NewReader(b))
+	if err != nil || len(m.Merged) != 1 || m.Merged[0].From != 2 || m.Merged[0].To != 3 || m.MergedFrom() != 2 {
+		t.Fatalf("merged increment's metadata: %+v %v", m, err)
+	}
+	if ch := m.Changes; ch == nil || fmt.Sprint(ch.Created) != "[c.txt d.txt]" || fmt.Sprint(ch.Deleted) != "[a.txt]" {
+		t.Fatalf("merged increment's changes: %+v", ch)
+	}
+	l := e.list()
+	for i, want := range []string{"uploaded", "uploaded", "merged", "merged", "uploaded"} {
+		if l[i].Hub == nil || l[i].Hub.State != want || (want == "merged" && (l[i].Hub.Into != 4 || !strings.Contains(l[i].Hub.Reason, "grant"))) {
+			t.Fatalf("list position %d: %+v, want %s", i, l[i].Hub, want)
+		}
+	}
+	// A lost queue file: the run starts over from 0, the Hub answers
+	// duplicates and says which positions it merged, and its sequence
+	// stays one that replays.
+	if err := os.Remove(filepath.Join(e.dir, "uploads.json")); err != nil {
+		t.Fatal(err)
+	}
+	out, err = c.Upload(context.Background(), r, changelog.UploadOptions{Through: 4})
+	if err != nil || fmt.Sprint(out.Uploaded) != "[0 1 4]" || len(out.Merged) != 1 || out.Merged[0].From != 2 || out.Pending != 0 {
+		t.Fatalf("upload after losing the queue file: %+v %v", out, err)
+	}
+	got, _ = e.hubReplay()
+	if pos := e.hubPositions(); fmt.Sprint(pos) != "[0 1 4]" || !sameFiles(got, files(t, e.root)) {
+		t.Fatalf("after the recovery: hub positions %v, replay %v", pos, got)
+	}
+	// A merged position cannot be uploaded on its own any more.
+	b2, _ := os.ReadFile(filepath.Join(e.dir, "increments", changelog.IncrementName(2)))
+	if _, err := r.Upload(context.Background(), changelog.RemoteIncrement{Position: 2, Session: "native-1", Digest: digest(b2), Body: b2}); !errors.Is(err, changelog.ErrMergedOnRemote) {
+		t.Fatalf("upload of a merged position: %v", err)
+	}
+}
+
+func digest(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+// Increments stored while the checkout had no Work reach the Hub, in
+// order, once it has one.
+func TestLocalOnlyThenWork(t *testing.T) {
+	e := newEnv(t, nil)
+	none := hubremote.New(client.NewLocal(e.svc, e.p, "proj"), "wt-none")
+	c := e.open()
+	e.write("a.txt", "a")
+	if inc, out := e.captureUpload(c, none); inc.Position != 0 || len(out.Uploaded) != 0 || !strings.Contains(out.LocalOnly, "no current work") {
+		t.Fatalf("without a current Work: %+v %+v", inc, out)
+	}
+	if l := e.list(); l[0].Hub == nil || l[0].Hub.State != "local-only" {
+		t.Fatalf("list without a Work: %+v", l[0].Hub)
+	}
+	e.write("b.txt", "b")
+	if _, err := e.capture(c); err != nil {
+		t.Fatal(err)
+	}
+	e.write("c.txt", "c")
+	inc, out := e.captureUpload(c, hubremote.New(client.NewLocal(e.svc, e.p, "proj"), "wt-1"))
+	if inc.Position != 2 || fmt.Sprint(out.Uploaded) != "[0 1 2]" {
+		t.Fatalf("with a Work: %+v %+v", inc, out)
+	}
+	got, _ := e.hubReplay()
+	if pos := e.hubPositions(); fmt.Sprint(pos) != "[0 1 2]" || !sameFiles(got, files(t, e.root)) {
 		t.Fatalf("hub positions %v, replay %v", pos, got)
+	}
+}
+
+// A hook killed between storing its increment and uploading it, and one
+// killed after the Hub stored a position but before the queue file said
+// so: the next run uploads each position exactly once, in order.
+func TestUploadCrashes(t *testing.T) {
+	e := newEnv(t, nil)
+	r := e.httpRemote()
+	c := e.open()
+	e.write("a.txt", "a")
+	e.captureUpload(c, r)
+	e.write("b.txt", "b")
+	e.crash("stored", 0)
+	if got := e.localPositions(); fmt.Sprint(got) != "[0 1]" {
+		t.Fatalf("local positions after the crash: %v", got)
+	}
+	if pos := e.hubPositions(); fmt.Sprint(pos) != "[0]" {
+		t.Fatalf("hub positions after the crash: %v", pos)
+	}
+	e.write("c.txt", "c")
+	if _, err := e.capture(c); err != nil {
+		t.Fatal(err)
+	}
+	e.crash("uploaded", 2) // killed once the Hub holds 1
+	if pos := e.hubPositions(); fmt.Sprint(pos) != "[0 1]" {
+		t.Fatalf("hub positions after the second crash: %v", pos)
+	}
+	ctx := context.Background()
+	out, err := c.Upload(ctx, r, changelog.UploadOptions{Through: 2})
+	if err != nil || fmt.Sprint(out.Uploaded) != "[1 2]" || out.Pending != 0 {
+		t.Fatalf("upload after the crashes: %+v %v", out, err)
+	}
+	got, list := e.hubReplay()
+	if len(list) != 3 || !sameFiles(got, files(t, e.root)) {
+		t.Fatalf("hub %d increments, replay %v", len(list), got)
+	}
+	for i, in := range list {
+		if in.Position != i {
+			t.Fatalf("hub order: %+v", list)
+		}
+	}
+}
+
+// Two processes running the queue at once upload each position once.
+func TestConcurrentUploads(t *testing.T) {
+	e := newEnv(t, nil)
+	c := e.open()
+	for _, n := range []string{"a", "b", "c", "d", "e", "f"} {
+		e.write(n, n)
+		if _, err := e.capture(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() {
+			out, err := e.open().Upload(context.Background(), e.httpRemote(), changelog.UploadOptions{Through: 5})
+			if err == nil && out.Err != "" {
+				err = errors.New(out.Err)
+			}
+			errs <- err
+		}()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if pos := e.hubPositions(); fmt.Sprint(pos) != "[0 1 2 3 4 5]" {
+		t.Fatalf("hub positions: %v", pos)
 	}
 }

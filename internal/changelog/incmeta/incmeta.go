@@ -67,6 +67,16 @@ type Meta struct {
 	WithheldRoots []string `json:"withheld_roots,omitempty"`
 	// Redactions counts the redactions of an uploaded, redacted form.
 	Redactions int `json:"redactions,omitempty"`
+	// Changes names the paths this increment's capture created, modified
+	// and deleted and the bytes it changed (nil in increments written
+	// before it was recorded).
+	Changes *Changes `json:"changes,omitempty"`
+	// Merged lists, in order, the ranges of positions whose writes this
+	// increment also carries because the Hub refused them (or no increment
+	// was stored there): they have no increment of their own in the
+	// uploaded sequence, and the ranges run without a hole up to Position-1.
+	// Only uploaded increments have it.
+	Merged []Merged `json:"merged,omitempty"`
 }
 
 // Values of Meta.Conversation.
@@ -97,6 +107,71 @@ type Part struct {
 	Dev        uint64 `json:"dev,omitempty"`
 	Ino        uint64 `json:"ino,omitempty"`
 	Redactions int    `json:"redactions,omitempty"`
+}
+
+// MaxChangePaths bounds each of a Changes' path lists; the paths past it
+// are only counted.
+const MaxChangePaths = 100
+
+// Changes is what one capture changed, relative to the previous one (or,
+// for a changelog's first capture, to the baseline recorded when it was
+// enabled). Paths are relative to the checkout root, or "root:path" for
+// another capture root (the transcript root's are only counted in
+// TranscriptBytes); directories end in "/".
+type Changes struct {
+	Created  []string `json:"created"`
+	Modified []string `json:"modified"`
+	Deleted  []string `json:"deleted"`
+	// The Omitted counts are the paths of each kind past MaxChangePaths.
+	CreatedOmitted  int `json:"created_omitted,omitempty"`
+	ModifiedOmitted int `json:"modified_omitted,omitempty"`
+	DeletedOmitted  int `json:"deleted_omitted,omitempty"`
+	// Bytes is what the call changed in the workspace: the size of each
+	// created file and the new size of each modified one.
+	Bytes int64 `json:"bytes"`
+	// TranscriptBytes is what the conversation grew by: the bytes appended
+	// to (or created in) the transcript root, whose paths the lists leave
+	// out.
+	TranscriptBytes int64 `json:"transcript_bytes,omitempty"`
+	// Baseline is set when there was nothing to compare with (a first
+	// capture without a recorded baseline, or a root captured in full
+	// again): every stored path is then listed as created.
+	Baseline bool `json:"baseline,omitempty"`
+}
+
+// Merged is a range of positions whose writes an uploaded increment
+// carries.
+type Merged struct {
+	From int `json:"from"`
+	To   int `json:"to"` // inclusive
+	// Reason is why the Hub has no increment of their own (the grant
+	// refusal, as the Hub or its last-read grant said it).
+	Reason string `json:"reason"`
+}
+
+// MergedFrom returns the first position m carries: its first merged
+// position, else its own.
+func (m *Meta) MergedFrom() int {
+	if len(m.Merged) > 0 {
+		return m.Merged[0].From
+	}
+	return m.Position
+}
+
+// CheckMerged reports whether m's merged ranges are well formed: in order,
+// without a hole, ending right before m's position.
+func (m *Meta) CheckMerged() error {
+	next := -1
+	for i, r := range m.Merged {
+		if r.From < 0 || r.To < r.From || (i > 0 && r.From != next) {
+			return fmt.Errorf("merged range %d..%d is out of order", r.From, r.To)
+		}
+		next = r.To + 1
+	}
+	if len(m.Merged) > 0 && next != m.Position {
+		return fmt.Errorf("merged ranges end at %d, not right before position %d", next-1, m.Position)
+	}
+	return nil
 }
 
 // Root describes one capture root inside an increment.

@@ -36,6 +36,13 @@ const (
 	// ReasonPositionTaken (409 conflict): another increment is stored at
 	// this position and a later one exists.
 	ReasonPositionTaken = "position_taken"
+	// ReasonPositionMerged refuses an upload at a position the Work's
+	// sequence passed without an increment of its own: a later increment
+	// carries its writes (merged).
+	ReasonPositionMerged = "position_merged"
+	// ReasonMergeOverlaps refuses a merged upload whose merged positions
+	// the Work already holds.
+	ReasonMergeOverlaps = "merge_overlaps"
 	// BoundObjects and BoundBytes name the two bounds of a grant.
 	BoundObjects = "objects"
 	BoundBytes   = "bytes"
@@ -118,6 +125,12 @@ type IncrementUpload struct {
 	Digest string
 	// Size is the body's length (the request's Content-Length).
 	Size int64
+	// Merged counts the positions right before Position whose writes the
+	// body also carries, as its metadata's merged ranges say (the client
+	// merges positions the grant refused into the next uploaded one): the
+	// upload then fills the sequence from Position-Merged, and those
+	// positions have no increment of their own.
+	Merged int
 }
 
 // Query encodes the upload's position-independent fields as URL query
@@ -126,6 +139,9 @@ func (u IncrementUpload) Query() string {
 	q := "digest=" + u.Digest
 	if u.Session != "" {
 		q += "&session=" + url.QueryEscape(u.Session)
+	}
+	if u.Merged != 0 {
+		q += "&merged=" + strconv.Itoa(u.Merged)
 	}
 	return q
 }
