@@ -40,7 +40,66 @@ type state struct {
 	lastOrderPause uint64
 	activeStarts   int64
 
+	// The hook summary (summary.go). fast: built from a trusted summary,
+	// so outbox, acks and artifacts hold only what this acquisition
+	// touched; pend is the pending envelope list (pendKnown), kept in
+	// sequence order by its users.
+	fast         bool
+	pend         []outboxEntry
+	pendKnown    bool
+	malformedAck string
+	// intake maps the intake files counted in usage to their sizes.
+	intake    map[string]int64
+	intakeUse Usage
+	boot      string
+	// suspect: a write failed half-way; the summary is not written clean.
+	suspect bool
+
 	report RecoveryReport
+}
+
+func cmpSeq(a, b outboxEntry) int {
+	if c := cmp.Compare(a.seq, b.seq); c != 0 {
+		return c
+	}
+	return strings.Compare(a.name, b.name)
+}
+
+// countIntake adds an intake file to the usage unless it is counted.
+func (st *state) countIntake(name string, size int64) {
+	if st.intake == nil {
+		st.intake = map[string]int64{}
+	}
+	if _, ok := st.intake[name]; ok {
+		return
+	}
+	st.intake[name] = size
+	st.intakeUse.Records++
+	st.intakeUse.Bytes += size
+	st.usage.Records++
+	st.usage.Bytes += size
+}
+
+// uncountIntake removes a counted intake file from the intake usage; when
+// removed is true it leaves the spool (admitted), otherwise it moved into
+// the quarantine and stays in the usage.
+func (st *state) uncountIntake(name string, removed bool) {
+	size, ok := st.intake[name]
+	if !ok {
+		return
+	}
+	delete(st.intake, name)
+	st.intakeUse.Records--
+	st.intakeUse.Bytes -= size
+	if removed {
+		st.usage.Records--
+		st.usage.Bytes -= size
+	}
+}
+
+// dropPending removes seq from the pending list.
+func (st *state) dropPending(seq uint64) {
+	st.pend = slices.DeleteFunc(st.pend, func(e outboxEntry) bool { return e.seq == seq })
 }
 
 // sortOutbox orders the outbox by sequence (the listing is in directory
@@ -181,6 +240,8 @@ func (s *Spool) recoverLocked() (*state, error) {
 	for _, n := range operationalDirs {
 		known[n] = true
 	}
+	known[intakeDir] = true
+
 	for _, n := range names {
 		switch {
 		case known[n]:
@@ -313,6 +374,11 @@ func (s *Spool) recoverLocked() (*state, error) {
 		st.quarantine = append(st.quarantine, QuarantineEntry{Name: n, Bytes: fi.Size(), Mode: fi.Mode().String(), ModTime: fi.ModTime().UTC()})
 	}
 	sort.Slice(st.quarantine, func(i, j int) bool { return st.quarantine[i].Name < st.quarantine[j].Name })
+
+	// Intake files waiting for admission count from the moment they exist.
+	if err := s.countIntakeDir(st, &budget); err != nil {
+		return nil, err
+	}
 
 	// Usage and the derived ledger state.
 	for _, e := range st.outbox {
@@ -474,6 +540,14 @@ func (s *Spool) quarantine(st *state, dir, name string) error {
 	label := dir
 	if label == "" {
 		label = "root"
+	}
+	if st != nil && dir == intakeDir {
+		st.uncountIntake(name, false)
+	}
+	if st != nil && dir == outboxDir && st.pendKnown {
+		if e, ok := parseOutboxName(name); ok {
+			st.dropPending(e.seq)
+		}
 	}
 	qname := fmt.Sprintf("%d-%s-%s-%s", time.Now().UnixNano(), randomHex(4), label, sanitize(name))
 	qdir := filepath.Join(s.dir, quarantineDir)
