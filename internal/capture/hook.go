@@ -72,6 +72,11 @@ type HookResult struct {
 	// started, finished, their duplicates, conflict, ...); empty when no
 	// rule applies.
 	Action string
+	// Intake names the intake file this event was written to when the
+	// spool lock was busy (admitted by a later lock holder).
+	Intake string
+	// Admitted counts the earlier intake files this invocation admitted.
+	Admitted int
 }
 
 // HandleClaudeHook reads one Claude Code hook payload from in, finds the
@@ -141,11 +146,35 @@ func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Re
 	// acquisition (one identity revalidation and recovery scan per hook).
 	// The lock stays held across the Hub calls: hooks of one spool are
 	// serialised, which is what a hook wants anyway.
-	sp, err := spool.OpenAppender(bd.Spool)
+	sp, err := store.openHookSpool(bd.Spool)
 	if err != nil {
 		return nil, err
 	}
-	ss, err := sp.Begin(ctx)
+	if rerr != nil && rec.Kind == event.ToolStart {
+		if _, ok := ruleFor(bd, rec.ToolName); ok {
+			// An unresolved PreToolUse of a ruled tool keeps the source it
+			// ran on, when possible (seed); a failure leaves it absent.
+			if sb, err := captureSource(ctx, bd.Root, sourceOptions{}); err == nil {
+				rec.DeferredSource = sb
+			}
+		}
+	}
+	// A hook that cannot take the spool lock promptly (another hook holds
+	// it, perhaps across its Hub delivery) durably writes its event into
+	// the spool's intake and returns: the next lock holder admits it
+	// (intake.go). Only a full intake makes it wait for the lock.
+	ss, err := sp.TryBegin(ctx, IntakeLockWait)
+	if errors.Is(err, spool.ErrBusy) {
+		name, ierr := writeIntake(ctx, store, sp, bd, p, rec, obs, t, rerr == nil, now)
+		if ierr == nil {
+			res.Intake = name
+			return res, nil
+		}
+		if !errors.Is(ierr, spool.ErrIntakeFull) {
+			return nil, fmt.Errorf("the spool lock is busy and the intake write failed: %w", ierr)
+		}
+		ss, err = sp.Begin(ctx)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -165,18 +194,20 @@ func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Re
 		}
 		led.SetFloor(high)
 	}
-	// Delivery runs even when this event was not appended (a conflict, a
-	// paused spool): earlier retained envelopes still go out.
-	if rerr != nil && rec.Kind == event.ToolStart {
-		if _, ok := ruleFor(bd, rec.ToolName); ok {
-			// An unresolved PreToolUse of a ruled tool keeps the source it
-			// ran on, when possible (seed); a failure leaves it absent.
-			if sb, err := captureSource(ctx, bd.Root, sourceOptions{}); err == nil {
-				rec.DeferredSource = sb
-			}
+	// Earlier events waiting in the intake go first (receipt order). When
+	// more wait than one hook admits, this event queues behind them.
+	more, ierr := admitIntake(ctx, store, led, ss, sp, bd, res)
+	if ierr == nil && more {
+		name, werr := writeIntake(ctx, store, sp, bd, p, rec, obs, t, rerr == nil, now)
+		if werr == nil {
+			res.Intake = name
+			deliver(ctx, ss, hub, now, res)
+			return res, nil
 		}
 	}
-	cerr := captureOccurrence(led, ss, bd, p, rec, obs, t, rerr == nil, res)
+	// Delivery runs even when this event was not appended (a conflict, a
+	// paused spool): earlier retained envelopes still go out.
+	cerr := captureOccurrence(led, ss, bd, p.SessionID, PhaseFingerprint(p, rec), rec, obs, t, rerr == nil, res)
 	if cerr == nil {
 		// Actions from execution rules (action.go): the action start or
 		// finish of this tool call, appended in the same spool Session
@@ -192,6 +223,14 @@ func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Re
 		_, cerr = store.TranscriptStep(ss, bd, b, p, t, obs.Mode, now)
 	}
 	deliver(ctx, ss, hub, now, res)
+	// Events that arrived in the intake while this hook held the lock
+	// (its delivery included) are admitted before it lets go.
+	if _, aerr := admitIntake(ctx, store, led, ss, sp, bd, res); aerr != nil && ierr == nil {
+		ierr = aerr
+	}
+	if cerr == nil && ierr != nil {
+		cerr = ierr
+	}
 	return res, cerr
 }
 
@@ -202,8 +241,7 @@ func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Re
 // fails. With an exact target it first publishes the outages of earlier
 // deferred occurrences, and gives a session whose earlier facts stayed
 // unassociated one adapter_started_late gap.
-func captureOccurrence(led *Ledger, ss *spool.Session, bd *Binding, p *claude.Payload, rec *event.Record, obs Observation, t Target, resolved bool, res *HookResult) error {
-	observed := p.SessionID
+func captureOccurrence(led *Ledger, ss *spool.Session, bd *Binding, observed, fingerprint string, rec *event.Record, obs Observation, t Target, resolved bool, res *HookResult) error {
 	var lateGap bool
 	lateReason := obs.Reason
 	if resolved {
@@ -225,7 +263,7 @@ func captureOccurrence(led *Ledger, ss *spool.Session, bd *Binding, p *claude.Pa
 	occ, identified := ProviderOccurrence(rec)
 	claimed := false
 	if identified {
-		orig, status, err := led.Claim(occ, PhaseFingerprint(p, rec), route)
+		orig, status, err := led.Claim(occ, fingerprint, route)
 		if err != nil {
 			return err
 		}
