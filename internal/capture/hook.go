@@ -171,6 +171,11 @@ func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Re
 			return res, nil
 		}
 		if !errors.Is(ierr, spool.ErrIntakeFull) {
+			if reason := lossReason(ierr); reason != "" {
+				if nerr := noteLost(store.ledgerDir(bd.Spool), rec, p.SessionID, t, rerr == nil, reason, ierr.Error(), now); nerr == nil {
+					return nil, fmt.Errorf("the spool lock is busy and the intake write failed (%w); the next hook records a capture_interrupted gap", ierr)
+				}
+			}
 			return nil, fmt.Errorf("the spool lock is busy and the intake write failed: %w", ierr)
 		}
 		ss, err = sp.Begin(ctx)
@@ -194,6 +199,11 @@ func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Re
 		}
 		led.SetFloor(high)
 	}
+	// Records an earlier hook could not append (disk full, I/O error)
+	// become capture_interrupted gaps naming their reserved sequences.
+	if _, err := publishLost(store.ledgerDir(bd.Spool), ss, now); err != nil {
+		res.DeliveryErr = err
+	}
 	// Earlier events waiting in the intake go first (receipt order). When
 	// more wait than one hook admits, this event queues behind them.
 	more, ierr := admitIntake(ctx, store, led, ss, sp, bd, res)
@@ -216,6 +226,14 @@ func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Re
 		var aerr error
 		res.Action, aerr = recordAction(ctx, actionEnv{ss: ss, sp: sp, configDir: store.Dir, bd: bd, p: p, rec: rec, now: now})
 		cerr = aerr
+	}
+	if reason := lossReason(cerr); reason != "" && res.Seq == 0 && !res.Duplicate &&
+		(errors.Is(cerr, spool.ErrGapNotRecorded) || !errors.Is(cerr, spool.ErrCapturePaused)) {
+		// Neither the record nor the spool's own gap is retained: keep the
+		// loss where no new block is needed, for the next hook to publish.
+		if nerr := noteLost(store.ledgerDir(bd.Spool), rec, p.SessionID, t, rerr == nil, reason, cerr.Error(), now); nerr == nil {
+			cerr = fmt.Errorf("%w; the next hook records a capture_interrupted gap (%s) for it", cerr, reason)
+		}
 	}
 	if rerr == nil && cerr == nil {
 		// Transcript reader and setup artifact (transcript.go): bounded,

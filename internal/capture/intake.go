@@ -61,6 +61,7 @@ func (s Store) openHookSpool(dir string) (*spool.Spool, error) {
 	ld := s.ledgerDir(dir)
 	if err := fsutil.MkdirPrivate(ld); err == nil && fsutil.CheckPrivateDir(ld) == nil {
 		sp.SetSummaryPath(filepath.Join(ld, summaryName))
+		_ = ensureLostSlot(ld) // best effort: without it a loss is only warned
 	}
 	return sp, nil
 }

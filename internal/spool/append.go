@@ -151,7 +151,7 @@ func (s *Spool) appendLocked(st *state, rec *event.Record) (uint64, error) {
 			missing = qe.Bound
 		} else if !priority {
 			if perr := s.pause(st, rec, qe.Bound, err.Error()); perr != nil {
-				return 0, fmt.Errorf("%w: %w; recording the capture_interrupted gap failed too: %v", ErrCapturePaused, err, perr)
+				return 0, fmt.Errorf("%w: %w; recording the capture_interrupted gap failed too (%w): %v", ErrCapturePaused, err, ErrGapNotRecorded, perr)
 			}
 			return 0, fmt.Errorf("%w: %w; a capture_interrupted gap records it", ErrCapturePaused, err)
 		} else {
@@ -181,9 +181,11 @@ func (s *Spool) appendLocked(st *state, rec *event.Record) (uint64, error) {
 			reason := event.GapReasonWriteFailed
 			if errors.Is(err, syscall.ENOSPC) {
 				reason = event.GapReasonNoSpace
+			} else if errors.Is(err, syscall.EIO) {
+				reason = event.GapReasonIOError
 			}
 			if perr := s.pause(st, rec, reason, err.Error()); perr != nil {
-				return 0, fmt.Errorf("%w: %w; recording the capture_interrupted gap failed too: %v", ErrCapturePaused, err, perr)
+				return 0, fmt.Errorf("%w: %w; recording the capture_interrupted gap failed too (%w): %v", ErrCapturePaused, err, ErrGapNotRecorded, perr)
 			}
 			return 0, fmt.Errorf("%w: %w; a capture_interrupted gap records it", ErrCapturePaused, err)
 		}

@@ -88,6 +88,10 @@ var (
 	// ErrCapturePaused: ordinary capture is paused under quota pressure; a
 	// capture_interrupted gap records it.
 	ErrCapturePaused = errors.New("capture paused")
+	// ErrGapNotRecorded: a record was refused and the capture_interrupted
+	// gap that should record it could not be written either (the disk is
+	// full or failing); the caller must keep the loss elsewhere.
+	ErrGapNotRecorded = errors.New("the capture_interrupted gap was not recorded")
 	// ErrMalformedAck: an acknowledgement marker is malformed or
 	// unreadable; delivery and compaction stop for the spool.
 	ErrMalformedAck = errors.New("malformed or unreadable acknowledgement")
