@@ -397,13 +397,17 @@ func (s *Spool) RecordAttempt(ctx context.Context, a Attempt) error {
 		return err
 	}
 	defer g.release()
-	return s.recordAttemptLocked(a)
+	return s.recordAttemptLocked(g.st, a)
 }
 
-func (s *Spool) recordAttemptLocked(a Attempt) error {
+func (s *Spool) recordAttemptLocked(st *state, a Attempt) error {
 	c, err := s.readCursor()
 	if err != nil {
 		return err
+	}
+	var before int64
+	if fi, err := os.Lstat(filepath.Join(s.dir, cursorFile)); err == nil {
+		before = fi.Size()
 	}
 	c.LastSeq = a.Seq
 	c.AttemptsTotal++
@@ -412,7 +416,18 @@ func (s *Spool) recordAttemptLocked(a Attempt) error {
 	if len(c.Recent) > maxRecentAttempts {
 		c.Recent = c.Recent[len(c.Recent)-maxRecentAttempts:]
 	}
-	return s.writeReplace(s.dir, cursorFile, encodeFrame(typeCursor, typeCursor, mustJSON(c)), "cursor")
+	data := encodeFrame(typeCursor, typeCursor, mustJSON(c))
+	if err := s.writeReplace(s.dir, cursorFile, data, "cursor"); err != nil {
+		if st != nil {
+			st.suspect = true
+		}
+		return err
+	}
+	if st != nil {
+		// The cursor is rewritten in place: its size is the usage change.
+		st.usage.Bytes += int64(len(data)) - before
+	}
+	return nil
 }
 
 // Session is one held, revalidated acquisition of the spool lock: the hook
@@ -478,7 +493,7 @@ func (ss *Session) RecordAttempt(a Attempt) error {
 	if err := ss.held(); err != nil {
 		return err
 	}
-	return ss.s.recordAttemptLocked(a)
+	return ss.s.recordAttemptLocked(ss.g.st, a)
 }
 
 // MaxSeq returns the highest sequence the spool has retained or compacted

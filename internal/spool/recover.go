@@ -48,12 +48,16 @@ type state struct {
 	pend         []outboxEntry
 	pendKnown    bool
 	malformedAck string
+	verifyNext   uint64
 	// intake maps the intake files counted in usage to their sizes.
 	intake    map[string]int64
 	intakeUse Usage
 	boot      string
 	// suspect: a write failed half-way; the summary is not written clean.
 	suspect bool
+	// live: usage is final (the scan finished, or it came from the
+	// summary); later moves keep it exact.
+	live bool
 
 	report RecoveryReport
 }
@@ -83,10 +87,10 @@ func (st *state) countIntake(name string, size int64) {
 // uncountIntake removes a counted intake file from the intake usage; when
 // removed is true it leaves the spool (admitted), otherwise it moved into
 // the quarantine and stays in the usage.
-func (st *state) uncountIntake(name string, removed bool) {
+func (st *state) uncountIntake(name string, removed bool) int64 {
 	size, ok := st.intake[name]
 	if !ok {
-		return
+		return -1
 	}
 	delete(st.intake, name)
 	st.intakeUse.Records--
@@ -95,6 +99,7 @@ func (st *state) uncountIntake(name string, removed bool) {
 		st.usage.Records--
 		st.usage.Bytes -= size
 	}
+	return size
 }
 
 // dropPending removes seq from the pending list.
@@ -413,6 +418,7 @@ func (s *Spool) recoverLocked() (*state, error) {
 		st.usage.Bytes += q.Bytes
 	}
 	st.maxSeq = max(st.maxSeq, st.index.high)
+	st.live = true
 	return st, nil
 }
 
@@ -541,8 +547,20 @@ func (s *Spool) quarantine(st *state, dir, name string) error {
 	if label == "" {
 		label = "root"
 	}
-	if st != nil && dir == intakeDir {
-		st.uncountIntake(name, false)
+	// A live state (after the scan, or from the summary) keeps its usage
+	// exact: the file stays counted, at its real size from now on.
+	counted, actual := int64(-1), int64(0)
+	if st != nil && st.live {
+		if dir == intakeDir {
+			counted = st.uncountIntake(name, false)
+		} else if e, ok := parseOutboxName(name); ok && dir == outboxDir {
+			counted = e.size
+		}
+		if fi, err := os.Lstat(filepath.Join(s.dir, dir, name)); err == nil {
+			actual = fi.Size()
+		} else {
+			counted = -1
+		}
 	}
 	if st != nil && dir == outboxDir && st.pendKnown {
 		if e, ok := parseOutboxName(name); ok {
@@ -556,6 +574,9 @@ func (s *Spool) quarantine(st *state, dir, name string) error {
 			return nil
 		}
 		return fmt.Errorf("quarantine %s/%s: %w", label, name, err)
+	}
+	if counted >= 0 {
+		st.usage.Bytes += actual - counted
 	}
 	s.fail("recover.quarantined")
 	if err := s.syncDir(qdir); err != nil {

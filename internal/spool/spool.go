@@ -578,13 +578,12 @@ func (s *Spool) acquireWait(ctx context.Context, wait time.Duration) (*guard, er
 		return nil, err
 	}
 	// A full acquisition (compaction, recovery, pruning, open) may change
-	// the spool without keeping the hook's summary: make it untrusted
-	// first, so the next hook rebuilds it.
-	if sr, _, err := s.readSummary(); err == nil && sr.Clean {
-		if err := s.markDirty(sr); err != nil {
-			g.release()
-			return nil, fmt.Errorf("spool summary: %w", err)
-		}
+	// the spool without keeping the hook's summary (it may not know where
+	// that is): make every summary untrusted first, so the next hook
+	// rebuilds it.
+	if err := s.bumpToken(); err != nil {
+		g.release()
+		return nil, fmt.Errorf("spool summary token: %w", err)
 	}
 	st, err := s.recoverLocked()
 	if err != nil {

@@ -2,6 +2,8 @@ package spool
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -60,19 +62,24 @@ type summaryRecord struct {
 	Limits  Limits `json:"limits"`
 	// Usage is the complete physical usage except intake files and the
 	// summary itself (both are counted live at every acquisition).
-	Usage          Usage      `json:"usage"`
-	MaxSeq         uint64     `json:"max_seq"`
-	LastOrdinary   uint64     `json:"last_ordinary"`
-	LastPause      uint64     `json:"last_pause"`
-	LastStart      uint64     `json:"last_start"`
-	LastOrderPause uint64     `json:"last_order_pause"`
-	ActiveStarts   int64      `json:"active_starts"`
-	Index          string     `json:"index"`
-	IndexHigh      uint64     `json:"index_high"`
-	IndexGen       uint64     `json:"index_gen"`
-	MalformedAck   string     `json:"malformed_ack,omitempty"`
-	Pending        []string   `json:"pending"`
-	Dirs           []dirStamp `json:"dirs"`
+	Usage          Usage  `json:"usage"`
+	MaxSeq         uint64 `json:"max_seq"`
+	LastOrdinary   uint64 `json:"last_ordinary"`
+	LastPause      uint64 `json:"last_pause"`
+	LastStart      uint64 `json:"last_start"`
+	LastOrderPause uint64 `json:"last_order_pause"`
+	ActiveStarts   int64  `json:"active_starts"`
+	Index          string `json:"index"`
+	IndexHigh      uint64 `json:"index_high"`
+	IndexGen       uint64 `json:"index_gen"`
+	MalformedAck   string `json:"malformed_ack,omitempty"`
+	// Token is the capture.lock mtime every full acquisition sets to a
+	// fresh random value (see bumpToken).
+	Token int64 `json:"token"`
+	// VerifyNext is where the rolling marker check resumes.
+	VerifyNext uint64     `json:"verify_next"`
+	Pending    []string   `json:"pending"`
+	Dirs       []dirStamp `json:"dirs"`
 }
 
 func bootID() string {
@@ -103,6 +110,10 @@ func (s *Spool) SetSummaryPath(path string) { s.summaryPath = path }
 
 func (s *Spool) readSummary() (*summaryRecord, int64, error) {
 	if s.summaryPath == "" {
+		return nil, 0, fs.ErrNotExist
+	}
+	if err := fsutil.CheckPrivateDir(filepath.Dir(s.summaryPath)); err != nil {
+		// Not private: never trusted (and never written).
 		return nil, 0, fs.ErrNotExist
 	}
 	b, err := fsutil.ReadFileNoFollow(s.summaryPath, maxSummaryBytes)
@@ -141,7 +152,7 @@ func (s *Spool) writeSummary(sr *summaryRecord) error {
 		return nil
 	}
 	if err := fsutil.CheckPrivateDir(filepath.Dir(s.summaryPath)); err != nil {
-		return err
+		return nil // a summary there would never be trusted
 	}
 	sr.SpoolID, sr.Root = s.commit.SpoolID, s.commit.Root
 	data := encodeFrame(typeSummary, typeSummary, mustJSON(sr))
@@ -189,6 +200,9 @@ func (s *Spool) fastState(sr *summaryRecord, size int64, boot string, lim Limits
 	if err != nil || !slices.Equal(stamps, sr.Dirs) {
 		return nil, nil
 	}
+	if tok, err := s.token(); err != nil || tok != sr.Token {
+		return nil, nil
+	}
 	if sr.MalformedAck != "" {
 		// Still malformed? A repaired marker (changed in place, so no
 		// directory stamp moved) forces a rebuild.
@@ -200,7 +214,7 @@ func (s *Spool) fastState(sr *summaryRecord, size int64, boot string, lim Limits
 			return nil, nil
 		}
 	}
-	st := &state{limits: lim, fast: true, usage: sr.Usage, maxSeq: sr.MaxSeq,
+	st := &state{limits: lim, fast: true, live: true, usage: sr.Usage, maxSeq: sr.MaxSeq,
 		lastOrdinary: sr.LastOrdinary, lastPause: sr.LastPause, lastStart: sr.LastStart,
 		lastOrderPause: sr.LastOrderPause, activeStarts: sr.ActiveStarts, malformedAck: sr.MalformedAck,
 		acks: map[uint64]string{}, artifacts: map[string]int64{}, pendKnown: true}
@@ -215,7 +229,35 @@ func (s *Spool) fastState(sr *summaryRecord, size int64, boot string, lim Limits
 		}
 		st.pend = append(st.pend, e)
 	}
+	s.verifyAcks(st, sr.VerifyNext)
 	return st, nil
+}
+
+// verifyRolling is how many sequence numbers each trusted acquisition
+// re-checks for a marker that was altered in place after it was validated
+// (no directory stamp moves then): a bounded, rotating share of the whole
+// set, so a damaged marker stops delivery within maxSeq/verifyRolling
+// acquisitions even without a rebuild.
+const verifyRolling = 32
+
+func (s *Spool) verifyAcks(st *state, from uint64) {
+	if st.maxSeq == 0 {
+		return
+	}
+	seq := from
+	for range verifyRolling {
+		if seq == 0 || seq > st.maxSeq {
+			seq = 1
+		}
+		name := ackName(seq)
+		if _, err := os.Lstat(filepath.Join(s.dir, acksDir, name)); err == nil {
+			if _, err := s.readAck(seq, name); err != nil && st.malformedAck == "" {
+				st.malformedAck = name
+			}
+		}
+		seq++
+	}
+	st.verifyNext = seq
 }
 
 // acquireFast is the hook's acquisition: the lock, the identity
@@ -318,13 +360,17 @@ func (s *Spool) summaryOf(st *state) (*summaryRecord, error) {
 	if err != nil {
 		return nil, err
 	}
+	tok, err := s.token()
+	if err != nil {
+		return nil, err
+	}
 	use := st.usage
 	use.Records -= st.intakeUse.Records
 	use.Bytes -= st.intakeUse.Bytes
 	sr := &summaryRecord{Version: summaryVersion, BootID: st.boot, Clean: st.boot != "", Limits: st.limits,
 		Usage: use, MaxSeq: st.maxSeq, LastOrdinary: st.lastOrdinary, LastPause: st.lastPause,
 		LastStart: st.lastStart, LastOrderPause: st.lastOrderPause, ActiveStarts: st.activeStarts,
-		Index: st.index.name, IndexHigh: st.index.high, IndexGen: st.index.gen, MalformedAck: st.malformedAck,
+		Index: st.index.name, IndexHigh: st.index.high, IndexGen: st.index.gen, MalformedAck: st.malformedAck, VerifyNext: st.verifyNext, Token: tok,
 		Pending: make([]string, 0, len(st.pend)), Dirs: stamps}
 	slices.SortFunc(st.pend, func(a, b outboxEntry) int { return cmpSeq(a, b) })
 	for _, e := range st.pend {
@@ -345,4 +391,28 @@ func (g *guard) finishTracked() {
 		return
 	}
 	_ = g.s.writeSummary(sr)
+}
+
+// bumpToken sets the mtime of the permanent capture.lock (never its
+// identity or content) to a fresh random value. Every full acquisition
+// (compaction, recovery, pruning, open: paths that do not keep a summary
+// they may not even know about) calls it before changing anything, so a
+// summary recorded before can never match afterwards, whatever the clock
+// granularity of directory timestamps.
+func (s *Spool) bumpToken() error {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return err
+	}
+	ns := int64(binary.LittleEndian.Uint64(b[:]) % (1 << 62))
+	t := time.Unix(0, ns)
+	return os.Chtimes(filepath.Join(s.dir, captureLockFile), t, t)
+}
+
+func (s *Spool) token() (int64, error) {
+	var st syscall.Stat_t
+	if err := syscall.Lstat(filepath.Join(s.dir, captureLockFile), &st); err != nil {
+		return 0, err
+	}
+	return st.Mtim.Nano(), nil
 }
