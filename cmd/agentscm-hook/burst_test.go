@@ -1,0 +1,176 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/agentscm/agentscm/internal/cli"
+	"github.com/agentscm/agentscm/internal/event"
+	"github.com/agentscm/agentscm/internal/spool"
+)
+
+// envAsHook makes the test binary run as the hook process itself (the same
+// run() the installed agentscm-hook runs), so the burst tests start real
+// hook processes without a separate build.
+const envAsHook = "AGENTSCM_HOOK_TEST_AS_HOOK"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(envAsHook) == "1" {
+		os.Exit(run(context.Background(), []string{"change-capture", "hook-claude"}, os.Stdin, os.Stdout, os.Stderr, os.Getenv, time.Now))
+	}
+	os.Exit(m.Run())
+}
+
+type burstFixture struct {
+	dir, root, spool string
+	vars             map[string]string
+}
+
+func newBurstFixture(t *testing.T) *burstFixture {
+	dir := t.TempDir()
+	f := &burstFixture{dir: dir, root: filepath.Join(dir, "repo"), spool: filepath.Join(dir, "spool"),
+		vars: map[string]string{"XDG_CONFIG_HOME": filepath.Join(dir, "config")}}
+	if err := os.MkdirAll(f.root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f.agentscm(t, "client", "setup", "--root", f.root, "--local")
+	f.agentscm(t, "change-capture", "configure", "--root", f.root, "--spool", f.spool)
+	f.agentscm(t, "work", "start", "--root", f.root, "--title", "burst")
+	return f
+}
+
+func (f *burstFixture) agentscm(t *testing.T, args ...string) string {
+	t.Helper()
+	var out, errb bytes.Buffer
+	env := &cli.Env{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb, Getenv: func(k string) string { return f.vars[k] },
+		Now: time.Now, Executable: filepath.Join(f.dir, "bin", "agentscm")}
+	if code := cli.Main(context.Background(), env, args); code != 0 {
+		t.Fatalf("agentscm %v: exit %d: %s", args, code, errb.String())
+	}
+	return out.String()
+}
+
+func (f *burstFixture) hookCmd(payload string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), envAsHook+"=1", "XDG_CONFIG_HOME="+f.vars["XDG_CONFIG_HOME"])
+	cmd.Stdin = strings.NewReader(payload)
+	return cmd
+}
+
+func (f *burstFixture) pre(session, id string) string {
+	return `{"session_id":"` + session + `","cwd":"` + f.root + `","hook_event_name":"PreToolUse","tool_name":"Read","tool_use_id":"` + id + `","tool_input":{"file_path":"/etc/hostname"}}`
+}
+
+// drain runs hooks until the intake is empty (each admits a bounded share).
+func (f *burstFixture) drain(t *testing.T, session string) {
+	t.Helper()
+	for i := range 40 {
+		out, err := f.hookCmd(`{"session_id":"` + session + `","cwd":"` + f.root + `","hook_event_name":"Stop"}`).CombinedOutput()
+		if err != nil {
+			t.Fatalf("drain hook: %v %s", err, out)
+		}
+		names, _ := os.ReadDir(filepath.Join(f.spool, "intake"))
+		if len(names) == 0 {
+			return
+		}
+		_ = i
+	}
+	t.Fatal("the intake never drained")
+}
+
+// toolStarts returns how often each tool_use_id's PreToolUse is retained.
+func (f *burstFixture) toolStarts(t *testing.T) map[string]int {
+	t.Helper()
+	sp, err := spool.OpenReadOnly(f.spool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err := sp.Events()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, e := range evs {
+		if e.Kind == event.ToolStart {
+			out[e.ToolUseID]++
+		}
+	}
+	return out
+}
+
+// A burst of concurrent hook processes, some killed with SIGKILL at random
+// moments: every hook that exited 0 has its event in the spool exactly
+// once, whether it appended it itself or left it in the intake for a later
+// lock holder (which may itself have been killed mid-admission).
+func TestBurstWithKillsLosesNothing(t *testing.T) {
+	n := 200
+	if testing.Short() {
+		n = 60
+	}
+	f := newBurstFixture(t)
+	f.drain(t, "burst-setup")
+	var mu sync.Mutex
+	exited0 := map[string]bool{}
+	killed := 0
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		id := fmt.Sprintf("toolu_burst_%04d", i)
+		kill := rand.IntN(5) == 0 // about one in five
+		delay := time.Duration(rand.IntN(40)) * time.Millisecond
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cmd := f.hookCmd(f.pre(fmt.Sprintf("burst-%d", i%8), id))
+			var out bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &out
+			<-start
+			if err := cmd.Start(); err != nil {
+				t.Error(err)
+				return
+			}
+			if kill {
+				time.AfterFunc(delay, func() { cmd.Process.Signal(syscall.SIGKILL) })
+			}
+			err := cmd.Wait()
+			mu.Lock()
+			defer mu.Unlock()
+			if err == nil {
+				exited0[id] = true
+				if out.Len() != 0 && strings.Contains(out.String(), "warning") && !strings.Contains(out.String(), "deliver") {
+					t.Logf("hook %s warned: %s", id, out.String())
+				}
+			} else {
+				killed++
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	f.drain(t, "burst-drain")
+	got := f.toolStarts(t)
+	for id := range exited0 {
+		if got[id] == 0 {
+			t.Errorf("hook %s exited 0 but its event is not in the spool", id)
+		}
+	}
+	for id, c := range got {
+		if c > 1 {
+			t.Errorf("event %s retained %d times", id, c)
+		}
+	}
+	t.Logf("%d hooks: %d exited 0, %d killed; %d events retained", n, len(exited0), killed, len(got))
+	if len(exited0) < n/2 {
+		t.Fatalf("only %d of %d hooks exited 0", len(exited0), n)
+	}
+}
