@@ -158,6 +158,7 @@ func TestHelperProcess(t *testing.T) {
 		if err != nil {
 			die(err)
 		}
+		sp.intakeGrace = 0 // the killed writers are known dead
 		sp.SetSummaryPath(os.Getenv(envSummary))
 		ss, err := sp.Begin(ctx)
 		if err != nil {

@@ -35,6 +35,9 @@ const (
 	// MaxIntakeFiles bounds the intake backlog; a hook that finds it full
 	// waits for the spool lock instead.
 	MaxIntakeFiles = 1024
+	// intakeTempGrace is how old an unlocked intake temporary must be
+	// before a lock holder treats its writer as dead.
+	intakeTempGrace = 10 * time.Second
 	// MaxIntakeBytes bounds one intake file.
 	MaxIntakeBytes = maxEnvelopeBytes
 )
@@ -169,7 +172,9 @@ func (s *Spool) WriteIntake(data []byte, receivedAt time.Time) (string, error) {
 		return "", fmt.Errorf("create intake file: %w", err)
 	}
 	defer f.Close() // releases the writer's flock last
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	// Blocking: a lock holder that looks at a young temporary only holds
+	// its flock for a moment (see recoverIntakeTemp).
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
 		os.Remove(tmp)
 		return "", fmt.Errorf("lock intake file: %w", err)
 	}
@@ -349,6 +354,13 @@ func (s *Spool) recoverIntakeTemp(st *state, name string) (bool, error) {
 		return false, nil // an active writer
 	}
 	defer syscall.Close(fd)
+	// A writer takes its flock just after creating the file: a young
+	// unlocked temporary may be one in between, so only one older than the
+	// grace period is a dead writer's.
+	var fst syscall.Stat_t
+	if err := syscall.Fstat(fd, &fst); err != nil || time.Since(time.Unix(0, fst.Mtim.Nano())) < s.intakeGrace {
+		return false, nil
+	}
 	b, err := fsutil.ReadFileNoFollow(path, MaxIntakeBytes+maxHeaderBytes)
 	if err != nil {
 		return false, s.quarantineIntake(st, name)

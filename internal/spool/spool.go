@@ -198,6 +198,8 @@ type Spool struct {
 	lockWait  time.Duration
 	// summaryPath is where the hook summary lives (summary.go), or "".
 	summaryPath string
+	// intakeGrace: see intakeTempGrace (tests shorten it).
+	intakeGrace time.Duration
 }
 
 // Dir returns the spool directory.
@@ -462,7 +464,7 @@ func openCommitted(dir string, readOnly bool) (*Spool, error) {
 			return nil, fmt.Errorf("%w: %v", ErrUnsafeAuthority, err)
 		}
 	}
-	return &Spool{dir: dir, readOnly: readOnly, commit: c, commitSum: sum, failpoint: os.Getenv(FailpointEnv), lockWait: defaultLockWait}, nil
+	return &Spool{dir: dir, readOnly: readOnly, commit: c, commitSum: sum, failpoint: os.Getenv(FailpointEnv), lockWait: defaultLockWait, intakeGrace: intakeTempGrace}, nil
 }
 
 func readCommit(dir string) (commitRecord, string, error) {

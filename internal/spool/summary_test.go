@@ -279,11 +279,22 @@ func TestIntakeWithoutLock(t *testing.T) {
 	live, _ := os.OpenFile(filepath.Join(idir, ".tmp-live"), os.O_CREATE|os.O_WRONLY, 0o600)
 	syscall.Flock(int(live.Fd()), syscall.LOCK_EX)
 	live.Write([]byte("AGSPOOL1 intake"))
-	ss, err := hook.Begin(context.Background())
+	young := withSummary(t, sp.dir, summary)
+	ss, err := young.Begin(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	files, err := ss.Intake(100)
+	ss.Close()
+	if err != nil || len(files) != 5 {
+		t.Fatalf("with a young dead temporary: %d files (%v), want the 5 installed ones", len(files), err)
+	}
+	hook.intakeGrace = 0
+	ss, err = hook.Begin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err = ss.Intake(100)
 	if err != nil {
 		t.Fatal(err)
 	}
