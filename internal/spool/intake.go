@@ -429,7 +429,7 @@ func (ss *Session) QuarantineIntake(name string) error {
 // TryBegin is Begin that waits at most wait for the spool lock and fails
 // with an error wrapping ErrBusy when another process holds it longer.
 func (s *Spool) TryBegin(ctx context.Context, wait time.Duration) (*Session, error) {
-	g, err := s.acquireWait(ctx, wait)
+	g, err := s.acquireFast(ctx, wait)
 	if err != nil {
 		if errors.Is(err, errLockTimeout) {
 			return nil, fmt.Errorf("%w: %w", ErrBusy, err)
