@@ -36,6 +36,14 @@ type Hub interface {
 	Close() error
 }
 
+// ConnectionLooker is what a HubOpener may offer besides Open: the lineage
+// of a checkout's connection without opening the Hub (ErrNoConnection when
+// there is none), so that a hook that leaves its event in the intake never
+// opens the Hub.
+type ConnectionLooker interface {
+	LookupConnection(root string) (Lineage, error)
+}
+
 // HubOpener opens the Hub of a checkout, or fails with ErrNoConnection.
 type HubOpener interface {
 	Open(ctx context.Context, root string) (Hub, error)
@@ -117,16 +125,43 @@ func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Re
 	if !ok {
 		return &HookResult{Ignored: true, Reason: "event " + p.HookEventName + " is not captured", Spool: bd.Spool}, nil
 	}
-	hub, err := hubs.Open(ctx, bd.Root)
-	if errors.Is(err, ErrNoConnection) {
-		return &HookResult{Ignored: true, Reason: "the checkout has no client connection", Spool: bd.Spool}, nil
+	// With a cheap connection lookup the Hub (an embedded store is an
+	// SQLite database to open) is opened only by the hook that holds the
+	// spool lock; a hook that finds the lock busy never opens it.
+	looker, cheap := hubs.(ConnectionLooker)
+	var hub Hub
+	openHub := func() (*HookResult, error) {
+		h, err := hubs.Open(ctx, bd.Root)
+		if errors.Is(err, ErrNoConnection) {
+			return &HookResult{Ignored: true, Reason: "the checkout has no client connection", Spool: bd.Spool}, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		hub = h
+		if lin := hub.Lineage(); bd.Hub != "" && !sameRepo(lin, bd.lineage()) {
+			return nil, fmt.Errorf("capture binding of %s was saved for %s, but the checkout is now connected to %s; nothing captured", bd.Root, describeLineage(bd.lineage()), describeLineage(lin))
+		}
+		return nil, nil
 	}
-	if err != nil {
-		return nil, err
-	}
-	defer hub.Close()
-	if lin := hub.Lineage(); bd.Hub != "" && !sameRepo(lin, bd.lineage()) {
-		return nil, fmt.Errorf("capture binding of %s was saved for %s, but the checkout is now connected to %s; nothing captured", bd.Root, describeLineage(bd.lineage()), describeLineage(lin))
+	defer func() {
+		if hub != nil {
+			hub.Close()
+		}
+	}()
+	if cheap {
+		lin, err := looker.LookupConnection(bd.Root)
+		if errors.Is(err, ErrNoConnection) {
+			return &HookResult{Ignored: true, Reason: "the checkout has no client connection", Spool: bd.Spool}, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if bd.Hub != "" && !sameRepo(lin, bd.lineage()) {
+			return nil, fmt.Errorf("capture binding of %s was saved for %s, but the checkout is now connected to %s; nothing captured", bd.Root, describeLineage(bd.lineage()), describeLineage(lin))
+		}
+	} else if r, err := openHub(); r != nil || err != nil {
+		return r, err
 	}
 	obs, err := store.Observe(bd, p.SessionID, p.HookEventName, rec.Source)
 	if err != nil {
@@ -138,41 +173,28 @@ func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Re
 		}
 	}
 	res := &HookResult{Spool: bd.Spool}
-	rctx, cancel := context.WithTimeout(ctx, ResolveTimeout)
-	t, rerr := hub.Resolve(rctx, bd.WorktreeID, p.SessionID)
-	cancel()
 	// OpenAppender skips the open-time recovery, and one Session does the
 	// append and the delivery bookkeeping under a single guarded lock
-	// acquisition (one identity revalidation and recovery scan per hook).
-	// The lock stays held across the Hub calls: hooks of one spool are
-	// serialised, which is what a hook wants anyway.
+	// acquisition (one identity revalidation, and the pending summary
+	// instead of a scan of the retained history, per hook).
 	sp, err := store.openHookSpool(bd.Spool)
 	if err != nil {
 		return nil, err
 	}
-	if rerr != nil && rec.Kind == event.ToolStart {
-		if _, ok := ruleFor(bd, rec.ToolName); ok {
-			// An unresolved PreToolUse of a ruled tool keeps the source it
-			// ran on, when possible (seed); a failure leaves it absent.
-			if sb, err := captureSource(ctx, bd.Root, sourceOptions{}); err == nil {
-				rec.DeferredSource = sb
-			}
-		}
-	}
-	// A hook that cannot take the spool lock promptly (another hook holds
+	// A hook that cannot take the spool lock at once (another hook holds
 	// it, perhaps across its Hub delivery) durably writes its event into
-	// the spool's intake and returns: the next lock holder admits it
-	// (intake.go). Only a full intake makes it wait for the lock.
+	// the spool's intake and returns: the lock holder resolves and admits
+	// it (intake.go). Only a full intake makes it wait for the lock.
 	ss, err := sp.TryBegin(ctx, IntakeLockWait)
 	if errors.Is(err, spool.ErrBusy) {
-		name, ierr := writeIntake(ctx, store, sp, bd, p, rec, obs, t, rerr == nil, now)
+		name, ierr := writeIntake(ctx, store, sp, bd, p, rec, obs, now)
 		if ierr == nil {
 			res.Intake = name
 			return res, nil
 		}
 		if !errors.Is(ierr, spool.ErrIntakeFull) {
 			if reason := lossReason(ierr); reason != "" {
-				if nerr := noteLost(store.ledgerDir(bd.Spool), rec, p.SessionID, t, rerr == nil, reason, ierr.Error(), now); nerr == nil {
+				if nerr := noteLost(store.ledgerDir(bd.Spool), rec, p.SessionID, Target{}, false, reason, ierr.Error(), now); nerr == nil {
 					return nil, fmt.Errorf("the spool lock is busy and the intake write failed (%w); the next hook records a capture_interrupted gap", ierr)
 				}
 			}
@@ -182,6 +204,24 @@ func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Re
 	}
 	if err != nil {
 		return nil, err
+	}
+	if hub == nil {
+		if r, err := openHub(); r != nil || err != nil {
+			ss.Close()
+			return r, err
+		}
+	}
+	rctx, cancel := context.WithTimeout(ctx, ResolveTimeout)
+	t, rerr := hub.Resolve(rctx, bd.WorktreeID, p.SessionID)
+	cancel()
+	if rerr != nil && rec.Kind == event.ToolStart {
+		if _, ok := ruleFor(bd, rec.ToolName); ok {
+			// An unresolved PreToolUse of a ruled tool keeps the source it
+			// ran on, when possible (seed); a failure leaves it absent.
+			if sb, err := captureSource(ctx, bd.Root, sourceOptions{}); err == nil {
+				rec.DeferredSource = sb
+			}
+		}
 	}
 	defer ss.Close()
 	led, err := store.OpenLedger(bd.Spool)
@@ -206,9 +246,9 @@ func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Re
 	}
 	// Earlier events waiting in the intake go first (receipt order). When
 	// more wait than one hook admits, this event queues behind them.
-	more, ierr := admitIntake(ctx, store, led, ss, sp, bd, res)
+	more, ierr := admitIntake(ctx, store, led, ss, sp, bd, hub, res)
 	if ierr == nil && more {
-		name, werr := writeIntake(ctx, store, sp, bd, p, rec, obs, t, rerr == nil, now)
+		name, werr := writeIntake(ctx, store, sp, bd, p, rec, obs, now)
 		if werr == nil {
 			res.Intake = name
 			deliver(ctx, ss, hub, now, res)
@@ -243,7 +283,7 @@ func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Re
 	deliver(ctx, ss, hub, now, res)
 	// Events that arrived in the intake while this hook held the lock
 	// (its delivery included) are admitted before it lets go.
-	if _, aerr := admitIntake(ctx, store, led, ss, sp, bd, res); aerr != nil && ierr == nil {
+	if _, aerr := admitIntake(ctx, store, led, ss, sp, bd, hub, res); aerr != nil && ierr == nil {
 		ierr = aerr
 	}
 	if cerr == nil && ierr != nil {

@@ -29,7 +29,7 @@ import (
 const (
 	// IntakeLockWait is how long a hook waits for the spool lock before it
 	// writes its event into the intake.
-	IntakeLockWait = 5 * time.Millisecond
+	IntakeLockWait = 0
 	// maxAdmitPerHook and admitBudget bound what one hook admits.
 	maxAdmitPerHook = 64
 	admitBudget     = 2 * time.Second
@@ -38,13 +38,14 @@ const (
 )
 
 type intakeRecord struct {
-	Version     int                  `json:"version"`
-	Observed    string               `json:"observed"`
-	Fingerprint string               `json:"fingerprint"`
-	Record      event.Record         `json:"record"`
-	Observation Observation          `json:"observation"`
-	Target      Target               `json:"target"`
-	Resolved    bool                 `json:"resolved"`
+	Version     int          `json:"version"`
+	Observed    string       `json:"observed"`
+	Fingerprint string       `json:"fingerprint"`
+	Record      event.Record `json:"record"`
+	Observation Observation  `json:"observation"`
+	// Target and Resolved are filled in at admission.
+	Target      Target               `json:"-"`
+	Resolved    bool                 `json:"-"`
 	Facts       payloadFacts         `json:"facts"`
 	Source      *event.SourceBinding `json:"source,omitempty"`
 	SourceTaken bool                 `json:"source_taken,omitempty"`
@@ -66,13 +67,15 @@ func (s Store) openHookSpool(dir string) (*spool.Spool, error) {
 	return sp, nil
 }
 
-// writeIntake writes this invocation's event into the spool's intake.
-func writeIntake(ctx context.Context, store Store, sp *spool.Spool, bd *Binding, p *claude.Payload, rec *event.Record, obs Observation, t Target, resolved bool, now time.Time) (string, error) {
+// writeIntake writes this invocation's event into the spool's intake. The
+// target is resolved when the record is admitted (the hook that leaves its
+// event in the intake does not open the Hub).
+func writeIntake(ctx context.Context, store Store, sp *spool.Spool, bd *Binding, p *claude.Payload, rec *event.Record, obs Observation, now time.Time) (string, error) {
 	ir := intakeRecord{Version: intakeVersion, Observed: p.SessionID, Fingerprint: PhaseFingerprint(p, rec),
-		Record: *rec, Observation: obs, Target: t, Resolved: resolved, Facts: factsOf(p), ReceivedAt: now.UTC()}
-	if _, ok := ruleFor(bd, rec.ToolName); ok && resolved && rec.ToolUseID != "" && (rec.Kind == event.ToolStart || rec.Kind == event.ToolFinish) {
-		// The source the action binds is the one at receipt, before the
-		// tool runs, not the one when the record is admitted.
+		Record: *rec, Observation: obs, Facts: factsOf(p), ReceivedAt: now.UTC()}
+	if _, ok := ruleFor(bd, rec.ToolName); ok && (rec.Kind == event.ToolStart || rec.Kind == event.ToolFinish) {
+		// The source a start binds (or a deferred start keeps) is the one
+		// at receipt, before the tool runs, not the one at admission.
 		rs := openActionReceipts(store.Dir, sp)
 		ir.SourceTaken = true
 		if sb, err := captureSource(ctx, bd.Root, sourceOptions{treeCache: filepath.Join(rs.dir, "trees"), noTree: rec.Kind == event.ToolFinish}); err == nil {
@@ -92,8 +95,13 @@ func writeIntake(ctx context.Context, store Store, sp *spool.Spool, bd *Binding,
 // same outcome its own hook would have had: nothing appended, or a
 // capture_interrupted gap); any other failure keeps the file for a later
 // holder and stops admission for this hook.
-func admitIntake(ctx context.Context, store Store, led *Ledger, ss *spool.Session, sp *spool.Spool, bd *Binding, res *HookResult) (bool, error) {
+func admitIntake(ctx context.Context, store Store, led *Ledger, ss *spool.Session, sp *spool.Spool, bd *Binding, hub Hub, res *HookResult) (bool, error) {
 	deadline := time.Now().Add(admitBudget)
+	type resolution struct {
+		t   Target
+		err error
+	}
+	resolved := map[string]resolution{}
 	files, err := ss.Intake(maxAdmitPerHook + 1)
 	if err != nil {
 		return false, fmt.Errorf("intake: %w", err)
@@ -108,6 +116,18 @@ func admitIntake(ctx context.Context, store Store, led *Ledger, ss *spool.Sessio
 				return false, qerr
 			}
 			continue
+		}
+		// Resolve the exact current target now, once per session per hook.
+		r, ok := resolved[ir.Observed]
+		if !ok {
+			rctx, cancel := context.WithTimeout(ctx, ResolveTimeout)
+			r.t, r.err = hub.Resolve(rctx, bd.WorktreeID, ir.Observed)
+			cancel()
+			resolved[ir.Observed] = r
+		}
+		ir.Target, ir.Resolved = r.t, r.err == nil
+		if !ir.Resolved && ir.Record.Kind == event.ToolStart && ir.SourceTaken {
+			ir.Record.DeferredSource = ir.Source
 		}
 		if err := admitOne(ctx, store, led, ss, sp, bd, &ir); err != nil &&
 			!errors.Is(err, ErrOccurrenceConflict) && !errors.Is(err, ErrActionConflict) && !errors.Is(err, spool.ErrCapturePaused) {
