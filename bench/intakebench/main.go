@@ -299,6 +299,8 @@ func streams(e *env, o options, r int) (float64, float64, float64, error) {
 	}
 	par := func(argv []string, envv []string, tag string) (float64, error) {
 		var wg sync.WaitGroup
+		var mu sync.Mutex
+		var ds []time.Duration
 		errs := make(chan error, o.streams)
 		t0 := time.Now()
 		for s := range o.streams {
@@ -306,10 +308,14 @@ func streams(e *env, o options, r int) (float64, float64, float64, error) {
 			go func() {
 				defer wg.Done()
 				for i := range o.perStream {
-					if _, err := once(argv, envv, pre(c, o.tool, fmt.Sprintf("%s%d_%d", tag, r, s), i)); err != nil {
+					d, err := once(argv, envv, pre(c, o.tool, fmt.Sprintf("%s%d_%d", tag, r, s), i))
+					if err != nil {
 						errs <- err
 						return
 					}
+					mu.Lock()
+					ds = append(ds, d)
+					mu.Unlock()
 				}
 			}()
 		}
@@ -318,7 +324,11 @@ func streams(e *env, o options, r int) (float64, float64, float64, error) {
 		if err := <-errs; err != nil {
 			return 0, err
 		}
-		return float64(o.streams*o.perStream) / time.Since(t0).Seconds(), nil
+		el := time.Since(t0)
+		slices.Sort(ds)
+		fmt.Printf("  %s: %d invocations in %.2f s, per invocation p50 %.1f ms p90 %.1f ms max %.1f ms\n", filepath.Base(argv[0]), len(ds), el.Seconds(),
+			ms(ds[len(ds)/2]), ms(ds[len(ds)*9/10]), ms(ds[len(ds)-1]))
+		return float64(o.streams*o.perStream) / el.Seconds(), nil
 	}
 	x, err := par([]string{e.ref, e.refDir}, os.Environ(), "r")
 	if err != nil {

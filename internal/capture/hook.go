@@ -54,6 +54,10 @@ const (
 	ResolveTimeout   = 2 * time.Second
 	DeliveryTimeout  = 5 * time.Second
 	DeliveryPageSize = 10
+	// IntakeDeliveryPage is the page of a hook that admitted intake
+	// records (concurrent hooks are running): it keeps the lock holder
+	// short while the burst lasts; delivery catches up afterwards.
+	IntakeDeliveryPage = 2
 )
 
 // HookResult says what one hook invocation retained and delivered.
@@ -246,12 +250,13 @@ func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Re
 	}
 	// Earlier events waiting in the intake go first (receipt order). When
 	// more wait than one hook admits, this event queues behind them.
-	more, ierr := admitIntake(ctx, store, led, ss, sp, bd, hub, res)
+	adm := &admission{deadline: time.Now().Add(admitBudget), left: maxAdmitPerHook}
+	more, ierr := admitIntake(ctx, store, led, ss, sp, bd, hub, adm, res)
 	if ierr == nil && more {
 		name, werr := writeIntake(ctx, store, sp, bd, p, rec, obs, now)
 		if werr == nil {
 			res.Intake = name
-			deliver(ctx, ss, hub, now, res)
+			deliver(ctx, ss, hub, now, res, IntakeDeliveryPage)
 			return res, nil
 		}
 	}
@@ -280,10 +285,16 @@ func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Re
 		// appends usage records to this same spool session.
 		_, cerr = store.TranscriptStep(ss, bd, b, p, t, obs.Mode, now)
 	}
-	deliver(ctx, ss, hub, now, res)
+	page := DeliveryPageSize
+	if res.Admitted > 0 || more {
+		// Other hooks are running concurrently: keep this one short; the
+		// delivery catches up when the burst is over.
+		page = IntakeDeliveryPage
+	}
+	deliver(ctx, ss, hub, now, res, page)
 	// Events that arrived in the intake while this hook held the lock
 	// (its delivery included) are admitted before it lets go.
-	if _, aerr := admitIntake(ctx, store, led, ss, sp, bd, hub, res); aerr != nil && ierr == nil {
+	if _, aerr := admitIntake(ctx, store, led, ss, sp, bd, hub, adm, res); aerr != nil && ierr == nil {
 		ierr = aerr
 	}
 	if cerr == nil && ierr != nil {
@@ -450,13 +461,13 @@ func publishOutages(ss *spool.Session, led *Ledger, rec *event.Record, observed 
 	return done, nil
 }
 
-// deliver replays up to DeliveryPageSize pending envelopes in sequence
+// deliver replays up to page (at most DeliveryPageSize) pending envelopes in sequence
 // order within DeliveryTimeout. Only an acknowledgement writes the ack
 // marker; every attempt advances the scheduling cursor.
-func deliver(ctx context.Context, sp *spool.Session, hub Hub, now time.Time, res *HookResult) {
+func deliver(ctx context.Context, sp *spool.Session, hub Hub, now time.Time, res *HookResult, page int) {
 	ctx, cancel := context.WithTimeout(ctx, DeliveryTimeout)
 	defer cancel()
-	envs, err := sp.Pending(DeliveryPageSize)
+	envs, err := sp.Pending(page)
 	if err != nil {
 		res.DeliveryErr = err
 		return

@@ -30,9 +30,11 @@ const (
 	// IntakeLockWait is how long a hook waits for the spool lock before it
 	// writes its event into the intake.
 	IntakeLockWait = 0
-	// maxAdmitPerHook and admitBudget bound what one hook admits.
-	maxAdmitPerHook = 64
-	admitBudget     = 2 * time.Second
+	// maxAdmitPerHook and admitBudget bound what one hook admits (before
+	// and after its delivery together), so that the lock holder's own
+	// latency stays bounded; a longer backlog drains over later hooks.
+	maxAdmitPerHook = 16
+	admitBudget     = 150 * time.Millisecond
 	intakeVersion   = 1
 	summaryName     = "spool-summary"
 )
@@ -95,21 +97,27 @@ func writeIntake(ctx context.Context, store Store, sp *spool.Spool, bd *Binding,
 // same outcome its own hook would have had: nothing appended, or a
 // capture_interrupted gap); any other failure keeps the file for a later
 // holder and stops admission for this hook.
-func admitIntake(ctx context.Context, store Store, led *Ledger, ss *spool.Session, sp *spool.Spool, bd *Binding, hub Hub, res *HookResult) (bool, error) {
-	deadline := time.Now().Add(admitBudget)
+// admission is one hook's admission budget, shared by its calls.
+type admission struct {
+	deadline time.Time
+	left     int
+}
+
+func admitIntake(ctx context.Context, store Store, led *Ledger, ss *spool.Session, sp *spool.Spool, bd *Binding, hub Hub, adm *admission, res *HookResult) (bool, error) {
 	type resolution struct {
 		t   Target
 		err error
 	}
 	resolved := map[string]resolution{}
-	files, err := ss.Intake(maxAdmitPerHook + 1)
+	files, err := ss.Intake(max(adm.left, 0) + 1)
 	if err != nil {
 		return false, fmt.Errorf("intake: %w", err)
 	}
-	for i, f := range files {
-		if i >= maxAdmitPerHook || time.Now().After(deadline) || ctx.Err() != nil {
+	for _, f := range files {
+		if adm.left <= 0 || time.Now().After(adm.deadline) || ctx.Err() != nil {
 			return true, nil
 		}
+		adm.left--
 		var ir intakeRecord
 		if err := json.Unmarshal(f.Data, &ir); err != nil || ir.Version != intakeVersion || ir.Record.Kind == "" {
 			if qerr := ss.QuarantineIntake(f.Name); qerr != nil {
