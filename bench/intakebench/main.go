@@ -11,11 +11,13 @@
 //     spool API, then measured through the real hook process) next to the
 //     same hook on a fresh spool and the one-fsync reference process
 //     (bench/hookbench/fsyncref), interleaved;
+//
 //   - streams: wall-clock throughput of S concurrent hook streams against S
 //     concurrent streams of the one-fsync reference process, then the time
 //     the intake backlog took to drain.
 //
-//	go run -tags agentscm_bench ./bench/intakebench -n 60 -runs 3
+// Run it with the bench tag (the spool's benchmark-only helpers):
+// go run -tags agentscm_bench ./bench/intakebench -n 60 -runs 5.
 package main
 
 import (
