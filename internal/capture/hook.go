@@ -205,6 +205,13 @@ func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Re
 			return nil, fmt.Errorf("the spool lock is busy and the intake write failed: %w", ierr)
 		}
 		ss, err = sp.Begin(ctx)
+		if errors.Is(err, spool.ErrLockTimeout) {
+			// The intake is full and the lock stayed held for the whole
+			// wait: the event is lost, but not silently.
+			if nerr := noteLost(store.ledgerDir(bd.Spool), rec, p.SessionID, Target{}, false, "lock_timeout", err.Error(), now); nerr == nil {
+				return nil, fmt.Errorf("%w; the intake is full, so the next hook records a capture_interrupted gap (lock_timeout) for this event", err)
+			}
+		}
 	}
 	if err != nil {
 		return nil, err

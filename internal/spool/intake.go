@@ -431,7 +431,7 @@ func (ss *Session) QuarantineIntake(name string) error {
 func (s *Spool) TryBegin(ctx context.Context, wait time.Duration) (*Session, error) {
 	g, err := s.acquireFast(ctx, wait)
 	if err != nil {
-		if errors.Is(err, errLockTimeout) {
+		if errors.Is(err, ErrLockTimeout) {
 			return nil, fmt.Errorf("%w: %w", ErrBusy, err)
 		}
 		return nil, err

@@ -67,8 +67,8 @@ const (
 	quarantineNameMax = 120
 )
 
-// errLockTimeout: the spool lock stayed held for the whole wait.
-var errLockTimeout = errors.New("still held by another process")
+// ErrLockTimeout: the spool lock stayed held for the whole wait.
+var ErrLockTimeout = errors.New("still held by another process")
 
 // Sentinel errors callers branch on.
 var (
@@ -681,7 +681,7 @@ func flockCtx(ctx context.Context, f *os.File, wait time.Duration) error {
 			return fmt.Errorf("lock spool: %w", err)
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("lock spool: %w after %s", errLockTimeout, wait)
+			return fmt.Errorf("lock spool: %w after %s", ErrLockTimeout, wait)
 		}
 		time.Sleep(delay)
 		delay = min(delay*2, lockPollMax)
