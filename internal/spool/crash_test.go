@@ -178,6 +178,53 @@ func TestHelperProcess(t *testing.T) {
 			}
 			fmt.Printf("admitted %s\n", f.Data)
 		}
+	case "burst":
+		// One hook of a concurrent burst: append under the lock when it is
+		// free (admitting the intake first, in order), else leave the event
+		// in the intake. "kept" is printed once the event is durable.
+		sp, err := OpenAppender(dir)
+		if err != nil {
+			die(err)
+		}
+		sp.SetSummaryPath(os.Getenv(envSummary))
+		tag := os.Getenv(envTag)
+		ss, err := sp.TryBegin(ctx, 0)
+		if errors.Is(err, ErrBusy) {
+			if _, err := sp.WriteIntake([]byte(tag), time.Now()); err != nil {
+				die(err)
+			}
+			fmt.Printf("kept %s\n", tag)
+			break
+		}
+		if err != nil {
+			die(err)
+		}
+		files, err := ss.Intake(1000)
+		if err != nil {
+			die(err)
+		}
+		for _, f := range files {
+			if _, err := ss.Append(tagged(string(f.Data), event.PromptSubmit)); err != nil {
+				die(err)
+			}
+			if err := ss.DoneIntake(f.Name); err != nil {
+				die(err)
+			}
+		}
+		if _, err := ss.Append(tagged(tag, event.PromptSubmit)); err != nil {
+			die(err)
+		}
+		fmt.Printf("kept %s\n", tag)
+		pend, err := ss.Pending(10)
+		if err != nil {
+			die(err)
+		}
+		for _, e := range pend {
+			if err := ss.Ack(e.Record.Seq, e.Digest); err != nil {
+				die(err)
+			}
+		}
+		ss.Close()
 	case "compact":
 		sp, err := Open(dir)
 		if err != nil {

@@ -1,10 +1,13 @@
 package spool
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -414,4 +417,66 @@ func TestIntakeConcurrentWriters(t *testing.T) {
 	if err != nil || len(files) != 64 {
 		t.Fatalf("%d intake files, want 64 (%v)", len(files), err)
 	}
+}
+
+// A burst of concurrent writer processes against one spool, about one in
+// four SIGKILLed at a random moment: every event a process reported kept
+// (appended under the lock, or left in the intake) is retained after the
+// next holder admits the intake, and the hook summary agrees with a full
+// scan of the files.
+func TestCrashConcurrentBurst(t *testing.T) {
+	n := 48
+	if testing.Short() {
+		n = 16
+	}
+	sp := mustInit(t, Limits{})
+	summary := summaryPath(t)
+	var mu sync.Mutex
+	kept := map[string]bool{}
+	var wg sync.WaitGroup
+	for i := range n {
+		tag := fmt.Sprintf("burst-%03d", i)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1")
+			cmd.Env = append(os.Environ(), envScenario+"=burst", envDir+"="+sp.dir, envSummary+"="+summary, envTag+"="+tag)
+			var out bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &out
+			if err := cmd.Start(); err != nil {
+				t.Error(err)
+				return
+			}
+			if rand.IntN(4) == 0 {
+				time.AfterFunc(time.Duration(rand.IntN(30))*time.Millisecond, func() { cmd.Process.Signal(syscall.SIGKILL) })
+			}
+			cmd.Wait()
+			if strings.Contains(out.String(), "kept "+tag) {
+				mu.Lock()
+				kept[tag] = true
+				mu.Unlock()
+			} else if strings.Contains(out.String(), "error") {
+				t.Errorf("%s: %s", tag, out.String())
+			}
+		}()
+	}
+	wg.Wait()
+	if out, killed := runChild(t, "admit", sp.dir, "", envSummary+"="+summary); killed || !strings.Contains(out, "done") {
+		t.Fatalf("final admission: %s", out)
+	}
+	evs, err := sp.Events()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	for _, e := range evs {
+		got[e.AgentID]++
+	}
+	for tag := range kept {
+		if got[tag] == 0 {
+			t.Errorf("%s was reported kept and is not retained", tag)
+		}
+	}
+	agree(t, withSummary(t, sp.dir, summary))
+	t.Logf("%d processes, %d reported kept, %d distinct events retained", n, len(kept), len(got))
 }
