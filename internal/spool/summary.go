@@ -190,6 +190,18 @@ func (s *Spool) markDirty(sr *summaryRecord) error {
 	return s.writeSummary(&d)
 }
 
+// dropSummary removes the summary when it cannot be marked dirty (a full
+// disk): an unlink needs no space, and no summary means a full scan.
+func (s *Spool) dropSummary() error {
+	if s.summaryPath == "" {
+		return nil
+	}
+	if err := os.Remove(s.summaryPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("spool summary can be neither marked dirty nor removed: %w", err)
+	}
+	return nil
+}
+
 // fastState builds the acquisition state from a trusted summary, or returns
 // nil when the summary cannot be trusted. It lists only the intake.
 func (s *Spool) fastState(sr *summaryRecord, size int64, boot string, lim Limits) (*state, error) {
@@ -294,8 +306,10 @@ func (s *Spool) acquireFast(ctx context.Context, wait time.Duration) (*guard, er
 	}
 	if st == nil {
 		if err := s.markDirty(sr); err != nil {
-			g.release()
-			return nil, fmt.Errorf("spool summary: %w", err)
+			if err := s.dropSummary(); err != nil {
+				g.release()
+				return nil, err
+			}
 		}
 		if st, err = s.recoverLocked(); err != nil {
 			g.release()
@@ -307,8 +321,24 @@ func (s *Spool) acquireFast(ctx context.Context, wait time.Duration) (*guard, er
 		}
 	} else {
 		if err := s.markDirty(sr); err != nil {
-			g.release()
-			return nil, fmt.Errorf("spool summary: %w", err)
+			// Without a dirty mark the clean summary must not survive this
+			// acquisition's changes: remove it (no space needed) and take
+			// the full scan instead.
+			if err := s.dropSummary(); err != nil {
+				g.release()
+				return nil, err
+			}
+			if st, err = s.recoverLocked(); err != nil {
+				g.release()
+				return nil, err
+			}
+			if err := s.rebuildPending(st); err != nil {
+				g.release()
+				return nil, err
+			}
+			st.boot = ""
+			g.st, g.tracked = st, true
+			return g, nil
 		}
 		budget := MaxIntakeFiles*2 + 256
 		if err := s.countIntakeDir(st, &budget); err != nil {
