@@ -189,11 +189,50 @@ func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Re
 	// it, perhaps across its Hub delivery) durably writes its event into
 	// the spool's intake and returns: the lock holder resolves and admits
 	// it (intake.go). Only a full intake makes it wait for the lock.
+	// followUp closes the intake's race with a holder that is letting go:
+	// a hook that wrote an intake file, and a holder after it released the
+	// lock, look once more and admit what waits if the lock is free now
+	// (if it is not, that holder does the same after its release), so no
+	// intake file waits for a later session's hook.
+	followUp := func() {
+		for range 3 {
+			if n, err := sp.WaitingIntake(); err != nil || n == 0 {
+				return
+			}
+			fs, err := sp.TryBegin(ctx, 0)
+			if err != nil {
+				return
+			}
+			func() {
+				defer fs.Close()
+				if hub == nil {
+					if r, err := openHub(); r != nil || err != nil {
+						return
+					}
+				}
+				led, err := store.OpenLedger(bd.Spool)
+				if err != nil {
+					return
+				}
+				defer led.Close()
+				if led.Fresh() {
+					high, err := fs.MaxSeq()
+					if err != nil {
+						return
+					}
+					led.SetFloor(high)
+				}
+				adm := &admission{deadline: time.Now().Add(admitBudget), left: maxAdmitPerHook}
+				admitIntake(ctx, store, led, fs, sp, bd, hub, adm, res)
+			}()
+		}
+	}
 	ss, err := sp.TryBegin(ctx, IntakeLockWait)
 	if errors.Is(err, spool.ErrBusy) {
 		name, ierr := writeIntake(ctx, store, sp, bd, p, rec, obs, now)
 		if ierr == nil {
 			res.Intake = name
+			followUp()
 			return res, nil
 		}
 		if !errors.Is(ierr, spool.ErrIntakeFull) {
@@ -234,6 +273,7 @@ func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Re
 			}
 		}
 	}
+	defer followUp() // after the session and the ledger are closed
 	defer ss.Close()
 	led, err := store.OpenLedger(bd.Spool)
 	if err != nil {

@@ -328,6 +328,14 @@ func (ss *Session) Intake(max int) ([]IntakeFile, error) {
 	return out, nil
 }
 
+// WaitingIntake counts the installed intake files, without the lock (a
+// hint: the lock holder decides).
+func (s *Spool) WaitingIntake() (int, error) {
+	budget := MaxIntakeFiles*2 + 256
+	es, _, _, err := s.listIntake(&budget)
+	return len(es), err
+}
+
 // IntakeBacklog returns how many intake files wait for admission.
 func (ss *Session) IntakeBacklog() (int, error) {
 	if err := ss.held(); err != nil {
