@@ -136,7 +136,7 @@ func TestBurstLeavesNothingWaiting(t *testing.T) {
 	f := newBurstFixture(t)
 	f.drain(t, "burst-setup")
 	for round := range 4 {
-		burstOn(t, f, 12, false, fmt.Sprintf("r%d", round))
+		burstOn(t, f, 6, false, fmt.Sprintf("r%d", round))
 	}
 }
 
