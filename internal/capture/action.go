@@ -308,6 +308,30 @@ type actionEnv struct {
 	source func(ctx context.Context, root string) (*event.SourceBinding, error)
 	// receiptLimit replaces MaxActionReceipts when set (tests).
 	receiptLimit int
+	// facts, when set, are the payload facts an intake record carried
+	// (its payload is not kept); otherwise they come from p.
+	facts *payloadFacts
+}
+
+// payloadFacts are the facts of a hook payload the action path derives from
+// its tool input and response: the canonical input digest and the explicit
+// exit code. An intake record keeps them instead of the bodies.
+type payloadFacts struct {
+	InputDigest   string `json:"input_digest"`
+	ExitCode      *int   `json:"exit_code,omitempty"`
+	ExitCodeField string `json:"exit_code_field"`
+}
+
+func factsOf(p *claude.Payload) payloadFacts {
+	code, field := ExplicitExitCode(p.ToolResponse)
+	return payloadFacts{InputDigest: canonicalInputDigest(p.ToolInput), ExitCode: code, ExitCodeField: field}
+}
+
+func (e actionEnv) payloadFacts() payloadFacts {
+	if e.facts != nil {
+		return *e.facts
+	}
+	return factsOf(e.p)
 }
 
 // recordAction appends the action start or finish of a tool lifecycle
@@ -353,7 +377,7 @@ func recordAction(ctx context.Context, e actionEnv) (string, error) {
 
 func (e actionEnv) startCanon() startCanon {
 	return startCanon{Agent: e.rec.Agent, Session: e.rec.SessionID, ToolUseID: e.rec.ToolUseID, Tool: e.rec.ToolName,
-		InputDigest: canonicalInputDigest(e.p.ToolInput)}
+		InputDigest: e.payloadFacts().InputDigest}
 }
 
 func startAction(ctx context.Context, e actionEnv, rs actionReceipts, rule ActionRule) (string, error) {
@@ -454,7 +478,8 @@ func finishAction(ctx context.Context, e actionEnv, rs actionReceipts) (string, 
 			return "", fmt.Errorf("action %s: the retained start could not be appended, so no finish is recorded: %w", id, err)
 		}
 	}
-	code, field := ExplicitExitCode(e.p.ToolResponse)
+	pf := e.payloadFacts()
+	code, field := pf.ExitCode, pf.ExitCodeField
 	fc := finishCanon{startCanon: e.startCanon(), HookEvent: rec.HookEvent, Outcome: rec.Outcome, ExitCode: code, ExitCodeField: field}
 	canon, _ := json.Marshal(fc)
 	if !bytes.Equal(start.Canon, mustMarshal(fc.startCanon)) {

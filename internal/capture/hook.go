@@ -36,6 +36,14 @@ type Hub interface {
 	Close() error
 }
 
+// ConnectionLooker is what a HubOpener may offer besides Open: the lineage
+// of a checkout's connection without opening the Hub (ErrNoConnection when
+// there is none), so that a hook that leaves its event in the intake never
+// opens the Hub.
+type ConnectionLooker interface {
+	LookupConnection(root string) (Lineage, error)
+}
+
 // HubOpener opens the Hub of a checkout, or fails with ErrNoConnection.
 type HubOpener interface {
 	Open(ctx context.Context, root string) (Hub, error)
@@ -46,6 +54,10 @@ const (
 	ResolveTimeout   = 2 * time.Second
 	DeliveryTimeout  = 5 * time.Second
 	DeliveryPageSize = 10
+	// IntakeDeliveryPage is the page of a hook that admitted intake
+	// records (concurrent hooks are running): it keeps the lock holder
+	// short while the burst lasts; delivery catches up afterwards.
+	IntakeDeliveryPage = 2
 )
 
 // HookResult says what one hook invocation retained and delivered.
@@ -75,6 +87,11 @@ type HookResult struct {
 	// started, finished, their duplicates, conflict, ...); empty when no
 	// rule applies.
 	Action string
+	// Intake names the intake file this event was written to when the
+	// spool lock was busy (admitted by a later lock holder).
+	Intake string
+	// Admitted counts the earlier intake files this invocation admitted.
+	Admitted int
 }
 
 // HandleClaudeHook reads one Claude Code hook payload from in, finds the
@@ -115,16 +132,43 @@ func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Re
 	if !ok {
 		return &HookResult{Ignored: true, Reason: "event " + p.HookEventName + " is not captured", Spool: bd.Spool}, nil
 	}
-	hub, err := hubs.Open(ctx, bd.Root)
-	if errors.Is(err, ErrNoConnection) {
-		return &HookResult{Ignored: true, Reason: "the checkout has no client connection", Spool: bd.Spool}, nil
+	// With a cheap connection lookup the Hub (an embedded store is an
+	// SQLite database to open) is opened only by the hook that holds the
+	// spool lock; a hook that finds the lock busy never opens it.
+	looker, cheap := hubs.(ConnectionLooker)
+	var hub Hub
+	openHub := func() (*HookResult, error) {
+		h, err := hubs.Open(ctx, bd.Root)
+		if errors.Is(err, ErrNoConnection) {
+			return &HookResult{Ignored: true, Reason: "the checkout has no client connection", Spool: bd.Spool}, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		hub = h
+		if lin := hub.Lineage(); bd.Hub != "" && !sameRepo(lin, bd.lineage()) {
+			return nil, fmt.Errorf("capture binding of %s was saved for %s, but the checkout is now connected to %s; nothing captured", bd.Root, describeLineage(bd.lineage()), describeLineage(lin))
+		}
+		return nil, nil
 	}
-	if err != nil {
-		return nil, err
-	}
-	defer hub.Close()
-	if lin := hub.Lineage(); bd.Hub != "" && !sameRepo(lin, bd.lineage()) {
-		return nil, fmt.Errorf("capture binding of %s was saved for %s, but the checkout is now connected to %s; nothing captured", bd.Root, describeLineage(bd.lineage()), describeLineage(lin))
+	defer func() {
+		if hub != nil {
+			hub.Close()
+		}
+	}()
+	if cheap {
+		lin, err := looker.LookupConnection(bd.Root)
+		if errors.Is(err, ErrNoConnection) {
+			return &HookResult{Ignored: true, Reason: "the checkout has no client connection", Spool: bd.Spool}, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if bd.Hub != "" && !sameRepo(lin, bd.lineage()) {
+			return nil, fmt.Errorf("capture binding of %s was saved for %s, but the checkout is now connected to %s; nothing captured", bd.Root, describeLineage(bd.lineage()), describeLineage(lin))
+		}
+	} else if r, err := openHub(); r != nil || err != nil {
+		return r, err
 	}
 	obs, err := store.Observe(bd, p.SessionID, p.HookEventName, rec.Source)
 	if err != nil {
@@ -136,22 +180,101 @@ func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Re
 		}
 	}
 	res := &HookResult{Spool: bd.Spool}
+	// OpenAppender skips the open-time recovery, and one Session does the
+	// append and the delivery bookkeeping under a single guarded lock
+	// acquisition (one identity revalidation, and the pending summary
+	// instead of a scan of the retained history, per hook).
+	sp, err := store.openHookSpool(bd.Spool)
+	if err != nil {
+		return nil, err
+	}
+	// A hook that cannot take the spool lock at once (another hook holds
+	// it, perhaps across its Hub delivery) durably writes its event into
+	// the spool's intake and returns: the lock holder resolves and admits
+	// it (intake.go). Only a full intake makes it wait for the lock.
+	// followUp closes the intake's race with a holder that is letting go:
+	// a hook that wrote an intake file, and a holder after it released the
+	// lock, look once more and admit what waits if the lock is free now
+	// (if it is not, that holder does the same after its release), so no
+	// intake file waits for a later session's hook.
+	followUp := func() {
+		for range 3 {
+			if n, err := sp.WaitingIntake(); err != nil || n == 0 {
+				return
+			}
+			fs, err := sp.TryBegin(ctx, 0)
+			if err != nil {
+				return
+			}
+			func() {
+				defer fs.Close()
+				if hub == nil {
+					if r, err := openHub(); r != nil || err != nil {
+						return
+					}
+				}
+				led, err := store.OpenLedger(bd.Spool)
+				if err != nil {
+					return
+				}
+				defer led.Close()
+				stream, err := led.BindStream(sp.ObservationScope())
+				if err != nil {
+					return
+				}
+				fs.SetStream(stream)
+				adm := &admission{deadline: time.Now().Add(admitBudget), left: maxAdmitPerHook}
+				admitIntake(ctx, store, led, fs, sp, bd, hub, adm, res)
+			}()
+		}
+	}
+	ss, err := sp.TryBegin(ctx, IntakeLockWait)
+	if errors.Is(err, spool.ErrBusy) {
+		name, ierr := writeIntake(ctx, store, sp, bd, p, rec, obs, now)
+		if ierr == nil {
+			res.Intake = name
+			followUp()
+			return res, nil
+		}
+		if !errors.Is(ierr, spool.ErrIntakeFull) {
+			if reason := lossReason(ierr); reason != "" {
+				if nerr := noteLost(store.ledgerDir(bd.Spool), rec, p.SessionID, Target{}, false, reason, ierr.Error(), now); nerr == nil {
+					return nil, fmt.Errorf("the spool lock is busy and the intake write failed (%w); the next hook records a capture_interrupted gap", ierr)
+				}
+			}
+			return nil, fmt.Errorf("the spool lock is busy and the intake write failed: %w", ierr)
+		}
+		ss, err = sp.Begin(ctx)
+		if errors.Is(err, spool.ErrLockTimeout) {
+			// The intake is full and the lock stayed held for the whole
+			// wait: the event is lost, but not silently.
+			if nerr := noteLost(store.ledgerDir(bd.Spool), rec, p.SessionID, Target{}, false, "lock_timeout", err.Error(), now); nerr == nil {
+				return nil, fmt.Errorf("%w; the intake is full, so the next hook records a capture_interrupted gap (lock_timeout) for this event", err)
+			}
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if hub == nil {
+		if r, err := openHub(); r != nil || err != nil {
+			ss.Close()
+			return r, err
+		}
+	}
 	rctx, cancel := context.WithTimeout(ctx, ResolveTimeout)
 	t, rerr := hub.Resolve(rctx, bd.WorktreeID, p.SessionID)
 	cancel()
-	// OpenAppender skips the open-time recovery, and one Session does the
-	// append and the delivery bookkeeping under a single guarded lock
-	// acquisition (one identity revalidation and recovery scan per hook).
-	// The lock stays held across the Hub calls: hooks of one spool are
-	// serialised, which is what a hook wants anyway.
-	sp, err := spool.OpenAppender(bd.Spool)
-	if err != nil {
-		return nil, err
+	if rerr != nil && rec.Kind == event.ToolStart {
+		if _, ok := ruleFor(bd, rec.ToolName); ok {
+			// An unresolved PreToolUse of a ruled tool keeps the source it
+			// ran on, when possible (seed); a failure leaves it absent.
+			if sb, err := captureSource(ctx, bd.Root, sourceOptions{}); err == nil {
+				rec.DeferredSource = sb
+			}
+		}
 	}
-	ss, err := sp.Begin(ctx)
-	if err != nil {
-		return nil, err
-	}
+	defer followUp() // after the session and the ledger are closed
 	defer ss.Close()
 	led, err := store.OpenLedger(bd.Spool)
 	if err != nil {
@@ -168,18 +291,26 @@ func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Re
 		return nil, err
 	}
 	ss.SetStream(stream)
-	// Delivery runs even when this event was not appended (a conflict, a
-	// paused spool): earlier retained envelopes still go out.
-	if rerr != nil && rec.Kind == event.ToolStart {
-		if _, ok := ruleFor(bd, rec.ToolName); ok {
-			// An unresolved PreToolUse of a ruled tool keeps the source it
-			// ran on, when possible (seed); a failure leaves it absent.
-			if sb, err := captureSource(ctx, bd.Root, sourceOptions{}); err == nil {
-				rec.DeferredSource = sb
-			}
+	// Records an earlier hook could not append (disk full, I/O error)
+	// become capture_interrupted gaps naming their reserved sequences.
+	if _, err := publishLost(store.ledgerDir(bd.Spool), ss, now); err != nil {
+		res.DeliveryErr = err
+	}
+	// Earlier events waiting in the intake go first (receipt order). When
+	// more wait than one hook admits, this event queues behind them.
+	adm := &admission{deadline: time.Now().Add(admitBudget), left: maxAdmitPerHook}
+	more, ierr := admitIntake(ctx, store, led, ss, sp, bd, hub, adm, res)
+	if ierr == nil && more {
+		name, werr := writeIntake(ctx, store, sp, bd, p, rec, obs, now)
+		if werr == nil {
+			res.Intake = name
+			deliver(ctx, ss, led, hub, now, res, IntakeDeliveryPage)
+			return res, nil
 		}
 	}
-	cerr := captureOccurrence(led, ss, bd, p, rec, obs, t, rerr == nil, res)
+	// Delivery runs even when this event was not appended (a conflict, a
+	// paused spool): earlier retained envelopes still go out.
+	cerr := captureOccurrence(led, ss, bd, p.SessionID, PhaseFingerprint(p, rec), rec, obs, t, rerr == nil, res)
 	if cerr == nil {
 		// Actions from execution rules (action.go): the action start or
 		// finish of this tool call, appended in the same spool Session
@@ -189,12 +320,34 @@ func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Re
 		res.Action, aerr = recordAction(ctx, actionEnv{ss: ss, sp: sp, configDir: store.Dir, bd: bd, p: p, rec: rec, now: now})
 		cerr = aerr
 	}
+	if reason := lossReason(cerr); reason != "" && res.Seq == 0 && !res.Duplicate &&
+		(errors.Is(cerr, spool.ErrGapNotRecorded) || !errors.Is(cerr, spool.ErrCapturePaused)) {
+		// Neither the record nor the spool's own gap is retained: keep the
+		// loss where no new block is needed, for the next hook to publish.
+		if nerr := noteLost(store.ledgerDir(bd.Spool), rec, p.SessionID, t, rerr == nil, reason, cerr.Error(), now); nerr == nil {
+			cerr = fmt.Errorf("%w; the next hook records a capture_interrupted gap (%s) for it", cerr, reason)
+		}
+	}
 	if rerr == nil && cerr == nil {
 		// Transcript reader and setup artifact (transcript.go): bounded,
 		// appends usage records to this same spool session.
 		_, cerr = store.TranscriptStep(ss, bd, b, p, t, obs.Mode, now)
 	}
-	deliver(ctx, ss, led, hub, now, res)
+	page := DeliveryPageSize
+	if res.Admitted > 0 || more {
+		// Other hooks are running concurrently: keep this one short; the
+		// delivery catches up when the burst is over.
+		page = IntakeDeliveryPage
+	}
+	deliver(ctx, ss, led, hub, now, res, page)
+	// Events that arrived in the intake while this hook held the lock
+	// (its delivery included) are admitted before it lets go.
+	if _, aerr := admitIntake(ctx, store, led, ss, sp, bd, hub, adm, res); aerr != nil && ierr == nil {
+		ierr = aerr
+	}
+	if cerr == nil && ierr != nil {
+		cerr = ierr
+	}
 	return res, cerr
 }
 
@@ -205,8 +358,7 @@ func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Re
 // fails. With an exact target it first publishes the outages of earlier
 // deferred occurrences, and gives a session whose earlier facts stayed
 // unassociated one adapter_started_late gap.
-func captureOccurrence(led *Ledger, ss *spool.Session, bd *Binding, p *claude.Payload, rec *event.Record, obs Observation, t Target, resolved bool, res *HookResult) error {
-	observed := p.SessionID
+func captureOccurrence(led *Ledger, ss *spool.Session, bd *Binding, observed, fingerprint string, rec *event.Record, obs Observation, t Target, resolved bool, res *HookResult) error {
 	var lateGap bool
 	lateReason := obs.Reason
 	if resolved {
@@ -228,7 +380,7 @@ func captureOccurrence(led *Ledger, ss *spool.Session, bd *Binding, p *claude.Pa
 	occ, identified := ProviderOccurrence(rec)
 	claimed := false
 	if identified {
-		orig, status, err := led.Claim(occ, PhaseFingerprint(p, rec), route)
+		orig, status, err := led.Claim(occ, fingerprint, route)
 		if err != nil {
 			return err
 		}
@@ -364,17 +516,17 @@ func publishOutages(ss *spool.Session, led *Ledger, rec *event.Record, observed 
 	return done, nil
 }
 
-// deliver replays up to DeliveryPageSize pending envelopes in sequence
+// deliver replays up to page (at most DeliveryPageSize) pending envelopes in sequence
 // order within DeliveryTimeout. Only an acknowledgement writes the ack
 // marker; every attempt advances the scheduling cursor.
 //
 // A permanent refusal (RefusedError) is recorded as outcome "refused",
 // listed in the ledger once and, the first time, marked on the Hub by a
 // hub_refused gap (refused.go); the hook warns about it.
-func deliver(ctx context.Context, sp *spool.Session, led *Ledger, hub Hub, now time.Time, res *HookResult) {
+func deliver(ctx context.Context, sp *spool.Session, led *Ledger, hub Hub, now time.Time, res *HookResult, page int) {
 	ctx, cancel := context.WithTimeout(ctx, DeliveryTimeout)
 	defer cancel()
-	envs, err := sp.Pending(DeliveryPageSize)
+	envs, err := sp.Pending(page)
 	if err != nil {
 		res.DeliveryErr = err
 		return

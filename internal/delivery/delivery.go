@@ -67,6 +67,19 @@ func (o Opener) Open(ctx context.Context, root string) (capture.Hub, error) {
 	return &hub{conn: conn, lineage: capture.Lineage{Hub: c.Hub, Repository: c.Repository, WorktreeID: c.WorktreeID}}, nil
 }
 
+// LookupConnection returns the lineage of root's client connection without
+// opening the Hub (capture.ConnectionLooker).
+func (o Opener) LookupConnection(root string) (capture.Lineage, error) {
+	c, err := client.Lookup(o.ConfigDir, root)
+	if errors.Is(err, client.ErrNoConnection) {
+		return capture.Lineage{}, capture.ErrNoConnection
+	}
+	if err != nil {
+		return capture.Lineage{}, err
+	}
+	return capture.Lineage{Hub: c.Hub, Repository: c.Repository, WorktreeID: c.WorktreeID}, nil
+}
+
 type hub struct {
 	conn    client.Conn
 	lineage capture.Lineage

@@ -35,6 +35,9 @@ const (
 	GapReasonOrderLedger   = "order_ledger_limit"
 	GapReasonNoSpace       = "no_space"
 	GapReasonWriteFailed   = "write_failed"
+	// GapReasonIOError: a record could not be written because of an I/O
+	// error (EIO).
+	GapReasonIOError = "io_error"
 )
 
 // GapInfo describes one coverage gap.

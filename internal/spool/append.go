@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -70,7 +71,7 @@ func (s *Spool) Append(rec *event.Record) (uint64, error) {
 
 // AppendContext is Append bounded by ctx (lock wait).
 func (s *Spool) AppendContext(ctx context.Context, rec *event.Record) (uint64, error) {
-	g, err := s.acquire(ctx)
+	g, err := s.acquireFast(ctx, s.lockWait)
 	if err != nil {
 		return 0, err
 	}
@@ -139,7 +140,7 @@ func (s *Spool) appendLocked(st *state, rec *event.Record) (uint64, error) {
 	env := encodeEnvelope(&r, class)
 	need := Usage{Records: 1, Bytes: int64(len(env))}
 	artNeed := Usage{}
-	_, artExists := st.artifacts[artHex]
+	artExists := art != nil && s.artifactExists(st, artHex, int64(len(art)))
 	if art != nil && missing == "" && !artExists {
 		artNeed = Usage{Records: 1, Bytes: int64(len(art))}
 	}
@@ -150,7 +151,7 @@ func (s *Spool) appendLocked(st *state, rec *event.Record) (uint64, error) {
 			missing = qe.Bound
 		} else if !priority {
 			if perr := s.pause(st, rec, qe.Bound, err.Error()); perr != nil {
-				return 0, fmt.Errorf("%w: %w; recording the capture_interrupted gap failed too: %v", ErrCapturePaused, err, perr)
+				return 0, fmt.Errorf("%w: %w; recording the capture_interrupted gap failed too (%w): %v", ErrCapturePaused, err, ErrGapNotRecorded, perr)
 			}
 			return 0, fmt.Errorf("%w: %w; a capture_interrupted gap records it", ErrCapturePaused, err)
 		} else {
@@ -160,6 +161,7 @@ func (s *Spool) appendLocked(st *state, rec *event.Record) (uint64, error) {
 	if art != nil && missing == "" && !artExists {
 		name := artifactName(artHex, int64(len(art)))
 		if err := s.writeNew(filepath.Join(s.dir, artifactsDir), name, art, "append.artifact"); err != nil {
+			st.suspect = true // the file may exist without being counted
 			missing = event.GapReasonWriteFailed
 			if errors.Is(err, syscall.ENOSPC) {
 				missing = event.GapReasonNoSpace
@@ -179,9 +181,11 @@ func (s *Spool) appendLocked(st *state, rec *event.Record) (uint64, error) {
 			reason := event.GapReasonWriteFailed
 			if errors.Is(err, syscall.ENOSPC) {
 				reason = event.GapReasonNoSpace
+			} else if errors.Is(err, syscall.EIO) {
+				reason = event.GapReasonIOError
 			}
 			if perr := s.pause(st, rec, reason, err.Error()); perr != nil {
-				return 0, fmt.Errorf("%w: %w; recording the capture_interrupted gap failed too: %v", ErrCapturePaused, err, perr)
+				return 0, fmt.Errorf("%w: %w; recording the capture_interrupted gap failed too (%w): %v", ErrCapturePaused, err, ErrGapNotRecorded, perr)
 			}
 			return 0, fmt.Errorf("%w: %w; a capture_interrupted gap records it", ErrCapturePaused, err)
 		}
@@ -202,6 +206,23 @@ func (s *Spool) appendLocked(st *state, rec *event.Record) (uint64, error) {
 		}
 	}
 	return seq, nil
+}
+
+// artifactExists reports whether the artifact of digest hexsum and frame
+// size is retained: from the full listing, or (fast state) one lstat.
+func (s *Spool) artifactExists(st *state, hexsum string, size int64) bool {
+	if _, ok := st.artifacts[hexsum]; ok {
+		return true
+	}
+	if !st.fast {
+		return false
+	}
+	fi, err := os.Lstat(filepath.Join(s.dir, artifactsDir, artifactName(hexsum, size)))
+	if err != nil || !fi.Mode().IsRegular() || fi.Size() != size {
+		return false
+	}
+	st.artifacts[hexsum] = size
+	return true
 }
 
 func gapRecord(rec *event.Record, kind, reason, detail string) *event.Record {
@@ -248,10 +269,15 @@ func (s *Spool) writeRecord(st *state, r *event.Record, class byte, priority boo
 		fp = "append.gap"
 	}
 	if err := s.writeNew(filepath.Join(s.dir, outboxDir), name, env, fp); err != nil {
+		st.suspect = true // the file may exist without being counted
 		return 0, fmt.Errorf("append record %d: %w", r.Seq, err)
 	}
 	e, _ := parseOutboxName(name)
 	st.outbox = append(st.outbox, e)
+	st.sorted = false
+	if st.pendKnown {
+		st.pend = append(st.pend, e)
+	}
 	st.usage.Records++
 	st.usage.Bytes += e.size
 	st.maxSeq = r.Seq

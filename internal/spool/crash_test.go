@@ -15,6 +15,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/agentscm/agentscm/internal/event"
 )
@@ -30,6 +31,7 @@ const (
 	envDir      = "AGENTSCM_SPOOL_TEST_DIR"
 	envTag      = "AGENTSCM_SPOOL_TEST_TAG"
 	envCount    = "AGENTSCM_SPOOL_TEST_COUNT"
+	envSummary  = "AGENTSCM_SPOOL_TEST_SUMMARY"
 )
 
 func tagged(tag string, kind event.Kind) *event.Record {
@@ -113,6 +115,7 @@ func TestHelperProcess(t *testing.T) {
 		if err != nil {
 			die(err)
 		}
+		sp.SetSummaryPath(os.Getenv(envSummary))
 		ss, err := sp.Begin(ctx)
 		if err != nil {
 			die(err)
@@ -137,6 +140,91 @@ func TestHelperProcess(t *testing.T) {
 			}
 			fmt.Printf("attempted %d\n", e.Record.Seq)
 		}
+	case "intake":
+		// A hook that finds the lock busy: one intake file, no lock.
+		sp, err := OpenAppender(dir)
+		if err != nil {
+			die(err)
+		}
+		sp.SetSummaryPath(os.Getenv(envSummary))
+		name, err := sp.WriteIntake([]byte(os.Getenv(envTag)), time.Now())
+		if err != nil {
+			die(err)
+		}
+		fmt.Printf("intake %s\n", name)
+	case "admit":
+		// The next lock holder: admit every intake file as a record.
+		sp, err := OpenAppender(dir)
+		if err != nil {
+			die(err)
+		}
+		sp.intakeGrace = 0 // the killed writers are known dead
+		sp.SetSummaryPath(os.Getenv(envSummary))
+		ss, err := sp.Begin(ctx)
+		if err != nil {
+			die(err)
+		}
+		defer ss.Close()
+		files, err := ss.Intake(1000)
+		if err != nil {
+			die(err)
+		}
+		for _, f := range files {
+			if _, err := ss.Append(tagged(string(f.Data), event.PromptSubmit)); err != nil {
+				die(err)
+			}
+			if err := ss.DoneIntake(f.Name); err != nil {
+				die(err)
+			}
+			fmt.Printf("admitted %s\n", f.Data)
+		}
+	case "burst":
+		// One hook of a concurrent burst: append under the lock when it is
+		// free (admitting the intake first, in order), else leave the event
+		// in the intake. "kept" is printed once the event is durable.
+		sp, err := OpenAppender(dir)
+		if err != nil {
+			die(err)
+		}
+		sp.SetSummaryPath(os.Getenv(envSummary))
+		tag := os.Getenv(envTag)
+		ss, err := sp.TryBegin(ctx, 0)
+		if errors.Is(err, ErrBusy) {
+			if _, err := sp.WriteIntake([]byte(tag), time.Now()); err != nil {
+				die(err)
+			}
+			fmt.Printf("kept %s\n", tag)
+			break
+		}
+		if err != nil {
+			die(err)
+		}
+		files, err := ss.Intake(1000)
+		if err != nil {
+			die(err)
+		}
+		for _, f := range files {
+			if _, err := ss.Append(tagged(string(f.Data), event.PromptSubmit)); err != nil {
+				die(err)
+			}
+			if err := ss.DoneIntake(f.Name); err != nil {
+				die(err)
+			}
+		}
+		if _, err := ss.Append(tagged(tag, event.PromptSubmit)); err != nil {
+			die(err)
+		}
+		fmt.Printf("kept %s\n", tag)
+		pend, err := ss.Pending(10)
+		if err != nil {
+			die(err)
+		}
+		for _, e := range pend {
+			if err := ss.Ack(e.Record.Seq, e.Digest); err != nil {
+				die(err)
+			}
+		}
+		ss.Close()
 	case "compact":
 		sp, err := Open(dir)
 		if err != nil {

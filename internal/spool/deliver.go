@@ -2,13 +2,16 @@ package spool
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -167,7 +170,7 @@ func (s *Spool) ackedSet(st *state) (map[uint64]string, error) {
 // ErrMalformedAck when any acknowledgement marker is malformed; malformed
 // envelopes are quarantined.
 func (s *Spool) Pending(ctx context.Context, max int) ([]Envelope, error) {
-	g, err := s.acquire(ctx)
+	g, err := s.acquireFast(ctx, s.lockWait)
 	if err != nil {
 		return nil, err
 	}
@@ -176,6 +179,9 @@ func (s *Spool) Pending(ctx context.Context, max int) ([]Envelope, error) {
 }
 
 func (s *Spool) pendingLocked(st *state, max int) ([]Envelope, error) {
+	if st.pendKnown {
+		return s.pendingIndexed(st, max)
+	}
 	if err := s.checkEvidence(st); err != nil {
 		return nil, err
 	}
@@ -223,11 +229,82 @@ func (s *Spool) pendingLocked(st *state, max int) ([]Envelope, error) {
 	return out, nil
 }
 
+// pendingIndexed is Pending over the pending list: it reads only the
+// envelopes it returns (starting after the cursor, then wrapping) and the
+// markers of those sequences, so its cost is O(max) reads plus the list.
+// An envelope found acknowledged with its exact digest, gone, or malformed
+// (quarantined) leaves the list. A malformed marker found at the last
+// rebuild, or met now, stops delivery with ErrMalformedAck.
+func (s *Spool) pendingIndexed(st *state, max int) ([]Envelope, error) {
+	if st.malformedAck != "" {
+		return nil, fmt.Errorf("%w: %s", ErrMalformedAck, st.malformedAck)
+	}
+	cur, err := s.readCursor()
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(st.pend, cmpSeq)
+	start, _ := slices.BinarySearchFunc(st.pend, cur.LastSeq+1, func(e outboxEntry, seq uint64) int { return cmp.Compare(e.seq, seq) })
+	order := append(slices.Clone(st.pend[start:]), st.pend[:start]...)
+	euid := os.Geteuid()
+	var out []Envelope
+	var drop []uint64
+	for _, e := range order {
+		if len(out) >= max {
+			break
+		}
+		path := filepath.Join(s.dir, outboxDir, e.name)
+		var sys syscall.Stat_t
+		if err := syscall.Lstat(path, &sys); err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				drop = append(drop, e.seq)
+				continue
+			}
+			return nil, &fs.PathError{Op: "lstat", Path: path, Err: err}
+		}
+		if err := checkPrivateStat(path, &sys, euid); err != nil {
+			return nil, err
+		}
+		ackd := ""
+		if name := ackName(e.seq); true {
+			if _, err := os.Lstat(filepath.Join(s.dir, acksDir, name)); err == nil {
+				d, err := s.readAck(e.seq, name)
+				if err != nil {
+					st.malformedAck = name
+					return nil, err
+				}
+				ackd = d
+				st.acks[e.seq] = name
+			}
+		}
+		env, err := s.readEnvelopeFile(e)
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				drop = append(drop, e.seq)
+				continue
+			}
+			if qerr := s.quarantine(st, outboxDir, e.name); qerr != nil {
+				return nil, qerr
+			}
+			continue
+		}
+		if ackd == env.Digest {
+			drop = append(drop, e.seq)
+			continue
+		}
+		out = append(out, *env)
+	}
+	for _, seq := range drop {
+		st.dropPending(seq)
+	}
+	return out, nil
+}
+
 // Ack writes the acknowledgement marker for envelope seq. digest must be
 // the envelope's exact digest; the marker hides the envelope from delivery
 // without deleting it. Acknowledging twice is harmless.
 func (s *Spool) Ack(ctx context.Context, seq uint64, digest string) error {
-	g, err := s.acquire(ctx)
+	g, err := s.acquireFast(ctx, s.lockWait)
 	if err != nil {
 		return err
 	}
@@ -239,9 +316,27 @@ func (s *Spool) Ack(ctx context.Context, seq uint64, digest string) error {
 // records it in st, so that later operations of the same acquisition see it.
 func (s *Spool) ackLocked(st *state, seq uint64, digest string) error {
 	var found *outboxEntry
-	for i := range st.outbox {
-		if st.outbox[i].seq == seq {
-			found = &st.outbox[i]
+	list := st.outbox
+	if st.fast {
+		list = st.pend
+	}
+	for i := range list {
+		if list[i].seq == seq {
+			found = &list[i]
+		}
+	}
+	if found == nil && st.fast {
+		// Not pending: acknowledged before (harmless), compacted, or not
+		// there at all.
+		if _, err := os.Lstat(filepath.Join(s.dir, acksDir, ackName(seq))); err == nil {
+			d, err := s.readAck(seq, ackName(seq))
+			if err != nil {
+				return err
+			}
+			if d == digest {
+				return nil
+			}
+			return fmt.Errorf("acknowledge %d: %w: an existing marker names %s", seq, ErrDigestMismatch, d)
 		}
 	}
 	if found == nil {
@@ -257,7 +352,13 @@ func (s *Spool) ackLocked(st *state, seq uint64, digest string) error {
 	if env.Digest != digest {
 		return fmt.Errorf("acknowledge %d: %w: envelope is %s, acknowledgement names %s", seq, ErrDigestMismatch, env.Digest, digest)
 	}
-	if name, ok := st.acks[seq]; ok {
+	name, ok := st.acks[seq]
+	if !ok && st.fast {
+		if _, err := os.Lstat(filepath.Join(s.dir, acksDir, ackName(seq))); err == nil {
+			name, ok = ackName(seq), true
+		}
+	}
+	if ok {
 		d, err := s.readAck(seq, name)
 		if err != nil {
 			return err
@@ -272,7 +373,11 @@ func (s *Spool) ackLocked(st *state, seq uint64, digest string) error {
 		return fmt.Errorf("acknowledge %d: %w", seq, err)
 	}
 	if err := s.writeNew(filepath.Join(s.dir, acksDir), ackName(seq), data, "ack"); err != nil {
+		st.suspect = true
 		return err
+	}
+	if st.pendKnown {
+		st.dropPending(seq)
 	}
 	if st.acks == nil {
 		st.acks = map[uint64]string{}
@@ -287,18 +392,22 @@ func (s *Spool) ackLocked(st *state, seq uint64, digest string) error {
 // after a delivery attempt, whatever its outcome, and keeps a bounded
 // history of recent attempts.
 func (s *Spool) RecordAttempt(ctx context.Context, a Attempt) error {
-	g, err := s.acquire(ctx)
+	g, err := s.acquireFast(ctx, s.lockWait)
 	if err != nil {
 		return err
 	}
 	defer g.release()
-	return s.recordAttemptLocked(a)
+	return s.recordAttemptLocked(g.st, a)
 }
 
-func (s *Spool) recordAttemptLocked(a Attempt) error {
+func (s *Spool) recordAttemptLocked(st *state, a Attempt) error {
 	c, err := s.readCursor()
 	if err != nil {
 		return err
+	}
+	var before int64
+	if fi, err := os.Lstat(filepath.Join(s.dir, cursorFile)); err == nil {
+		before = fi.Size()
 	}
 	c.LastSeq = a.Seq
 	c.AttemptsTotal++
@@ -307,7 +416,18 @@ func (s *Spool) recordAttemptLocked(a Attempt) error {
 	if len(c.Recent) > maxRecentAttempts {
 		c.Recent = c.Recent[len(c.Recent)-maxRecentAttempts:]
 	}
-	return s.writeReplace(s.dir, cursorFile, encodeFrame(typeCursor, typeCursor, mustJSON(c)), "cursor")
+	data := encodeFrame(typeCursor, typeCursor, mustJSON(c))
+	if err := s.writeReplace(s.dir, cursorFile, data, "cursor"); err != nil {
+		if st != nil {
+			st.suspect = true
+		}
+		return err
+	}
+	if st != nil {
+		// The cursor is rewritten in place: its size is the usage change.
+		st.usage.Bytes += int64(len(data)) - before
+	}
+	return nil
 }
 
 // Session is one held, revalidated acquisition of the spool lock: the hook
@@ -338,7 +458,7 @@ func (ss *Session) SetStream(stream string) { ss.stream = stream }
 // Begin takes the spool lock (bounded by ctx), revalidates the committed
 // identities and runs recovery once, and returns the held Session.
 func (s *Spool) Begin(ctx context.Context) (*Session, error) {
-	g, err := s.acquire(ctx)
+	g, err := s.acquireFast(ctx, s.lockWait)
 	if err != nil {
 		return nil, err
 	}
@@ -384,7 +504,7 @@ func (ss *Session) RecordAttempt(a Attempt) error {
 	if err := ss.held(); err != nil {
 		return err
 	}
-	return ss.s.recordAttemptLocked(a)
+	return ss.s.recordAttemptLocked(ss.g.st, a)
 }
 
 // MaxSeq returns the highest sequence the spool has retained or compacted

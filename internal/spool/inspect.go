@@ -66,6 +66,9 @@ type Report struct {
 	Acknowledged int `json:"acknowledged"`
 	Artifacts    int `json:"artifacts"`
 	Temporary    int `json:"temporary_files"`
+	// Intake counts the events of hooks that found the spool lock busy,
+	// waiting for the next lock holder to admit them (counted in Usage).
+	Intake int `json:"intake"`
 
 	Pending     Projection[PendingItem]     `json:"pending"`
 	Deferred    Projection[PendingItem]     `json:"deferred"`
@@ -303,6 +306,22 @@ func Inspect(dir string, limit int) (*Report, error) {
 		r.Usage.Records++
 		r.Usage.Bytes += fi.Size()
 		r.Quarantine.add(limit, QuarantineEntry{Name: n, Bytes: fi.Size(), Mode: fi.Mode().String(), ModTime: fi.ModTime().UTC()})
+	}
+	for _, n := range list(intakeDir) {
+		if fi, err := os.Lstat(filepath.Join(dir, intakeDir, n)); err == nil {
+			r.Usage.Records++
+			r.Usage.Bytes += fi.Size()
+		}
+		if _, ok := parseIntakeName(n); ok {
+			r.Intake++
+		} else if strings.HasPrefix(n, fsutil.TempPrefix) {
+			r.Temporary++
+		} else {
+			diag("intake/%s: unexpected file (the next lock holder will quarantine it)", n)
+		}
+	}
+	if r.Intake > 0 {
+		diag("%d event(s) wait in the intake for the next hook that holds the spool lock", r.Intake)
 	}
 	if r.Temporary > 0 {
 		diag("%d temporary file(s) present: an active writer, or crash debris that the next locked open recovers", r.Temporary)

@@ -40,7 +40,71 @@ type state struct {
 	lastOrderPause uint64
 	activeStarts   int64
 
+	// The hook summary (summary.go). fast: built from a trusted summary,
+	// so outbox, acks and artifacts hold only what this acquisition
+	// touched; pend is the pending envelope list (pendKnown), kept in
+	// sequence order by its users.
+	fast         bool
+	pend         []outboxEntry
+	pendKnown    bool
+	malformedAck string
+	verifyNext   uint64
+	// intake maps the intake files counted in usage to their sizes.
+	intake    map[string]int64
+	intakeUse Usage
+	boot      string
+	// suspect: a write failed half-way; the summary is not written clean.
+	suspect bool
+	// live: usage is final (the scan finished, or it came from the
+	// summary); later moves keep it exact.
+	live bool
+
 	report RecoveryReport
+}
+
+func cmpSeq(a, b outboxEntry) int {
+	if c := cmp.Compare(a.seq, b.seq); c != 0 {
+		return c
+	}
+	return strings.Compare(a.name, b.name)
+}
+
+// countIntake adds an intake file to the usage unless it is counted.
+func (st *state) countIntake(name string, size int64) {
+	if st.intake == nil {
+		st.intake = map[string]int64{}
+	}
+	if _, ok := st.intake[name]; ok {
+		return
+	}
+	st.intake[name] = size
+	st.intakeUse.Records++
+	st.intakeUse.Bytes += size
+	st.usage.Records++
+	st.usage.Bytes += size
+}
+
+// uncountIntake removes a counted intake file from the intake usage; when
+// removed is true it leaves the spool (admitted), otherwise it moved into
+// the quarantine and stays in the usage.
+func (st *state) uncountIntake(name string, removed bool) int64 {
+	size, ok := st.intake[name]
+	if !ok {
+		return -1
+	}
+	delete(st.intake, name)
+	st.intakeUse.Records--
+	st.intakeUse.Bytes -= size
+	if removed {
+		st.usage.Records--
+		st.usage.Bytes -= size
+	}
+	return size
+}
+
+// dropPending removes seq from the pending list.
+func (st *state) dropPending(seq uint64) {
+	st.pend = slices.DeleteFunc(st.pend, func(e outboxEntry) bool { return e.seq == seq })
 }
 
 // sortOutbox orders the outbox by sequence (the listing is in directory
@@ -181,6 +245,8 @@ func (s *Spool) recoverLocked() (*state, error) {
 	for _, n := range operationalDirs {
 		known[n] = true
 	}
+	known[intakeDir] = true
+
 	for _, n := range names {
 		switch {
 		case known[n]:
@@ -314,6 +380,11 @@ func (s *Spool) recoverLocked() (*state, error) {
 	}
 	sort.Slice(st.quarantine, func(i, j int) bool { return st.quarantine[i].Name < st.quarantine[j].Name })
 
+	// Intake files waiting for admission count from the moment they exist.
+	if err := s.countIntakeDir(st, &budget); err != nil {
+		return nil, err
+	}
+
 	// Usage and the derived ledger state.
 	for _, e := range st.outbox {
 		st.usage.Records++
@@ -347,6 +418,7 @@ func (s *Spool) recoverLocked() (*state, error) {
 		st.usage.Bytes += q.Bytes
 	}
 	st.maxSeq = max(st.maxSeq, st.index.high)
+	st.live = true
 	return st, nil
 }
 
@@ -475,6 +547,26 @@ func (s *Spool) quarantine(st *state, dir, name string) error {
 	if label == "" {
 		label = "root"
 	}
+	// A live state (after the scan, or from the summary) keeps its usage
+	// exact: the file stays counted, at its real size from now on.
+	counted, actual := int64(-1), int64(0)
+	if st != nil && st.live {
+		if dir == intakeDir {
+			counted = st.uncountIntake(name, false)
+		} else if e, ok := parseOutboxName(name); ok && dir == outboxDir {
+			counted = e.size
+		}
+		if fi, err := os.Lstat(filepath.Join(s.dir, dir, name)); err == nil {
+			actual = fi.Size()
+		} else {
+			counted = -1
+		}
+	}
+	if st != nil && dir == outboxDir && st.pendKnown {
+		if e, ok := parseOutboxName(name); ok {
+			st.dropPending(e.seq)
+		}
+	}
 	qname := fmt.Sprintf("%d-%s-%s-%s", time.Now().UnixNano(), randomHex(4), label, sanitize(name))
 	qdir := filepath.Join(s.dir, quarantineDir)
 	if err := os.Rename(filepath.Join(s.dir, dir, name), filepath.Join(qdir, qname)); err != nil {
@@ -482,6 +574,9 @@ func (s *Spool) quarantine(st *state, dir, name string) error {
 			return nil
 		}
 		return fmt.Errorf("quarantine %s/%s: %w", label, name, err)
+	}
+	if counted >= 0 {
+		st.usage.Bytes += actual - counted
 	}
 	s.fail("recover.quarantined")
 	if err := s.syncDir(qdir); err != nil {

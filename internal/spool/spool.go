@@ -67,6 +67,9 @@ const (
 	quarantineNameMax = 120
 )
 
+// ErrLockTimeout: the spool lock stayed held for the whole wait.
+var ErrLockTimeout = errors.New("still held by another process")
+
 // Sentinel errors callers branch on.
 var (
 	// ErrNotSpool: the directory has no valid managed occurrence format v4
@@ -85,6 +88,10 @@ var (
 	// ErrCapturePaused: ordinary capture is paused under quota pressure; a
 	// capture_interrupted gap records it.
 	ErrCapturePaused = errors.New("capture paused")
+	// ErrGapNotRecorded: a record was refused and the capture_interrupted
+	// gap that should record it could not be written either (the disk is
+	// full or failing); the caller must keep the loss elsewhere.
+	ErrGapNotRecorded = errors.New("the capture_interrupted gap was not recorded")
 	// ErrMalformedAck: an acknowledgement marker is malformed or
 	// unreadable; delivery and compaction stop for the spool.
 	ErrMalformedAck = errors.New("malformed or unreadable acknowledgement")
@@ -189,6 +196,10 @@ type Spool struct {
 	failpoint string
 	noSync    bool // tests only: skip fsync while populating large spools
 	lockWait  time.Duration
+	// summaryPath is where the hook summary lives (summary.go), or "".
+	summaryPath string
+	// intakeGrace: see intakeTempGrace (tests shorten it).
+	intakeGrace time.Duration
 }
 
 // Dir returns the spool directory.
@@ -453,7 +464,7 @@ func openCommitted(dir string, readOnly bool) (*Spool, error) {
 			return nil, fmt.Errorf("%w: %v", ErrUnsafeAuthority, err)
 		}
 	}
-	return &Spool{dir: dir, readOnly: readOnly, commit: c, commitSum: sum, failpoint: os.Getenv(FailpointEnv), lockWait: defaultLockWait}, nil
+	return &Spool{dir: dir, readOnly: readOnly, commit: c, commitSum: sum, failpoint: os.Getenv(FailpointEnv), lockWait: defaultLockWait, intakeGrace: intakeTempGrace}, nil
 }
 
 func readCommit(dir string) (commitRecord, string, error) {
@@ -535,10 +546,14 @@ type guard struct {
 	s    *Spool
 	lock *os.File
 	st   *state
+	// tracked: the state keeps the hook summary (acquireFast); release
+	// writes it clean.
+	tracked bool
 }
 
 func (g *guard) release() {
 	if g.lock != nil {
+		g.finishTracked()
 		g.lock.Close()
 		g.lock = nil
 	}
@@ -547,21 +562,30 @@ func (g *guard) release() {
 // acquire takes the spool lock (bounded by ctx and the lock wait), then
 // revalidates the committed identities and authority and runs recovery.
 func (s *Spool) acquire(ctx context.Context) (*guard, error) {
+	return s.acquireWait(ctx, s.lockWait)
+}
+
+// acquireWait is acquire with an explicit lock wait.
+func (s *Spool) acquireWait(ctx context.Context, wait time.Duration) (*guard, error) {
 	if s.readOnly {
 		return nil, ErrReadOnly
 	}
-	lf, err := os.OpenFile(filepath.Join(s.dir, spoolLockFile), os.O_RDWR|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	lf, err := s.lockWith(ctx, wait)
 	if err != nil {
-		return nil, fmt.Errorf("%w: open spool lock: %v", ErrIdentityChanged, err)
-	}
-	if err := flockCtx(ctx, lf, s.lockWait); err != nil {
-		lf.Close()
 		return nil, err
 	}
 	g := &guard{s: s, lock: lf}
 	if err := s.revalidate(lf); err != nil {
 		g.release()
 		return nil, err
+	}
+	// A full acquisition (compaction, recovery, pruning, open) may change
+	// the spool without keeping the hook's summary (it may not know where
+	// that is): make every summary untrusted first, so the next hook
+	// rebuilds it.
+	if err := s.bumpToken(); err != nil {
+		g.release()
+		return nil, fmt.Errorf("spool summary token: %w", err)
 	}
 	st, err := s.recoverLocked()
 	if err != nil {
@@ -570,6 +594,20 @@ func (s *Spool) acquire(ctx context.Context) (*guard, error) {
 	}
 	g.st = st
 	return g, nil
+}
+
+// lockWith opens the existing spool lock (never creating it) and takes it
+// within wait.
+func (s *Spool) lockWith(ctx context.Context, wait time.Duration) (*os.File, error) {
+	lf, err := os.OpenFile(filepath.Join(s.dir, spoolLockFile), os.O_RDWR|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%w: open spool lock: %v", ErrIdentityChanged, err)
+	}
+	if err := flockCtx(ctx, lf, wait); err != nil {
+		lf.Close()
+		return nil, err
+	}
+	return lf, nil
 }
 
 // revalidate checks, under the lock, that the root directory and both
@@ -607,6 +645,10 @@ func (s *Spool) revalidate(lf *os.File) error {
 			return fmt.Errorf("%w: %v", ErrUnsafeAuthority, err)
 		}
 	}
+	// The intake directory is optional (created on first use).
+	if err := fsutil.CheckPrivateDir(filepath.Join(s.dir, intakeDir)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%w: %v", ErrUnsafeAuthority, err)
+	}
 	return nil
 }
 
@@ -639,7 +681,7 @@ func flockCtx(ctx context.Context, f *os.File, wait time.Duration) error {
 			return fmt.Errorf("lock spool: %w", err)
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("lock spool: still held by another process after %s", wait)
+			return fmt.Errorf("lock spool: %w after %s", ErrLockTimeout, wait)
 		}
 		time.Sleep(delay)
 		delay = min(delay*2, lockPollMax)

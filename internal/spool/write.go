@@ -38,6 +38,9 @@ func (s *Spool) injected(name string) error {
 		if fp == name+"=enospc" {
 			return fmt.Errorf("injected at %s: %w", name, syscall.ENOSPC)
 		}
+		if fp == name+"=eio" {
+			return fmt.Errorf("injected at %s: %w", name, syscall.EIO)
+		}
 	}
 	return nil
 }

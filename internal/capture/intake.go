@@ -1,0 +1,170 @@
+package capture
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/agentscm/agentscm/internal/agent/claude"
+	"github.com/agentscm/agentscm/internal/event"
+	"github.com/agentscm/agentscm/internal/fsutil"
+	"github.com/agentscm/agentscm/internal/spool"
+)
+
+// The hook's intake (spool/intake.go holds the files): a hook that cannot
+// take the spool lock within IntakeLockWait writes everything the locked
+// part of the pipeline needs into one intake record and returns; the next
+// lock holder admits it through the same claim, sequence, append and action
+// code as its own event. The record is the mapped event exactly as the
+// capture mode left it (no body in metadata-only mode, so nothing the mode
+// would not retain is written), the session observation, the resolved
+// target, the private phase fingerprint, the payload facts the action path
+// derives (input digest, explicit exit code) and, for a ruled tool, the
+// source captured at receipt (before the tool runs). The transcript reader
+// is not run for an admitted record: the next hook that runs it reads the
+// transcript from where it stopped.
+const (
+	// IntakeLockWait is how long a hook waits for the spool lock before it
+	// writes its event into the intake.
+	IntakeLockWait = 0
+	// maxAdmitPerHook and admitBudget bound what one hook admits (before
+	// and after its delivery together), so that the lock holder's own
+	// latency stays bounded; a longer backlog drains over later hooks.
+	maxAdmitPerHook = 16
+	admitBudget     = 150 * time.Millisecond
+	intakeVersion   = 1
+	summaryName     = "spool-summary"
+)
+
+type intakeRecord struct {
+	Version     int          `json:"version"`
+	Observed    string       `json:"observed"`
+	Fingerprint string       `json:"fingerprint"`
+	Record      event.Record `json:"record"`
+	Observation Observation  `json:"observation"`
+	// Target and Resolved are filled in at admission.
+	Target      Target               `json:"-"`
+	Resolved    bool                 `json:"-"`
+	Facts       payloadFacts         `json:"facts"`
+	Source      *event.SourceBinding `json:"source,omitempty"`
+	SourceTaken bool                 `json:"source_taken,omitempty"`
+	ReceivedAt  time.Time            `json:"received_at"`
+}
+
+// openHookSpool opens the binding's spool for the hook with its summary
+// kept in the spool's private ledger directory.
+func (s Store) openHookSpool(dir string) (*spool.Spool, error) {
+	sp, err := spool.OpenAppender(dir)
+	if err != nil {
+		return nil, err
+	}
+	ld := s.ledgerDir(dir)
+	if err := fsutil.MkdirPrivate(ld); err == nil && fsutil.CheckPrivateDir(ld) == nil {
+		sp.SetSummaryPath(filepath.Join(ld, summaryName))
+		_ = ensureLostSlot(ld) // best effort: without it a loss is only warned
+	}
+	return sp, nil
+}
+
+// writeIntake writes this invocation's event into the spool's intake. The
+// target is resolved when the record is admitted (the hook that leaves its
+// event in the intake does not open the Hub).
+func writeIntake(ctx context.Context, store Store, sp *spool.Spool, bd *Binding, p *claude.Payload, rec *event.Record, obs Observation, now time.Time) (string, error) {
+	ir := intakeRecord{Version: intakeVersion, Observed: p.SessionID, Fingerprint: PhaseFingerprint(p, rec),
+		Record: *rec, Observation: obs, Facts: factsOf(p), ReceivedAt: now.UTC()}
+	if _, ok := ruleFor(bd, rec.ToolName); ok && (rec.Kind == event.ToolStart || rec.Kind == event.ToolFinish) {
+		// The source a start binds (or a deferred start keeps) is the one
+		// at receipt, before the tool runs, not the one at admission.
+		rs := openActionReceipts(store.Dir, sp)
+		ir.SourceTaken = true
+		if sb, err := captureSource(ctx, bd.Root, sourceOptions{treeCache: filepath.Join(rs.dir, "trees"), noTree: rec.Kind == event.ToolFinish}); err == nil {
+			ir.Source = sb
+		}
+	}
+	b, err := json.Marshal(&ir)
+	if err != nil {
+		return "", err
+	}
+	return sp.WriteIntake(b, now)
+}
+
+// admitIntake admits waiting intake records in receipt order under the held
+// lock, at most maxAdmitPerHook within admitBudget, and reports whether more
+// remain. A record that ends in a conflict or a quota pause is done (the
+// same outcome its own hook would have had: nothing appended, or a
+// capture_interrupted gap); any other failure keeps the file for a later
+// holder and stops admission for this hook.
+// admission is one hook's admission budget, shared by its calls.
+type admission struct {
+	deadline time.Time
+	left     int
+}
+
+func admitIntake(ctx context.Context, store Store, led *Ledger, ss *spool.Session, sp *spool.Spool, bd *Binding, hub Hub, adm *admission, res *HookResult) (bool, error) {
+	type resolution struct {
+		t   Target
+		err error
+	}
+	resolved := map[string]resolution{}
+	files, err := ss.Intake(max(adm.left, 0) + 1)
+	if err != nil {
+		return false, fmt.Errorf("intake: %w", err)
+	}
+	for _, f := range files {
+		if adm.left <= 0 || time.Now().After(adm.deadline) || ctx.Err() != nil {
+			return true, nil
+		}
+		adm.left--
+		var ir intakeRecord
+		if err := json.Unmarshal(f.Data, &ir); err != nil || ir.Version != intakeVersion || ir.Record.Kind == "" {
+			if qerr := ss.QuarantineIntake(f.Name); qerr != nil {
+				return false, qerr
+			}
+			continue
+		}
+		// Resolve the exact current target now, once per session per hook.
+		r, ok := resolved[ir.Observed]
+		if !ok {
+			rctx, cancel := context.WithTimeout(ctx, ResolveTimeout)
+			r.t, r.err = hub.Resolve(rctx, bd.WorktreeID, ir.Observed)
+			cancel()
+			resolved[ir.Observed] = r
+		}
+		ir.Target, ir.Resolved = r.t, r.err == nil
+		if !ir.Resolved && ir.Record.Kind == event.ToolStart && ir.SourceTaken {
+			ir.Record.DeferredSource = ir.Source
+		}
+		if err := admitOne(ctx, store, led, ss, sp, bd, &ir); err != nil &&
+			!errors.Is(err, ErrOccurrenceConflict) && !errors.Is(err, ErrActionConflict) && !errors.Is(err, spool.ErrCapturePaused) {
+			return false, fmt.Errorf("admit intake %s: %w", f.Name, err)
+		}
+		if err := ss.DoneIntake(f.Name); err != nil {
+			return false, err
+		}
+		res.Admitted++
+	}
+	return false, nil
+}
+
+func admitOne(ctx context.Context, store Store, led *Ledger, ss *spool.Session, sp *spool.Spool, bd *Binding, ir *intakeRecord) error {
+	rec := ir.Record
+	sub := &HookResult{}
+	if err := captureOccurrence(led, ss, bd, ir.Observed, ir.Fingerprint, &rec, ir.Observation, ir.Target, ir.Resolved, sub); err != nil {
+		return err
+	}
+	env := actionEnv{ss: ss, sp: sp, configDir: store.Dir, bd: bd, rec: &rec, now: ir.ReceivedAt, facts: &ir.Facts}
+	if ir.SourceTaken {
+		src := ir.Source
+		env.source = func(context.Context, string) (*event.SourceBinding, error) {
+			if src == nil {
+				return nil, errors.New("the source could not be bound at receipt")
+			}
+			return src, nil
+		}
+	}
+	_, err := recordAction(ctx, env)
+	return err
+}
