@@ -133,7 +133,7 @@ func HandleClaudeHookWith(ctx context.Context, configDir string, in io.Reader, n
 	if len(roots) == 0 || roots[0].Path != root {
 		return nil, fmt.Errorf("changelog %s does not belong to %s", dir, root)
 	}
-	copts := Options{Roots: roots}
+	copts := Options{Roots: roots, Exclude: []string{configDir}}
 	if opts.Remote != nil {
 		r, closeRemote, err := opts.Remote(ctx, root)
 		if err != nil {
