@@ -3,9 +3,11 @@ package changelog
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -419,4 +421,138 @@ func TestSnapshotLoadIsUndoable(t *testing.T) {
 	if d := diffTrees(before, snapshot(t, root, true, nil)); d != "" {
 		t.Fatalf("undoing the load differs:\n%s", d)
 	}
+}
+
+// TestDryRunPredictsTheRewind: over seeded random sequences of tool calls
+// (writes, deletions, directories replacing files, symlinks, ignored
+// paths) and a user's uncaptured edits, the dry run's effects are exactly
+// what the forced rewind then changes, its conflicts are the effects on the
+// paths the user changed, ignored paths never change, and the undo restores
+// the tree before the rewind.
+func TestDryRunPredictsTheRewind(t *testing.T) {
+	paths := []string{"a", "b", "d/c", "d/e/f", "g", "d/ign/z"}
+	ignoredPaths := []string{"ign/x", "k.tmp", "d/ign/y", "n/ign/deep/q"}
+	for seed := int64(1); seed <= 30; seed++ {
+		t.Run(strconv.FormatInt(seed, 10), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(seed), 7))
+			base := t.TempDir()
+			root := filepath.Join(base, "repo")
+			os.MkdirAll(root, 0o755)
+			run(t, root, "git", "init", "-q")
+			writeFile(t, filepath.Join(root, ".gitignore"), "ign/\n*.tmp\n")
+			c, err := Open(filepath.Join(base, "cl"), Options{Roots: []Root{{Name: "checkout", Path: root, Git: true}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			at := func(p string) string { return filepath.Join(root, p) }
+			mutate := func(n int) map[string]bool {
+				touched := map[string]bool{}
+				for range n {
+					p := paths[rng.IntN(len(paths))]
+					switch rng.IntN(5) {
+					case 0:
+						os.RemoveAll(at(p))
+					case 1:
+						os.RemoveAll(at(p))
+						writeFile(t, at(p+"/inner"), "inner"+strconv.Itoa(rng.IntN(3)))
+						touched[p+"/inner"] = true
+					case 2:
+						os.RemoveAll(at(p))
+						os.MkdirAll(filepath.Dir(at(p)), 0o755)
+						os.Symlink("target"+strconv.Itoa(rng.IntN(2)), at(p))
+					default:
+						os.RemoveAll(at(p))
+						writeFile(t, at(p), "content"+strconv.Itoa(rng.IntN(3)))
+					}
+					touched[p] = true
+				}
+				return touched
+			}
+			steps := 3 + rng.IntN(4)
+			for k := range steps {
+				mutate(1 + rng.IntN(3))
+				if rng.IntN(2) == 0 {
+					p := ignoredPaths[rng.IntN(len(ignoredPaths))]
+					if fi, err := os.Lstat(filepath.Dir(at(p))); err == nil && !fi.IsDir() {
+						continue
+					}
+					writeFile(t, at(p), "ignored"+strconv.Itoa(k))
+				}
+				mustCapture(t, c, k)
+			}
+			if rng.IntN(3) > 0 {
+				mutate(1 + rng.IntN(2)) // the user's uncaptured edits
+			}
+			skipGit := func(rel string) bool { return rel == ".git" }
+			before := snapshot(t, root, true, skipGit)
+			to := rng.IntN(steps)
+			dry, err := c.Apply(context.Background(), ApplyRequest{To: to, DryRun: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := c.Apply(context.Background(), ApplyRequest{To: to, Force: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			after := snapshot(t, root, true, skipGit)
+			// What actually changed (directory modes and file times aside).
+			var actual []string
+			norm := func(s string) string {
+				if strings.HasPrefix(s, "dir ") {
+					return "dir"
+				}
+				if i := strings.LastIndex(s, " t="); i > 0 {
+					return s[:i]
+				}
+				return s
+			}
+			for p, b := range before {
+				a, ok := after[p]
+				switch {
+				case !ok:
+					actual = append(actual, "deleted "+p)
+				case norm(a) != norm(b):
+					actual = append(actual, "modified "+p)
+				}
+			}
+			for p := range after {
+				if _, ok := before[p]; !ok {
+					actual = append(actual, "created "+p)
+				}
+			}
+			slices.Sort(actual)
+			var predicted []string
+			for _, pc := range dry.Effects {
+				predicted = append(predicted, pc.Change+" "+pc.Path)
+			}
+			slices.Sort(predicted)
+			t.Logf("rewind to %d of %d: %d effects, %d conflicts: %v", to, steps, len(predicted), len(dry.Conflicts), predicted)
+			if !slices.Equal(actual, predicted) {
+				t.Fatalf("rewind to %d: the dry run predicted\n  %v\nthe rewind changed\n  %v", to, predicted, actual)
+			}
+			if !slices.EqualFunc(dry.Conflicts, res.Conflicts, func(a, b PathChange) bool { return a == b }) {
+				t.Errorf("dry run conflicts %v, forced rewind %v", dry.Conflicts, res.Conflicts)
+			}
+			for _, pc := range dry.Conflicts {
+				if !slices.Contains(predicted, pc.Change+" "+pc.Path) {
+					t.Errorf("conflict %+v is not among the effects", pc)
+				}
+			}
+			for p, b := range before {
+				if isIgnored(p) && after[p] != b {
+					t.Errorf("the rewind changed the ignored %s: %s -> %s", p, b, after[p])
+				}
+			}
+			if _, err := c.Apply(context.Background(), ApplyRequest{To: res.PreApply.Position}); err != nil {
+				t.Fatal(err)
+			}
+			if d := diffTrees(before, snapshot(t, root, true, skipGit)); d != "" {
+				t.Fatalf("the undo differs from the tree before the rewind:\n%s", d)
+			}
+		})
+	}
+}
+
+func isIgnored(p string) bool {
+	return strings.HasPrefix(p, "ign") || strings.Contains(p, "/ign") || strings.HasSuffix(p, ".tmp")
 }

@@ -72,8 +72,12 @@ func applyExit(env *Env, roots []changelog.Root, format string, err error) error
 		})
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "refused: %d %s changed after the newest captured position (%d) would be changed by this rewind; nothing was changed:\n",
-		len(ce.Paths), plural(len(ce.Paths), "path", "paths"), ce.Position)
+	since := fmt.Sprintf("after the newest captured position (%d)", ce.Position)
+	if ce.Position < 0 {
+		since = "and never captured (the changelog has no captured position yet)"
+	}
+	fmt.Fprintf(&b, "refused: %d %s changed %s would be changed by this rewind; nothing was changed:\n",
+		len(ce.Paths), plural(len(ce.Paths), "path", "paths"), since)
 	for _, pc := range ce.Paths {
 		fmt.Fprintf(&b, "  %-8s since, would be %-8s  %s\n", pc.Since, pc.Change, displayPath(roots, pc))
 	}

@@ -92,7 +92,7 @@ spelling of --file.`)
 	if err != nil {
 		return err
 	}
-	meta, err := changelog.SaveSnapshot(ctx, roots, f, "")
+	meta, err := changelog.SaveSnapshot(ctx, roots, f, "", configExclude(env)...)
 	if err == nil {
 		err = f.Sync()
 	}
