@@ -164,7 +164,7 @@ func (c *Changelog) applyLocked(ctx context.Context, paths []string, applied []i
 	if err != nil {
 		return nil, fmt.Errorf("scan the state before the rewind: %w", err)
 	}
-	rp.prot, rp.disk = newProtection(sc.plans), scanKinds(sc.plans)
+	rp.prot, rp.disk = newProtection(sc.plans), newScanDisk(sc.plans)
 	if err := rp.simulate(); err != nil {
 		return nil, err
 	}
@@ -235,7 +235,7 @@ type replay struct {
 	// protection); disk, when set, answers what is on disk from a scan
 	// instead of an lstat per path.
 	prot *protection
-	disk map[string]vkind
+	disk *scanDisk
 	// sim is the simulated result, once simulate ran.
 	sim *overlay
 }
@@ -321,7 +321,7 @@ type overlay struct {
 	// the path holds once extracted).
 	src  map[string]memberRef
 	prot *protection
-	disk map[string]vkind // nil: lstat the disk
+	disk *scanDisk // nil: lstat the disk
 }
 
 // memberRef is one member of one archive of a replay.
@@ -364,10 +364,7 @@ func (o *overlay) diskKind(root, rel string) vkind {
 	if o.disk == nil {
 		return diskKind(o.roots[root], rel)
 	}
-	if v, ok := o.disk[vkey(root, rel)]; ok {
-		return v
-	}
-	return vGone
+	return o.disk.kind(root, rel)
 }
 
 // emptied records that the directory rel, which holds protected paths,

@@ -106,23 +106,35 @@ func (rp *replay) emptyRoot(name string) error {
 	return purgeListed(r, name, ".", nil, rp.prot)
 }
 
-// scanKinds maps every scanned path (vkey) to its kind.
-func scanKinds(plans []*rootPlan) map[string]vkind {
-	n := 0
+// scanDisk answers what the disk held from a scan: a binary search in each
+// root's walk-ordered entries, no lstat and no per-path map.
+type scanDisk struct {
+	entries map[string][]entry // by root name; absent: the root does not exist
+}
+
+func newScanDisk(plans []*rootPlan) *scanDisk {
+	d := &scanDisk{entries: map[string][]entry{}}
 	for _, pl := range plans {
-		n += len(pl.state.Entries)
-	}
-	out := make(map[string]vkind, n)
-	for _, pl := range plans {
-		if !pl.state.Exists {
-			continue
-		}
-		for i := range pl.state.Entries {
-			e := &pl.state.Entries[i]
-			out[vkey(pl.root.Name, e.Path)] = kindOf(e.Type)
+		if pl.state.Exists {
+			d.entries[pl.root.Name] = pl.state.Entries
 		}
 	}
-	return out
+	return d
+}
+
+func (d *scanDisk) kind(root, rel string) vkind {
+	ents, ok := d.entries[root]
+	if !ok {
+		return vGone
+	}
+	if rel == "" {
+		return vDir
+	}
+	e := findEntry(ents, rel)
+	if e == nil {
+		return vGone
+	}
+	return kindOf(e.Type)
 }
 
 func kindOf(t scan.Type) vkind {
@@ -429,7 +441,7 @@ func (rp *replay) effects(sc *walked) ([]PathChange, error) {
 			if rel == "" || !ok || v == vGone || v == vOther {
 				continue
 			}
-			if _, onDisk := rp.sim.disk[k]; onDisk {
+			if rp.sim.diskKind(name, rel) != vGone {
 				continue
 			}
 			if rp.sim.lookup(name, rel) == vGone {
