@@ -37,6 +37,12 @@ type ApplyRequest struct {
 	// to: the place to read what the rewind will replace (the live
 	// transcript a resumed conversation continues).
 	BeforeExtract func(ctx context.Context, target Meta) error
+	// Force rewinds although paths it changes were changed after the
+	// newest captured position (the undo point still holds them).
+	Force bool
+	// DryRun computes what the rewind would create, modify and delete
+	// (ApplyResult.Effects) and changes nothing: no increment is stored.
+	DryRun bool
 }
 
 // ApplyResult reports a rewind.
@@ -51,6 +57,14 @@ type ApplyResult struct {
 	// Result holds the state the rewind produced, so the sequence stays
 	// replayable from position 0.
 	Result *Increment
+	// Conflicts are the paths changed after the newest captured position
+	// that the rewind changes (with Force it went ahead; without it, the
+	// rewind was refused with a *ChangedError).
+	Conflicts []PathChange
+	// Effects, for a dry run, lists every path the rewind would create,
+	// modify or delete.
+	Effects []PathChange
+	DryRun  bool
 }
 
 // Apply rewinds the capture roots to position req.To: it validates every
@@ -88,7 +102,8 @@ func (c *Changelog) Apply(ctx context.Context, req ApplyRequest) (*ApplyResult, 
 	if !found {
 		return nil, fmt.Errorf("%w: %d", ErrNoIncrement, req.To)
 	}
-	return c.applyLocked(ctx, paths, applied, req, st)
+	to := req.To
+	return c.applyLocked(ctx, paths, applied, req, st, "agentscm changelog apply", &to)
 }
 
 // ApplyFiles is Apply with the increments of another sequence (positions
@@ -112,12 +127,35 @@ func (c *Changelog) ApplyFiles(ctx context.Context, paths []string, req ApplyReq
 	for i := range applied {
 		applied[i] = i
 	}
-	return c.applyLocked(ctx, paths, applied, req, st)
+	to := req.To
+	return c.applyLocked(ctx, paths, applied, req, st, "agentscm changelog apply", &to)
+}
+
+// ApplySnapshot restores the snapshot at path (SaveSnapshot) into the roots
+// as a rewind does: validated first, checked against the newest captured
+// position (req.Force, req.DryRun), the current state stored as the undo
+// point, the snapshot extracted, the result stored. req.To is ignored.
+func (c *Changelog) ApplySnapshot(ctx context.Context, path string, req ApplyRequest) (*ApplyResult, error) {
+	lk, err := c.lock()
+	if err != nil {
+		return nil, err
+	}
+	defer lk.Unlock()
+	st, err := c.stateForCapture()
+	if err != nil {
+		return nil, err
+	}
+	return c.applyLocked(ctx, []string{path}, nil, req, st, "agentscm snapshot load", nil)
 }
 
 // applyLocked validates and extracts paths under the changelog lock; st is
-// the state loaded once by the caller and reused for both captures.
-func (c *Changelog) applyLocked(ctx context.Context, paths []string, applied []int, req ApplyRequest, st *captureState) (*ApplyResult, error) {
+// the state loaded once by the caller and reused for both captures. In
+// order: every archive is read and validated; the roots are scanned against
+// st (the scan the undo point stores); the extraction is simulated over that
+// scan, leaving excluded paths alone; the paths changed since st that it
+// would change refuse the rewind unless req.Force; a dry run stops there.
+// Only then is anything written: the undo point, the extraction, the result.
+func (c *Changelog) applyLocked(ctx context.Context, paths []string, applied []int, req ApplyRequest, st *captureState, tool string, appliedTo *int) (*ApplyResult, error) {
 	// Conversation roots are extracted aside and merged (transcript.go):
 	// a rewind never deletes a conversation. A staging directory found
 	// here, under the lock, was left by a crashed apply.
@@ -131,39 +169,68 @@ func (c *Changelog) applyLocked(ctx context.Context, paths []string, applied []i
 		return nil, err
 	}
 	defer cleanup()
-	rp, err := prepareReplay(ctx, paths, roots)
+	rp, err := readReplay(ctx, paths, roots)
 	if err != nil {
 		return nil, err
 	}
 	defer rp.close()
+	sc, err := c.scanLocked(ctx, st)
+	if err != nil {
+		return nil, fmt.Errorf("scan the state before the rewind: %w", err)
+	}
+	rp.prot, rp.disk = newProtection(sc.plans), newScanDisk(sc.plans)
+	for name := range staged {
+		// A staged conversation root is extracted into an empty staging
+		// directory, not onto the live root the scan saw.
+		delete(rp.disk.entries, name)
+	}
+	if err := rp.simulate(); err != nil {
+		return nil, err
+	}
 	target := rp.archives[len(rp.archives)-1].a.Meta
+	conflicts, err := rp.conflicts(sc)
+	if err != nil {
+		return nil, err
+	}
+	res := &ApplyResult{Applied: applied, Target: target, Conflicts: conflicts}
+	if req.DryRun {
+		res.DryRun = true
+		if res.Effects, err = rp.effects(sc); err != nil {
+			return nil, err
+		}
+		return res, nil
+	}
+	if len(conflicts) > 0 && !req.Force {
+		return nil, &ChangedError{Position: st.LastPosition, Paths: conflicts}
+	}
 	if req.BeforeExtract != nil {
 		if err := req.BeforeExtract(ctx, target); err != nil {
 			return nil, err
 		}
 	}
-	pre, st, err := c.captureLocked(ctx, CaptureRequest{Position: st.LastPosition + 1, SessionID: req.SessionID, Tool: "agentscm changelog apply"}, KindPreApply, nil, st)
+	pre, st, err := c.storeLocked(ctx, sc, CaptureRequest{Position: st.LastPosition + 1, SessionID: req.SessionID, Tool: tool}, KindPreApply, nil)
 	if err != nil {
 		return nil, fmt.Errorf("capture the state before the rewind: %w", err)
 	}
+	res.PreApply = pre
 	err = rp.extract(ctx)
 	if err == nil {
 		err = mergeConversations(c.opts.Roots, staged, rewoundSession(target))
 	}
 	if err != nil {
-		return &ApplyResult{PreApply: pre, Applied: applied}, fmt.Errorf("rewind to %d (undo with --to %d): %w", req.To, pre.Position, err)
+		return res, fmt.Errorf("rewind (undo with --to %d): %w", pre.Position, err)
 	}
 	if req.AfterExtract != nil {
 		if err := req.AfterExtract(ctx, c.opts.Roots); err != nil {
-			return &ApplyResult{PreApply: pre, Applied: applied}, err
+			return res, err
 		}
 	}
-	to := req.To
-	post, _, err := c.captureLocked(ctx, CaptureRequest{Position: pre.Position + 1, SessionID: req.SessionID, Tool: "agentscm changelog apply"}, KindApply, &to, st)
+	post, _, err := c.captureLocked(ctx, CaptureRequest{Position: pre.Position + 1, SessionID: req.SessionID, Tool: tool}, KindApply, appliedTo, st)
 	if err != nil {
-		return &ApplyResult{PreApply: pre, Applied: applied}, fmt.Errorf("capture the rewound state: %w", err)
+		return res, fmt.Errorf("capture the rewound state: %w", err)
 	}
-	return &ApplyResult{PreApply: pre, Applied: applied, Result: post, Target: target}, nil
+	res.Result = post
+	return res, nil
 }
 
 // Replay validates the increments at paths (in order) and extracts them into
@@ -208,6 +275,13 @@ type replayArchive struct {
 type replay struct {
 	roots    map[string]Root
 	archives []*replayArchive
+	// prot, when set, holds the paths the replay leaves alone (see
+	// protection); disk, when set, answers what is on disk from a scan
+	// instead of an lstat per path.
+	prot *protection
+	disk *scanDisk
+	// sim is the simulated result, once simulate ran.
+	sim *overlay
 }
 
 func (rp *replay) close() {
@@ -217,6 +291,20 @@ func (rp *replay) close() {
 }
 
 func prepareReplay(ctx context.Context, paths []string, roots []Root) (*replay, error) {
+	rp, err := readReplay(ctx, paths, roots)
+	if err != nil {
+		return nil, err
+	}
+	if err := rp.simulate(); err != nil {
+		rp.close()
+		return nil, err
+	}
+	return rp, nil
+}
+
+// readReplay reads and validates every archive at paths (in order), without
+// simulating their extraction yet.
+func readReplay(ctx context.Context, paths []string, roots []Root) (*replay, error) {
 	mroots, err := metaRoots(roots)
 	if err != nil {
 		return nil, err
@@ -247,9 +335,6 @@ func prepareReplay(ctx context.Context, paths []string, roots []Root) (*replay, 
 		}
 		rp.archives = append(rp.archives, &replayArchive{path: p, f: f, a: a})
 	}
-	if err := rp.simulate(); err != nil {
-		return nil, err
-	}
 	ok = true
 	return rp, nil
 }
@@ -279,6 +364,17 @@ type overlay struct {
 	// sizes tracks the transcripts the sequence stored: local bytes (what
 	// the next appended part must start at) and the bytes on disk.
 	sizes map[string][2]int64
+	// src is the member that writes each simulated file or symlink (what
+	// the path holds once extracted).
+	src  map[string]memberRef
+	prot *protection
+	disk *scanDisk // nil: lstat the disk
+}
+
+// memberRef is one member of one archive of a replay.
+type memberRef struct {
+	ra *replayArchive
+	m  *Member
 }
 
 func vkey(root, rel string) string { return root + "\x00" + rel }
@@ -310,6 +406,28 @@ func diskKind(root Root, rel string) vkind {
 	return vOther
 }
 
+// diskKind is what the disk held at the start of the replay.
+func (o *overlay) diskKind(root, rel string) vkind {
+	if o.disk == nil {
+		return diskKind(o.roots[root], rel)
+	}
+	return o.disk.kind(root, rel)
+}
+
+// emptied records that the directory rel, which holds protected paths,
+// stays a directory whose other contents are purged.
+func (o *overlay) emptied(root, rel string) {
+	k := vkey(root, rel)
+	o.dropBelow(k)
+	if _, ok := o.kinds[k]; !ok && rel != "" {
+		pk := vkey(root, parentOf(rel))
+		o.children[pk] = append(o.children[pk], rel)
+	}
+	o.kinds[k] = vDir
+	delete(o.src, k)
+	o.listing[k] = map[string]byte{}
+}
+
 func (o *overlay) lookup(root, rel string) vkind {
 	k := vkey(root, rel)
 	if rel == "" {
@@ -319,7 +437,7 @@ func (o *overlay) lookup(root, rel string) vkind {
 		if o.rootGone[root] {
 			return vGone
 		}
-		return diskKind(o.roots[root], "")
+		return o.diskKind(root, "")
 	}
 	par := parentOf(rel)
 	if o.lookup(root, par) != vDir {
@@ -332,9 +450,19 @@ func (o *overlay) lookup(root, rel string) vkind {
 	if o.fresh[pk] {
 		return vGone
 	}
-	d := diskKind(o.roots[root], rel)
+	d := o.diskKind(root, rel)
 	if l, ok := o.listing[pk]; ok {
-		return purged(l, path.Base(rel), d)
+		v := purged(l, path.Base(rel), d)
+		if v == vGone && d != vGone && o.prot.keep(root, rel) {
+			if o.prot.protected(root, rel) {
+				return d
+			}
+			if d == vDir {
+				o.emptied(root, rel)
+				return vDir
+			}
+		}
+		return v
 	}
 	return d
 }
@@ -354,6 +482,7 @@ func (o *overlay) set(root, rel string, v vkind) {
 	k := vkey(root, rel)
 	o.dropBelow(k)
 	delete(o.sizes, k)
+	delete(o.src, k)
 	if _, ok := o.kinds[k]; !ok && rel != "" {
 		pk := vkey(root, parentOf(rel))
 		o.children[pk] = append(o.children[pk], rel)
@@ -383,28 +512,42 @@ func (o *overlay) dropBelow(k string) {
 		o.dropBelow(ck)
 		delete(o.kinds, ck)
 		delete(o.sizes, ck)
+		delete(o.src, ck)
 	}
 	delete(o.children, k)
 	delete(o.listing, k)
 	delete(o.fresh, k)
 }
 
+// simulate runs the extraction over the disk (or the scan rp.disk) in
+// memory, leaving rp.prot's paths alone as the extraction does: it refuses
+// hostile sequences and records in rp.sim what every path becomes.
 func (rp *replay) simulate() error {
 	o := &overlay{
 		roots: rp.roots, kinds: map[string]vkind{}, children: map[string][]string{},
 		listing: map[string]map[string]byte{}, fresh: map[string]bool{}, rootGone: map[string]bool{},
 		sizes: map[string][2]int64{},
+		src:   map[string]memberRef{}, prot: rp.prot, disk: rp.disk,
 	}
+	rp.sim = o
 	for _, ra := range rp.archives {
 		for _, name := range ra.a.Meta.RemovedRoots {
 			if _, ok := rp.roots[name]; !ok {
 				return fmt.Errorf("increment %s: %w: removed root %q is not configured", path.Base(ra.path), ErrUnreadableArchive, name)
+			}
+			if o.prot.holds(name, "") {
+				// Its protected paths stay: the root is emptied instead.
+				o.emptied(name, "")
+				continue
 			}
 			o.set(name, "", vGone)
 			o.rootGone[name] = true
 		}
 		for mi := range ra.a.Members {
 			m := &ra.a.Members[mi]
+			if rp.prot.skips(m) {
+				continue
+			}
 			// Every ancestor must be (or become) a directory, never a
 			// symlink or a file.
 			var anc []string
@@ -434,6 +577,9 @@ func (rp *replay) simulate() error {
 			case typeDumpdir:
 				// Renames run first, as GNU tar replays them before purging.
 				for _, rn := range m.Renames {
+					if o.prot.keep(m.Root, rn.From) || o.prot.keep(m.Root, rn.To) {
+						continue // the extraction skips it too
+					}
 					for _, p := range []string{rn.From, rn.To} {
 						for a := parentOf(p); ; a = parentOf(a) {
 							if v := o.lookup(m.Root, a); v == vSymlink {
@@ -462,15 +608,23 @@ func (rp *replay) simulate() error {
 				for _, rel := range slices.Clone(o.children[k]) {
 					ck := vkey(m.Root, rel)
 					if v := purged(l, path.Base(rel), o.kinds[ck]); v == vGone {
+						if o.prot.keep(m.Root, rel) {
+							if !o.prot.protected(m.Root, rel) && o.kinds[ck] == vDir {
+								o.emptied(m.Root, rel)
+							}
+							continue
+						}
 						o.dropBelow(ck)
 						o.kinds[ck] = vGone
 						delete(o.sizes, ck)
+						delete(o.src, ck)
 					}
 				}
 				o.listing[k] = l
 			case tar.TypeReg:
 				o.set(m.Root, m.Rel, vFile)
 				o.sizes[vkey(m.Root, m.Rel)] = [2]int64{m.localLen(), m.Size}
+				o.src[vkey(m.Root, m.Rel)] = memberRef{ra: ra, m: m}
 			case typeAppend:
 				// An appended part extends the copy the sequence stored
 				// before it, which must be exactly its offset long.
@@ -494,6 +648,9 @@ func (rp *replay) simulate() error {
 				}
 				ra.a.Members[mi].expect = sz[1]
 				o.sizes[k] = [2]int64{sz[0] + m.part.Length, sz[1] + m.Size}
+			case tar.TypeSymlink:
+				o.set(m.Root, m.Rel, vSymlink)
+				o.src[vkey(m.Root, m.Rel)] = memberRef{ra: ra, m: m}
 			}
 		}
 	}
@@ -518,6 +675,12 @@ type dirTime struct {
 
 func (rp *replay) extractOne(ctx context.Context, ra *replayArchive) error {
 	for _, name := range ra.a.Meta.RemovedRoots {
+		if rp.prot.holds(name, "") {
+			if err := rp.emptyRoot(name); err != nil {
+				return fmt.Errorf("empty capture root %s: %w", name, err)
+			}
+			continue
+		}
 		if err := os.RemoveAll(rp.roots[name].Path); err != nil {
 			return fmt.Errorf("remove capture root %s: %w", name, err)
 		}
@@ -580,6 +743,9 @@ func (rp *replay) extractOne(ctx context.Context, ra *replayArchive) error {
 				return fmt.Errorf("%w: archive changed while being applied", ErrUnreadableArchive)
 			}
 		}
+		if rp.prot.skips(m) {
+			continue
+		}
 		root, err := openRoot(m.Root)
 		if err != nil {
 			return err
@@ -598,6 +764,9 @@ func (rp *replay) extractOne(ctx context.Context, ra *replayArchive) error {
 			}
 			renamed := true
 			for _, rn := range m.Renames {
+				if rp.prot.keep(m.Root, rn.From) || rp.prot.keep(m.Root, rn.To) {
+					continue // a protected path is never moved
+				}
 				if err := renameDir(root, rn.From, rn.To); err != nil {
 					renamed = false // GNU tar then leaves the directory unpurged
 				}
@@ -606,7 +775,7 @@ func (rp *replay) extractOne(ctx context.Context, ra *replayArchive) error {
 				return err
 			}
 			if renamed {
-				if err := purgeDir(root, rel, m.Dumpdir); err != nil {
+				if err := purgeDir(root, m.Root, rel, m.Dumpdir, rp.prot); err != nil {
 					return err
 				}
 			}
@@ -731,12 +900,19 @@ func removeExisting(root *os.Root, rel string) error {
 
 // purgeDir removes what GNU tar's incremental extraction removes: entries
 // not in the dumpdir, 'D' entries that are not directories and 'Y' entries
-// that are.
-func purgeDir(root *os.Root, rel string, dump []dumpEntry) error {
+// that are. Protected paths stay, and so do the directories that hold them
+// (emptied of everything else).
+func purgeDir(root *os.Root, rootName, rel string, dump []dumpEntry, prot *protection) error {
 	l := make(map[string]byte, len(dump))
 	for _, d := range dump {
 		l[d.Name] = d.Flag
 	}
+	return purgeListed(root, rootName, rel, l, prot)
+}
+
+// purgeListed is purgeDir against the listing l (an empty one purges every
+// unprotected entry).
+func purgeListed(root *os.Root, rootName, rel string, l map[string]byte, prot *protection) error {
 	d, err := root.Open(rel)
 	if err != nil {
 		return err
@@ -758,6 +934,14 @@ func purgeDir(root *os.Root, rel string, dump []dumpEntry) error {
 			child := n
 			if rel != "." {
 				child = rel + "/" + n
+			}
+			if prot.keep(rootName, child) {
+				if !prot.protected(rootName, child) && k == vDir {
+					if err := purgeListed(root, rootName, child, nil, prot); err != nil {
+						return err
+					}
+				}
+				continue
 			}
 			if err := root.RemoveAll(child); err != nil {
 				return err

@@ -103,41 +103,85 @@ func (c *Changelog) captureLocked(ctx context.Context, req CaptureRequest, kind 
 			return nil, nil, err
 		}
 	}
+	if req.Position >= 0 && (req.Position <= st.LastPosition || req.Position > 999999) {
+		return nil, nil, fmt.Errorf("%w: position %d, last stored %d", ErrPosition, req.Position, st.LastPosition)
+	}
+	sc, err := c.scanLocked(ctx, st)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c.storeLocked(ctx, sc, req, kind, appliedTo)
+}
+
+// walked is the walk of every root against a state: what the next increment
+// stores. A rewind inspects it (what changed since the newest captured
+// position, what is excluded) before storing it as its undo point.
+type walked struct {
+	st     *captureState
+	start  time.Time
+	mroots []MetaRoot
+	plans  []*rootPlan
+	// removed names the roots that existed in st and are gone now.
+	removed []string
+	full    bool
+}
+
+// scanLocked walks every root against st.
+func (c *Changelog) scanLocked(ctx context.Context, st *captureState) (*walked, error) {
+	mroots, err := metaRoots(c.opts.Roots)
+	if err != nil {
+		return nil, err
+	}
+	sc := &walked{st: st, start: c.opts.Now(), mroots: mroots, full: true, removed: []string{}}
+	for i, r := range c.opts.Roots {
+		old := st.root(r.Name)
+		if old != nil && old.Path != r.Path {
+			old = nil // the root moved: capture it in full
+		}
+		p, err := c.scanRoot(ctx, r, old, sc.start)
+		if err != nil {
+			return nil, fmt.Errorf("capture root %s: %w", r.Name, err)
+		}
+		sc.mroots[i].Exists = p.state.Exists
+		if old != nil && old.Exists && !p.state.Exists {
+			sc.removed = append(sc.removed, r.Name)
+		}
+		if p.state.Exists && !p.full {
+			sc.full = false
+		}
+		p.prefix = sc.mroots[i].Prefix
+		sc.plans = append(sc.plans, p)
+	}
+	return sc, nil
+}
+
+// storeLocked stores the scan sc as increment req.Position and advances the
+// state from sc.st.
+func (c *Changelog) storeLocked(ctx context.Context, sc *walked, req CaptureRequest, kind string, appliedTo *int) (_ *Increment, next *captureState, _ error) {
+	st := sc.st
 	if req.Position < 0 {
 		req.Position = st.LastPosition + 1
 	}
 	if req.Position <= st.LastPosition || req.Position > 999999 {
 		return nil, nil, fmt.Errorf("%w: position %d, last stored %d", ErrPosition, req.Position, st.LastPosition)
 	}
-	mroots, err := metaRoots(c.opts.Roots)
-	if err != nil {
-		return nil, nil, err
-	}
-	start := c.opts.Now()
+	start := sc.start
 	meta := &Meta{
 		Version: 1, Position: req.Position, SessionID: req.SessionID, ToolUseID: req.ToolUseID, Tool: req.Tool, Failed: req.Failed,
-		Kind: kind, CreatedAt: start.UTC(), RemovedRoots: []string{}, AppliedTo: appliedTo,
+		Kind: kind, CreatedAt: start.UTC(), RemovedRoots: sc.removed, AppliedTo: appliedTo,
 	}
 	next = &captureState{LastPosition: req.Position}
-	var plans []*rootPlan
-	full := true
+	plans := sc.plans
 	var changes changeList
 	var baseline *captureState
 	if st.LastPosition < 0 {
 		baseline = c.loadBaseline()
 	}
-	for i, r := range c.opts.Roots {
+	for i, p := range plans {
+		r := c.opts.Roots[i]
 		old := st.root(r.Name)
 		if old != nil && old.Path != r.Path {
-			old = nil // the root moved: capture it in full
-		}
-		p, err := c.scanRoot(ctx, r, old, start)
-		if err != nil {
-			return nil, nil, fmt.Errorf("capture root %s: %w", r.Name, err)
-		}
-		mroots[i].Exists = p.state.Exists
-		if old != nil && old.Exists && !p.state.Exists {
-			meta.RemovedRoots = append(meta.RemovedRoots, r.Name)
+			old = nil // the root moved: it was captured in full
 		}
 		switch {
 		case old != nil && old.Exists && !p.state.Exists:
@@ -162,15 +206,10 @@ func (c *Changelog) captureLocked(ctx context.Context, req CaptureRequest, kind 
 				changes.ch.Baseline = true
 			}
 		}
-		if p.state.Exists && !p.full {
-			full = false
-		}
-		p.prefix = mroots[i].Prefix
 		next.Roots = append(next.Roots, p.state)
-		plans = append(plans, p)
 	}
-	meta.Roots = mroots
-	meta.Full = full
+	meta.Roots = sc.mroots
+	meta.Full = sc.full
 	meta.Changes = changes.result()
 
 	incDir := filepath.Join(c.dir, incrementsDir)
@@ -283,16 +322,26 @@ func (c *Changelog) scanRoot(ctx context.Context, r Root, old *rootState, start 
 	}
 	p.state.Exists = true
 	useOld := old != nil && old.Exists
-	gd := ""
+	// The repository whose ignore rules apply, found as git finds it: the
+	// root may be a subdirectory of its repository or a linked worktree.
+	var repo *gitRepo
 	if r.Git && !r.IncludeIgnored {
-		gd = gitDir(r.Path)
+		prev := ""
+		if old != nil {
+			prev = old.Stamp
+		}
+		if repo, err = locateRepo(ctx, c.opts.Git, r.Path, prev); err != nil {
+			return nil, err
+		}
 	}
+	gd := repo != nil
 	stamp := ""
-	if gd != "" {
-		stamp = ignoreStamp(gd)
+	if gd {
+		stamp = ignoreStamp(repo, r.Path)
 	}
 	p.state.Stamp = stamp
-	classifyFull := gd != "" && (!useOld || old.Stamp != stamp)
+	fixed := c.fixedExcludes(r)
+	classifyFull := gd && (!useOld || old.Stamp != stamp)
 	for attempt := 0; attempt < 2; attempt++ {
 		var ignored map[string]bool
 		if classifyFull {
@@ -311,11 +360,11 @@ func (c *Changelog) scanRoot(ctx context.Context, r Root, old *rootState, start 
 		if old != nil {
 			hint = len(old.Entries) + 64
 		}
-		entries, err := walkRoot(ctx, r, ignored, fi, hint)
+		entries, err := walkRoot(ctx, r, ignored, fixed, fi, hint)
 		if err != nil {
 			return nil, err
 		}
-		if gd != "" && !classifyFull {
+		if gd && !classifyFull {
 			// Paths new since the last capture are classified now; a changed
 			// .gitignore reclassifies the whole root.
 			var fresh []string
@@ -357,13 +406,36 @@ func (c *Changelog) scanRoot(ctx context.Context, r Root, old *rootState, start 
 	return p, nil
 }
 
+// AgentdiffDir is agentdiff's evidence store: never captured, never
+// changed by a rewind, at any depth of any root.
+const AgentdiffDir = ".agentdiff"
+
+// fixedExcludes returns the paths below r (relative to it) that are never
+// captured whatever the ignore rules say: the changelog's own directory and
+// Options.Exclude.
+func (c *Changelog) fixedExcludes(r Root) map[string]bool {
+	var out map[string]bool
+	for _, p := range append([]string{c.dir}, c.opts.Exclude...) {
+		if p == "" || p == r.Path || !within(p, r.Path) {
+			continue
+		}
+		if out == nil {
+			out = map[string]bool{}
+		}
+		out[p[len(r.Path)+1:]] = true
+	}
+	return out
+}
+
 // walkRoot lists the root (its own entry first, Path "") in walk order,
-// recording excluded entries without descending into them, through
+// recording excluded entries (.git in a git root, .agentdiff, the fixed
+// exclusions and the ignored paths) without descending into them, through
 // scan.List (no-follow, directory fds, several directories at once). The
 // root must still be the directory rootInfo describes.
-func walkRoot(ctx context.Context, r Root, ignored map[string]bool, rootInfo fs.FileInfo, sizeHint int) ([]entry, error) {
+func walkRoot(ctx context.Context, r Root, ignored, fixed map[string]bool, rootInfo fs.FileInfo, sizeHint int) ([]entry, error) {
 	list, err := scan.List(ctx, r.Path, scan.ListOptions{Skip: func(rel string, isDir bool) bool {
-		return (r.Git && path.Base(rel) == ".git") || ignored[rel]
+		base := path.Base(rel)
+		return (r.Git && base == ".git") || base == AgentdiffDir || ignored[rel] || fixed[rel]
 	}})
 	if err != nil {
 		return nil, err

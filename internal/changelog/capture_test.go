@@ -358,7 +358,8 @@ func TestChangelogDirectoryRefusals(t *testing.T) {
 		"link":        filepath.Join(base, "link"),
 		"file":        filepath.Join(base, "file"),
 		"not private": filepath.Join(base, "open"),
-		"inside root": filepath.Join(root, "cl"),
+		"the root":    root,
+		"holds root":  base,
 		"relative":    "cl",
 	} {
 		if _, err := Open(dir, Options{Roots: roots}); err == nil {
@@ -379,6 +380,30 @@ func TestChangelogDirectoryRefusals(t *testing.T) {
 	}
 	if fi, _ := os.Stat(c.Dir()); fi.Mode().Perm() != 0o700 {
 		t.Errorf("changelog directory mode %o", fi.Mode().Perm())
+	}
+	// A changelog directory inside a root is excluded from it: never
+	// captured, never touched by a rewind.
+	writeFile(t, filepath.Join(root, "f"), "x")
+	in, err := Open(filepath.Join(root, ".cl"), Options{Roots: roots})
+	if err != nil {
+		t.Fatalf("a changelog directory inside the root: %v", err)
+	}
+	mustCapture(t, in, 0)
+	writeFile(t, filepath.Join(root, "g"), "y")
+	mustCapture(t, in, 1)
+	for _, p := range []int{0, 1} {
+		names, _ := members(t, in.incrementPath(p))
+		for _, n := range names {
+			if strings.Contains(n, "/.cl/") {
+				t.Errorf("increment %d stores the changelog's own directory: %s", p, n)
+			}
+		}
+	}
+	if _, err := in.Apply(context.Background(), ApplyRequest{To: 0}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(in.incrementPath(1)); err != nil {
+		t.Errorf("the rewind damaged the changelog directory inside the root: %v", err)
 	}
 }
 

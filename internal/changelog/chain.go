@@ -57,5 +57,6 @@ func (c *Changelog) ApplyChain(ctx context.Context, paths []string, positions []
 	if err != nil {
 		return nil, err
 	}
-	return c.applyLocked(ctx, paths, append([]int(nil), positions...), req, st)
+	to := req.To
+	return c.applyLocked(ctx, paths, append([]int(nil), positions...), req, st, "agentscm changelog apply", &to)
 }

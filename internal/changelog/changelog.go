@@ -39,6 +39,10 @@ type Options struct {
 	Now func() time.Time
 	// Git is the git binary; "" uses "git" from PATH.
 	Git string
+	// Exclude lists absolute paths never captured nor changed by a rewind
+	// (the agentscm config directory when it lies inside a root); the
+	// changelog directory itself is always excluded.
+	Exclude []string
 }
 
 // Changelog is one checkout's changelog directory.
@@ -64,7 +68,8 @@ const (
 )
 
 // ErrBadDirectory reports a changelog directory that is a link, not a
-// directory, not private, owned by another user, or inside a capture root.
+// directory, not private, owned by another user, or that is or holds a
+// capture root (one below a root is excluded from it).
 var ErrBadDirectory = errors.New("unusable changelog directory")
 
 // IncrementName is the file name of the increment at position.
@@ -72,7 +77,8 @@ func IncrementName(position int) string { return fmt.Sprintf("%06d.tgz", positio
 
 // Open opens (creating it 0700 when missing) the changelog directory dir for
 // the given capture roots. It refuses a directory that is a link, not a
-// directory, owned by another user, not private, or inside a capture root.
+// directory, owned by another user, not private, or that is or holds a
+// capture root; one below a root (through a symlink too) is excluded from it.
 func Open(dir string, opts Options) (*Changelog, error) {
 	if !filepath.IsAbs(dir) {
 		return nil, fmt.Errorf("%w: %s is not absolute", ErrBadDirectory, dir)
@@ -85,13 +91,15 @@ func Open(dir string, opts Options) (*Changelog, error) {
 		return nil, err
 	}
 	for _, r := range opts.Roots {
-		if within(dir, r.Path) || within(r.Path, dir) {
+		// A changelog directory below a root is excluded from it; one that
+		// is or holds a root is refused.
+		if within(r.Path, dir) {
 			return nil, fmt.Errorf("%w: %s overlaps the capture root %s", ErrBadDirectory, dir, r.Path)
 		}
 		if real, err := filepath.EvalSymlinks(r.Path); err == nil {
 			if realDir, err := filepath.EvalSymlinks(filepath.Dir(dir)); err == nil {
 				rd := filepath.Join(realDir, filepath.Base(dir))
-				if within(rd, real) || within(real, rd) {
+				if within(real, rd) || (within(rd, real) && !within(dir, r.Path)) {
 					return nil, fmt.Errorf("%w: %s overlaps the capture root %s", ErrBadDirectory, dir, r.Path)
 				}
 			}

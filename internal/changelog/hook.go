@@ -139,7 +139,7 @@ func HandleClaudeHookWith(ctx context.Context, configDir string, in io.Reader, n
 	if len(roots) == 0 || roots[0].Path != root {
 		return nil, fmt.Errorf("changelog %s does not belong to %s", dir, root)
 	}
-	c, err := Open(dir, Options{Roots: roots})
+	c, err := Open(dir, Options{Roots: roots, Exclude: []string{configDir}})
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package changelog
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -41,7 +42,11 @@ func TestReplayHeldAndStreamed(t *testing.T) {
 		if big {
 			writeFile(t, filepath.Join(root, "big"), "short now")
 		}
-		if _, err := c.Apply(context.Background(), ApplyRequest{To: 0}); err != nil {
+		// The changes were never captured: the check refuses, --force goes on.
+		if _, err := c.Apply(context.Background(), ApplyRequest{To: 0}); !errors.Is(err, ErrChangedSinceCapture) {
+			t.Fatalf("big=%v: rewind over uncaptured changes: %v", big, err)
+		}
+		if _, err := c.Apply(context.Background(), ApplyRequest{To: 0, Force: true}); err != nil {
 			t.Fatal(err)
 		}
 		if d := diffTrees(want, snapshot(t, root, true, nil)); d != "" {

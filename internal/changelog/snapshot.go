@@ -12,8 +12,10 @@ import (
 const KindSnapshot = "snapshot"
 
 // SaveSnapshot writes a full archive of roots to w and returns its metadata.
-// git is the git binary used to leave ignored paths out ("" for "git").
-func SaveSnapshot(ctx context.Context, roots []Root, w io.Writer, git string) (*Meta, error) {
+// git is the git binary used to leave ignored paths out ("" for "git");
+// the paths in exclude (absolute) are left out too, as are .git and
+// .agentdiff, as a capture leaves them out.
+func SaveSnapshot(ctx context.Context, roots []Root, w io.Writer, git string, exclude ...string) (*Meta, error) {
 	mroots, err := metaRoots(roots)
 	if err != nil {
 		return nil, err
@@ -21,7 +23,7 @@ func SaveSnapshot(ctx context.Context, roots []Root, w io.Writer, git string) (*
 	if git == "" {
 		git = "git"
 	}
-	c := &Changelog{opts: Options{Roots: roots, Git: git}}
+	c := &Changelog{opts: Options{Roots: roots, Git: git, Exclude: exclude}}
 	start := time.Now()
 	meta := &Meta{Version: 1, Position: 0, Kind: KindSnapshot, Full: true, CreatedAt: start.UTC(), RemovedRoots: []string{}}
 	var plans []*rootPlan
@@ -42,8 +44,11 @@ func SaveSnapshot(ctx context.Context, roots []Root, w io.Writer, git string) (*
 }
 
 // LoadSnapshot validates the snapshot at path and restores it into roots
-// (matched by name), deleting what the snapshot does not hold except
-// excluded paths (.git, ignored). after, when set, runs once extracted.
+// (matched by name), deleting what the snapshot does not hold (except what
+// its dumpdirs list as present): meant for a fresh directory, with no check
+// and no undo point. Onto a workspace, use Changelog.ApplySnapshot, which
+// checks, protects excluded paths and stores an undo point. after, when
+// set, runs once extracted.
 func LoadSnapshot(ctx context.Context, path string, roots []Root, after func(ctx context.Context, roots []Root) error) error {
 	if err := Replay(ctx, []string{path}, roots); err != nil {
 		return err

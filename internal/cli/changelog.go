@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -148,7 +147,7 @@ func openChangelog(env *Env, rf *rootFlags, capture bool) (*changelog.Changelog,
 			return nil, err
 		}
 	}
-	c, err := changelog.Open(dir, changelog.Options{Roots: roots})
+	c, err := changelog.Open(dir, changelog.Options{Roots: roots, Exclude: configExclude(env)})
 	if err != nil {
 		return nil, err
 	}
@@ -436,6 +435,11 @@ func archiveExit(err error) error {
 	return err
 }
 
+// ExitChangedSinceCapture is the exit status of a rewind (changelog apply,
+// rewind, snapshot load) refused because paths it would change were changed
+// after the newest captured position; --force overrides it.
+const ExitChangedSinceCapture = 6
+
 func runChangelogApply(ctx context.Context, env *Env, args []string) error {
 	fs := newFlags(env, "agentscm changelog apply", "--root ABS --to POSITION [flags]", `
 Rewind the capture roots to the state after tool call POSITION: the
@@ -446,11 +450,22 @@ the increments are extracted in order with their deletions and removed
 roots, capture hooks restored into .claude/settings*.json are dropped, and
 the result is stored as the next increment. While an agent turn runs in the
 checkout it is refused with exit status 5 (--force overrides a stale turn
-marker).`)
+marker).
+
+Safe rewind: before anything changes, every path the rewind would create,
+modify or delete is compared with its state at the newest captured
+position. If any was changed since (by you, another session or any process
+the changelog did not capture), the rewind is refused with exit status 6
+and the list of those paths; --force rewinds anyway (the undo point, which
+holds them, is still stored first). --dry-run prints what would be
+created, modified and deleted and changes nothing. The Claude transcript
+root is not checked. Excluded paths (.git, .agentdiff, the changelog
+directory, everything git ignores) are never deleted or changed.`)
 	var rf rootFlags
 	rf.register(fs, false)
 	to := fs.Int("to", -1, "the position to rewind to (required)")
-	force := fs.Bool("force", false, "rewind even though a turn marker says a turn is running (its session is gone)")
+	force := fs.Bool("force", false, "rewind even though paths it changes were changed after the newest captured position (the undo point still holds them), or a turn marker says a turn is running (its session is gone)")
+	dryRun := fs.Bool("dry-run", false, "print what the rewind would create, modify and delete, and change nothing")
 	resume := fs.Bool("resume-conversation", false, "also bind the conversation, cut right after the target call's result, to a fresh session id and print the claude --resume command")
 	fromHub := fs.Bool("from-hub", false, "take the increments 0..POSITION of a Work from the checkout's connected Hub (the root may be a fresh empty directory)")
 	work := fs.String("work", "", "with --from-hub: the Work (default: the checkout's current Work)")
@@ -463,8 +478,11 @@ marker).`)
 	if *to < 0 {
 		return usagef("--to POSITION is required")
 	}
+	if *dryRun && *resume {
+		return usagef("--dry-run changes nothing, so it cannot resume a conversation; drop --resume-conversation")
+	}
 	if *fromHub {
-		return runChangelogApplyFromHub(ctx, env, &rf, hubApply{to: *to, work: *work, worktree: *worktree, force: *force, resume: *resume, format: *format})
+		return runChangelogApplyFromHub(ctx, env, &rf, hubApply{to: *to, work: *work, worktree: *worktree, force: *force, dryRun: *dryRun, resume: *resume, format: *format})
 	}
 	if *work != "" || *worktree != "" || len(rf.extra) > 0 {
 		return usagef("--work, --worktree and --extra-root go with --from-hub")
@@ -473,7 +491,7 @@ marker).`)
 	if err != nil {
 		return err
 	}
-	if !*force {
+	if !*force && !*dryRun {
 		if err := turnExit(changelog.RefuseDuringTurn(c.Dir())); err != nil {
 			return err
 		}
@@ -486,7 +504,7 @@ marker).`)
 	if *resume && !filepath.IsAbs(home) {
 		return usagef("--resume-conversation needs an absolute HOME (where Claude Code keeps transcripts)")
 	}
-	req := changelog.ApplyRequest{To: *to, AfterExtract: after}
+	req := changelog.ApplyRequest{To: *to, AfterExtract: after, Force: *force, DryRun: *dryRun}
 	// With the transcript directory a capture root, the rewind restores the
 	// transcript as the hook saw it (before the host appended the call's
 	// result): the live copy, read first, supplies the result.
@@ -500,8 +518,12 @@ marker).`)
 	}
 	res, err := c.Apply(ctx, req)
 	if err != nil {
-		return archiveExit(err)
+		return applyExit(env, c.Roots(), *format, err)
 	}
+	if res.DryRun {
+		return printDryRun(env, c.Roots(), *format, fmt.Sprintf("rewinding to position %d", *to), res)
+	}
+	warnForced(env, c.Roots(), res)
 	var resumed *changelog.Resumed
 	if *resume {
 		if res.Target.Kind != changelog.KindCall || res.Target.SessionID == "" {
@@ -513,7 +535,7 @@ marker).`)
 		}
 	}
 	if *format == "json" {
-		return writeJSON(env.Stdout, map[string]any{"to": *to, "applied": res.Applied, "undo_position": res.PreApply.Position, "result_position": res.Result.Position, "resumed": resumed})
+		return writeJSON(env.Stdout, map[string]any{"to": *to, "applied": res.Applied, "undo_position": res.PreApply.Position, "result_position": res.Result.Position, "resumed": resumed, "forced": jsonChanges(res.Conflicts)})
 	}
 	fmt.Fprintf(env.Stdout, "rewound to position %d (applied %d increments); undo with: agentscm changelog apply --root %s --to %d\n",
 		*to, len(res.Applied), c.Roots()[0].Path, res.PreApply.Position)
@@ -524,71 +546,5 @@ marker).`)
 		}
 		fmt.Fprintf(env.Stdout, "conversation of session %s bound to %s (%s); continue it with:\n  %s\n", resumed.FromSession, resumed.SessionID, note, resumed.Command)
 	}
-	return nil
-}
-
-func runSnapshotSave(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "agentscm snapshot save", "--root ABS --out FILE.tgz [flags]", `
-Write a full archive of the checkout (without .git and, by default, without
-git-ignored paths) and any extra roots, in the changelog's GNU tar format.`)
-	var rf rootFlags
-	rf.register(fs, true)
-	out := fs.String("out", "", "the snapshot file to create (required; never replaced)")
-	if err := parseFlags(fs, args, false); err != nil {
-		return err
-	}
-	if *out == "" {
-		return usagef("--out FILE is required")
-	}
-	roots, _, err := rf.roots()
-	if err != nil {
-		return err
-	}
-	f, err := os.OpenFile(*out, os.O_WRONLY|os.O_CREATE|os.O_EXCL, fsutil.FileMode)
-	if err != nil {
-		return err
-	}
-	meta, err := changelog.SaveSnapshot(ctx, roots, f, "")
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(*out)
-		return err
-	}
-	fmt.Fprintf(env.Stdout, "saved %d files (%d bytes) to %s\n", meta.Files, meta.Bytes, *out)
-	return nil
-}
-
-func runSnapshotLoad(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "agentscm snapshot load", "--root ABS [flags] FILE.tgz", `
-Restore a snapshot into the checkout (and extra roots, matched by name):
-files are restored, what the snapshot does not hold is deleted (except .git
-and ignored paths), and capture hooks restored into .claude/settings*.json
-are dropped. An unreadable or hostile snapshot is refused with exit status 4
-before anything changes.`)
-	var rf rootFlags
-	rf.register(fs, true)
-	if err := parseFlags(fs, args, true); err != nil {
-		return err
-	}
-	if fs.NArg() != 1 {
-		return usagef("snapshot load takes exactly one FILE")
-	}
-	roots, root, err := rf.roots()
-	if err != nil {
-		return err
-	}
-	after, err := dropRestoredHooks(root)
-	if err != nil {
-		return err
-	}
-	if err := changelog.LoadSnapshot(ctx, fs.Arg(0), roots, after); err != nil {
-		return archiveExit(err)
-	}
-	fmt.Fprintf(env.Stdout, "loaded %s into %s\n", fs.Arg(0), root)
 	return nil
 }

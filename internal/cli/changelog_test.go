@@ -102,8 +102,17 @@ func TestChangelogCaptureListApplySnapshot(t *testing.T) {
 		t.Fatalf("snapshot save: %d %s", r.code, r.stderr)
 	}
 	write("extra.txt", "x")
-	if r := runMain(t, env, "", "snapshot", "load", "--root", repo, snap); r.code != 0 {
-		t.Fatalf("snapshot load: %d %s", r.code, r.stderr)
+	// extra.txt was never captured: the load refuses (status 6), then
+	// --force loads (the older positional form) and prints the undo.
+	if r := runMain(t, env, "", "snapshot", "load", "--root", repo, "--file", snap); r.code != ExitChangedSinceCapture || !strings.Contains(r.stderr, filepath.Join(repo, "extra.txt")) {
+		t.Fatalf("snapshot load over an uncaptured file: %d %s", r.code, r.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(repo, "extra.txt")); err != nil {
+		t.Fatalf("the refused load removed extra.txt")
+	}
+	r = runMain(t, env, "", "snapshot", "load", "--root", repo, "--force", snap)
+	if r.code != 0 || !strings.Contains(r.stdout, "undo with") {
+		t.Fatalf("snapshot load --force: %d %s %s", r.code, r.stdout, r.stderr)
 	}
 	if _, err := os.Stat(filepath.Join(repo, "extra.txt")); err == nil {
 		t.Errorf("snapshot load kept a file the snapshot does not hold")

@@ -51,6 +51,7 @@ type hubApply struct {
 	worktree string
 	work     string
 	force    bool
+	dryRun   bool
 	resume   bool
 	format   string
 }
@@ -268,6 +269,9 @@ func runChangelogApplyFromHub(ctx context.Context, env *Env, rf *rootFlags, req 
 		if len(ents) > 0 {
 			return fmt.Errorf("%s is not empty and has no changelog to undo the apply with; use an empty directory, or run agentscm changelog enable --root %s first", root, root)
 		}
+		if req.dryRun {
+			return usagef("--dry-run with --from-hub needs a checkout with a changelog (agentscm changelog enable --root %s); onto the empty %s the apply only creates paths", root, root)
+		}
 		if err := changelog.Replay(ctx, paths, roots); err != nil {
 			return archiveExit(err)
 		}
@@ -285,19 +289,23 @@ func runChangelogApplyFromHub(ctx context.Context, env *Env, rf *rootFlags, req 
 				return fmt.Errorf("the changelog of %s has no capture root %s=%s; the increments need it", root, r.Name, r.Path)
 			}
 		}
-		c, err := changelog.Open(dir, changelog.Options{Roots: stored})
+		c, err := changelog.Open(dir, changelog.Options{Roots: stored, Exclude: []string{cfg}})
 		if err != nil {
 			return err
 		}
-		if !req.force {
+		if !req.force && !req.dryRun {
 			if err := turnExit(changelog.RefuseDuringTurn(c.Dir())); err != nil {
 				return err
 			}
 		}
-		res, err := c.ApplyChain(ctx, paths, positions, changelog.ApplyRequest{To: req.to, AfterExtract: after})
+		res, err := c.ApplyChain(ctx, paths, positions, changelog.ApplyRequest{To: req.to, AfterExtract: after, Force: req.force, DryRun: req.dryRun})
 		if err != nil {
-			return archiveExit(err)
+			return applyExit(env, stored, req.format, err)
 		}
+		if res.DryRun {
+			return printDryRun(env, stored, req.format, fmt.Sprintf("applying increments 0..%d of work %s", req.to, work), res)
+		}
+		warnForced(env, stored, res)
 		out["undo_position"] = res.PreApply.Position
 		out["result_position"] = res.Result.Position
 	}

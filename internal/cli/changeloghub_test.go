@@ -136,9 +136,15 @@ func TestChangelogApplyFromHub(t *testing.T) {
 	if r.code != 1 || !strings.Contains(r.stderr, "is not empty and has no changelog") {
 		t.Fatalf("second apply: %d %s", r.code, r.stderr)
 	}
-	// With a changelog it is undoable.
+	// With a changelog it is undoable. Nothing of B was captured yet, so
+	// the files the apply would delete or change count as changed since
+	// the newest capture: refused with status 6 unless --force.
 	must("changelog", "enable", "--root", b)
-	out = must("changelog", "apply", "--root", b, "--to", "2", "--from-hub", "--work", w.ID)
+	r = runMain(t, env, "", "changelog", "apply", "--root", b, "--to", "2", "--from-hub", "--work", w.ID)
+	if r.code != ExitChangedSinceCapture || !strings.Contains(r.stderr, filepath.Join(b, "one.txt")) {
+		t.Fatalf("apply over uncaptured files: %d %s", r.code, r.stderr)
+	}
+	out = must("changelog", "apply", "--root", b, "--to", "2", "--from-hub", "--work", w.ID, "--force")
 	if got := files(t, b); fmt.Sprint(got) != fmt.Sprint(files(t, a)) || !strings.Contains(out, "undo with") {
 		t.Fatalf("B after apply --to 2: %v (%s)", got, out)
 	}

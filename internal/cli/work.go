@@ -253,7 +253,7 @@ func ts(unix int64) string {
 // ExitGenerationChanged is the exit status of a checkpoint refused because
 // the Work's generation is not the one expected: someone took it over
 // meanwhile (the Hub's 409 generation_changed).
-const ExitGenerationChanged = 6
+const ExitGenerationChanged = 7
 
 func runWorkCheckpoint(ctx context.Context, env *Env, action string, args []string) error {
 	synopsis := "[--root ABS] [--work-id ID] [--expect-generation N] [--note TEXT] [--format text|json]"

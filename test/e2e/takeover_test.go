@@ -21,14 +21,14 @@ import (
 
 // exitGenerationChanged is agentscm's exit status for a takeover refused
 // because the Work was taken over meanwhile (cli.ExitGenerationChanged).
-const exitGenerationChanged = 6
+const exitGenerationChanged = 7
 
 // TestConcurrentTakeoversHubServe runs 12 `agentscm work takeover`
 // processes at once, each from its own checkout, against a real
 // `agentscm hub serve`: with a shared --expect-generation exactly one wins;
 // without it (each command expects the generation it reads), while the Hub
 // is stopped so that every command reads before any writes, not all win.
-// Every loser exits 6 saying the Work was taken over meanwhile, every winner
+// Every loser exits 7 saying the Work was taken over meanwhile, every winner
 // won a distinct generation, and only the last winner's checkout is current.
 func TestConcurrentTakeoversHubServe(t *testing.T) {
 	owner := newCheckout(t)

@@ -1,0 +1,136 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/agentscm/agentscm/internal/capture"
+	"github.com/agentscm/agentscm/internal/changelog"
+)
+
+// configExclude is the agentscm config directory (spool, changelog store,
+// keys) as a changelog exclusion, for a checkout that holds it.
+func configExclude(env *Env) []string {
+	cfg, err := capture.ConfigDir(env.Getenv)
+	if err != nil || !filepath.IsAbs(cfg) {
+		return nil
+	}
+	return []string{filepath.Clean(cfg)}
+}
+
+// displayPath names a path of a rewind for people: its absolute path.
+func displayPath(roots []changelog.Root, pc changelog.PathChange) string {
+	for _, r := range roots {
+		if r.Name == pc.Root {
+			if pc.Path == "" {
+				return r.Path
+			}
+			return filepath.Join(r.Path, filepath.FromSlash(pc.Path))
+		}
+	}
+	return pc.Root + ":" + pc.Path
+}
+
+// jsonChange is a PathChange with its absolute path, for --format json.
+type jsonChange struct {
+	changelog.PathChange
+	Abs string `json:"abs_path"`
+}
+
+func jsonChangesOf(roots []changelog.Root, list []changelog.PathChange) []jsonChange {
+	out := make([]jsonChange, 0, len(list))
+	for _, pc := range list {
+		out = append(out, jsonChange{PathChange: pc, Abs: displayPath(roots, pc)})
+	}
+	return out
+}
+
+// jsonChanges is list as JSON, nil (omitted as null) when empty.
+func jsonChanges(list []changelog.PathChange) []changelog.PathChange {
+	if len(list) == 0 {
+		return nil
+	}
+	return list
+}
+
+// applyExit maps a rewind's error to its exit status: 4 for an unreadable
+// archive, 6 (with the list of paths, on stdout too with --format json) for
+// paths changed since the newest captured position.
+func applyExit(env *Env, roots []changelog.Root, format string, err error) error {
+	var ce *changelog.ChangedError
+	if !errors.As(err, &ce) {
+		return archiveExit(err)
+	}
+	if format == "json" {
+		_ = writeJSON(env.Stdout, map[string]any{
+			"refused":           "changed_since_capture",
+			"exit_status":       ExitChangedSinceCapture,
+			"captured_position": ce.Position,
+			"paths":             jsonChangesOf(roots, ce.Paths),
+		})
+	}
+	var b strings.Builder
+	since := fmt.Sprintf("after the newest captured position (%d)", ce.Position)
+	if ce.Position < 0 {
+		since = "and never captured (the changelog has no captured position yet)"
+	}
+	fmt.Fprintf(&b, "refused: %d %s changed %s would be changed by this rewind; nothing was changed:\n",
+		len(ce.Paths), plural(len(ce.Paths), "path", "paths"), since)
+	for _, pc := range ce.Paths {
+		fmt.Fprintf(&b, "  %-8s since, would be %-8s  %s\n", pc.Since, pc.Change, displayPath(roots, pc))
+	}
+	fmt.Fprintf(&b, "capture them first (agentscm changelog capture --root %s), or rerun with --force (the undo point, which holds them, is stored first); --dry-run lists every change", roots[0].Path)
+	return &ExitCodeError{Code: ExitChangedSinceCapture, Err: errors.New(b.String())}
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// printDryRun prints what a dry run found.
+func printDryRun(env *Env, roots []changelog.Root, format, what string, res *changelog.ApplyResult) error {
+	by := map[string][]changelog.PathChange{}
+	for _, pc := range res.Effects {
+		by[pc.Change] = append(by[pc.Change], pc)
+	}
+	if format == "json" {
+		return writeJSON(env.Stdout, map[string]any{
+			"dry_run":               true,
+			"created":               jsonChangesOf(roots, by[changelog.ChangeCreated]),
+			"modified":              jsonChangesOf(roots, by[changelog.ChangeModified]),
+			"deleted":               jsonChangesOf(roots, by[changelog.ChangeDeleted]),
+			"changed_since_capture": jsonChangesOf(roots, res.Conflicts),
+			"would_refuse":          len(res.Conflicts) > 0,
+		})
+	}
+	fmt.Fprintf(env.Stdout, "dry run: %s would create %d, modify %d and delete %d paths (nothing was changed)\n", what,
+		len(by[changelog.ChangeCreated]), len(by[changelog.ChangeModified]), len(by[changelog.ChangeDeleted]))
+	for _, pc := range res.Effects {
+		fmt.Fprintf(env.Stdout, "  %-8s %-7s %s\n", pc.Change, pc.Kind, displayPath(roots, pc))
+	}
+	if len(res.Conflicts) > 0 {
+		fmt.Fprintf(env.Stdout, "it would be refused (exit status %d) without --force: %d of these %s changed after the newest captured position:\n",
+			ExitChangedSinceCapture, len(res.Conflicts), plural(len(res.Conflicts), "was", "were"))
+		for _, pc := range res.Conflicts {
+			fmt.Fprintf(env.Stdout, "  %-8s since  %s\n", pc.Since, displayPath(roots, pc))
+		}
+	}
+	return nil
+}
+
+// warnForced says on stderr which later changes a forced rewind replaced.
+func warnForced(env *Env, roots []changelog.Root, res *changelog.ApplyResult) {
+	if len(res.Conflicts) == 0 || res.PreApply == nil {
+		return
+	}
+	fmt.Fprintf(env.Stderr, "agentscm: warning: --force: %d %s changed after the newest captured position were changed by the rewind; they are in the undo point %d:\n",
+		len(res.Conflicts), plural(len(res.Conflicts), "path", "paths"), res.PreApply.Position)
+	for _, pc := range res.Conflicts {
+		fmt.Fprintf(env.Stderr, "  %-8s since, now %-8s  %s\n", pc.Since, pc.Change, displayPath(roots, pc))
+	}
+}
