@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentscm/agentscm/internal/hub/store"
@@ -50,8 +51,13 @@ const MaxRetries = 30
 // Store is a PostgreSQL Hub store; it is safe for concurrent use by many
 // goroutines and, on one database, by many processes.
 type Store struct {
-	pool *pgxpool.Pool
+	pool    *pgxpool.Pool
+	retries atomic.Int64
 }
+
+// Retries counts the Update attempts rolled back for a serialization
+// failure or deadlock and run again.
+func (s *Store) Retries() int64 { return s.retries.Load() }
 
 // Open connects to the database a DSN names (postgres://... or key=value;
 // pool_max_conns and the other pgxpool parameters are honoured) and brings
@@ -152,6 +158,7 @@ func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) error {
 		if err == nil || !retryable(err) || attempt >= MaxRetries {
 			return err
 		}
+		s.retries.Add(1)
 		// Jittered backoff, capped: contenders spread out instead of
 		// colliding again.
 		d := time.Duration(1+rand.IntN(1<<min(attempt, 6))) * time.Millisecond
