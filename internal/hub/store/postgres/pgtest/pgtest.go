@@ -195,3 +195,24 @@ func Database(t testing.TB) string {
 	}
 	return dsn
 }
+
+// Own starts a server for t alone (for a package whose TestMain is not
+// Main), stopped when t ends, and returns a fresh database's DSN on it.
+func Own(t testing.TB) string {
+	t.Helper()
+	s, err := Start()
+	if err != nil {
+		if os.Getenv(RequireEnv) == "1" {
+			t.Fatalf("PostgreSQL is required (%s=1): %v", RequireEnv, err)
+		}
+		t.Skipf("PostgreSQL not available, skipping: %v", err)
+	}
+	t.Cleanup(s.Stop)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dsn, err := s.CreateDatabase(ctx)
+	if err != nil {
+		t.Fatalf("create test database: %v", err)
+	}
+	return dsn
+}
