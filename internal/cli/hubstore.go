@@ -189,3 +189,84 @@ func openObjects(ctx context.Context, env *Env, spec, data string) (objects.Stor
 		return objects.OpenDir(spec)
 	}
 }
+
+func runHubMigrate(ctx context.Context, env *Env, args []string) error {
+	// "--from sqlite DIR" is the documented form; the flag package sees
+	// "--from DIR".
+	var rest []string
+	for i := 0; i < len(args); i++ {
+		if (args[i] == "--from" || args[i] == "-from") && i+1 < len(args) && args[i+1] == "sqlite" {
+			rest = append(rest, "--from")
+			i++
+			continue
+		}
+		rest = append(rest, args[i])
+	}
+	fs := newFlags(env, "agentscm hub migrate", "--from sqlite DIR (--to DSN | --store-file FILE) --objects SPEC [--format text|json]",
+		`Copy the Hub in the SQLite data directory DIR (an embedded Hub, such as
+a checkout's local one, or a single-node hub serve --data DIR; stop it
+first) into an empty PostgreSQL database and an object store, then verify
+that every table has the same number of rows with the same digest on both
+sides and that every increment object reads back under its digest. The rows
+are copied in one transaction: a failed copy leaves the database empty.
+
+The destination is named as hub serve takes it: --to (or --store) DSN,
+--store-file FILE or $AGENTSCM_HUB_STORE, and --objects /ABS/DIR or
+s3://BUCKET/PREFIX (or $AGENTSCM_HUB_OBJECTS).`)
+	from := fs.String("from", "", "the source: sqlite DIR (DIR is the absolute Hub data directory; required)")
+	to := fs.String("to", "", "PostgreSQL DSN postgres://... of the destination")
+	dst := &hubBackend{data: new(string), store: fs.String("store", "", "same as --to"), storeFile: fs.String("store-file", "", "file holding the destination DSN"),
+		objects: fs.String("objects", "", "destination object store: an absolute directory or s3://BUCKET/PREFIX (required)")}
+	format := formatFlag(fs)
+	if err := parseFlags(fs, rest, false); err != nil {
+		return err
+	}
+	if *from == "" || !filepath.IsAbs(*from) {
+		return usagef("--from sqlite DIR needs an absolute Hub data directory")
+	}
+	if *to != "" {
+		if *dst.store != "" {
+			return usagef("give --to or --store, not both")
+		}
+		*dst.store = *to
+	}
+	r, err := dst.resolve(env)
+	if err != nil {
+		return err
+	}
+	if r.dsn == "" {
+		return usagef("the destination needs --to postgres://... (or --store-file or $%s)", envHubStore)
+	}
+	if r.objects == "" {
+		return usagef("the destination needs --objects")
+	}
+	if err := fsutil.CheckPrivateDir(*from); err != nil {
+		return fmt.Errorf("source hub data directory: %w", err)
+	}
+	srcObj, err := objects.OpenDir(filepath.Join(*from, "objects"))
+	if err != nil {
+		return err
+	}
+	pg, err := postgres.Open(ctx, r.dsn)
+	if err != nil {
+		return err
+	}
+	defer pg.Close()
+	dstObj, err := openObjects(ctx, env, r.objects, "")
+	if err != nil {
+		return err
+	}
+	rep, err := postgres.CopyFromSQLite(ctx, *from, pg, srcObj, dstObj)
+	if err != nil {
+		return fmt.Errorf("hub migrate: %w", err)
+	}
+	if *format == "json" {
+		return writeJSON(env.Stdout, rep)
+	}
+	for _, t := range rep.Tables {
+		fmt.Fprintf(env.Stdout, "%-22s %8d rows  sha256 %s\n", t.Table, t.Rows, t.Digest)
+	}
+	fmt.Fprintf(env.Stdout, "%-22s %8d (%d bytes)\n", "objects", rep.Objects, rep.ObjectBytes)
+	fmt.Fprintf(env.Stdout, "copied %s to %s and verified\n", *from, r.describe())
+	return nil
+}

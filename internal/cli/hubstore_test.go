@@ -47,7 +47,8 @@ func TestHubBackendUsage(t *testing.T) {
 // PostgreSQL (the DSN from a file or the environment, never argv) and an S3
 // bucket, and two processes' worth of Hubs on them see each other's writes.
 func TestHubOnPostgresAndS3(t *testing.T) {
-	dsn := pgtest.Own(t)
+	pg := pgtest.Own(t)
+	dsn := pg.Database(t)
 	cfg := s3test.Server(t, "hub", "team/objects")
 	dir := t.TempDir()
 	dsnFile := filepath.Join(dir, "dsn")
@@ -109,5 +110,40 @@ func TestHubOnPostgresAndS3(t *testing.T) {
 	}
 	if got, err := svcs[1].GetWork(ctx, p, "proj", w.ID); err != nil || got.ID != w.ID {
 		t.Fatalf("work through the other Hub: %+v %v", got, err)
+	}
+
+	// hub migrate copies a single-node Hub into another database and a
+	// directory, verified; a second copy into it is refused.
+	data := filepath.Join(dir, "single")
+	mustRun(t, nil, "hub", "admin", "human", "create", "--data", data, "--name", "bob")
+	mustRun(t, nil, "hub", "admin", "repository", "create", "--data", data, "--name", "proj2")
+	dsn2File := filepath.Join(dir, "dsn2")
+	os.WriteFile(dsn2File, []byte(pg.Database(t)), 0o600)
+	objDir := filepath.Join(dir, "copied-objects")
+	out := mustRun(t, nil, "hub", "migrate", "--from", "sqlite", data, "--store-file", dsn2File, "--objects", objDir, "--format", "json").stdout
+	var rep struct {
+		Tables []struct {
+			Table string
+			Rows  int64
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || len(rep.Tables) == 0 {
+		t.Fatalf("migrate output %q: %v", out, err)
+	}
+	for _, tc := range rep.Tables {
+		if want := map[string]int64{"humans": 1, "repositories": 1}[tc.Table]; tc.Rows != want {
+			t.Fatalf("migrated %s: %d rows, want %d", tc.Table, tc.Rows, want)
+		}
+	}
+	list = api.AdminList{}
+	json.Unmarshal([]byte(mustRun(t, nil, "hub", "admin", "list", "--store-file", dsn2File, "--objects", objDir, "--format", "json").stdout), &list)
+	if len(list.Humans) != 1 || list.Humans[0].Name != "bob" || len(list.Repositories) != 1 {
+		t.Fatalf("list of the copy: %+v", list)
+	}
+	if r := runMain(t, nil, "", "hub", "migrate", "--from", "sqlite", data, "--store-file", dsn2File, "--objects", objDir); r.code != 1 || !strings.Contains(r.stderr, "empty database only") {
+		t.Fatalf("second migrate: %+v", r)
+	}
+	if r := runMain(t, nil, "", "hub", "migrate", "--from", "sqlite", data, "--objects", objDir); r.code != 2 {
+		t.Fatalf("migrate without a destination: %+v", r)
 	}
 }

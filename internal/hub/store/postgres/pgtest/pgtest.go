@@ -186,7 +186,12 @@ func Shared(t testing.TB) *Server {
 // Database returns the DSN of a fresh database on the shared server.
 func Database(t testing.TB) string {
 	t.Helper()
-	s := Shared(t)
+	return Shared(t).Database(t)
+}
+
+// Database returns the DSN of a fresh database on s.
+func (s *Server) Database(t testing.TB) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	dsn, err := s.CreateDatabase(ctx)
@@ -197,8 +202,8 @@ func Database(t testing.TB) string {
 }
 
 // Own starts a server for t alone (for a package whose TestMain is not
-// Main), stopped when t ends, and returns a fresh database's DSN on it.
-func Own(t testing.TB) string {
+// Main), stopped when t ends.
+func Own(t testing.TB) *Server {
 	t.Helper()
 	s, err := Start()
 	if err != nil {
@@ -208,11 +213,5 @@ func Own(t testing.TB) string {
 		t.Skipf("PostgreSQL not available, skipping: %v", err)
 	}
 	t.Cleanup(s.Stop)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	dsn, err := s.CreateDatabase(ctx)
-	if err != nil {
-		t.Fatalf("create test database: %v", err)
-	}
-	return dsn
+	return s
 }
