@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -84,11 +85,18 @@ func Start() (*Server, error) {
 		return nil, err
 	}
 	s := &Server{bin: bin}
+	reapStale(bin)
 	dir, err := os.MkdirTemp("", "agentscm-pg-")
 	if err != nil {
 		return nil, err
 	}
 	s.dir = dir
+	// The owner's pid lets a later run stop this cluster if the test
+	// binary is killed before Stop.
+	if err := os.WriteFile(filepath.Join(dir, "owner.pid"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup("postgres")
 		if err != nil {
@@ -123,6 +131,31 @@ func Start() (*Server, error) {
 		return nil, fmt.Errorf("pg_ctl start: %w\n%s\n%s", err, out, log)
 	}
 	return s, nil
+}
+
+// reapStale stops and removes the clusters of test binaries that died
+// without stopping theirs.
+func reapStale(bin string) {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "agentscm-pg-*"))
+	for _, d := range dirs {
+		b, err := os.ReadFile(filepath.Join(d, "owner.pid"))
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(string(b))
+		if err != nil || pid <= 0 || syscall.Kill(pid, 0) == nil || !errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+			continue // its owner is alive (or unknown)
+		}
+		st, err := os.Stat(d)
+		if err != nil {
+			continue
+		}
+		s := &Server{dir: d, bin: bin}
+		if uid := st.Sys().(*syscall.Stat_t).Uid; uid != uint32(os.Getuid()) {
+			s.asUser = "postgres"
+		}
+		s.Stop()
+	}
 }
 
 func (s *Server) run(name string, args ...string) ([]byte, error) {
