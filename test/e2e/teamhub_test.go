@@ -169,4 +169,3 @@ func TestTeamHubTwoInstances(t *testing.T) {
 	}
 	t.Logf("requests per instance: %d, %d", th.served[0].Load(), th.served[1].Load())
 }
-
