@@ -120,12 +120,23 @@ func redactDSN(dsn string) string {
 	return u.Host + u.Path
 }
 
+// warnArgvPassword says once that a password given in argv is visible to
+// every user of the machine.
+func (b *hubBackend) warnArgvPassword(env *Env) {
+	if u, err := url.Parse(*b.store); err == nil && u.User != nil {
+		if _, ok := u.User.Password(); ok && env.Stderr != nil {
+			fmt.Fprintf(env.Stderr, "agentscm: warning: the --store DSN carries a password, visible in the process list; use --store-file or $%s\n", envHubStore)
+		}
+	}
+}
+
 // open opens the Hub on the resolved stores.
 func (b *hubBackend) open(ctx context.Context, env *Env, cfg hub.Config) (*hub.Service, string, error) {
 	r, err := b.resolve(env)
 	if err != nil {
 		return nil, "", err
 	}
+	b.warnArgvPassword(env)
 	if r.dsn == "" && r.objects == "" {
 		svc, err := hub.Open(ctx, r.data, cfg) // the embedded layout, unchanged
 		return svc, r.describe(), err
@@ -234,6 +245,7 @@ s3://BUCKET/PREFIX (or $AGENTSCM_HUB_OBJECTS).`)
 	if err != nil {
 		return err
 	}
+	dst.warnArgvPassword(env)
 	if r.dsn == "" {
 		return usagef("the destination needs --to postgres://... (or --store-file or $%s)", envHubStore)
 	}

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -74,6 +75,24 @@ func TestHubOnPostgresAndS3(t *testing.T) {
 	}
 	if len(list.Humans) != 1 || len(list.Repositories) != 1 || len(list.Tokens) != 1 {
 		t.Fatalf("list: %+v", list)
+	}
+	// A password in argv works, with a warning; the SQLite store with S3
+	// objects works too.
+	u, _ := url.Parse(dsn)
+	u.User = url.UserPassword("postgres", "not-checked")
+	if r := runMain(t, env, "", "hub", "admin", "list", "--store", u.String(), "--objects", objects); r.code != 0 || !strings.Contains(r.stderr, "carries a password") || strings.Contains(r.stderr, "not-checked") {
+		t.Fatalf("password in argv: %+v", r)
+	}
+	if r := runMain(t, env, "", "hub", "admin", "list", "--store-file", dsnFile, "--objects", objects); strings.Contains(r.stderr, "password") {
+		t.Fatalf("warned without a password: %+v", r)
+	}
+	sq := filepath.Join(dir, "sqlite-s3")
+	mustRun(t, env, "hub", "admin", "human", "create", "--data", sq, "--objects", "s3://hub/sqlite", "--name", "dora")
+	if _, err := os.Stat(filepath.Join(sq, "hub.db")); err != nil {
+		t.Fatalf("SQLite store with S3 objects: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(sq, "objects")); err == nil {
+		t.Fatal("an objects directory was made beside S3 objects")
 	}
 	// A wrong bucket is refused when the Hub opens.
 	if r := runMain(t, env, "", "hub", "admin", "list", "--store-file", dsnFile, "--objects", "s3://missing/x"); r.code != 1 || !strings.Contains(r.stderr, "does not exist") {
