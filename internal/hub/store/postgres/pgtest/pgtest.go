@@ -78,8 +78,15 @@ func version(binDir string) int {
 	return n
 }
 
-// Start initialises and starts a cluster.
-func Start() (*Server, error) {
+// Start initialises and starts a cluster tuned for tests: fsync off, so a
+// test's commits cost no disk flush.
+func Start() (*Server, error) { return start(false) }
+
+// StartDurable starts a cluster that flushes every commit to disk
+// (fsync=on, synchronous_commit=on), as a production one: for benchmarks.
+func StartDurable() (*Server, error) { return start(true) }
+
+func start(durable bool) (*Server, error) {
 	bin, err := BinDir()
 	if err != nil {
 		return nil, err
@@ -123,8 +130,10 @@ func Start() (*Server, error) {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("initdb: %w\n%s", err, out)
 	}
-	opts := fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -k %s -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300 -c shared_buffers=32MB",
-		s.port, dir)
+	opts := fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -k %s -c max_connections=300 -c shared_buffers=64MB", s.port, dir)
+	if !durable {
+		opts += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+	}
 	if out, err := s.run("pg_ctl", "-D", data, "-w", "-t", "60", "-l", filepath.Join(dir, "log"), "-o", opts, "start"); err != nil {
 		log, _ := os.ReadFile(filepath.Join(dir, "log"))
 		os.RemoveAll(dir)
