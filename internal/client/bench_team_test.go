@@ -21,10 +21,10 @@ import (
 	"github.com/agentscm/agentscm/internal/hub/store/postgres/pgtest"
 )
 
-// BenchmarkIngestTeam compares the single SQLite Hub with two `hub serve`
-// processes on one PostgreSQL (fsync and synchronous_commit on: every 200
-// is durable, as on SQLite) behind a loopback round-robin proxy, for 8 and
-// 64 concurrent clients at 10 events per envelope. Run it with
+// BenchmarkIngestTeam compares the single SQLite Hub with one `hub serve`
+// process on PostgreSQL and with two behind a loopback round-robin proxy
+// (fsync and synchronous_commit on: every 200 is durable, as on SQLite), for
+// 8 and 64 concurrent clients at 10 events per envelope. Run it with
 //
 //	go test -run '^$' -bench IngestTeam -benchtime 2000x -count 5 ./internal/client/
 //
@@ -32,7 +32,7 @@ import (
 func BenchmarkIngestTeam(b *testing.B) {
 	b.Run("reference=fsync", benchFsyncRef)
 	for _, clients := range []int{8, 64} {
-		for _, mode := range []string{"sqlite-1", "postgres-2"} {
+		for _, mode := range []string{"sqlite-1", "postgres-1", "postgres-2"} {
 			b.Run(fmt.Sprintf("%s/clients=%d/batch=10", mode, clients), func(b *testing.B) { benchTeam(b, mode, clients, 10) })
 		}
 	}
@@ -46,7 +46,7 @@ func benchTeam(b *testing.B, mode string, clients, per int) {
 	switch mode {
 	case "sqlite-1":
 		hubURL = startServer(b, dir).URL
-	case "postgres-2":
+	case "postgres-1", "postgres-2":
 		pg, err := pgtest.StartDurable()
 		if err != nil {
 			b.Skipf("PostgreSQL: %v", err)
@@ -73,8 +73,12 @@ func benchTeam(b *testing.B, mode string, clients, per int) {
 		st.Close()
 		dsnFile := filepath.Join(b.TempDir(), "dsn")
 		os.WriteFile(dsnFile, []byte(dsn), 0o600)
+		instances := 1
+		if mode == "postgres-2" {
+			instances = 2
+		}
 		var backends []*url.URL
-		for range 2 {
+		for range instances {
 			// --data is the (unused) data directory; the records are in
 			// PostgreSQL, the objects in objDir.
 			s := startServer(b, dir, "--store-file", dsnFile, "--objects", objDir)
@@ -83,6 +87,10 @@ func benchTeam(b *testing.B, mode string, clients, per int) {
 				b.Fatal(err)
 			}
 			backends = append(backends, u)
+		}
+		if instances == 1 {
+			hubURL = backends[0].String()
+			break
 		}
 		var next atomic.Int64
 		proxy := httptest.NewServer(&httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) {
