@@ -24,7 +24,7 @@ func hubCommand() *Command {
 		Sub: []*Command{
 			{Name: "serve", Summary: "serve the Hub's HTTP API", Run: runHubServe},
 			{Name: "migrate", Summary: "copy an embedded or single-node Hub into PostgreSQL and an object store, verified", Run: runHubMigrate},
-			{Name: "admin", Summary: "create humans, repositories and tokens in a Hub data directory", Sub: []*Command{
+			{Name: "admin", Summary: "create humans, repositories and tokens in a Hub's stores", Sub: []*Command{
 				{Name: "human", Summary: "humans of the Hub", Sub: []*Command{
 					{Name: "create", Summary: "add a human", Run: runHubAdminHumanCreate},
 				}},

@@ -214,9 +214,10 @@ func runHubMigrate(ctx context.Context, env *Env, args []string) error {
 		rest = append(rest, args[i])
 	}
 	fs := newFlags(env, "agentscm hub migrate", "--from sqlite DIR (--to DSN | --store-file FILE) --objects SPEC [--format text|json]",
-		`Copy the Hub in the SQLite data directory DIR (an embedded Hub, such as
-a checkout's local one, or a single-node hub serve --data DIR; stop it
-first) into an empty PostgreSQL database and an object store, then verify
+		`Copy the Hub in the SQLite data directory DIR (the embedded Hub in
+<config>/agentscm/hub, or a single-node hub serve --data DIR; stop it, and
+capture into it, first: writes after the copy's snapshot stay behind) into
+an empty PostgreSQL database and an object store, then verify
 that every table has the same number of rows with the same digest on both
 sides and that every increment object reads back under its digest. The rows
 are copied in one transaction: a failed copy leaves the database empty.
