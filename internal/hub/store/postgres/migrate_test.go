@@ -193,7 +193,7 @@ func TestCopyFromSQLite(t *testing.T) {
 		rows[tc.Table] = tc.Rows
 	}
 	want := map[string]int64{"humans": 2, "repositories": 1, "tokens": 1, "works": 1, "events": 3, "actions": 1, "usage": 2, "gaps": 1,
-		"changelog_increments": 3, "changelog_grants": 1, "checkpoints": 2, "sessions": 2, "session_natives": 1, "envelopes": 6, "currents": 2, "setups": 0}
+		"changelog_increments": 3, "changelog_grants": 1, "checkpoints": 2, "sessions": 2, "session_natives": 1, "envelopes": 6, "currents": 2, "setups": 0, "streams": 1}
 	if !reflect.DeepEqual(rows, want) || rep.Objects != 3 {
 		t.Fatalf("copied %v and %d objects, want %v and 3", rows, rep.Objects, want)
 	}

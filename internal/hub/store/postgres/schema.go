@@ -50,6 +50,22 @@ CREATE TABLE changelog_increments(work_id TEXT NOT NULL REFERENCES works(id), po
 CREATE INDEX changelog_increments_digest ON changelog_increments(digest);
 `, " TEXT", ` TEXT COLLATE "C"`)
 
+// schemaV3 is the SQLite store's version 3: the client stream joins the
+// event sequence key and gaps, and streams records the order in which a
+// session's streams first arrived. Rows of earlier versions are in the
+// legacy stream ''. (Columns added here go last in PostgreSQL; hub migrate
+// names every column, so the order does not matter.)
+var schemaV3 = strings.ReplaceAll(`
+ALTER TABLE events ADD COLUMN stream TEXT NOT NULL DEFAULT '';
+ALTER TABLE events ALTER COLUMN stream DROP DEFAULT;
+ALTER TABLE events DROP CONSTRAINT events_pkey;
+ALTER TABLE events ADD PRIMARY KEY(work_id, generation, session, stream, seq);
+CREATE TABLE streams(work_id TEXT NOT NULL, generation BIGINT NOT NULL, session TEXT NOT NULL, stream TEXT NOT NULL,
+  arrival BIGINT NOT NULL, PRIMARY KEY(work_id, generation, session, stream));
+INSERT INTO streams(work_id,generation,session,stream,arrival) SELECT DISTINCT work_id,generation,session,'',0 FROM events;
+ALTER TABLE gaps ADD COLUMN stream TEXT NOT NULL DEFAULT '';
+`, " TEXT", ` TEXT COLLATE "C"`)
+
 // Table describes one table for hub migrate: its columns in the SQLite
 // store's order, its key (the copy's and the digest's order) and which
 // columns are BOOLEAN here and INTEGER 0/1 in SQLite.
@@ -72,11 +88,12 @@ var Tables = []Table{
 	{"sessions", cols("work_id,generation,canonical,worktree_id,alias,created_at"), cols("work_id,generation,canonical"), cols("alias")},
 	{"session_natives", cols("work_id,generation,native,canonical,first_seen"), cols("work_id,generation,native"), nil},
 	{"envelopes", cols("repository_id,identity,digest,type,work_id,generation,session,received_at"), cols("repository_id,identity"), nil},
-	{"events", cols("work_id,generation,session,seq,kind,body,identity,received_at"), cols("work_id,generation,session,seq"), nil},
+	{"events", cols("work_id,generation,session,stream,seq,kind,body,identity,received_at"), cols("work_id,generation,session,stream,seq"), nil},
+	{"streams", cols("work_id,generation,session,stream,arrival"), cols("work_id,generation,session,stream"), nil},
 	{"actions", cols("work_id,action_id,generation,session,start,start_identity,finish,finish_identity"), cols("work_id,action_id"), nil},
 	{"usage", cols("work_id,generation,session,identity,model,message_id,input,output,cache_creation,cache_read,received_at,scope"), cols("work_id,identity"), nil},
 	{"setups", cols("work_id,generation,session,artifact,model,permission_mode,effort,unobserved,received_at"), cols("work_id,generation,session,artifact"), nil},
-	{"gaps", cols("work_id,generation,session,identity,kind,reason,from_seq,to_seq,received_at"), cols("work_id,identity"), nil},
+	{"gaps", cols("work_id,generation,session,identity,kind,reason,from_seq,to_seq,received_at,stream"), cols("work_id,identity"), nil},
 	{"changelog_grants", cols("work_id,max_objects,max_bytes,updated_at"), cols("work_id"), nil},
 	{"changelog_increments", cols("work_id,position,digest,size,session,generation,worktree_id,kind,tool,failed,stored_at"), cols("work_id,worktree_id,position"), cols("failed")},
 }

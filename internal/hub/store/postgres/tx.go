@@ -282,9 +282,16 @@ func (t *pgTx) InsertEvents(s store.Scope, events []api.Event) error {
 		}
 		seqs[i], kinds[i], bodies[i] = ev.Seq, ev.Kind, string(body)
 	}
-	n, err := t.exec(`INSERT INTO events(work_id,generation,session,seq,kind,body,identity,received_at)
-		SELECT $1,$2,$3,u.seq,u.kind,u.body,$4,$5 FROM unnest($6::bigint[],$7::text[],$8::text[]) AS u(seq,kind,body)
-		ON CONFLICT DO NOTHING`, s.WorkID, s.Generation, s.Session, s.Identity, s.ReceivedAt, seqs, kinds, bodies)
+	// The order in which a session's streams first reached the Hub (the
+	// receipt clock has whole seconds only).
+	if _, err := t.exec(`INSERT INTO streams(work_id,generation,session,stream,arrival)
+		SELECT $1,$2,$3,$4,coalesce(max(arrival),0)+1 FROM streams WHERE work_id=$1 AND generation=$2 AND session=$3
+		ON CONFLICT DO NOTHING`, s.WorkID, s.Generation, s.Session, s.Stream); err != nil {
+		return err
+	}
+	n, err := t.exec(`INSERT INTO events(work_id,generation,session,stream,seq,kind,body,identity,received_at)
+		SELECT $1,$2,$3,$4,u.seq,u.kind,u.body,$5,$6 FROM unnest($7::bigint[],$8::text[],$9::text[]) AS u(seq,kind,body)
+		ON CONFLICT DO NOTHING`, s.WorkID, s.Generation, s.Session, s.Stream, s.Identity, s.ReceivedAt, seqs, kinds, bodies)
 	if err != nil {
 		return err
 	}
@@ -377,8 +384,8 @@ func (t *pgTx) Setups(workID string) ([]api.SetupRecord, error) {
 }
 
 func (t *pgTx) InsertGap(s store.Scope, g *api.Gap) error {
-	return t.insert("INSERT INTO gaps(work_id,generation,session,identity,kind,reason,from_seq,to_seq,received_at) VALUES($1,$2,$3,$4,$5,$6,$7,$8,$9) ON CONFLICT DO NOTHING",
-		s.WorkID, s.Generation, s.Session, s.Identity, g.Kind, g.Reason, g.FromSeq, g.ToSeq, s.ReceivedAt)
+	return t.insert("INSERT INTO gaps(work_id,generation,session,identity,kind,reason,from_seq,to_seq,received_at,stream) VALUES($1,$2,$3,$4,$5,$6,$7,$8,$9,$10) ON CONFLICT DO NOTHING",
+		s.WorkID, s.Generation, s.Session, s.Identity, g.Kind, g.Reason, g.FromSeq, g.ToSeq, s.ReceivedAt, s.Stream)
 }
 
 func (t *pgTx) ListEvents(workID string, limit int) ([]api.EventRecord, int64, error) {
@@ -387,10 +394,14 @@ func (t *pgTx) ListEvents(workID string, limit int) ([]api.EventRecord, int64, e
 		return nil, 0, err
 	}
 	var out []api.EventRecord
-	err := t.rows("SELECT generation,session,body,received_at FROM events WHERE work_id=$1 ORDER BY generation, session, seq LIMIT $2", []any{workID, limit}, func(r pgx.Rows) error {
+	// Streams of one session in the order they first reached the Hub
+	// (NULLS FIRST: SQLite's order of a missing arrival).
+	err := t.rows(`SELECT e.generation,e.session,e.stream,e.body,e.received_at FROM events e
+  LEFT JOIN streams f ON f.work_id=e.work_id AND f.generation=e.generation AND f.session=e.session AND f.stream=e.stream
+  WHERE e.work_id=$1 ORDER BY e.generation, e.session, f.arrival NULLS FIRST, e.stream, e.seq LIMIT $2`, []any{workID, limit}, func(r pgx.Rows) error {
 		var x api.EventRecord
 		var body string
-		if err := r.Scan(&x.Generation, &x.Session, &body, &x.ReceivedAt); err != nil {
+		if err := r.Scan(&x.Generation, &x.Session, &x.Stream, &body, &x.ReceivedAt); err != nil {
 			return err
 		}
 		if err := json.Unmarshal([]byte(body), &x.Event); err != nil {
@@ -404,11 +415,14 @@ func (t *pgTx) ListEvents(workID string, limit int) ([]api.EventRecord, int64, e
 
 func (t *pgTx) SessionStats(workID string) ([]store.SessionStats, error) {
 	var out []store.SessionStats
-	err := t.rows(`SELECT generation,session,count(*),min(seq),max(seq),
-  (SELECT e2.kind FROM events e2 WHERE e2.work_id=events.work_id AND e2.generation=events.generation AND e2.session=events.session ORDER BY e2.seq DESC LIMIT 1)
-  FROM events WHERE work_id=$1 GROUP BY work_id, generation, session ORDER BY generation, session`, []any{workID}, func(r pgx.Rows) error {
+	err := t.rows(`SELECT generation,session,stream,count(*),min(seq),max(seq),min(received_at),
+  (SELECT e2.kind FROM events e2 WHERE e2.work_id=events.work_id AND e2.generation=events.generation AND e2.session=events.session
+    AND e2.stream=events.stream ORDER BY e2.seq DESC LIMIT 1)
+  FROM events WHERE work_id=$1 GROUP BY work_id, generation, session, stream
+  ORDER BY generation, session, (SELECT arrival FROM streams s WHERE s.work_id=events.work_id AND s.generation=events.generation
+    AND s.session=events.session AND s.stream=events.stream) NULLS FIRST, stream`, []any{workID}, func(r pgx.Rows) error {
 		var s store.SessionStats
-		err := r.Scan(&s.Generation, &s.Session, &s.Events, &s.FirstSeq, &s.LastSeq, &s.LastKind)
+		err := r.Scan(&s.Generation, &s.Session, &s.Stream, &s.Events, &s.FirstSeq, &s.LastSeq, &s.FirstReceived, &s.LastKind)
 		out = append(out, s)
 		return err
 	})
@@ -434,9 +448,9 @@ func (t *pgTx) Actions(workID string) ([]store.Action, error) {
 
 func (t *pgTx) Gaps(workID string) ([]api.GapRecord, error) {
 	var out []api.GapRecord
-	err := t.rows("SELECT generation,session,kind,reason,from_seq,to_seq,received_at FROM gaps WHERE work_id=$1 ORDER BY received_at, identity", []any{workID}, func(r pgx.Rows) error {
+	err := t.rows("SELECT generation,session,stream,kind,reason,from_seq,to_seq,received_at FROM gaps WHERE work_id=$1 ORDER BY received_at, identity", []any{workID}, func(r pgx.Rows) error {
 		var g api.GapRecord
-		err := r.Scan(&g.Generation, &g.Session, &g.Kind, &g.Reason, &g.FromSeq, &g.ToSeq, &g.ReceivedAt)
+		err := r.Scan(&g.Generation, &g.Session, &g.Stream, &g.Kind, &g.Reason, &g.FromSeq, &g.ToSeq, &g.ReceivedAt)
 		out = append(out, g)
 		return err
 	})
@@ -448,20 +462,28 @@ func (t *pgTx) UsageTotals(workID string) (api.UsageTotals, error) {
 	var unknown [4]int64
 	// Only request-scoped records are summed; a session-cumulative record is
 	// the host's own running total and adding it would count twice.
-	err := t.row(`SELECT count(*),coalesce(sum(input),0)::bigint,coalesce(sum(output),0)::bigint,coalesce(sum(cache_creation),0)::bigint,coalesce(sum(cache_read),0)::bigint,
-		count(*)-count(input),count(*)-count(output),count(*)-count(cache_creation),count(*)-count(cache_read)
-		FROM usage WHERE work_id=$1 AND scope='request'`,
-		[]any{workID}, &u.Records, &u.InputTokens, &u.OutputTokens, &u.CacheCreationInputTokens, &u.CacheReadInputTokens,
-		&unknown[0], &unknown[1], &unknown[2], &unknown[3])
+	const from = "FROM usage WHERE work_id=$1 AND scope='request'"
+	err := t.row(`SELECT count(*),count(*)-count(input),count(*)-count(output),count(*)-count(cache_creation),count(*)-count(cache_read) `+from,
+		[]any{workID}, &u.Records, &unknown[0], &unknown[1], &unknown[2], &unknown[3])
 	if err != nil {
 		return u, err
 	}
+	// Sums never fail: one that would leave int64 is capped and named in
+	// Saturated, by the SQLite store's rule (saturatingSums).
+	sums, sat, err := t.saturatingSums(from, []any{workID}, "input", "output", "cache_creation", "cache_read")
+	if err != nil {
+		return u, err
+	}
+	u.InputTokens, u.OutputTokens, u.CacheCreationInputTokens, u.CacheReadInputTokens = sums[0], sums[1], sums[2], sums[3]
 	for i, name := range []string{"input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"} {
 		if unknown[i] > 0 {
 			if u.Unknown == nil {
 				u.Unknown = map[string]int64{}
 			}
 			u.Unknown[name] = unknown[i]
+		}
+		if sat[i] {
+			u.Saturated = append(u.Saturated, name)
 		}
 	}
 	// The latest cumulative record per session and model, kept apart.
@@ -499,8 +521,18 @@ func (t *pgTx) SetChangelogGrant(workID string, g api.Grant, at int64) error {
 
 func (t *pgTx) ChangelogUsage(workID string) (api.GrantUsage, error) {
 	var u api.GrantUsage
-	err := t.row("SELECT count(*), coalesce(sum(size),0)::bigint FROM changelog_increments WHERE work_id=$1", []any{workID}, &u.Objects, &u.Bytes)
-	return u, err
+	const from = "FROM changelog_increments WHERE work_id=$1"
+	if err := t.row("SELECT count(*) "+from, []any{workID}, &u.Objects); err != nil {
+		return u, err
+	}
+	// Sizes are bounded at upload; a sum that would overflow (only data
+	// written around the Hub) is capped, refusing further uploads.
+	sums, _, err := t.saturatingSums(from, []any{workID}, "size")
+	if err != nil {
+		return u, err
+	}
+	u.Bytes = max(sums[0], 0)
+	return u, nil
 }
 
 func (t *pgTx) ChangelogLast(workID, worktreeID string) (int, error) {
