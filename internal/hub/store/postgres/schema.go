@@ -53,7 +53,7 @@ CREATE INDEX changelog_increments_digest ON changelog_increments(digest);
 // schemaV3 is the SQLite store's version 3: the client stream joins the
 // event sequence key and gaps, and streams records the order in which a
 // session's streams first arrived. Rows of earlier versions are in the
-// legacy stream ''. (Columns added here go last in PostgreSQL; hub migrate
+// legacy stream ”. (Columns added here go last in PostgreSQL; hub migrate
 // names every column, so the order does not matter.)
 var schemaV3 = strings.ReplaceAll(`
 ALTER TABLE events ADD COLUMN stream TEXT NOT NULL DEFAULT '';

@@ -14,7 +14,7 @@ import (
 
 // TestSchema3FromVersion2: a database at version 2 (rows and all) is
 // brought to version 3 when a newer Hub opens it: its events and gaps are
-// in the legacy stream '', each session has its legacy stream's arrival,
+// in the legacy stream ”, each session has its legacy stream's arrival,
 // and the sequence key includes the stream.
 func TestSchema3FromVersion2(t *testing.T) {
 	ctx := context.Background()
