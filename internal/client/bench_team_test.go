@@ -24,16 +24,19 @@ import (
 // BenchmarkIngestTeam compares the single SQLite Hub with one `hub serve`
 // process on PostgreSQL and with two behind a loopback round-robin proxy
 // (fsync and synchronous_commit on: every 200 is durable, as on SQLite), for
-// 8 and 64 concurrent clients at 10 events per envelope. Run it with
+// 8 and 64 concurrent clients at 1, 10 and 50 events per envelope. Run it
+// with
 //
 //	go test -run '^$' -bench IngestTeam -benchtime 2000x -count 5 ./internal/client/
 //
 // (BenchmarkIngest's reference=fsync is the same-run disk reference.)
 func BenchmarkIngestTeam(b *testing.B) {
 	b.Run("reference=fsync", benchFsyncRef)
-	for _, clients := range []int{8, 64} {
-		for _, mode := range []string{"sqlite-1", "postgres-1", "postgres-2"} {
-			b.Run(fmt.Sprintf("%s/clients=%d/batch=10", mode, clients), func(b *testing.B) { benchTeam(b, mode, clients, 10) })
+	for _, per := range []int{1, 10, 50} {
+		for _, clients := range []int{8, 64} {
+			for _, mode := range []string{"sqlite-1", "postgres-1", "postgres-2"} {
+				b.Run(fmt.Sprintf("batch=%d/clients=%d/%s", per, clients, mode), func(b *testing.B) { benchTeam(b, mode, clients, per) })
+			}
 		}
 	}
 }
