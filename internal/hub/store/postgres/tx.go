@@ -282,14 +282,12 @@ func (t *pgTx) InsertEvents(s store.Scope, events []api.Event) error {
 		}
 		seqs[i], kinds[i], bodies[i] = ev.Seq, ev.Kind, string(body)
 	}
-	// The order in which a session's streams first reached the Hub (the
-	// receipt clock has whole seconds only).
-	if _, err := t.exec(`INSERT INTO streams(work_id,generation,session,stream,arrival)
+	// One statement: the order in which a session's streams first reached
+	// the Hub (the receipt clock has whole seconds only), then the batch.
+	n, err := t.exec(`WITH arrival AS (INSERT INTO streams(work_id,generation,session,stream,arrival)
 		SELECT $1,$2,$3,$4,coalesce(max(arrival),0)+1 FROM streams WHERE work_id=$1 AND generation=$2 AND session=$3
-		ON CONFLICT DO NOTHING`, s.WorkID, s.Generation, s.Session, s.Stream); err != nil {
-		return err
-	}
-	n, err := t.exec(`INSERT INTO events(work_id,generation,session,stream,seq,kind,body,identity,received_at)
+		ON CONFLICT DO NOTHING)
+		INSERT INTO events(work_id,generation,session,stream,seq,kind,body,identity,received_at)
 		SELECT $1,$2,$3,$4,u.seq,u.kind,u.body,$5,$6 FROM unnest($7::bigint[],$8::text[],$9::text[]) AS u(seq,kind,body)
 		ON CONFLICT DO NOTHING`, s.WorkID, s.Generation, s.Session, s.Stream, s.Identity, s.ReceivedAt, seqs, kinds, bodies)
 	if err != nil {
