@@ -34,6 +34,7 @@ var suite = map[string]func(*testing.T){
 	"TestOtherRoutesHostileIntegers":    TestOtherRoutesHostileIntegers,
 	"TestTakeoverCompareAndSwap":        TestTakeoverCompareAndSwap,
 	"TestStreamsShareNoSequence":        TestStreamsShareNoSequence,
+	"TestIncrementMergedUploads":        TestIncrementMergedUploads,
 }
 
 // notInSuite are the tests that are about something other than the store,
