@@ -16,6 +16,25 @@ echo "== go vet"
 go vet ./...
 go vet -tags e2e ./test/e2e/...
 
+echo "== PostgreSQL server binaries (the team Hub's store tests)"
+# The PostgreSQL tests start a throwaway server from Debian's package
+# (initdb into a temp dir, as user postgres when root, on 127.0.0.1 and a
+# private socket, stopped at exit). Install it when missing; in CI it must
+# be there, so those tests fail instead of skipping.
+have_pg() { compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null; }
+if ! have_pg && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  echo "installing postgresql-15"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >/dev/null && apt-get install -y -qq --no-install-recommends postgresql-15 >/dev/null || true
+fi
+if have_pg; then
+  export AGENTSCM_REQUIRE_POSTGRES=1
+elif [ "${CI:-}" = true ]; then
+  echo "PostgreSQL server binaries are missing and could not be installed"; exit 1
+else
+  echo "PostgreSQL server binaries not found: the PostgreSQL tests will be skipped"
+fi
+
 echo "== go test -race ./..."
 go test -race -count=1 ./...
 

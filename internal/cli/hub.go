@@ -23,7 +23,8 @@ func hubCommand() *Command {
 		Summary: "run a Hub for a team and administer it",
 		Sub: []*Command{
 			{Name: "serve", Summary: "serve the Hub's HTTP API", Run: runHubServe},
-			{Name: "admin", Summary: "create humans, repositories and tokens in a Hub data directory", Sub: []*Command{
+			{Name: "migrate", Summary: "copy an embedded or single-node Hub into PostgreSQL and an object store, verified", Run: runHubMigrate},
+			{Name: "admin", Summary: "create humans, repositories and tokens in a Hub's stores", Sub: []*Command{
 				{Name: "human", Summary: "humans of the Hub", Sub: []*Command{
 					{Name: "create", Summary: "add a human", Run: runHubAdminHumanCreate},
 				}},
@@ -40,28 +41,30 @@ func hubCommand() *Command {
 }
 
 func runHubServe(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "agentscm hub serve", "--listen ADDR --data DIR [--shared-conversation-retention-days N]",
+	fs := newFlags(env, "agentscm hub serve", "--listen ADDR (--data DIR | --store DSN --objects SPEC) [--shared-conversation-retention-days N]",
 		`Serve the Hub's HTTP JSON API under /v1/ on ADDR (host:port; port 0 picks a
 free one) with the SQLite store and object directory in DIR (created 0700).
 Every route except GET /v1/hub/health needs a bearer token (agentscm hub admin
 token create). The first line on stdout is "listening on http://HOST:PORT".
 SIGTERM or SIGINT stops accepting connections and lets in-flight requests
-finish (at most 30 s) before exiting 0.`)
+finish (at most 30 s) before exiting 0.
+
+`+hubBackendHelp)
 	listen := fs.String("listen", "127.0.0.1:8420", "address to listen on (host:port)")
-	data := fs.String("data", "", "absolute Hub data directory (required)")
+	backend := addHubBackendFlags(fs)
 	days := fs.Int("shared-conversation-retention-days", hub.DefaultRetentionDays, "days the Hub keeps an uploaded shared conversation body (1 to 3650)")
 	if err := parseFlags(fs, args, false); err != nil {
 		return err
 	}
-	if *data == "" || !filepath.IsAbs(*data) {
-		return usagef("--data must be an absolute directory")
+	if _, err := backend.resolve(env); err != nil {
+		return err
 	}
 	if *days < hub.MinRetentionDays || *days > hub.MaxRetentionDays {
 		return usagef("--shared-conversation-retention-days must be %d to %d, not %d", hub.MinRetentionDays, hub.MaxRetentionDays, *days)
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	svc, err := hub.Open(ctx, *data, hub.Config{RetentionDays: *days, Now: env.Now})
+	svc, where, err := backend.open(ctx, env, hub.Config{RetentionDays: *days, Now: env.Now})
 	if err != nil {
 		return err
 	}
@@ -72,7 +75,7 @@ finish (at most 30 s) before exiting 0.`)
 	}
 	logger := log.New(env.Stderr, "agentscm hub: ", log.LstdFlags)
 	fmt.Fprintf(env.Stdout, "listening on http://%s\n", ln.Addr())
-	logger.Printf("serving %s (shared conversation retention %d days)", *data, *days)
+	logger.Printf("serving %s (shared conversation retention %d days)", where, *days)
 	if err := hub.Serve(ctx, ln, hub.NewHandler(svc, logger), logger); err != nil {
 		return err
 	}
@@ -80,20 +83,19 @@ finish (at most 30 s) before exiting 0.`)
 	return nil
 }
 
-func adminFlags(env *Env, name, synopsis, desc string) (*flag.FlagSet, *string) {
-	fs := newFlags(env, "agentscm hub admin "+name, "--data DIR "+synopsis, desc+`
+func adminFlags(env *Env, name, synopsis, desc string) (*flag.FlagSet, *hubBackend) {
+	fs := newFlags(env, "agentscm hub admin "+name, "(--data DIR | --store DSN --objects SPEC) "+synopsis, desc+`
 
-It works directly on the Hub data directory, as the operator; a running
-hub serve on the same directory sees the change at once.`)
-	data := fs.String("data", "", "absolute Hub data directory (required)")
-	return fs, data
+It works directly on the Hub's stores, as the operator; a running hub serve
+on the same stores sees the change at once.
+
+`+hubBackendHelp)
+	return fs, addHubBackendFlags(fs)
 }
 
-func openHubData(ctx context.Context, data string) (*hub.Service, error) {
-	if data == "" || !filepath.IsAbs(data) {
-		return nil, usagef("--data must be an absolute directory")
-	}
-	return hub.Open(ctx, data, hub.Config{})
+func openHubData(ctx context.Context, env *Env, b *hubBackend) (*hub.Service, error) {
+	svc, _, err := b.open(ctx, env, hub.Config{})
+	return svc, err
 }
 
 func runHubAdminHumanCreate(ctx context.Context, env *Env, args []string) error {
@@ -107,7 +109,7 @@ func runHubAdminHumanCreate(ctx context.Context, env *Env, args []string) error 
 	if *name == "" {
 		return usagef("--name is required")
 	}
-	svc, err := openHubData(ctx, *data)
+	svc, err := openHubData(ctx, env, data)
 	if err != nil {
 		return err
 	}
@@ -133,7 +135,7 @@ func runHubAdminRepositoryCreate(ctx context.Context, env *Env, args []string) e
 	if *name == "" {
 		return usagef("--name is required")
 	}
-	svc, err := openHubData(ctx, *data)
+	svc, err := openHubData(ctx, env, data)
 	if err != nil {
 		return err
 	}
@@ -169,7 +171,7 @@ its SHA-256; the secret is shown once: on stdout, or written to a new file
 	if *output != "" && !filepath.IsAbs(*output) {
 		return usagef("--output must be an absolute path")
 	}
-	svc, err := openHubData(ctx, *data)
+	svc, err := openHubData(ctx, env, data)
 	if err != nil {
 		return err
 	}
@@ -211,7 +213,7 @@ func runHubAdminList(ctx context.Context, env *Env, args []string) error {
 	if err := parseFlags(fs, args, false); err != nil {
 		return err
 	}
-	svc, err := openHubData(ctx, *data)
+	svc, err := openHubData(ctx, env, data)
 	if err != nil {
 		return err
 	}

@@ -10,7 +10,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -41,11 +40,7 @@ func newMatrixEnv(t *testing.T) *matrixEnv { return newMatrixEnvB(t) }
 
 func newMatrixEnvB(t testing.TB) *matrixEnv {
 	ctx := context.Background()
-	svc, err := hub.Open(ctx, filepath.Join(t.TempDir(), "data"), hub.Config{RetentionDays: 9})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { svc.Close() })
+	svc := openTestService(t, hub.Config{RetentionDays: 9})
 	op := hub.Operator()
 	for _, h := range []api.CreateHumanRequest{{Name: "alice"}, {Name: "carol"}, {Name: "root", Admin: true}} {
 		if _, err := svc.CreateHuman(ctx, op, h); err != nil {

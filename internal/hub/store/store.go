@@ -18,6 +18,8 @@ var (
 
 // Store runs transactions. View transactions only read; Update transactions
 // are serialized against every other writer, in this process and in others.
+// A store may run an Update's fn more than once (PostgreSQL retries a
+// serialization failure), so fn must only assign its outputs.
 type Store interface {
 	View(ctx context.Context, fn func(Tx) error) error
 	Update(ctx context.Context, fn func(Tx) error) error

@@ -1,0 +1,168 @@
+package client_test
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/agentscm/agentscm/internal/client"
+	"github.com/agentscm/agentscm/internal/hub/api"
+	"github.com/agentscm/agentscm/internal/hub/objects"
+	"github.com/agentscm/agentscm/internal/hub/store/postgres"
+	"github.com/agentscm/agentscm/internal/hub/store/postgres/pgtest"
+)
+
+// BenchmarkIngestTeam compares the single SQLite Hub with one `hub serve`
+// process on PostgreSQL and with two behind a loopback round-robin proxy
+// (fsync and synchronous_commit on: every 200 is durable, as on SQLite), for
+// 8 and 64 concurrent clients at 1, 10 and 50 events per envelope. Run it
+// with
+//
+//	go test -run '^$' -bench IngestTeam -benchtime 2000x -count 5 ./internal/client/
+//
+// (BenchmarkIngest's reference=fsync is the same-run disk reference.)
+func BenchmarkIngestTeam(b *testing.B) {
+	b.Run("reference=fsync", benchFsyncRef)
+	for _, per := range []int{1, 10, 50} {
+		for _, clients := range []int{8, 64} {
+			for _, mode := range []string{"sqlite-1", "postgres-1", "postgres-2"} {
+				b.Run(fmt.Sprintf("batch=%d/clients=%d/%s", per, clients, mode), func(b *testing.B) { benchTeam(b, mode, clients, per) })
+			}
+		}
+	}
+}
+
+func benchTeam(b *testing.B, mode string, clients, per int) {
+	ctx := context.Background()
+	dir := filepath.Join(b.TempDir(), "data")
+	sec := bootstrap(b, dir)
+	var hubURL string
+	switch mode {
+	case "sqlite-1":
+		hubURL = startServer(b, dir).URL
+	case "postgres-1", "postgres-2":
+		pg, err := pgtest.StartDurable()
+		if err != nil {
+			b.Skipf("PostgreSQL: %v", err)
+		}
+		b.Cleanup(pg.Stop)
+		dsn := pg.Database(b)
+		st, err := postgres.Open(ctx, dsn)
+		if err != nil {
+			b.Fatal(err)
+		}
+		objDir := filepath.Join(b.TempDir(), "objects")
+		dirObj, err := objects.OpenDir(filepath.Join(dir, "objects"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		dstObj, err := objects.OpenDir(objDir)
+		if err != nil {
+			b.Fatal(err)
+		}
+		// The bootstrapped humans and tokens, copied as hub migrate does.
+		if _, err := postgres.CopyFromSQLite(ctx, dir, st, dirObj, dstObj); err != nil {
+			b.Fatal(err)
+		}
+		st.Close()
+		dsnFile := filepath.Join(b.TempDir(), "dsn")
+		os.WriteFile(dsnFile, []byte(dsn), 0o600)
+		instances := 1
+		if mode == "postgres-2" {
+			instances = 2
+		}
+		var backends []*url.URL
+		for range instances {
+			// --data is the (unused) data directory; the records are in
+			// PostgreSQL, the objects in objDir.
+			s := startServer(b, dir, "--store-file", dsnFile, "--objects", objDir)
+			u, err := url.Parse(s.URL)
+			if err != nil {
+				b.Fatal(err)
+			}
+			backends = append(backends, u)
+		}
+		if instances == 1 {
+			hubURL = backends[0].String()
+			break
+		}
+		var next atomic.Int64
+		proxy := httptest.NewServer(&httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(backends[next.Add(1)%int64(len(backends))])
+		}})
+		b.Cleanup(proxy.Close)
+		hubURL = proxy.URL
+	}
+	conns := make([]client.Conn, clients)
+	for i := range conns {
+		c, err := client.NewHTTP(hubURL, "proj", sec.alice, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		conns[i] = c
+	}
+	if _, err := conns[0].StartWork(ctx, api.StartWorkRequest{WorktreeID: "wt-bench"}); err != nil {
+		b.Fatal(err)
+	}
+	targets := make([]api.Target, clients)
+	for i := range targets {
+		t, err := conns[i].Resolve(ctx, api.ResolveRequest{WorktreeID: "wt-bench", NativeSessionID: fmt.Sprintf("native-%d", i)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		targets[i] = t
+	}
+	var next atomic.Int64
+	lat := make([][]time.Duration, clients)
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	t0 := time.Now()
+	for c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			seq := int64(0)
+			for {
+				n := next.Add(1)
+				if n > int64(b.N) {
+					return
+				}
+				evs := make([]api.Event, per)
+				for j := range evs {
+					seq++
+					evs[j] = api.Event{Seq: seq, Kind: "tool_finish", ToolName: "Bash", ToolUseID: fmt.Sprintf("toolu_%d", seq), Outcome: "returned", ObservedAt: time.Now().Unix()}
+				}
+				env := eventsEnv(targets[c], fmt.Sprint(mode, per, c, n), evs...)
+				s := time.Now()
+				r, err := conns[c].Deliver(ctx, env)
+				if err != nil || r.Status != api.StatusAccepted {
+					b.Errorf("deliver: %v %+v", err, r)
+					return
+				}
+				lat[c] = append(lat[c], time.Since(s))
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(t0)
+	b.StopTimer()
+	var all []time.Duration
+	for _, l := range lat {
+		all = append(all, l...)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
+	if len(all) > 0 {
+		b.ReportMetric(float64(len(all)*per)/elapsed.Seconds(), "events/s")
+		b.ReportMetric(float64(all[len(all)*99/100].Microseconds())/1000, "p99-ms")
+		b.ReportMetric(float64(all[len(all)/2].Microseconds())/1000, "p50-ms")
+	}
+}

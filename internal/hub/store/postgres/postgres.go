@@ -1,0 +1,270 @@
+// Package postgres is the Hub's store.Store on PostgreSQL (pgx, pooled), for
+// a team Hub that runs several `hub serve` processes on one database. It is
+// linked only by the command tree (internal/cli), never by agentscm-hook.
+//
+// Tables and columns have the SQLite store's names; TEXT columns collate
+// "C" so every ORDER BY gives SQLite's byte order. Update transactions run
+// SERIALIZABLE and are retried on a serialization failure or deadlock, which
+// gives the guarantees SQLite's single writer gives (idempotent ingestion,
+// sequence uniqueness, takeover fencing) to writers in several processes.
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/agentscm/agentscm/internal/hub/store"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// SchemaVersion is the schema this binary writes; it follows the SQLite
+// store's numbering (store.SchemaVersion), so a schema change is one entry
+// appended to migrations in each store.
+const SchemaVersion = 3
+
+// migration brings a database to version by running sql.
+type migration struct {
+	version int
+	sql     string
+}
+
+// migrations run in order, each once, under an advisory lock: a database at
+// version v gets every migration above v. A fresh database starts at the
+// SQLite store's version 2 (PostgreSQL never had version 1).
+var migrations = []migration{
+	{2, schemaV2},
+	{3, schemaV3},
+}
+
+// schemaLockKey is the pg_advisory_xact_lock key of schema migrations.
+const schemaLockKey = 0x6167656e74736d31 // "agentsm1"
+
+// MaxRetries bounds the retries of one Update after serialization failures.
+const MaxRetries = 30
+
+// Store is a PostgreSQL Hub store; it is safe for concurrent use by many
+// goroutines and, on one database, by many processes.
+type Store struct {
+	pool    *pgxpool.Pool
+	retries atomic.Int64
+}
+
+// Retries counts the Update attempts rolled back for a serialization
+// failure or deadlock and run again.
+func (s *Store) Retries() int64 { return s.retries.Load() }
+
+// Open connects to the database a DSN names (postgres://... or key=value;
+// pool_max_conns and the other pgxpool parameters are honoured) and brings
+// its schema up to date.
+func Open(ctx context.Context, dsn string) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		// pgx's message can quote the DSN; keep a password out of logs.
+		return nil, fmt.Errorf("hub store: the PostgreSQL DSN does not parse")
+	}
+	if cfg.ConnConfig.RuntimeParams == nil {
+		cfg.ConnConfig.RuntimeParams = map[string]string{}
+	}
+	cfg.ConnConfig.RuntimeParams["application_name"] = "agentscm-hub"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("hub store: connect to PostgreSQL: %w", err)
+	}
+	s := &Store{pool: pool}
+	if err := s.migrate(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Close closes the pool.
+func (s *Store) Close() error {
+	s.pool.Close()
+	return nil
+}
+
+// Pool returns the connection pool (for tools such as hub migrate).
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+func (s *Store) migrate(ctx context.Context) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("hub store: begin migration: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	// Every process that opens the store queues here; the first migrates,
+	// the others find the version current.
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(schemaLockKey)); err != nil {
+		return fmt.Errorf("hub store: lock schema: %w", err)
+	}
+	if _, err := tx.Exec(ctx, "CREATE TABLE IF NOT EXISTS agentscm_schema(version INTEGER NOT NULL)"); err != nil {
+		return fmt.Errorf("hub store: create schema table: %w", err)
+	}
+	var v int
+	err = tx.QueryRow(ctx, "SELECT version FROM agentscm_schema").Scan(&v)
+	if errors.Is(err, pgx.ErrNoRows) {
+		if _, err := tx.Exec(ctx, "INSERT INTO agentscm_schema(version) VALUES(0)"); err != nil {
+			return fmt.Errorf("hub store: init schema version: %w", err)
+		}
+	} else if err != nil {
+		return fmt.Errorf("hub store: read schema version: %w", err)
+	}
+	if v > SchemaVersion {
+		return fmt.Errorf("hub database schema version %d is newer than this agentscm (%d)", v, SchemaVersion)
+	}
+	for _, m := range migrations {
+		if m.version <= v {
+			continue
+		}
+		if _, err := tx.Exec(ctx, m.sql); err != nil {
+			return fmt.Errorf("hub store: migrate schema to version %d: %w", m.version, err)
+		}
+		if _, err := tx.Exec(ctx, "UPDATE agentscm_schema SET version=$1", m.version); err != nil {
+			return fmt.Errorf("hub store: set schema version: %w", err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("hub store: commit migration: %w", err)
+	}
+	return nil
+}
+
+// View runs fn in a read-only REPEATABLE READ transaction: one consistent
+// snapshot, as an SQLite read transaction sees.
+func (s *Store) View(ctx context.Context, fn func(store.Tx) error) error {
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return fmt.Errorf("begin hub read: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	return fn(&pgTx{ctx: ctx, tx: tx})
+}
+
+// Update runs fn in a SERIALIZABLE transaction and commits it. A
+// serialization failure or deadlock (in fn or at commit) rolls back and runs
+// fn again, at most MaxRetries times, so fn must only assign its outputs.
+// The commit is not cancelled by ctx: a caller never reports failure for a
+// change that then commits.
+func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) error {
+	for attempt := 0; ; attempt++ {
+		err := s.try(ctx, fn)
+		if err == nil || !retryable(err) || attempt >= MaxRetries {
+			return err
+		}
+		s.retries.Add(1)
+		// Jittered backoff, capped: contenders spread out instead of
+		// colliding again.
+		d := time.Duration(1+rand.IntN(1<<min(attempt, 6))) * time.Millisecond
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (s *Store) try(ctx context.Context, fn func(store.Tx) error) error {
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.Serializable})
+	if err != nil {
+		return fmt.Errorf("begin hub transaction: %w", err)
+	}
+	t := &pgTx{ctx: ctx, tx: tx}
+	ferr := fn(t)
+	if t.conflict != nil || ferr != nil {
+		tx.Rollback(context.WithoutCancel(ctx))
+		if t.conflict != nil {
+			return t.conflict // whatever fn made of it
+		}
+		return ferr
+	}
+	if err := tx.Commit(context.WithoutCancel(ctx)); err != nil {
+		return fmt.Errorf("commit hub transaction: %w", err)
+	}
+	return nil
+}
+
+// retryable reports a serialization failure or a deadlock.
+func retryable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01")
+}
+
+// pgTx implements store.Tx on one pgx transaction.
+type pgTx struct {
+	ctx context.Context
+	tx  pgx.Tx
+	// conflict is the first serialization failure seen: the transaction is
+	// aborted and is retried whatever fn returns.
+	conflict error
+}
+
+func (t *pgTx) note(err error) error {
+	if err != nil && t.conflict == nil && retryable(err) {
+		t.conflict = err
+	}
+	return mapErr(err)
+}
+
+// exec runs a statement and returns the rows it affected.
+func (t *pgTx) exec(q string, args ...any) (int64, error) {
+	tag, err := t.tx.Exec(t.ctx, q, args...)
+	if err != nil {
+		return 0, t.note(err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// insert runs an INSERT ... ON CONFLICT DO NOTHING: no row inserted means
+// the key exists. (A failing statement would abort the whole transaction,
+// where SQLite lets the caller go on after ErrExists.)
+func (t *pgTx) insert(q string, args ...any) error {
+	n, err := t.exec(q, args...)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: %s", store.ErrExists, strings.Fields(q)[2])
+	}
+	return nil
+}
+
+func (t *pgTx) row(q string, args []any, dest ...any) error {
+	return t.note(t.tx.QueryRow(t.ctx, q, args...).Scan(dest...))
+}
+
+// rows runs a query and calls each for every row.
+func (t *pgTx) rows(q string, args []any, each func(pgx.Rows) error) error {
+	rows, err := t.tx.Query(t.ctx, q, args...)
+	if err != nil {
+		return t.note(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := each(rows); err != nil {
+			return t.note(err)
+		}
+	}
+	return t.note(rows.Err())
+}
+
+func mapErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return store.ErrNotFound
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "23505" {
+		return fmt.Errorf("%w: %v", store.ErrExists, err)
+	}
+	return err
+}
