@@ -72,6 +72,12 @@ type HookResult struct {
 	// started, finished, their duplicates, conflict, ...); empty when no
 	// rule applies.
 	Action string
+	// Warning is a capacity warning of this invocation (usage past 80%,
+	// automatic compaction refused), given at most once per session and
+	// kind (compaction.go).
+	Warning string
+	// Compacted is the automatic compaction this invocation ran, if any.
+	Compacted *spool.CompactReport
 }
 
 // HandleClaudeHook reads one Claude Code hook payload from in, finds the
@@ -176,6 +182,9 @@ func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Re
 			}
 		}
 	}
+	if rerr != nil {
+		rec.DeferredReason = DeferReason(rerr)
+	}
 	cerr := captureOccurrence(led, ss, bd, p, rec, obs, t, rerr == nil, res)
 	if cerr == nil {
 		// Actions from execution rules (action.go): the action start or
@@ -192,6 +201,7 @@ func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Re
 		_, cerr = store.TranscriptStep(ss, bd, b, p, t, obs.Mode, now)
 	}
 	deliver(ctx, ss, hub, now, res)
+	maintain(store, ss, bd, p.SessionID, res) // compaction policy, capacity warnings
 	return res, cerr
 }
 
@@ -276,6 +286,9 @@ func captureOccurrence(led *Ledger, ss *spool.Session, bd *Binding, p *claude.Pa
 			// No exact authorized target: keep only a sanitized local fact.
 			r.Body = nil
 			res.Deferred = true
+			r.DeferredReason = rec.DeferredReason
+		} else {
+			r.DeferredReason = ""
 		}
 	}
 	stamp(rec)

@@ -41,8 +41,12 @@ func ClaudeCapture(ctx context.Context, stdin io.Reader, stderr io.Writer, geten
 		fmt.Fprintf(stderr, "agentscm: warning: %s\n", OneLine(err.Error()))
 	case err != nil:
 		fmt.Fprintf(stderr, "agentscm: warning: capture hook failed: %s\n", OneLine(err.Error()))
+	case res.DeliveryErr != nil && res.Warning != "":
+		fmt.Fprintf(stderr, "agentscm: warning: event retained locally, delivery pending: %s; %s\n", OneLine(res.DeliveryErr.Error()), OneLine(res.Warning))
 	case res.DeliveryErr != nil:
 		fmt.Fprintf(stderr, "agentscm: warning: event retained locally, delivery pending: %s\n", OneLine(res.DeliveryErr.Error()))
+	case res.Warning != "":
+		fmt.Fprintf(stderr, "agentscm: warning: %s\n", OneLine(res.Warning))
 	}
 	return 0
 }
