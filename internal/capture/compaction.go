@@ -212,7 +212,7 @@ type SpoolSummary struct {
 	Paused   bool            `json:"capture_paused"`
 	// Unacknowledged counts retained envelopes the Hub has not
 	// acknowledged (deferred facts and local-only records included).
-	Unacknowledged int                  `json:"pending"`
+	Unacknowledged int                  `json:"unacknowledged"`
 	Compactions    uint64               `json:"compactions"`
 	LastCompact    *spool.CompactionRun `json:"last_compaction,omitempty"`
 	Deferred       DeferredSummary      `json:"deferred"`
