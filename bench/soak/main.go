@@ -396,6 +396,10 @@ func run(o options) (bool, error) {
 			}
 		}
 	}()
+	// Same-run reference: process start alone (/bin/true), before and
+	// after the workload, so the hook's start/end figures can be read
+	// against the machine's load at those times.
+	refStart50, refStart99 := reference(200)
 	began := time.Now()
 	queue := make(chan []call)
 	var wg sync.WaitGroup
@@ -422,6 +426,7 @@ func run(o options) (bool, error) {
 	close(queue)
 	wg.Wait()
 	elapsed := time.Since(began)
+	refEnd50, refEnd99 := reference(200)
 	if len(results) < total {
 		fail("the run hit its -deadline %s after %d of %d events", o.deadline, len(results), total)
 	}
@@ -500,12 +505,20 @@ func run(o options) (bool, error) {
 			gapsOf[g.Session] = append(gapsOf[g.Session], [2]int64{g.FromSeq, g.ToSeq})
 		}
 	}
+	// A fact and the identity_uncertain gap recorded with it share one
+	// sequence number: count distinct numbers.
 	copied := map[string]int64{}
+	seen := map[string]bool{}
 	uncovered := 0
 	for _, f := range def.Facts {
 		if f.Association != "copied" || f.Target == nil || f.Sequence == nil {
 			continue
 		}
+		key := fmt.Sprintf("%s/%d", f.Target.Session, *f.Sequence)
+		if seen[key] {
+			continue
+		}
+		seen[key] = true
 		copied[f.Target.Session]++
 		in := false
 		for _, r := range gapsOf[f.Target.Session] {
@@ -542,6 +555,9 @@ func run(o options) (bool, error) {
 	if hubEvents+int64(def.Total) < int64(total) {
 		fail("%d events on the Hub + %d deferred facts < %d events sent", hubEvents, def.Total, total)
 	}
+	if missing != int64(len(seen)) {
+		fail("%d sequence numbers missing on the Hub, %d distinct deferred sequence numbers", missing, len(seen))
+	}
 	st := final
 	unacked := 0
 	if s, err := statusOf(env, bin, root); err == nil && s.SpoolStatus != nil {
@@ -573,6 +589,8 @@ func run(o options) (bool, error) {
 	fmt.Printf("\nevents sent: %d hook processes in %.1f s: %.0f events/s (%d sessions, %d parallel)\n", total, elapsed.Seconds(), float64(total)/elapsed.Seconds(), o.sessions, o.parallel)
 	fmt.Printf("hook latency: all p50 %.1f ms p99 %.1f ms; first %d p50 %.1f ms p99 %.1f ms; last %d p50 %.1f ms p99 %.1f ms (end/start p50 %.2fx)\n",
 		ms(p50), ms(p99), win, ms(p50a), ms(p99a), win, ms(p50b), ms(p99b), float64(p50b)/float64(p50a))
+	fmt.Printf("reference /bin/true: before p50 %.1f ms p99 %.1f ms; after p50 %.1f ms p99 %.1f ms (hook/reference p50: start %.1fx, end %.1fx)\n",
+		ms(refStart50), ms(refStart99), ms(refEnd50), ms(refEnd99), float64(p50a)/float64(refStart50), float64(p50b)/float64(refEnd50))
 	if !a.IsZero() {
 		fmt.Printf("Hub restart: down %.1f s from event ~%d; %d expected delivery warnings during the outage\n", b.Sub(a).Seconds(), restart, expected)
 	}
@@ -586,6 +604,19 @@ func run(o options) (bool, error) {
 		fmt.Printf("  after %6d events: records %5.1f%%  bytes %5.1f%%  replay %5d  compactions %3d\n", s.events, s.records*100, s.bytes*100, s.replay, s.compacts)
 	}
 	return ok, nil
+}
+
+// reference runs /bin/true n times and returns its p50 and p99.
+func reference(n int) (time.Duration, time.Duration) {
+	d := make([]time.Duration, 0, n)
+	for range n {
+		start := time.Now()
+		if exec.Command("/bin/true").Run() == nil {
+			d = append(d, time.Since(start))
+		}
+	}
+	slices.Sort(d)
+	return pct(d, 50), pct(d, 99)
 }
 
 func installedHook(settings string) ([]string, error) {

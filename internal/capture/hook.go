@@ -369,50 +369,62 @@ func publishOutages(ss *spool.Session, led *Ledger, rec *event.Record, observed 
 
 // deliver replays up to DeliveryPageSize pending envelopes in sequence
 // order within DeliveryTimeout. Only an acknowledgement writes the ack
-// marker; every attempt advances the scheduling cursor.
+// marker; every attempt advances the scheduling cursor. Local-only records
+// (deferred facts, transcript conversation records) are never sent and take
+// no place in the page: they are skipped without an attempt, and when a
+// page held some the next, larger page is read (at most four pages), so
+// facts that stay local forever never crowd deliverable envelopes out.
 func deliver(ctx context.Context, sp *spool.Session, hub Hub, now time.Time, res *HookResult) {
 	ctx, cancel := context.WithTimeout(ctx, DeliveryTimeout)
 	defer cancel()
-	envs, err := sp.Pending(DeliveryPageSize)
-	if err != nil {
-		res.DeliveryErr = err
-		return
-	}
-	for i := range envs {
-		env := &envs[i]
-		if ctx.Err() != nil {
-			break
+	page := DeliveryPageSize
+	for round := 0; ; round++ {
+		envs, err := sp.Pending(page)
+		if err != nil {
+			res.DeliveryErr = err
+			return
 		}
-		a := spool.Attempt{Seq: env.Record.Seq, Digest: env.Digest, At: now}
-		if env.Record.Deferred || env.Record.WorkID == "" {
-			a.Outcome, a.Detail = "local_only", "deferred fact: no exact target; never delivered"
-		} else if transcript.LocalOnly(&env.Record) {
-			a.Outcome, a.Detail = "local_only", "transcript conversation record: kept locally"
-		} else if status, err := hub.Deliver(ctx, env); err != nil {
-			a.Outcome, a.Detail = "failed", err.Error()
-			res.Failed++
-			if res.DeliveryErr == nil {
-				res.DeliveryErr = err
+		localOnly := 0
+		for i := range envs {
+			env := &envs[i]
+			if ctx.Err() != nil || res.Delivered+res.Failed >= DeliveryPageSize {
+				return
 			}
-		} else {
-			a.Outcome = status
-			if err := sp.Ack(env.Record.Seq, env.Digest); err != nil {
-				a.Outcome, a.Detail = "failed", "acknowledged by the Hub but the ack marker failed: "+err.Error()
+			if env.Record.Deferred || env.Record.WorkID == "" || transcript.LocalOnly(&env.Record) {
+				localOnly++
+				continue
+			}
+			a := spool.Attempt{Seq: env.Record.Seq, Digest: env.Digest, At: now}
+			if status, err := hub.Deliver(ctx, env); err != nil {
+				a.Outcome, a.Detail = "failed", err.Error()
+				res.Failed++
 				if res.DeliveryErr == nil {
 					res.DeliveryErr = err
 				}
 			} else {
-				res.Delivered++
+				a.Outcome = status
+				if err := sp.Ack(env.Record.Seq, env.Digest); err != nil {
+					a.Outcome, a.Detail = "failed", "acknowledged by the Hub but the ack marker failed: "+err.Error()
+					if res.DeliveryErr == nil {
+						res.DeliveryErr = err
+					}
+				} else {
+					res.Delivered++
+				}
+			}
+			if len(a.Detail) > 300 {
+				a.Detail = a.Detail[:300]
+			}
+			if err := sp.RecordAttempt(a); err != nil {
+				if res.DeliveryErr == nil {
+					res.DeliveryErr = err
+				}
+				return
 			}
 		}
-		if len(a.Detail) > 300 {
-			a.Detail = a.Detail[:300]
-		}
-		if err := sp.RecordAttempt(a); err != nil {
-			if res.DeliveryErr == nil {
-				res.DeliveryErr = err
-			}
+		if localOnly == 0 || res.Failed > 0 || len(envs) < page || round == 3 {
 			return
 		}
+		page *= 4
 	}
 }
