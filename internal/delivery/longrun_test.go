@@ -186,3 +186,32 @@ func TestDeferredReasonsInSummary(t *testing.T) {
 		t.Fatalf("summary %+v", sum)
 	}
 }
+
+// TestDeferredFactsDoNotStarveDelivery: facts that stay local forever take
+// no place in the hook's ten-envelope delivery page, so after many of them
+// a hook still delivers its own event at once.
+func TestDeferredFactsDoNotStarveDelivery(t *testing.T) {
+	f := newFixture(t)
+	for i := 0; i < 30; i++ {
+		r := f.hook(t, f.sessionPayload("early", "PreToolUse", fmt.Sprintf(`,"tool_name":"Read","tool_use_id":"t%d","tool_input":{}`, i)))
+		if !r.Deferred {
+			t.Fatalf("no Work yet: %+v", r)
+		}
+	}
+	work := f.startWork(t)
+	for i := 0; i < 3; i++ {
+		r := f.hook(t, f.sessionPayload("later", "PreToolUse", fmt.Sprintf(`,"tool_name":"Read","tool_use_id":"u%d","tool_input":{}`, i)))
+		if r.Deferred || r.Delivered == 0 || r.DeliveryErr != nil {
+			t.Fatalf("hook %d after the deferred facts: %+v", i, r)
+		}
+	}
+	rec := f.record(t, work)
+	var got int64
+	for _, s := range rec.Sessions {
+		got += s.Events
+	}
+	// Each of the three hooks delivered its own tool start at once.
+	if got != 3 {
+		t.Fatalf("the Hub has %d events, want 3: %+v", got, rec.Sessions)
+	}
+}
