@@ -115,8 +115,8 @@ func maintain(store Store, ss *spool.Session, bd *Binding, session string, res *
 				bd.Spool, err, bd.Spool))
 		case rep.ReplayFull:
 			store.warnOnce(bd.Spool, session, "replay-full", res, fmt.Sprintf(
-				"automatic compaction kept %d gap/usage envelopes whole: the spool's replay index is full (%d of %d entries); copy the spool elsewhere and configure a larger replay index (agentscm change-capture configure ... --max-replay-entries N --max-replay-bytes N)",
-				rep.ReplayKept, rep.ReplayTotal, rep.ReplayLimit))
+				"automatic compaction kept %d gap/usage envelopes whole: the spool's replay index is full (%d of %d entries, never pruned); give the spool a larger one (agentscm change-capture enable --root %s --max-replay-entries N --max-replay-bytes N) or copy the spool elsewhere and start a new one",
+				rep.ReplayKept, rep.ReplayTotal, rep.ReplayLimit, bd.Root))
 		}
 		if rep != nil && rep.Changed {
 			res.Compacted = rep

@@ -24,7 +24,7 @@ func expectLineage(repo, hub string) (*capture.Lineage, error) {
 }
 
 func runEnable(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "agentscm change-capture enable", "--root ABS [--mode MODE] [--max-records N] [--max-bytes N] [--max-artifact-bytes N] [--auto-compact PERCENT | --no-auto-compact] [--expect-repository NAME --expect-hub HUB] [--format text|json]",
+	fs := newFlags(env, "agentscm change-capture enable", "--root ABS [--mode MODE] [--max-records N] [--max-bytes N] [--max-artifact-bytes N] [--max-replay-entries N] [--max-replay-bytes N] [--auto-compact PERCENT | --no-auto-compact] [--expect-repository NAME --expect-hub HUB] [--format text|json]",
 		`One-step capture setup for a checkout with a current client connection.
 With no binding it creates one through the configure code path with the
 defaults: a private spool under <config>/agentscm/capture-spools/<random>,
@@ -41,8 +41,9 @@ starts, artifacts or the replay index) when usage reaches 50% of a limit,
 so capture keeps going through a long day with the default limits;
 --no-auto-compact records no policy, --auto-compact PERCENT another
 threshold, and on an existing binding either flag changes the saved choice.
---max-records/--max-bytes/--max-artifact-bytes raise the limits of the
-binding's spool (lowering below what it holds is refused). --mode defaults to the binding's mode, else
+--max-records/--max-bytes/--max-artifact-bytes/--max-replay-entries/
+--max-replay-bytes raise the limits of the binding's spool (lowering below
+what it holds is refused). --mode defaults to the binding's mode, else
 metadata-only. --expect-repository/--expect-hub refuse when the checkout is
 no longer connected to what the person confirmed. With --local, a checkout
 that has no client connection is first connected to the embedded local Hub
@@ -59,6 +60,8 @@ this checkout".`)
 	fs.Int64Var(&lim.Records, "max-records", 0, fmt.Sprintf("spool record limit (default %d; raises an existing spool's)", spool.DefaultRecords))
 	fs.Int64Var(&lim.Bytes, "max-bytes", 0, fmt.Sprintf("spool total byte limit (default %d; raises an existing spool's)", spool.DefaultBytes))
 	fs.Int64Var(&lim.ArtifactBytes, "max-artifact-bytes", 0, fmt.Sprintf("spool per-artifact byte limit (default %d)", spool.DefaultArtifactBytes))
+	fs.Int64Var(&lim.ReplayEntries, "max-replay-entries", 0, "bound of the compaction replay index in entries (default: twice the record limit, at most 8192)")
+	fs.Int64Var(&lim.ReplayBytes, "max-replay-bytes", 0, "bound of the compaction replay index in bytes (default: an eighth of the byte limit, at most 8 MiB)")
 	compactionFlags(fs, &pol)
 	format := formatFlag(fs)
 	if err := parseFlags(fs, args, false); err != nil {

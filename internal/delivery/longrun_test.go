@@ -215,3 +215,51 @@ func TestDeferredFactsDoNotStarveDelivery(t *testing.T) {
 		t.Fatalf("the Hub has %d events, want 3: %+v", got, rec.Sessions)
 	}
 }
+
+// TestReplayIndexFullWarns: when automatic compaction meets a full replay
+// index it keeps those envelopes whole, compacts the rest, and says so once
+// per session, naming the remedy; capture goes on.
+func TestReplayIndexFullWarns(t *testing.T) {
+	dir := t.TempDir()
+	f := &fixture{cfg: filepath.Join(dir, "cfg", "agentscm"), root: filepath.Join(dir, "repo")}
+	os.MkdirAll(f.root, 0o755)
+	f.root, _ = filepath.EvalSymlinks(f.root)
+	f.store = capture.Store{Dir: f.cfg}
+	ctx := context.Background()
+	c, _, err := client.SetupLocal(ctx, f.cfg, f.root, "demo", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.conn = c
+	res, err := capture.EnableCapture(ctx, f.store, Connections{f.cfg}, capture.EnableOptions{Root: f.root, ConfigDir: f.cfg,
+		Executable: "/usr/local/bin/agentscm", Now: time.Now(), Limits: spool.Limits{Records: 256, ReplayEntries: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.spool = res.Spool
+	f.startWork(t)
+	warnings, kept := 0, 0
+	for i := 0; i < 80; i++ {
+		// A prompt records an identity_uncertain gap: a replay entry.
+		r := f.hook(t, f.sessionPayload("s", "UserPromptSubmit", `,"prompt":"p"`))
+		if strings.Contains(r.Warning, "replay index is full") {
+			warnings++
+			if !strings.Contains(r.Warning, "--max-replay-entries") {
+				t.Fatalf("warning %q", r.Warning)
+			}
+		}
+		if r.Compacted != nil {
+			kept += r.Compacted.ReplayKept
+		}
+	}
+	if warnings != 1 || kept == 0 {
+		t.Fatalf("%d warnings, %d envelopes kept whole", warnings, kept)
+	}
+	rep, err := spool.Inspect(f.spool, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Paused || rep.Compaction.Replay != 4 || rep.Compaction.Digests == 0 {
+		t.Fatalf("after the run: paused %v, compaction %+v", rep.Paused, rep.Compaction)
+	}
+}
