@@ -18,13 +18,15 @@ import (
 	"github.com/agentscm/agentscm/internal/spool"
 )
 
-// Capture config versions. Version 6 is written only while some binding is
-// in shared-conversation mode or records a non-default Claude settings path;
+// Capture config versions. Version 7 is written only while some binding
+// records a compaction policy; version 6 only while some binding is in
+// shared-conversation mode or records a non-default Claude settings path;
 // otherwise the file stays at version 5 so older binaries keep reading it.
 // Any other version is refused, never half-read.
 const (
 	ConfigVersion5 = 5
 	ConfigVersion6 = 6
+	ConfigVersion7 = 7
 )
 
 // File names under the agentscm config directory.
@@ -92,6 +94,10 @@ type Binding struct {
 	ActionRules       []ActionRule `json:"action_rules,omitempty"`
 	Recipes           []Recipe     `json:"recipes,omitempty"`
 	Limits            spool.Limits `json:"limits"`
+	// Compaction is the operator's recorded choice to let the hook compact
+	// acknowledged history automatically; nil means off (compaction stays
+	// a manual `change-capture compact`).
+	Compaction *CompactionPolicy `json:"compaction,omitempty"`
 }
 
 // DefaultClaudeSettings is where hooks are installed, relative to the root.
@@ -123,7 +129,17 @@ func modeRank(m string) int {
 	return 0
 }
 
-// needsV6 reports whether c can only be written as version 6.
+// needsV7 reports whether c can only be written as version 7.
+func (c *Config) needsV7() bool {
+	for _, b := range c.Bindings {
+		if b.Compaction != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// needsV6 reports whether c can only be written as version 6 (or later).
 func (c *Config) needsV6() bool {
 	for _, b := range c.Bindings {
 		if b.CaptureMode == event.ModeSharedConversation || b.ClaudeSettings != "" {
@@ -158,8 +174,8 @@ func decodeConfig(b []byte) (*Config, error) {
 	if probe.Version == nil {
 		return nil, errors.New("capture config has no version")
 	}
-	if *probe.Version != ConfigVersion5 && *probe.Version != ConfigVersion6 {
-		return nil, fmt.Errorf("%w: file is version %d, this binary reads versions %d and %d", ErrUnknownVersion, *probe.Version, ConfigVersion5, ConfigVersion6)
+	if *probe.Version != ConfigVersion5 && *probe.Version != ConfigVersion6 && *probe.Version != ConfigVersion7 {
+		return nil, fmt.Errorf("%w: file is version %d, this binary reads versions %d to %d", ErrUnknownVersion, *probe.Version, ConfigVersion5, ConfigVersion7)
 	}
 	var c Config
 	dec := json.NewDecoder(bytes.NewReader(b))
@@ -171,6 +187,11 @@ func decodeConfig(b []byte) (*Config, error) {
 		if !filepath.IsAbs(bd.Root) || !filepath.IsAbs(bd.Spool) || !ValidMode(bd.CaptureMode) {
 			return nil, fmt.Errorf("capture config: binding %d is invalid (root %q, spool %q, mode %q)", i, bd.Root, bd.Spool, bd.CaptureMode)
 		}
+		if bd.Compaction != nil {
+			if err := bd.Compaction.validate(); err != nil {
+				return nil, fmt.Errorf("capture config: binding %d: %w", i, err)
+			}
+		}
 		if bd.ClaudeSettings != "" {
 			if err := checkSettingsRel(bd.ClaudeSettings); err != nil {
 				return nil, fmt.Errorf("capture config: binding %d: %w", i, err)
@@ -180,6 +201,9 @@ func decodeConfig(b []byte) (*Config, error) {
 	if c.Version == ConfigVersion5 && c.needsV6() {
 		return nil, errors.New("capture config: version 5 cannot hold a shared-conversation binding or a claude_settings path")
 	}
+	if c.Version != ConfigVersion7 && c.needsV7() {
+		return nil, fmt.Errorf("capture config: version %d cannot hold a compaction policy", c.Version)
+	}
 	return &c, nil
 }
 
@@ -188,6 +212,9 @@ func (s Store) save(c *Config) error {
 	c.Version = ConfigVersion5
 	if c.needsV6() {
 		c.Version = ConfigVersion6
+	}
+	if c.needsV7() {
+		c.Version = ConfigVersion7
 	}
 	b, err := json.MarshalIndent(c, "", "  ")
 	if err != nil {

@@ -53,8 +53,16 @@ type ConfigureOptions struct {
 	// ClaudeSettings is the settings file relative to Root; empty is the
 	// default .claude/settings.local.json.
 	ClaudeSettings string
-	// Limits are the spool limits; zero fields take the defaults.
+	// Limits are the spool limits; zero fields take the defaults (a new
+	// spool) or keep the current value (an existing spool, whose limits
+	// may be raised, or lowered as far as its contents allow).
 	Limits spool.Limits
+	// Compaction sets or clears the binding's automatic compaction policy;
+	// the zero value keeps the current choice (off for a new binding).
+	Compaction PolicyChange
+	// compactionBy names the command recording a policy (configure when
+	// empty).
+	compactionBy string
 	// Executable is the agentscm binary; the installed hooks run it, or the
 	// lean agentscm-hook next to it (claude.HookExecutable).
 	Executable string
@@ -63,20 +71,25 @@ type ConfigureOptions struct {
 
 // ConfigureResult says what configure did.
 type ConfigureResult struct {
-	Root           string       `json:"root"`
-	Spool          string       `json:"spool"`
-	CaptureMode    string       `json:"capture_mode"`
-	Hub            string       `json:"hub"`
-	Repository     string       `json:"repository"`
-	WorktreeID     string       `json:"worktree_id"`
-	BaseRef        string       `json:"base_ref,omitempty"`
-	SetupDigest    string       `json:"setup_digest,omitempty"`
-	ActionRules    []ActionRule `json:"action_rules"`
-	Recipes        []string     `json:"recipes"`
-	Limits         spool.Limits `json:"limits"`
-	ClaudeSettings string       `json:"claude_settings"`
-	HookEvents     []string     `json:"hook_events"`
-	SettingsChange bool         `json:"settings_changed"`
+	Root        string       `json:"root"`
+	Spool       string       `json:"spool"`
+	CaptureMode string       `json:"capture_mode"`
+	Hub         string       `json:"hub"`
+	Repository  string       `json:"repository"`
+	WorktreeID  string       `json:"worktree_id"`
+	BaseRef     string       `json:"base_ref,omitempty"`
+	SetupDigest string       `json:"setup_digest,omitempty"`
+	ActionRules []ActionRule `json:"action_rules"`
+	Recipes     []string     `json:"recipes"`
+	Limits      spool.Limits `json:"limits"`
+	// LimitsChanged is true when this call changed the limits of an
+	// existing spool (PreviousLimits were its limits before).
+	LimitsChanged  bool              `json:"limits_changed,omitempty"`
+	PreviousLimits *spool.Limits     `json:"previous_limits,omitempty"`
+	Compaction     *CompactionPolicy `json:"compaction_policy"`
+	ClaudeSettings string            `json:"claude_settings"`
+	HookEvents     []string          `json:"hook_events"`
+	SettingsChange bool              `json:"settings_changed"`
 	// Created is true when this call made a new binding.
 	Created bool `json:"created"`
 	// SettingsCreated is true when this call created the settings file.
@@ -295,6 +308,7 @@ func Configure(ctx context.Context, store Store, conns Connections, o ConfigureO
 func configureLocked(ctx context.Context, store Store, root string, lin Lineage, o ConfigureOptions, decide func(cur *Binding, o *ConfigureOptions) error) (*ConfigureResult, error) {
 	var p *prepared
 	created := false
+	limitsChanged, prevLimits := false, (*spool.Limits)(nil)
 	err := store.Update(func(c *Config) (bool, error) {
 		cur := c.Find(root)
 		if decide != nil {
@@ -336,19 +350,29 @@ func configureLocked(ctx context.Context, store Store, root string, lin Lineage,
 		if err != nil {
 			return false, err
 		}
-		// A spool's limits are fixed when it is created: adopt them, and
-		// refuse an explicit request for other ones rather than record
-		// limits the spool does not enforce.
-		st, err := sp.Status(ctx)
+		// The spool enforces its own limits: an explicit request for other
+		// ones changes them under the spool lock (refused, changing
+		// nothing, below what the spool holds), and the binding records
+		// what the spool enforces.
+		ch, err := sp.SetLimits(ctx, o.Limits)
 		if err != nil {
+			return false, fmt.Errorf("spool %s: %w", p.b.Spool, err)
+		}
+		p.b.Limits = ch.New
+		if ch.Changed {
+			limitsChanged, prevLimits = true, &ch.Old
+		}
+		var curPolicy *CompactionPolicy
+		if cur != nil {
+			curPolicy = cur.Compaction
+		}
+		by := o.compactionBy
+		if by == "" {
+			by = "configure"
+		}
+		if p.b.Compaction, err = o.Compaction.apply(curPolicy, by, o.Now); err != nil {
 			return false, err
 		}
-		req, got := o.Limits, st.Limits
-		if req.Records != 0 && req.Records != got.Records || req.Bytes != 0 && req.Bytes != got.Bytes || req.ArtifactBytes != 0 && req.ArtifactBytes != got.ArtifactBytes {
-			return false, fmt.Errorf("spool %s was created with limits of %d records, %d bytes and %d bytes per artifact; changing the limits of an existing spool is not supported yet",
-				p.b.Spool, got.Records, got.Bytes, got.ArtifactBytes)
-		}
-		p.b.Limits = got
 		if cur != nil {
 			*cur = p.b
 		} else {
@@ -371,7 +395,8 @@ func configureLocked(ctx context.Context, store Store, root string, lin Lineage,
 	res := &ConfigureResult{
 		Root: root, Spool: b.Spool, CaptureMode: b.CaptureMode, Hub: b.Hub, Repository: b.Repository,
 		WorktreeID: b.WorktreeID, BaseRef: b.BaseRef, SetupDigest: b.SetupDigest, ActionRules: b.ActionRules,
-		Recipes: []string{}, Limits: b.Limits, ClaudeSettings: settings,
+		Recipes: []string{}, Limits: b.Limits, LimitsChanged: limitsChanged, PreviousLimits: prevLimits,
+		Compaction: b.Compaction, ClaudeSettings: settings,
 		HookEvents: append([]string(nil), events...), SettingsChange: changed, Created: created,
 		SettingsCreated: errors.Is(statErr, fs.ErrNotExist),
 	}

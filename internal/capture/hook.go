@@ -92,6 +92,12 @@ type HookResult struct {
 	Intake string
 	// Admitted counts the earlier intake files this invocation admitted.
 	Admitted int
+	// Warning is a capacity warning of this invocation (usage past 80%,
+	// automatic compaction refused), given at most once per session and
+	// kind (compaction.go).
+	Warning string
+	// Compacted is the automatic compaction this invocation ran, if any.
+	Compacted *spool.CompactReport
 }
 
 // HandleClaudeHook reads one Claude Code hook payload from in, finds the
@@ -310,6 +316,9 @@ func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Re
 	}
 	// Delivery runs even when this event was not appended (a conflict, a
 	// paused spool): earlier retained envelopes still go out.
+	if rerr != nil {
+		rec.DeferredReason = DeferReason(rerr)
+	}
 	cerr := captureOccurrence(led, ss, bd, p.SessionID, PhaseFingerprint(p, rec), rec, obs, t, rerr == nil, res)
 	if cerr == nil {
 		// Actions from execution rules (action.go): the action start or
@@ -348,6 +357,7 @@ func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Re
 	if cerr == nil && ierr != nil {
 		cerr = ierr
 	}
+	maintain(store, ss, bd, p.SessionID, res) // compaction policy, capacity warnings
 	return res, cerr
 }
 
@@ -435,6 +445,9 @@ func captureOccurrence(led *Ledger, ss *spool.Session, bd *Binding, observed, fi
 			// No exact authorized target: keep only a sanitized local fact.
 			r.Body = nil
 			res.Deferred = true
+			r.DeferredReason = rec.DeferredReason
+		} else {
+			r.DeferredReason = ""
 		}
 	}
 	stamp(rec)
@@ -516,64 +529,77 @@ func publishOutages(ss *spool.Session, led *Ledger, rec *event.Record, observed 
 	return done, nil
 }
 
-// deliver replays up to page (at most DeliveryPageSize) pending envelopes in sequence
-// order within DeliveryTimeout. Only an acknowledgement writes the ack
-// marker; every attempt advances the scheduling cursor.
+// deliver replays up to page (at most DeliveryPageSize) pending envelopes in
+// sequence order within DeliveryTimeout. Only an acknowledgement writes the
+// ack marker; every attempt advances the scheduling cursor. Local-only
+// records (deferred facts, transcript conversation records) are never sent
+// and take no place in the page: they are skipped without an attempt, and
+// when a page held some the next, larger page is read (at most four
+// pages), so facts that stay local forever never crowd deliverable
+// envelopes out.
 //
 // A permanent refusal (RefusedError) is recorded as outcome "refused",
 // listed in the ledger once and, the first time, marked on the Hub by a
 // hub_refused gap (refused.go); the hook warns about it.
-func deliver(ctx context.Context, sp *spool.Session, led *Ledger, hub Hub, now time.Time, res *HookResult, page int) {
+func deliver(ctx context.Context, sp *spool.Session, led *Ledger, hub Hub, now time.Time, res *HookResult, limit int) {
 	ctx, cancel := context.WithTimeout(ctx, DeliveryTimeout)
 	defer cancel()
-	envs, err := sp.Pending(page)
-	if err != nil {
-		res.DeliveryErr = err
-		return
-	}
-	for i := range envs {
-		env := &envs[i]
-		if ctx.Err() != nil {
-			break
+	page := limit
+	for round := 0; ; round++ {
+		envs, err := sp.Pending(page)
+		if err != nil {
+			res.DeliveryErr = err
+			return
 		}
-		a := spool.Attempt{Seq: env.Record.Seq, Digest: env.Digest, At: now}
-		if env.Record.Deferred || env.Record.WorkID == "" {
-			a.Outcome, a.Detail = "local_only", "deferred fact: no exact target; never delivered"
-		} else if transcript.LocalOnly(&env.Record) {
-			a.Outcome, a.Detail = "local_only", "transcript conversation record: kept locally"
-		} else if status, err := hub.Deliver(ctx, env); err != nil {
-			a.Outcome, a.Detail = "failed", err.Error()
-			res.Failed++
-			if res.DeliveryErr == nil {
-				res.DeliveryErr = err
+		localOnly := 0
+		for i := range envs {
+			env := &envs[i]
+			if ctx.Err() != nil || res.Delivered+res.Failed >= limit {
+				return
 			}
-			var re *RefusedError
-			if errors.As(err, &re) {
-				a.Outcome = "refused"
-				res.Refused++
-				if herr := handleRefusal(sp, led, env, re, now); herr != nil {
-					res.DeliveryErr = fmt.Errorf("%w; and: %v", err, herr)
-				}
+			if env.Record.Deferred || env.Record.WorkID == "" || transcript.LocalOnly(&env.Record) {
+				localOnly++
+				continue
 			}
-		} else {
-			a.Outcome = status
-			if err := sp.Ack(env.Record.Seq, env.Digest); err != nil {
-				a.Outcome, a.Detail = "failed", "acknowledged by the Hub but the ack marker failed: "+err.Error()
+			a := spool.Attempt{Seq: env.Record.Seq, Digest: env.Digest, At: now}
+			if status, err := hub.Deliver(ctx, env); err != nil {
+				a.Outcome, a.Detail = "failed", err.Error()
+				res.Failed++
 				if res.DeliveryErr == nil {
 					res.DeliveryErr = err
 				}
+				var re *RefusedError
+				if errors.As(err, &re) {
+					a.Outcome = "refused"
+					res.Refused++
+					if herr := handleRefusal(sp, led, env, re, now); herr != nil {
+						res.DeliveryErr = fmt.Errorf("%w; and: %v", err, herr)
+					}
+				}
 			} else {
-				res.Delivered++
+				a.Outcome = status
+				if err := sp.Ack(env.Record.Seq, env.Digest); err != nil {
+					a.Outcome, a.Detail = "failed", "acknowledged by the Hub but the ack marker failed: "+err.Error()
+					if res.DeliveryErr == nil {
+						res.DeliveryErr = err
+					}
+				} else {
+					res.Delivered++
+				}
+			}
+			if len(a.Detail) > 300 {
+				a.Detail = a.Detail[:300]
+			}
+			if err := sp.RecordAttempt(a); err != nil {
+				if res.DeliveryErr == nil {
+					res.DeliveryErr = err
+				}
+				return
 			}
 		}
-		if len(a.Detail) > 300 {
-			a.Detail = a.Detail[:300]
-		}
-		if err := sp.RecordAttempt(a); err != nil {
-			if res.DeliveryErr == nil {
-				res.DeliveryErr = err
-			}
+		if localOnly == 0 || res.Failed > 0 || len(envs) < page || round == 3 {
 			return
 		}
+		page *= 4
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/agentscm/agentscm/internal/event"
+	"github.com/agentscm/agentscm/internal/spool"
 )
 
 // Capture states as every surface shows them.
@@ -45,6 +46,8 @@ type Setting struct {
 	// refused (retained locally, each marked on the Hub by a hub_refused
 	// gap where it had a place in a stream).
 	Refused *RefusalReport `json:"refused,omitempty"`
+	// Compaction is the binding's automatic compaction policy (nil: off).
+	Compaction *CompactionPolicy `json:"compaction_policy,omitempty"`
 }
 
 func stateOf(b *Binding) string {
@@ -86,6 +89,7 @@ func CaptureSetting(store Store, conns Connections, root string) (*Setting, erro
 	s.Configured, s.Enabled, s.Mode = true, b.Enabled, b.CaptureMode
 	s.Hub, s.Repository, s.Spool, s.WorktreeID = b.Hub, b.Repository, b.Spool, b.WorktreeID
 	s.ClaudeSettings = b.SettingsPath()
+	s.Compaction = b.Compaction
 	s.LineageMismatch = cerr == nil && b.Hub != "" && !sameRepo(lin, b.lineage())
 	if rep, err := store.Refusals(b.Spool); err == nil && rep.Total > 0 {
 		s.Refused = &rep
@@ -122,6 +126,15 @@ type EnableOptions struct {
 	ConfigDir  string
 	Executable string
 	Now        time.Time
+	// Limits raise (or, as far as the spool's contents allow, lower) the
+	// limits of the binding's spool; zero fields keep the current value
+	// (the defaults for a new spool).
+	Limits spool.Limits
+	// Compaction sets or clears the automatic compaction policy. A new
+	// binding records the default policy (DefaultCompactThreshold) unless
+	// this clears it; re-enabling keeps the saved choice unless this
+	// changes it.
+	Compaction PolicyChange
 }
 
 // EnableResult says what enable_capture did.
@@ -157,7 +170,8 @@ func EnableCapture(ctx context.Context, store Store, conns Connections, o Enable
 		return nil, fmt.Errorf("this checkout is now connected to %s on %s; refresh and confirm again", lin.Repository, lin.Hub)
 	}
 	action := ""
-	co := ConfigureOptions{Root: root, CaptureMode: o.Mode, Executable: o.Executable, Now: o.Now}
+	co := ConfigureOptions{Root: root, CaptureMode: o.Mode, Executable: o.Executable, Now: o.Now,
+		Compaction: o.Compaction, compactionBy: "enable"}
 	decide := func(cur *Binding, co *ConfigureOptions) error {
 		switch {
 		case cur == nil:
@@ -169,6 +183,12 @@ func EnableCapture(ctx context.Context, store Store, conns Connections, o Enable
 			co.ActionRules = []string{DefaultActionRule.String()}
 			if co.CaptureMode == "" {
 				co.CaptureMode = event.ModeMetadataOnly
+			}
+			co.Limits = o.Limits
+			if o.Compaction == (PolicyChange{}) {
+				// One-step setup records the operator's choice of
+				// automatic compaction of acknowledged history.
+				co.Compaction = PolicyChange{Set: DefaultCompactThreshold}
 			}
 		default:
 			if cur.Hub != "" && !sameRepo(lin, cur.lineage()) {
@@ -183,7 +203,8 @@ func EnableCapture(ctx context.Context, store Store, conns Connections, o Enable
 				co.CaptureMode = cur.CaptureMode
 			}
 			co.Spool, co.WorktreeID, co.BaseRef, co.SetupDigest = cur.Spool, cur.WorktreeID, cur.BaseRef, cur.SetupDigest
-			co.ClaudeHistoryRoot, co.ClaudeSettings, co.Limits = cur.ClaudeHistoryRoot, cur.ClaudeSettings, cur.Limits
+			co.ClaudeHistoryRoot, co.ClaudeSettings = cur.ClaudeHistoryRoot, cur.ClaudeSettings
+			co.Limits = o.Limits // zero fields keep the spool's current limits
 			co.ActionRules = nil
 			for _, r := range cur.ActionRules {
 				co.ActionRules = append(co.ActionRules, r.String())

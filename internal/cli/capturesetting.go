@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/client"
 	"github.com/agentscm/agentscm/internal/hub/api"
+	"github.com/agentscm/agentscm/internal/spool"
 )
 
 // expectFlags are the consent flags: the repository and Hub the person saw.
@@ -22,7 +24,7 @@ func expectLineage(repo, hub string) (*capture.Lineage, error) {
 }
 
 func runEnable(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "agentscm change-capture enable", "--root ABS [--mode MODE] [--expect-repository NAME --expect-hub HUB] [--format text|json]",
+	fs := newFlags(env, "agentscm change-capture enable", "--root ABS [--mode MODE] [--max-records N] [--max-bytes N] [--max-artifact-bytes N] [--max-replay-entries N] [--max-replay-bytes N] [--auto-compact PERCENT | --no-auto-compact] [--expect-repository NAME --expect-hub HUB] [--format text|json]",
 		`One-step capture setup for a checkout with a current client connection.
 With no binding it creates one through the configure code path with the
 defaults: a private spool under <config>/agentscm/capture-spools/<random>,
@@ -32,7 +34,16 @@ default spool limits, and hooks in ROOT/.claude/settings.local.json; a settings
 file it creates (and the temporary files saved beside it) is added to the
 repository's local exclude unless Git already ignores it. With a disabled
 binding it re-enables it with everything the binding saved. With an enabled
-binding it only changes the mode. --mode defaults to the binding's mode, else
+binding it only changes the mode. A new binding records automatic
+compaction at 50%: the hook compacts acknowledged history (as
+'change-capture compact' does, never removing pending envelopes, incomplete
+starts, artifacts or the replay index) when usage reaches 50% of a limit,
+so capture keeps going through a long day with the default limits;
+--no-auto-compact records no policy, --auto-compact PERCENT another
+threshold, and on an existing binding either flag changes the saved choice.
+--max-records/--max-bytes/--max-artifact-bytes/--max-replay-entries/
+--max-replay-bytes raise the limits of the binding's spool (lowering below
+what it holds is refused). --mode defaults to the binding's mode, else
 metadata-only. --expect-repository/--expect-hub refuse when the checkout is
 no longer connected to what the person confirmed. With --local, a checkout
 that has no client connection is first connected to the embedded local Hub
@@ -44,12 +55,23 @@ this checkout".`)
 	local := fs.Bool("local", false, "connect the checkout to the embedded local Hub first when it has no client connection")
 	expRepo := fs.String("expect-repository", "", "repository the person confirmed")
 	expHub := fs.String("expect-hub", "", "Hub the person confirmed")
+	var lim spool.Limits
+	var pol capture.PolicyChange
+	fs.Int64Var(&lim.Records, "max-records", 0, fmt.Sprintf("spool record limit (default %d; raises an existing spool's)", spool.DefaultRecords))
+	fs.Int64Var(&lim.Bytes, "max-bytes", 0, fmt.Sprintf("spool total byte limit (default %d; raises an existing spool's)", spool.DefaultBytes))
+	fs.Int64Var(&lim.ArtifactBytes, "max-artifact-bytes", 0, fmt.Sprintf("spool per-artifact byte limit (default %d)", spool.DefaultArtifactBytes))
+	fs.Int64Var(&lim.ReplayEntries, "max-replay-entries", 0, "bound of the compaction replay index in entries (default: twice the record limit, at most 8192)")
+	fs.Int64Var(&lim.ReplayBytes, "max-replay-bytes", 0, "bound of the compaction replay index in bytes (default: an eighth of the byte limit, at most 8 MiB)")
+	compactionFlags(fs, &pol)
 	format := formatFlag(fs)
 	if err := parseFlags(fs, args, false); err != nil {
 		return err
 	}
 	if *root == "" {
 		return usagef("--root is required")
+	}
+	if pol.Set != 0 && pol.Clear {
+		return usagef("--auto-compact and --no-auto-compact exclude each other")
 	}
 	expect, err := expectLineage(*expRepo, *expHub)
 	if err != nil {
@@ -66,6 +88,7 @@ this checkout".`)
 	}
 	res, err := capture.EnableCapture(ctx, store, conns, capture.EnableOptions{
 		Root: *root, Mode: *mode, Expect: expect, ConfigDir: store.Dir, Executable: env.Executable, Now: env.Now(),
+		Limits: lim, Compaction: pol,
 	})
 	if err != nil {
 		return err
@@ -145,11 +168,26 @@ connection to the repository and Hub the binding was saved for.`)
 	return nil
 }
 
+// statusOut is one checkout of change-capture status: its setting and,
+// when it is bound, what its spool holds.
+type statusOut struct {
+	capture.Setting
+	SpoolStatus *capture.SpoolSummary `json:"spool_status,omitempty"`
+	// SpoolError says why the spool could not be read.
+	SpoolError string `json:"spool_error,omitempty"`
+}
+
 func runStatus(ctx context.Context, env *Env, args []string) error {
 	fs := newFlags(env, "agentscm change-capture status", "[--root ABS] [--format text|json]",
 		`Show the capture setting of a checkout (configured, enabled, capture_mode,
 state, lineage_mismatch) or, without --root, of every bound checkout. States:
-Not set up, Off, Metadata only, Local only, Shared with Hub.`)
+Not set up, Off, Metadata only, Local only, Shared with Hub. For a bound
+checkout it also reads its spool (without locking or changing it): usage as
+a fraction of each limit, the compaction policy and the last compaction
+(manual or automatic), the envelopes not yet acknowledged by the Hub, and how
+many facts stayed local as deferred facts and why (the Hub was unreachable,
+no current Work, a refused target), so a session that never reached the Hub
+is visible.`)
 	root := fs.String("root", "", "absolute path of the checkout")
 	format := formatFlag(fs)
 	if err := parseFlags(fs, args, false); err != nil {
@@ -165,22 +203,37 @@ Not set up, Off, Metadata only, Local only, Shared with Hub.`)
 		if err != nil {
 			return err
 		}
-		if *format == "json" {
-			return writeJSON(env.Stdout, s)
-		}
 		list = []capture.Setting{*s}
-	} else {
-		if list, err = capture.Settings(store, conns); err != nil {
-			return err
-		}
-		if *format == "json" {
-			return writeJSON(env.Stdout, list)
-		}
-		if len(list) == 0 {
-			fmt.Fprintln(env.Stdout, "no checkout has a capture binding")
-		}
+	} else if list, err = capture.Settings(store, conns); err != nil {
+		return err
 	}
+	cfg, err := store.Load()
+	if err != nil {
+		return err
+	}
+	out := make([]statusOut, 0, len(list))
 	for _, s := range list {
+		o := statusOut{Setting: s}
+		if b := cfg.Find(s.Root); b != nil {
+			if sum, err := capture.SummarizeSpool(b); err != nil {
+				o.SpoolError = err.Error()
+			} else {
+				o.SpoolStatus = sum
+			}
+		}
+		out = append(out, o)
+	}
+	if *format == "json" {
+		if *root != "" {
+			return writeJSON(env.Stdout, out[0])
+		}
+		return writeJSON(env.Stdout, out)
+	}
+	if *root == "" && len(list) == 0 {
+		fmt.Fprintln(env.Stdout, "no checkout has a capture binding")
+	}
+	for _, o := range out {
+		s := o.Setting
 		fmt.Fprintf(env.Stdout, "%s: %s\n", s.Root, s.State)
 		if !s.Configured {
 			continue
@@ -194,6 +247,7 @@ Not set up, Off, Metadata only, Local only, Shared with Hub.`)
 		if s.LineageMismatch {
 			fmt.Fprintf(env.Stdout, "  lineage_mismatch: sharing was set for %s on %s; this checkout is now connected to %s on %s\n", s.Repository, s.Hub, s.ConnectedRepository, s.ConnectedHub)
 		}
+		fmt.Fprintf(env.Stdout, "  compaction: %s\n", s.Compaction)
 		if r := s.Refused; r != nil {
 			fmt.Fprintf(env.Stdout, "  refused by the Hub: %d envelopes (kept in the spool, never acknowledged)\n", r.Total)
 			for _, f := range r.Refusals {
@@ -204,8 +258,49 @@ Not set up, Off, Metadata only, Local only, Shared with Hub.`)
 				fmt.Fprintf(env.Stdout, "    spool seq %d %s: %s (%s): %s\n", f.SpoolSeq, f.Kind, f.Reason, gap, f.Detail)
 			}
 		}
+		if o.SpoolError != "" {
+			fmt.Fprintf(env.Stdout, "  spool unreadable: %s\n", o.SpoolError)
+			continue
+		}
+		printSpoolSummary(env, o.SpoolStatus)
 	}
 	return nil
+}
+
+func printSpoolSummary(env *Env, sum *capture.SpoolSummary) {
+	w := env.Stdout
+	fmt.Fprintf(w, "  usage: %d of %d records (%.0f%%), %d of %d bytes (%.0f%%)", sum.Usage.Records, sum.Limits.Records, sum.Fraction.Records*100,
+		sum.Usage.Bytes, sum.Limits.Bytes, sum.Fraction.Bytes*100)
+	if sum.Paused {
+		fmt.Fprint(w, "; capture paused")
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "  replay index: %d of %d entries, %d of %d bytes\n", sum.ReplayIndex["entries"], sum.ReplayIndex["entries_limit"], sum.ReplayIndex["bytes"], sum.ReplayIndex["bytes_limit"])
+	if sum.LastCompact != nil {
+		c := sum.LastCompact
+		fmt.Fprintf(w, "  compactions: %d; last %s (%s): %d digests, %d receipts, %d replay entries",
+			sum.Compactions, c.At.Format(time.RFC3339), c.Trigger, c.Digests, c.Receipts, c.Replay)
+		if c.ReplayKept > 0 {
+			fmt.Fprintf(w, ", %d kept whole (replay index full)", c.ReplayKept)
+		}
+		fmt.Fprintln(w)
+	} else {
+		fmt.Fprintln(w, "  compactions: none yet")
+	}
+	fmt.Fprintf(w, "  not yet acknowledged by the Hub: %d envelopes\n", sum.Unacknowledged)
+	d := sum.Deferred
+	if d.Total == 0 {
+		fmt.Fprintln(w, "  deferred facts (stayed local): none")
+	} else {
+		fmt.Fprintf(w, "  deferred facts (stayed local): %d in %d sessions\n", d.Total, d.Sessions)
+		for _, r := range d.Reasons {
+			fmt.Fprintf(w, "    %d in %d sessions: %s [%s]\n", r.Facts, r.Sessions, r.Description, r.Reason)
+		}
+		fmt.Fprintln(w, "    (list them with agentscm change-capture deferred --spool SPOOL)")
+	}
+	for _, p := range sum.Problems {
+		fmt.Fprintf(w, "  problem: %s\n", p)
+	}
 }
 
 func runForget(ctx context.Context, env *Env, args []string) error {

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -80,7 +81,7 @@ func captureDeps(env *Env) (capture.Store, delivery.Connections, error) {
 
 func runConfigure(ctx context.Context, env *Env, args []string) error {
 	fs := newFlags(env, "agentscm change-capture configure",
-		"--root ABS --spool ABS [--worktree-id ID] [--base-ref REF] [--setup-digest SHA256] [--claude-history-root ABS] [--capture-mode MODE] [--action-rule TOOL=execution:COVERAGE:RESULT_SOURCE]... [--recipe-file ABS]... [--max-records N] [--max-bytes N] [--max-artifact-bytes N] [--claude-settings REL] [--format text|json]",
+		"--root ABS --spool ABS [--worktree-id ID] [--base-ref REF] [--setup-digest SHA256] [--claude-history-root ABS] [--capture-mode MODE] [--action-rule TOOL=execution:COVERAGE:RESULT_SOURCE]... [--recipe-file ABS]... [--max-records N] [--max-bytes N] [--max-artifact-bytes N] [--max-replay-entries N] [--max-replay-bytes N] [--auto-compact PERCENT | --no-auto-compact] [--claude-settings REL] [--format text|json]",
 		`Bind a checkout that has a current client connection (see 'agentscm client
 setup') to a private spool, and install the marked agentscm hook for the
 eleven Claude Code lifecycle events (each with a 20-second timeout) in
@@ -102,8 +103,16 @@ unknown. A recipe file is a strict JSON object {"id", "argv" (absolute
 executable first), "coverage", "timeout_seconds", "max_output_bytes"}; at most
 16 distinct recipes. Spool limits default to 4096 records, 64 MiB and 16 MiB
 per artifact; a spool with rules or recipes needs at least 48 records and
-64 KiB. Without a client connection it fails with "no client connection for
-this checkout" and changes nothing.`)
+64 KiB. Run again on an existing spool, the limit flags change its limits
+(under the spool lock, atomically); lowering below what the spool holds is
+refused and changes nothing. Automatic compaction is off unless
+--auto-compact PERCENT records the choice: the hook then compacts
+acknowledged history when usage reaches PERCENT of a limit (as
+'change-capture compact' does; pending envelopes, incomplete starts,
+artifacts and the replay index are never removed). --no-auto-compact turns
+it off; without either flag a re-run keeps the current choice. Without a
+client connection it fails with "no client connection for this checkout"
+and changes nothing.`)
 	var o capture.ConfigureOptions
 	var rules, recipes multiFlag
 	fs.StringVar(&o.Root, "root", "", "absolute path of the checkout (must exist)")
@@ -118,6 +127,9 @@ this checkout" and changes nothing.`)
 	fs.Int64Var(&o.Limits.Records, "max-records", 0, fmt.Sprintf("spool record limit (default %d)", spool.DefaultRecords))
 	fs.Int64Var(&o.Limits.Bytes, "max-bytes", 0, fmt.Sprintf("spool total byte limit (default %d)", spool.DefaultBytes))
 	fs.Int64Var(&o.Limits.ArtifactBytes, "max-artifact-bytes", 0, fmt.Sprintf("spool per-artifact byte limit (default %d, at most --max-bytes)", spool.DefaultArtifactBytes))
+	fs.Int64Var(&o.Limits.ReplayEntries, "max-replay-entries", 0, "bound of the compaction replay index in entries (default: twice the record limit, at most 8192)")
+	fs.Int64Var(&o.Limits.ReplayBytes, "max-replay-bytes", 0, "bound of the compaction replay index in bytes (default: an eighth of the byte limit, at most 8 MiB)")
+	compactionFlags(fs, &o.Compaction)
 	fs.StringVar(&o.ClaudeSettings, "claude-settings", "", "Claude settings file for the hooks, relative to the root (default .claude/settings.local.json)")
 	format := formatFlag(fs)
 	if err := parseFlags(fs, args, false); err != nil {
@@ -125,6 +137,9 @@ this checkout" and changes nothing.`)
 	}
 	if o.Root == "" || o.Spool == "" {
 		return usagef("--root and --spool are required")
+	}
+	if o.Compaction.Set != 0 && o.Compaction.Clear {
+		return usagef("--auto-compact and --no-auto-compact exclude each other")
 	}
 	o.ActionRules, o.RecipeFiles = rules, recipes
 	o.Executable, o.Now = env.Executable, env.Now()
@@ -143,6 +158,12 @@ this checkout" and changes nothing.`)
 	return nil
 }
 
+// compactionFlags registers --auto-compact and --no-auto-compact.
+func compactionFlags(fs *flag.FlagSet, c *capture.PolicyChange) {
+	fs.IntVar(&c.Set, "auto-compact", 0, "record automatic compaction of acknowledged history when usage reaches PERCENT (1-95) of a limit")
+	fs.BoolVar(&c.Clear, "no-auto-compact", false, "turn automatic compaction off (compact by hand with change-capture compact)")
+}
+
 func printConfigure(env *Env, title string, res *capture.ConfigureResult) {
 	w := env.Stdout
 	fmt.Fprintf(w, "%s for %s\n", title, res.Root)
@@ -158,6 +179,11 @@ func printConfigure(env *Env, title string, res *capture.ConfigureResult) {
 		fmt.Fprintf(w, "  recipe:        %s\n", r)
 	}
 	fmt.Fprintf(w, "  spool limits:  %d records, %d bytes, %d bytes per artifact\n", res.Limits.Records, res.Limits.Bytes, res.Limits.ArtifactBytes)
+	if res.PreviousLimits != nil {
+		p := res.PreviousLimits
+		fmt.Fprintf(w, "                 (changed from %d records, %d bytes, %d bytes per artifact)\n", p.Records, p.Bytes, p.ArtifactBytes)
+	}
+	fmt.Fprintf(w, "  compaction:    %s\n", res.Compaction)
 	fmt.Fprintf(w, "  claude hooks:  %s (%d events)\n", res.ClaudeSettings, len(res.HookEvents))
 	if !res.SettingsChange {
 		fmt.Fprintln(w, "  (hooks were already installed; nothing changed there)")

@@ -94,6 +94,9 @@ func printInspect(w io.Writer, r *spool.Report) {
 	if r.Limits != nil {
 		fmt.Fprintf(w, "usage: %d records, %d bytes of %d records, %d bytes (per artifact %d bytes)\n",
 			r.Usage.Records, r.Usage.Bytes, r.Limits.Records, r.Limits.Bytes, r.Limits.ArtifactBytes)
+		if f := r.UsageFraction; f != nil {
+			fmt.Fprintf(w, "usage fraction: records %.1f%%, bytes %.1f%% (the hook warns once per session above %d%%)\n", f.Records*100, f.Bytes*100, 80)
+		}
 	} else {
 		fmt.Fprintf(w, "usage: %d records, %d bytes (limits unreadable)\n", r.Usage.Records, r.Usage.Bytes)
 	}
@@ -102,6 +105,11 @@ func printInspect(w io.Writer, r *spool.Report) {
 	c := r.Compaction
 	fmt.Fprintf(w, "compaction: generation %d, high seq %d, %d digests, %d receipts, %d replay entries, cleanup pending: %s\n",
 		c.Generation, c.HighSeq, c.Digests, c.Receipts, c.Replay, yesNo(c.PendingCleanup))
+	fmt.Fprintf(w, "replay index: %d of %d entries, %d of %d bytes; compactions run: %d\n", c.Replay, c.ReplayLimit, c.ReplayBytes, c.ReplayBytesLimit, c.Runs)
+	for _, h := range c.History {
+		fmt.Fprintf(w, "  compaction %d at %s (%s): %d digests, %d receipts, %d replay entries, %d kept whole; before: %d records, %d bytes\n",
+			h.Generation, h.At.Format("2006-01-02T15:04:05Z"), h.Trigger, h.Digests, h.Receipts, h.Replay, h.ReplayKept, h.UsageBefore.Records, h.UsageBefore.Bytes)
+	}
 	for _, p := range r.Problems {
 		fmt.Fprintf(w, "problem: %s\n", p)
 	}

@@ -85,6 +85,10 @@ type Record struct {
 	// tool with an execution rule observed when no target resolved (HEAD,
 	// tree and a manifest digest; never content), when it could be read.
 	DeferredSource *SourceBinding `json:"deferred_source,omitempty"`
+	// DeferredReason says why a deferred fact stayed local: hub_unreachable,
+	// or the Hub's refusal (e.g. no_current_work). Empty on records written
+	// before it was recorded.
+	DeferredReason string `json:"deferred_reason,omitempty"`
 	// Sequenced is true on records written with shared sequences: the Hub
 	// event sequence is SharedSeq, not Seq. Legacy records (false) keep the
 	// spool-wide mapping.

@@ -36,13 +36,20 @@ func ClaudeCapture(ctx context.Context, stdin io.Reader, stderr io.Writer, geten
 		store := capture.Store{Dir: dir}
 		res, err = capture.HandleClaudeHook(ctx, store, delivery.Opener{ConfigDir: store.Dir}, stdin, now)
 	}
+	// A capacity warning (given once per session) rides on the one line.
+	also := ""
+	if res != nil && res.Warning != "" {
+		also = "; " + OneLine(res.Warning)
+	}
 	switch {
 	case errors.Is(err, capture.ErrOccurrenceConflict):
-		fmt.Fprintf(stderr, "agentscm: warning: %s\n", OneLine(err.Error()))
+		fmt.Fprintf(stderr, "agentscm: warning: %s%s\n", OneLine(err.Error()), also)
 	case err != nil:
-		fmt.Fprintf(stderr, "agentscm: warning: capture hook failed: %s\n", OneLine(err.Error()))
+		fmt.Fprintf(stderr, "agentscm: warning: capture hook failed: %s%s\n", OneLine(err.Error()), also)
 	case res.DeliveryErr != nil:
-		fmt.Fprintf(stderr, "agentscm: warning: event retained locally, delivery pending: %s\n", OneLine(res.DeliveryErr.Error()))
+		fmt.Fprintf(stderr, "agentscm: warning: event retained locally, delivery pending: %s%s\n", OneLine(res.DeliveryErr.Error()), also)
+	case also != "":
+		fmt.Fprintf(stderr, "agentscm: warning: %s\n", also[2:])
 	}
 	return 0
 }

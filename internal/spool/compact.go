@@ -25,6 +25,30 @@ type compactIndex struct {
 	Receipts   []Receipt     `json:"receipts"`
 	Replay     []ReplayEntry `json:"replay"`
 	Cleanup    []cleanupItem `json:"cleanup"`
+	// Runs counts every compaction that changed the spool; History keeps
+	// the newest maxCompactionHistory of them, so an automatic compaction
+	// is always visible afterwards.
+	Runs    uint64          `json:"runs,omitempty"`
+	History []CompactionRun `json:"history,omitempty"`
+}
+
+// maxCompactionHistory bounds the compaction runs the index remembers.
+const maxCompactionHistory = 16
+
+// CompactionRun records one compaction that changed the spool.
+type CompactionRun struct {
+	Generation uint64    `json:"generation"`
+	At         time.Time `json:"at"`
+	// Trigger is "manual" (change-capture compact) or the policy that ran
+	// it, e.g. "policy: records 52% >= 50%".
+	Trigger  string `json:"trigger"`
+	Digests  int    `json:"digests"`
+	Receipts int    `json:"receipts"`
+	Replay   int    `json:"replay"`
+	// ReplayKept counts envelopes kept whole in the outbox because the
+	// replay index was full.
+	ReplayKept  int   `json:"replay_kept,omitempty"`
+	UsageBefore Usage `json:"usage_before"`
 }
 
 // DigestEntry is an acknowledged ordinary envelope replaced by its exact
@@ -129,6 +153,30 @@ type CompactReport struct {
 	ReplayTotal int    `json:"replay_total"`
 	ReplayLimit int64  `json:"replay_limit"`
 	Changed     bool   `json:"changed"`
+	// ReplayKept counts acknowledged envelopes that belong in the replay
+	// index but stayed whole in the outbox because it is full (only with
+	// CompactOptions.KeepReplayWhenFull); ReplayFull is then true.
+	ReplayKept int  `json:"replay_kept,omitempty"`
+	ReplayFull bool `json:"replay_full,omitempty"`
+	// Bounded is true when MaxEnvelopes stopped the pass before the end of
+	// the outbox.
+	Bounded bool   `json:"bounded,omitempty"`
+	Trigger string `json:"trigger,omitempty"`
+}
+
+// CompactOptions shape one compaction.
+type CompactOptions struct {
+	// Trigger is recorded in the index history ("manual" when empty).
+	Trigger string
+	// MaxEnvelopes, when positive, bounds the pass to the oldest
+	// MaxEnvelopes acknowledged envelopes (the hook's automatic compaction
+	// keeps its work bounded); pending envelopes other than action starts
+	// are then not read at all.
+	MaxEnvelopes int
+	// KeepReplayWhenFull keeps envelopes that belong in a full replay
+	// index whole in the outbox (reported as ReplayKept) and compacts the
+	// rest, instead of refusing the whole compaction.
+	KeepReplayWhenFull bool
 }
 
 // Compact replaces acknowledged ordinary envelopes by their exact
@@ -139,12 +187,83 @@ type CompactReport struct {
 // when the replay index would exceed its bound, and stops on a malformed
 // acknowledgement.
 func (s *Spool) Compact(ctx context.Context) (*CompactReport, error) {
+	return s.CompactWith(ctx, CompactOptions{})
+}
+
+// CompactWith is Compact shaped by o.
+func (s *Spool) CompactWith(ctx context.Context, o CompactOptions) (*CompactReport, error) {
 	g, err := s.acquire(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer g.release()
-	st := g.st
+	return s.compactLocked(g.st, o)
+}
+
+// Compact is Spool.CompactWith under the held lock. When it changed the
+// spool, the Session's view is rebuilt by a fresh recovery scan, so later
+// calls of the same Session see the compacted spool.
+func (ss *Session) Compact(o CompactOptions) (*CompactReport, error) {
+	if err := ss.held(); err != nil {
+		return nil, err
+	}
+	if ss.g.st.fast {
+		// A hook's acquisition trusted the summary, which knows only the
+		// pending envelopes: compaction selects from the whole retained
+		// history, so it takes the full scan first.
+		st, err := ss.s.recoverLocked()
+		if err != nil {
+			return nil, err
+		}
+		ss.g.st = st
+	}
+	rep, err := ss.s.compactLocked(ss.g.st, o)
+	if err != nil || !rep.Changed {
+		return rep, err
+	}
+	st, err := ss.s.recoverLocked()
+	if err != nil {
+		return rep, err
+	}
+	ss.g.st = st
+	return rep, nil
+}
+
+// SessionUsage is what the held lock's recovery scan found of a spool's
+// capacity.
+type SessionUsage struct {
+	Usage  Usage
+	Limits Limits
+	// Acked counts retained acknowledgement markers: the acknowledged
+	// envelopes a compaction could act on (UnknownAcked when the session
+	// trusted the hook summary, which does not list them).
+	Acked int
+}
+
+// UnknownAcked is SessionUsage.Acked when the number is not known.
+const UnknownAcked = int(^uint(0) >> 1)
+
+// Usage returns the spool's complete physical usage, its limits and the
+// number of acknowledgement markers, from the held lock's recovery scan (no
+// extra I/O).
+func (ss *Session) Usage() (SessionUsage, error) {
+	if err := ss.held(); err != nil {
+		return SessionUsage{}, err
+	}
+	st := ss.g.st
+	acked := len(st.acks)
+	if st.fast {
+		// The summary does not list acknowledged envelopes: their number
+		// is unknown here, and Compact takes the full scan to find them.
+		acked = UnknownAcked
+	}
+	return SessionUsage{Usage: st.usage, Limits: st.limits, Acked: acked}, nil
+}
+
+func (s *Spool) compactLocked(st *state, o CompactOptions) (*CompactReport, error) {
+	if o.Trigger == "" {
+		o.Trigger = "manual"
+	}
 	if err := s.checkEvidence(st); err != nil {
 		return nil, err
 	}
@@ -161,7 +280,21 @@ func (s *Spool) Compact(ctx context.Context) (*CompactReport, error) {
 		env *Envelope
 	}
 	var items []item
+	bounded := false
+	read := 0
 	for _, e := range st.sortOutbox() {
+		if o.MaxEnvelopes > 0 {
+			if _, ok := acked[e.seq]; !ok {
+				if e.class != classStart {
+					continue // pending: never compacted, not read
+				}
+			} else if read >= o.MaxEnvelopes {
+				bounded = true
+				break
+			} else {
+				read++
+			}
+		}
 		env, err := s.readEnvelopeFile(e)
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
@@ -202,8 +335,23 @@ func (s *Spool) Compact(ctx context.Context) (*CompactReport, error) {
 	ix.Digests = append([]DigestEntry(nil), old.Digests...)
 	ix.Receipts = append([]Receipt(nil), old.Receipts...)
 	ix.Replay = append([]ReplayEntry(nil), old.Replay...)
-	rep := &CompactReport{}
+	rep := &CompactReport{Bounded: bounded, Trigger: o.Trigger}
 	paired := map[int]bool{}
+	replayN, replayB := int64(len(ix.Replay)), ix.replayBytes()
+	// roomFor reserves replay index room for the raw envelopes, or reports
+	// (with KeepReplayWhenFull) that they must stay whole in the outbox.
+	roomFor := func(raws ...[]byte) bool {
+		n, b := replayN, replayB
+		for _, r := range raws {
+			n, b = n+1, b+int64(len(r))
+		}
+		if o.KeepReplayWhenFull && (n > st.limits.ReplayEntries || b > st.limits.ReplayBytes) {
+			rep.ReplayFull = true
+			return false
+		}
+		replayN, replayB = n, b
+		return true
+	}
 	for i, it := range items {
 		if it.e.class != classFinish || !isAcked(it) {
 			continue
@@ -211,6 +359,16 @@ func (s *Spool) Compact(ctx context.Context) (*CompactReport, error) {
 		k := keyOf(it.env.Record)
 		j, ok := starts[k]
 		if !ok || k.id == "" || !isAcked(items[j]) || paired[j] {
+			continue
+		}
+		var managed [][]byte
+		for _, x := range []item{items[j], it} {
+			if x.env.Record.Managed {
+				managed = append(managed, x.env.Raw)
+			}
+		}
+		if len(managed) > 0 && !roomFor(managed...) {
+			rep.ReplayKept += 2
 			continue
 		}
 		start, fin := items[j].env.Record, it.env.Record
@@ -242,6 +400,10 @@ func (s *Spool) Compact(ctx context.Context) (*CompactReport, error) {
 			case it.e.class == classFinish && hasStart(rec):
 				// Its start is outstanding: keep the pair together.
 			case it.e.class == classPause || it.e.class == classGap || it.e.class == classOrder || rec.Kind == event.KindUsage || rec.Managed:
+				if !roomFor(it.env.Raw) {
+					rep.ReplayKept++
+					break
+				}
 				ix.Replay = append(ix.Replay, ReplayEntry{Seq: rec.Seq, Digest: it.env.Digest, Envelope: it.env.Raw})
 				rep.Replay++
 				sel = true
@@ -265,6 +427,14 @@ func (s *Spool) Compact(ctx context.Context) (*CompactReport, error) {
 	if int64(len(ix.Replay)) > st.limits.ReplayEntries || ix.replayBytes() > st.limits.ReplayBytes {
 		return nil, fmt.Errorf("%w: it would hold %d entries / %d bytes, bound %d entries / %d bytes; export the spool or configure a larger one",
 			ErrReplayIndexFull, len(ix.Replay), ix.replayBytes(), st.limits.ReplayEntries, st.limits.ReplayBytes)
+	}
+	ix.Runs = old.Runs + 1
+	ix.History = append(append([]CompactionRun(nil), old.History...), CompactionRun{
+		Generation: ix.Generation, At: time.Now().UTC(), Trigger: o.Trigger, Digests: rep.Digests,
+		Receipts: rep.Receipts, Replay: rep.Replay, ReplayKept: rep.ReplayKept, UsageBefore: st.usage,
+	})
+	if len(ix.History) > maxCompactionHistory {
+		ix.History = ix.History[len(ix.History)-maxCompactionHistory:]
 	}
 	data := encodeFrame(typeIndex, fmt.Sprintf("%d-%d", ix.Generation, ix.HighSeq), mustJSON(ix))
 	if len(data) > maxIndexBytes {

@@ -237,6 +237,14 @@ func TestHelperProcess(t *testing.T) {
 		if _, err := Open(dir); err != nil {
 			die(err)
 		}
+	case "setlimits":
+		sp, err := Open(dir)
+		if err != nil {
+			die(err)
+		}
+		if _, err := sp.SetLimits(ctx, Limits{Records: 8192}); err != nil {
+			die(err)
+		}
 	case "concurrent":
 		sp, err := Open(dir)
 		if err != nil {

@@ -56,11 +56,14 @@ type Report struct {
 	AuthoritySafe   bool     `json:"authority_safe"`
 	Problems        []string `json:"problems"`
 
-	Limits          *Limits `json:"limits,omitempty"`
-	Usage           Usage   `json:"usage"`
-	AboveCap        bool    `json:"above_cap"`
-	Paused          bool    `json:"capture_paused"`
-	DeliveryStopped bool    `json:"delivery_stopped"`
+	Limits *Limits `json:"limits,omitempty"`
+	Usage  Usage   `json:"usage"`
+	// UsageFraction is Usage as a fraction of each limit (when the limits
+	// are readable).
+	UsageFraction   *Fractions `json:"usage_fraction,omitempty"`
+	AboveCap        bool       `json:"above_cap"`
+	Paused          bool       `json:"capture_paused"`
+	DeliveryStopped bool       `json:"delivery_stopped"`
 
 	Envelopes    int `json:"envelopes"`
 	Acknowledged int `json:"acknowledged"`
@@ -83,6 +86,15 @@ type Report struct {
 		Receipts       int    `json:"receipts"`
 		Replay         int    `json:"replay"`
 		PendingCleanup bool   `json:"pending_cleanup"`
+		// ReplayLimit and ReplayBytes/ReplayBytesLimit show how full the
+		// replay index is.
+		ReplayLimit      int64 `json:"replay_limit,omitempty"`
+		ReplayBytes      int64 `json:"replay_bytes"`
+		ReplayBytesLimit int64 `json:"replay_bytes_limit,omitempty"`
+		// Runs counts compactions that changed the spool; History lists
+		// the newest of them, manual or automatic (by policy).
+		Runs    uint64          `json:"runs"`
+		History []CompactionRun `json:"history"`
 	} `json:"compaction"`
 }
 
@@ -295,6 +307,7 @@ func Inspect(dir string, limit int) (*Report, error) {
 	}
 	if ix, _, err := s.currentIndex(); err == nil {
 		r.Compaction.Digests, r.Compaction.Receipts, r.Compaction.Replay = len(ix.Digests), len(ix.Receipts), len(ix.Replay)
+		r.Compaction.ReplayBytes, r.Compaction.Runs, r.Compaction.History = ix.replayBytes(), ix.Runs, ix.History
 	} else if r.Committed {
 		diag("compaction index: %v", err)
 	}
@@ -331,6 +344,12 @@ func Inspect(dir string, limit int) (*Report, error) {
 	}
 	if r.Limits != nil {
 		r.AboveCap = r.Usage.Records > lim.Records-HeadroomRecords || r.Usage.Bytes > lim.Bytes-HeadroomBytes
+		f := FractionsOf(r.Usage, lim)
+		r.UsageFraction = &f
+		r.Compaction.ReplayLimit, r.Compaction.ReplayBytesLimit = lim.ReplayEntries, lim.ReplayBytes
+	}
+	if r.Compaction.History == nil {
+		r.Compaction.History = []CompactionRun{}
 	}
 	return r, nil
 }

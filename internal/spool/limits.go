@@ -54,7 +54,12 @@ func (l Limits) withDefaults() Limits {
 		l.ActiveOrders = max(4, min(1024, l.Records/4))
 	}
 	if l.ReplayEntries == 0 {
-		l.ReplayEntries = max(4, min(1024, l.Records/4))
+		// Gap envelopes (one identity_uncertain gap per prompt), usage
+		// records and managed envelopes stay whole in the replay index:
+		// 8,192 entries at the default limits hold a day of them (the
+		// 20,000-event soak, docs/performance.md); ReplayBytes bounds the
+		// index's size as before.
+		l.ReplayEntries = max(4, min(8192, l.Records*2))
 	}
 	if l.ReplayBytes == 0 {
 		l.ReplayBytes = max(4<<10, min(8<<20, l.Bytes/8))

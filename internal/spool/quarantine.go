@@ -97,11 +97,13 @@ func (s *Spool) Recover(ctx context.Context) (*RecoveryReport, error) {
 
 // Status is a locked snapshot of usage and limits.
 type Status struct {
-	Limits Limits         `json:"limits"`
-	Usage  Usage          `json:"usage"`
-	MaxSeq uint64         `json:"max_seq"`
-	Paused bool           `json:"paused"`
-	Report RecoveryReport `json:"recovery"`
+	Limits Limits `json:"limits"`
+	Usage  Usage  `json:"usage"`
+	// Fraction is Usage as a fraction of each limit.
+	Fraction Fractions      `json:"usage_fraction"`
+	MaxSeq   uint64         `json:"max_seq"`
+	Paused   bool           `json:"paused"`
+	Report   RecoveryReport `json:"recovery"`
 }
 
 // Status acquires the spool (running recovery) and reports usage.
@@ -112,5 +114,5 @@ func (s *Spool) Status(ctx context.Context) (*Status, error) {
 	}
 	defer g.release()
 	st := g.st
-	return &Status{Limits: st.limits, Usage: st.usage, MaxSeq: st.maxSeq, Paused: st.lastPause > st.lastOrdinary, Report: st.report}, nil
+	return &Status{Limits: st.limits, Usage: st.usage, Fraction: FractionsOf(st.usage, st.limits), MaxSeq: st.maxSeq, Paused: st.lastPause > st.lastOrdinary, Report: st.report}, nil
 }

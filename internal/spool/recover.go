@@ -490,6 +490,16 @@ func (s *Spool) recoverTemp(st *state, dir, name string) error {
 	case artifactsDir:
 		d, size, _ := parseArtifactName(target)
 		st.artifacts[d] = size
+	case "":
+		if target == limitsFile {
+			// A limits change (SetLimits) that a crash cut off before its
+			// rename: it was validated under the lock; it now applies.
+			lim, err := s.readLimits()
+			if err != nil {
+				return err
+			}
+			st.limits = lim
+		}
 	}
 	return nil
 }
@@ -503,12 +513,18 @@ func tempTarget(dir string, f frame, size int64) (string, bool, bool) {
 		case typeCommit:
 			return commitFile, false, f.key == "v4"
 		case typeCursor:
-			// Only the cursor is replaced after the commit; scope and
-			// limits temporaries cannot come from a cooperating writer.
+			// The cursor and the limits (SetLimits) are replaced after the
+			// commit; scope temporaries cannot come from a cooperating
+			// writer.
 			if f.key != f.typ {
 				return "", false, false
 			}
 			return cursorFile, true, true
+		case typeLimits:
+			if f.key != f.typ {
+				return "", false, false
+			}
+			return limitsFile, true, true
 		}
 	case outboxDir:
 		seqs, cls, ok := strings.Cut(f.key, "-")

@@ -1,0 +1,304 @@
+package capture
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/agentscm/agentscm/internal/fsutil"
+	"github.com/agentscm/agentscm/internal/hub/api"
+	"github.com/agentscm/agentscm/internal/spool"
+)
+
+// CompactionPolicy is an operator's recorded choice, saved in the binding,
+// to let the hook compact acknowledged history automatically. The seed
+// forbids automatic deletion; this is the explicit choice that permits
+// exactly what `change-capture compact` does and nothing more: acknowledged
+// ordinary envelopes become digests and completed acknowledged action pairs
+// receipts, while pending envelopes, incomplete starts, artifacts and the
+// replay index are never removed. Each automatic compaction is recorded in
+// the spool's compaction index (its history lists the trigger).
+type CompactionPolicy struct {
+	// ThresholdPercent: the hook compacts when the spool's usage of its
+	// record or byte limit reaches this percentage (1 to 95).
+	ThresholdPercent int `json:"threshold_percent"`
+	// ChosenBy is the command that recorded the choice (enable, configure).
+	ChosenBy string    `json:"chosen_by"`
+	ChosenAt time.Time `json:"chosen_at"`
+}
+
+// Compaction policy and capacity warning constants.
+const (
+	// DefaultCompactThreshold is the threshold one-step enable records.
+	DefaultCompactThreshold = 50
+	// AutoCompactMax bounds the acknowledged envelopes one automatic
+	// compaction reads, so a hook's extra work stays bounded.
+	AutoCompactMax = 1024
+	// autoCompactMinBatch: below this many acknowledged retained envelopes
+	// the hook does not compact (a compaction rewrites the whole index).
+	autoCompactMinBatch = 64
+	// UsageWarnPercent: above it the hook warns once per session.
+	UsageWarnPercent = 80
+)
+
+func (p *CompactionPolicy) validate() error {
+	if p.ThresholdPercent < 1 || p.ThresholdPercent > 95 {
+		return fmt.Errorf("compaction threshold %d%% must be between 1 and 95", p.ThresholdPercent)
+	}
+	return nil
+}
+
+// String describes the policy for status output.
+func (p *CompactionPolicy) String() string {
+	if p == nil {
+		return "off (compact by hand: agentscm change-capture compact --spool SPOOL)"
+	}
+	return fmt.Sprintf("automatic: compact acknowledged history when usage reaches %d%% of a limit (chosen by %s at %s)",
+		p.ThresholdPercent, p.ChosenBy, p.ChosenAt.Format(time.RFC3339))
+}
+
+// PolicyChange is a configure/enable request about the compaction policy.
+type PolicyChange struct {
+	// Set records a policy with this threshold (percent); 0 leaves the
+	// current choice.
+	Set int
+	// Clear turns automatic compaction off.
+	Clear bool
+}
+
+// apply returns the policy after the change.
+func (c PolicyChange) apply(cur *CompactionPolicy, by string, now time.Time) (*CompactionPolicy, error) {
+	switch {
+	case c.Set != 0 && c.Clear:
+		return nil, errors.New("--auto-compact and --no-auto-compact exclude each other")
+	case c.Clear:
+		return nil, nil
+	case c.Set != 0:
+		p := &CompactionPolicy{ThresholdPercent: c.Set, ChosenBy: by, ChosenAt: now.UTC()}
+		if cur != nil && cur.ThresholdPercent == c.Set {
+			return cur, nil
+		}
+		if err := p.validate(); err != nil {
+			return nil, fmt.Errorf("--auto-compact: %w", err)
+		}
+		return p, nil
+	}
+	return cur, nil
+}
+
+// maintain runs after delivery, under the hook's held spool lock: it
+// applies the binding's compaction policy (bounded work) and warns once per
+// session when usage passes UsageWarnPercent or automatic compaction could
+// not make room. Warnings go to res.Warning; nothing here fails the hook.
+func maintain(store Store, ss *spool.Session, bd *Binding, session string, res *HookResult) {
+	su, err := ss.Usage()
+	if err != nil {
+		return
+	}
+	frac, bound := spool.FractionsOf(su.Usage, su.Limits).Max()
+	if pol := bd.Compaction; pol != nil && frac*100 >= float64(pol.ThresholdPercent) && su.Acked >= autoCompactMinBatch {
+		rep, err := ss.Compact(spool.CompactOptions{
+			Trigger:            fmt.Sprintf("policy: %s at %.0f%% >= %d%%", bound, frac*100, pol.ThresholdPercent),
+			MaxEnvelopes:       AutoCompactMax,
+			KeepReplayWhenFull: true,
+		})
+		switch {
+		case err != nil:
+			store.warnOnce(bd.Spool, session, "compact-failed", res, fmt.Sprintf(
+				"automatic compaction of spool %s failed: %v; run agentscm change-capture inspect --spool %s",
+				bd.Spool, err, bd.Spool))
+		case rep.ReplayFull:
+			store.warnOnce(bd.Spool, session, "replay-full", res, fmt.Sprintf(
+				"automatic compaction kept %d gap/usage envelopes whole: the spool's replay index is full (%d of %d entries, never pruned); give the spool a larger one (agentscm change-capture enable --root %s --max-replay-entries N --max-replay-bytes N) or copy the spool elsewhere and start a new one",
+				rep.ReplayKept, rep.ReplayTotal, rep.ReplayLimit, bd.Root))
+		}
+		if rep != nil && rep.Changed {
+			res.Compacted = rep
+		}
+		if su, err = ss.Usage(); err != nil {
+			return
+		}
+		frac, bound = spool.FractionsOf(su.Usage, su.Limits).Max()
+	}
+	if frac*100 < UsageWarnPercent {
+		return
+	}
+	limit, used := su.Limits.Records, su.Usage.Records
+	if bound == "bytes" {
+		limit, used = su.Limits.Bytes, su.Usage.Bytes
+	}
+	help := fmt.Sprintf("run agentscm change-capture compact --spool %s, turn on automatic compaction (agentscm change-capture enable --root %s --auto-compact %d), or raise the limit (agentscm change-capture enable --root %s --max-records N --max-bytes N)",
+		bd.Spool, bd.Root, DefaultCompactThreshold, bd.Root)
+	if bd.Compaction != nil {
+		help = fmt.Sprintf("automatic compaction cannot free more (pending, deferred or protected records); check delivery with agentscm change-capture inspect --spool %s, or raise the limit (agentscm change-capture enable --root %s --max-records N --max-bytes N)", bd.Spool, bd.Root)
+	}
+	store.warnOnce(bd.Spool, session, "usage-80", res, fmt.Sprintf("capture spool at %.0f%% of its %s limit (%d of %d); capture pauses at the limit: %s",
+		frac*100, bound, used, limit, help))
+}
+
+// warnOnce sets res.Warning to msg unless this session of the spool was
+// already warned of kind: a marker file created exclusively under
+// <config>/agentscm/capture-sessions/<spool hash>.warned/ records it.
+func (s Store) warnOnce(spoolDir, session, kind string, res *HookResult, msg string) {
+	if session == "" || strings.ContainsAny(session, `/\`) || session == "." || session == ".." {
+		return
+	}
+	sum := sha256.Sum256([]byte(spoolDir))
+	dir := filepath.Join(s.Dir, sessionsDir, hex.EncodeToString(sum[:8])+".warned")
+	if err := fsutil.MkdirPrivate(dir); err != nil {
+		return
+	}
+	err := fsutil.WriteNew(filepath.Join(dir, kind+"-"+session), []byte(time.Now().UTC().Format(time.RFC3339)+"\n"), fsutil.FileMode)
+	if errors.Is(err, fs.ErrExist) {
+		return
+	}
+	if res.Warning != "" {
+		msg = res.Warning + "; " + msg
+	}
+	res.Warning = msg
+}
+
+// Deferral reasons recorded on deferred facts.
+const (
+	DeferHubUnreachable = "hub_unreachable"
+	DeferHubRefused     = "hub_refused"
+)
+
+// DeferReason classifies why no exact target resolved: the Hub's refusal
+// reason (no_current_work, work_not_accepting, ...) or code when it
+// answered, else hub_unreachable.
+func DeferReason(err error) string {
+	var ae *api.Error
+	if errors.As(err, &ae) {
+		if ae.Reason != "" {
+			return ae.Reason
+		}
+		if ae.Code != "" {
+			return DeferHubRefused + ":" + ae.Code
+		}
+		return DeferHubRefused
+	}
+	return DeferHubUnreachable
+}
+
+// DescribeDeferReason words a deferral reason for people.
+func DescribeDeferReason(r string) string {
+	switch {
+	case r == DeferHubUnreachable:
+		return "the Hub was unreachable when the event was captured"
+	case r == api.ReasonNoCurrentWork:
+		return "no current Work for this worktree (agentscm work start)"
+	case r == "unrecorded":
+		return "kept before agentscm recorded deferral reasons"
+	case strings.HasPrefix(r, DeferHubRefused):
+		return "the Hub refused the target (" + strings.TrimPrefix(strings.TrimPrefix(r, DeferHubRefused), ":") + ")"
+	}
+	return "the Hub refused the target (" + r + ")"
+}
+
+// SpoolSummary is what status shows of a binding's spool: usage against
+// each limit, the compaction policy and history, and the facts that stayed
+// local as deferred facts, by reason.
+type SpoolSummary struct {
+	Limits   spool.Limits    `json:"limits"`
+	Usage    spool.Usage     `json:"usage"`
+	Fraction spool.Fractions `json:"usage_fraction"`
+	Paused   bool            `json:"capture_paused"`
+	// Unacknowledged counts retained envelopes the Hub has not
+	// acknowledged (deferred facts and local-only records included).
+	Unacknowledged int                  `json:"unacknowledged"`
+	Compactions    uint64               `json:"compactions"`
+	LastCompact    *spool.CompactionRun `json:"last_compaction,omitempty"`
+	Deferred       DeferredSummary      `json:"deferred"`
+	Problems       []string             `json:"problems,omitempty"`
+	Compaction     *CompactionPolicy    `json:"compaction_policy"`
+	ReplayIndex    map[string]int64     `json:"replay_index"`
+}
+
+// DeferredSummary counts deferred facts.
+type DeferredSummary struct {
+	Total    int              `json:"total"`
+	Sessions int              `json:"sessions"`
+	Reasons  []DeferredReason `json:"reasons"`
+}
+
+// DeferredReason is one reason and how many facts it kept local.
+type DeferredReason struct {
+	Reason      string `json:"reason"`
+	Description string `json:"description"`
+	Facts       int    `json:"facts"`
+	Sessions    int    `json:"sessions"`
+}
+
+// SummarizeSpool reads the spool of b without locking or changing it.
+func SummarizeSpool(b *Binding) (*SpoolSummary, error) {
+	rep, err := spool.Inspect(b.Spool, 1)
+	if err != nil {
+		return nil, err
+	}
+	out := &SpoolSummary{Usage: rep.Usage, Paused: rep.Paused, Problems: rep.Problems, Compaction: b.Compaction,
+		Compactions: rep.Compaction.Runs, Unacknowledged: rep.Pending.Total + rep.Deferred.Total}
+	if rep.Limits != nil {
+		out.Limits = *rep.Limits
+	}
+	if rep.UsageFraction != nil {
+		out.Fraction = *rep.UsageFraction
+	}
+	out.ReplayIndex = map[string]int64{"entries": int64(rep.Compaction.Replay), "entries_limit": rep.Compaction.ReplayLimit,
+		"bytes": rep.Compaction.ReplayBytes, "bytes_limit": rep.Compaction.ReplayBytesLimit}
+	if n := len(rep.Compaction.History); n > 0 {
+		last := rep.Compaction.History[n-1]
+		out.LastCompact = &last
+	}
+	if !rep.Committed {
+		out.Deferred.Reasons = []DeferredReason{}
+		return out, nil
+	}
+	sp, err := spool.OpenReadOnly(b.Spool)
+	if err != nil {
+		return nil, err
+	}
+	recs, err := sp.Events()
+	if err != nil {
+		return nil, err
+	}
+	type agg struct {
+		facts    int
+		sessions map[string]bool
+	}
+	by := map[string]*agg{}
+	all := map[string]bool{}
+	for _, r := range recs {
+		if !r.Deferred {
+			continue
+		}
+		reason := r.DeferredReason
+		if reason == "" {
+			reason = "unrecorded"
+		}
+		a := by[reason]
+		if a == nil {
+			a = &agg{sessions: map[string]bool{}}
+			by[reason] = a
+		}
+		a.facts++
+		a.sessions[r.SessionID] = true
+		all[r.SessionID] = true
+		out.Deferred.Total++
+	}
+	out.Deferred.Sessions = len(all)
+	out.Deferred.Reasons = []DeferredReason{}
+	for r, a := range by {
+		out.Deferred.Reasons = append(out.Deferred.Reasons, DeferredReason{Reason: r, Description: DescribeDeferReason(r), Facts: a.facts, Sessions: len(a.sessions)})
+	}
+	sort.Slice(out.Deferred.Reasons, func(i, j int) bool {
+		return out.Deferred.Reasons[i].Facts > out.Deferred.Reasons[j].Facts
+	})
+	return out, nil
+}
