@@ -54,11 +54,23 @@ const (
 	ResolveTimeout   = 2 * time.Second
 	DeliveryTimeout  = 5 * time.Second
 	DeliveryPageSize = 10
-	// IntakeDeliveryPage is the page of a hook that admitted intake
-	// records (concurrent hooks are running): it keeps the lock holder
-	// short while the burst lasts; delivery catches up afterwards.
-	IntakeDeliveryPage = 2
+	// IntakeBackpressure is the intake backlog from which a hook that finds
+	// the lock busy waits for it (and does the full work: admission, its
+	// own event, delivery) instead of adding to the intake: lock holders
+	// then keep up with what the hooks produce, so neither the intake nor
+	// the pending envelopes grow without bound under sustained concurrency.
+	IntakeBackpressure = 32
+	// PendingBackpressure is the same for undelivered envelopes: past it, busy
+	// hooks wait so that delivery (at most one page per holder) keeps up.
+	PendingBackpressure = 64
 )
+
+// deliveryLimit is how many envelopes a lock holder delivers: the normal
+// page, plus twice what it admitted from the intake (each admitted event may
+// bring an action or gap record), so delivery keeps pace with admission.
+func deliveryLimit(res *HookResult) int {
+	return min(DeliveryPageSize+2*res.Admitted, 4*DeliveryPageSize)
+}
 
 // HookResult says what one hook invocation retained and delivered.
 type HookResult struct {
@@ -236,6 +248,18 @@ func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Re
 	}
 	ss, err := sp.TryBegin(ctx, IntakeLockWait)
 	if errors.Is(err, spool.ErrBusy) {
+		if n, werr := sp.WaitingIntake(); werr == nil && (n >= IntakeBackpressure || sp.PendingBacklog() >= PendingBackpressure) {
+			// Backpressure: the holders are behind; wait for the lock
+			// (bounded) and do the full work. A wait that expires still
+			// leaves the event in the intake below.
+			if ss, err = sp.Begin(ctx); err != nil && !errors.Is(err, spool.ErrLockTimeout) {
+				return nil, err
+			} else if err != nil {
+				err = spool.ErrBusy
+			}
+		}
+	}
+	if errors.Is(err, spool.ErrBusy) {
 		name, ierr := writeIntake(ctx, store, sp, bd, p, rec, obs, now)
 		if ierr == nil {
 			res.Intake = name
@@ -310,7 +334,7 @@ func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Re
 		name, werr := writeIntake(ctx, store, sp, bd, p, rec, obs, now)
 		if werr == nil {
 			res.Intake = name
-			deliver(ctx, ss, led, hub, now, res, IntakeDeliveryPage)
+			deliver(ctx, ss, led, hub, now, res, deliveryLimit(res))
 			return res, nil
 		}
 	}
@@ -342,13 +366,9 @@ func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Re
 		// appends usage records to this same spool session.
 		_, cerr = store.TranscriptStep(ss, bd, b, p, t, obs.Mode, now)
 	}
-	page := DeliveryPageSize
-	if res.Admitted > 0 || more {
-		// Other hooks are running concurrently: keep this one short; the
-		// delivery catches up when the burst is over.
-		page = IntakeDeliveryPage
-	}
-	deliver(ctx, ss, led, hub, now, res, page)
+	// Delivery keeps pace with what this hook admitted (the soak showed a
+	// short page during bursts leaving thousands of envelopes pending).
+	deliver(ctx, ss, led, hub, now, res, deliveryLimit(res))
 	// Events that arrived in the intake while this hook held the lock
 	// (its delivery included) are admitted before it lets go.
 	if _, aerr := admitIntake(ctx, store, led, ss, sp, bd, hub, adm, res); aerr != nil && ierr == nil {
@@ -552,6 +572,7 @@ func deliver(ctx context.Context, sp *spool.Session, led *Ledger, hub Hub, now t
 			return
 		}
 		localOnly := 0
+		var trailing *spool.Envelope // the local-only run ending the page
 		for i := range envs {
 			env := &envs[i]
 			if ctx.Err() != nil || res.Delivered+res.Failed >= limit {
@@ -559,8 +580,10 @@ func deliver(ctx context.Context, sp *spool.Session, led *Ledger, hub Hub, now t
 			}
 			if env.Record.Deferred || env.Record.WorkID == "" || transcript.LocalOnly(&env.Record) {
 				localOnly++
+				trailing = env
 				continue
 			}
+			trailing = nil
 			a := spool.Attempt{Seq: env.Record.Seq, Digest: env.Digest, At: now}
 			if status, err := hub.Deliver(ctx, env); err != nil {
 				a.Outcome, a.Detail = "failed", err.Error()
@@ -590,6 +613,19 @@ func deliver(ctx context.Context, sp *spool.Session, led *Ledger, hub Hub, now t
 			if len(a.Detail) > 300 {
 				a.Detail = a.Detail[:300]
 			}
+			if err := sp.RecordAttempt(a); err != nil {
+				if res.DeliveryErr == nil {
+					res.DeliveryErr = err
+				}
+				return
+			}
+		}
+		if trailing != nil {
+			// One attempt for the last of a trailing run of local-only
+			// records moves the cursor past the whole run, so however many
+			// facts stay local, the next hook's page starts after them.
+			a := spool.Attempt{Seq: trailing.Record.Seq, Digest: trailing.Digest, At: now, Outcome: "local_only",
+				Detail: "local-only records (deferred facts, transcript conversation records) up to here: never delivered"}
 			if err := sp.RecordAttempt(a); err != nil {
 				if res.DeliveryErr == nil {
 					res.DeliveryErr = err

@@ -136,6 +136,17 @@ func (s *Spool) readSummary() (*summaryRecord, int64, error) {
 
 // readSummaryUnlocked returns the last clean summary of this boot, for the
 // intake's lock-free admission estimate.
+// PendingBacklog is the number of pending envelopes the hook summary last
+// recorded, read without the lock (a hint for backpressure: it may be stale,
+// and is 0 when there is no trusted summary).
+func (s *Spool) PendingBacklog() int {
+	sr, ok := s.readSummaryUnlocked()
+	if !ok {
+		return 0
+	}
+	return len(sr.Pending)
+}
+
 func (s *Spool) readSummaryUnlocked() (*summaryRecord, bool) {
 	sr, _, err := s.readSummary()
 	if err != nil || sr.BootID == "" || sr.BootID != bootID() {
