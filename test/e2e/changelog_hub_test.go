@@ -258,8 +258,17 @@ func TestChangelogHubOutageKeepsPositions(t *testing.T) {
 	}
 	// The bytes each call changed: its own write, not the baseline or the
 	// transcript (which grows apart).
-	if ch := list[0].Changes; ch.Bytes != 2 || ch.TranscriptBytes == 0 || ch.Baseline {
+	if ch := list[0].Changes; ch.Bytes != 2 || ch.Baseline {
 		t.Fatalf("position 0 changed %d bytes (conversation %d, baseline %v), want 2", ch.Bytes, ch.TranscriptBytes, ch.Baseline)
+	}
+	// The conversation grows apart; Claude Code may flush a transcript
+	// line only after the next hook ran, so no one position must show it.
+	var grew int64
+	for _, e := range list {
+		grew += e.Changes.TranscriptBytes
+	}
+	if grew == 0 {
+		t.Fatalf("no position counts the conversation's growth: %+v", list)
 	}
 	if got := hubStates(list); got != "uploaded pending pending pending" {
 		t.Fatalf("hub states with the Hub killed: %s", got)
