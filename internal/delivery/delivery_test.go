@@ -33,6 +33,13 @@ type fixture struct {
 // all through the real code paths.
 func newFixture(t testing.TB) *fixture {
 	t.Helper()
+	return newFixtureWith(t, func(*capture.EnableOptions) {})
+}
+
+// newFixtureWith is newFixture with the enable options changed by mod
+// (smaller limits, a compaction policy).
+func newFixtureWith(t testing.TB, mod func(*capture.EnableOptions)) *fixture {
+	t.Helper()
 	dir := t.TempDir()
 	f := &fixture{cfg: filepath.Join(dir, "cfg", "agentscm"), root: filepath.Join(dir, "repo")}
 	os.MkdirAll(f.root, 0o755)
@@ -44,7 +51,9 @@ func newFixture(t testing.TB) *fixture {
 		t.Fatal(err)
 	}
 	f.conn = c
-	res, err := capture.EnableCapture(ctx, f.store, Connections{f.cfg}, capture.EnableOptions{Root: f.root, ConfigDir: f.cfg, Executable: "/usr/local/bin/agentscm", Now: time.Now()})
+	opts := capture.EnableOptions{Root: f.root, ConfigDir: f.cfg, Executable: "/usr/local/bin/agentscm", Now: time.Now()}
+	mod(&opts)
+	res, err := capture.EnableCapture(ctx, f.store, Connections{f.cfg}, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

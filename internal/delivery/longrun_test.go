@@ -3,14 +3,11 @@ package delivery
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/agentscm/agentscm/internal/capture"
-	"github.com/agentscm/agentscm/internal/client"
 	"github.com/agentscm/agentscm/internal/spool"
 )
 
@@ -18,24 +15,9 @@ import (
 // compaction policy change, so a long run fits a unit test.
 func newSmallFixture(t testing.TB, records int64, pol capture.PolicyChange) *fixture {
 	t.Helper()
-	dir := t.TempDir()
-	f := &fixture{cfg: filepath.Join(dir, "cfg", "agentscm"), root: filepath.Join(dir, "repo")}
-	os.MkdirAll(f.root, 0o755)
-	f.root, _ = filepath.EvalSymlinks(f.root)
-	f.store = capture.Store{Dir: f.cfg}
-	ctx := context.Background()
-	c, _, err := client.SetupLocal(ctx, f.cfg, f.root, "demo", time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.conn = c
-	res, err := capture.EnableCapture(ctx, f.store, Connections{f.cfg}, capture.EnableOptions{Root: f.root, ConfigDir: f.cfg,
-		Executable: "/usr/local/bin/agentscm", Now: time.Now(), Limits: spool.Limits{Records: records}, Compaction: pol})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.spool = res.Spool
-	return f
+	return newFixtureWith(t, func(o *capture.EnableOptions) {
+		o.Limits, o.Compaction = spool.Limits{Records: records}, pol
+	})
 }
 
 // TestEnableKeepsCapturingWithAutoCompaction: one-step enable records the
@@ -216,23 +198,7 @@ func TestDeferredFactsDoNotStarveDelivery(t *testing.T) {
 // index it keeps those envelopes whole, compacts the rest, and says so once
 // per session, naming the remedy; capture goes on.
 func TestReplayIndexFullWarns(t *testing.T) {
-	dir := t.TempDir()
-	f := &fixture{cfg: filepath.Join(dir, "cfg", "agentscm"), root: filepath.Join(dir, "repo")}
-	os.MkdirAll(f.root, 0o755)
-	f.root, _ = filepath.EvalSymlinks(f.root)
-	f.store = capture.Store{Dir: f.cfg}
-	ctx := context.Background()
-	c, _, err := client.SetupLocal(ctx, f.cfg, f.root, "demo", time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.conn = c
-	res, err := capture.EnableCapture(ctx, f.store, Connections{f.cfg}, capture.EnableOptions{Root: f.root, ConfigDir: f.cfg,
-		Executable: "/usr/local/bin/agentscm", Now: time.Now(), Limits: spool.Limits{Records: 256, ReplayEntries: 4}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.spool = res.Spool
+	f := newFixtureWith(t, func(o *capture.EnableOptions) { o.Limits = spool.Limits{Records: 256, ReplayEntries: 4} })
 	f.startWork(t)
 	warnings, kept := 0, 0
 	for i := 0; i < 80; i++ {
