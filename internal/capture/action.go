@@ -347,7 +347,11 @@ func recordAction(ctx context.Context, e actionEnv) (string, error) {
 		e.source = func(ctx context.Context, root string) (*event.SourceBinding, error) {
 			// Only a start needs HEAD's tree; a finish's drift check
 			// compares HEAD.
-			return captureSource(ctx, root, sourceOptions{treeCache: filepath.Join(rs.dir, "trees"), noTree: rec.Kind == event.ToolFinish})
+			o := sourceOptions{treeCache: filepath.Join(rs.dir, "trees"), noTree: rec.Kind == event.ToolFinish, baseRef: e.bd.BaseRef}
+			if rec.Kind == event.ToolStart {
+				o.store = e.ss // the start retains a dirty checkout's bytes
+			}
+			return captureSource(ctx, root, o)
 		}
 	}
 	if e.receiptLimit > 0 {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentscm/agentscm/internal/agent/claude"
 	"github.com/agentscm/agentscm/internal/event"
+	"github.com/agentscm/agentscm/internal/source"
 	"github.com/agentscm/agentscm/internal/spool"
 )
 
@@ -289,6 +290,13 @@ func Configure(ctx context.Context, store Store, conns Connections, o ConfigureO
 	// placeholder stands for the connection's until then.
 	if _, err := prepare(o, root, Lineage{WorktreeID: "checkout_pending"}); err != nil {
 		return nil, err
+	}
+	if o.BaseRef != "" {
+		// Source bindings carry the merge-base with the base ref: a ref
+		// that does not resolve is refused, naming it.
+		if _, err := source.ResolveBaseRef(ctx, root, o.BaseRef); err != nil {
+			return nil, fmt.Errorf("--base-ref: %w", err)
+		}
 	}
 	unlock, err := conns.Lock()
 	if err != nil {

@@ -299,7 +299,7 @@ func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Re
 		if _, ok := ruleFor(bd, rec.ToolName); ok {
 			// An unresolved PreToolUse of a ruled tool keeps the source it
 			// ran on, when possible (seed); a failure leaves it absent.
-			if sb, err := captureSource(ctx, bd.Root, sourceOptions{}); err == nil {
+			if sb, err := captureSource(ctx, bd.Root, sourceOptions{baseRef: bd.BaseRef, store: ss}); err == nil {
 				rec.DeferredSource = sb
 			}
 		}

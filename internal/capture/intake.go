@@ -80,7 +80,7 @@ func writeIntake(ctx context.Context, store Store, sp *spool.Spool, bd *Binding,
 		// at receipt, before the tool runs, not the one at admission.
 		rs := openActionReceipts(store.Dir, sp)
 		ir.SourceTaken = true
-		if sb, err := captureSource(ctx, bd.Root, sourceOptions{treeCache: filepath.Join(rs.dir, "trees"), noTree: rec.Kind == event.ToolFinish}); err == nil {
+		if sb, err := captureSource(ctx, bd.Root, sourceOptions{treeCache: filepath.Join(rs.dir, "trees"), noTree: rec.Kind == event.ToolFinish, baseRef: bd.BaseRef}); err == nil {
 			ir.Source = sb
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/agentscm/agentscm/internal/event"
+	"github.com/agentscm/agentscm/internal/source"
 	"github.com/agentscm/agentscm/internal/spool"
 )
 
@@ -218,6 +219,11 @@ func EnableCapture(ctx context.Context, store Store, conns Connections, o Enable
 		return nil, err
 	}
 	out := &EnableResult{Action: action, ConfigureResult: res}
+	if res.BaseRef != "" {
+		if _, err := source.ResolveBaseRef(ctx, root, res.BaseRef); err != nil {
+			out.Warnings = append(out.Warnings, err.Error()+"; action source bindings name merge_base as omitted (partial) until it resolves")
+		}
+	}
 	if action == "created" && res.SettingsCreated {
 		added, err := addExclude(ctx, root, settingsRel(res.ClaudeSettings, root))
 		if err != nil {

@@ -23,7 +23,8 @@ func actionEnvelope(env *api.Envelope, r event.Record) (*api.Envelope, error) {
 			st.StartedAt = a.StartedAt.Unix()
 		}
 		if s := a.Source; s != nil {
-			st.Source = &api.SourceBinding{Head: s.Head, Tree: s.Tree, ManifestDigest: s.ManifestDigest, Dirty: s.Dirty, Partial: s.Partial}
+			st.Source = &api.SourceBinding{Head: s.Head, Tree: s.Tree, MergeBase: s.MergeBase, ManifestDigest: s.ManifestDigest, Dirty: s.Dirty, Partial: s.Partial,
+				ManifestBytes: s.ManifestBytes, Retained: s.Retained, Transformed: s.Transformed, Omissions: s.Omissions, Stopped: s.Stopped}
 		}
 		env.Type, env.ActionStart = api.TypeActionStart, st
 		return env, nil

@@ -46,16 +46,33 @@ type Action struct {
 	FinishedAt            time.Time `json:"finished_at,omitzero"`
 }
 
-// SourceBinding is the source an action started on: the Git HEAD commit and
-// tree, whether the worktree differed from HEAD (tracked changes or
-// non-ignored untracked files), and for a dirty worktree the digest of a
-// manifest of the differing paths' contents. Partial is true when the
-// manifest omits something (bounds, unreadable or unsupported entries) or
-// when the bytes are not retained.
+// SourceBinding is the source an action started on: the Git HEAD commit,
+// its tree and the merge-base with the configured base ref; whether the
+// worktree differed from HEAD (tracked changes or non-ignored untracked
+// files); and, for a dirty checkout or one whose attributes or settings
+// transform working bytes, the identity of a content-addressed manifest of
+// the captured working files (internal/source). The manifest and the bytes
+// it names stay in the private spool; only this identity is shared.
+// Partial is true when something is omitted (Omissions) or capture
+// stopped (Stopped).
 type SourceBinding struct {
 	Head           string `json:"head,omitempty"`
 	Tree           string `json:"tree,omitempty"`
+	MergeBase      string `json:"merge_base,omitempty"`
 	ManifestDigest string `json:"manifest_digest,omitempty"`
 	Dirty          bool   `json:"dirty,omitempty"`
 	Partial        bool   `json:"partial,omitempty"`
+	// ManifestBytes is the manifest's size; Retained is true when the
+	// manifest and every working file it names are in the spool.
+	ManifestBytes int64 `json:"manifest_bytes,omitempty"`
+	Retained      bool  `json:"retained,omitempty"`
+	// Transformed: the checkout's attributes or Git settings can transform
+	// materialized bytes, so the worktree (not the tree) is the input.
+	Transformed bool `json:"transformed,omitempty"`
+	// Omissions are the sorted kinds of what the binding does not cover
+	// (source.Omission*).
+	Omissions []string `json:"omissions,omitempty"`
+	// Stopped names why capture stopped instead of claiming exact source
+	// (source.Stop*): no manifest identity then.
+	Stopped string `json:"stopped,omitempty"`
 }

@@ -96,7 +96,18 @@ type SourceBinding struct {
 	ManifestDigest string `json:"manifest_digest,omitempty"`
 	Dirty          bool   `json:"dirty,omitempty"`
 	Partial        bool   `json:"partial,omitempty"`
+	// ManifestBytes, Retained, Transformed, Omissions and Stopped mirror
+	// event.SourceBinding: the manifest's identity and the binding's
+	// coverage, never a path or a byte of the checkout.
+	ManifestBytes int64    `json:"manifest_bytes,omitempty"`
+	Retained      bool     `json:"retained,omitempty"`
+	Transformed   bool     `json:"transformed,omitempty"`
+	Omissions     []string `json:"omissions,omitempty"`
+	Stopped       string   `json:"stopped,omitempty"`
 }
+
+// MaxSourceOmissions bounds a source binding's omission kinds.
+const MaxSourceOmissions = 16
 
 // ActionStart is the durable start of an observed action.
 type ActionStart struct {
@@ -359,6 +370,14 @@ func (e *Envelope) Validate() error {
 			for _, v := range []string{s.Head, s.Tree, s.MergeBase, s.ManifestDigest} {
 				if !validText(v) || len(v) > 128 {
 					return bad("action_start: source binding field is not valid")
+				}
+			}
+			if s.ManifestBytes < 0 || len(s.Omissions) > MaxSourceOmissions || !ValidName(s.Stopped) && s.Stopped != "" {
+				return bad("action_start: source binding coverage is not valid")
+			}
+			for _, o := range s.Omissions {
+				if !ValidName(o) || len(o) > 64 {
+					return bad("action_start: source binding omission is not valid")
 				}
 			}
 		}

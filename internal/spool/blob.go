@@ -1,0 +1,92 @@
+package spool
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"path/filepath"
+
+	"github.com/agentscm/agentscm/internal/event"
+)
+
+// ErrBlobRefused wraps every refusal of PutBlobs: a blob above the
+// per-artifact limit or a spool without room for it. Nothing is claimed
+// retained for a refused blob.
+var ErrBlobRefused = errors.New("spool refused the artifact")
+
+// Blob is one content-addressed artifact a caller retains beside the
+// records, e.g. the working bytes and the manifest of a source binding.
+type Blob struct {
+	MediaType string
+	Data      []byte
+}
+
+// PutBlobs durably retains each blob as a local-private artifact named by
+// the SHA-256 of its bytes (an artifact already retained is not written
+// again) and returns their identities in order. Admission counts each new
+// artifact file against the spool's limits as an ordinary record would
+// (it never dips into the headroom reserved for finishing actions); a
+// blob above the per-artifact limit or past the limits is refused with an
+// error wrapping ErrBlobRefused and the QuotaError, and the blobs before it
+// stay retained (they are counted, never lost). Artifacts are never
+// removed by compaction.
+func (s *Spool) PutBlobs(ctx context.Context, blobs []Blob) ([]event.ArtifactRef, error) {
+	g, err := s.acquireFast(ctx, s.lockWait)
+	if err != nil {
+		return nil, err
+	}
+	defer g.release()
+	return s.putBlobsLocked(g.st, blobs)
+}
+
+// PutBlobs is Spool.PutBlobs under the held lock.
+func (ss *Session) PutBlobs(blobs []Blob) ([]event.ArtifactRef, error) {
+	if err := ss.held(); err != nil {
+		return nil, err
+	}
+	return ss.s.putBlobsLocked(ss.g.st, blobs)
+}
+
+func (s *Spool) putBlobsLocked(st *state, blobs []Blob) ([]event.ArtifactRef, error) {
+	refs := make([]event.ArtifactRef, 0, len(blobs))
+	dir := filepath.Join(s.dir, artifactsDir)
+	for i, b := range blobs {
+		sum := sha256.Sum256(b.Data)
+		hexsum := hex.EncodeToString(sum[:])
+		ref := event.ArtifactRef{Digest: "sha256:" + hexsum, Bytes: int64(len(b.Data)), MediaType: b.MediaType,
+			Retention: "local-private", Availability: event.AvailabilityRetained}
+		if int64(len(b.Data)) > st.limits.ArtifactBytes {
+			return refs, fmt.Errorf("%w: blob %d is %d bytes, above the per-artifact limit of %d bytes (%s)", ErrBlobRefused, i, len(b.Data), st.limits.ArtifactBytes, event.GapReasonArtifactLimit)
+		}
+		art := encodeFrame(typeArtifact, hexsum, b.Data)
+		if !s.artifactExists(st, hexsum, int64(len(art))) {
+			if err := admit(st.limits, st.usage, Usage{Records: 1, Bytes: int64(len(art))}, false); err != nil {
+				return refs, fmt.Errorf("%w: blob %d: %w", ErrBlobRefused, i, err)
+			}
+			if err := s.writeNew(dir, artifactName(hexsum, int64(len(art))), art, "blob.artifact"); err != nil {
+				st.suspect = true // the file may exist without being counted
+				return refs, fmt.Errorf("retain blob %d: %w", i, err)
+			}
+			st.artifacts[hexsum] = int64(len(art))
+			st.usage.Records++
+			st.usage.Bytes += int64(len(art))
+		}
+		refs = append(refs, ref)
+	}
+	return refs, nil
+}
+
+// ReadBlob reads and verifies the retained artifact ref names (its digest
+// and byte count).
+func (s *Spool) ReadBlob(ref event.ArtifactRef) ([]byte, error) {
+	b, err := s.readArtifact(&ref)
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) != ref.Bytes {
+		return nil, fmt.Errorf("%w: artifact size", errMalformed)
+	}
+	return b, nil
+}
