@@ -66,6 +66,7 @@ const (
 	StopFileBound        = "file_bound"
 	StopTotalBound       = "total_bound"
 	StopSpoolRefused     = "spool_refused"
+	StopTimeout          = "timeout" // the capture's time bound (Timeout) passed while reading
 )
 
 // Limits bound a capture; zero fields take the defaults.
@@ -353,7 +354,7 @@ func Capture(ctx context.Context, root string, o Options) (*event.SourceBinding,
 	}
 	for _, e := range list {
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return stopped(stop(StopTimeout, e.Path, err))
 		}
 		path, nested := strings.CutSuffix(e.Path, "/")
 		parts, err := checkPath(path)

@@ -1,14 +1,18 @@
 package spool
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 
 	"github.com/agentscm/agentscm/internal/event"
+	"github.com/agentscm/agentscm/internal/fsutil"
 )
 
 // ErrBlobRefused wraps every refusal of PutBlobs: a blob above the
@@ -52,6 +56,17 @@ func (ss *Session) PutBlobs(blobs []Blob) ([]event.ArtifactRef, error) {
 func (s *Spool) putBlobsLocked(st *state, blobs []Blob) ([]event.ArtifactRef, error) {
 	refs := make([]event.ArtifactRef, 0, len(blobs))
 	dir := filepath.Join(s.dir, artifactsDir)
+	// One directory fsync covers every artifact this call installed
+	// (each file is fsynced before its link): many small working files
+	// cost one sync, and none is reported retained before it.
+	linked := false
+	defer func() {
+		if linked {
+			if err := s.syncDir(dir); err != nil {
+				st.suspect = true
+			}
+		}
+	}()
 	for i, b := range blobs {
 		sum := sha256.Sum256(b.Data)
 		hexsum := hex.EncodeToString(sum[:])
@@ -65,17 +80,48 @@ func (s *Spool) putBlobsLocked(st *state, blobs []Blob) ([]event.ArtifactRef, er
 			if err := admit(st.limits, st.usage, Usage{Records: 1, Bytes: int64(len(art))}, false); err != nil {
 				return refs, fmt.Errorf("%w: blob %d: %w", ErrBlobRefused, i, err)
 			}
-			if err := s.writeNew(dir, artifactName(hexsum, int64(len(art))), art, "blob.artifact"); err != nil {
+			if err := s.linkNew(dir, artifactName(hexsum, int64(len(art))), art, "blob.artifact"); err != nil {
 				st.suspect = true // the file may exist without being counted
 				return refs, fmt.Errorf("retain blob %d: %w", i, err)
 			}
+			linked = true
 			st.artifacts[hexsum] = int64(len(art))
 			st.usage.Records++
 			st.usage.Bytes += int64(len(art))
 		}
 		refs = append(refs, ref)
 	}
+	if linked {
+		linked = false
+		if err := s.syncDir(dir); err != nil {
+			st.suspect = true
+			return nil, fmt.Errorf("sync artifacts: %w", err)
+		}
+	}
 	return refs, nil
+}
+
+// linkNew is writeNew without the directory sync (the caller syncs once).
+func (s *Spool) linkNew(dir, name string, data []byte, fp string) error {
+	tmp, err := s.writeTemp(dir, data, fp)
+	if err != nil {
+		return err
+	}
+	target := filepath.Join(dir, name)
+	if err := os.Link(tmp, target); err != nil {
+		os.Remove(tmp)
+		if errors.Is(err, fs.ErrExist) {
+			if old, rerr := fsutil.ReadFileNoFollow(target, int64(len(data))+1); rerr == nil && bytes.Equal(old, data) {
+				return nil
+			}
+		}
+		return fmt.Errorf("install %s: %w", name, err)
+	}
+	s.fail(fp + ".linked")
+	if err := os.Remove(tmp); err != nil {
+		return fmt.Errorf("remove temporary file: %w", err)
+	}
+	return nil
 }
 
 // ReadBlob reads and verifies the retained artifact ref names (its digest
