@@ -212,7 +212,7 @@ func Capture(ctx context.Context, root string, o Options) (*event.SourceBinding,
 	if err != nil {
 		return nil, err
 	}
-	sb := &event.SourceBinding{Head: head}
+	sb := &event.SourceBinding{Head: head, Dirty: len(entries) > 0}
 	omit := map[string]bool{}
 	if head != "" && !o.NoTree {
 		if sb.Tree, err = treeOf(ctx, root, head, o.TreeCache); err != nil {
@@ -250,34 +250,40 @@ func Capture(ctx context.Context, root string, o Options) (*event.SourceBinding,
 	if set.crlf {
 		kinds[TransformCRLF] = true
 	}
-	var tracked []trackedPath
 	hasAttrFiles := len(bytes.Trim(attrs, "\x00")) > 0 || attributeSourcesOutside(infoAttr, set)
 	for _, e := range entries {
 		if e.Path == ".gitattributes" || strings.HasSuffix(e.Path, "/.gitattributes") {
 			hasAttrFiles = true
 		}
 	}
-	if hasAttrFiles || len(kinds) > 0 {
-		if tracked, err = listTracked(ctx, root); err != nil {
+	stopped := func(err error) (*event.SourceBinding, error) {
+		var se *stopError
+		if !errors.As(err, &se) {
 			return nil, err
 		}
+		if o.StopLog != nil {
+			o.StopLog(err)
+		}
+		sb.Stopped, sb.Partial, sb.Omissions = se.reason, true, sortedKeys(omit)
+		return sb, nil
 	}
 	if hasAttrFiles {
-		paths := make([]string, 0, len(tracked)+len(entries))
-		for _, t := range tracked {
-			paths = append(paths, t.path)
+		cands, err := transformCandidates(ctx, root, set)
+		if err != nil {
+			return stopped(err)
 		}
-		for _, e := range entries {
-			if e.Status == "??" {
-				paths = append(paths, e.Path)
-			}
-		}
-		ak, err := attrTransforms(ctx, root, paths, set)
+		ak, err := attrTransforms(ctx, root, cands, set)
 		if err != nil {
 			return nil, err
 		}
 		for k := range ak {
 			kinds[k] = true
+		}
+	}
+	var tracked []trackedPath
+	if len(kinds) > 0 {
+		if tracked, err = listTracked(ctx, root); err != nil {
+			return stopped(err)
 		}
 	}
 	sb.Transformed = len(kinds) > 0
@@ -286,8 +292,6 @@ func Capture(ctx context.Context, root string, o Options) (*event.SourceBinding,
 		sb.Partial = len(sb.Omissions) > 0
 		return sb, nil
 	}
-	sb.Dirty = len(entries) > 0
-
 	m := &Manifest{Version: 1, Head: head, Scope: "delta", Transforms: sortedKeys(kinds)}
 	want := map[string]*ManifestEntry{}
 	add := func(p, status string) *ManifestEntry {
@@ -325,17 +329,6 @@ func Capture(ctx context.Context, root string, o Options) (*event.SourceBinding,
 	}
 	sort.Slice(list, func(i, j int) bool { return list[i].Path < list[j].Path })
 
-	stopped := func(err error) (*event.SourceBinding, error) {
-		var se *stopError
-		if !errors.As(err, &se) {
-			return nil, err
-		}
-		if o.StopLog != nil {
-			o.StopLog(err)
-		}
-		sb.Stopped, sb.Partial, sb.Omissions = se.reason, true, sortedKeys(omit)
-		return sb, nil
-	}
 	if len(list) > lim.Paths {
 		return stopped(stop(StopPathBound, list[lim.Paths].Path, fmt.Errorf("%d paths, bound %d", len(list), lim.Paths)))
 	}
@@ -455,6 +448,9 @@ type trackedPath struct {
 func listTracked(ctx context.Context, root string) ([]trackedPath, error) {
 	out, err := RunGit(ctx, root, maxGitOutput, "ls-files", "-z", "--stage")
 	if err != nil {
+		if exitCode(err) < 0 && ctx.Err() == nil {
+			return nil, stop(StopPathBound, "", err) // the index listing is past its bound
+		}
 		return nil, err
 	}
 	var res []trackedPath

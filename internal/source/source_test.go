@@ -543,3 +543,20 @@ func BenchmarkCaptureSource(b *testing.B) {
 		}
 	})
 }
+
+// TestNestedAndUntrackedAttributes: a .gitattributes below the root, or one
+// not yet tracked, is an attributes source like the root's.
+func TestNestedAndUntrackedAttributes(t *testing.T) {
+	ctx := context.Background()
+	dir := newRepo(t, map[string]string{"sub/.gitattributes": "*.txt ident\n", "sub/a.txt": "$Id$\n", "b.txt": "plain\n"})
+	sb, err := Capture(ctx, dir, Options{})
+	if err != nil || !sb.Transformed || sb.Dirty {
+		t.Fatalf("nested attributes: %+v, %v", sb, err)
+	}
+	dir = newRepo(t, map[string]string{"b.txt": "plain\n"})
+	write(t, dir, ".gitattributes", "*.txt eol=crlf\n")
+	sb, err = Capture(ctx, dir, Options{})
+	if err != nil || !sb.Transformed || !sb.Dirty || sb.Stopped != "" {
+		t.Fatalf("untracked attributes: %+v, %v", sb, err)
+	}
+}

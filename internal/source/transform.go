@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 )
 
 // Transform kinds: what can make the materialized working bytes differ
@@ -83,6 +84,65 @@ func attributeSourcesOutside(infoAttr string, s settings) bool {
 		}
 	}
 	return false
+}
+
+// transformCandidates lists the tracked and non-ignored untracked paths
+// whose attributes may transform their bytes, through pathspec attribute
+// magic so git prints only those (never the whole index): ident, eol=crlf
+// and a filter naming a configured driver in one ls-files, a specified
+// working-tree-encoding in another (an exclude pathspec cannot share a
+// call with the others). Output past maxGitOutput stops the capture
+// (path_bound).
+func transformCandidates(ctx context.Context, root string, s settings) ([]string, error) {
+	specs := []string{":(attr:ident)", ":(attr:eol=crlf)"}
+	for _, d := range sortedKeys(s.filters) {
+		specs = append(specs, ":(attr:filter="+escapeAttrValue(d)+")")
+	}
+	var (
+		wg    sync.WaitGroup
+		outs  [2][]byte
+		errs  [2]error
+		calls = [2][]string{specs, {".", ":(exclude,attr:!working-tree-encoding)"}}
+	)
+	for i := range calls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			outs[i], errs[i] = RunGit(ctx, root, maxGitOutput, append([]string{"ls-files", "-z", "--cached", "--others", "--exclude-standard", "--"}, calls[i]...)...)
+		}()
+	}
+	wg.Wait()
+	seen := map[string]bool{}
+	var paths []string
+	for i := range calls {
+		if errs[i] != nil {
+			if exitCode(errs[i]) < 0 && ctx.Err() == nil {
+				return nil, stop(StopPathBound, "", errs[i])
+			}
+			return nil, errs[i]
+		}
+		for _, p := range bytes.Split(outs[i], []byte{0}) {
+			if len(p) > 0 && !seen[string(p)] {
+				seen[string(p)] = true
+				paths = append(paths, string(p))
+			}
+		}
+	}
+	return paths, nil
+}
+
+// escapeAttrValue backslash-escapes every byte of a pathspec attribute
+// value that is not a letter, digit, '_', '.' or '-'.
+func escapeAttrValue(v string) string {
+	var b strings.Builder
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
+			b.WriteByte('\\')
+		}
+		b.WriteByte(c)
+	}
+	return b.String()
 }
 
 // attrTransforms runs `git check-attr` for paths (NUL-separated input)
