@@ -79,7 +79,7 @@ func printRecord(out io.Writer, r api.ChangeRecord) {
 	for _, a := range r.Actions {
 		line := fmt.Sprintf("  %s  %s", a.ActionID, a.Status)
 		if a.Start != nil {
-			line += fmt.Sprintf("  %s %s", a.Start.Class, a.Start.Tool)
+			line += fmt.Sprintf("  %s %s %s", a.Start.Class, a.Start.Tool, describeSource(a.Start.Source))
 		}
 		if a.Finish != nil {
 			line += fmt.Sprintf("  result=%s verification=%s", a.Finish.Result, a.Finish.Verification)
