@@ -75,6 +75,22 @@ func TestHelperProcess(t *testing.T) {
 			}
 			fmt.Printf("appended %d %s\n", seq, tag)
 		}
+	case "blobs":
+		// Three source artifacts, then the record naming them (the
+		// source binding's order: bytes before the action start).
+		sp, err := Open(dir)
+		if err != nil {
+			die(err)
+		}
+		refs, err := sp.PutBlobs(ctx, []Blob{{Data: []byte("blob one")}, {Data: []byte("blob two")}, {Data: []byte("blob three")}})
+		if err != nil {
+			die(err)
+		}
+		fmt.Printf("blobs %d\n", len(refs))
+		if _, err := sp.Append(tagged("after-blobs", event.PromptSubmit)); err != nil {
+			die(err)
+		}
+		fmt.Println("appended")
 	case "pause":
 		sp, err := Open(dir)
 		if err != nil {
