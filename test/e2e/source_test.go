@@ -126,6 +126,11 @@ func TestSourceBindingOfDirtyCheckout(t *testing.T) {
 			t.Fatalf("manifest %+v", m)
 		}
 	}
+	// The text form of show names the binding in one line per action.
+	text := c.agentscm("change-capture", "show", "--root", c.root, "--work-id", work)
+	if n := strings.Count(text, "source="+head[:12]+" merge-base="+base[:12]+" dirty manifest=sha256:"); n != 2 {
+		t.Fatalf("show names %d source bindings:\n%s", n, text)
+	}
 	var got []string
 	for _, e := range c.inspect().Sessions[0].Events {
 		if e.Kind == event.ActionStart {
