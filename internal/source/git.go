@@ -209,7 +209,7 @@ type statusEntry struct {
 // staged reports whether the entry has index state differing from HEAD
 // (a staged change or an unmerged path).
 func (e statusEntry) staged() bool {
-	return e.Status != "??" && !e.Orig && len(e.Status) >= 2 && (e.Status[0] != '.' || e.Status[0] == 'U' || e.Status[1] == 'U')
+	return e.Status != "??" && !e.Orig && len(e.Status) >= 2 && (e.Status[0] != '.' || e.Status[1] == 'U')
 }
 
 // parseStatusV2 parses `git status --porcelain=v2 --branch -z`: the
