@@ -153,3 +153,79 @@ func gitOut(t *testing.T, c *checkout, args ...string) string {
 	}
 	return string(out)
 }
+
+// TestSourceBindingOfTransformedCheckout: a clean checkout whose
+// .gitattributes materializes CRLF is bound from the worktree: the Hub
+// record's action start says transformed with a manifest identity, and the
+// spool holds the CRLF bytes, not the tree's LF blob.
+func TestSourceBindingOfTransformedCheckout(t *testing.T) {
+	c := newCheckout(t)
+	c.write(".gitattributes", "*.txt text eol=crlf\n")
+	c.write("notes.txt", "line one\nline two\n")
+	c.git("add", ".gitattributes", "notes.txt")
+	c.git("-c", "user.email=e2e@example.invalid", "-c", "user.name=e2e", "commit", "-qm", "crlf")
+	if err := os.Remove(filepath.Join(c.root, "notes.txt")); err != nil {
+		t.Fatal(err)
+	}
+	c.git("checkout", "--", "notes.txt")
+	c.write(".git/info/exclude", ".claude/settings.local.json\n")
+	c.agentscm("client", "setup", "--root", c.root, "--local")
+	c.agentscm("change-capture", "configure", "--root", c.root, "--spool", c.spool, "--capture-mode", "metadata-only",
+		"--base-ref", "main", "--action-rule", "Bash=execution:partial:process_exit_code")
+	work := c.startWork("transformed source")
+	api1, err := scriptedapi.Start(scriptedapi.Turn{Marker: "SCENARIO-CRLF", Steps: [][]scriptedapi.ToolCall{{bash("true")}}, FinalText: "crlf done"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer api1.Close()
+	c.runClaude(api1, "-p", "Run SCENARIO-CRLF.")
+
+	rec := c.record(work)
+	if len(rec.Actions) != 1 {
+		t.Fatalf("hub actions %+v", rec.Actions)
+	}
+	s := rec.Actions[0].Start.Source
+	b, _ := json.Marshal(rec.Actions[0])
+	if s == nil || s.Dirty || !s.Transformed || len(s.ManifestDigest) != 64 || s.Stopped != "" || len(s.Tree) != 40 {
+		t.Fatalf("action source: %s", b)
+	}
+	if bytes.Contains(b, []byte("notes.txt")) || bytes.Contains(b, []byte("line one")) {
+		t.Fatalf("the Hub record names the checkout's content: %s", b)
+	}
+	t.Logf("action: %s", b)
+	if !s.Retained {
+		// The start came through the intake (the spool lock was busy):
+		// digest only, and the binding says so.
+		if !s.Partial || !slices.Equal(s.Omissions, []string{source.OmissionNotRetained}) {
+			t.Fatalf("an unretained binding that does not name it: %s", b)
+		}
+		return
+	}
+	if s.Partial || len(s.Omissions) != 0 {
+		t.Fatalf("a retained transformed binding with omissions: %s", b)
+	}
+	sp, err := spool.Open(c.spool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := source.ReadManifest(sp, &event.SourceBinding{ManifestDigest: s.ManifestDigest, ManifestBytes: s.ManifestBytes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Scope != "worktree" || !slices.Equal(m.Transforms, []string{source.TransformEOL}) {
+		t.Fatalf("manifest %+v", m)
+	}
+	var found bool
+	for _, e := range m.Entries {
+		if e.Path == "notes.txt" {
+			found = true
+			body, err := sp.ReadBlob(event.ArtifactRef{Digest: "sha256:" + e.SHA256, Bytes: e.Size})
+			if err != nil || string(body) != "line one\r\nline two\r\n" {
+				t.Fatalf("retained %q, %v", body, err)
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("notes.txt not in the manifest %+v", m.Entries)
+	}
+}
