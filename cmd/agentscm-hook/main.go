@@ -32,7 +32,7 @@ func main() {
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string, now func() time.Time) int {
 	switch {
 	case len(args) == 2 && args[0] == "change-capture" && args[1] == "hook-claude":
-		return hookrun.ClaudeCapture(ctx, stdin, stderr, getenv, now())
+		return hookrun.ClaudeCaptureOut(ctx, stdin, stdout, stderr, getenv, now())
 	case len(args) == 1 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help"):
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -41,7 +41,7 @@ func changeCaptureCommand() *Command {
 			{Name: "events", Summary: "list a spool's sessions and their events in order (read-only)", Run: runEvents},
 			changeCaptureShowCommand(),
 			deferredCommand(),
-		}, append(spoolCommands(), transcriptCommands()...)...),
+		}, append(append(spoolCommands(), transcriptCommands()...), recipeCommands()...)...),
 	}
 }
 
@@ -66,7 +66,7 @@ func configStore(env *Env) (capture.Store, error) {
 // runHookClaude is the hook entry point: it always exits 0 with empty stdout.
 // The lean agentscm-hook binary runs the same hookrun.ClaudeCapture.
 func runHookClaude(ctx context.Context, env *Env) int {
-	return hookrun.ClaudeCapture(ctx, env.Stdin, env.Stderr, env.Getenv, env.Now())
+	return hookrun.ClaudeCaptureOut(ctx, env.Stdin, env.Stdout, env.Stderr, env.Getenv, env.Now())
 }
 
 func oneLine(s string) string { return hookrun.OneLine(s) }
