@@ -98,8 +98,8 @@ type Binding struct {
 	// exact visible Bash command of recipe ID is RunnerCommand(Runner, ID).
 	// Absent (no recipes, or a binding saved before it) means no managed
 	// command, no SessionStart guidance and no suppression.
-	Runner string `json:"runner,omitempty"`
-	Limits            spool.Limits `json:"limits"`
+	Runner string       `json:"runner,omitempty"`
+	Limits spool.Limits `json:"limits"`
 	// Compaction is the operator's recorded choice to let the hook compact
 	// acknowledged history automatically; nil means off (compaction stays
 	// a manual `change-capture compact`).
