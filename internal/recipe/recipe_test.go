@@ -19,6 +19,7 @@ import (
 	"github.com/agentscm/agentscm/internal/client"
 	"github.com/agentscm/agentscm/internal/delivery"
 	"github.com/agentscm/agentscm/internal/event"
+	"github.com/agentscm/agentscm/internal/hookrun"
 	"github.com/agentscm/agentscm/internal/hub/api"
 	"github.com/agentscm/agentscm/internal/recipe"
 	"github.com/agentscm/agentscm/internal/spool"
@@ -667,5 +668,37 @@ func TestSessionStartGuidance(t *testing.T) {
 	other := t.TempDir()
 	if out, _ := capture.SessionStartOutput(f.store, []byte(`{"session_id":"s","cwd":"`+other+`","hook_event_name":"SessionStart"}`)); len(out) != 0 {
 		t.Fatalf("an unbound checkout printed %q", out)
+	}
+}
+
+// TestHookStdout: through the hook process entry point, only SessionStart
+// prints (exactly the guidance output); every other hook keeps an empty
+// stdout, including the managed command's own PreToolUse.
+func TestHookStdout(t *testing.T) {
+	f := newFixture(t, recipeDef{"unit-test", []string{"/usr/bin/true"}, 30, 1024})
+	getenv := func(k string) string {
+		if k == "XDG_CONFIG_HOME" {
+			return filepath.Dir(f.cfg)
+		}
+		return ""
+	}
+	want, _ := capture.SessionStartOutput(f.store, []byte(`{"session_id":"`+session+`","cwd":"`+f.root+`","hook_event_name":"SessionStart","source":"startup"}`))
+	for _, tc := range []struct{ ev, extra, want string }{
+		{"SessionStart", `,"source":"startup"`, string(want)},
+		{"UserPromptSubmit", `,"prompt":"hi"`, ""},
+		{"PreToolUse", `,"tool_name":"Bash","tool_use_id":"toolu_x","tool_input":` + bashInput(f.command("unit-test")), ""},
+		{"Stop", ``, ""},
+	} {
+		var out, errb bytes.Buffer
+		p := `{"session_id":"` + session + `","cwd":"` + f.root + `","hook_event_name":"` + tc.ev + `"` + tc.extra + `}`
+		if code := hookrun.ClaudeCaptureOut(context.Background(), strings.NewReader(p), &out, &errb, getenv, time.Now()); code != 0 {
+			t.Fatalf("%s: exit %d", tc.ev, code)
+		}
+		if out.String() != tc.want || errb.Len() != 0 {
+			t.Fatalf("%s: stdout %q stderr %q, want stdout %q", tc.ev, out.String(), errb.String(), tc.want)
+		}
+	}
+	if len(want) == 0 {
+		t.Fatal("no guidance")
 	}
 }
