@@ -145,9 +145,9 @@ func RecipeGuidance(bd *Binding) (string, error) {
 	copy(ids, bd.Recipes)
 	sort.Slice(ids, func(i, j int) bool { return ids[i].ID < ids[j].ID })
 	for _, r := range ids {
-		fmt.Fprintf(&b, "- recipe %s: %s\n", r.ID, RunnerCommand(bd.Runner, r.ID))
+		fmt.Fprintf(&b, "- recipe %s (timeout %d s): %s\n", r.ID, r.TimeoutSeconds, RunnerCommand(bd.Runner, r.ID))
 	}
-	b.WriteString("The runner executes the registered argv and exits with its status; its passed or failed result is caller_asserted.\n")
+	b.WriteString("Give the Bash call a timeout longer than the recipe's. The runner executes the registered argv and exits with its status; its passed or failed result is caller_asserted.\n")
 	if b.Len() > MaxGuidanceBytes {
 		return "", fmt.Errorf("the recipe guidance of %d bytes exceeds the %d-byte bound; no recipe guidance", b.Len(), MaxGuidanceBytes)
 	}

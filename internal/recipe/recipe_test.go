@@ -654,7 +654,7 @@ func TestSessionStartGuidance(t *testing.T) {
 		t.Fatalf("output %s: %v", out, err)
 	}
 	want, _ := capture.RecipeGuidance(f.binding())
-	if v.HookSpecificOutput.AdditionalContext != want || !strings.Contains(want, "- recipe unit-test: '/opt/agent scm/bin/agentscm' change-capture run-recipe --id unit-test\n") {
+	if v.HookSpecificOutput.AdditionalContext != want || !strings.Contains(want, "- recipe unit-test (timeout 30 s): '/opt/agent scm/bin/agentscm' change-capture run-recipe --id unit-test\n") {
 		t.Fatalf("guidance %q", v.HookSpecificOutput.AdditionalContext)
 	}
 	if len(out) > capture.MaxGuidanceBytes+256 {
