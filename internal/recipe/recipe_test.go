@@ -401,6 +401,18 @@ func TestRunRecipeRefusals(t *testing.T) {
 	if _, err, _, _ := f.run("ok", nil); err == nil || !strings.Contains(err.Error(), "ambiguous") {
 		t.Fatalf("two waiting occurrences: %v", err)
 	}
+	// The host's tool_use_id selects its own occurrence exactly; one that
+	// names no waiting occurrence is refused.
+	withTU := func(tu string) func(*recipe.Options) {
+		return func(o *recipe.Options) { o.LookupEnv = f.env(map[string]string{"CLAUDE_CODE_TOOL_USE_ID": tu}) }
+	}
+	if _, err, _, _ := f.run("ok", withTU("toolu_unknown")); err == nil || !strings.Contains(err.Error(), "no durable managed PreToolUse") {
+		t.Fatalf("an unknown tool_use_id: %v", err)
+	}
+	rc, err, _, _ := f.run("ok", withTU(fmt.Sprintf("toolu_%d", f.n)))
+	if err != nil || rc.ToolUseID != fmt.Sprintf("toolu_%d", f.n) || rc.SelectedBy != "tool_use_id" {
+		t.Fatalf("selected by tool_use_id: %+v, %v", rc, err)
+	}
 }
 
 func (f *fixture) runOK(t *testing.T, id string) *recipe.Receipt {

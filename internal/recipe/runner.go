@@ -33,6 +33,11 @@ const (
 	EnvClaudeCode   = "CLAUDECODE"
 	EnvChildSession = "CLAUDE_CODE_CHILD_SESSION"
 	EnvSessionID    = "CLAUDE_CODE_SESSION_ID"
+	// EnvToolUseID is the provider tool_use_id of the Bash call when the
+	// host exports it to the command (Claude Code 2.1.328 names the
+	// variable but does not set it for Bash commands); when present it
+	// selects the managed occurrence exactly.
+	EnvToolUseID = "CLAUDE_CODE_TOOL_USE_ID"
 )
 
 // FailpointEnv names an injected crash point of the runner (tests): at
@@ -94,6 +99,9 @@ type Receipt struct {
 	Generation   int64  `json:"generation"`
 	Session      string `json:"session"`
 	ToolUseID    string `json:"tool_use_id"`
+	// SelectedBy says how the managed occurrence was chosen: tool_use_id
+	// (the host's CLAUDE_CODE_TOOL_USE_ID) or single_waiting_marker.
+	SelectedBy string `json:"selected_by"`
 	// Result is succeeded, failed or incomplete; Verification passed,
 	// failed or incomplete.
 	Result       string `json:"result"`
@@ -276,6 +284,17 @@ func Run(ctx context.Context, o Options) (*Receipt, error) {
 	if err != nil {
 		return nil, err
 	}
+	selectedBy := "single_waiting_marker"
+	if tu, ok := o.LookupEnv(EnvToolUseID); ok && tu != "" {
+		// The host names the call: only its own occurrence qualifies.
+		var mine []capture.ManagedPre
+		for _, p := range pres {
+			if p.ToolUseID == tu {
+				mine = append(mine, p)
+			}
+		}
+		pres, selectedBy = mine, "tool_use_id"
+	}
 	switch {
 	case len(pres) == 0:
 		return nil, refuse("no durable managed PreToolUse of the exact command %q waits in session %s (a run of that occurrence already started, or it was not run through Claude Code's Bash tool exactly as the SessionStart guidance says); nothing was run, and an occurrence that ran is never launched again", cmd, session)
@@ -328,7 +347,7 @@ func Run(ctx context.Context, o Options) (*Receipt, error) {
 	o.fail("started")
 
 	rc := &Receipt{ActionID: pre.ActionID, RecipeID: r.ID, RecipeDigest: r.Digest, WorkID: t.WorkID, Generation: t.Generation,
-		Session: session, ToolUseID: pre.ToolUseID, MaxOutputBytes: r.MaxOutputBytes, StartedAt: started}
+		Session: session, ToolUseID: pre.ToolUseID, SelectedBy: selectedBy, MaxOutputBytes: r.MaxOutputBytes, StartedAt: started}
 	sv := supervisor{argv: r.Argv, dir: bd.Root, env: childEnv(o.LookupEnv), stdout: o.Stdout, stderr: o.Stderr,
 		limit: r.MaxOutputBytes, timeout: time.Duration(r.TimeoutSeconds) * time.Second, outDir: ms.Dir(), name: pre.ActionID,
 		onSpawn: func(pid int) {

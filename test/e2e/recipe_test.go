@@ -123,6 +123,7 @@ func TestManagedRecipes(t *testing.T) {
 		{"succeeded", "passed"}, {"failed", "failed"}, {"incomplete", "incomplete"}, {"incomplete", "incomplete"}, {"incomplete", "incomplete"},
 	}
 	cfg := readBinding(t, c)
+	stops := map[string]string{"slow": "timeout", "loud": "output_limit", "term": "cancelled"}
 	for i, r := range recipes {
 		id := capture.ActionID("claude-code", res.SessionID, tus[i])
 		found := false
@@ -139,6 +140,27 @@ func TestManagedRecipes(t *testing.T) {
 			}
 			if r.id == "fail" && (x.Finish.ExitCode == nil || *x.Finish.ExitCode != 7) {
 				t.Fatalf("the failing child's exit code: %s", b)
+			}
+			// The local run receipt: the stop reason, and how the occurrence
+			// was chosen (Claude Code 2.1.328 exports no tool_use_id to the
+			// command, so the single waiting marker of the session).
+			files, _ := filepath.Glob(filepath.Join(c.config, "agentscm", "capture-actions", "*", "managed", id+".run.json"))
+			if len(files) != 1 {
+				t.Fatalf("recipe %s: run receipts %v", r.id, files)
+			}
+			var rr struct {
+				Stop       string `json:"stop"`
+				SelectedBy string `json:"selected_by"`
+				Stdout     struct {
+					Bytes int64 `json:"bytes"`
+				} `json:"stdout"`
+			}
+			rb, _ := os.ReadFile(files[0])
+			if err := json.Unmarshal(rb, &rr); err != nil || rr.Stop != stops[r.id] || rr.SelectedBy != "single_waiting_marker" {
+				t.Fatalf("recipe %s: run receipt %s", r.id, rb)
+			}
+			if r.id == "loud" && rr.Stdout.Bytes != 4096 {
+				t.Fatalf("the overflowing child's retained output: %s", rb)
 			}
 		}
 		if !found {
