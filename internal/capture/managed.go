@@ -62,8 +62,10 @@ const (
 	managedDir       = "managed"
 	maxMarkerBytes   = 16 << 10
 	markerVersion    = 1
-	// MaxManagedMarkers bounds the markers a runner lists.
-	MaxManagedMarkers = 4096
+	// maxManagedFiles bounds the managed directory a runner lists (markers,
+	// retained outputs and run receipts, a handful per managed call): past
+	// it the runner refuses instead of missing an occurrence.
+	maxManagedFiles = 8 * MaxActionReceipts
 )
 
 // RunnerCommand is the exact visible Bash command of the managed runner for
@@ -235,10 +237,27 @@ func recordManaged(e actionEnv, rs actionReceipts, r Recipe) (string, error) {
 	id := ActionID(rec.Agent, rec.SessionID, rec.ToolUseID)
 	if rec.Kind == event.ToolFinish {
 		// The Post marker: the original occurrence completed (ordinary
-		// lifecycle facts are retained; no generic finish).
-		b, _ := json.Marshal(map[string]any{"version": markerVersion, "hook_event": rec.HookEvent, "outcome": rec.Outcome, "observed_at": rec.ObservedAt})
+		// lifecycle facts are retained; no generic finish while the
+		// occurrence is the runner's).
+		pf := e.payloadFacts()
+		post := managedPost{Version: markerVersion, HookEvent: rec.HookEvent, Outcome: rec.Outcome, ExitCode: pf.ExitCode,
+			ExitCodeField: pf.ExitCodeField, ObservedAt: rec.ObservedAt.UTC()}
+		b, _ := json.Marshal(post)
 		if err := fsutil.WriteNew(filepath.Join(md, id+".post"), b, fsutil.FileMode); err != nil && !errors.Is(err, fs.ErrExist) {
 			return "", err
+		}
+		if _, err := os.Lstat(filepath.Join(md, id+".cleared")); err == nil {
+			// Reconciliation proved that no run started and cleared the
+			// reservation before this Post: the occurrence converges on
+			// one original-bound generic terminal receipt.
+			mk, err := readMarker(filepath.Join(md, id+".pre"), rs.spoolID)
+			if err != nil {
+				return "", err
+			}
+			start, finish := genericTerminal(e.bd, e.sp.ObservationScope(), mk, post, e.now)
+			if err := appendOnce(e.ss, rs, start, finish); err != nil {
+				return "", err
+			}
 		}
 		return ActionManagedPost, nil
 	}
@@ -357,9 +376,16 @@ func (m *ManagedSpool) Markers(session, recipeID string) ([]ManagedPre, error) {
 		return nil, err
 	}
 	defer d.Close()
-	names, err := d.Readdirnames(MaxManagedMarkers * 4)
-	if err != nil && len(names) == 0 {
-		return nil, nil
+	var names []string
+	for {
+		batch, err := d.Readdirnames(1024)
+		names = append(names, batch...)
+		if len(names) > maxManagedFiles {
+			return nil, fmt.Errorf("the managed directory %s holds more than %d files; no occurrence can be chosen", m.Dir(), maxManagedFiles)
+		}
+		if err != nil || len(batch) == 0 {
+			break
+		}
 	}
 	var out []ManagedPre
 	for _, n := range names {
@@ -499,4 +525,102 @@ func (m *ManagedSpool) Clear(actionID string) error {
 		return err
 	}
 	return nil
+}
+
+// managedPost is the Post marker: the typed completion facts of the
+// managed occurrence.
+type managedPost struct {
+	Version       int       `json:"version"`
+	HookEvent     string    `json:"hook_event"`
+	Outcome       string    `json:"outcome"`
+	ExitCode      *int      `json:"exit_code,omitempty"`
+	ExitCodeField string    `json:"exit_code_field"`
+	ObservedAt    time.Time `json:"observed_at"`
+}
+
+// genericTerminal builds the generic action start and finish of a managed
+// occurrence whose run was proven never to start: bound to the original
+// PreToolUse (target, order, time) and the binding's Bash rule (execution,
+// unknown/unverified without one); the verification is unknown and the
+// source was not captured, so drift is unknown.
+func genericTerminal(bd *Binding, scope string, mk *ManagedPre, post managedPost, now time.Time) (start, finish *event.Record) {
+	rule, ok := ruleFor(bd, "Bash")
+	if !ok {
+		rule = ActionRule{Tool: "Bash", Kind: "execution", Coverage: "unknown", ResultSource: "unverified"}
+	}
+	act := event.Action{ID: mk.ActionID, Class: rule.Kind, Coverage: rule.Coverage, ResultSource: rule.ResultSource,
+		SetupDigest: bd.SetupDigest, ObservationScope: scope, ObservationOrder: int64(mk.PreSeq), StartedAt: mk.ObservedAt.Truncate(time.Second)}
+	start = &event.Record{Agent: mk.Agent, SessionID: mk.Session, Kind: event.ActionStart, HookEvent: "PreToolUse", ToolName: "Bash",
+		ToolUseID: mk.ToolUseID, WorkID: mk.WorkID, Generation: mk.Generation, CanonicalSession: mk.CanonicalSession,
+		ObservedAt: mk.ObservedAt, CaptureMode: mk.CaptureMode, Action: &act}
+	fin := act
+	fin.Result, fin.Verification = ActionResult(rule, post.HookEvent, post.ExitCode)
+	fin.ExitCode = post.ExitCode
+	fin.CompletionSetupDigest, fin.Drift = bd.SetupDigest, "unknown"
+	fin.FinishedAt = post.ObservedAt.Truncate(time.Second)
+	if fin.FinishedAt.IsZero() {
+		fin.FinishedAt = now.UTC().Truncate(time.Second)
+	}
+	finish = &event.Record{Agent: mk.Agent, SessionID: mk.Session, Kind: event.ActionFinish, HookEvent: post.HookEvent, ToolName: "Bash",
+		ToolUseID: mk.ToolUseID, Outcome: post.Outcome, WorkID: mk.WorkID, Generation: mk.Generation, CanonicalSession: mk.CanonicalSession,
+		ObservedAt: post.ObservedAt, CaptureMode: mk.CaptureMode, Action: &fin}
+	return start, finish
+}
+
+// appendOnce appends each record under its receipt (.s, .f) unless that
+// receipt is already retained: whichever of the Post and the clearing
+// comes second finds the first one's receipts and appends nothing new.
+func appendOnce(ss *spool.Session, rs actionReceipts, recs ...*event.Record) error {
+	for _, rec := range recs {
+		name := rec.Action.ID + ".s"
+		if rec.Kind == event.ActionFinish {
+			name = rec.Action.ID + ".f"
+		}
+		prev, pending, err := rs.read(name)
+		switch {
+		case err == nil && !pending:
+			continue
+		case err == nil:
+			if err := appendReceipt(ss, rs, name, prev); err != nil {
+				return err
+			}
+			continue
+		case !errors.Is(err, fs.ErrNotExist):
+			return err
+		}
+		canon, _ := json.Marshal(map[string]string{"generic_terminal": rec.Action.ID, "kind": string(rec.Kind)})
+		r := &actionReceipt{Version: receiptVersion, SpoolID: rs.spoolID, Canon: canon, Record: *rec}
+		if err := rs.writePending(name, r); err != nil {
+			return err
+		}
+		if err := appendReceipt(ss, rs, name, r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ClearAfterPost records, for a cleared reservation whose Post already
+// arrived, the one original-bound generic terminal receipt; it reports
+// whether the Post had arrived.
+func (m *ManagedSpool) ClearAfterPost(ctx context.Context, actionID string) (bool, error) {
+	b, err := fsutil.ReadFileNoFollow(filepath.Join(m.Dir(), actionID+".post"), maxMarkerBytes)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	var post managedPost
+	if err := json.Unmarshal(b, &post); err != nil || post.Version != markerVersion {
+		return false, fmt.Errorf("managed completion marker of %s is malformed", actionID)
+	}
+	mk, err := m.Marker(actionID)
+	if err != nil {
+		return false, err
+	}
+	start, finish := genericTerminal(m.bd, m.sp.ObservationScope(), mk, post, time.Now())
+	return true, m.withSession(ctx, func(ss *spool.Session, _ *Ledger) error {
+		return appendOnce(ss, m.rs, start, finish)
+	})
 }

@@ -513,6 +513,35 @@ func TestCrashThenReconcile(t *testing.T) {
 	if _, err, _, _ := f.run("r", nil); err == nil || !strings.Contains(err.Error(), "no durable managed PreToolUse") {
 		t.Fatalf("a cleared occurrence launched again: %v", err)
 	}
+	// Either order of the clearing and the occurrence's own Post converges
+	// on one original-bound generic terminal receipt.
+	generic := func(id, tu string) {
+		t.Helper()
+		a := hubActionAfterDelivery(t, f, id)
+		if a.Status != "complete" || a.Start.Class != "execution" || a.Finish.Verification != "unknown" || a.Start.RecipeDigest != "" {
+			t.Fatalf("generic terminal receipt of %s: %+v %+v", tu, a.Start, a.Finish)
+		}
+		n := 0
+		for _, r := range f.spoolActions() {
+			if r.Action.ID == id {
+				n++
+			}
+		}
+		if n != 2 {
+			t.Fatalf("%d action records for %s, want one start and one finish", n, id)
+		}
+	}
+	tu := fmt.Sprintf("toolu_%d", f.n)
+	f.post(tu, cmd) // clearing first, then the Post
+	f.post(tu, cmd) // an exact retry adds nothing
+	generic(id, tu)
+	id = kill("reserved")
+	tu = fmt.Sprintf("toolu_%d", f.n)
+	f.post(tu, cmd) // the Post first, then the clearing
+	if got := reconcile(t, f, "r", nil); len(got) != 1 || got[0].Outcome != recipe.Cleared || !strings.Contains(got[0].Reason, "already observed") {
+		t.Fatalf("reconcile after the Post: %+v", got)
+	}
+	generic(id, tu)
 
 	for _, fp := range []string{"started", "spawned"} {
 		id := kill(fp)

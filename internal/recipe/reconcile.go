@@ -145,6 +145,13 @@ func Reconcile(ctx context.Context, o ReconcileOptions) ([]Reconciled, error) {
 				return out, err
 			}
 			rs.Outcome, rs.Reason = Cleared, "no action start became durable: the reservation is cleared and its unused order released; the occurrence can never launch the child"
+			if posted, err := ms.ClearAfterPost(ctx, a.ActionID); err != nil {
+				return out, fmt.Errorf("record the generic terminal receipt of %s: %w", a.ActionID, err)
+			} else if posted {
+				rs.Reason += "; its completion was already observed, so one original-bound generic terminal receipt is recorded"
+			} else {
+				rs.Reason += "; its completion, when it arrives, records one original-bound generic terminal receipt"
+			}
 			out = append(out, rs)
 			continue
 		}
