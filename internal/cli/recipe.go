@@ -72,8 +72,11 @@ func runRunRecipe(ctx context.Context, env *Env, args []string) error {
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 	// A closed stdout (the host went away) is an I/O stop, not a SIGPIPE
-	// death that would skip the finish.
-	signal.Ignore(syscall.SIGPIPE)
+	// death that would skip the finish. Notify (not Ignore, which the child
+	// would inherit across exec) makes the write return EPIPE.
+	pipes := make(chan os.Signal, 1)
+	signal.Notify(pipes, syscall.SIGPIPE)
+	defer signal.Stop(pipes)
 	rc, err := recipe.Run(ctx, recipe.Options{
 		Store: store, Hubs: delivery.Opener{ConfigDir: store.Dir}, ID: *id, Cwd: cwd,
 		LookupEnv: os.LookupEnv, Stdout: env.Stdout, Stderr: env.Stderr, Now: env.Now,
