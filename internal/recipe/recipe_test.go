@@ -41,7 +41,7 @@ func TestMain(m *testing.M) {
 const session = "native-1"
 
 type fixture struct {
-	t       *testing.T
+	t       testing.TB
 	dir     string
 	cfg     string
 	root    string
@@ -61,7 +61,7 @@ type recipeDef struct {
 	max     int64
 }
 
-func newFixture(t *testing.T, defs ...recipeDef) *fixture {
+func newFixture(t testing.TB, defs ...recipeDef) *fixture {
 	t.Helper()
 	dir := t.TempDir()
 	f := &fixture{t: t, dir: dir, cfg: filepath.Join(dir, "cfg", "agentscm"), root: filepath.Join(dir, "repo"), spool: filepath.Join(dir, "spool"),
