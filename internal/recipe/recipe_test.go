@@ -743,3 +743,33 @@ func TestHookStdout(t *testing.T) {
 		t.Fatal("no guidance")
 	}
 }
+
+// TestReconcileRechecksAuthorization: once the attempt's Work is finished
+// its session has no authorized target, so even a verified reboot leaves
+// the attempt unresolved: nothing is appended to a Work that no longer
+// accepts it.
+func TestReconcileRechecksAuthorization(t *testing.T) {
+	f := newFixture(t, recipeDef{"r", []string{"/usr/bin/true"}, 30, 1024})
+	here := recipe.CurrentHost()
+	if here.BootID == "" || here.MachineID == "" {
+		t.Skip("this host has no boot or machine id")
+	}
+	f.pre(f.command("r"))
+	c := f.helper(t, "r", "started")
+	if err := c.Run(); err == nil {
+		t.Fatal("the runner survived its failpoint")
+	}
+	conn, err := client.Open(context.Background(), f.conn, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Checkpoint(context.Background(), f.work, api.CheckpointRequest{Action: "finish"}); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close()
+	reboot := recipe.HostIdentity{BootID: "another-boot", MachineID: here.MachineID}
+	got := reconcile(t, f, "r", &reboot)
+	if len(got) != 1 || got[0].Outcome != recipe.Unresolved || !strings.Contains(got[0].Reason, "authorization") {
+		t.Fatalf("reconcile of a finished Work's attempt: %+v", got)
+	}
+}
