@@ -306,12 +306,17 @@ func TestRunRecipeResults(t *testing.T) {
 
 // TestRunRecipeStops: a timeout and an output overflow stop the child's
 // process group and report incomplete, never passed; the admitted output
-// prefix is exactly the bound.
+// prefix is exactly the bound; an executable that cannot be spawned is a
+// spawn stop, incomplete too, after its durable start.
 func TestRunRecipeStops(t *testing.T) {
 	f := newFixture(t,
-		recipeDef{"slow", []string{"/bin/sh", "-c", "echo started; sleep 30 & sleep 30; echo never"}, 1, 1 << 20},
-		recipeDef{"loud", []string{"/bin/sh", "-c", "head -c 100000 /dev/zero; exit 0"}, 30, 1000})
-	for _, tc := range []struct{ id, stop string }{{"slow", recipe.StopTimeout}, {"loud", recipe.StopOutputLimit}} {
+		recipeDef{"slow", []string{"/bin/sh", "-c", "echo started; sleep 37.25 & sleep 37.25; echo never"}, 1, 1 << 20},
+		recipeDef{"loud", []string{"/bin/sh", "-c", "head -c 100000 /dev/zero; exit 0"}, 30, 1000},
+		recipeDef{"missing", []string{"/nonexistent/bin/check"}, 30, 1000})
+	for _, tc := range []struct {
+		id, stop string
+		exit     int
+	}{{"slow", recipe.StopTimeout, 124}, {"loud", recipe.StopOutputLimit, 125}, {"missing", recipe.StopSpawn, 127}} {
 		t.Run(tc.id, func(t *testing.T) {
 			tu := f.pre(f.command(tc.id))
 			t0 := time.Now()
@@ -319,7 +324,7 @@ func TestRunRecipeStops(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if rc.Stop != tc.stop || rc.Verification != "incomplete" || rc.Result != "incomplete" {
+			if rc.Stop != tc.stop || rc.Verification != "incomplete" || rc.Result != "incomplete" || rc.ExitStatus() != tc.exit {
 				t.Fatalf("receipt %+v", rc)
 			}
 			if d := time.Since(t0); d > 10*time.Second {
@@ -339,10 +344,10 @@ func TestRunRecipeStops(t *testing.T) {
 		})
 	}
 	// No process of the stopped groups survives.
-	out, _ := exec.Command("pgrep", "-f", "sleep 30").Output()
+	out, _ := exec.Command("pgrep", "-f", "sleep 37.25").Output()
 	if len(bytes.TrimSpace(out)) > 0 {
 		time.Sleep(500 * time.Millisecond)
-		if out, _ := exec.Command("pgrep", "-f", "sleep 30").Output(); len(bytes.TrimSpace(out)) > 0 {
+		if out, _ := exec.Command("pgrep", "-f", "sleep 37.25").Output(); len(bytes.TrimSpace(out)) > 0 {
 			t.Fatalf("processes of the stopped group survive: %s", out)
 		}
 	}
