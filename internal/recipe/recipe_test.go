@@ -778,3 +778,27 @@ func TestReconcileRechecksAuthorization(t *testing.T) {
 		t.Fatalf("reconcile of a finished Work's attempt: %+v", got)
 	}
 }
+
+// TestRunAdmitsIntake: a managed PreToolUse that found the spool lock busy
+// left its event in the intake; the runner admits the intake first, so the
+// occurrence's marker exists and the run proceeds.
+func TestRunAdmitsIntake(t *testing.T) {
+	f := newFixture(t, recipeDef{"ok", []string{"/usr/bin/true"}, 30, 1024})
+	sp, err := spool.OpenAppender(f.spool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ss, err := sp.Begin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := f.hook("PreToolUse", `,"tool_name":"Bash","tool_use_id":"toolu_intake","tool_input":`+bashInput(f.command("ok")))
+	ss.Close()
+	if res.Intake == "" {
+		t.Fatalf("the PreToolUse did not go to the intake: %+v", res)
+	}
+	rc, err, _, _ := f.run("ok", nil)
+	if err != nil || rc.ToolUseID != "toolu_intake" || rc.Verification != "passed" {
+		t.Fatalf("run after the intake: %+v, %v", rc, err)
+	}
+}
