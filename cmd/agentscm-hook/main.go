@@ -22,7 +22,9 @@ The Claude Code capture hook, exactly as 'agentscm change-capture
 hook-claude' runs it, in a smaller binary that starts faster. agentscm
 change-capture configure and enable install it in the hook command when it
 is next to the agentscm binary. It never blocks the agent: whatever fails,
-it prints one warning line on stderr, nothing on stdout, and exits 0.
+it prints one warning line on stderr and exits 0. It prints nothing on
+stdout, except on a SessionStart of a checkout with registered recipes: then
+exactly the bounded recipe guidance as Claude Code's additional context.
 `
 
 func main() {
@@ -32,7 +34,7 @@ func main() {
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string, now func() time.Time) int {
 	switch {
 	case len(args) == 2 && args[0] == "change-capture" && args[1] == "hook-claude":
-		return hookrun.ClaudeCapture(ctx, stdin, stderr, getenv, now())
+		return hookrun.ClaudeCaptureOut(ctx, stdin, stdout, stderr, getenv, now())
 	case len(args) == 1 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help"):
 		fmt.Fprint(stdout, usage)
 		return 0

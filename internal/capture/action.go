@@ -320,11 +320,14 @@ type payloadFacts struct {
 	InputDigest   string `json:"input_digest"`
 	ExitCode      *int   `json:"exit_code,omitempty"`
 	ExitCodeField string `json:"exit_code_field"`
+	// CommandDigest is the digest of a Bash call's exact command string
+	// (managed.go), never the command itself; empty for other tools.
+	CommandDigest string `json:"command_digest,omitempty"`
 }
 
 func factsOf(p *claude.Payload) payloadFacts {
 	code, field := ExplicitExitCode(p.ToolResponse)
-	return payloadFacts{InputDigest: canonicalInputDigest(p.ToolInput), ExitCode: code, ExitCodeField: field}
+	return payloadFacts{InputDigest: canonicalInputDigest(p.ToolInput), ExitCode: code, ExitCodeField: field, CommandDigest: bashCommandDigest(p)}
 }
 
 func (e actionEnv) payloadFacts() payloadFacts {
@@ -356,6 +359,12 @@ func recordAction(ctx context.Context, e actionEnv) (string, error) {
 	}
 	if e.receiptLimit > 0 {
 		rs.limit = e.receiptLimit
+	}
+	// The exact visible command of a registered recipe's runner: the hook
+	// keeps the lifecycle event, records the managed occurrence for the
+	// runner and suppresses the generic Bash action (managed.go).
+	if r, ok := managedRecipe(e.bd, rec.ToolName, e.payloadFacts().CommandDigest); ok {
+		return recordManaged(e, rs, r)
 	}
 	if rec.Kind == event.ToolStart {
 		rule, ok := ruleFor(e.bd, rec.ToolName)

@@ -93,7 +93,13 @@ type Binding struct {
 	ClaudeHistoryRoot string       `json:"claude_history_root,omitempty"`
 	ActionRules       []ActionRule `json:"action_rules,omitempty"`
 	Recipes           []Recipe     `json:"recipes,omitempty"`
-	Limits            spool.Limits `json:"limits"`
+	// Runner is the absolute agentscm executable of the managed recipe
+	// runner, recorded by configure only while recipes are registered: the
+	// exact visible Bash command of recipe ID is RunnerCommand(Runner, ID).
+	// Absent (no recipes, or a binding saved before it) means no managed
+	// command, no SessionStart guidance and no suppression.
+	Runner string       `json:"runner,omitempty"`
+	Limits spool.Limits `json:"limits"`
 	// Compaction is the operator's recorded choice to let the hook compact
 	// acknowledged history automatically; nil means off (compaction stays
 	// a manual `change-capture compact`).

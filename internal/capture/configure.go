@@ -252,12 +252,16 @@ func prepare(o ConfigureOptions, root string, lin Lineage) (*prepared, error) {
 	if !filepath.IsAbs(o.Executable) {
 		return nil, fmt.Errorf("cannot install hooks: agentscm executable path %q is not absolute", o.Executable)
 	}
+	runner := ""
+	if len(recipes) > 0 {
+		runner = filepath.Clean(o.Executable)
+	}
 	return &prepared{
 		b: Binding{
 			Root: root, Spool: spoolDir, CaptureMode: mode, Enabled: true, ClaudeSettings: o.ClaudeSettings,
 			ConfiguredAt: o.Now.UTC(), Hub: lin.Hub, Repository: lin.Repository, WorktreeID: wt,
 			BaseRef: o.BaseRef, SetupDigest: o.SetupDigest, ClaudeHistoryRoot: o.ClaudeHistoryRoot,
-			ActionRules: rules, Recipes: recipes, Limits: lim,
+			ActionRules: rules, Recipes: recipes, Runner: runner, Limits: lim,
 		},
 		rules: rules, recipes: recipes,
 	}, nil

@@ -41,7 +41,7 @@ func changeCaptureCommand() *Command {
 			{Name: "events", Summary: "list a spool's sessions and their events in order (read-only)", Run: runEvents},
 			changeCaptureShowCommand(),
 			deferredCommand(),
-		}, append(spoolCommands(), transcriptCommands()...)...),
+		}, append(append(spoolCommands(), transcriptCommands()...), recipeCommands()...)...),
 	}
 }
 
@@ -52,7 +52,9 @@ The Claude Code command hook that configure installs. It reads one hook
 payload (at most 16 MiB) on stdin, finds the enabled capture binding whose
 root contains the payload's cwd and durably appends the event to that
 binding's spool. It never blocks the agent: whatever fails, it prints one
-warning line on stderr, nothing on stdout, and exits 0.
+warning line on stderr and exits 0. It prints nothing on stdout, except on a
+SessionStart of a checkout with registered recipes: then exactly the bounded
+recipe guidance as Claude Code's additional context (hookSpecificOutput).
 `
 
 func configStore(env *Env) (capture.Store, error) {
@@ -66,7 +68,7 @@ func configStore(env *Env) (capture.Store, error) {
 // runHookClaude is the hook entry point: it always exits 0 with empty stdout.
 // The lean agentscm-hook binary runs the same hookrun.ClaudeCapture.
 func runHookClaude(ctx context.Context, env *Env) int {
-	return hookrun.ClaudeCapture(ctx, env.Stdin, env.Stderr, env.Getenv, env.Now())
+	return hookrun.ClaudeCaptureOut(ctx, env.Stdin, env.Stdout, env.Stderr, env.Getenv, env.Now())
 }
 
 func oneLine(s string) string { return hookrun.OneLine(s) }
@@ -101,7 +103,11 @@ action (COVERAGE complete|partial|unknown; RESULT_SOURCE process_exit_code,
 only for Bash and PowerShell, or unverified); its verification is always
 unknown. A recipe file is a strict JSON object {"id", "argv" (absolute
 executable first), "coverage", "timeout_seconds", "max_output_bytes"}; at most
-16 distinct recipes. Spool limits default to 4096 records, 64 MiB and 16 MiB
+16 distinct recipes. With recipes, configure records this agentscm executable
+as the runner: SessionStart gives Claude Code the exact command
+'ABS/agentscm change-capture run-recipe --id ID' for each recipe, and that
+exact Bash command is the recipe's verification (see run-recipe --help),
+not a generic Bash action. Spool limits default to 4096 records, 64 MiB and 16 MiB
 per artifact; a spool with rules or recipes needs at least 48 records and
 64 KiB. Run again on an existing spool, the limit flags change its limits
 (under the spool lock, atomically); lowering below what the spool holds is

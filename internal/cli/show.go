@@ -80,6 +80,10 @@ func printRecord(out io.Writer, r api.ChangeRecord) {
 		line := fmt.Sprintf("  %s  %s", a.ActionID, a.Status)
 		if a.Start != nil {
 			line += fmt.Sprintf("  %s %s %s", a.Start.Class, a.Start.Tool, describeSource(a.Start.Source))
+			if d := a.Start.RecipeDigest; len(d) >= 12 {
+				// A managed recipe run: its result is caller_asserted.
+				line += " recipe=" + d[:12] + " caller_asserted"
+			}
 		}
 		if a.Finish != nil {
 			line += fmt.Sprintf("  result=%s verification=%s", a.Finish.Result, a.Finish.Verification)

@@ -18,7 +18,7 @@ func actionEnvelope(env *api.Envelope, r event.Record) (*api.Envelope, error) {
 	}
 	if r.Kind == event.ActionStart {
 		st := &api.ActionStart{ActionID: a.ID, Tool: r.ToolName, Class: a.Class, Coverage: a.Coverage,
-			SetupDigest: a.SetupDigest, ObservationScope: a.ObservationScope, ObservationOrder: a.ObservationOrder}
+			RecipeDigest: a.RecipeDigest, SetupDigest: a.SetupDigest, ObservationScope: a.ObservationScope, ObservationOrder: a.ObservationOrder}
 		if !a.StartedAt.IsZero() {
 			st.StartedAt = a.StartedAt.Unix()
 		}

@@ -21,6 +21,9 @@ type Action struct {
 	Class        string `json:"class"`
 	Coverage     string `json:"coverage"`
 	ResultSource string `json:"result_source"`
+	// RecipeDigest is the registered recipe's canonical digest on the
+	// verification action of a managed run-recipe invocation.
+	RecipeDigest string `json:"recipe_digest,omitempty"`
 	// SetupDigest is the caller's setup digest bound at start.
 	SetupDigest string         `json:"setup_digest,omitempty"`
 	Source      *SourceBinding `json:"source,omitempty"`

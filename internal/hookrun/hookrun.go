@@ -4,6 +4,7 @@
 package hookrun
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -23,6 +24,30 @@ const Timeout = 15 * time.Second
 // stdin. It fails open: whatever happens it writes at most one warning line
 // to stderr, nothing to stdout, and returns exit status 0.
 func ClaudeCapture(ctx context.Context, stdin io.Reader, stderr io.Writer, getenv func(string) string, now time.Time) int {
+	return ClaudeCaptureOut(ctx, stdin, io.Discard, stderr, getenv, now)
+}
+
+// ClaudeCaptureOut is ClaudeCapture with the hook's stdout: only a
+// SessionStart of a checkout with registered recipes prints anything there,
+// the bounded recipe guidance as Claude Code's additional context
+// (capture.SessionStartOutput); every other hook prints nothing.
+func ClaudeCaptureOut(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string, now time.Time) int {
+	var seen bytes.Buffer
+	stdin = io.TeeReader(stdin, &seen)
+	defer func() {
+		defer func() {
+			if r := recover(); r != nil {
+				fmt.Fprintf(stderr, "agentscm: warning: recipe guidance failed: internal error: %v\n", r)
+			}
+		}()
+		if dir, err := capture.ConfigDir(getenv); err == nil {
+			if out, gerr := capture.SessionStartOutput(capture.Store{Dir: dir}, seen.Bytes()); gerr != nil {
+				fmt.Fprintf(stderr, "agentscm: warning: recipe guidance: %s\n", OneLine(gerr.Error()))
+			} else if len(out) > 0 {
+				stdout.Write(out)
+			}
+		}
+	}()
 	defer func() {
 		if r := recover(); r != nil {
 			fmt.Fprintf(stderr, "agentscm: warning: capture hook failed: internal error: %v\n", r)
