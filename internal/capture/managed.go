@@ -471,7 +471,7 @@ func (m *ManagedSpool) StartRecord(actionID string) (*event.Record, error) {
 
 // Source binds the checkout's current source (noTree for a drift check).
 func (m *ManagedSpool) Source(ctx context.Context, noTree bool) (*event.SourceBinding, error) {
-	return captureSource(ctx, m.bd.Root, sourceOptions{treeCache: filepath.Join(m.rs.dir, "trees"), noTree: noTree})
+	return captureSource(ctx, m.bd.Root, sourceOptions{treeCache: filepath.Join(m.rs.dir, "trees"), noTree: noTree, baseRef: m.bd.BaseRef})
 }
 
 // Drift compares the current source with a start's binding.
