@@ -57,6 +57,9 @@ type Envelope struct {
 	ActionFinish *ActionFinish `json:"action_finish,omitempty"`
 	Usage        *Usage        `json:"usage,omitempty"`
 	Gap          *Gap          `json:"gap,omitempty"`
+	// Body declares the conversation body the record carries (bodies.go):
+	// set only for bodies retained in shared-conversation mode.
+	Body *BodyDeclaration `json:"body,omitempty"`
 }
 
 // Event kinds the Hub accepts; an unknown kind is refused, so a newer client
@@ -285,6 +288,11 @@ func (e *Envelope) Validate() error {
 	}
 	if e.Stream != "" && (!ValidName(e.Stream) || len(e.Stream) > MaxStreamLen) {
 		return bad("stream is not valid (at most %d printable bytes, no slashes)", MaxStreamLen)
+	}
+	if e.Body != nil {
+		if err := e.Body.validate(); err != nil {
+			return err
+		}
 	}
 	n := 0
 	if len(e.Events) > 0 {
