@@ -220,6 +220,11 @@ type IngestResult struct {
 	Digest   string `json:"digest"`
 	// Paused is true when this envelope's SessionEnd paused the Work.
 	Paused bool `json:"paused,omitempty"`
+	// Body says what became of the envelope's body declaration: declared
+	// (awaiting upload), declared_local, shares_first_declaration, or
+	// body_not_shared (a shared-approved body of a session that was not in
+	// shared-conversation mode, kept as a local declaration).
+	Body string `json:"body,omitempty"`
 }
 
 // Ingest statuses.
