@@ -602,5 +602,3 @@ func TestBodySweepSeveralInstances(t *testing.T) {
 		t.Fatalf("sweep after the lease expired: %+v %v", res, err)
 	}
 }
-
-
