@@ -65,7 +65,7 @@ shared conversation bodies past their retention and removes their objects.
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	svc, where, err := backend.open(ctx, env, hub.Config{RetentionDays: *days, Now: env.Now})
+	svc, where, err := backend.open(ctx, env, hub.Config{RetentionDays: *days, Now: hubClock(env)})
 	if err != nil {
 		return err
 	}
