@@ -85,6 +85,13 @@ Bodies expire on the Hub after its retention (hub serve
 	if !ok {
 		return errors.New("this connection cannot read shared conversation bodies")
 	}
+	if l, ok := conn.(*client.Local); ok {
+		// The embedded Hub has no server process to sweep every ten
+		// minutes: one pass now, so expired bodies answer 410.
+		if _, err := l.Sweep(ctx); err != nil {
+			fmt.Fprintf(env.Stderr, "agentscm: retention sweep of the embedded Hub: %v\n", err)
+		}
+	}
 	switch {
 	case *digest != "":
 		d := strings.TrimPrefix(*digest, "sha256:")

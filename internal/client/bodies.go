@@ -10,6 +10,7 @@ import (
 	"fmt"
 
 	"github.com/agentscm/agentscm/internal/fsutil"
+	"github.com/agentscm/agentscm/internal/hub"
 	"github.com/agentscm/agentscm/internal/hub/api"
 )
 
@@ -108,3 +109,7 @@ func (h *HTTP) DeleteBody(ctx context.Context, workID, digest string) (api.BodyD
 	var out api.BodyDeleteResult
 	return out, h.do(ctx, "DELETE", h.repoPath("works", workID, "bodies", digest), nil, &out)
 }
+
+// Sweep runs one retention pass of the embedded Hub (it has no server
+// process to run the sweep every ten minutes).
+func (l *Local) Sweep(ctx context.Context) (hub.SweepResult, error) { return l.svc.Sweep(ctx) }
