@@ -3,6 +3,8 @@ package delivery
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -13,6 +15,7 @@ import (
 	"github.com/agentscm/agentscm/internal/client"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/hub/api"
+	"github.com/agentscm/agentscm/internal/spool"
 )
 
 // secretPrompt carries a credential shape the redaction replaces and a
@@ -172,5 +175,111 @@ func TestMidSessionSwitchStaysLocal(t *testing.T) {
 	}
 	if hits := f.hubBytesContain(t, bodyMarker); len(hits) != 0 {
 		t.Fatalf("a body reached the Hub after switching away: %v", hits)
+	}
+}
+
+// pendingWithBody counts the spool's pending envelopes that declare a
+// shared-approved body.
+func (f *fixture) pendingWithBody(t *testing.T) int {
+	t.Helper()
+	sp, err := spool.Open(f.spool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	envs, err := sp.Pending(context.Background(), 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range envs {
+		if d := bodyDeclaration(e.Record); d != nil && d.Retention == api.RetentionSharedApproved {
+			n++
+		}
+	}
+	return n
+}
+
+// TestBodyUploadFailureKeepsEnvelopePending: the Hub accepts the event but
+// its object store fails (an object's fan-out directory is a file): the
+// envelope stays pending and the body awaits upload; once the store is
+// back, the next hook's delivery replays the envelope (a duplicate), uploads
+// the body and acknowledges it.
+func TestBodyUploadFailureKeepsEnvelopePending(t *testing.T) {
+	f := newFixtureWith(t, func(o *capture.EnableOptions) { o.Mode = event.ModeSharedConversation })
+	work := f.startWork(t)
+	// The object's fan-out directory is a file: the object write fails
+	// (a server error) while the database answers.
+	prompt := "during the outage " + bodyMarker
+	bb, _ := json.Marshal(event.Body{Prompt: prompt})
+	sum := sha256.Sum256(bb)
+	blocker := filepath.Join(f.cfg, client.LocalHubDir, "objects", hex.EncodeToString(sum[:])[:2])
+	if err := os.WriteFile(blocker, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pl := func(ev, extra string) string {
+		return `{"session_id":"native-out","cwd":"` + f.root + `","hook_event_name":"` + ev + `"` + extra + `}`
+	}
+	f.hook(t, pl("SessionStart", `,"source":"startup"`))
+	res := f.hook(t, pl("UserPromptSubmit", `,"prompt":"`+prompt+`"`))
+	if res.Failed == 0 || res.DeliveryErr == nil {
+		t.Fatalf("the failed upload did not fail the delivery: %+v", res)
+	}
+	bc := f.bodyConn(t)
+	list, err := bc.ListBodies(context.Background(), work)
+	if err != nil || len(list.Bodies) != 1 || list.Bodies[0].State != api.BodyAwaitingUpload {
+		t.Fatalf("bodies during the outage: %+v %v", list, err)
+	}
+	if n := f.pendingWithBody(t); n != 1 {
+		t.Fatalf("%d pending envelopes with a body, want 1", n)
+	}
+	if err := os.Remove(blocker); err != nil {
+		t.Fatal(err)
+	}
+	f.hook(t, pl("Stop", ""))
+	list, _ = bc.ListBodies(context.Background(), work)
+	if len(list.Bodies) != 1 || list.Bodies[0].State != api.BodyAvailable {
+		t.Fatalf("bodies after the outage: %+v", list)
+	}
+	if n := f.pendingWithBody(t); n != 0 {
+		t.Fatalf("%d pending envelopes with a body after the upload", n)
+	}
+	b, err := bc.GetBody(context.Background(), work, list.Bodies[0].Digest)
+	if err != nil || !bytes.Contains(b, []byte(bodyMarker)) {
+		t.Fatalf("body: %s %v", b, err)
+	}
+}
+
+// TestBodyDeclarations: which records declare a body, and how.
+func TestBodyDeclarations(t *testing.T) {
+	ref := func(n int64, avail string) *event.ArtifactRef {
+		return &event.ArtifactRef{Digest: "sha256:" + strings.Repeat("a", 64), Bytes: n, MediaType: "application/json", Retention: "x", Availability: avail}
+	}
+	cases := []struct {
+		name      string
+		rec       event.Record
+		retention string // "" = no declaration
+		avail     string
+	}{
+		{"metadata-only", event.Record{CaptureMode: event.ModeMetadataOnly}, "", ""},
+		{"local without a body", event.Record{CaptureMode: event.ModeLocalConversation}, "", ""},
+		{"local with a body", event.Record{CaptureMode: event.ModeLocalConversation, BodyRef: ref(10, event.AvailabilityRetained)}, "", ""},
+		{"shared", event.Record{CaptureMode: event.ModeSharedConversation, BodyRef: ref(10, event.AvailabilityRetained)}, api.RetentionSharedApproved, api.BodyRetained},
+		{"shared at the cap", event.Record{CaptureMode: event.ModeSharedConversation, BodyRef: ref(1<<20, event.AvailabilityRetained)}, api.RetentionSharedApproved, api.BodyRetained},
+		{"shared over the cap", event.Record{CaptureMode: event.ModeSharedConversation, BodyRef: ref(1<<20+1, event.AvailabilityRetained)}, api.RetentionWorkLocal, api.BodyRetained},
+		{"shared, not retained", event.Record{CaptureMode: event.ModeSharedConversation, BodyRef: ref(10, event.AvailabilityMissing)}, api.RetentionSharedApproved, api.BodyMissing},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			d := bodyDeclaration(tc.rec)
+			if tc.retention == "" {
+				if d != nil {
+					t.Fatalf("declared %+v", d)
+				}
+				return
+			}
+			if d == nil || d.Retention != tc.retention || d.Availability != tc.avail || d.Digest != strings.Repeat("a", 64) || d.CaptureMode != event.ModeSharedConversation {
+				t.Fatalf("declaration %+v", d)
+			}
+		})
 	}
 }
