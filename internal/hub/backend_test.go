@@ -36,6 +36,7 @@ var suite = map[string]func(*testing.T){
 	"TestStreamsShareNoSequence":         TestStreamsShareNoSequence,
 	"TestIncrementMergedUploads":         TestIncrementMergedUploads,
 	"TestBodyUploadAccess":               TestBodyUploadAccess,
+	"TestBodyHTTP":                       TestBodyHTTP,
 	"TestBodyRefusals":                   TestBodyRefusals,
 	"TestBodySweep":                      TestBodySweep,
 	"TestBodySweepRetriesFailedRemovals": TestBodySweepRetriesFailedRemovals,

@@ -5,10 +5,14 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
+	"io"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -600,5 +604,100 @@ func TestBodySweepSeveralInstances(t *testing.T) {
 	e.clk.Add(121 * time.Second)
 	if res, err := svcs[0].Sweep(ctx); err != nil || res.Skipped {
 		t.Fatalf("sweep after the lease expired: %+v %v", res, err)
+	}
+}
+
+// TestBodyHTTP: the body routes over HTTP — the upload's size checks, the
+// download's headers (untrusted agent output), 403/404/410 bodies, and the
+// 403 for another human whether or not the digest exists.
+func TestBodyHTTP(t *testing.T) {
+	e := newBodyEnv(t, 30)
+	ctx := context.Background()
+	srv := httptest.NewServer(hub.NewHandler(e.svc, nil))
+	t.Cleanup(srv.Close)
+	op := hub.Operator()
+	secret := func(h string, ro bool) string {
+		scope := api.ScopeReadWrite
+		if ro {
+			scope = api.ScopeReadOnly
+		}
+		k, err := e.svc.CreateToken(ctx, op, api.CreateTokenRequest{Human: h, Repository: "proj", Scope: scope})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k.Secret
+	}
+	alice, aliceRO, bob := secret("alice", false), secret("alice", true), secret("bob", false)
+	do := func(method, path, token string, body []byte) (*http.Response, []byte) {
+		t.Helper()
+		req, _ := http.NewRequest(method, srv.URL+"/v1/repositories/proj/works/"+e.work+path, bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, b
+	}
+	errBody := func(b []byte) *api.Error {
+		var eb api.ErrorBody
+		if json.Unmarshal(b, &eb) != nil || eb.Error == nil {
+			t.Fatalf("error body %s", b)
+		}
+		return eb.Error
+	}
+	b, d := bodyOf("over http")
+	e.declare(e.alice, b, "shared-conversation")
+	if resp, _ := do("PUT", "/bodies/"+d, alice, append(b, 'x')); resp.StatusCode != 400 {
+		t.Fatalf("a longer upload: %d", resp.StatusCode)
+	}
+	if resp, _ := do("PUT", "/bodies/"+d, alice, bytes.Repeat([]byte("x"), api.MaxBodyBytes+1)); resp.StatusCode != 413 {
+		t.Fatalf("an upload over 1 MiB: %d", resp.StatusCode)
+	}
+	if resp, _ := do("PUT", "/bodies/not-a-digest", alice, b); resp.StatusCode != 400 {
+		t.Fatalf("a bad digest: %d", resp.StatusCode)
+	}
+	if resp, body := do("GET", "/bodies/"+d, alice, nil); resp.StatusCode != 404 || errBody(body).Reason != api.ReasonBodyNotUploaded {
+		t.Fatalf("read before upload: %d %s", resp.StatusCode, body)
+	}
+	if resp, body := do("PUT", "/bodies/"+d, alice, b); resp.StatusCode != 200 {
+		t.Fatalf("upload: %d %s", resp.StatusCode, body)
+	}
+	resp, got := do("GET", "/bodies/"+d, aliceRO, nil)
+	if resp.StatusCode != 200 || !bytes.Equal(got, b) || resp.Header.Get(api.UntrustedHeader) != "agent-output" ||
+		resp.Header.Get("Content-Type") != api.BodyContentType || resp.Header.Get("X-Content-Type-Options") != "nosniff" {
+		t.Fatalf("download: %d %q %v", resp.StatusCode, got, resp.Header)
+	}
+	_, other := bodyOf("nobody")
+	r1, b1 := do("GET", "/bodies/"+d, bob, nil)
+	r2, b2 := do("GET", "/bodies/"+other, bob, nil)
+	e1, e2 := errBody(b1), errBody(b2)
+	if r1.StatusCode != 403 || r2.StatusCode != 403 || e1.Code != e2.Code || strings.ReplaceAll(e1.Message, d, "D") != strings.ReplaceAll(e2.Message, other, "D") {
+		t.Fatalf("403s differ: %d %s / %d %s", r1.StatusCode, b1, r2.StatusCode, b2)
+	}
+	if resp, _ := do("DELETE", "/bodies/"+d, bob, nil); resp.StatusCode != 403 {
+		t.Fatalf("bob deletes: %d", resp.StatusCode)
+	}
+	if resp, _ := do("DELETE", "/bodies/"+d, aliceRO, nil); resp.StatusCode != 403 {
+		t.Fatalf("read-only delete: %d", resp.StatusCode)
+	}
+	if resp, body := do("DELETE", "/bodies/"+d, alice, nil); resp.StatusCode != 200 {
+		t.Fatalf("delete: %d %s", resp.StatusCode, body)
+	}
+	if resp, body := do("GET", "/bodies/"+d, alice, nil); resp.StatusCode != 410 || errBody(body).Reason != api.ReasonBodyGone {
+		t.Fatalf("read after delete: %d %s", resp.StatusCode, body)
+	}
+	var list api.BodyList
+	resp, body := do("GET", "/bodies", alice, nil)
+	if resp.StatusCode != 200 || json.Unmarshal(body, &list) != nil || len(list.Bodies) != 1 || list.Bodies[0].State != api.BodyDeleted || list.SharedConversationRetentionDays != 30 {
+		t.Fatalf("listing: %d %s", resp.StatusCode, body)
+	}
+	q, _ := json.Marshal(api.MissingBodiesRequest{Digests: make([]string, api.MaxMissingQuery+1)})
+	if resp, _ := do("POST", "/bodies", alice, q); resp.StatusCode != 400 {
+		t.Fatalf("an oversized missing question: %d", resp.StatusCode)
+	}
+	if resp, _ := do("POST", "/bodies", aliceRO, []byte(`{"digests":[]}`)); resp.StatusCode != 403 {
+		t.Fatalf("read-only missing question: %d", resp.StatusCode)
 	}
 }
