@@ -10,7 +10,10 @@ import (
 	"unicode/utf8"
 
 	"github.com/agentscm/agentscm/internal/client"
+	"github.com/agentscm/agentscm/internal/delivery"
+	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/hub/api"
+	"github.com/agentscm/agentscm/internal/spool"
 )
 
 // changeCaptureConversationCommand is `agentscm change-capture
@@ -39,7 +42,7 @@ type conversationBody struct {
 }
 
 func runChangeCaptureConversation(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "agentscm change-capture conversation", "--work-id ID [--digest SHA256 | --delete SHA256] [--root ABS] [--format text|json]",
+	fs := newFlags(env, "agentscm change-capture conversation", "--work-id ID [--digest SHA256 | --delete SHA256 | --upload] [--root ABS] [--format text|json]",
 		`Read the shared conversation bodies of a Work on the checkout's Hub: those
 uploaded from checkouts in shared-conversation mode (redacted before they
 were kept). Only the human who shared a body (any of that person's tokens for
@@ -52,6 +55,9 @@ the body exists.
                             never run it)
   --work-id W --delete D    delete one body now (a read-write token; an admin
                             deletes every author's copy); it then answers 410
+  --work-id W --upload      upload this checkout's shared bodies of the Work
+                            that the Hub lacks (a copy whose object it lost
+                            returns to awaiting upload)
 
 Bodies expire on the Hub after its retention (hub serve
 --shared-conversation-retention-days, 30 days unless changed).`)
@@ -59,6 +65,7 @@ Bodies expire on the Hub after its retention (hub serve
 	id := fs.String("work-id", "", "the Work (required)")
 	digest := fs.String("digest", "", "print the body with this SHA-256 (64 hex)")
 	del := fs.String("delete", "", "delete the body with this SHA-256 (64 hex) now")
+	upload := fs.Bool("upload", false, "upload this checkout's shared bodies of the Work that the Hub lacks (such as copies whose object it lost)")
 	format := formatFlag(fs)
 	if err := parseFlags(fs, args, false); err != nil {
 		return err
@@ -66,8 +73,8 @@ Bodies expire on the Hub after its retention (hub serve
 	if *id == "" {
 		return usagef("--work-id is required")
 	}
-	if *digest != "" && *del != "" {
-		return usagef("--digest and --delete are exclusive")
+	if (*digest != "" && *del != "") || (*upload && (*digest != "" || *del != "")) {
+		return usagef("--digest, --delete and --upload are exclusive")
 	}
 	for _, d := range []string{*digest, *del} {
 		if d != "" && !api.IsDigest(strings.TrimPrefix(d, "sha256:")) {
@@ -76,7 +83,7 @@ Bodies expire on the Hub after its retention (hub serve
 	}
 	ctx, cancel := context.WithTimeout(ctx, hubTimeout)
 	defer cancel()
-	_, conn, err := openCheckout(ctx, env, *root)
+	cc, conn, err := openCheckout(ctx, env, *root)
 	if err != nil {
 		return err
 	}
@@ -93,6 +100,16 @@ Bodies expire on the Hub after its retention (hub serve
 		}
 	}
 	switch {
+	case *upload:
+		res, err := uploadShared(ctx, env, bc, cc, *id)
+		if *format == "json" && err == nil {
+			return writeJSON(env.Stdout, res)
+		}
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(env.Stdout, "work %s: %d shared bodies in this checkout's spool, %d lacked by the Hub, %d uploaded\n", *id, res.Shared, res.Missing, res.Uploaded)
+		return nil
 	case *digest != "":
 		d := strings.TrimPrefix(*digest, "sha256:")
 		b, err := bc.GetBody(ctx, *id, d)
@@ -170,4 +187,35 @@ func escapeControl(s string) string {
 		}
 	}
 	return sb.String()
+}
+
+// uploadShared uploads the checkout's shared bodies of a Work that the Hub
+// lacks: only for a binding still in shared-conversation mode, and only
+// bodies its spool retains from shared-conversation capture.
+func uploadShared(ctx context.Context, env *Env, bc client.BodyConn, c client.Connection, workID string) (delivery.UploadResult, error) {
+	res := delivery.UploadResult{WorkID: workID}
+	st, err := configStore(env)
+	if err != nil {
+		return res, err
+	}
+	cfg, err := st.Load()
+	if err != nil {
+		return res, err
+	}
+	b := cfg.ForPath(c.Root)
+	if b == nil {
+		return res, fmt.Errorf("no enabled capture binding for %s: nothing to upload", c.Root)
+	}
+	if b.CaptureMode != event.ModeSharedConversation {
+		return res, fmt.Errorf("%s is in %s mode: bodies leave the machine only in shared-conversation mode", c.Root, b.CaptureMode)
+	}
+	sp, err := spool.OpenReadOnly(b.Spool)
+	if err != nil {
+		return res, err
+	}
+	recs, err := sp.Events()
+	if err != nil {
+		return res, err
+	}
+	return delivery.UploadShared(ctx, bc, b.Spool, workID, recs)
 }

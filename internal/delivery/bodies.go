@@ -38,11 +38,15 @@ func bodyDeclaration(r event.Record) *api.BodyDeclaration {
 }
 
 // uploadAfterAcceptance runs after the Hub acknowledged env (e is what was
-// sent): it asks which bodies the Hub lacks (this envelope's, and any of
-// this author's in the Work whose object the Hub found missing) and uploads
-// those this spool holds. A transient failure for the envelope's own body
-// is returned, so the envelope stays pending and the next hook asks again;
-// a permanent refusal leaves the body declared local on the Hub.
+// sent): it asks whether the Hub lacks the envelope's own body and uploads
+// it. Only that digest is ever uploaded here, because it comes from a
+// record captured in shared-conversation mode: the Hub's answer may name
+// other digests (copies whose object it lost), but a digest named by the
+// Hub alone could be a local-private body of the same spool, so those are
+// left to `change-capture conversation --upload`, which checks each
+// against the spool's shared records. A transient failure is returned, so
+// the envelope stays pending and the next hook asks again; a permanent
+// refusal leaves the body declared local on the Hub.
 func (h *hub) uploadAfterAcceptance(ctx context.Context, env *spool.Envelope, e *api.Envelope, res api.IngestResult) error {
 	d := e.Body
 	if d == nil || d.Retention != api.RetentionSharedApproved || d.Availability != api.BodyRetained || res.Body == api.ReasonBodyNotShared {
@@ -74,23 +78,85 @@ func (h *hub) uploadAfterAcceptance(ctx context.Context, env *spool.Envelope, e 
 		}
 		return nil
 	}
-	var first error
 	for _, m := range missing.Missing {
-		if m.Bytes <= 0 || m.Bytes > api.MaxBodyBytes || !api.IsDigest(m.Digest) {
+		if m.Digest != d.Digest {
 			continue
 		}
-		body, err := spool.ReadBody(b.Spool, &event.ArtifactRef{Digest: "sha256:" + m.Digest, Bytes: m.Bytes, Availability: event.AvailabilityRetained})
+		body, err := spool.ReadBody(b.Spool, &event.ArtifactRef{Digest: "sha256:" + d.Digest, Bytes: d.Bytes, Availability: event.AvailabilityRetained})
 		if err != nil {
-			continue // not in this spool (another checkout of the author's), or gone
+			return nil // the artifact is gone: the body stays declared local
 		}
-		if _, err := bc.UploadBody(ctx, e.WorkID, m.Digest, body); err != nil && m.Digest == d.Digest && transientBodyError(err) && first == nil {
-			first = fmt.Errorf("upload body %s: %w", m.Digest, err)
-		}
-		if ctx.Err() != nil {
-			break
+		if _, err := bc.UploadBody(ctx, e.WorkID, d.Digest, body); err != nil && transientBodyError(err) {
+			return fmt.Errorf("upload body %s: %w", d.Digest, err)
 		}
 	}
-	return first
+	return nil
+}
+
+// UploadResult reports UploadShared.
+type UploadResult struct {
+	WorkID string `json:"work_id"`
+	// Shared counts the distinct shared-approved bodies of the Work this
+	// spool retains; Missing how many of them the Hub lacked; Uploaded how
+	// many were uploaded now; Failed how many failed.
+	Shared   int `json:"shared"`
+	Missing  int `json:"missing"`
+	Uploaded int `json:"uploaded"`
+	Failed   int `json:"failed"`
+}
+
+// UploadShared uploads every body of a Work that this spool retains from
+// shared-conversation capture and the Hub lacks (for example a copy whose
+// object the Hub found missing): recs are the spool's records. Only records
+// captured in shared-conversation mode, in a checkout still in that mode,
+// are considered; every digest the Hub names is checked against them.
+func UploadShared(ctx context.Context, bc client.BodyConn, spoolDir, workID string, recs []event.Record) (UploadResult, error) {
+	res := UploadResult{WorkID: workID}
+	shared := map[string]int64{}
+	var order []string
+	for _, r := range recs {
+		if r.WorkID != workID || r.Deferred {
+			continue
+		}
+		d := bodyDeclaration(r)
+		if d == nil || d.Retention != api.RetentionSharedApproved || d.Availability != api.BodyRetained {
+			continue
+		}
+		if _, ok := shared[d.Digest]; !ok {
+			shared[d.Digest] = d.Bytes
+			order = append(order, d.Digest)
+		}
+	}
+	res.Shared = len(order)
+	var first error
+	for i := 0; i < len(order); i += api.MaxMissingQuery {
+		chunk := order[i:min(i+api.MaxMissingQuery, len(order))]
+		missing, err := bc.MissingBodies(ctx, workID, chunk)
+		if err != nil {
+			return res, fmt.Errorf("ask the Hub which bodies it lacks: %w", err)
+		}
+		for _, m := range missing.Missing {
+			n, ok := shared[m.Digest]
+			if !ok || n != m.Bytes {
+				continue // not a shared body of this spool
+			}
+			delete(shared, m.Digest) // once
+			res.Missing++
+			body, err := spool.ReadBody(spoolDir, &event.ArtifactRef{Digest: "sha256:" + m.Digest, Bytes: n, Availability: event.AvailabilityRetained})
+			if err == nil {
+				_, err = bc.UploadBody(ctx, workID, m.Digest, body)
+			}
+			if err != nil {
+				res.Failed++
+				if first == nil {
+					first = fmt.Errorf("upload body %s: %w", m.Digest, err)
+				}
+				continue
+			}
+			res.Uploaded++
+		}
+	}
+	return res, first
 }
 
 // transientBodyError says whether a body request may succeed later: a

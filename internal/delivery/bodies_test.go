@@ -176,6 +176,42 @@ func TestMidSessionSwitchStaysLocal(t *testing.T) {
 	if hits := f.hubBytesContain(t, bodyMarker); len(hits) != 0 {
 		t.Fatalf("a body reached the Hub after switching away: %v", hits)
 	}
+
+	// The object of the shared copy is lost: the read returns it to
+	// awaiting upload, and UploadShared (change-capture conversation
+	// --upload) uploads it again from the spool, and nothing else: the
+	// spool's local bodies stay local.
+	if _, err := capture.SetCaptureMode(context.Background(), f.store, Connections{f.cfg}, f.root, event.ModeSharedConversation, nil); err != nil {
+		t.Fatal(err)
+	}
+	d := list.Bodies[0].Digest
+	if err := os.Remove(filepath.Join(f.cfg, client.LocalHubDir, "objects", d[:2], d)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bc.GetBody(context.Background(), work, d); err == nil {
+		t.Fatal("read a lost object")
+	}
+	sp, err := spool.Open(f.spool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := sp.Events()
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := UploadShared(context.Background(), bc, f.spool, work, recs)
+	if err != nil || res.Shared != 1 || res.Missing != 1 || res.Uploaded != 1 {
+		t.Fatalf("upload: %+v %v", res, err)
+	}
+	if b, err := bc.GetBody(context.Background(), work, d); err != nil || !bytes.Contains(b, []byte("second session")) {
+		t.Fatalf("read after the re-upload: %s %v", b, err)
+	}
+	if hits := f.hubBytesContain(t, bodyMarker); len(hits) != 0 {
+		t.Fatalf("a local body reached the Hub: %v", hits)
+	}
+	if res, err := UploadShared(context.Background(), bc, f.spool, work, recs); err != nil || res.Missing != 0 {
+		t.Fatalf("second upload: %+v %v", res, err)
+	}
 }
 
 // pendingWithBody counts the spool's pending envelopes that declare a
