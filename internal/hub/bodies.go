@@ -221,8 +221,11 @@ func (s *Service) UploadBody(ctx context.Context, p Principal, repository, workI
 		return out, &api.Error{Status: http.StatusConflict, Code: api.CodeConflict, Reason: api.ReasonBodyNotShared,
 			Message: fmt.Sprintf("body %s is declared %s and never leaves its author's machine", digest, decl.Retention)}
 	case decl.State == api.BodyAvailable:
-		out.Status, out.ExpiresAt = api.BodyAlreadyAvailable, decl.ExpiresAt
-		return out, nil
+		if ok, err := s.obj.Has(ctx, digest); err == nil && ok {
+			out.Status, out.ExpiresAt = api.BodyAlreadyAvailable, decl.ExpiresAt
+			return out, nil
+		}
+		// Available, but the object is gone: store it again below.
 	}
 	if size != decl.Bytes {
 		return out, badf("body %s was declared with %d bytes, not %d", digest, decl.Bytes, size)
@@ -248,7 +251,7 @@ func (s *Service) UploadBody(ctx context.Context, p Principal, repository, workI
 		case tombstoned(cur.State):
 			return bodyGone(cur) // deleted meanwhile: the sweep's removal takes the object
 		case cur.State == api.BodyAvailable:
-			out.Status, out.ExpiresAt = api.BodyAlreadyAvailable, cur.ExpiresAt
+			out.Status, out.ExpiresAt = api.BodyStored, cur.ExpiresAt
 			return nil
 		}
 		if cur.UploadedAt == 0 {
@@ -415,10 +418,9 @@ func (s *Service) DeleteBody(ctx context.Context, p Principal, repository, workI
 		return out, internal(err)
 	}
 	if remove {
-		// The tombstone is committed; a failure here is the sweep's to retry.
-		if _, err := s.removeObject(ctx, digest); err != nil && ctx.Err() == nil {
-			return out, nil
-		}
+		// The tombstone is committed; a failed removal is recorded with
+		// its backoff and is the sweep's to retry.
+		s.removeObject(ctx, digest)
 	}
 	return out, nil
 }

@@ -470,6 +470,14 @@ func TestBodySweep(t *testing.T) {
 	if got, err := e.get(e.bob, df); err != nil || !bytes.Equal(got, f) {
 		t.Fatalf("read after re-upload: %v", err)
 	}
+	// An upload of an available copy whose object is gone (not yet noticed
+	// by a read) stores it again.
+	if err := e.obj.Store.Delete(ctx, df); err != nil {
+		t.Fatal(err)
+	}
+	if up, err := e.upload(e.bob, f); err != nil || up.Status != api.BodyStored || !e.hasObject(df) {
+		t.Fatalf("upload over a lost object: %+v %v", up, err)
+	}
 }
 
 // TestBodySweepRetriesFailedRemovals: a failed object removal is retried

@@ -295,6 +295,9 @@ func (e *Envelope) Validate() error {
 		return bad("stream is not valid (at most %d printable bytes, no slashes)", MaxStreamLen)
 	}
 	if e.Body != nil {
+		if e.Type == TypeUsage || e.Type == TypeGap {
+			return bad("a %s envelope declares no body", e.Type)
+		}
 		if err := e.Body.validate(); err != nil {
 			return err
 		}
