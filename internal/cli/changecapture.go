@@ -40,6 +40,7 @@ func changeCaptureCommand() *Command {
 			}},
 			{Name: "events", Summary: "list a spool's sessions and their events in order (read-only)", Run: runEvents},
 			changeCaptureShowCommand(),
+			changeCaptureConversationCommand(),
 			deferredCommand(),
 		}, append(append(spoolCommands(), transcriptCommands()...), recipeCommands()...)...),
 	}

@@ -60,7 +60,11 @@ type hubCheck struct {
 	Repository                      string    `json:"repository,omitempty"`
 	Scope                           string    `json:"scope,omitempty"`
 	SharedConversationRetentionDays int       `json:"shared_conversation_retention_days,omitempty"`
-	Error                           string    `json:"error,omitempty"`
+	// SharedConversationRetention is the seed's sentence: "kept N days on
+	// <hub>", or "kept for as long as the Hub operator sets (30 days
+	// unless changed)" when the number is unknown.
+	SharedConversationRetention string `json:"shared_conversation_retention"`
+	Error                       string `json:"error,omitempty"`
 }
 
 func viewOf(c client.Connection) connectionView {
@@ -247,9 +251,9 @@ the command then exits 1 if any check failed.`)
 			fmt.Fprintf(env.Stdout, "%s\n  hub:         %s\n  repository:  %s\n  worktree id: %s\n", v.Root, v.Hub, v.Repository, v.WorktreeID)
 			if c := v.HubCheck; c != nil {
 				if c.Valid {
-					fmt.Fprintf(env.Stdout, "  hub check:   ok (%s, %s); shared conversations kept %d days on the Hub\n", c.Human, c.Scope, c.SharedConversationRetentionDays)
+					fmt.Fprintf(env.Stdout, "  hub check:   ok (%s, %s); shared conversations %s\n", c.Human, c.Scope, c.SharedConversationRetention)
 				} else {
-					fmt.Fprintf(env.Stdout, "  hub check:   FAILED: %s\n", c.Error)
+					fmt.Fprintf(env.Stdout, "  hub check:   FAILED: %s\n  shared conversations %s\n", c.Error, c.SharedConversationRetention)
 				}
 			}
 		}
@@ -261,7 +265,7 @@ the command then exits 1 if any check failed.`)
 }
 
 func checkConnection(ctx context.Context, env *Env, c client.Connection) *hubCheck {
-	hc := &hubCheck{CheckedAt: env.Now().UTC()}
+	hc := &hubCheck{CheckedAt: env.Now().UTC(), SharedConversationRetention: retentionUnknown}
 	cctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()
 	conn, err := client.Open(cctx, c, client.Options{})
@@ -281,6 +285,7 @@ func checkConnection(ctx context.Context, env *Env, c client.Connection) *hubChe
 	}
 	hc.Valid, hc.Human, hc.Repository, hc.Scope = true, who.Human, c.Repository, who.Scope
 	hc.SharedConversationRetentionDays = who.SharedConversationRetentionDays
+	hc.SharedConversationRetention = retentionWording(who.SharedConversationRetentionDays, c.Hub)
 	return hc
 }
 

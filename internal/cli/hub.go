@@ -47,7 +47,8 @@ free one) with the SQLite store and object directory in DIR (created 0700).
 Every route except GET /v1/hub/health needs a bearer token (agentscm hub admin
 token create). The first line on stdout is "listening on http://HOST:PORT".
 SIGTERM or SIGINT stops accepting connections and lets in-flight requests
-finish (at most 30 s) before exiting 0.
+finish (at most 30 s) before exiting 0. Every 10 minutes the Hub expires
+shared conversation bodies past their retention and removes their objects.
 
 `+hubBackendHelp)
 	listen := fs.String("listen", "127.0.0.1:8420", "address to listen on (host:port)")
@@ -64,7 +65,7 @@ finish (at most 30 s) before exiting 0.
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	svc, where, err := backend.open(ctx, env, hub.Config{RetentionDays: *days, Now: env.Now})
+	svc, where, err := backend.open(ctx, env, hub.Config{RetentionDays: *days, Now: hubClock(env)})
 	if err != nil {
 		return err
 	}
@@ -76,6 +77,12 @@ finish (at most 30 s) before exiting 0.
 	logger := log.New(env.Stderr, "agentscm hub: ", log.LstdFlags)
 	fmt.Fprintf(env.Stdout, "listening on http://%s\n", ln.Addr())
 	logger.Printf("serving %s (shared conversation retention %d days)", where, *days)
+	// The retention sweep, every 10 minutes; safe on every instance of a
+	// multi-instance Hub (one holds its lease).
+	sweepCtx, stopSweep := context.WithCancel(ctx)
+	swept := make(chan struct{})
+	go func() { defer close(swept); svc.RunSweeper(sweepCtx, hub.SweepInterval, logger.Printf) }()
+	defer func() { stopSweep(); <-swept }()
 	if err := hub.Serve(ctx, ln, hub.NewHandler(svc, logger), logger); err != nil {
 		return err
 	}

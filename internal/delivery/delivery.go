@@ -64,7 +64,8 @@ func (o Opener) Open(ctx context.Context, root string) (capture.Hub, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &hub{conn: conn, lineage: capture.Lineage{Hub: c.Hub, Repository: c.Repository, WorktreeID: c.WorktreeID}}, nil
+	return &hub{conn: conn, lineage: capture.Lineage{Hub: c.Hub, Repository: c.Repository, WorktreeID: c.WorktreeID},
+		root: root, configDir: o.ConfigDir}, nil
 }
 
 // LookupConnection returns the lineage of root's client connection without
@@ -83,6 +84,9 @@ func (o Opener) LookupConnection(root string) (capture.Lineage, error) {
 type hub struct {
 	conn    client.Conn
 	lineage capture.Lineage
+	// root and configDir locate the checkout's capture binding, for the
+	// body upload after acceptance (bodies.go).
+	root, configDir string
 }
 
 func (h *hub) Lineage() capture.Lineage { return h.lineage }
@@ -115,6 +119,9 @@ func (h *hub) Deliver(ctx context.Context, env *spool.Envelope) (string, error) 
 		}
 		return "", err
 	}
+	if err := h.uploadAfterAcceptance(ctx, env, e, res); err != nil {
+		return "", err // the envelope stays pending; its replay is a duplicate
+	}
 	return res.Status, nil
 }
 
@@ -145,6 +152,7 @@ func Envelope(r event.Record) (*api.Envelope, error) {
 	}
 	env := &api.Envelope{Identity: Identity(r), WorkID: r.WorkID, Generation: r.Generation,
 		Session: r.CanonicalSession, NativeSessionID: r.SessionID}
+	env.Body = bodyDeclaration(r) // bodies.go: shared-conversation bodies only
 	if r.Kind != event.KindUsage {
 		// The sequence (and gap range) stream on the Hub; a legacy record
 		// has none and stays in the legacy stream, byte for byte.

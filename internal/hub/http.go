@@ -48,6 +48,11 @@ func Routes() []Route {
 		{"GET", "/v1/repositories/{repo}/works/{work}/changelog", false, false},
 		{"GET", "/v1/repositories/{repo}/works/{work}/changelog/{position}", false, false},
 		{"POST", "/v1/repositories/{repo}/works/{work}/grant", true, false},
+		{"GET", "/v1/repositories/{repo}/works/{work}/bodies", false, false},
+		{"POST", "/v1/repositories/{repo}/works/{work}/bodies", true, false},
+		{"PUT", "/v1/repositories/{repo}/works/{work}/bodies/{digest}", true, false},
+		{"GET", "/v1/repositories/{repo}/works/{work}/bodies/{digest}", false, false},
+		{"DELETE", "/v1/repositories/{repo}/works/{work}/bodies/{digest}", true, false},
 		{"GET", "/v1/admin/humans", false, true},
 		{"POST", "/v1/admin/humans", true, true},
 		{"GET", "/v1/admin/repositories", false, true},
@@ -145,6 +150,29 @@ func NewHandler(svc *Service, logger *log.Logger) *Handler {
 			}
 			return svc.SetGrant(r.Context(), p, r.PathValue("repo"), r.PathValue("work"), req)
 		},
+		"GET /v1/repositories/{repo}/works/{work}/bodies": func(r *http.Request, p Principal) (any, error) {
+			return svc.ListBodies(r.Context(), p, r.PathValue("repo"), r.PathValue("work"))
+		},
+		"POST /v1/repositories/{repo}/works/{work}/bodies": func(r *http.Request, p Principal) (any, error) {
+			var req api.MissingBodiesRequest
+			if err := api.DecodeStrict(r.Body, api.MaxRequestBytes, &req); err != nil {
+				return nil, err
+			}
+			return svc.MissingBodies(r.Context(), p, r.PathValue("repo"), r.PathValue("work"), req)
+		},
+		"PUT /v1/repositories/{repo}/works/{work}/bodies/{digest}": func(r *http.Request, p Principal) (any, error) {
+			return svc.UploadBody(r.Context(), p, r.PathValue("repo"), r.PathValue("work"), r.PathValue("digest"), r.ContentLength, r.Body)
+		},
+		"GET /v1/repositories/{repo}/works/{work}/bodies/{digest}": func(r *http.Request, p Principal) (any, error) {
+			_, b, err := svc.GetBody(r.Context(), p, r.PathValue("repo"), r.PathValue("work"), r.PathValue("digest"))
+			if err != nil {
+				return nil, err
+			}
+			return rawBody{contentType: api.BodyContentType, digest: r.PathValue("digest"), b: b, untrusted: true}, nil
+		},
+		"DELETE /v1/repositories/{repo}/works/{work}/bodies/{digest}": func(r *http.Request, p Principal) (any, error) {
+			return svc.DeleteBody(r.Context(), p, r.PathValue("repo"), r.PathValue("work"), r.PathValue("digest"))
+		},
 		"GET /v1/admin/humans":       adminList(svc, "humans"),
 		"GET /v1/admin/repositories": adminList(svc, "repositories"),
 		"GET /v1/admin/tokens":       adminList(svc, "tokens"),
@@ -220,6 +248,8 @@ type rawBody struct {
 	contentType string
 	digest      string
 	b           []byte
+	// untrusted marks agent output (a conversation body).
+	untrusted bool
 }
 
 func (h *Handler) wrap(fn handlerFunc, limit int64) http.Handler {
@@ -253,6 +283,10 @@ func (h *Handler) wrap(fn handlerFunc, limit int64) http.Handler {
 			w.Header().Set("Content-Length", fmt.Sprint(len(raw.b)))
 			if raw.digest != "" {
 				w.Header().Set(api.IncrementDigestHeader, raw.digest)
+			}
+			if raw.untrusted {
+				w.Header().Set(api.UntrustedHeader, "agent-output")
+				w.Header().Set("X-Content-Type-Options", "nosniff")
 			}
 			w.WriteHeader(http.StatusOK)
 			w.Write(raw.b)

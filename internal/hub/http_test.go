@@ -87,7 +87,7 @@ func (e *matrixEnv) do(t *testing.T, method, path, token string, body []byte) (i
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	if ct := resp.Header.Get("Content-Type"); ct != "application/json" && !(resp.StatusCode == 200 && ct == api.IncrementContentType) {
+	if ct := resp.Header.Get("Content-Type"); ct != "application/json" && !(resp.StatusCode == 200 && ct == api.IncrementContentType) && !(resp.StatusCode == 200 && ct == api.BodyContentType) {
 		t.Fatalf("%s %s: content type %q", method, path, ct)
 	}
 	return resp.StatusCode, b
@@ -143,6 +143,9 @@ func (e *matrixEnv) request(t *testing.T, rt hub.Route) (string, []byte) {
 			e.upload(t, wt, 0, "s1", testIncrement(t, 0, "s1"))
 		}
 	}
+	if strings.Contains(path, "/bodies") {
+		return e.bodyRequest(t, rt, path, n)
+	}
 	if strings.Contains(path, "{worktree}") {
 		wt := fmt.Sprintf("wt-c%d", n)
 		e.freshWork(t, wt)
@@ -186,6 +189,10 @@ func expected(rt hub.Route, caller string) int {
 	case callerReadWrite:
 		if rt.Admin {
 			return 403
+		}
+	case callerAdmin:
+		if rt.Method == "PUT" && strings.Contains(rt.Pattern, "/bodies/") {
+			return 403 // only the author uploads its declaration
 		}
 	}
 	return 200
@@ -259,4 +266,37 @@ func TestHTTPRefusals(t *testing.T) {
 		t.Fatalf("health: %v %v", resp, err)
 	}
 	resp.Body.Close()
+}
+
+// bodyRequest builds a body route's request on the Work in path: alice
+// (the read-write and read-only callers' human) declared a fresh body,
+// uploaded unless the route is the upload.
+func (e *matrixEnv) bodyRequest(t *testing.T, rt hub.Route, path string, n int64) (string, []byte) {
+	ctx := context.Background()
+	workID := strings.Split(strings.TrimPrefix(path, "/v1/repositories/proj/works/"), "/")[0]
+	p, err := e.svc.EnsureLocal(ctx, "alice", "proj")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := []byte(fmt.Sprintf(`{"prompt":"matrix %d"}`, n))
+	sum := sha256.Sum256(b)
+	d := hex.EncodeToString(sum[:])
+	env := &api.Envelope{Identity: identity(fmt.Sprint("matrix-body", n)), Type: api.TypeEvents, WorkID: workID, Generation: 1, Session: "default",
+		Events: []api.Event{{Seq: 1, Kind: "prompt_submit"}},
+		Body:   &api.BodyDeclaration{Digest: d, Bytes: int64(len(b)), MediaType: api.BodyMediaType, Retention: api.RetentionSharedApproved, Availability: api.BodyRetained, CaptureMode: "shared-conversation"}}
+	if _, err := e.svc.Ingest(ctx, p, "proj", env); err != nil {
+		t.Fatal(err)
+	}
+	path = strings.ReplaceAll(path, "{digest}", d)
+	switch {
+	case rt.Method == "PUT":
+		return path, b
+	case rt.Method == "POST":
+		q, _ := json.Marshal(api.MissingBodiesRequest{Digests: []string{d}})
+		return path, q
+	}
+	if _, err := e.svc.UploadBody(ctx, p, "proj", workID, d, int64(len(b)), bytes.NewReader(b)); err != nil {
+		t.Fatal(err)
+	}
+	return path, nil
 }

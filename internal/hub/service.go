@@ -63,6 +63,9 @@ type Service struct {
 
 	authMu    sync.Mutex
 	authCache map[string]cachedPrincipal // token hash -> principal
+
+	// instance names this Service as the holder of the sweep's lease.
+	instance string
 }
 
 // cachedPrincipal is an authentication remembered for AuthCacheTTL.
@@ -107,7 +110,7 @@ func New(st store.Store, obj objects.Store, cfg Config) (*Service, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Service{st: st, obj: obj, cfg: cfg, authCache: map[string]cachedPrincipal{}}, nil
+	return &Service{st: st, obj: obj, cfg: cfg, authCache: map[string]cachedPrincipal{}, instance: newID("hub_")}, nil
 }
 
 // Open opens the Hub in a data directory (created 0700 when missing): the
@@ -438,6 +441,12 @@ func (s *Service) Ingest(ctx context.Context, p Principal, repository string, en
 		sc := store.Scope{WorkID: w.ID, Generation: env.Generation, Session: env.Session, Stream: env.Stream, Identity: env.Identity, ReceivedAt: now}
 		if err := s.apply(tx, p, &w, sc, env, &res); err != nil {
 			return err
+		}
+		res.Body = ""
+		if env.Body != nil {
+			if res.Body, err = s.declareBody(tx, p, &w, sc, env.Body); err != nil {
+				return err
+			}
 		}
 		res.Status = api.StatusAccepted
 		return tx.InsertEnvelope(store.Envelope{RepositoryID: repo.ID, Identity: env.Identity, Digest: digest, Type: env.Type,

@@ -131,7 +131,7 @@ func (s *Spool) appendLocked(st *state, rec *event.Record) (uint64, error) {
 		sum := sha256.Sum256(bb)
 		artHex = hex.EncodeToString(sum[:])
 		art = encodeFrame(typeArtifact, artHex, bb)
-		r.BodyRef = &event.ArtifactRef{Digest: "sha256:" + artHex, Bytes: int64(len(bb)), MediaType: "application/json", Retention: "local-private", Availability: event.AvailabilityRetained}
+		r.BodyRef = &event.ArtifactRef{Digest: "sha256:" + artHex, Bytes: int64(len(bb)), MediaType: "application/json", Retention: event.RetentionClass(rec.CaptureMode, int64(len(bb))), Availability: event.AvailabilityRetained}
 		if int64(len(bb)) > st.limits.ArtifactBytes {
 			missing = event.GapReasonArtifactLimit
 		}

@@ -57,6 +57,9 @@ type Envelope struct {
 	ActionFinish *ActionFinish `json:"action_finish,omitempty"`
 	Usage        *Usage        `json:"usage,omitempty"`
 	Gap          *Gap          `json:"gap,omitempty"`
+	// Body declares the conversation body the record carries (bodies.go):
+	// set only for bodies retained in shared-conversation mode.
+	Body *BodyDeclaration `json:"body,omitempty"`
 }
 
 // Event kinds the Hub accepts; an unknown kind is refused, so a newer client
@@ -228,6 +231,11 @@ type IngestResult struct {
 	Digest   string `json:"digest"`
 	// Paused is true when this envelope's SessionEnd paused the Work.
 	Paused bool `json:"paused,omitempty"`
+	// Body says what became of the envelope's body declaration: declared
+	// (awaiting upload), declared_local, shares_first_declaration, or
+	// body_not_shared (a shared-approved body of a session that was not in
+	// shared-conversation mode, kept as a local declaration).
+	Body string `json:"body,omitempty"`
 }
 
 // Ingest statuses.
@@ -296,6 +304,14 @@ func (e *Envelope) Validate() error {
 	}
 	if e.Stream != "" && (!ValidName(e.Stream) || len(e.Stream) > MaxStreamLen) {
 		return bad("stream is not valid (at most %d printable bytes, no slashes)", MaxStreamLen)
+	}
+	if e.Body != nil {
+		if e.Type == TypeUsage || e.Type == TypeGap {
+			return bad("a %s envelope declares no body", e.Type)
+		}
+		if err := e.Body.validate(); err != nil {
+			return err
+		}
 	}
 	n := 0
 	if len(e.Events) > 0 {

@@ -28,8 +28,10 @@ const DBFile = "hub.db"
 // Version 2 made usage counts nullable (unknown), added the usage scope and
 // the setups table. Version 3 added the client stream to the event
 // sequence key (events: work, generation, session, stream, seq) and to
-// gaps; rows of earlier versions are in the legacy stream ”.
-const SchemaVersion = 3
+// gaps; rows of earlier versions are in the legacy stream ”. Version 4
+// added shared conversation bodies: the bodies (declarations),
+// body_removals and leases tables (bodies.go).
+const SchemaVersion = 4
 
 // migrations[v] brings a version-v database to v+1 before the schema (all
 // CREATE ... IF NOT EXISTS) is applied. All of them, the schema and the
@@ -237,7 +239,7 @@ func (s *SQLite) migrate(ctx context.Context) error {
 				}
 			}
 		}
-		if _, err := tx.ExecContext(ctx, schema); err != nil {
+		if _, err := tx.ExecContext(ctx, schema+bodiesSchema); err != nil {
 			return fmt.Errorf("create hub schema: %w", err)
 		}
 		for u := from; u > 0 && u < SchemaVersion; u++ {

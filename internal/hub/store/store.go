@@ -243,6 +243,9 @@ type Tx interface {
 	// IncrementDigestRefs counts the increments (of any Work) stored under
 	// an object digest.
 	IncrementDigestRefs(digest string) (int64, error)
+
+	// BodyTx keeps shared conversation bodies (bodies.go).
+	BodyTx
 }
 
 // Increment is one changelog increment stored for a Work: the object's

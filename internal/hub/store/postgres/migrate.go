@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"hash"
 	"net/url"
@@ -83,18 +84,21 @@ func CopyFromSQLite(ctx context.Context, dir string, dst *Store, srcObj, dstObj 
 	}
 
 	// Objects first.
-	rows, err := stx.QueryContext(ctx, "SELECT digest, max(size) FROM changelog_increments GROUP BY digest ORDER BY digest")
+	// (Increments, and shared conversation bodies available on the Hub.)
+	rows, err := stx.QueryContext(ctx, `SELECT digest, max(size), min(body) FROM (SELECT digest, size, 0 AS body FROM changelog_increments
+		UNION ALL SELECT digest, bytes, 1 FROM bodies WHERE state='available') GROUP BY digest ORDER BY digest`)
 	if err != nil {
 		return rep, fmt.Errorf("source objects: %w", err)
 	}
 	type obj struct {
 		digest string
 		size   int64
+		body   bool // only bodies need it
 	}
 	var objs []obj
 	for rows.Next() {
 		var o obj
-		if err := rows.Scan(&o.digest, &o.size); err != nil {
+		if err := rows.Scan(&o.digest, &o.size, &o.body); err != nil {
 			rows.Close()
 			return rep, err
 		}
@@ -106,6 +110,11 @@ func CopyFromSQLite(ctx context.Context, dir string, dst *Store, srcObj, dstObj 
 	}
 	for _, o := range objs {
 		b, err := srcObj.Get(ctx, o.digest, o.size)
+		if o.body && errors.Is(err, objects.ErrNotFound) {
+			// An available body whose object is lost: the copy answers it
+			// as the source would (it returns to awaiting upload on read).
+			continue
+		}
 		if err != nil {
 			return rep, fmt.Errorf("source object %s: %w", o.digest, err)
 		}

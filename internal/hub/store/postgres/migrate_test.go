@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -113,6 +114,21 @@ func populate(t *testing.T, svc *hub.Service) (hub.Principal, string) {
 			t.Fatalf("upload %d: %v", pos, err)
 		}
 	}
+	// A shared conversation body, uploaded, and one declared only.
+	for i, text := range []string{`{"prompt":"shared"}`, `{"prompt":"declared only"}`} {
+		e := env(fmt.Sprint("body", i), api.TypeEvents)
+		e.Events = []api.Event{{Seq: int64(10 + i), Kind: "prompt_submit"}}
+		e.Body = &api.BodyDeclaration{Digest: sum(text), Bytes: int64(len(text)), MediaType: api.BodyMediaType, Retention: api.RetentionSharedApproved,
+			Availability: api.BodyRetained, CaptureMode: "shared-conversation"}
+		if _, err := svc.Ingest(ctx, p, "proj", e); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			if _, err := svc.UploadBody(ctx, p, "proj", w.ID, sum(text), int64(len(text)), strings.NewReader(text)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	if _, err := svc.Checkpoint(ctx, p, "proj", w.ID, api.CheckpointRequest{Action: api.CheckpointTakeover, WorktreeID: "wt-2", Note: "mine now"}); err != nil {
 		t.Fatal(err)
 	}
@@ -145,6 +161,19 @@ func view(t *testing.T, svc *hub.Service, p hub.Principal, work string) string {
 		bodies = append(bodies, sum(string(b)))
 	}
 	out["bodies"] = bodies
+	if out["conversation"], err = svc.ListBodies(ctx, p, "proj", work); err != nil {
+		t.Fatal(err)
+	}
+	shared, err := svc.MissingBodies(ctx, p, "proj", work, api.MissingBodiesRequest{Digests: []string{sum(`{"prompt":"shared"}`), sum(`{"prompt":"declared only"}`)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out["missing"] = shared
+	if _, b, err := svc.GetBody(ctx, p, "proj", work, sum(`{"prompt":"shared"}`)); err != nil {
+		t.Fatal(err)
+	} else {
+		out["conversation_body"] = string(b)
+	}
 	for _, what := range []string{"humans", "repositories", "tokens"} {
 		if out[what], err = svc.AdminList(ctx, hub.Operator(), what); err != nil {
 			t.Fatal(err)
@@ -192,10 +221,11 @@ func TestCopyFromSQLite(t *testing.T) {
 	for _, tc := range rep.Tables {
 		rows[tc.Table] = tc.Rows
 	}
-	want := map[string]int64{"humans": 2, "repositories": 1, "tokens": 1, "works": 1, "events": 3, "actions": 1, "usage": 2, "gaps": 1,
-		"changelog_increments": 3, "changelog_grants": 1, "checkpoints": 2, "sessions": 2, "session_natives": 1, "envelopes": 6, "currents": 2, "setups": 0, "streams": 1}
-	if !reflect.DeepEqual(rows, want) || rep.Objects != 3 {
-		t.Fatalf("copied %v and %d objects, want %v and 3", rows, rep.Objects, want)
+	want := map[string]int64{"humans": 2, "repositories": 1, "tokens": 1, "works": 1, "events": 5, "actions": 1, "usage": 2, "gaps": 1,
+		"changelog_increments": 3, "changelog_grants": 1, "checkpoints": 2, "sessions": 2, "session_natives": 1, "envelopes": 8, "currents": 2, "setups": 0, "streams": 1,
+		"bodies": 2, "body_removals": 0, "leases": 0}
+	if !reflect.DeepEqual(rows, want) || rep.Objects != 4 {
+		t.Fatalf("copied %v and %d objects, want %v and 4", rows, rep.Objects, want)
 	}
 	svc, err := hub.New(dst, dstObj, hub.Config{})
 	if err != nil {

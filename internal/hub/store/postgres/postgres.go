@@ -27,7 +27,7 @@ import (
 // SchemaVersion is the schema this binary writes; it follows the SQLite
 // store's numbering (store.SchemaVersion), so a schema change is one entry
 // appended to migrations in each store.
-const SchemaVersion = 3
+const SchemaVersion = 4
 
 // migration brings a database to version by running sql.
 type migration struct {
@@ -41,6 +41,7 @@ type migration struct {
 var migrations = []migration{
 	{2, schemaV2},
 	{3, schemaV3},
+	{4, schemaV4},
 }
 
 // schemaLockKey is the pg_advisory_xact_lock key of schema migrations.

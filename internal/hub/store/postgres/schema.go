@@ -96,6 +96,9 @@ var Tables = []Table{
 	{"gaps", cols("work_id,generation,session,identity,kind,reason,from_seq,to_seq,received_at,stream"), cols("work_id,identity"), nil},
 	{"changelog_grants", cols("work_id,max_objects,max_bytes,updated_at"), cols("work_id"), nil},
 	{"changelog_increments", cols("work_id,position,digest,size,session,generation,worktree_id,kind,tool,failed,stored_at"), cols("work_id,worktree_id,position"), cols("failed")},
+	{"bodies", cols("work_id,human_id,digest,repository_id,bytes,media_type,retention,state,generation,session,identity,declared_at,uploaded_at,expires_at,ended_at"), cols("work_id,human_id,digest"), nil},
+	{"body_removals", cols("digest,next_at,backoff,attempts,last_error"), cols("digest"), nil},
+	{"leases", cols("name,holder,expires_at"), cols("name"), nil},
 }
 
 func cols(s string) []string { return strings.Split(s, ",") }
