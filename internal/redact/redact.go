@@ -154,10 +154,15 @@ func nameParts(name string) []string {
 
 var (
 	reField = lazy(`(\\*")([A-Za-z0-9_.$@-]{1,128})(\\*"\s*:\s*)`)
-	reFlag  = lazy(`(^|[\s"'])(--?[A-Za-z][A-Za-z0-9_.-]*)(=|[ \t]+)("[^"\n]*"|'[^'\n]*'|[^\s"']+)`)
-	// Groups: 1 lead, 2 and 4 the quotes around a quoted name ('auth_token' => 'v'), 3 the name,
-	// 5 the separator (after an index bracket too: cfg["db_password"] = "v"), 6 an auth scheme kept readable (Basic, Bearer, ...), 7 the value.
-	reAssignment = lazy(`(^|[^A-Za-z0-9_.-])(['"]?)([A-Za-z_][A-Za-z0-9_.-]*)(['"]?)(\]?[ \t]*(?:=>|=|:)[ \t]*)((?i:(?:basic|bearer|digest|token|negotiate)[ \t]+)?)("[^"\n]*"|'[^'\n]*'|[^\s,;"'&}<>?]+)`)
+	// The name-based rules start at a name that contains a secret word
+	// (namedSpans) and match what follows it, anchored, within its line:
+	// reFlagTail after --name (groups: 1 separator, 2 value) and
+	// reAssignTail after NAME (groups: 1 a closing quote of a quoted name,
+	// 'auth_token' => 'v'; 2 the separator, also after an index bracket,
+	// cfg["db_password"] = "v"; 3 an auth scheme kept readable, Basic,
+	// Bearer, ...; 4 the value).
+	reFlagTail   = lazy(`^(=|[ \t]+)("[^"\n]*"|'[^'\n]*'|[^\s"']+)`)
+	reAssignTail = lazy(`^(['"]?)(\]?[ \t]*(?:=>|=|:)[ \t]*)((?i:(?:basic|bearer|digest|token|negotiate)[ \t]+)?)("[^"\n]*"|'[^'\n]*'|[^\s,;"'&}<>?]+)`)
 )
 
 // keyword is one prefilter literal; mask has the bit of every rule it enables
@@ -331,15 +336,11 @@ func redactText(s string, t *tally) string {
 		s, c = redactFields(s)
 		t.add(Field, c)
 	}
-	if strings.Contains(s, "-") {
-		s, c = replaceNamed(reFlag(), s, FlagValue, 2, 4, func(name string) bool {
-			return IsSecretName(strings.TrimLeft(name, "-"))
-		})
-		t.add(FlagValue, c)
-	}
-	if strings.ContainsAny(s, "=:") {
-		s, c = replaceNamed(reAssignment(), s, Assignment, 3, 7, nil)
-		t.add(Assignment, c)
+	if strings.ContainsAny(s, "=:") || strings.Contains(s, "-") {
+		var f, a int
+		s, f, a = redactNamed(s)
+		t.add(FlagValue, f)
+		t.add(Assignment, a)
 	}
 	return s
 }
@@ -368,59 +369,111 @@ func replaceGroup(re *regexp.Regexp, s, kind string) (string, int) {
 	return b.String(), n
 }
 
-// replaceNamed replaces submatch vg (the value) when submatch ng (the name)
-// is secret and the value is not already a marker. A match whose name is
-// not secret is searched again from the end of its name, so a quoted value
-// holding an assignment of its own ("x": "password=v") is still seen. With
-// a nil secret the rule is the assignment rule: a name quoted after it
-// needs the same quote before it (groups 2 and 4).
-func replaceNamed(re *regexp.Regexp, s, kind string, ng, vg int, secret func(string) bool) (string, int) {
-	var b strings.Builder
-	last, n, pos := 0, 0, 0
-	for pos < len(s) {
-		m := re.FindStringSubmatchIndex(s[pos:])
-		if m == nil {
+// isNameByte reports whether c can be part of a flag, variable or field
+// name as the name-based rules see it.
+func isNameByte(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '.' || c == '-'
+}
+
+// namedSpans returns the maximal name runs of s that contain a secret word
+// (the only names IsSecretName can accept), in order, without overlap.
+func namedSpans(s string) [][2]int {
+	t := keywordTable()
+	var spans [][2]int
+	for i := 0; i < len(s); i++ {
+		for _, k := range t[s[i]] {
+			if k.mask != bitNamed || len(s)-i < len(k.text) || !strings.EqualFold(s[i:i+len(k.text)], k.text) {
+				continue
+			}
+			a, b := i, i
+			for a > 0 && isNameByte(s[a-1]) {
+				a--
+			}
+			for b < len(s) && isNameByte(s[b]) {
+				b++
+			}
+			spans = append(spans, [2]int{a, b})
+			i = b - 1
 			break
 		}
-		for i := range m {
-			if m[i] >= 0 {
-				m[i] += pos
-			}
-		}
-		name, val := s[m[2*ng]:m[2*ng+1]], s[m[2*vg]:m[2*vg+1]]
-		var ok bool
-		switch {
-		case strings.HasSuffix(s[:m[2*ng]], markerPrefix):
-			// The kind inside a marker ([REDACTED:github_token] = v) is no name.
-		case secret != nil:
-			ok = secret(name)
-		default:
-			oq, cq := s[m[4]:m[5]], s[m[8]:m[9]]
-			ok = (cq == "" || cq == oq) && IsSecretName(name)
-		}
-		if !ok {
-			pos = m[2*ng+1]
+	}
+	return spans
+}
+
+// redactNamed applies the flag rule (the value after a secret-named
+// --flag, as --flag=v or --flag v) and the assignment rule (NAME=value,
+// NAME: value, NAME => value, also with the name quoted) to s. A name
+// inside a marker ([REDACTED:github_token]) and a value that already is a
+// marker are left alone; a flag followed by another flag has no value.
+func redactNamed(s string) (string, int, int) {
+	spans := namedSpans(s)
+	if len(spans) == 0 {
+		return s, 0, 0
+	}
+	var b strings.Builder
+	last, flags, assigns := 0, 0, 0
+	for _, sp := range spans {
+		a, e := sp[0], sp[1]
+		if a < last || strings.HasSuffix(s[:a], markerPrefix) {
 			continue
 		}
-		pos = m[2*vg+1]
+		name := s[a:e]
+		line := s[e:]
+		if i := strings.IndexByte(line, '\n'); i >= 0 {
+			line = line[:i]
+		}
+		var m []int
+		var kind string
+		if name[0] == '-' {
+			// --?[A-Za-z]... after start, blank or quote.
+			bare := strings.TrimPrefix(strings.TrimPrefix(name, "-"), "-")
+			if bare == "" || !isLetter(bare[0]) || (a > 0 && !strings.ContainsRune(" \t\n\r\f\v\"'", rune(s[a-1]))) || !IsSecretName(bare) {
+				continue
+			}
+			if m = reFlagTail().FindStringSubmatchIndex(line); m == nil {
+				continue
+			}
+			m = []int{m[4], m[5]} // the value
+			kind = FlagValue
+		} else {
+			if !isLetter(name[0]) && name[0] != '_' || !IsSecretName(name) {
+				continue
+			}
+			if m = reAssignTail().FindStringSubmatchIndex(line); m == nil {
+				continue
+			}
+			if cq := line[m[2]:m[3]]; cq != "" && (a == 0 || s[a-1] != cq[0]) {
+				continue
+			}
+			m = []int{m[8], m[9]}
+			kind = Assignment
+		}
+		vs, ve := e+m[0], e+m[1]
+		val := s[vs:ve]
 		if strings.HasPrefix(strings.Trim(val, `"'`), markerPrefix) || (kind == FlagValue && strings.HasPrefix(val, "-")) {
 			continue
 		}
-		b.WriteString(s[last:m[2*vg]])
 		q := ""
 		if len(val) >= 2 && (val[0] == '"' || val[0] == '\'') && val[len(val)-1] == val[0] {
 			q = val[:1]
 		}
+		b.WriteString(s[last:vs])
 		b.WriteString(q + Marker(kind) + q)
-		last = m[2*vg+1]
-		n++
+		last = ve
+		if kind == FlagValue {
+			flags++
+		} else {
+			assigns++
+		}
 	}
-	if n == 0 {
-		return s, 0
+	if last == 0 {
+		return s, 0, 0
 	}
 	b.WriteString(s[last:])
-	return b.String(), n
+	return b.String(), flags, assigns
 }
+
+func isLetter(c byte) bool { return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' }
 
 // redactFields replaces the values of JSON fields with secret names, also in
 // JSON escaped into a string (\"password\":\"x\"). An object or array value is
@@ -672,8 +725,8 @@ func redactJSON(s string, t *tally) string {
 			continue
 		}
 		i = end
-		if !mayHide(lit, ^uint64(0)) {
-			continue
+		if strings.Contains(lit, `\`) && !mayHide(lit, ^uint64(0)) {
+			continue // (without an escape, redactText's own prefilter is the check)
 		}
 		v := jsonUnquote(lit)
 		if r := redactText(v, t); r != v {
