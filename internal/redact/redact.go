@@ -156,12 +156,13 @@ var (
 	reField = lazy(`(\\*")([A-Za-z0-9_.$@-]{1,128})(\\*"\s*:\s*)`)
 	// The name-based rules start at a name that contains a secret word
 	// (namedSpans) and match what follows it, anchored, within its line:
-	// reFlagTail after --name (groups: 1 separator, 2 value) and
+	// reFlagTail after --name (groups: 1 a closing quote of a quoted flag,
+	// "--token" "v"; 2 the separator; 3 the value) and
 	// reAssignTail after NAME (groups: 1 a closing quote of a quoted name,
 	// 'auth_token' => 'v'; 2 the separator, also after an index bracket,
 	// cfg["db_password"] = "v"; 3 an auth scheme kept readable, Basic,
 	// Bearer, ...; 4 the value).
-	reFlagTail   = lazy(`^(=|[ \t]+)("[^"\n]*"|'[^'\n]*'|[^\s"']+)`)
+	reFlagTail   = lazy(`^(['"]?)(=|[ \t]+)("[^"\n]*"|'[^'\n]*'|[^\s"']+)`)
 	reAssignTail = lazy(`^(['"]?)(\]?[ \t]*(?:=>|=|:)[ \t]*)((?i:(?:basic|bearer|digest|token|negotiate)[ \t]+)?)("[^"\n]*"|'[^'\n]*'|[^\s,;"'&}<>?]+)`)
 )
 
@@ -433,7 +434,10 @@ func redactNamed(s string) (string, int, int) {
 			if m = reFlagTail().FindStringSubmatchIndex(line); m == nil {
 				continue
 			}
-			m = []int{m[4], m[5]} // the value
+			if cq := line[m[2]:m[3]]; cq != "" && (a == 0 || s[a-1] != cq[0]) {
+				continue
+			}
+			m = []int{m[6], m[7]} // the value
 			kind = FlagValue
 		} else {
 			if !isLetter(name[0]) && name[0] != '_' || !IsSecretName(name) {

@@ -49,6 +49,10 @@ func TestString(t *testing.T) {
 		{"mysql -p in another command is kept", "grep -pattern file", "grep -pattern file"},
 		{"mysql-family", "mysqldump -pA mysqladmin -pB; mariadb -pC", "mysqldump -p[REDACTED:flag_value] mysqladmin -p[REDACTED:flag_value]; mariadb -p[REDACTED:flag_value]"},
 		{"mysql -p alone", "mysql -p", "mysql -p"},
+		{"form parameter", "user[password]=hunter2&user[name]=bob", "user[password]=[REDACTED:assignment]&user[name]=bob"},
+		{"quoted flag", `run "--token" "abc def"`, `run "--token" "[REDACTED:flag_value]"`},
+		{"flag in quotes", `run '--token=abc'`, `run '--token=[REDACTED:flag_value]'`},
+		{"name inside a marker is no name", "[REDACTED:github_token] =0", "[REDACTED:github_token] =0"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -238,5 +242,14 @@ func TestIsSecretName(t *testing.T) {
 		if got := IsSecretName(name); got != want {
 			t.Errorf("IsSecretName(%q) = %v, want %v", name, got, want)
 		}
+	}
+}
+
+// Result.Kinds lists each kind once, in the seed's order.
+func TestResultKinds(t *testing.T) {
+	in := "curl -u a:b x; DB_PASS=x; AKIAIOSFODNN7EXAMPLE; mysql -pY"
+	r := Redact(in, Options{})
+	if r.Redactions != 4 || !slices.Equal(r.Kinds, []string{AWSAccessKeyID, FlagValue, Assignment}) {
+		t.Fatalf("%+v", r)
 	}
 }
