@@ -501,6 +501,12 @@ func captureOccurrence(led *Ledger, ss *spool.Session, bd *Binding, observed, fi
 			return err
 		}
 	}
+	if gap := redactedGap(rec, seq); gap != nil { // redacted.go
+		stamp(gap)
+		if _, err := appendInStream(ss, led, gap); err != nil {
+			return fmt.Errorf("record %d retained; recording its redacted gap failed: %w", seq, err)
+		}
+	}
 	if uncertain != "" {
 		gap := &event.Record{
 			Agent: rec.Agent, SessionID: rec.SessionID, Kind: event.KindGap, HookEvent: rec.HookEvent,

@@ -135,7 +135,13 @@ func (s Store) TranscriptStep(ss *spool.Session, bd *Binding, raw []byte, p *cla
 			if mode == event.ModeSharedConversation && r.Body != nil {
 				claude.RedactBody(r.Body)
 			}
-			if _, err := ss.Append(r); err != nil {
+			seq, err := ss.Append(r)
+			if err == nil {
+				if gap := redactedGap(r, seq); gap != nil { // redacted.go
+					_, err = ss.Append(gap)
+				}
+			}
+			if err != nil {
 				// The cursor stays where it was: the next hook re-reads.
 				if changed {
 					err = errors.Join(err, s.saveTranscriptState(path, st))

@@ -302,9 +302,9 @@ func redactLines(b []byte) ([]byte, int) {
 			line = b[:i+1]
 		}
 		b = b[len(line):]
-		r, c := redact.String(string(line))
-		out = append(out, r...)
-		n += c
+		r := redact.Redact(string(line), redact.Options{JSON: true}) // a JSONL record
+		out = append(out, r.Text...)
+		n += r.Redactions
 	}
 	return out, n
 }

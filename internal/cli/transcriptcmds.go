@@ -11,6 +11,7 @@ import (
 	"github.com/agentscm/agentscm/internal/agent/claude"
 	"github.com/agentscm/agentscm/internal/agent/codex"
 	"github.com/agentscm/agentscm/internal/event"
+	"github.com/agentscm/agentscm/internal/redact"
 	"github.com/agentscm/agentscm/internal/spool"
 	"github.com/agentscm/agentscm/internal/transcript"
 )
@@ -86,6 +87,7 @@ attributed to no Work and never delivered.`, args, true, false, func(fs *flag.Fl
 	for i := range res.Records {
 		r := &res.Records[i]
 		r.CaptureMode = *mode
+		redact.ForMode(r.CaptureMode, r.Body) // the one redaction (a no-op: imported bodies are local-conversation, kept unredacted)
 		seq, err := sp.AppendContext(ctx, r)
 		if seq != 0 {
 			if out.FirstSeq == 0 {

@@ -25,6 +25,10 @@ const (
 	// got a durable local occurrence number, and a retried hook cannot be
 	// told apart from a legitimate repeat, so the event may be overcounted.
 	GapIdentityUncertain = "identity_uncertain"
+	// GapRedacted marks that a retained body needed redaction before it
+	// was kept (shared-conversation mode): the record's body was altered.
+	// AffectedSeq names the record.
+	GapRedacted = "redacted"
 )
 
 // Gap reasons name the bound that caused the gap.

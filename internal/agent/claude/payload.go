@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"strconv"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -205,34 +204,8 @@ func Map(p *Payload, mode string, now time.Time) (rec *event.Record, ok bool, er
 }
 
 // redactBody replaces well-known credential shapes in every field of a
-// shared-conversation body and counts the replacements.
-func redactBody(b *event.Body) {
-	n := 0
-	str := func(s string) string {
-		out, c := redact.String(s)
-		n += c
-		return out
-	}
-	js := func(raw json.RawMessage) json.RawMessage {
-		if len(raw) == 0 {
-			return raw
-		}
-		var v any
-		if json.Unmarshal(raw, &v) != nil {
-			return json.RawMessage(strconv.Quote(str(string(raw))))
-		}
-		out, c := redact.Value(v)
-		n += c
-		enc, err := json.Marshal(out)
-		if err != nil {
-			return nil
-		}
-		return enc
-	}
-	b.Prompt, b.Error, b.Message = str(b.Prompt), str(b.Error), str(b.Message)
-	b.ToolInput, b.ToolResponse = js(b.ToolInput), js(b.ToolResponse)
-	b.Redactions = n
-}
+// shared-conversation body and counts the replacements: redact.Body.
+func redactBody(b *event.Body) { redact.Body(b) }
 
 func allowlisted(v string, allow map[string]bool) string {
 	if allow[v] {
