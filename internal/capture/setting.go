@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/agentscm/agentscm/internal/agent/adapter"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -130,6 +131,10 @@ type EnableOptions struct {
 	// limits of the binding's spool; zero fields keep the current value
 	// (the defaults for a new spool).
 	Limits spool.Limits
+	// Agent is the agent whose hooks a new binding installs (adapter.For;
+	// empty is Claude Code). An existing binding keeps its agent: asking
+	// for another is refused.
+	Agent string
 	// Compaction sets or clears the automatic compaction policy. A new
 	// binding records the default policy (DefaultCompactThreshold) unless
 	// this clears it; re-enabling keeps the saved choice unless this
@@ -170,8 +175,12 @@ func EnableCapture(ctx context.Context, store Store, conns Connections, o Enable
 		return nil, fmt.Errorf("this checkout is now connected to %s on %s; refresh and confirm again", lin.Repository, lin.Hub)
 	}
 	action := ""
+	want, err := adapter.For(o.Agent)
+	if err != nil {
+		return nil, err
+	}
 	co := ConfigureOptions{Root: root, CaptureMode: o.Mode, Executable: o.Executable, Now: o.Now,
-		Compaction: o.Compaction, compactionBy: "enable"}
+		Compaction: o.Compaction, compactionBy: "enable", Agent: agentField(want)}
 	decide := func(cur *Binding, co *ConfigureOptions) error {
 		switch {
 		case cur == nil:
@@ -195,6 +204,12 @@ func EnableCapture(ctx context.Context, store Store, conns Connections, o Enable
 				return fmt.Errorf("the capture binding of this checkout was saved for %s, but it is now connected to %s; run change-capture forget --root %s to start fresh",
 					describeLineage(cur.lineage()), describeLineage(lin), root)
 			}
+			if have, err := adapter.For(cur.Agent); err != nil {
+				return err
+			} else if o.Agent != "" && have.Name() != want.Name() {
+				return fmt.Errorf("the capture binding of this checkout installs %s hooks, not %s; run change-capture unconfigure --root %s first (the spool is kept)", have.Name(), want.Name(), root)
+			}
+			co.Agent = cur.Agent
 			action = "re-enabled"
 			if cur.Enabled {
 				action = "mode-changed"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/agentscm/agentscm/internal/agent/adapter"
 	"time"
 
 	"github.com/agentscm/agentscm/internal/capture"
@@ -53,6 +54,7 @@ this checkout".`)
 	root := fs.String("root", "", "absolute path of the checkout")
 	mode := fs.String("mode", "", "metadata-only, local-conversation or shared-conversation")
 	local := fs.Bool("local", false, "connect the checkout to the embedded local Hub first when it has no client connection")
+	agent := fs.String("agent", "", agentFlagHelp)
 	expRepo := fs.String("expect-repository", "", "repository the person confirmed")
 	expHub := fs.String("expect-hub", "", "Hub the person confirmed")
 	var lim spool.Limits
@@ -81,6 +83,23 @@ this checkout".`)
 	if err != nil {
 		return err
 	}
+	agentName := *agent
+	if agentName == "" {
+		if cur, err := store.Load(); err == nil {
+			if canon, err := capture.CanonicalRoot(*root); err == nil && cur.Find(canon) != nil {
+				agentName = "" // an existing binding keeps its agent
+			} else if err == nil {
+				agentName = detectAgent(env, canon)
+			}
+		}
+	}
+	ad, err := resolveAgent(env, agentName, *root)
+	if err != nil {
+		return err
+	}
+	if agentName == "" {
+		ad = nil
+	}
 	if *local {
 		if err := connectLocalIfMissing(ctx, env, store.Dir, *root); err != nil {
 			return err
@@ -88,7 +107,7 @@ this checkout".`)
 	}
 	res, err := capture.EnableCapture(ctx, store, conns, capture.EnableOptions{
 		Root: *root, Mode: *mode, Expect: expect, ConfigDir: store.Dir, Executable: env.Executable, Now: env.Now(),
-		Limits: lim, Compaction: pol,
+		Limits: lim, Compaction: pol, Agent: agentOf(ad),
 	})
 	if err != nil {
 		return err
@@ -338,4 +357,11 @@ absolute path it was saved with. The next enable creates a new spool.`)
 		fmt.Fprintf(env.Stderr, "warning: %s\n", w)
 	}
 	return nil
+}
+
+func agentOf(a adapter.Adapter) string {
+	if a == nil {
+		return ""
+	}
+	return a.Name()
 }

@@ -38,6 +38,13 @@ func changeCaptureCommand() *Command {
 				runHookClaude(ctx, env)
 				return nil
 			}},
+			{Name: "hook-codex", Summary: "the Codex CLI hook (reads one hook payload on stdin)", Run: func(ctx context.Context, env *Env, args []string) error {
+				if len(args) > 0 {
+					return usagef("hook-codex takes no arguments")
+				}
+				runHookCodex(ctx, env)
+				return nil
+			}},
 			{Name: "events", Summary: "list a spool's sessions and their events in order (read-only)", Run: runEvents},
 			changeCaptureShowCommand(),
 			deferredCommand(),

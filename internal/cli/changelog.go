@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/agentscm/agentscm/internal/agent/codex"
 	"io/fs"
 	"path/filepath"
 	"strconv"
@@ -38,6 +39,13 @@ func changelogCommand() *Command {
 			{Name: "hook-claude", Summary: "the Claude Code changelog hook (reads one hook payload on stdin)", Run: func(ctx context.Context, env *Env, args []string) error {
 				if len(args) > 0 {
 					return usagef("hook-claude takes no arguments")
+				}
+				runChangelogHook(ctx, env)
+				return nil
+			}},
+			{Name: "hook-codex", Summary: "the Codex CLI changelog hook (reads one hook payload on stdin)", Run: func(ctx context.Context, env *Env, args []string) error {
+				if len(args) > 0 {
+					return usagef("hook-codex takes no arguments")
 				}
 				runChangelogHook(ctx, env)
 				return nil
@@ -407,7 +415,7 @@ func joinInts(v []int) string {
 // .claude/settings*.json: a settings file that had no marked hook before the
 // rewind gets none after it.
 func dropRestoredHooks(root string) (func(context.Context, []changelog.Root) error, error) {
-	files := []string{filepath.Join(root, ".claude", "settings.json"), filepath.Join(root, ".claude", "settings.local.json")}
+	files := []string{filepath.Join(root, ".claude", "settings.json"), filepath.Join(root, ".claude", "settings.local.json"), filepath.Join(root, ".codex", "hooks.json")}
 	had := map[string]bool{}
 	for _, f := range files {
 		ev, err := claude.MarkedEvents(f)
@@ -467,6 +475,7 @@ directory, everything git ignores) are never deleted or changed.`)
 	force := fs.Bool("force", false, "rewind even though paths it changes were changed after the newest captured position (the undo point still holds them), or a turn marker says a turn is running (its session is gone)")
 	dryRun := fs.Bool("dry-run", false, "print what the rewind would create, modify and delete, and change nothing")
 	resume := fs.Bool("resume-conversation", false, "also bind the conversation, cut right after the target call's result, to a fresh session id and print the claude --resume command")
+	agent := fs.String("agent", "", "with --resume-conversation: claude-code or codex (default: codex when only .codex/hooks.json holds changelog hooks); codex cuts the session's rollout under $CODEX_HOME/sessions and prints codex exec resume <id>")
 	fromHub := fs.Bool("from-hub", false, "take the increments 0..POSITION of a Work from the checkout's connected Hub (the root may be a fresh empty directory)")
 	work := fs.String("work", "", "with --from-hub: the Work (default: the checkout's current Work)")
 	worktree := fs.String("worktree", "", "with --from-hub: whose changelog, when the Work holds several checkouts' (after a takeover)")
@@ -501,7 +510,12 @@ directory, everything git ignores) are never deleted or changed.`)
 		return err
 	}
 	home := env.Getenv("HOME")
-	if *resume && !filepath.IsAbs(home) {
+	ad, err := rewindAgent(env, *agent, c.Roots()[0].Path)
+	if err != nil {
+		return err
+	}
+	isCodex := ad.Name() == codex.AgentName
+	if *resume && !isCodex && !filepath.IsAbs(home) {
 		return usagef("--resume-conversation needs an absolute HOME (where Claude Code keeps transcripts)")
 	}
 	req := changelog.ApplyRequest{To: *to, AfterExtract: after, Force: *force, DryRun: *dryRun}
@@ -510,7 +524,7 @@ directory, everything git ignores) are never deleted or changed.`)
 	// result): the live copy, read first, supplies the result.
 	projectDir := transcriptDir(c, home)
 	var live []byte
-	if *resume {
+	if *resume && !isCodex {
 		req.BeforeExtract = func(_ context.Context, target changelog.Meta) error {
 			live, _ = changelog.ReadTranscript(projectDir, target.SessionID)
 			return nil
@@ -529,7 +543,11 @@ directory, everything git ignores) are never deleted or changed.`)
 		if res.Target.Kind != changelog.KindCall || res.Target.SessionID == "" {
 			return fmt.Errorf("rewound to position %d, but it is not a tool call of a session, so there is no conversation to resume", *to)
 		}
-		resumed, err = changelog.ResumeConversationFrom(projectDir, res.Target.SessionID, res.Target.ToolUseID, live)
+		if isCodex {
+			resumed, err = resumeCodex(env, res.Target, env.Now())
+		} else {
+			resumed, err = changelog.ResumeConversationFrom(projectDir, res.Target.SessionID, res.Target.ToolUseID, live)
+		}
 		if err != nil {
 			return fmt.Errorf("rewound to position %d, but the conversation could not be resumed: %w", *to, err)
 		}

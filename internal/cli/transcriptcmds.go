@@ -118,9 +118,11 @@ attributed to no Work and never delivered.`, args, true, false, func(fs *flag.Fl
 func runCapabilities(ctx context.Context, env *Env, args []string) error {
 	fs := newFlags(env, "agentscm change-capture capabilities", "[--agent claude-code|codex] [--format text|json]",
 		`Show each agent adapter's capability declaration: which facts its host
-integration exposes and which it does not. Codex exposes session
-boundaries and selected edit starts only, so complete Codex session
-capture is never claimed.`)
+integration exposes and which it does not, as measured with the live
+payloads of the pinned hosts (docs/agents.md). Codex CLI hooks carry no exit
+code (it is read from the rollout file when there) and a patch that fails
+to apply fires no finish, so complete Codex session capture is never
+claimed.`)
 	agent := fs.String("agent", "", "claude-code or codex (default: both)")
 	format := formatFlag(fs)
 	if err := parseFlags(fs, args, false); err != nil {

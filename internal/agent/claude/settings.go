@@ -34,14 +34,19 @@ const HookSubcommand = "change-capture hook-claude"
 const ChangelogSubcommand = "changelog hook-claude"
 
 // markers are every subcommand that marks an agentscm hook entry.
-var markers = [...]string{HookSubcommand, ChangelogSubcommand}
+// The other agents' adapters (internal/agent/codex, internal/agent/gemini)
+// install their own marked subcommands into hook files of the same shape.
+var markers = [...]string{HookSubcommand, ChangelogSubcommand,
+	"change-capture hook-codex", "changelog hook-codex",
+	"change-capture hook-gemini", "changelog hook-gemini"}
 
 // maxSettingsBytes bounds a settings file we read and rewrite.
 const maxSettingsBytes = 8 << 20
 
 // toolEvents take a tool-name matcher.
 func toolEvent(ev string) bool {
-	return ev == "PreToolUse" || ev == "PostToolUse" || ev == "PostToolUseFailure"
+	return ev == "PreToolUse" || ev == "PostToolUse" || ev == "PostToolUseFailure" ||
+		ev == "BeforeTool" || ev == "AfterTool" // Gemini CLI
 }
 
 // HookCommand returns the shell command of a marked capture hook that runs
