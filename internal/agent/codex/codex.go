@@ -48,10 +48,10 @@ var ChangelogEvents = []string{"PostToolUse", "UserPromptSubmit", "Stop", "Sessi
 
 // Exit-code sources of a tool finish (Payload.ExitCodeSource).
 const (
-	ExitFromRollout     = "rollout"
-	ExitNoRollout       = "no_rollout"          // transcript_path null (--ephemeral) or invalid
-	ExitNotInRollout    = "not_in_rollout"      // the rollout has no completion of this call yet
-	ExitRolloutUnread   = "rollout_unreadable"  // the rollout could not be read (bounded, no-follow)
+	ExitFromRollout   = "rollout"
+	ExitNoRollout     = "no_rollout"         // transcript_path null (--ephemeral) or invalid
+	ExitNotInRollout  = "not_in_rollout"     // the rollout has no completion of this call yet
+	ExitRolloutUnread = "rollout_unreadable" // the rollout could not be read (bounded, no-follow)
 )
 
 // maxRolloutBytes bounds a rollout file read for an exit code or a resume.
