@@ -15,6 +15,7 @@ import (
 	"github.com/agentscm/agentscm/internal/agent/adapter"
 	"github.com/agentscm/agentscm/internal/agent/claude"
 	"github.com/agentscm/agentscm/internal/agent/codex"
+	"github.com/agentscm/agentscm/internal/agent/gemini"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/spool"
 )
@@ -407,7 +408,7 @@ func configureLocked(ctx context.Context, store Store, root string, lin Lineage,
 		return nil, err
 	}
 	events := ad.CaptureEvents()
-	changed, err := claude.InstallHooks(settings, claude.CommandFor(claude.HookExecutable(o.Executable), ad.CaptureSubcommand()), events)
+	changed, err := claude.InstallHooksWith(settings, claude.CommandFor(claude.HookExecutable(o.Executable), ad.CaptureSubcommand()), events, adapter.HookTimeout(ad))
 	if err != nil {
 		return nil, fmt.Errorf("install %s hooks: %w", ad.Name(), err)
 	}
@@ -422,8 +423,11 @@ func configureLocked(ctx context.Context, store Store, root string, lin Lineage,
 	if res.ActionRules == nil {
 		res.ActionRules = []ActionRule{}
 	}
-	if ad.Name() == codex.AgentName {
+	switch ad.Name() {
+	case codex.AgentName:
 		res.Warnings = append(res.Warnings, codex.TrustNote(root))
+	case gemini.AgentName:
+		res.Warnings = append(res.Warnings, gemini.TrustNote(root))
 	}
 	for _, r := range b.Recipes {
 		res.Recipes = append(res.Recipes, r.ID+"@"+r.Digest[:12])

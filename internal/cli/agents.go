@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,12 +12,15 @@ import (
 	"github.com/agentscm/agentscm/internal/agent/adapter"
 	"github.com/agentscm/agentscm/internal/agent/claude"
 	"github.com/agentscm/agentscm/internal/agent/codex"
+	"github.com/agentscm/agentscm/internal/agent/gemini"
+	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/changelog"
+	"github.com/agentscm/agentscm/internal/fsutil"
 	"github.com/agentscm/agentscm/internal/hookrun"
 )
 
 // agentFlagHelp documents --agent on enable and changelog enable.
-const agentFlagHelp = "the agent whose hooks to install: claude-code or codex (default: the one agent whose config exists in the checkout, else in HOME; claude-code when both or neither)"
+const agentFlagHelp = "the agent whose hooks to install: claude-code, codex or gemini (default: the one agent whose config directory exists in the checkout, else in HOME; claude-code when several or none)"
 
 // detectAgent picks the agent of a checkout when --agent is not given: the
 // one agent whose config directory exists in the checkout (.claude, .codex),
@@ -26,14 +31,16 @@ func detectAgent(env *Env, root string) string {
 		return err == nil && fi.IsDir()
 	}
 	pick := func(base string) string {
-		cl, cx := exists(filepath.Join(base, ".claude")), exists(filepath.Join(base, ".codex"))
-		switch {
-		case cx && !cl:
-			return codex.AgentName
-		case cl && !cx:
-			return claude.AgentName
+		found := ""
+		for _, a := range []struct{ dir, name string }{{".claude", claude.AgentName}, {".codex", codex.AgentName}, {".gemini", gemini.AgentName}} {
+			if exists(filepath.Join(base, a.dir)) {
+				if found != "" {
+					return "" // several: no detection
+				}
+				found = a.name
+			}
 		}
-		return ""
+		return found
 	}
 	if a := pick(root); a != "" {
 		return a
@@ -105,15 +112,62 @@ func rewindAgent(env *Env, flag, root string) (adapter.Adapter, error) {
 		return a, nil
 	}
 	cx, _ := claude.MarkedEventsFor(filepath.Join(root, filepath.FromSlash(codex.HookFile)), codex.ChangelogSubcommand)
+	gm, _ := claude.MarkedEventsFor(filepath.Join(root, filepath.FromSlash(gemini.HookFile)), gemini.ChangelogSubcommand)
 	var cl []string
 	for _, f := range []string{".claude/settings.local.json", ".claude/settings.json"} {
 		ev, _ := claude.MarkedEventsFor(filepath.Join(root, filepath.FromSlash(f)), claude.ChangelogSubcommand)
 		cl = append(cl, ev...)
 	}
-	if len(cx) > 0 && len(cl) == 0 {
+	switch {
+	case len(cx) > 0 && len(cl) == 0 && len(gm) == 0:
 		return adapter.Codex{}, nil
+	case len(gm) > 0 && len(cl) == 0 && len(cx) == 0:
+		return adapter.Gemini{}, nil
 	}
 	return adapter.Claude{}, nil
 }
 
-var _ = fmt.Sprintf
+// runHookGemini is `agentscm change-capture hook-gemini`: the Gemini CLI
+// capture hook (fails open, exit 0).
+func runHookGemini(ctx context.Context, env *Env) int {
+	return hookrun.AgentCapture(ctx, adapter.Gemini{}, env.Stdin, env.Stderr, env.Getenv, env.Now())
+}
+
+// runChangelogHookGemini is `agentscm changelog hook-gemini`: the Gemini
+// payload normalised (events renamed, the call's order id) and handed to the
+// changelog hook as the decoded form it reads. It fails open.
+func runChangelogHookGemini(ctx context.Context, env *Env) int {
+	b, err := fsutil.ReadBounded(env.Stdin, claude.MaxPayloadBytes)
+	var p *claude.Payload
+	if err == nil {
+		var cfg string
+		if cfg, err = capture.ConfigDir(env.Getenv); err == nil {
+			p, err = gemini.Orderer{Dir: filepath.Join(cfg, "agent-state", "gemini-changelog")}.Decode(b)
+		}
+	}
+	var nb []byte
+	if err == nil {
+		nb, err = json.Marshal(p)
+	}
+	if err != nil {
+		fmt.Fprintf(env.Stderr, "agentscm: warning: changelog hook failed: %s\n", oneLine(err.Error()))
+		return ExitOK
+	}
+	e := *env
+	e.Stdin = bytes.NewReader(nb)
+	return runChangelogHook(ctx, &e)
+}
+
+// resumeGemini binds the Gemini conversation of the rewound call (its
+// order id) to a fresh session: the chat cut after the call's result.
+func resumeGemini(env *Env, target changelog.Meta, now time.Time) (*changelog.Resumed, error) {
+	home := env.Getenv("HOME")
+	if !filepath.IsAbs(home) {
+		return nil, usagef("--resume-conversation --agent gemini needs an absolute HOME (where Gemini CLI keeps chats)")
+	}
+	r, err := gemini.ResumeConversation(filepath.Join(home, ".gemini"), target.SessionID, target.ToolUseID, now)
+	if err != nil {
+		return nil, err
+	}
+	return &changelog.Resumed{SessionID: r.SessionID, Transcript: r.Transcript, FromSession: r.FromSession, IncludesResult: r.IncludesResult, Command: r.Command}, nil
+}

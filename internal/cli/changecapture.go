@@ -45,6 +45,13 @@ func changeCaptureCommand() *Command {
 				runHookCodex(ctx, env)
 				return nil
 			}},
+			{Name: "hook-gemini", Summary: "the Gemini CLI hook (reads one hook payload on stdin)", Run: func(ctx context.Context, env *Env, args []string) error {
+				if len(args) > 0 {
+					return usagef("hook-gemini takes no arguments")
+				}
+				runHookGemini(ctx, env)
+				return nil
+			}},
 			{Name: "events", Summary: "list a spool's sessions and their events in order (read-only)", Run: runEvents},
 			changeCaptureShowCommand(),
 			deferredCommand(),

@@ -50,6 +50,13 @@ func changelogCommand() *Command {
 				runChangelogHook(ctx, env)
 				return nil
 			}},
+			{Name: "hook-gemini", Summary: "the Gemini CLI changelog hook (reads one hook payload on stdin)", Run: func(ctx context.Context, env *Env, args []string) error {
+				if len(args) > 0 {
+					return usagef("hook-gemini takes no arguments")
+				}
+				runChangelogHookGemini(ctx, env)
+				return nil
+			}},
 			{Name: "capture", Summary: "store the writes and deletions since the last increment as the next one", Run: runChangelogCapture},
 			{Name: "list", Summary: "list the stored increments: what each call changed and what the Hub holds", Run: runChangelogList},
 			{Name: "upload", Summary: "upload the increments the Hub does not hold yet (what the hooks retry)", Run: runChangelogUpload},
@@ -415,7 +422,7 @@ func joinInts(v []int) string {
 // .claude/settings*.json: a settings file that had no marked hook before the
 // rewind gets none after it.
 func dropRestoredHooks(root string) (func(context.Context, []changelog.Root) error, error) {
-	files := []string{filepath.Join(root, ".claude", "settings.json"), filepath.Join(root, ".claude", "settings.local.json"), filepath.Join(root, ".codex", "hooks.json")}
+	files := []string{filepath.Join(root, ".claude", "settings.json"), filepath.Join(root, ".claude", "settings.local.json"), filepath.Join(root, ".codex", "hooks.json"), filepath.Join(root, ".gemini", "settings.json")}
 	had := map[string]bool{}
 	for _, f := range files {
 		ev, err := claude.MarkedEvents(f)
@@ -475,7 +482,7 @@ directory, everything git ignores) are never deleted or changed.`)
 	force := fs.Bool("force", false, "rewind even though paths it changes were changed after the newest captured position (the undo point still holds them), or a turn marker says a turn is running (its session is gone)")
 	dryRun := fs.Bool("dry-run", false, "print what the rewind would create, modify and delete, and change nothing")
 	resume := fs.Bool("resume-conversation", false, "also bind the conversation, cut right after the target call's result, to a fresh session id and print the claude --resume command")
-	agent := fs.String("agent", "", "with --resume-conversation: claude-code or codex (default: codex when only .codex/hooks.json holds changelog hooks); codex cuts the session's rollout under $CODEX_HOME/sessions and prints codex exec resume <id>")
+	agent := fs.String("agent", "", "with --resume-conversation: claude-code, codex or gemini (default: the one agent whose hook file holds changelog hooks); codex cuts the session's rollout under $CODEX_HOME/sessions and prints codex exec resume <id>, gemini cuts its chat under ~/.gemini/tmp and prints gemini --resume <id>")
 	fromHub := fs.Bool("from-hub", false, "take the increments 0..POSITION of a Work from the checkout's connected Hub (the root may be a fresh empty directory)")
 	work := fs.String("work", "", "with --from-hub: the Work (default: the checkout's current Work)")
 	worktree := fs.String("worktree", "", "with --from-hub: whose changelog, when the Work holds several checkouts' (after a takeover)")
@@ -514,7 +521,7 @@ directory, everything git ignores) are never deleted or changed.`)
 	if err != nil {
 		return err
 	}
-	isCodex := ad.Name() == codex.AgentName
+	isCodex := ad.Name() != claude.AgentName // Codex or Gemini: their own session files
 	if *resume && !isCodex && !filepath.IsAbs(home) {
 		return usagef("--resume-conversation needs an absolute HOME (where Claude Code keeps transcripts)")
 	}
@@ -543,8 +550,10 @@ directory, everything git ignores) are never deleted or changed.`)
 		if res.Target.Kind != changelog.KindCall || res.Target.SessionID == "" {
 			return fmt.Errorf("rewound to position %d, but it is not a tool call of a session, so there is no conversation to resume", *to)
 		}
-		if isCodex {
+		if ad.Name() == codex.AgentName {
 			resumed, err = resumeCodex(env, res.Target, env.Now())
+		} else if isCodex {
+			resumed, err = resumeGemini(env, res.Target, env.Now())
 		} else {
 			resumed, err = changelog.ResumeConversationFrom(projectDir, res.Target.SessionID, res.Target.ToolUseID, live)
 		}

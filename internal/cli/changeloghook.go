@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"github.com/agentscm/agentscm/internal/agent/adapter"
 	"github.com/agentscm/agentscm/internal/agent/codex"
+	"github.com/agentscm/agentscm/internal/agent/gemini"
 	"os"
 	"path/filepath"
 	"strings"
@@ -120,7 +121,7 @@ Refused with exit status 5 while a turn runs.`)
 	}
 	root := c.Roots()[0].Path
 	path := filepath.Join(root, filepath.FromSlash(*settings))
-	changed, err := claude.InstallHooks(path, claude.CommandFor(env.Executable, ad.ChangelogSubcommand()), events)
+	changed, err := claude.InstallHooksWith(path, claude.CommandFor(env.Executable, ad.ChangelogSubcommand()), events, adapter.HookTimeout(ad))
 	if err != nil {
 		return fmt.Errorf("install changelog hooks: %w", err)
 	}
@@ -140,8 +141,11 @@ Refused with exit status 5 while a turn runs.`)
 		return writeJSON(env.Stdout, out)
 	}
 	fmt.Fprintf(env.Stdout, "changelog enabled for %s (%s)\n  increments: %s\n  hooks:      %s (%d events)\n", root, ad.Name(), c.Dir(), path, len(events))
-	if ad.Name() == codex.AgentName {
+	switch ad.Name() {
+	case codex.AgentName:
 		fmt.Fprintf(env.Stdout, "  note:       %s\n", codex.TrustNote(root))
+	case gemini.AgentName:
+		fmt.Fprintf(env.Stdout, "  note:       %s\n", gemini.TrustNote(root))
 	}
 	for _, r := range c.Roots()[1:] {
 		fmt.Fprintf(env.Stdout, "  extra root: %s=%s\n", r.Name, r.Path)
@@ -222,7 +226,7 @@ with exit status 5 while a turn runs.`)
 	rf.register(fs, false)
 	settings := fs.String("claude-settings", capture.DefaultClaudeSettings, "Claude settings file holding the hooks, relative to the root")
 	force := fs.Bool("force", false, "disable even though a turn marker says a turn is running")
-	agent := fs.String("agent", "", "claude-code (default) or codex: whose changelog hooks to remove (codex: from .codex/hooks.json)")
+	agent := fs.String("agent", "", "claude-code (default), codex or gemini: whose changelog hooks to remove (codex: from .codex/hooks.json, gemini: from .gemini/settings.json)")
 	if err := parseFlags(fs, args, false); err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"time"
 
 	"github.com/agentscm/agentscm/internal/agent/adapter"
@@ -25,6 +26,10 @@ func AgentCapture(ctx context.Context, a adapter.Adapter, stdin io.Reader, stder
 	defer cancel()
 	dir, err := capture.ConfigDir(getenv)
 	var res *capture.HookResult
+	if g, ok := a.(adapter.Gemini); ok && g.OrderDir == "" && err == nil {
+		g.OrderDir = filepath.Join(dir, "agent-state", "gemini-capture")
+		a = g
+	}
 	if err == nil {
 		store := capture.Store{Dir: dir}
 		res, err = capture.HandleAgentHook(ctx, store, delivery.Opener{ConfigDir: store.Dir}, a, stdin, now)

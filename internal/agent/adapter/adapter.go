@@ -1,5 +1,5 @@
 // Package adapter is the small interface every agent adapter implements
-// (Claude Code, Codex CLI), so capture, changelog and rewind treat the
+// (Claude Code, Codex CLI, Gemini CLI), so capture, changelog and rewind treat the
 // hosts alike: decode and validate a bounded hook payload into the one
 // decoded form the hooks consume, map it to a typed event record, and name
 // the hook file, events, marked subcommands and resume command of the host.
@@ -12,6 +12,7 @@ import (
 	"github.com/agentscm/agentscm/internal/agent/capability"
 	"github.com/agentscm/agentscm/internal/agent/claude"
 	"github.com/agentscm/agentscm/internal/agent/codex"
+	"github.com/agentscm/agentscm/internal/agent/gemini"
 	"github.com/agentscm/agentscm/internal/event"
 )
 
@@ -65,8 +66,36 @@ func (Codex) CaptureSubcommand() string            { return codex.HookSubcommand
 func (Codex) ChangelogSubcommand() string          { return codex.ChangelogSubcommand }
 func (Codex) Capabilities() capability.Declaration { return codex.Capabilities() }
 
+// Gemini is the Gemini CLI adapter. OrderDir holds the per-session
+// counters that pair tool starts and finishes by order (Gemini CLI carries
+// no tool-call id); each hook gives its own (hookrun, the changelog hook).
+type Gemini struct{ OrderDir string }
+
+func (Gemini) Name() string { return gemini.AgentName }
+func (g Gemini) Decode(b []byte) (*claude.Payload, error) {
+	return gemini.Orderer{Dir: g.OrderDir}.Decode(b)
+}
+func (Gemini) Map(p *claude.Payload, mode string, now time.Time) (*event.Record, bool, error) {
+	return gemini.Map(p, mode, now)
+}
+func (Gemini) HookFile() string                     { return gemini.HookFile }
+func (Gemini) CaptureEvents() []string              { return gemini.HookEvents }
+func (Gemini) ChangelogEvents() []string            { return gemini.ChangelogEvents }
+func (Gemini) CaptureSubcommand() string            { return gemini.HookSubcommand }
+func (Gemini) ChangelogSubcommand() string          { return gemini.ChangelogSubcommand }
+func (Gemini) Capabilities() capability.Declaration { return gemini.Capabilities() }
+
+// HookTimeout is the timeout value of an installed hook entry of agent a,
+// in its host's unit.
+func HookTimeout(a Adapter) int {
+	if a.Name() == gemini.AgentName {
+		return gemini.HookTimeoutMillis
+	}
+	return claude.HookTimeoutSeconds
+}
+
 // Names lists the supported agents.
-var names = []string{claude.AgentName, codex.AgentName}
+var names = []string{claude.AgentName, codex.AgentName, gemini.AgentName}
 
 // Names returns the supported agent names.
 func Names() []string { return append([]string(nil), names...) }
@@ -79,6 +108,8 @@ func For(name string) (Adapter, error) {
 		return Claude{}, nil
 	case codex.AgentName:
 		return Codex{}, nil
+	case gemini.AgentName:
+		return Gemini{}, nil
 	}
-	return nil, fmt.Errorf("unknown agent %q: use claude-code or codex", name)
+	return nil, fmt.Errorf("unknown agent %q: use claude-code, codex or gemini", name)
 }
