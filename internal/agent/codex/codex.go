@@ -9,11 +9,15 @@ package codex
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/agentscm/agentscm/internal/agent/capability"
@@ -163,10 +167,59 @@ func RolloutExitCode(path, session, callID string) (*int, string) {
 	if callID == "" || !ValidRolloutPath(path, session) {
 		return nil, ExitNoRollout
 	}
-	b, err := fsutil.ReadFileNoFollow(path, maxRolloutBytes)
+	// The call's completion was just written: the tail holds it, so a
+	// long session's rollout is not read whole on every PostToolUse.
+	b, whole, err := readTail(path, rolloutTailBytes)
 	if err != nil {
 		return nil, ExitRolloutUnread
 	}
+	if code, src := exitCodeIn(b, callID); code != nil || whole {
+		return code, src
+	}
+	if b, err = fsutil.ReadFileNoFollow(path, maxRolloutBytes); err != nil {
+		return nil, ExitRolloutUnread
+	}
+	return exitCodeIn(b, callID)
+}
+
+// rolloutTailBytes is how much of a rollout's end is read first.
+const rolloutTailBytes = 4 << 20
+
+// readTail reads at most max bytes from the end of the regular file at path
+// (no-follow), starting at a line boundary; whole is true when that is the
+// entire file.
+func readTail(path string, max int64) (b []byte, whole bool, err error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, false, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, false, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, false, fmt.Errorf("%s is not a regular file", path)
+	}
+	off := fi.Size() - max
+	if off <= 0 {
+		b, err = fsutil.ReadBounded(f, max)
+		return b, true, err
+	}
+	b = make([]byte, max)
+	n, err := f.ReadAt(b, off)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, false, err
+	}
+	b = b[:n]
+	if i := bytes.IndexByte(b, '\n'); i >= 0 {
+		b = b[i+1:] // drop the partial first line
+	}
+	return b, false, nil
+}
+
+// exitCodeIn finds the exit code of callID in rollout lines b.
+func exitCodeIn(b []byte, callID string) (*int, string) {
 	var fromOutput *int
 	for _, line := range bytes.Split(b, []byte{'\n'}) {
 		if !bytes.Contains(line, []byte(callID)) {

@@ -212,3 +212,29 @@ func TestInstallPreservesOtherHooks(t *testing.T) {
 		t.Fatalf("hooks.json after removal:\n%s", b)
 	}
 }
+
+// TestRolloutExitCodeBeyondTheTail: a completion further back than the tail
+// window is still found (the whole file is read then), one in the tail
+// without reading the rest.
+func TestRolloutExitCodeBeyondTheTail(t *testing.T) {
+	_, path := rollout(t)
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pad := `{"type":"event_msg","payload":{"type":"token_count","text":"` + strings.Repeat("x", 1000) + `"}}` + "\n"
+	for range (rolloutTailBytes / len(pad)) + 10 {
+		f.WriteString(pad)
+	}
+	f.WriteString(`{"type":"event_msg","payload":{"type":"item_completed","item":{"type":"CommandExecution","id":"call_late","status":"failed","exit_code":7}}}` + "\n")
+	f.Close()
+	for id, want := range map[string]int{"call_fail": 3, "call_late": 7} {
+		c, src := RolloutExitCode(path, session, id)
+		if c == nil || *c != want || src != ExitFromRollout {
+			t.Fatalf("%s: %v %s, want %d", id, c, src, want)
+		}
+	}
+	if c, src := RolloutExitCode(path, session, "call_pending"); c != nil || src != ExitNotInRollout {
+		t.Fatalf("pending: %v %s", c, src)
+	}
+}
