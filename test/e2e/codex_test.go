@@ -174,6 +174,8 @@ func TestCodexCaptureRewindResume(t *testing.T) {
 			{{Patch: "*** Begin Patch\n*** Update File: a.txt\n@@\n-hello\n+hello world\n*** End Patch\n"}},
 			{{Shell: "rm b.txt"}},
 			{{Shell: "echo oops; exit 3"}},
+			// A patch that does not apply: Codex fires PreToolUse only.
+			{{Patch: "*** Begin Patch\n*** Update File: missing.txt\n@@\n-x\n+y\n*** End Patch\n"}},
 		}, FinalText: "all four done"},
 		scriptedresponses.Turn{Marker: "CODEX-RESUMED", FinalText: "resumed"},
 	)
@@ -219,6 +221,7 @@ func TestCodexCaptureRewindResume(t *testing.T) {
 		"tool_finish Bash call_CODEX_FIRST_2_0 returned", "action_finish Bash call_CODEX_FIRST_2_0 returned",
 		"tool_start Bash call_CODEX_FIRST_3_0", "action_start Bash call_CODEX_FIRST_3_0",
 		"tool_finish Bash call_CODEX_FIRST_3_0 failed", "action_finish Bash call_CODEX_FIRST_3_0 failed",
+		"tool_start apply_patch call_CODEX_FIRST_4_0", // and no finish: capabilities say so
 		"turn_end", "session_end",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {

@@ -146,6 +146,8 @@ func TestGeminiCaptureRewindResume(t *testing.T) {
 			{{Name: "replace", Args: map[string]any{"file_path": a, "instruction": "extend the greeting", "old_string": "hello", "new_string": "hello world"}}},
 			{{Name: "run_shell_command", Args: map[string]any{"command": "rm b.txt", "description": "delete b.txt"}}},
 			{{Name: "run_shell_command", Args: map[string]any{"command": "echo oops; exit 3", "description": "fail"}}},
+			// A tool error: AfterTool carries an error field.
+			{{Name: "replace", Args: map[string]any{"file_path": a, "instruction": "no match", "old_string": "not in the file", "new_string": "x"}}},
 		}, FinalText: "all four done"},
 		scriptedgemini.Turn{Marker: "GEMINI-RESUMED", FinalText: "resumed"},
 	)
@@ -184,6 +186,7 @@ func TestGeminiCaptureRewindResume(t *testing.T) {
 		"tool_start BeforeTool replace order-2", "tool_finish AfterTool replace order-2 returned",
 		"tool_start BeforeTool run_shell_command order-3", "tool_finish AfterTool run_shell_command order-3 returned",
 		"tool_start BeforeTool run_shell_command order-4", "tool_finish AfterTool run_shell_command order-4 failed",
+		"tool_start BeforeTool replace order-5", "tool_finish AfterTool replace order-5 failed",
 		"turn_end AfterAgent", "session_end SessionEnd",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
@@ -210,7 +213,7 @@ func TestGeminiCaptureRewindResume(t *testing.T) {
 		}
 	}
 
-	checkPositions(t, c.changelogList(), []string{"write_file", "replace", "run_shell_command", "run_shell_command"}, -1)
+	checkPositions(t, c.changelogList(), []string{"write_file", "replace", "run_shell_command", "run_shell_command", "replace"}, 4)
 	states := []string{
 		`a.txt="hello\n" b.txt="to be deleted\n" README.md="scratch checkout\n"`,
 		`a.txt="hello world\n" b.txt="to be deleted\n" README.md="scratch checkout\n"`,

@@ -7,6 +7,7 @@
 package gemini
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/agentscm/agentscm/internal/agent/capability"
@@ -158,13 +160,9 @@ func (o Orderer) Decode(b []byte) (*claude.Payload, error) {
 			p.ToolUseID = OrderID(k)
 		}
 		if p.HookEventName == "PostToolUse" {
-			if e := string(g.Error); len(g.Error) > 0 && e != "null" && e != `""` && e != "{}" {
+			if msg, failed := toolError(g.Error, p.ToolResponse); failed {
 				p.HookEventName = "PostToolUseFailure"
-				var s string
-				if json.Unmarshal(g.Error, &s) != nil {
-					s = e
-				}
-				p.Error = &s
+				p.Error = &msg
 			} else if code := shellExitCode(p.ToolName, p.ToolResponse); code != nil {
 				p.ExitCodeSource = "tool_response_text"
 				resp := map[string]json.RawMessage{"exit_code": json.RawMessage(strconv.Itoa(*code)), "output": p.ToolResponse}
@@ -178,6 +176,35 @@ func (o Orderer) Decode(b []byte) (*claude.Payload, error) {
 		p.Prompt = nil
 	}
 	return p, nil
+}
+
+// toolError reports a failed tool call: an error in the payload's error
+// field or, as Gemini CLI 0.61.0 sends it, in tool_response.error
+// ({"message", "type"}). The message is the error text.
+func toolError(top, resp json.RawMessage) (string, bool) {
+	var r struct {
+		Error json.RawMessage `json:"error"`
+	}
+	_ = json.Unmarshal(resp, &r)
+	for _, e := range []json.RawMessage{top, r.Error} {
+		s := string(bytes.TrimSpace(e))
+		if s == "" || s == "null" || s == `""` || s == "{}" || s == "false" {
+			continue
+		}
+		var msg string
+		if json.Unmarshal(e, &msg) == nil {
+			return msg, true
+		}
+		var obj struct {
+			Message string `json:"message"`
+			Type    string `json:"type"`
+		}
+		if json.Unmarshal(e, &obj) == nil && (obj.Message != "" || obj.Type != "") {
+			return strings.TrimSpace(obj.Type + ": " + obj.Message), true
+		}
+		return s, true
+	}
+	return "", false
 }
 
 // exitLine is how run_shell_command ends its llmContent (0.61.0):
@@ -277,7 +304,7 @@ func Capabilities() capability.Declaration {
 			{Name: "session_boundaries", Available: true, Note: "SessionStart (source) and SessionEnd (reason)"},
 			{Name: "user_prompts", Available: true, Note: "BeforeAgent; bodies only in a conversation mode"},
 			{Name: "tool_starts", Available: true, Note: "BeforeTool (write_file, replace, run_shell_command, ...)"},
-			{Name: "tool_completions", Available: true, Note: "AfterTool; an error field makes it failed"},
+			{Name: "tool_completions", Available: true, Note: "AfterTool; an error (tool_response.error, or a top-level error field) makes it failed"},
 			{Name: "tool_call_ids", Available: false, Note: "not in any payload: starts and finishes are paired by order (the k-th of a session, tool_use_id order-k), which the strictly sequential hooks allow; a re-delivered hook would shift the pairing"},
 			{Name: "exit_codes", Available: false, Note: "no field: read from run_shell_command's result text (\"Exit Code: N\" before the PGID line); a non-zero code makes the finish failed"},
 			{Name: "assistant_messages", Available: true, Note: "prompt_response of AfterAgent, in a conversation mode; AfterModel (model text) is not installed"},

@@ -52,6 +52,10 @@ func TestSessionMapsInOrder(t *testing.T) {
 		{"AfterTool", shell("<untrusted_context>\nOutput: oops\nExit Code: 3\nProcess Group PGID: 7527\n</untrusted_context>"), "tool_finish AfterTool order-3 failed"},
 		{"BeforeTool", shell(""), "tool_start BeforeTool order-4 "},
 		{"AfterTool", map[string]any{"tool_name": "replace", "error": "old_string not found"}, "tool_finish AfterTool order-4 failed"},
+		{"BeforeTool", map[string]any{"tool_name": "replace"}, "tool_start BeforeTool order-5 "},
+		// As 0.61.0 sends a tool error: inside tool_response.
+		{"AfterTool", map[string]any{"tool_name": "replace", "tool_response": map[string]any{"llmContent": "Could not find", "returnDisplay": "Error: x",
+			"error": map[string]any{"message": "Could not find an exact match", "type": "edit_no_occurrence_found"}}}, "tool_finish AfterTool order-5 failed"},
 		{"AfterAgent", map[string]any{"prompt": "GO1", "prompt_response": "done"}, "turn_end AfterAgent  "},
 		{"SessionEnd", map[string]any{"reason": "exit"}, "session_end SessionEnd  "},
 	}
