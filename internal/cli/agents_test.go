@@ -97,3 +97,19 @@ func TestCapabilitiesPerAgent(t *testing.T) {
 		t.Fatalf("exit %d", r.code)
 	}
 }
+
+func TestRewindAgentFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{[]string{"rewind", "--root", "/nowhere", "--to", "1", "--from-hub", "--resume-conversation", "--agent", "codex"}, ExitUsage, "resumes Claude Code conversations only"},
+		{[]string{"rewind", "--root", "/nowhere", "--to", "1", "--from-hub", "--resume-conversation", "--agent", "bogus"}, ExitUsage, "unknown agent"},
+	} {
+		r := runMain(t, nil, "", tc.args...)
+		if r.code != tc.code || !strings.Contains(r.stderr, tc.msg) {
+			t.Fatalf("%v: exit %d %s", tc.args, r.code, r.stderr)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/agentscm/agentscm/internal/agent/adapter"
 	"github.com/agentscm/agentscm/internal/agent/codex"
 	"io/fs"
 	"path/filepath"
@@ -496,6 +497,13 @@ directory, everything git ignores) are never deleted or changed.`)
 	}
 	if *dryRun && *resume {
 		return usagef("--dry-run changes nothing, so it cannot resume a conversation; drop --resume-conversation")
+	}
+	if *fromHub && *resume && *agent != "" {
+		if a, err := adapter.For(*agent); err != nil {
+			return usagef("--agent: %v", err)
+		} else if a.Name() != claude.AgentName {
+			return usagef("--from-hub --resume-conversation resumes Claude Code conversations only: the %s session file is not part of the uploaded increments (rewind on the machine that ran the session instead)", a.Name())
+		}
 	}
 	if *fromHub {
 		return runChangelogApplyFromHub(ctx, env, &rf, hubApply{to: *to, work: *work, worktree: *worktree, force: *force, dryRun: *dryRun, resume: *resume, format: *format})
