@@ -43,6 +43,9 @@ type Setting struct {
 	Spool               string `json:"spool,omitempty"`
 	WorktreeID          string `json:"worktree_id,omitempty"`
 	ClaudeSettings      string `json:"claude_settings,omitempty"`
+	// Agent is the agent whose hooks the binding installed (claude-code,
+	// codex, gemini).
+	Agent string `json:"agent,omitempty"`
 	// Refused lists the envelopes of the spool the Hub permanently
 	// refused (retained locally, each marked on the Hub by a hub_refused
 	// gap where it had a place in a stream).
@@ -90,6 +93,9 @@ func CaptureSetting(store Store, conns Connections, root string) (*Setting, erro
 	s.Configured, s.Enabled, s.Mode = true, b.Enabled, b.CaptureMode
 	s.Hub, s.Repository, s.Spool, s.WorktreeID = b.Hub, b.Repository, b.Spool, b.WorktreeID
 	s.ClaudeSettings = b.SettingsPath()
+	if a, err := adapter.For(b.Agent); err == nil {
+		s.Agent = a.Name()
+	}
 	s.Compaction = b.Compaction
 	s.LineageMismatch = cerr == nil && b.Hub != "" && !sameRepo(lin, b.lineage())
 	if rep, err := store.Refusals(b.Spool); err == nil && rep.Total > 0 {

@@ -144,7 +144,8 @@ and changes nothing.`)
 	fs.Int64Var(&o.Limits.ReplayEntries, "max-replay-entries", 0, "bound of the compaction replay index in entries (default: twice the record limit, at most 8192)")
 	fs.Int64Var(&o.Limits.ReplayBytes, "max-replay-bytes", 0, "bound of the compaction replay index in bytes (default: an eighth of the byte limit, at most 8 MiB)")
 	compactionFlags(fs, &o.Compaction)
-	fs.StringVar(&o.ClaudeSettings, "claude-settings", "", "Claude settings file for the hooks, relative to the root (default .claude/settings.local.json)")
+	fs.StringVar(&o.ClaudeSettings, "claude-settings", "", "Claude settings file for the hooks, relative to the root (default .claude/settings.local.json; for --agent codex .codex/hooks.json, gemini .gemini/settings.json)")
+	fs.StringVar(&o.Agent, "agent", "", "claude-code (default), codex or gemini: whose hooks to install (docs/agents.md)")
 	format := formatFlag(fs)
 	if err := parseFlags(fs, args, false); err != nil {
 		return err
