@@ -121,6 +121,8 @@ func (c *checkout) runCodex(args ...string) string {
 	return ""
 }
 
+// codexState describes every file of the checkout except .git: the
+// content of each, except the agent's hook file (present, constant).
 func codexState(t *testing.T, root string) string {
 	t.Helper()
 	var parts []string
@@ -131,6 +133,13 @@ func codexState(t *testing.T, root string) string {
 			continue
 		}
 		parts = append(parts, fmt.Sprintf("%s=%q", f, b))
+	}
+	for rel := range treeOf(t, root) {
+		switch rel {
+		case "a.txt", "b.txt", "README.md", filepath.Join(".codex", "hooks.json"), filepath.Join(".gemini", "settings.json"):
+		default:
+			parts = append(parts, "unexpected "+rel)
+		}
 	}
 	return strings.Join(parts, " ")
 }
