@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/agentscm/agentscm/internal/agent/adapter"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/agent/adapter"
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/client"
 	"github.com/agentscm/agentscm/internal/hub/api"
@@ -83,22 +83,17 @@ this checkout".`)
 	if err != nil {
 		return err
 	}
+	// An explicit --agent is validated; without one a new binding takes the
+	// detected agent and an existing binding keeps its own.
 	agentName := *agent
-	if agentName == "" {
-		if cur, err := store.Load(); err == nil {
-			if canon, err := capture.CanonicalRoot(*root); err == nil && cur.Find(canon) != nil {
-				agentName = "" // an existing binding keeps its agent
-			} else if err == nil {
-				agentName = detectAgent(env, canon)
-			}
+	if agentName != "" {
+		if _, err := adapter.For(agentName); err != nil {
+			return usagef("--agent: %v", err)
 		}
-	}
-	ad, err := resolveAgent(env, agentName, *root)
-	if err != nil {
-		return err
-	}
-	if agentName == "" {
-		ad = nil
+	} else if canon, err := capture.CanonicalRoot(*root); err == nil {
+		if cur, err := store.Load(); err == nil && cur.Find(canon) == nil {
+			agentName = detectAgent(env, canon)
+		}
 	}
 	if *local {
 		if err := connectLocalIfMissing(ctx, env, store.Dir, *root); err != nil {
@@ -107,7 +102,7 @@ this checkout".`)
 	}
 	res, err := capture.EnableCapture(ctx, store, conns, capture.EnableOptions{
 		Root: *root, Mode: *mode, Expect: expect, ConfigDir: store.Dir, Executable: env.Executable, Now: env.Now(),
-		Limits: lim, Compaction: pol, Agent: agentOf(ad),
+		Limits: lim, Compaction: pol, Agent: agentName,
 	})
 	if err != nil {
 		return err
@@ -357,11 +352,4 @@ absolute path it was saved with. The next enable creates a new spool.`)
 		fmt.Fprintf(env.Stderr, "warning: %s\n", w)
 	}
 	return nil
-}
-
-func agentOf(a adapter.Adapter) string {
-	if a == nil {
-		return ""
-	}
-	return a.Name()
 }
