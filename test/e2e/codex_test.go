@@ -334,16 +334,21 @@ func TestCodexCaptureRewindResume(t *testing.T) {
 	}
 	// The resumed session is captured too, as a resume.
 	var starts []string
+	late := 0
 	for _, s := range c.inspect().Sessions {
 		if s.SessionID == r.SessionID {
 			for _, e := range s.Events {
 				if e.Kind == event.SessionStart {
 					starts = append(starts, e.Source)
 				}
+				if e.Gap != nil && e.Gap.Kind == event.GapAdapterStartedLate {
+					late++
+				}
 			}
 		}
 	}
-	if strings.Join(starts, ",") != "resume" {
-		t.Fatalf("resumed session starts %v", starts)
+	// Its start under the new id was never observed: one late-start gap.
+	if strings.Join(starts, ",") != "resume" || late != 1 {
+		t.Fatalf("resumed session starts %v, %d adapter_started_late gaps", starts, late)
 	}
 }
