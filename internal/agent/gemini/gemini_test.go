@@ -155,6 +155,11 @@ func chat(t *testing.T) string {
 		// A resume appends a new header and the whole history again.
 		header,
 		`{"id":"g1","type":"gemini","content":"","toolCalls":[{"id":"write_file_1","name":"write_file"}]}`,
+		`{"id":"u2","type":"user","content":[{"functionResponse":{"id":"write_file_1","name":"write_file","response":{}}}]}`,
+		`{"id":"g2","type":"gemini","content":"","toolCalls":[{"id":"replace_2","name":"replace"}]}`,
+		`{"id":"u3","type":"user","content":[{"functionResponse":{"id":"replace_2","name":"replace","response":{}}}]}`,
+		`{"id":"g4","type":"gemini","content":"","toolCalls":[{"id":"shell_3","name":"run_shell_command"}]}`,
+		`{"id":"u4","type":"user","content":[{"functionResponse":{"id":"shell_3","name":"run_shell_command","response":{}}}]}`,
 	}
 	os.WriteFile(filepath.Join(chats, "session-2026-12-01T12-12-b3e7552a.jsonl"), []byte(strings.Join(lines, "\n")+"\n"), 0o600)
 	return dir
@@ -178,7 +183,17 @@ func TestResumeConversationCutsAfterTheKthCall(t *testing.T) {
 	if r2, err := ResumeConversation(dir, session, OrderID(2), time.Now()); err != nil || !r2.IncludesResult {
 		t.Fatalf("call 2: %+v %v", r2, err)
 	}
-	if _, err := ResumeConversation(dir, session, OrderID(3), time.Now()); err == nil {
+	// The third call came after a resume of the same id: found past the
+	// repeated history, both headers rewritten.
+	r3, err := ResumeConversation(dir, session, OrderID(3), time.Now())
+	if err != nil || !r3.IncludesResult {
+		t.Fatalf("call 3: %+v %v", r3, err)
+	}
+	b3, _ := os.ReadFile(r3.Transcript)
+	if strings.Count(string(b3), r3.SessionID) != 2 || strings.Contains(string(b3), session) || !strings.HasSuffix(strings.TrimSpace(string(b3)), `"response":{}}}]}`) {
+		t.Fatalf("call 3 cut:\n%s", b3)
+	}
+	if _, err := ResumeConversation(dir, session, OrderID(4), time.Now()); err == nil {
 		t.Fatal("a call the chat does not hold was resumed")
 	}
 	if _, err := ResumeConversation(dir, session, "toolu_x", time.Now()); err == nil {

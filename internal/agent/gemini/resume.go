@@ -83,8 +83,10 @@ type chatLine struct {
 // fresh session id: a new chat file beside the original, header rewritten,
 // every line up to the user message holding that call's functionResponse.
 // The chat is append-only, so the live file holds the call whatever was
-// rewound since; a resume appends a new header and the whole history, so
-// the k-th distinct call id is counted once.
+// rewound since. A resume of the same id appends a new header and the
+// whole history again: every header is rewritten, each call id counts once
+// (the order the hooks saw), and the copy stops at the first result of the
+// k-th call, so a call made after a resume is found past the repeat.
 func ResumeConversation(geminiDir, session, toolUseID string, now time.Time) (*Resumed, error) {
 	k := 0
 	if toolUseID != "" {
@@ -107,16 +109,13 @@ func ResumeConversation(geminiDir, session, toolUseID string, now time.Time) (*R
 	var order []string
 	target := ""
 	found := false
-	for i, line := range bytes.Split(b, []byte{'\n'}) {
+	for _, line := range bytes.Split(b, []byte{'\n'}) {
 		if len(bytes.TrimSpace(line)) == 0 {
 			continue
 		}
 		var l chatLine
 		if err := json.Unmarshal(line, &l); err != nil {
 			break // a torn last line ends the copy
-		}
-		if i > 0 && l.SessionID != nil {
-			break // a resume's second header: the history repeats from here
 		}
 		for _, c := range l.ToolCalls {
 			if c.ID != "" && !seen[c.ID] {
