@@ -38,5 +38,19 @@ fi
 echo "== go test -race ./..."
 go test -race -count=1 ./...
 
-echo "== e2e (real Claude Code CLI)"
+echo "== agent CLIs for the e2e suite (pinned, into the e2e cache)"
+# The harness installs them too when missing (test/e2e/harness_test.go,
+# codex_test.go, gemini_test.go); installing here first keeps the npm
+# output out of the test log. Versions match CodexVersion/GeminiVersion.
+cache="${AGENTSCM_E2E_CACHE:-$HOME/.cache/agentscm-e2e}"
+for pkg in "codex-0.169.0 @openai/codex@0.169.0 codex" "gemini-cli-0.61.0 @google/gemini-cli@0.61.0 gemini"; do
+  set -- $pkg
+  if [ ! -x "$cache/$1/node_modules/.bin/$3" ]; then
+    echo "installing $2 into $cache/$1"
+    mkdir -p "$cache/$1"
+    npm install --no-audit --no-fund --prefix "$cache/$1" "$2" >/dev/null
+  fi
+done
+
+echo "== e2e (real Claude Code, Codex and Gemini CLIs)"
 go test -tags e2e -count=1 -v ./test/e2e/...

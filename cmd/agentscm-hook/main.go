@@ -12,11 +12,14 @@ import (
 	"os"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/agent/adapter"
 	"github.com/agentscm/agentscm/internal/hookrun"
 )
 
 const usage = `Usage:
   agentscm-hook change-capture hook-claude < payload.json
+  agentscm-hook change-capture hook-codex < payload.json
+  agentscm-hook change-capture hook-gemini < payload.json
 
 The Claude Code capture hook, exactly as 'agentscm change-capture
 hook-claude' runs it, in a smaller binary that starts faster. agentscm
@@ -35,6 +38,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	switch {
 	case len(args) == 2 && args[0] == "change-capture" && args[1] == "hook-claude":
 		return hookrun.ClaudeCaptureOut(ctx, stdin, stdout, stderr, getenv, now())
+	case len(args) == 2 && args[0] == "change-capture" && args[1] == "hook-codex":
+		return hookrun.AgentCapture(ctx, adapter.Codex{}, stdin, stderr, getenv, now())
+	case len(args) == 2 && args[0] == "change-capture" && args[1] == "hook-gemini":
+		return hookrun.AgentCapture(ctx, adapter.Gemini{}, stdin, stderr, getenv, now())
 	case len(args) == 1 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help"):
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -80,6 +80,10 @@ type Binding struct {
 	// Root; empty means the default .claude/settings.local.json.
 	ClaudeSettings string    `json:"claude_settings,omitempty"`
 	ConfiguredAt   time.Time `json:"configured_at"`
+	// Agent is the agent whose hooks the binding installed in its settings
+	// file (internal/agent/adapter); empty is Claude Code. Optional, so a
+	// version 7 config without it keeps its old meaning.
+	Agent string `json:"agent,omitempty"`
 
 	// Hub and Repository are the lineage the binding was saved for; a
 	// disabled binding keeps them.

@@ -12,7 +12,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/agent/adapter"
 	"github.com/agentscm/agentscm/internal/agent/claude"
+	"github.com/agentscm/agentscm/internal/agent/codex"
+	"github.com/agentscm/agentscm/internal/agent/gemini"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/source"
 	"github.com/agentscm/agentscm/internal/spool"
@@ -54,6 +57,10 @@ type ConfigureOptions struct {
 	// ClaudeSettings is the settings file relative to Root; empty is the
 	// default .claude/settings.local.json.
 	ClaudeSettings string
+	// Agent is the agent whose hooks are installed (adapter.For); empty is
+	// Claude Code. For another agent an empty ClaudeSettings is that
+	// agent's hook file (Codex: .codex/hooks.json).
+	Agent string
 	// Limits are the spool limits; zero fields take the defaults (a new
 	// spool) or keep the current value (an existing spool, whose limits
 	// may be raised, or lowered as far as its contents allow).
@@ -89,6 +96,7 @@ type ConfigureResult struct {
 	PreviousLimits *spool.Limits     `json:"previous_limits,omitempty"`
 	Compaction     *CompactionPolicy `json:"compaction_policy"`
 	ClaudeSettings string            `json:"claude_settings"`
+	Agent          string            `json:"agent"`
 	HookEvents     []string          `json:"hook_events"`
 	SettingsChange bool              `json:"settings_changed"`
 	// Created is true when this call made a new binding.
@@ -222,6 +230,13 @@ func prepare(o ConfigureOptions, root string, lin Lineage) (*prepared, error) {
 			return nil, err
 		}
 	}
+	ad, err := adapter.For(o.Agent)
+	if err != nil {
+		return nil, err
+	}
+	if ad.Name() != claude.AgentName && o.ClaudeSettings == "" {
+		o.ClaudeSettings = ad.HookFile()
+	}
 	if o.ClaudeSettings != "" {
 		if err := checkSettingsRel(o.ClaudeSettings); err != nil {
 			return nil, err
@@ -259,6 +274,7 @@ func prepare(o ConfigureOptions, root string, lin Lineage) (*prepared, error) {
 	return &prepared{
 		b: Binding{
 			Root: root, Spool: spoolDir, CaptureMode: mode, Enabled: true, ClaudeSettings: o.ClaudeSettings,
+			Agent:        agentField(ad),
 			ConfiguredAt: o.Now.UTC(), Hub: lin.Hub, Repository: lin.Repository, WorktreeID: wt,
 			BaseRef: o.BaseRef, SetupDigest: o.SetupDigest, ClaudeHistoryRoot: o.ClaudeHistoryRoot,
 			ActionRules: rules, Recipes: recipes, Runner: runner, Limits: lim,
@@ -399,21 +415,31 @@ func configureLocked(ctx context.Context, store Store, root string, lin Lineage,
 	b := p.b
 	settings := b.SettingsPath()
 	_, statErr := os.Lstat(settings)
-	events := claude.HookEvents[:]
-	changed, err := claude.InstallHooks(settings, claude.HookCommand(claude.HookExecutable(o.Executable)), events)
+	ad, err := adapter.For(b.Agent)
 	if err != nil {
-		return nil, fmt.Errorf("install Claude Code hooks: %w", err)
+		return nil, err
+	}
+	events := ad.CaptureEvents()
+	changed, err := claude.InstallHooksWith(settings, claude.CommandFor(claude.HookExecutable(o.Executable), ad.CaptureSubcommand()), events, adapter.HookTimeout(ad))
+	if err != nil {
+		return nil, fmt.Errorf("install %s hooks: %w", ad.Name(), err)
 	}
 	res := &ConfigureResult{
 		Root: root, Spool: b.Spool, CaptureMode: b.CaptureMode, Hub: b.Hub, Repository: b.Repository,
 		WorktreeID: b.WorktreeID, BaseRef: b.BaseRef, SetupDigest: b.SetupDigest, ActionRules: b.ActionRules,
 		Recipes: []string{}, Limits: b.Limits, LimitsChanged: limitsChanged, PreviousLimits: prevLimits,
-		Compaction: b.Compaction, ClaudeSettings: settings,
+		Compaction: b.Compaction, ClaudeSettings: settings, Agent: ad.Name(),
 		HookEvents: append([]string(nil), events...), SettingsChange: changed, Created: created,
 		SettingsCreated: errors.Is(statErr, fs.ErrNotExist),
 	}
 	if res.ActionRules == nil {
 		res.ActionRules = []ActionRule{}
+	}
+	switch ad.Name() {
+	case codex.AgentName:
+		res.Warnings = append(res.Warnings, codex.TrustNote(root))
+	case gemini.AgentName:
+		res.Warnings = append(res.Warnings, gemini.TrustNote(root))
 	}
 	for _, r := range b.Recipes {
 		res.Recipes = append(res.Recipes, r.ID+"@"+r.Digest[:12])
@@ -459,9 +485,13 @@ func Unconfigure(ctx context.Context, store Store, root string) (*UnconfigureRes
 	res := &UnconfigureResult{Root: b.Root, Spool: b.Spool, ClaudeSettings: b.SettingsPath(), SpoolRetained: true}
 	if fi, err := os.Stat(b.Root); err == nil && fi.IsDir() {
 		res.CheckoutExists = true
-		removed, err := claude.RemoveHooksFor(b.SettingsPath(), claude.HookSubcommand)
+		ad, err := adapter.For(b.Agent)
 		if err != nil {
-			return nil, fmt.Errorf("remove Claude Code hooks: %w", err)
+			return nil, err
+		}
+		removed, err := claude.RemoveHooksFor(b.SettingsPath(), ad.CaptureSubcommand())
+		if err != nil {
+			return nil, fmt.Errorf("remove %s hooks: %w", ad.Name(), err)
 		}
 		res.HooksRemoved = removed
 	}
@@ -491,4 +521,13 @@ func sameRepo(a, b Lineage) bool {
 // describeLineage formats "<repository> on <hub>".
 func describeLineage(l Lineage) string {
 	return strings.TrimSpace(l.Repository + " on " + l.Hub)
+}
+
+// agentField is the binding's Agent value: empty for Claude Code, so a
+// Claude binding is saved exactly as before.
+func agentField(a adapter.Adapter) string {
+	if a.Name() == claude.AgentName {
+		return ""
+	}
+	return a.Name()
 }

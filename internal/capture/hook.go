@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/agent/adapter"
 	"github.com/agentscm/agentscm/internal/agent/claude"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/fsutil"
@@ -121,11 +122,18 @@ type HookResult struct {
 // another repository or Hub than the binding was saved for, captures
 // nothing. The caller turns any error into a warning: hooks fail open.
 func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Reader, now time.Time) (*HookResult, error) {
+	return HandleAgentHook(ctx, store, hubs, adapter.Claude{}, in, now)
+}
+
+// HandleAgentHook is HandleClaudeHook for the hook payload of any agent
+// adapter (Claude Code, Codex CLI): the adapter decodes and maps, the rest
+// is the same capture.
+func HandleAgentHook(ctx context.Context, store Store, hubs HubOpener, a adapter.Adapter, in io.Reader, now time.Time) (*HookResult, error) {
 	b, err := fsutil.ReadBounded(in, claude.MaxPayloadBytes)
 	if err != nil {
 		return nil, fmt.Errorf("read hook payload: %w", err)
 	}
-	p, err := claude.DecodePayload(b)
+	p, err := a.Decode(b)
 	if err != nil {
 		return nil, err
 	}
@@ -143,7 +151,7 @@ func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Re
 	if bd == nil {
 		return &HookResult{Ignored: true, Reason: "no enabled capture binding contains " + cwd}, nil
 	}
-	rec, ok, err := claude.Map(p, bd.CaptureMode, now)
+	rec, ok, err := a.Map(p, bd.CaptureMode, now)
 	if err != nil {
 		return nil, err
 	}
@@ -193,7 +201,7 @@ func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Re
 		return nil, fmt.Errorf("session record: %w", err)
 	}
 	if obs.Mode != bd.CaptureMode {
-		if rec, _, err = claude.Map(p, obs.Mode, now); err != nil {
+		if rec, _, err = a.Map(p, obs.Mode, now); err != nil {
 			return nil, err
 		}
 	}

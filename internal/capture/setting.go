@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/agent/adapter"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/source"
 	"github.com/agentscm/agentscm/internal/spool"
@@ -43,6 +44,9 @@ type Setting struct {
 	Spool               string `json:"spool,omitempty"`
 	WorktreeID          string `json:"worktree_id,omitempty"`
 	ClaudeSettings      string `json:"claude_settings,omitempty"`
+	// Agent is the agent whose hooks the binding installed (claude-code,
+	// codex, gemini).
+	Agent string `json:"agent,omitempty"`
 	// Refused lists the envelopes of the spool the Hub permanently
 	// refused (retained locally, each marked on the Hub by a hub_refused
 	// gap where it had a place in a stream).
@@ -90,6 +94,9 @@ func CaptureSetting(store Store, conns Connections, root string) (*Setting, erro
 	s.Configured, s.Enabled, s.Mode = true, b.Enabled, b.CaptureMode
 	s.Hub, s.Repository, s.Spool, s.WorktreeID = b.Hub, b.Repository, b.Spool, b.WorktreeID
 	s.ClaudeSettings = b.SettingsPath()
+	if a, err := adapter.For(b.Agent); err == nil {
+		s.Agent = a.Name()
+	}
 	s.Compaction = b.Compaction
 	s.LineageMismatch = cerr == nil && b.Hub != "" && !sameRepo(lin, b.lineage())
 	if rep, err := store.Refusals(b.Spool); err == nil && rep.Total > 0 {
@@ -131,6 +138,10 @@ type EnableOptions struct {
 	// limits of the binding's spool; zero fields keep the current value
 	// (the defaults for a new spool).
 	Limits spool.Limits
+	// Agent is the agent whose hooks a new binding installs (adapter.For;
+	// empty is Claude Code). An existing binding keeps its agent: asking
+	// for another is refused.
+	Agent string
 	// Compaction sets or clears the automatic compaction policy. A new
 	// binding records the default policy (DefaultCompactThreshold) unless
 	// this clears it; re-enabling keeps the saved choice unless this
@@ -171,8 +182,12 @@ func EnableCapture(ctx context.Context, store Store, conns Connections, o Enable
 		return nil, fmt.Errorf("this checkout is now connected to %s on %s; refresh and confirm again", lin.Repository, lin.Hub)
 	}
 	action := ""
+	want, err := adapter.For(o.Agent)
+	if err != nil {
+		return nil, err
+	}
 	co := ConfigureOptions{Root: root, CaptureMode: o.Mode, Executable: o.Executable, Now: o.Now,
-		Compaction: o.Compaction, compactionBy: "enable"}
+		Compaction: o.Compaction, compactionBy: "enable", Agent: agentField(want)}
 	decide := func(cur *Binding, co *ConfigureOptions) error {
 		switch {
 		case cur == nil:
@@ -196,6 +211,12 @@ func EnableCapture(ctx context.Context, store Store, conns Connections, o Enable
 				return fmt.Errorf("the capture binding of this checkout was saved for %s, but it is now connected to %s; run change-capture forget --root %s to start fresh",
 					describeLineage(cur.lineage()), describeLineage(lin), root)
 			}
+			if have, err := adapter.For(cur.Agent); err != nil {
+				return err
+			} else if o.Agent != "" && have.Name() != want.Name() {
+				return fmt.Errorf("the capture binding of this checkout installs %s hooks, not %s; run change-capture unconfigure --root %s first (the spool is kept)", have.Name(), want.Name(), root)
+			}
+			co.Agent = cur.Agent
 			action = "re-enabled"
 			if cur.Enabled {
 				action = "mode-changed"

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/agent/adapter"
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/client"
 	"github.com/agentscm/agentscm/internal/hub/api"
@@ -53,6 +54,7 @@ this checkout".`)
 	root := fs.String("root", "", "absolute path of the checkout")
 	mode := fs.String("mode", "", "metadata-only, local-conversation or shared-conversation")
 	local := fs.Bool("local", false, "connect the checkout to the embedded local Hub first when it has no client connection")
+	agent := fs.String("agent", "", agentFlagHelp)
 	expRepo := fs.String("expect-repository", "", "repository the person confirmed")
 	expHub := fs.String("expect-hub", "", "Hub the person confirmed")
 	var lim spool.Limits
@@ -81,6 +83,18 @@ this checkout".`)
 	if err != nil {
 		return err
 	}
+	// An explicit --agent is validated; without one a new binding takes the
+	// detected agent and an existing binding keeps its own.
+	agentName := *agent
+	if agentName != "" {
+		if _, err := adapter.For(agentName); err != nil {
+			return usagef("--agent: %v", err)
+		}
+	} else if canon, err := capture.CanonicalRoot(*root); err == nil {
+		if cur, err := store.Load(); err == nil && cur.Find(canon) == nil {
+			agentName = detectAgent(env, canon)
+		}
+	}
 	if *local {
 		if err := connectLocalIfMissing(ctx, env, store.Dir, *root); err != nil {
 			return err
@@ -88,7 +102,7 @@ this checkout".`)
 	}
 	res, err := capture.EnableCapture(ctx, store, conns, capture.EnableOptions{
 		Root: *root, Mode: *mode, Expect: expect, ConfigDir: store.Dir, Executable: env.Executable, Now: env.Now(),
-		Limits: lim, Compaction: pol,
+		Limits: lim, Compaction: pol, Agent: agentName,
 	})
 	if err != nil {
 		return err

@@ -38,6 +38,20 @@ func changeCaptureCommand() *Command {
 				runHookClaude(ctx, env)
 				return nil
 			}},
+			{Name: "hook-codex", Summary: "the Codex CLI hook (reads one hook payload on stdin)", Run: func(ctx context.Context, env *Env, args []string) error {
+				if len(args) > 0 {
+					return usagef("hook-codex takes no arguments")
+				}
+				runHookCodex(ctx, env)
+				return nil
+			}},
+			{Name: "hook-gemini", Summary: "the Gemini CLI hook (reads one hook payload on stdin)", Run: func(ctx context.Context, env *Env, args []string) error {
+				if len(args) > 0 {
+					return usagef("hook-gemini takes no arguments")
+				}
+				runHookGemini(ctx, env)
+				return nil
+			}},
 			{Name: "events", Summary: "list a spool's sessions and their events in order (read-only)", Run: runEvents},
 			changeCaptureShowCommand(),
 			changeCaptureConversationCommand(),
@@ -137,7 +151,8 @@ and changes nothing.`)
 	fs.Int64Var(&o.Limits.ReplayEntries, "max-replay-entries", 0, "bound of the compaction replay index in entries (default: twice the record limit, at most 8192)")
 	fs.Int64Var(&o.Limits.ReplayBytes, "max-replay-bytes", 0, "bound of the compaction replay index in bytes (default: an eighth of the byte limit, at most 8 MiB)")
 	compactionFlags(fs, &o.Compaction)
-	fs.StringVar(&o.ClaudeSettings, "claude-settings", "", "Claude settings file for the hooks, relative to the root (default .claude/settings.local.json)")
+	fs.StringVar(&o.ClaudeSettings, "claude-settings", "", "Claude settings file for the hooks, relative to the root (default .claude/settings.local.json; for --agent codex .codex/hooks.json, gemini .gemini/settings.json)")
+	fs.StringVar(&o.Agent, "agent", "", "claude-code (default), codex or gemini: whose hooks to install (docs/agents.md)")
 	format := formatFlag(fs)
 	if err := parseFlags(fs, args, false); err != nil {
 		return err

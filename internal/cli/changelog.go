@@ -12,7 +12,9 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/agentscm/agentscm/internal/agent/adapter"
 	"github.com/agentscm/agentscm/internal/agent/claude"
+	"github.com/agentscm/agentscm/internal/agent/codex"
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/changelog"
 	"github.com/agentscm/agentscm/internal/changelog/hubremote"
@@ -40,6 +42,20 @@ func changelogCommand() *Command {
 					return usagef("hook-claude takes no arguments")
 				}
 				runChangelogHook(ctx, env)
+				return nil
+			}},
+			{Name: "hook-codex", Summary: "the Codex CLI changelog hook (reads one hook payload on stdin)", Run: func(ctx context.Context, env *Env, args []string) error {
+				if len(args) > 0 {
+					return usagef("hook-codex takes no arguments")
+				}
+				runChangelogHook(ctx, env)
+				return nil
+			}},
+			{Name: "hook-gemini", Summary: "the Gemini CLI changelog hook (reads one hook payload on stdin)", Run: func(ctx context.Context, env *Env, args []string) error {
+				if len(args) > 0 {
+					return usagef("hook-gemini takes no arguments")
+				}
+				runChangelogHookGemini(ctx, env)
 				return nil
 			}},
 			{Name: "capture", Summary: "store the writes and deletions since the last increment as the next one", Run: runChangelogCapture},
@@ -407,7 +423,7 @@ func joinInts(v []int) string {
 // .claude/settings*.json: a settings file that had no marked hook before the
 // rewind gets none after it.
 func dropRestoredHooks(root string) (func(context.Context, []changelog.Root) error, error) {
-	files := []string{filepath.Join(root, ".claude", "settings.json"), filepath.Join(root, ".claude", "settings.local.json")}
+	files := []string{filepath.Join(root, ".claude", "settings.json"), filepath.Join(root, ".claude", "settings.local.json"), filepath.Join(root, ".codex", "hooks.json"), filepath.Join(root, ".gemini", "settings.json")}
 	had := map[string]bool{}
 	for _, f := range files {
 		ev, err := claude.MarkedEvents(f)
@@ -467,6 +483,7 @@ directory, everything git ignores) are never deleted or changed.`)
 	force := fs.Bool("force", false, "rewind even though paths it changes were changed after the newest captured position (the undo point still holds them), or a turn marker says a turn is running (its session is gone)")
 	dryRun := fs.Bool("dry-run", false, "print what the rewind would create, modify and delete, and change nothing")
 	resume := fs.Bool("resume-conversation", false, "also bind the conversation, cut right after the target call's result, to a fresh session id and print the claude --resume command")
+	agent := fs.String("agent", "", "with --resume-conversation: claude-code, codex or gemini (default: the one agent whose hook file holds changelog hooks); codex cuts the session's rollout under $CODEX_HOME/sessions and prints codex exec resume <id>, gemini cuts its chat under ~/.gemini/tmp and prints gemini --resume <id>")
 	fromHub := fs.Bool("from-hub", false, "take the increments 0..POSITION of a Work from the checkout's connected Hub (the root may be a fresh empty directory)")
 	work := fs.String("work", "", "with --from-hub: the Work (default: the checkout's current Work)")
 	worktree := fs.String("worktree", "", "with --from-hub: whose changelog, when the Work holds several checkouts' (after a takeover)")
@@ -480,6 +497,13 @@ directory, everything git ignores) are never deleted or changed.`)
 	}
 	if *dryRun && *resume {
 		return usagef("--dry-run changes nothing, so it cannot resume a conversation; drop --resume-conversation")
+	}
+	if *fromHub && *resume && *agent != "" {
+		if a, err := adapter.For(*agent); err != nil {
+			return usagef("--agent: %v", err)
+		} else if a.Name() != claude.AgentName {
+			return usagef("--from-hub --resume-conversation resumes Claude Code conversations only: the %s session file is not part of the uploaded increments (rewind on the machine that ran the session instead)", a.Name())
+		}
 	}
 	if *fromHub {
 		return runChangelogApplyFromHub(ctx, env, &rf, hubApply{to: *to, work: *work, worktree: *worktree, force: *force, dryRun: *dryRun, resume: *resume, format: *format})
@@ -501,7 +525,12 @@ directory, everything git ignores) are never deleted or changed.`)
 		return err
 	}
 	home := env.Getenv("HOME")
-	if *resume && !filepath.IsAbs(home) {
+	ad, err := rewindAgent(env, *agent, c.Roots()[0].Path)
+	if err != nil {
+		return err
+	}
+	isCodex := ad.Name() != claude.AgentName // Codex or Gemini: their own session files
+	if *resume && !isCodex && !filepath.IsAbs(home) {
 		return usagef("--resume-conversation needs an absolute HOME (where Claude Code keeps transcripts)")
 	}
 	req := changelog.ApplyRequest{To: *to, AfterExtract: after, Force: *force, DryRun: *dryRun}
@@ -510,7 +539,7 @@ directory, everything git ignores) are never deleted or changed.`)
 	// result): the live copy, read first, supplies the result.
 	projectDir := transcriptDir(c, home)
 	var live []byte
-	if *resume {
+	if *resume && !isCodex {
 		req.BeforeExtract = func(_ context.Context, target changelog.Meta) error {
 			live, _ = changelog.ReadTranscript(projectDir, target.SessionID)
 			return nil
@@ -529,7 +558,13 @@ directory, everything git ignores) are never deleted or changed.`)
 		if res.Target.Kind != changelog.KindCall || res.Target.SessionID == "" {
 			return fmt.Errorf("rewound to position %d, but it is not a tool call of a session, so there is no conversation to resume", *to)
 		}
-		resumed, err = changelog.ResumeConversationFrom(projectDir, res.Target.SessionID, res.Target.ToolUseID, live)
+		if ad.Name() == codex.AgentName {
+			resumed, err = resumeCodex(env, res.Target, env.Now())
+		} else if isCodex {
+			resumed, err = resumeGemini(env, res.Target, env.Now())
+		} else {
+			resumed, err = changelog.ResumeConversationFrom(projectDir, res.Target.SessionID, res.Target.ToolUseID, live)
+		}
 		if err != nil {
 			return fmt.Errorf("rewound to position %d, but the conversation could not be resumed: %w", *to, err)
 		}

@@ -3,13 +3,17 @@ package cli
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/agent/adapter"
 	"github.com/agentscm/agentscm/internal/agent/claude"
+	"github.com/agentscm/agentscm/internal/agent/codex"
+	"github.com/agentscm/agentscm/internal/agent/gemini"
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/changelog"
 	"github.com/agentscm/agentscm/internal/changelog/hubremote"
@@ -79,6 +83,7 @@ Refused with exit status 5 while a turn runs.`)
 	settings := fs.String("claude-settings", capture.DefaultClaudeSettings, "Claude settings file for the hooks, relative to the root")
 	force := fs.Bool("force", false, "enable even though a turn marker says a turn is running (its session is gone)")
 	noTranscript := fs.Bool("no-transcript-root", false, "do not capture the checkout's Claude Code transcript directory (root claude-transcript)")
+	agent := fs.String("agent", "", agentFlagHelp+"; for codex the hooks go to .codex/hooks.json and no transcript root is recorded (the rollout is append-only)")
 	format := formatFlag(fs)
 	if err := parseFlags(fs, args, false); err != nil {
 		return err
@@ -89,6 +94,18 @@ Refused with exit status 5 while a turn runs.`)
 	rf.transcript, rf.home = transcriptOn, env.Getenv("HOME")
 	if *noTranscript {
 		rf.transcript = transcriptOff
+	}
+	ad, err := resolveAgent(env, *agent, rf.root)
+	if err != nil {
+		return err
+	}
+	events := changelog.HookEvents
+	if ad.Name() != claude.AgentName {
+		rf.transcript = transcriptOff
+		events = ad.ChangelogEvents()
+		if !settingsSet(fs) {
+			*settings = ad.HookFile()
+		}
 	}
 	if !filepath.IsAbs(env.Executable) {
 		return fmt.Errorf("cannot install hooks: agentscm executable path %q is not absolute", env.Executable)
@@ -104,7 +121,7 @@ Refused with exit status 5 while a turn runs.`)
 	}
 	root := c.Roots()[0].Path
 	path := filepath.Join(root, filepath.FromSlash(*settings))
-	changed, err := claude.InstallHooks(path, claude.CommandFor(env.Executable, claude.ChangelogSubcommand), changelog.HookEvents)
+	changed, err := claude.InstallHooksWith(path, claude.CommandFor(env.Executable, ad.ChangelogSubcommand()), events, adapter.HookTimeout(ad))
 	if err != nil {
 		return fmt.Errorf("install changelog hooks: %w", err)
 	}
@@ -119,11 +136,17 @@ Refused with exit status 5 while a turn runs.`)
 		return err
 	}
 	up := uploadPlanFor(cfg, root, c.Roots())
-	out := map[string]any{"root": root, "dir": c.Dir(), "claude_settings": path, "hook_events": changelog.HookEvents, "settings_changed": changed, "roots": c.Roots(), "upload": up}
+	out := map[string]any{"root": root, "dir": c.Dir(), "agent": ad.Name(), "claude_settings": path, "hook_events": events, "settings_changed": changed, "roots": c.Roots(), "upload": up}
 	if *format == "json" {
 		return writeJSON(env.Stdout, out)
 	}
-	fmt.Fprintf(env.Stdout, "changelog enabled for %s\n  increments: %s\n  hooks:      %s (%d events)\n", root, c.Dir(), path, len(changelog.HookEvents))
+	fmt.Fprintf(env.Stdout, "changelog enabled for %s (%s)\n  increments: %s\n  hooks:      %s (%d events)\n", root, ad.Name(), c.Dir(), path, len(events))
+	switch ad.Name() {
+	case codex.AgentName:
+		fmt.Fprintf(env.Stdout, "  note:       %s\n", codex.TrustNote(root))
+	case gemini.AgentName:
+		fmt.Fprintf(env.Stdout, "  note:       %s\n", gemini.TrustNote(root))
+	}
 	for _, r := range c.Roots()[1:] {
 		fmt.Fprintf(env.Stdout, "  extra root: %s=%s\n", r.Name, r.Path)
 	}
@@ -203,8 +226,16 @@ with exit status 5 while a turn runs.`)
 	rf.register(fs, false)
 	settings := fs.String("claude-settings", capture.DefaultClaudeSettings, "Claude settings file holding the hooks, relative to the root")
 	force := fs.Bool("force", false, "disable even though a turn marker says a turn is running")
+	agent := fs.String("agent", "", "claude-code (default), codex or gemini: whose changelog hooks to remove (codex: from .codex/hooks.json, gemini: from .gemini/settings.json)")
 	if err := parseFlags(fs, args, false); err != nil {
 		return err
+	}
+	ad, err := adapter.For(*agent)
+	if err != nil {
+		return usagef("--agent: %v", err)
+	}
+	if ad.Name() != claude.AgentName && !settingsSet(fs) {
+		*settings = ad.HookFile()
 	}
 	if rf.root == "" {
 		return usagef("--root is required")
@@ -223,7 +254,7 @@ with exit status 5 while a turn runs.`)
 	if _, err := os.Stat(path); err != nil {
 		return fmt.Errorf("no Claude settings file at %s", path)
 	}
-	removed, err := claude.RemoveHooksFor(path, claude.ChangelogSubcommand)
+	removed, err := claude.RemoveHooksFor(path, ad.ChangelogSubcommand())
 	if err != nil {
 		return err
 	}
@@ -319,4 +350,15 @@ func checkoutSharing(configDir, root string) changelog.SharingPolicy {
 		}
 		return changelog.Sharing{Mode: sh.Mode, Share: sh.Share, Reason: sh.Reason}
 	}
+}
+
+// settingsSet reports whether --claude-settings was given explicitly.
+func settingsSet(fs *flag.FlagSet) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "claude-settings" {
+			set = true
+		}
+	})
+	return set
 }

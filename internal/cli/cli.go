@@ -79,6 +79,23 @@ func Root() *Command {
 // process exit status.
 func Main(ctx context.Context, env *Env, args []string) int {
 	// The hook runs on every agent tool call: route it before anything else.
+	if len(args) == 2 && args[1] == "hook-gemini" {
+		switch args[0] {
+		case "change-capture":
+			return runHookGemini(ctx, env)
+		case "changelog":
+			return runChangelogHookGemini(ctx, env)
+		}
+	}
+	if len(args) == 2 && args[1] == "hook-codex" {
+		switch args[0] {
+		case "change-capture":
+			return runHookCodex(ctx, env)
+		case "changelog":
+			// Codex payloads decode as the changelog hook reads them.
+			return runChangelogHook(ctx, env)
+		}
+	}
 	if len(args) == 2 && args[1] == "hook-claude" {
 		switch args[0] {
 		case "change-capture":

@@ -10,6 +10,7 @@ import (
 	"github.com/agentscm/agentscm/internal/agent/capability"
 	"github.com/agentscm/agentscm/internal/agent/claude"
 	"github.com/agentscm/agentscm/internal/agent/codex"
+	"github.com/agentscm/agentscm/internal/agent/gemini"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/redact"
 	"github.com/agentscm/agentscm/internal/spool"
@@ -21,7 +22,7 @@ import (
 func transcriptCommands() []*Command {
 	return []*Command{
 		{Name: "import", Summary: "import one explicit Claude Code JSONL transcript of one session into a spool", Run: runImport},
-		{Name: "capabilities", Summary: "show what each agent adapter can observe (Claude Code, Codex)", Run: runCapabilities},
+		{Name: "capabilities", Summary: "show what each agent adapter can observe (Claude Code, Codex CLI, Gemini CLI)", Run: runCapabilities},
 	}
 }
 
@@ -120,10 +121,12 @@ attributed to no Work and never delivered.`, args, true, false, func(fs *flag.Fl
 func runCapabilities(ctx context.Context, env *Env, args []string) error {
 	fs := newFlags(env, "agentscm change-capture capabilities", "[--agent claude-code|codex] [--format text|json]",
 		`Show each agent adapter's capability declaration: which facts its host
-integration exposes and which it does not. Codex exposes session
-boundaries and selected edit starts only, so complete Codex session
-capture is never claimed.`)
-	agent := fs.String("agent", "", "claude-code or codex (default: both)")
+integration exposes and which it does not, as measured with the live
+payloads of the pinned hosts (docs/agents.md). Codex CLI hooks carry no exit
+code (it is read from the rollout file when there) and a patch that fails
+to apply fires no finish, so complete Codex session capture is never
+claimed.`)
+	agent := fs.String("agent", "", "claude-code, codex or gemini (default: all)")
 	format := formatFlag(fs)
 	if err := parseFlags(fs, args, false); err != nil {
 		return err
@@ -131,13 +134,15 @@ capture is never claimed.`)
 	var decls []capability.Declaration
 	switch *agent {
 	case "":
-		decls = []capability.Declaration{claude.Capabilities(), codex.Capabilities()}
+		decls = []capability.Declaration{claude.Capabilities(), codex.Capabilities(), gemini.Capabilities()}
 	case claude.AgentName:
 		decls = []capability.Declaration{claude.Capabilities()}
 	case codex.AgentName:
 		decls = []capability.Declaration{codex.Capabilities()}
+	case gemini.AgentName:
+		decls = []capability.Declaration{gemini.Capabilities()}
 	default:
-		return usagef("--agent must be claude-code or codex, not %q", *agent)
+		return usagef("--agent must be claude-code, codex or gemini, not %q", *agent)
 	}
 	if *format == "json" {
 		return writeJSON(env.Stdout, map[string]any{"agents": decls})

@@ -29,6 +29,9 @@ const (
 const (
 	OutcomeReturned = "returned"
 	OutcomeFailed   = "failed"
+	// OutcomeUnknown is a finish whose host did not say how the tool ended
+	// (Codex gives no exit code in PostToolUse; see Record.Reason).
+	OutcomeUnknown = "unknown"
 )
 
 // Capture modes of a checkout.

@@ -54,6 +54,14 @@ type Payload struct {
 	Model          json.RawMessage `json:"model"`
 	PermissionMode json.RawMessage `json:"permission_mode"`
 	Effort         json.RawMessage `json:"effort"`
+	// LastAssistantMessage is the turn's final assistant text some hosts
+	// send with Stop (Codex CLI); Claude Code's mapping does not read it.
+	LastAssistantMessage *string `json:"last_assistant_message"`
+	// Adapter-derived facts (never decoded from the payload): the host an
+	// adapter normalised the payload from, and, for a tool finish whose
+	// host gives no exit code, where the adapter looked for one.
+	Host           string `json:"-"`
+	ExitCodeSource string `json:"-"`
 }
 
 // DecodePayload parses one hook payload. It checks the fields every event
@@ -224,4 +232,10 @@ func compactJSON(raw json.RawMessage) json.RawMessage {
 		return nil
 	}
 	return buf.Bytes()
+}
+
+// CheckID validates an identifier taken from a hook payload: printable, no
+// spaces, at most limit bytes (for the other agents' adapters).
+func CheckID(name, v string, limit int, required bool) error {
+	return checkID(name, v, limit, required)
 }

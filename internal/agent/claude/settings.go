@@ -34,14 +34,19 @@ const HookSubcommand = "change-capture hook-claude"
 const ChangelogSubcommand = "changelog hook-claude"
 
 // markers are every subcommand that marks an agentscm hook entry.
-var markers = [...]string{HookSubcommand, ChangelogSubcommand}
+// The other agents' adapters (internal/agent/codex, internal/agent/gemini)
+// install their own marked subcommands into hook files of the same shape.
+var markers = [...]string{HookSubcommand, ChangelogSubcommand,
+	"change-capture hook-codex", "changelog hook-codex",
+	"change-capture hook-gemini", "changelog hook-gemini"}
 
 // maxSettingsBytes bounds a settings file we read and rewrite.
 const maxSettingsBytes = 8 << 20
 
 // toolEvents take a tool-name matcher.
 func toolEvent(ev string) bool {
-	return ev == "PreToolUse" || ev == "PostToolUse" || ev == "PostToolUseFailure"
+	return ev == "PreToolUse" || ev == "PostToolUse" || ev == "PostToolUseFailure" ||
+		ev == "BeforeTool" || ev == "AfterTool" // Gemini CLI
 }
 
 // HookCommand returns the shell command of a marked capture hook that runs
@@ -104,13 +109,20 @@ func shellQuote(s string) string {
 // keeps every other key and hook entry unchanged, replaces an existing marked
 // entry instead of adding a second one, and reports whether the file changed.
 func InstallHooks(path, command string, events []string) (bool, error) {
+	return InstallHooksWith(path, command, events, HookTimeoutSeconds)
+}
+
+// InstallHooksWith is InstallHooks with the entries' timeout value (in the
+// host's unit: seconds for Claude Code and Codex, milliseconds for Gemini
+// CLI).
+func InstallHooksWith(path, command string, events []string, timeout int) (bool, error) {
 	if markerOf(command) == "" {
 		return false, fmt.Errorf("hook command %q is not a marked agentscm hook", command)
 	}
 	return editSettings(path, true, func(hooks *object) (bool, error) {
 		changed := false
 		for _, ev := range events {
-			c, err := installEvent(hooks, ev, command)
+			c, err := installEvent(hooks, ev, command, timeout)
 			if err != nil {
 				return false, err
 			}
@@ -339,12 +351,12 @@ func countMarked(g group, subcommand string) (int, error) {
 	return n, err
 }
 
-func markedEntry(command string) json.RawMessage {
+func markedEntry(command string, timeout int) json.RawMessage {
 	b, _ := json.Marshal(struct {
 		Type    string `json:"type"`
 		Command string `json:"command"`
 		Timeout int    `json:"timeout"`
-	}{"command", command, HookTimeoutSeconds})
+	}{"command", command, timeout})
 	return b
 }
 
@@ -357,13 +369,13 @@ func wantMatcher(ev string) string {
 
 // installEvent makes ev hold exactly one marked entry with command, in a
 // group of its own.
-func installEvent(hooks *object, ev, command string) (bool, error) {
+func installEvent(hooks *object, ev, command string, timeout int) (bool, error) {
 	marker := markerOf(command)
 	groups, err := decodeGroups(hooks, ev)
 	if err != nil {
 		return false, err
 	}
-	want := markedEntry(command)
+	want := markedEntry(command, timeout)
 	found := false
 	changed := false
 	kept := groups[:0]

@@ -1,0 +1,173 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/agentscm/agentscm/internal/agent/adapter"
+	"github.com/agentscm/agentscm/internal/agent/claude"
+	"github.com/agentscm/agentscm/internal/agent/codex"
+	"github.com/agentscm/agentscm/internal/agent/gemini"
+	"github.com/agentscm/agentscm/internal/capture"
+	"github.com/agentscm/agentscm/internal/changelog"
+	"github.com/agentscm/agentscm/internal/fsutil"
+	"github.com/agentscm/agentscm/internal/hookrun"
+)
+
+// agentFlagHelp documents --agent on enable and changelog enable.
+const agentFlagHelp = "the agent whose hooks to install: claude-code, codex or gemini (default: the one agent whose config directory exists in the checkout, else in HOME; claude-code when several or none)"
+
+// detectAgent picks the agent of a checkout when --agent is not given: the
+// one agent whose config directory exists in the checkout (.claude, .codex),
+// else the one in HOME; Claude Code when both or neither exist.
+func detectAgent(env *Env, root string) string {
+	exists := func(p string) bool {
+		fi, err := os.Stat(p)
+		return err == nil && fi.IsDir()
+	}
+	pick := func(base string) string {
+		found := ""
+		for _, a := range []struct{ dir, name string }{{".claude", claude.AgentName}, {".codex", codex.AgentName}, {".gemini", gemini.AgentName}} {
+			if exists(filepath.Join(base, a.dir)) {
+				if found != "" {
+					return "" // several: no detection
+				}
+				found = a.name
+			}
+		}
+		return found
+	}
+	if a := pick(root); a != "" {
+		return a
+	}
+	if home := env.Getenv("HOME"); filepath.IsAbs(home) {
+		if a := pick(home); a != "" {
+			return a
+		}
+	}
+	return claude.AgentName
+}
+
+// resolveAgent validates --agent (empty: detection) and returns the adapter.
+func resolveAgent(env *Env, flag, root string) (adapter.Adapter, error) {
+	if flag == "" {
+		flag = detectAgent(env, root)
+	}
+	a, err := adapter.For(flag)
+	if err != nil {
+		return nil, usagef("--agent: %v", err)
+	}
+	return a, nil
+}
+
+// runHookCodex is `agentscm change-capture hook-codex`: the Codex CLI
+// capture hook (fails open, exit 0).
+func runHookCodex(ctx context.Context, env *Env) int {
+	return hookrun.AgentCapture(ctx, adapter.Codex{}, env.Stdin, env.Stderr, env.Getenv, env.Now())
+}
+
+// codexHome is $CODEX_HOME, else $HOME/.codex.
+func codexHome(env *Env) (string, error) {
+	if d := env.Getenv("CODEX_HOME"); d != "" {
+		if !filepath.IsAbs(d) {
+			return "", usagef("CODEX_HOME %q is not absolute", d)
+		}
+		return filepath.Clean(d), nil
+	}
+	home := env.Getenv("HOME")
+	if !filepath.IsAbs(home) {
+		return "", usagef("--resume-conversation --agent codex needs an absolute CODEX_HOME or HOME (where Codex keeps rollouts)")
+	}
+	return filepath.Join(home, ".codex"), nil
+}
+
+// resumeCodex binds the Codex conversation of the rewound call to a fresh
+// session: the rollout cut right after the call's output.
+func resumeCodex(env *Env, target changelog.Meta, now time.Time) (*changelog.Resumed, error) {
+	dir, err := codexHome(env)
+	if err != nil {
+		return nil, err
+	}
+	r, err := codex.ResumeConversation(dir, target.SessionID, target.ToolUseID, now)
+	if err != nil {
+		return nil, err
+	}
+	return &changelog.Resumed{SessionID: r.SessionID, Transcript: r.Transcript, FromSession: r.FromSession, IncludesResult: r.IncludesResult, Command: r.Command}, nil
+}
+
+// rewindAgent is the agent whose conversation a rewind resumes: --agent,
+// else the agent whose changelog hooks the checkout holds (Codex when only
+// .codex/hooks.json has them).
+func rewindAgent(env *Env, flag, root string) (adapter.Adapter, error) {
+	if flag != "" {
+		a, err := adapter.For(flag)
+		if err != nil {
+			return nil, usagef("--agent: %v", err)
+		}
+		return a, nil
+	}
+	cx, _ := claude.MarkedEventsFor(filepath.Join(root, filepath.FromSlash(codex.HookFile)), codex.ChangelogSubcommand)
+	gm, _ := claude.MarkedEventsFor(filepath.Join(root, filepath.FromSlash(gemini.HookFile)), gemini.ChangelogSubcommand)
+	var cl []string
+	for _, f := range []string{".claude/settings.local.json", ".claude/settings.json"} {
+		ev, _ := claude.MarkedEventsFor(filepath.Join(root, filepath.FromSlash(f)), claude.ChangelogSubcommand)
+		cl = append(cl, ev...)
+	}
+	switch {
+	case len(cx) > 0 && len(cl) == 0 && len(gm) == 0:
+		return adapter.Codex{}, nil
+	case len(gm) > 0 && len(cl) == 0 && len(cx) == 0:
+		return adapter.Gemini{}, nil
+	}
+	return adapter.Claude{}, nil
+}
+
+// runHookGemini is `agentscm change-capture hook-gemini`: the Gemini CLI
+// capture hook (fails open, exit 0).
+func runHookGemini(ctx context.Context, env *Env) int {
+	return hookrun.AgentCapture(ctx, adapter.Gemini{}, env.Stdin, env.Stderr, env.Getenv, env.Now())
+}
+
+// runChangelogHookGemini is `agentscm changelog hook-gemini`: the Gemini
+// payload normalised (events renamed, the call's order id) and handed to the
+// changelog hook as the decoded form it reads. It fails open.
+func runChangelogHookGemini(ctx context.Context, env *Env) int {
+	b, err := fsutil.ReadBounded(env.Stdin, claude.MaxPayloadBytes)
+	var p *claude.Payload
+	if err == nil {
+		var cfg string
+		if cfg, err = capture.ConfigDir(env.Getenv); err == nil {
+			p, err = gemini.Orderer{Dir: filepath.Join(cfg, "agent-state", "gemini-changelog")}.Decode(b)
+		}
+	}
+	var nb []byte
+	if err == nil {
+		nb, err = json.Marshal(p)
+	}
+	if err != nil {
+		fmt.Fprintf(env.Stderr, "agentscm: warning: changelog hook failed: %s\n", oneLine(err.Error()))
+		return ExitOK
+	}
+	e := *env
+	e.Stdin = bytes.NewReader(nb)
+	return runChangelogHook(ctx, &e)
+}
+
+// resumeGemini binds the Gemini conversation of the rewound call (its
+// order id) to a fresh session: the chat cut after the call's result.
+func resumeGemini(env *Env, target changelog.Meta, now time.Time) (*changelog.Resumed, error) {
+	home := env.Getenv("HOME")
+	if !filepath.IsAbs(home) {
+		return nil, usagef("--resume-conversation --agent gemini needs an absolute HOME (where Gemini CLI keeps chats)")
+	}
+	r, err := gemini.ResumeConversation(filepath.Join(home, ".gemini"), target.SessionID, target.ToolUseID, now)
+	if err != nil {
+		return nil, err
+	}
+	return &changelog.Resumed{SessionID: r.SessionID, Transcript: r.Transcript, FromSession: r.FromSession, IncludesResult: r.IncludesResult, Command: r.Command}, nil
+}

@@ -1,0 +1,115 @@
+package cli
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestAgentHooksFailOpen: the Codex and Gemini hooks (capture and
+// changelog) never block the agent: exit 0, nothing on stdout, at most one
+// warning line.
+func TestAgentHooksFailOpen(t *testing.T) {
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{"change-capture", "hook-codex"}, {"change-capture", "hook-gemini"},
+		{"changelog", "hook-codex"}, {"changelog", "hook-gemini"},
+	} {
+		inputs := []string{"not json", ""}
+		if strings.HasSuffix(args[1], "gemini") {
+			// The session id names the order state file: refused.
+			inputs = append(inputs, `{"session_id":"../x","cwd":"/r","hook_event_name":"BeforeTool","tool_name":"t"}`)
+		}
+		for _, stdin := range inputs {
+			r := runMain(t, map[string]string{"XDG_CONFIG_HOME": dir, "HOME": dir}, stdin, args...)
+			if r.code != 0 || r.stdout != "" || strings.Count(r.stderr, "\n") != 1 || !strings.HasPrefix(r.stderr, "agentscm: warning: ") {
+				t.Fatalf("%v < %q: exit %d stdout %q stderr %q", args, stdin, r.code, r.stdout, r.stderr)
+			}
+		}
+		// A payload outside any binding or changelog is ignored silently.
+		r := runMain(t, map[string]string{"XDG_CONFIG_HOME": dir, "HOME": dir}, `{"session_id":"s1","cwd":"/nowhere","hook_event_name":"SessionStart","source":"startup"}`, args...)
+		if r.code != 0 || r.stdout != "" || r.stderr != "" {
+			t.Fatalf("%v outside a binding: exit %d stdout %q stderr %q", args, r.code, r.stdout, r.stderr)
+		}
+	}
+}
+
+// TestEnableAgent: change-capture enable and changelog enable install the
+// Codex or Gemini hooks in that agent's own file, keep the user's hooks,
+// detect the agent when only its config directory exists, refuse to switch
+// an existing binding's agent, and unconfigure removes them again.
+func TestEnableAgent(t *testing.T) {
+	for _, tc := range []struct {
+		agent, file, dir, timeout string
+	}{
+		{"codex", ".codex/hooks.json", ".codex", `"timeout": 20`},
+		{"gemini", ".gemini/settings.json", ".gemini", `"timeout": 20000`},
+	} {
+		t.Run(tc.agent, func(t *testing.T) {
+			cfg := t.TempDir()
+			env := map[string]string{"XDG_CONFIG_HOME": cfg, "HOME": t.TempDir()}
+			root := gitRepo(t, "repo")
+			path := filepath.Join(root, filepath.FromSlash(tc.file))
+			os.MkdirAll(filepath.Dir(path), 0o755)
+			mine := `{"hooks":{"SessionStart":[{"hooks":[{"type":"command","command":"my-own-hook"}]}]},"theme":"dark"}`
+			os.WriteFile(path, []byte(mine), 0o644)
+			// No --agent: only this agent's config directory exists.
+			mustRun(t, env, "client", "setup", "--root", root, "--local", "--repository", "proj")
+			en := decode[map[string]any](t, mustRun(t, env, "change-capture", "enable", "--root", root, "--format", "json").stdout)
+			if en["agent"] != tc.agent || en["claude_settings"] != path {
+				t.Fatalf("enable detected %v into %v", en["agent"], en["claude_settings"])
+			}
+			if _, err := os.Stat(filepath.Join(root, ".claude")); err == nil {
+				t.Fatal("Claude settings were created for another agent")
+			}
+			mustRun(t, env, "changelog", "enable", "--root", root, "--agent", tc.agent)
+			b, _ := os.ReadFile(path)
+			for _, want := range []string{"my-own-hook", `"theme": "dark"`, "change-capture hook-" + tc.agent, "changelog hook-" + tc.agent, tc.timeout} {
+				if !strings.Contains(string(b), want) {
+					t.Fatalf("%s lacks %q:\n%s", tc.file, want, b)
+				}
+			}
+			if r := runMain(t, env, "", "change-capture", "enable", "--root", root, "--agent", "claude-code"); r.code == 0 || !strings.Contains(r.stderr, "installs "+tc.agent+" hooks") {
+				t.Fatalf("switching the agent: exit %d %s", r.code, r.stderr)
+			}
+			if r := runMain(t, env, "", "change-capture", "enable", "--root", root, "--agent", "nope"); r.code != ExitUsage {
+				t.Fatalf("unknown agent: exit %d %s", r.code, r.stderr)
+			}
+			mustRun(t, env, "change-capture", "unconfigure", "--root", root)
+			mustRun(t, env, "changelog", "disable", "--root", root, "--agent", tc.agent)
+			b, _ = os.ReadFile(path)
+			if strings.Contains(string(b), "hook-"+tc.agent) || !strings.Contains(string(b), "my-own-hook") {
+				t.Fatalf("after unconfigure and disable:\n%s", b)
+			}
+		})
+	}
+}
+
+func TestCapabilitiesPerAgent(t *testing.T) {
+	for agent, want := range map[string]string{"codex": "exit_codes", "gemini": "tool_call_ids", "claude-code": "thinking"} {
+		r := mustRun(t, nil, "change-capture", "capabilities", "--agent", agent, "--format", "json")
+		if !strings.Contains(r.stdout, `"agent": "`+agent+`"`) || !strings.Contains(r.stdout, want) {
+			t.Fatalf("%s: %s", agent, r.stdout)
+		}
+	}
+	if r := runMain(t, nil, "", "change-capture", "capabilities", "--agent", "x"); r.code != ExitUsage {
+		t.Fatalf("exit %d", r.code)
+	}
+}
+
+func TestRewindAgentFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{[]string{"rewind", "--root", "/nowhere", "--to", "1", "--from-hub", "--resume-conversation", "--agent", "codex"}, ExitUsage, "resumes Claude Code conversations only"},
+		{[]string{"rewind", "--root", "/nowhere", "--to", "1", "--from-hub", "--resume-conversation", "--agent", "bogus"}, ExitUsage, "unknown agent"},
+	} {
+		r := runMain(t, nil, "", tc.args...)
+		if r.code != tc.code || !strings.Contains(r.stderr, tc.msg) {
+			t.Fatalf("%v: exit %d %s", tc.args, r.code, r.stderr)
+		}
+	}
+}

@@ -1,0 +1,52 @@
+package hookrun
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"time"
+
+	"github.com/agentscm/agentscm/internal/agent/adapter"
+	"github.com/agentscm/agentscm/internal/capture"
+	"github.com/agentscm/agentscm/internal/delivery"
+)
+
+// AgentCapture is ClaudeCapture for the hook payload of another agent
+// adapter (Codex CLI): the same capture, fail-open rules and one-line
+// warnings.
+func AgentCapture(ctx context.Context, a adapter.Adapter, stdin io.Reader, stderr io.Writer, getenv func(string) string, now time.Time) int {
+	defer func() {
+		if r := recover(); r != nil {
+			fmt.Fprintf(stderr, "agentscm: warning: %s capture hook failed: internal error: %v\n", a.Name(), r)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(ctx, Timeout)
+	defer cancel()
+	dir, err := capture.ConfigDir(getenv)
+	var res *capture.HookResult
+	if g, ok := a.(adapter.Gemini); ok && g.OrderDir == "" && err == nil {
+		g.OrderDir = filepath.Join(dir, "agent-state", "gemini-capture")
+		a = g
+	}
+	if err == nil {
+		store := capture.Store{Dir: dir}
+		res, err = capture.HandleAgentHook(ctx, store, delivery.Opener{ConfigDir: store.Dir}, a, stdin, now)
+	}
+	also := ""
+	if res != nil && res.Warning != "" {
+		also = "; " + OneLine(res.Warning)
+	}
+	switch {
+	case errors.Is(err, capture.ErrOccurrenceConflict):
+		fmt.Fprintf(stderr, "agentscm: warning: %s%s\n", OneLine(err.Error()), also)
+	case err != nil:
+		fmt.Fprintf(stderr, "agentscm: warning: %s capture hook failed: %s%s\n", a.Name(), OneLine(err.Error()), also)
+	case res.DeliveryErr != nil:
+		fmt.Fprintf(stderr, "agentscm: warning: event retained locally, delivery pending: %s%s\n", OneLine(res.DeliveryErr.Error()), also)
+	case also != "":
+		fmt.Fprintf(stderr, "agentscm: warning: %s\n", also[2:])
+	}
+	return 0
+}
