@@ -35,6 +35,7 @@ var suite = map[string]func(*testing.T){
 	"TestTakeoverCompareAndSwap":        TestTakeoverCompareAndSwap,
 	"TestStreamsShareNoSequence":        TestStreamsShareNoSequence,
 	"TestIncrementMergedUploads":        TestIncrementMergedUploads,
+	"TestCheckpointNoteText":            TestCheckpointNoteText,
 }
 
 // notInSuite are the tests that are about something other than the store,

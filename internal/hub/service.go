@@ -691,9 +691,6 @@ func (s *Service) Checkpoint(ctx context.Context, p Principal, repository, id st
 	if req.WorktreeID != "" && !api.ValidName(req.WorktreeID) {
 		return api.Work{}, badf("worktree_id is not valid")
 	}
-	if len(req.Note) > api.MaxTextLen {
-		return api.Work{}, badf("note is longer than %d bytes", api.MaxTextLen)
-	}
 	if err := req.Validate(); err != nil {
 		return api.Work{}, err
 	}
