@@ -140,10 +140,20 @@ func Binary() (string, error) {
 // it is stopped when t ends.
 func Start(t testing.TB, bin, dir string) (string, error) {
 	t.Helper()
+	url, stop, err := StartProcess(bin, dir)
+	if err != nil {
+		return "", err
+	}
+	t.Cleanup(stop)
+	return url, nil
+}
+
+// StartProcess is Start outside a test: the caller stops the server.
+func StartProcess(bin, dir string) (url string, stop func(), err error) {
 	for attempt := 0; ; attempt++ {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			return "", err
+			return "", nil, err
 		}
 		addr := ln.Addr().String()
 		ln.Close()
@@ -152,7 +162,7 @@ func Start(t testing.TB, bin, dir string) (string, error) {
 		var out strings.Builder
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Start(); err != nil {
-			return "", fmt.Errorf("start %s: %w", bin, err)
+			return "", nil, fmt.Errorf("start %s: %w", bin, err)
 		}
 		exited := make(chan error, 1)
 		go func() { exited <- cmd.Wait() }()
@@ -166,28 +176,26 @@ func Start(t testing.TB, bin, dir string) (string, error) {
 			}
 		}
 		deadline := time.Now().Add(20 * time.Second)
+	wait:
 		for {
 			select {
 			case err := <-exited:
 				// Most likely another process took the port meanwhile.
 				if attempt < 3 {
-					break
+					break wait
 				}
-				return "", fmt.Errorf("versitygw exited: %v\n%s", err, out.String())
+				return "", nil, fmt.Errorf("versitygw exited: %v\n%s", err, out.String())
 			default:
-				if c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond); err == nil {
-					c.Close()
-					t.Cleanup(stop)
-					return "http://" + addr, nil
-				}
-				if time.Now().After(deadline) {
-					stop()
-					return "", fmt.Errorf("versitygw did not listen on %s within 20s\n%s", addr, out.String())
-				}
-				time.Sleep(20 * time.Millisecond)
-				continue
 			}
-			break
+			if c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond); err == nil {
+				c.Close()
+				return "http://" + addr, stop, nil
+			}
+			if time.Now().After(deadline) {
+				stop()
+				return "", nil, fmt.Errorf("versitygw did not listen on %s within 20s\n%s", addr, out.String())
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
 	}
 }
