@@ -75,6 +75,10 @@ func benchTeam(b *testing.B, mode string, clients, per int) {
 		}
 		st.Close()
 		dsnFile := filepath.Join(b.TempDir(), "dsn")
+		if w := os.Getenv("AGENTSCM_BENCH_PG_WRITERS"); w != "" {
+			// Group-commit writers per instance (-1: none), for comparison.
+			dsn += "&" + postgres.WritersParam + "=" + w
+		}
 		os.WriteFile(dsnFile, []byte(dsn), 0o600)
 		instances := 1
 		if mode == "postgres-2" {

@@ -14,6 +14,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -100,6 +102,10 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 
 // OpenWith is Open with options.
 func OpenWith(ctx context.Context, dsn string, o Options) (*Store, error) {
+	dsn, err := takeWriters(dsn, &o)
+	if err != nil {
+		return nil, err
+	}
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		// pgx's message can quote the DSN; keep a password out of logs.
@@ -124,6 +130,29 @@ func OpenWith(ctx context.Context, dsn string, o Options) (*Store, error) {
 	}
 	s.startWriters(n)
 	return s, nil
+}
+
+// WritersParam is the DSN query parameter (postgres://...?agentscm_writers=N)
+// that sets Options.Writers; it is taken out before the DSN reaches pgx.
+const WritersParam = "agentscm_writers"
+
+func takeWriters(dsn string, o *Options) (string, error) {
+	if !strings.Contains(dsn, WritersParam) {
+		return dsn, nil
+	}
+	u, err := url.Parse(dsn)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		return "", fmt.Errorf("hub store: %s is only understood in a postgres:// DSN", WritersParam)
+	}
+	q := u.Query()
+	n, err := strconv.Atoi(q.Get(WritersParam))
+	if err != nil || n < -1 || n > 64 {
+		return "", fmt.Errorf("hub store: %s must be -1 (no group commit) to 64", WritersParam)
+	}
+	o.Writers = n
+	q.Del(WritersParam)
+	u.RawQuery = q.Encode()
+	return u.String(), nil
 }
 
 // Close stops the writers (after their current group) and closes the pool.
