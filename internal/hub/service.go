@@ -404,8 +404,20 @@ func (s *Service) Ingest(ctx context.Context, p Principal, repository string, en
 		if err != nil {
 			return err
 		}
-		prev, err := tx.EnvelopeByIdentity(repo.ID, env.Identity)
-		if err == nil {
+		now := s.now()
+		// The identity is claimed first, by the insert of the envelope's
+		// row (kept only if this transaction commits): on PostgreSQL a
+		// lookup that finds nothing locks the index page it searched, and
+		// concurrent ingests inserting there would fail each other's
+		// SERIALIZABLE transactions; an insert conflicts only with the same
+		// identity. Only a taken identity is read.
+		err = tx.InsertEnvelope(store.Envelope{RepositoryID: repo.ID, Identity: env.Identity, Digest: digest, Type: env.Type,
+			WorkID: env.WorkID, Generation: env.Generation, Session: env.Session, ReceivedAt: now})
+		if errors.Is(err, store.ErrExists) {
+			prev, err := tx.EnvelopeByIdentity(repo.ID, env.Identity)
+			if err != nil {
+				return err
+			}
 			if prev.Digest != digest {
 				return &api.Error{Status: http.StatusConflict, Code: api.CodeConflict, Reason: "identity_reused",
 					Message: fmt.Sprintf("a different %s envelope was already accepted under identity %s", prev.Type, env.Identity)}
@@ -413,7 +425,7 @@ func (s *Service) Ingest(ctx context.Context, p Principal, repository string, en
 			res.Status = api.StatusDuplicate
 			return nil
 		}
-		if !errors.Is(err, store.ErrNotFound) {
+		if err != nil {
 			return err
 		}
 		w, err := tx.WorkByID(env.WorkID)
@@ -434,14 +446,12 @@ func (s *Service) Ingest(ctx context.Context, p Principal, repository string, en
 		} else if err != nil {
 			return err
 		}
-		now := s.now()
 		sc := store.Scope{WorkID: w.ID, Generation: env.Generation, Session: env.Session, Stream: env.Stream, Identity: env.Identity, ReceivedAt: now}
 		if err := s.apply(tx, p, &w, sc, env, &res); err != nil {
 			return err
 		}
 		res.Status = api.StatusAccepted
-		return tx.InsertEnvelope(store.Envelope{RepositoryID: repo.ID, Identity: env.Identity, Digest: digest, Type: env.Type,
-			WorkID: w.ID, Generation: env.Generation, Session: env.Session, ReceivedAt: now})
+		return nil
 	})
 	if err != nil {
 		return api.IngestResult{}, internal(err)
