@@ -36,6 +36,7 @@ var suite = map[string]func(*testing.T){
 	"TestStreamsShareNoSequence":        TestStreamsShareNoSequence,
 	"TestIncrementMergedUploads":        TestIncrementMergedUploads,
 	"TestCheckpointNoteText":            TestCheckpointNoteText,
+	"TestIngestEventsOutcomes":          TestIngestEventsOutcomes,
 }
 
 // notInSuite are the tests that are about something other than the store,

@@ -411,9 +411,9 @@ func (s *Service) Ingest(ctx context.Context, p Principal, repository string, en
 		// concurrent ingests inserting there would fail each other's
 		// SERIALIZABLE transactions; an insert conflicts only with the same
 		// identity. Only a taken identity is read.
-		err = tx.InsertEnvelope(store.Envelope{RepositoryID: repo.ID, Identity: env.Identity, Digest: digest, Type: env.Type,
-			WorkID: env.WorkID, Generation: env.Generation, Session: env.Session, ReceivedAt: now})
-		if errors.Is(err, store.ErrExists) {
+		row := store.Envelope{RepositoryID: repo.ID, Identity: env.Identity, Digest: digest, Type: env.Type,
+			WorkID: env.WorkID, Generation: env.Generation, Session: env.Session, ReceivedAt: now}
+		taken := func() error {
 			prev, err := tx.EnvelopeByIdentity(repo.ID, env.Identity)
 			if err != nil {
 				return err
@@ -424,6 +424,13 @@ func (s *Service) Ingest(ctx context.Context, p Principal, repository string, en
 			}
 			res.Status = api.StatusDuplicate
 			return nil
+		}
+		if fast, ok := tx.(store.EventsIngester); ok && plainEvents(env) {
+			return ingestEventsFast(fast, repo, row, env, &res, taken) // ingestfast.go
+		}
+		err = tx.InsertEnvelope(row)
+		if errors.Is(err, store.ErrExists) {
+			return taken()
 		}
 		if err != nil {
 			return err
