@@ -10,7 +10,7 @@ import (
 )
 
 // Group commit: concurrent Updates of one process share a transaction, as
-// on SQLite. Each of Writers goroutines takes the Updates waiting when it is
+// on SQLite. Each of Options.Writers goroutines takes the Updates waiting when it is
 // free (at most MaxGroup), runs their functions one after another in one
 // SERIALIZABLE transaction — each sees the writes of those before it, as if
 // they had run one at a time — and commits them with one commit (one WAL
@@ -20,13 +20,14 @@ import (
 // its Updates runs again on its own, with the usual retries: a group is an
 // optimisation that never changes an Update's outcome. So fn must, as
 // always, only assign its outputs.
-const (
-	// Writers is the default number of transactions one Store has open
-	// for Updates at once (each takes a pooled connection).
-	Writers = 2
-	// MaxGroup bounds the Updates in one transaction.
-	MaxGroup = 64
-)
+// MaxGroup bounds the Updates in one transaction.
+//
+// Group commit is off unless asked for (Options.Writers, or
+// agentscm_writers=N in the DSN): on the 2-vCPU test machine it did not
+// measurably raise the ingest rate (docs/performance.md) — a PostgreSQL
+// Hub there is bound by round trips and CPU, not by WAL flushes — so it is
+// for a database whose commits wait on a slow disk.
+const MaxGroup = 64
 
 // writeOp is one Update waiting for a writer.
 type writeOp struct {

@@ -88,8 +88,8 @@ func (s *Store) Stats() Stats {
 
 // Options tune a Store.
 type Options struct {
-	// Writers is the number of group-commit writers: 0 means Writers, a
-	// negative number none (every Update its own transaction).
+	// Writers is the number of group-commit writers: 0 or a negative
+	// number means none (every Update its own transaction, the default).
 	Writers int
 }
 
@@ -124,16 +124,13 @@ func OpenWith(ctx context.Context, dsn string, o Options) (*Store, error) {
 		pool.Close()
 		return nil, err
 	}
-	n := o.Writers
-	if n == 0 {
-		n = Writers
-	}
-	s.startWriters(n)
+	s.startWriters(o.Writers)
 	return s, nil
 }
 
 // WritersParam is the DSN query parameter (postgres://...?agentscm_writers=N)
-// that sets Options.Writers; it is taken out before the DSN reaches pgx.
+// that turns group commit on with N writers (0, -1 or absent: off);
+// it is taken out before the DSN reaches pgx.
 const WritersParam = "agentscm_writers"
 
 func takeWriters(dsn string, o *Options) (string, error) {
@@ -147,7 +144,7 @@ func takeWriters(dsn string, o *Options) (string, error) {
 	q := u.Query()
 	n, err := strconv.Atoi(q.Get(WritersParam))
 	if err != nil || n < -1 || n > 64 {
-		return "", fmt.Errorf("hub store: %s must be -1 (no group commit) to 64", WritersParam)
+		return "", fmt.Errorf("hub store: %s must be 1 to 64 writers, or 0 or -1 for no group commit", WritersParam)
 	}
 	o.Writers = n
 	q.Del(WritersParam)
@@ -223,8 +220,8 @@ func (s *Store) View(ctx context.Context, fn func(store.Tx) error) error {
 // serialization failure or deadlock (in fn or at commit) rolls back and runs
 // fn again, at most MaxRetries times, so fn must only assign its outputs.
 // The commit is not cancelled by ctx: a caller never reports failure for a
-// change that then commits. Concurrent Updates are group-committed
-// (group.go).
+// change that then commits. With Options.Writers, concurrent Updates are
+// group-committed (group.go).
 func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) error {
 	if s.ops == nil {
 		return s.update(ctx, fn)
