@@ -35,6 +35,53 @@ else
   echo "PostgreSQL server binaries not found: the PostgreSQL tests will be skipped"
 fi
 
+echo "== S3-compatible server (the team Hub's object-store tests)"
+# versitygw serves a temporary directory over S3 on 127.0.0.1 for the whole
+# run, stopped at exit. It is built outside the module (go.mod stays lean)
+# into ~/.cache/agentscm-ci/bin when missing; in CI it must run, so the S3
+# tests fail instead of skipping.
+VERSITYGW_VERSION=v1.8.0
+vgw_bin="${AGENTSCM_VERSITYGW:-$HOME/.cache/agentscm-ci/bin/versitygw}"
+if [ ! -x "$vgw_bin" ] && [ -z "${AGENTSCM_VERSITYGW:-}" ]; then
+  echo "building versitygw $VERSITYGW_VERSION into $(dirname "$vgw_bin")"
+  vgw_build=$(mktemp -d)
+  (cd "$vgw_build" && GOFLAGS=-buildvcs=false GOBIN="$(dirname "$vgw_bin")" go install "github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION") || true
+  rm -rf "$vgw_build"
+fi
+vgw_pid=""
+vgw_dir=""
+stop_vgw() {
+  if [ -n "$vgw_pid" ]; then kill "$vgw_pid" 2>/dev/null || true; wait "$vgw_pid" 2>/dev/null || true; fi
+  if [ -n "$vgw_dir" ]; then rm -rf "$vgw_dir"; fi
+}
+trap stop_vgw EXIT
+if [ -x "$vgw_bin" ]; then
+  vgw_dir=$(mktemp -d -t agentscm-s3-XXXXXX)
+  mkdir -p "$vgw_dir/root"
+  vgw_port=""
+  for _ in $(seq 50); do # a free port: nothing answers on it
+    p=$((20000 + RANDOM % 20000))
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then vgw_port=$p; break; fi
+  done
+  export AGENTSCM_S3_ACCESS_KEY=agentscm-ci AGENTSCM_S3_SECRET_KEY="ci-$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')"
+  ROOT_ACCESS_KEY="$AGENTSCM_S3_ACCESS_KEY" ROOT_SECRET_KEY="$AGENTSCM_S3_SECRET_KEY" \
+    "$vgw_bin" --port "127.0.0.1:$vgw_port" --quiet posix "$vgw_dir/root" >"$vgw_dir/log" 2>&1 &
+  vgw_pid=$!
+  for _ in $(seq 100); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$vgw_port") 2>/dev/null; then break; fi
+    sleep 0.1
+  done
+  if ! (exec 3<>"/dev/tcp/127.0.0.1/$vgw_port") 2>/dev/null; then
+    echo "versitygw did not start:"; cat "$vgw_dir/log"; exit 1
+  fi
+  export AGENTSCM_S3_ENDPOINT="http://127.0.0.1:$vgw_port" AGENTSCM_VERSITYGW="$vgw_bin" AGENTSCM_REQUIRE_S3=1
+  echo "versitygw on $AGENTSCM_S3_ENDPOINT"
+elif [ "${CI:-}" = true ]; then
+  echo "versitygw is missing and could not be built"; exit 1
+else
+  echo "versitygw not found: the S3 tests will be skipped"
+fi
+
 echo "== go test -race ./..."
 go test -race -count=1 ./...
 
@@ -54,3 +101,13 @@ done
 
 echo "== e2e (real Claude Code, Codex and Gemini CLIs)"
 go test -tags e2e -count=1 -v ./test/e2e/...
+
+# The whole e2e suite again with every `hub serve` replaced by two hub
+# serve processes on one PostgreSQL database and one S3 bucket behind a
+# loopback round-robin proxy (test/e2e/hubbackend_test.go).
+if [ -n "${AGENTSCM_REQUIRE_POSTGRES:-}" ] && [ -n "${AGENTSCM_REQUIRE_S3:-}" ]; then
+  echo "== e2e, every Hub two instances on PostgreSQL + S3 (AGENTSCM_E2E_HUB=pg-s3-2)"
+  AGENTSCM_E2E_HUB=pg-s3-2 go test -tags e2e -count=1 -v ./test/e2e/...
+elif [ "${CI:-}" = true ]; then
+  echo "the two-instance e2e pass needs PostgreSQL and versitygw"; exit 1
+fi

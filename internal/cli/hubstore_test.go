@@ -56,9 +56,12 @@ func TestHubOnPostgresAndS3(t *testing.T) {
 	if err := os.WriteFile(dsnFile, []byte(dsn+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	env := map[string]string{"AWS_ENDPOINT_URL": cfg.Endpoint, "AWS_REGION": "us-east-1",
-		"AWS_ACCESS_KEY_ID": s3test.AccessKey, "AWS_SECRET_ACCESS_KEY": s3test.SecretKey}
-	objects := "s3://hub/team/objects"
+	env := map[string]string{}
+	for _, kv := range s3test.Env(cfg) {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	objects := s3test.URI(cfg)
 	mustRun(t, env, "hub", "admin", "human", "create", "--store-file", dsnFile, "--objects", objects, "--name", "alice")
 	envStore := map[string]string{envHubStore: dsn, envHubObjects: objects}
 	for k, v := range env {
@@ -87,7 +90,7 @@ func TestHubOnPostgresAndS3(t *testing.T) {
 		t.Fatalf("warned without a password: %+v", r)
 	}
 	sq := filepath.Join(dir, "sqlite-s3")
-	mustRun(t, env, "hub", "admin", "human", "create", "--data", sq, "--objects", "s3://hub/sqlite", "--name", "dora")
+	mustRun(t, env, "hub", "admin", "human", "create", "--data", sq, "--objects", "s3://"+cfg.Bucket+"/sqlite", "--name", "dora")
 	if _, err := os.Stat(filepath.Join(sq, "hub.db")); err != nil {
 		t.Fatalf("SQLite store with S3 objects: %v", err)
 	}

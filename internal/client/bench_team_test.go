@@ -46,6 +46,8 @@ func benchTeam(b *testing.B, mode string, clients, per int) {
 	dir := filepath.Join(b.TempDir(), "data")
 	sec := bootstrap(b, dir)
 	var hubURL string
+	// pgStats reads the database's transaction counters (PostgreSQL modes).
+	var pgStats func() [3]int64
 	switch mode {
 	case "sqlite-1":
 		hubURL = startServer(b, dir).URL
@@ -73,8 +75,22 @@ func benchTeam(b *testing.B, mode string, clients, per int) {
 		if _, err := postgres.CopyFromSQLite(ctx, dir, st, dirObj, dstObj); err != nil {
 			b.Fatal(err)
 		}
-		st.Close()
+		pool := st.Pool()
+		pgStats = func() [3]int64 {
+			var c [3]int64
+			// The statistics collector lags; this forces the counters out.
+			pool.Exec(ctx, "SELECT pg_stat_clear_snapshot()")
+			if err := pool.QueryRow(ctx, "SELECT xact_commit, xact_rollback, conflicts FROM pg_stat_database WHERE datname=current_database()").Scan(&c[0], &c[1], &c[2]); err != nil {
+				b.Fatal(err)
+			}
+			return c
+		}
+		b.Cleanup(func() { st.Close() })
 		dsnFile := filepath.Join(b.TempDir(), "dsn")
+		if w := os.Getenv("AGENTSCM_BENCH_PG_WRITERS"); w != "" {
+			// Group-commit writers per instance (-1: none), for comparison.
+			dsn += "&" + postgres.WritersParam + "=" + w
+		}
 		os.WriteFile(dsnFile, []byte(dsn), 0o600)
 		instances := 1
 		if mode == "postgres-2" {
@@ -124,6 +140,10 @@ func benchTeam(b *testing.B, mode string, clients, per int) {
 	var next atomic.Int64
 	lat := make([][]time.Duration, clients)
 	var wg sync.WaitGroup
+	var before [3]int64
+	if pgStats != nil {
+		before = pgStats()
+	}
 	b.ResetTimer()
 	t0 := time.Now()
 	for c := range clients {
@@ -164,5 +184,13 @@ func benchTeam(b *testing.B, mode string, clients, per int) {
 		b.ReportMetric(float64(len(all)*per)/elapsed.Seconds(), "events/s")
 		b.ReportMetric(float64(all[len(all)*99/100].Microseconds())/1000, "p99-ms")
 		b.ReportMetric(float64(all[len(all)/2].Microseconds())/1000, "p50-ms")
+	}
+	if pgStats != nil && len(all) > 0 {
+		// Transactions per envelope: committed (the reads' too) and
+		// rolled back (serialization failures, and read-only ones).
+		time.Sleep(600 * time.Millisecond) // stats_fetch / backend flush
+		after := pgStats()
+		b.ReportMetric(float64(after[0]-before[0])/float64(len(all)), "commits/env")
+		b.ReportMetric(float64(after[1]-before[1])/float64(len(all)), "rollbacks/env")
 	}
 }

@@ -42,6 +42,8 @@ var suite = map[string]func(*testing.T){
 	"TestBodySweepRetriesFailedRemovals": TestBodySweepRetriesFailedRemovals,
 	"TestBodySweepBatches":               TestBodySweepBatches,
 	"TestBodySweepSeveralInstances":      TestBodySweepSeveralInstances,
+	"TestCheckpointNoteText":             TestCheckpointNoteText,
+	"TestIngestEventsOutcomes":           TestIngestEventsOutcomes,
 }
 
 // notInSuite are the tests that are about something other than the store,

@@ -41,6 +41,9 @@ const (
 // memory), gzip objects also decompressed, and its log output.
 func hubBytes(t *testing.T, data string, log []byte) map[string][]byte {
 	t.Helper()
+	if hubBackendServes(t, data) {
+		return hubBackendBytes(t, data, log) // hubbackend_test.go
+	}
 	out := map[string][]byte{"hub serve output": log}
 	err := filepath.WalkDir(data, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {

@@ -39,7 +39,13 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	if code == 0 {
+		stopHubBackend, err := setupHubBackend(filepath.Dir(h.agentscm)) // hubbackend_test.go
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "e2e setup: %v\n", err)
+			os.Exit(1)
+		}
 		code = m.Run()
+		stopHubBackend()
 	}
 	os.Exit(code)
 }

@@ -30,8 +30,8 @@ type teamHub struct {
 	served         [2]atomic.Int64 // requests each instance answered
 }
 
-// serveTeamHub starts a throwaway PostgreSQL (Debian's binaries), an
-// in-process S3-compatible server, the Hub's human, repository proj and a
+// serveTeamHub starts a throwaway PostgreSQL (Debian's binaries), a
+// bucket on a real S3-compatible server (versitygw, s3test), the Hub's human, repository proj and a
 // read-write token, two hub serve processes and the proxy.
 func (c *checkout) serveTeamHub() *teamHub {
 	c.t.Helper()
@@ -41,9 +41,8 @@ func (c *checkout) serveTeamHub() *teamHub {
 		c.t.Fatal(err)
 	}
 	s3c := s3test.Server(c.t, "team-hub", "agentscm")
-	env := append(c.env(), "AWS_ENDPOINT_URL="+s3c.Endpoint, "AWS_REGION="+s3c.Region,
-		"AWS_ACCESS_KEY_ID="+s3test.AccessKey, "AWS_SECRET_ACCESS_KEY="+s3test.SecretKey)
-	store := []string{"--store-file", dsnFile, "--objects", "s3://team-hub/agentscm"}
+	env := append(c.env(), s3test.Env(s3c)...)
+	store := []string{"--store-file", dsnFile, "--objects", s3test.URI(s3c)}
 	th := &teamHub{tokenFile: filepath.Join(c.dir, "alice.token")}
 	admin := func(args ...string) {
 		cmd := exec.Command(h.agentscm, append(append([]string{"hub", "admin"}, args...), store...)...)

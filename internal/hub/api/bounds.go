@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"strings"
+	"unicode/utf8"
 )
 
 // Integer bounds of client input, checked at admission. Each is far above
@@ -102,8 +104,36 @@ func (e *Envelope) checkBounds() *Error {
 	return nil
 }
 
-// Validate checks a checkpoint request's integer field.
+// ReasonBadText refines a 400 bad_request whose Detail.Field names a free
+// text field that is too long, not UTF-8 or holds a NUL byte.
+const ReasonBadText = "bad_text"
+
+// CheckText refuses a free text field (a note: newlines and tabs allowed)
+// longer than max bytes, not valid UTF-8, or holding a NUL byte, naming
+// field in the message and in Detail.Field. Every store keeps what it is
+// given byte for byte, but PostgreSQL's text type holds neither NUL nor
+// invalid UTF-8, so both stores refuse them at admission alike.
+func CheckText(field, s string, max int) *Error {
+	why := ""
+	switch {
+	case len(s) > max:
+		why = fmt.Sprintf("is longer than %d bytes", max)
+	case !utf8.ValidString(s):
+		why = "is not valid UTF-8"
+	case strings.IndexByte(s, 0) >= 0:
+		why = "holds a NUL byte"
+	default:
+		return nil
+	}
+	return &Error{Status: http.StatusBadRequest, Code: CodeBadRequest, Reason: ReasonBadText,
+		Message: fmt.Sprintf("%s %s", field, why), Detail: &ErrorDetail{Field: field}}
+}
+
+// Validate checks a checkpoint request's integer field and its note.
 func (r CheckpointRequest) Validate() error {
+	if err := CheckText("note", r.Note, MaxTextLen); err != nil {
+		return err
+	}
 	if r.ExpectGeneration != nil {
 		if err := CheckInt("expect_generation", *r.ExpectGeneration, 1, MaxGeneration); err != nil {
 			return err

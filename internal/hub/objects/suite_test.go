@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	"github.com/agentscm/agentscm/internal/hub/objects/s3"
 	"github.com/agentscm/agentscm/internal/hub/objects/s3/s3test"
 	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
 )
 
 func digest(b []byte) string {
@@ -71,7 +73,7 @@ var backends = []backend{
 			t.Fatal(err)
 		}
 		return st, func(t *testing.T, dg string, b []byte) {
-			_, err := cl.PutObject(context.Background(), "hub", "team/objects/"+dg[:2]+"/"+dg, bytes.NewReader(b), int64(len(b)),
+			_, err := cl.PutObject(context.Background(), cfg.Bucket, "team/objects/"+dg[:2]+"/"+dg, bytes.NewReader(b), int64(len(b)),
 				minio.PutObjectOptions{DisableContentSha256: true})
 			if err != nil {
 				t.Fatal(err)
@@ -180,5 +182,17 @@ func TestSuite(t *testing.T) {
 				t.Fatalf("Get after concurrent Put = %q, %v", got, err)
 			}
 		})
+	}
+}
+
+// TestS3WrongCredentials: the real server checks signatures, so a Hub with
+// the wrong secret is refused when it opens the bucket, not later.
+func TestS3WrongCredentials(t *testing.T) {
+	cfg := s3test.Server(t, "hub", "team/objects")
+	v, _ := cfg.Creds.Get()
+	cfg.Creds = credentials.NewStaticV4(v.AccessKeyID, v.SecretAccessKey+"-wrong", "")
+	_, err := s3.Open(context.Background(), cfg)
+	if err == nil || !strings.Contains(err.Error(), cfg.Bucket) {
+		t.Fatalf("opened a bucket with the wrong secret: %v", err)
 	}
 }

@@ -14,7 +14,10 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/url"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -55,16 +58,55 @@ const MaxRetries = 30
 type Store struct {
 	pool    *pgxpool.Pool
 	retries atomic.Int64
+
+	// Group commit (group.go).
+	ops                        chan *writeOp
+	quit                       chan struct{}
+	closeOnce                  sync.Once
+	writers                    sync.WaitGroup
+	groups, grouped, fallbacks atomic.Int64
 }
 
 // Retries counts the Update attempts rolled back for a serialization
 // failure or deadlock and run again.
 func (s *Store) Retries() int64 { return s.retries.Load() }
 
+// Stats counts what the store did so far, for benchmarks and logs.
+type Stats struct {
+	// Retries: attempts of a lone Update rolled back for a serialization
+	// failure or deadlock and run again.
+	Retries int64
+	// Groups: transactions that ran two or more Updates; Grouped: the
+	// Updates in them; Fallbacks: groups rolled back whose Updates then
+	// ran on their own.
+	Groups, Grouped, Fallbacks int64
+}
+
+// Stats returns the counters.
+func (s *Store) Stats() Stats {
+	return Stats{Retries: s.retries.Load(), Groups: s.groups.Load(), Grouped: s.grouped.Load(), Fallbacks: s.fallbacks.Load()}
+}
+
+// Options tune a Store.
+type Options struct {
+	// Writers is the number of group-commit writers: 0 or a negative
+	// number means none (every Update its own transaction, the default).
+	Writers int
+}
+
 // Open connects to the database a DSN names (postgres://... or key=value;
 // pool_max_conns and the other pgxpool parameters are honoured) and brings
 // its schema up to date.
 func Open(ctx context.Context, dsn string) (*Store, error) {
+	return OpenWith(ctx, dsn, Options{})
+}
+
+// OpenWith is Open with options.
+func OpenWith(ctx context.Context, dsn string, o Options) (*Store, error) {
+	dsn, err := takeWriters(dsn, &o)
+	if err != nil {
+		return nil, err
+	}
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		// pgx's message can quote the DSN; keep a password out of logs.
@@ -83,11 +125,37 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		pool.Close()
 		return nil, err
 	}
+	s.startWriters(o.Writers)
 	return s, nil
 }
 
-// Close closes the pool.
+// WritersParam is the DSN query parameter (postgres://...?agentscm_writers=N)
+// that turns group commit on with N writers (0, -1 or absent: off);
+// it is taken out before the DSN reaches pgx.
+const WritersParam = "agentscm_writers"
+
+func takeWriters(dsn string, o *Options) (string, error) {
+	if !strings.Contains(dsn, WritersParam) {
+		return dsn, nil
+	}
+	u, err := url.Parse(dsn)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		return "", fmt.Errorf("hub store: %s is only understood in a postgres:// DSN", WritersParam)
+	}
+	q := u.Query()
+	n, err := strconv.Atoi(q.Get(WritersParam))
+	if err != nil || n < -1 || n > 64 {
+		return "", fmt.Errorf("hub store: %s must be 1 to 64 writers, or 0 or -1 for no group commit", WritersParam)
+	}
+	o.Writers = n
+	q.Del(WritersParam)
+	u.RawQuery = q.Encode()
+	return u.String(), nil
+}
+
+// Close stops the writers (after their current group) and closes the pool.
 func (s *Store) Close() error {
+	s.stopWriters()
 	s.pool.Close()
 	return nil
 }
@@ -153,8 +221,26 @@ func (s *Store) View(ctx context.Context, fn func(store.Tx) error) error {
 // serialization failure or deadlock (in fn or at commit) rolls back and runs
 // fn again, at most MaxRetries times, so fn must only assign its outputs.
 // The commit is not cancelled by ctx: a caller never reports failure for a
-// change that then commits.
+// change that then commits. With Options.Writers, concurrent Updates are
+// group-committed (group.go).
 func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) error {
+	if s.ops == nil {
+		return s.update(ctx, fn)
+	}
+	op := &writeOp{ctx: ctx, fn: fn, done: make(chan error, 1)}
+	select {
+	case s.ops <- op:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.quit:
+		return errClosed
+	}
+	// Once taken by a writer the outcome is awaited even if ctx ends.
+	return <-op.done
+}
+
+// update runs fn in a transaction of its own, with the retries.
+func (s *Store) update(ctx context.Context, fn func(store.Tx) error) error {
 	for attempt := 0; ; attempt++ {
 		err := s.try(ctx, fn)
 		if err == nil || !retryable(err) || attempt >= MaxRetries {
