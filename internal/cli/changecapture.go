@@ -41,7 +41,7 @@ func changeCaptureCommand() *Command {
 			{Name: "events", Summary: "list a spool's sessions and their events in order (read-only)", Run: runEvents},
 			changeCaptureShowCommand(),
 			deferredCommand(),
-		}, append(spoolCommands(), transcriptCommands()...)...),
+		}, append(append(spoolCommands(), transcriptCommands()...), exportCommands()...)...),
 	}
 }
 
