@@ -162,6 +162,10 @@ type ExportError struct {
 	Err       error            `json:"-"`
 	Message   string           `json:"error"`
 	Artifacts []ExportArtifact `json:"artifacts"`
+	// Source and Parent are the source spool and the destination parent as
+	// opened (name and identity), when known; neither is ever changed.
+	Source *ExportArtifact `json:"source,omitempty"`
+	Parent *ExportArtifact `json:"destination_parent,omitempty"`
 }
 
 func (e *ExportError) Error() string {
@@ -178,6 +182,11 @@ func (e *ExportError) Error() string {
 		fmt.Fprintf(&b, ": %s", a.State)
 		for _, u := range a.Uncertainty {
 			fmt.Fprintf(&b, "; %s", u)
+		}
+	}
+	for _, o := range []*ExportArtifact{e.Source, e.Parent} {
+		if o != nil && o.Identity != nil {
+			fmt.Fprintf(&b, "; %s %s (dev %d, inode %d): %s", strings.ReplaceAll(o.Role, "_", " "), o.Name, o.Identity.Dev, o.Identity.Ino, o.State)
 		}
 	}
 	if len(e.Artifacts) > 0 {

@@ -395,6 +395,11 @@ func TestExportFailuresReportEverything(t *testing.T) {
 		if !errors.Is(err, ErrExportDestinationExists) || !strings.Contains(err.Error(), "appeared during the export") {
 			t.Fatal(err)
 		}
+		for _, s := range []string{"; source " + src + " (dev ", "present at this name; not changed", "; destination parent " + parent + " (dev "} {
+			if !strings.Contains(err.Error(), s) {
+				t.Errorf("%v does not name %q", err, s)
+			}
+		}
 		present(t, artifact(t, err, "anchor"))
 		child := artifact(t, err, "owned_child")
 		present(t, child)

@@ -75,6 +75,8 @@ type exportRun struct {
 	fp *Spool // failpoints only
 
 	srcID      FileID
+	srcOpened  bool
+	parentID   *FileID
 	parentPath string
 	base       string
 	dest       string
@@ -144,11 +146,14 @@ func (r *exportRun) run(ctx context.Context) (*ExportResult, error) {
 	if err := unix.Fstat(sfd, &sst); err != nil {
 		return nil, r.failure("open source", err)
 	}
-	r.srcID = statID(&sst)
+	r.srcID, r.srcOpened = statID(&sst), true
 
 	// The destination parent, retained for the whole export.
 	if r.pfd, err = unix.Open(r.parentPath, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
 		return nil, r.failure("open destination parent", fmt.Errorf("destination parent %s: %w", r.parentPath, err))
+	}
+	if pid, err := fstatID(r.pfd); err == nil {
+		r.parentID = &pid
 	}
 	if err := r.checkNotNested(); err != nil {
 		return nil, r.failure("destination check", err)
@@ -721,6 +726,13 @@ func (r *exportRun) failure(step string, err error) *ExportError {
 		}
 		return "this name no longer resolves to the recorded identity: it may have been moved or removed; its current location and existence are unknown"
 	}
+	if r.srcOpened {
+		id := r.srcID
+		e.Source = &ExportArtifact{Role: "source", Name: r.o.Spool, Identity: &id, State: where(r.o.Spool, &id) + "; not changed"}
+	}
+	if r.parentID != nil {
+		e.Parent = &ExportArtifact{Role: "destination_parent", Name: r.parentPath, Identity: r.parentID, State: where(r.parentPath, r.parentID)}
+	}
 	if r.anchorPath != "" {
 		a := ExportArtifact{Role: "anchor", Name: r.anchorPath, Identity: r.anchorID, State: where(r.anchorPath, r.anchorID)}
 		if !r.anchorVerified {
@@ -772,6 +784,14 @@ func statAt(dirfd int, name string) (FileID, bool) {
 		return FileID{}, false
 	}
 	return statID(&st), true
+}
+
+func fstatID(fd int) (FileID, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return FileID{}, err
+	}
+	return statID(&st), nil
 }
 
 func statID(st *unix.Stat_t) FileID { return FileID{Dev: uint64(st.Dev), Ino: st.Ino} }
