@@ -432,16 +432,28 @@ func TestExportFailuresReportEverything(t *testing.T) {
 			t.Fatalf("an incomplete archive verified: %v", err)
 		}
 	})
-	t.Run("sync failure after install", func(t *testing.T) {
-		t.Setenv(FailpointEnv, "export.install-sync=eio")
-		src, parent := exportSource(t), t.TempDir()
-		dest := filepath.Join(parent, "d")
-		_, err := Export(ctx, ExportOptions{Spool: src, Destination: dest})
-		if !errors.Is(err, ErrExportSync) || !strings.Contains(err.Error(), "crash: a sync failed, so this may not survive a machine crash") {
-			t.Fatal(err)
-		}
-		present(t, artifact(t, err, "destination"))
-	})
+	for _, fp := range []string{"export.install-sync", "export.tree-sync", "export.manifest-sync", "export.manifest-dir-sync"} {
+		t.Run("sync failure "+fp, func(t *testing.T) {
+			t.Setenv(FailpointEnv, fp+"=eio")
+			src, parent := exportSource(t), t.TempDir()
+			dest := filepath.Join(parent, "d")
+			_, err := Export(ctx, ExportOptions{Spool: src, Destination: dest})
+			if !errors.Is(err, ErrExportSync) || !strings.Contains(err.Error(), "crash: a sync failed, so this may not survive a machine crash") {
+				t.Fatal(err)
+			}
+			d := artifact(t, err, "destination")
+			present(t, d)
+			// A sync failure never claims success: even an installed
+			// manifest is reported as crash-uncertain.
+			if fp == "export.manifest-dir-sync" {
+				if _, verr := VerifyExport(dest); verr != nil || !strings.Contains(err.Error(), "manifest.json is installed but its directory was not synced") {
+					t.Fatal(verr, err)
+				}
+			} else if _, verr := VerifyExport(dest); verr == nil {
+				t.Fatal("an archive whose sync failed verified without a manifest")
+			}
+		})
+	}
 	t.Run("destination renamed after install", func(t *testing.T) {
 		src, parent := exportSource(t), t.TempDir()
 		dest := filepath.Join(parent, "d")
