@@ -79,6 +79,7 @@ type exportHooks struct {
 	beforeInstall func()
 	beforeRehash  func(rel string)
 	afterInstall  func()
+	lockReleased  func(held time.Duration)
 }
 
 // ExportEntry is one archived entry of the manifest.

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 // BenchmarkExport exports a spool at its default record limit (about
@@ -15,12 +16,15 @@ func BenchmarkExport(b *testing.B) {
 	sp := populated(b)
 	parent := b.TempDir()
 	i := 0
+	var held time.Duration
+	h := &exportHooks{lockReleased: func(d time.Duration) { held += d }}
 	for b.Loop() {
 		i++
-		if _, err := Export(context.Background(), ExportOptions{Spool: sp.dir, Destination: filepath.Join(parent, fmt.Sprintf("a%d", i))}); err != nil {
+		if _, err := Export(context.Background(), ExportOptions{Spool: sp.dir, Destination: filepath.Join(parent, fmt.Sprintf("a%d", i)), hooks: h}); err != nil {
 			b.Fatal(err)
 		}
 	}
+	b.ReportMetric(float64(held.Milliseconds())/float64(i), "ms-lock-held/op")
 }
 
 // BenchmarkRefCopySync is the reference: cp -a of the same spool followed

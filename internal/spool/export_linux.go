@@ -168,11 +168,14 @@ func (r *exportRun) run(ctx context.Context) (*ExportResult, error) {
 	if err != nil {
 		return nil, r.failure("spool lock", err)
 	}
-	unlocked := false
+	unlocked, lockedAt := false, time.Now()
 	unlock := func() {
 		if !unlocked {
 			unlocked = true
 			unlockFn()
+			if r.o.hooks.lockReleased != nil {
+				r.o.hooks.lockReleased(time.Since(lockedAt))
+			}
 		}
 	}
 	defer unlock()
