@@ -108,6 +108,12 @@ type Binding struct {
 	// acknowledged history automatically; nil means off (compaction stays
 	// a manual `change-capture compact`).
 	Compaction *CompactionPolicy `json:"compaction,omitempty"`
+	// SpoolIdentity is the spool's random id and committed root identity,
+	// recorded by configure and move-spool (movespool.go); absent in
+	// bindings saved before it (then nothing is checked). A spool at the
+	// bound path with another identity (replaced, restored, recreated) is
+	// refused.
+	SpoolIdentity *spool.Identity `json:"spool_identity,omitempty"`
 }
 
 // DefaultClaudeSettings is where hooks are installed, relative to the root.

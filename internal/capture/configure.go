@@ -353,7 +353,10 @@ func configureLocked(ctx context.Context, store Store, root string, lin Lineage,
 		}
 		if cur != nil {
 			if cur.Spool != p.b.Spool {
-				return false, fmt.Errorf("checkout %s is already bound to spool %s; a checkout cannot adopt another spool", root, cur.Spool)
+				return false, fmt.Errorf("checkout %s is already bound to spool %s; a checkout cannot adopt another spool (to move that spool offline, see change-capture move-spool)", root, cur.Spool)
+			}
+			if err := checkBoundSpool(cur); err != nil { // movespool.go
+				return false, err
 			}
 			if cur.Hub != "" && (cur.Hub != lin.Hub || cur.Repository != lin.Repository) {
 				return false, fmt.Errorf("the binding of %s was saved for %s on %s, but the checkout is now connected to %s on %s; run change-capture forget --root %s to start fresh",
@@ -376,6 +379,9 @@ func configureLocked(ctx context.Context, store Store, root string, lin Lineage,
 			Lineage:      &spool.Lineage{Hub: lin.Hub, Repository: lin.Repository, WorktreeID: p.b.WorktreeID},
 		})
 		if err != nil {
+			return false, err
+		}
+		if p.b.SpoolIdentity, err = boundIdentity(cur, sp); err != nil { // movespool.go
 			return false, err
 		}
 		// The spool enforces its own limits: an explicit request for other

@@ -56,7 +56,7 @@ func changeCaptureCommand() *Command {
 			changeCaptureShowCommand(),
 			changeCaptureConversationCommand(),
 			deferredCommand(),
-		}, append(append(spoolCommands(), transcriptCommands()...), recipeCommands()...)...),
+		}, append(append(append(spoolCommands(), transcriptCommands()...), recipeCommands()...), exportCommands()...)...),
 	}
 }
 

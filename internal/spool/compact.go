@@ -425,8 +425,8 @@ func (s *Spool) compactLocked(st *state, o CompactOptions) (*CompactReport, erro
 		return rep, nil // nothing new; the cursor keeps working over compacted history
 	}
 	if int64(len(ix.Replay)) > st.limits.ReplayEntries || ix.replayBytes() > st.limits.ReplayBytes {
-		return nil, fmt.Errorf("%w: it would hold %d entries / %d bytes, bound %d entries / %d bytes; export the spool or configure a larger one",
-			ErrReplayIndexFull, len(ix.Replay), ix.replayBytes(), st.limits.ReplayEntries, st.limits.ReplayBytes)
+		return nil, fmt.Errorf("%w: it would hold %d entries / %d bytes, bound %d entries / %d bytes; export the spool (agentscm change-capture export --spool %s --destination NEW) or configure a larger one",
+			ErrReplayIndexFull, len(ix.Replay), ix.replayBytes(), st.limits.ReplayEntries, st.limits.ReplayBytes, s.dir)
 	}
 	ix.Runs = old.Runs + 1
 	ix.History = append(append([]CompactionRun(nil), old.History...), CompactionRun{
