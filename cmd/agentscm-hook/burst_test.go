@@ -26,7 +26,7 @@ const envAsHook = "AGENTSCM_HOOK_TEST_AS_HOOK"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(envAsHook) == "1" {
-		os.Exit(run(context.Background(), []string{"change-capture", "hook-claude"}, os.Stdin, os.Stdout, os.Stderr, os.Getenv, time.Now))
+		os.Exit(run(context.Background(), []string{"change-capture", "hook-claude"}, os.Stdin, os.Stdout, os.Stderr, os.Getenv, time.Now, ""))
 	}
 	os.Exit(m.Run())
 }

@@ -35,8 +35,12 @@ const (
 	// latency stays bounded; a longer backlog drains over later hooks.
 	maxAdmitPerHook = 16
 	admitBudget     = 150 * time.Millisecond
-	intakeVersion   = 1
-	summaryName     = "spool-summary"
+	// With a background deliverer (which admits in every round) a hook
+	// admits less, so that its own latency stays near that of its event.
+	backgroundAdmitPerHook = 4
+	backgroundAdmitBudget  = 40 * time.Millisecond
+	intakeVersion          = 1
+	summaryName            = "spool-summary"
 )
 
 type intakeRecord struct {

@@ -23,6 +23,12 @@ const Timeout = 15 * time.Second
 // stdin. It fails open: whatever happens it writes at most one warning line
 // to stderr, nothing to stdout, and returns exit status 0.
 func ClaudeCapture(ctx context.Context, stdin io.Reader, stderr io.Writer, getenv func(string) string, now time.Time) int {
+	return claudeCapture(ctx, stdin, stderr, getenv, now, "")
+}
+
+// claudeCapture is ClaudeCapture; a non-empty exe hands delivery to a
+// detached deliverer started from it (ClaudeCaptureDetached).
+func claudeCapture(ctx context.Context, stdin io.Reader, stderr io.Writer, getenv func(string) string, now time.Time, exe string) int {
 	defer func() {
 		if r := recover(); r != nil {
 			fmt.Fprintf(stderr, "agentscm: warning: capture hook failed: internal error: %v\n", r)
@@ -34,7 +40,11 @@ func ClaudeCapture(ctx context.Context, stdin io.Reader, stderr io.Writer, geten
 	var res *capture.HookResult
 	if err == nil {
 		store := capture.Store{Dir: dir}
-		res, err = capture.HandleClaudeHook(ctx, store, delivery.Opener{ConfigDir: store.Dir}, stdin, now)
+		var hubs capture.HubOpener = delivery.Opener{ConfigDir: store.Dir}
+		if exe != "" {
+			hubs = detachedOpener{Opener: delivery.Opener{ConfigDir: store.Dir}, exe: exe}
+		}
+		res, err = capture.HandleClaudeHook(ctx, store, hubs, stdin, now)
 	}
 	// A capacity warning (given once per session) rides on the one line.
 	also := ""
