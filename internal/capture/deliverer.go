@@ -141,8 +141,15 @@ func (s Store) DeliverLock(f *os.File, spoolDir string) error {
 // WaitDeliverer waits (bounded by ctx) until no deliverer holds spoolDir's
 // deliver lock: for tests and commands that must not leave one running.
 func (s Store) WaitDeliverer(ctx context.Context, spoolDir string) error {
+	if err := waitLock(ctx, filepath.Join(s.ledgerDir(spoolDir), deliverLockName)); err != nil {
+		return fmt.Errorf("a deliverer of %s is still running: %w", spoolDir, err)
+	}
+	return nil
+}
+
+func waitLock(ctx context.Context, path string) error {
 	for {
-		f, err := os.OpenFile(filepath.Join(s.ledgerDir(spoolDir), deliverLockName), os.O_RDWR|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+		f, err := os.OpenFile(path, os.O_RDWR|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil
 		}
@@ -156,7 +163,7 @@ func (s Store) WaitDeliverer(ctx context.Context, spoolDir string) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("a deliverer of %s is still running: %w", spoolDir, ctx.Err())
+			return ctx.Err()
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
@@ -498,4 +505,19 @@ func ensureDeliverer(ctx context.Context, store Store, bd *Binding, bg Backgroun
 	if err != nil && res.DeliveryErr == nil {
 		res.DeliveryErr = err
 	}
+}
+
+// WaitDeliverers is WaitDeliverer for every spool of the config directory
+// (every ledger directory's deliver lock).
+func (s Store) WaitDeliverers(ctx context.Context) error {
+	locks, err := filepath.Glob(filepath.Join(s.Dir, ledgerRoot, "*", deliverLockName))
+	if err != nil {
+		return err
+	}
+	for _, l := range locks {
+		if err := waitLock(ctx, l); err != nil {
+			return err
+		}
+	}
+	return nil
 }
