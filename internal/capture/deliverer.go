@@ -36,7 +36,11 @@ import (
 // deliver-spool command's stderr line); pending envelopes stay pending for
 // the next deliverer, hook or `change-capture deliver`.
 const (
-	deliverLockName   = "deliver.lock"
+	deliverLockName = "deliver.lock"
+	// deliverRunName is held shared by every deliverer for its whole run
+	// (the deliver lock is let go and taken back while it re-checks), so
+	// that WaitDeliverer can tell when none is left.
+	deliverRunName    = "deliver.run"
 	deliverStatusName = "deliver-status"
 	// DelivererMaxRun bounds one background deliverer's run.
 	DelivererMaxRun = 20 * time.Second
@@ -103,6 +107,19 @@ func (s Store) tryDeliverLock(spoolDir string) (*os.File, error) {
 	return f, nil
 }
 
+func flockShared(f *os.File) error {
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH)
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("deliver run lock: %w", err)
+		}
+		return nil
+	}
+}
+
 func flockNB(f *os.File) (bool, error) {
 	for {
 		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
@@ -141,23 +158,34 @@ func (s Store) DeliverLock(f *os.File, spoolDir string) error {
 // WaitDeliverer waits (bounded by ctx) until no deliverer holds spoolDir's
 // deliver lock: for tests and commands that must not leave one running.
 func (s Store) WaitDeliverer(ctx context.Context, spoolDir string) error {
-	if err := waitLock(ctx, filepath.Join(s.ledgerDir(spoolDir), deliverLockName)); err != nil {
+	if err := waitLock(ctx, s.ledgerDir(spoolDir)); err != nil {
 		return fmt.Errorf("a deliverer of %s is still running: %w", spoolDir, err)
 	}
 	return nil
 }
 
-func waitLock(ctx context.Context, path string) error {
-	for {
-		f, err := os.OpenFile(path, os.O_RDWR|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+// waitLock waits until, in one look, neither the deliver lock nor the run
+// lock of the ledger directory dir is held: the deliver lock first (held
+// from the hook's start of a deliverer on, so a deliverer that has not yet
+// taken its run lock is seen), then the run lock (held while a deliverer
+// re-checks without the deliver lock, and until its last write).
+func waitLock(ctx context.Context, dir string) error {
+	free := func(name string) (bool, error) {
+		f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDWR|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil
+			return true, nil
 		}
 		if err != nil {
-			return err
+			return false, err
 		}
-		ok, err := flockNB(f)
-		f.Close()
+		defer f.Close()
+		return flockNB(f)
+	}
+	for {
+		ok, err := free(deliverLockName)
+		if err == nil && ok {
+			ok, err = free(deliverRunName)
+		}
 		if err != nil || ok {
 			return err
 		}
@@ -210,6 +238,20 @@ func DeliverSpool(ctx context.Context, store Store, hubs HubOpener, spoolDir str
 	}
 	ctx, cancel := context.WithTimeout(ctx, b.MaxRun)
 	defer cancel()
+	if err := fsutil.MkdirPrivate(store.ledgerDir(spoolDir)); err != nil {
+		return nil, err
+	}
+	if err := fsutil.CheckPrivateDir(store.ledgerDir(spoolDir)); err != nil {
+		return nil, fmt.Errorf("capture ledger: %w", err)
+	}
+	run, err := os.OpenFile(filepath.Join(store.ledgerDir(spoolDir), deliverRunName), os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, fsutil.FileMode)
+	if err != nil {
+		return nil, fmt.Errorf("open deliver run lock: %w", err)
+	}
+	defer run.Close() // last: after the status is written
+	if err := flockShared(run); err != nil {
+		return nil, err
+	}
 	if lock == nil {
 		l, err := store.tryDeliverLock(spoolDir)
 		if err != nil {
@@ -222,7 +264,7 @@ func DeliverSpool(ctx context.Context, store Store, hubs HubOpener, spoolDir str
 		lock = l
 	}
 	defer lock.Close()
-	err := deliverSpool(ctx, store, hubs, spoolDir, lock, b, rep)
+	err = deliverSpool(ctx, store, hubs, spoolDir, lock, b, rep)
 	rep.Finished = time.Now().UTC()
 	if err != nil {
 		rep.Outcome, rep.Detail = "error", err.Error()
@@ -515,7 +557,7 @@ func (s Store) WaitDeliverers(ctx context.Context) error {
 		return err
 	}
 	for _, l := range locks {
-		if err := waitLock(ctx, l); err != nil {
+		if err := waitLock(ctx, filepath.Dir(l)); err != nil {
 			return err
 		}
 	}

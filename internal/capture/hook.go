@@ -281,7 +281,7 @@ func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Re
 			// Backpressure: the holders are behind; wait for the lock
 			// (bounded) and do the full work. A wait that expires still
 			// leaves the event in the intake below.
-			if ss, err = sp.Begin(ctx); err != nil && !errors.Is(err, spool.ErrLockTimeout) {
+			if ss, err = sp.Begin(ctx); err != nil && !lockWaitExpired(err) {
 				return nil, err
 			} else if err != nil {
 				err = spool.ErrBusy
@@ -304,7 +304,7 @@ func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Re
 			return nil, fmt.Errorf("the spool lock is busy and the intake write failed: %w", ierr)
 		}
 		ss, err = sp.Begin(ctx)
-		if errors.Is(err, spool.ErrLockTimeout) {
+		if lockWaitExpired(err) {
 			// The intake is full and the lock stayed held for the whole
 			// wait: the event is lost, but not silently.
 			if nerr := noteLost(store.ledgerDir(bd.Spool), rec, p.SessionID, Target{}, false, "lock_timeout", err.Error(), now); nerr == nil {
@@ -338,7 +338,9 @@ func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Re
 	// stays bounded when the deliverer falls behind.
 	inline := !background
 	if background {
-		if backlog == 0 {
+		if n, ok := ss.PendingCount(); ok {
+			backlog = n
+		} else if backlog == 0 {
 			backlog = sp.PendingBacklog()
 		}
 		inline = backlog >= BackgroundPendingBackpressure
@@ -427,6 +429,14 @@ func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Re
 	}
 	maintain(store, ss, bd, p.SessionID, res) // compaction policy, capacity warnings
 	return res, cerr
+}
+
+// lockWaitExpired reports whether a bounded wait for the spool lock ended
+// without it: the acquisition's own bound, or the hook's deadline (under
+// heavy load a hook can reach its 15 s deadline inside the 10 s wait; its
+// event then still goes to the intake, or is noted lost, never dropped).
+func lockWaitExpired(err error) bool {
+	return errors.Is(err, spool.ErrLockTimeout) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // captureOccurrence routes, claims or reserves, and appends one mapped
