@@ -46,6 +46,9 @@ func ClaudeCaptureDetached(ctx context.Context, stdin io.Reader, stderr io.Write
 	return claudeCapture(ctx, stdin, stderr, getenv, now, exe)
 }
 
+// delivererNice is the detached deliverer's scheduling niceness.
+const delivererNice = 10
+
 // DelivererUsage is the usage line of the deliver-spool subcommand.
 const DelivererUsage = "agentscm-hook change-capture deliver-spool --config-dir DIR --spool DIR [--lock-fd N]"
 
@@ -84,6 +87,9 @@ func DeliverSpool(ctx context.Context, args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "agentscm: --config-dir and --spool are required\nusage: %s\n", DelivererUsage)
 		return 2
 	}
+	// Below the agent's hooks: delivery is background work, and on a busy
+	// machine the hooks (which the agent waits for) go first. Best effort.
+	_ = syscall.Setpriority(syscall.PRIO_PROCESS, 0, delivererNice)
 	store := capture.Store{Dir: configDir}
 	var lock *os.File
 	if lockFD >= 0 {
