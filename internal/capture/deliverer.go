@@ -46,6 +46,9 @@ const (
 	DelivererMaxRun = 20 * time.Second
 	// delivererPage is how many envelopes one round reads.
 	delivererPage = 4 * DeliveryPageSize
+	// maxQuietRounds bounds the rounds in a row that only move the cursor
+	// past local-only records.
+	maxQuietRounds = 16
 )
 
 // Backgrounder is what a HubOpener may offer besides Open: starting a
@@ -310,8 +313,21 @@ func deliverSpool(ctx context.Context, store Store, hubs HubOpener, spoolDir str
 		return err
 	}
 	res := &HookResult{Spool: bd.Spool}
+	quiet := 0 // consecutive rounds that delivered and admitted nothing
 	for {
+		before := res.Delivered + res.Admitted
 		seen, idle, err := deliverRound(ctx, store, sp, bd, hub, b, res, rep)
+		if res.Delivered+res.Admitted == before {
+			quiet++
+		} else {
+			quiet = 0
+		}
+		if quiet > maxQuietRounds {
+			// Full pages of local-only records only (more than
+			// maxQuietRounds x delivererPage of them): stop here; the
+			// cursor moved past them for the next run.
+			idle = true
+		}
 		rep.Rounds++
 		rep.Delivered, rep.Failed, rep.Refused, rep.Admitted = res.Delivered, res.Failed, res.Refused, res.Admitted
 		switch {
@@ -465,7 +481,9 @@ func deliverRound(ctx context.Context, store Store, sp *spool.Spool, bd *Binding
 				return err
 			}
 		}
-		if trailing != nil && (len(tries) == 0 || tries[len(tries)-1].env.Record.Seq < trailing.Record.Seq) {
+		if trailing != nil {
+			// One attempt for the last of the page's trailing run of
+			// local-only records moves the cursor past the whole run.
 			a := spool.Attempt{Seq: trailing.Record.Seq, Digest: trailing.Digest, At: now, Outcome: "local_only",
 				Detail: "local-only records (deferred facts, transcript conversation records) up to here: never delivered"}
 			if err := ss.RecordAttempt(a); err != nil {
@@ -479,8 +497,10 @@ func deliverRound(ctx context.Context, store Store, sp *spool.Spool, bd *Binding
 	}
 	// Idle: nothing was delivered and nothing admitted (only refusals,
 	// local-only records, or an empty page), so another round would
-	// repeat this one.
-	return seen, res.Delivered == delivered && res.Admitted == admitted, nil
+	// repeat this one, unless a full page ended in local-only records:
+	// the cursor moved past them and more may follow (localRun).
+	idle := res.Delivered == delivered && res.Admitted == admitted
+	return seen, idle && !(trailing != nil && len(envs) == delivererPage), nil
 }
 
 // withSession runs fn under one spool Session and the ledger, after

@@ -270,3 +270,38 @@ func (h flakyHub) Deliver(ctx context.Context, env *spool.Envelope) (string, err
 	}
 	return h.Hub.Deliver(ctx, env)
 }
+
+// noopBG accepts the deliver lock and starts nothing (a deliverer that
+// died at once): what the hooks append stays where it is.
+type noopBG struct{ Opener }
+
+func (noopBG) StartDeliverer(*os.File, string) error { return nil }
+
+// More local-only records after the cursor than one page holds do not hide
+// a later deliverable envelope from the deliverer: a full page that ends in
+// local-only records moves the cursor past them and the next round goes on.
+func TestBackgroundDelivererSkipsLocalOnlyPages(t *testing.T) {
+	f := newFixture(t)
+	for i := range 60 { // no Work yet: deferred facts, local-only
+		if _, err := capture.HandleClaudeHook(context.Background(), f.store, noopBG{Opener{f.cfg}}, strings.NewReader(f.payload("PreToolUse",
+			fmt.Sprintf(`,"tool_name":"Read","tool_use_id":"toolu_lo_%d","tool_input":{"file_path":"/etc/hostname"}`, i))), time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	work := f.startWork(t)
+	bg := newBG(f)
+	res, err := capture.HandleClaudeHook(context.Background(), f.store, bg, strings.NewReader(f.payload("PreToolUse",
+		`,"tool_name":"Read","tool_use_id":"toolu_after","tool_input":{"file_path":"/etc/hostname"}`)), time.Now())
+	if err != nil || res.Deferred {
+		t.Fatalf("%+v %v", res, err)
+	}
+	bg.wg.Wait()
+	rec := f.record(t, work)
+	found := false
+	for _, e := range rec.Events {
+		found = found || e.ToolUseID == "toolu_after"
+	}
+	if !found {
+		t.Fatalf("the event after 60 deferred facts was not delivered: %+v, reports %+v", rec.Events, (*bg.reports)[0])
+	}
+}
