@@ -523,6 +523,14 @@ func withSession(ctx context.Context, store Store, sp *spool.Spool, bd *Binding,
 	}
 	ss.SetStream(stream)
 	adm := &admission{deadline: time.Now().Add(admitBudget), left: maxAdmitPerHook}
+	// The binding's compaction policy runs in every deliverer Session too,
+	// before admission: with a deliverer the acknowledgements happen in this
+	// process, and lock-holding hooks often queue their event behind a
+	// backlog (returning before their own maintain), so without it a spool
+	// under sustained load reached its record limit uncompacted (the first
+	// soak of this change; admission then stalled on record_limit). No
+	// session: no once-per-session warnings from here.
+	maintain(store, ss, bd, "", res)
 	if _, err := admitIntake(ctx, store, led, ss, sp, bd, hub, adm, res); err != nil && res.DeliveryErr == nil {
 		res.DeliveryErr = err
 	}

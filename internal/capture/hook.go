@@ -383,6 +383,7 @@ func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Re
 			if inline {
 				deliver(ctx, ss, led, hub, now, res, deliveryLimit(res))
 			}
+			maintain(store, ss, bd, p.SessionID, res) // a backlog must not keep compaction from running
 			return res, nil
 		}
 	}
