@@ -269,7 +269,11 @@ func DeliverSpool(ctx context.Context, store Store, hubs HubOpener, spoolDir str
 	defer lock.Close()
 	err = deliverSpool(ctx, store, hubs, spoolDir, lock, b, rep)
 	rep.Finished = time.Now().UTC()
-	if err != nil {
+	switch {
+	case err != nil && ctx.Err() != nil:
+		// Its own run bound ended a wait (for the spool lock, the Hub).
+		rep.Outcome, rep.Detail, err = "bound", fmt.Sprintf("stopped after %s (%v); pending envelopes stay pending", b.MaxRun, err), nil
+	case err != nil:
 		rep.Outcome, rep.Detail = "error", err.Error()
 	}
 	if len(rep.Detail) > 1000 {
