@@ -41,6 +41,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/client"
 )
 
@@ -426,6 +427,15 @@ func run(o options) (bool, error) {
 	close(queue)
 	wg.Wait()
 	elapsed := time.Since(began)
+	// The hooks hand delivery to one background deliverer per spool: wait
+	// until none runs before reading the Hub (and say how long it took).
+	wctx, wcancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	werr := capture.Store{Dir: filepath.Join(cfg, "agentscm")}.WaitDeliverers(wctx)
+	wcancel()
+	if werr != nil {
+		fail("background deliverers: %v", werr)
+	}
+	fmt.Printf("background deliverers done %.1f s after the last hook\n", time.Since(began.Add(elapsed)).Seconds())
 	refEnd50, refEnd99 := reference(200)
 	if len(results) < total {
 		fail("the run hit its -deadline %s after %d of %d events", o.deadline, len(results), total)

@@ -20,6 +20,7 @@ const usage = `Usage:
   agentscm-hook change-capture hook-claude < payload.json
   agentscm-hook change-capture hook-codex < payload.json
   agentscm-hook change-capture hook-gemini < payload.json
+  agentscm-hook change-capture deliver-spool --config-dir DIR --spool DIR [--lock-fd N]
 
 The Claude Code capture hook, exactly as 'agentscm change-capture
 hook-claude' runs it, in a smaller binary that starts faster. agentscm
@@ -28,20 +29,36 @@ is next to the agentscm binary. It never blocks the agent: whatever fails,
 it prints one warning line on stderr and exits 0. It prints nothing on
 stdout, except on a SessionStart of a checkout with registered recipes: then
 exactly the bounded recipe guidance as Claude Code's additional context.
+
+After the event is durably in the spool, the hook hands delivery to the
+Hub to one detached deliverer per spool (deliver-spool, started by the
+hook itself; at most one runs per spool, bounded to 20 s, ending with one
+status line on stderr and in the spool's deliver status), so the agent
+does not wait for the Hub. When no deliverer can be started, the hook
+delivers in-process as before.
 `
 
 func main() {
-	os.Exit(run(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr, os.Getenv, time.Now))
+	exe, err := os.Executable()
+	if err != nil {
+		exe = "" // no detached deliverer: the hook delivers in-process
+	}
+	os.Exit(run(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr, os.Getenv, time.Now, exe))
 }
 
-func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string, now func() time.Time) int {
+// run is the command; exe, when not empty, is this binary, started again
+// as the detached deliverer (change-capture deliver-spool) after a hook's
+// append, so that delivery is off the hook's critical path.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string, now func() time.Time, exe string) int {
 	switch {
 	case len(args) == 2 && args[0] == "change-capture" && args[1] == "hook-claude":
-		return hookrun.ClaudeCaptureOut(ctx, stdin, stdout, stderr, getenv, now())
+		return hookrun.ClaudeCaptureDetached(ctx, stdin, stdout, stderr, getenv, now(), exe)
 	case len(args) == 2 && args[0] == "change-capture" && args[1] == "hook-codex":
 		return hookrun.AgentCapture(ctx, adapter.Codex{}, stdin, stderr, getenv, now())
 	case len(args) == 2 && args[0] == "change-capture" && args[1] == "hook-gemini":
 		return hookrun.AgentCapture(ctx, adapter.Gemini{}, stdin, stderr, getenv, now())
+	case len(args) >= 2 && args[0] == "change-capture" && args[1] == "deliver-spool":
+		return hookrun.DeliverSpool(ctx, args[2:], stderr)
 	case len(args) == 1 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help"):
 		fmt.Fprint(stdout, usage)
 		return 0

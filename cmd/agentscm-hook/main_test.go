@@ -44,7 +44,7 @@ func TestArgsAndFailOpen(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var out, errb bytes.Buffer
-			code := run(context.Background(), tc.args, strings.NewReader(tc.stdin), &out, &errb, getenv, time.Now)
+			code := run(context.Background(), tc.args, strings.NewReader(tc.stdin), &out, &errb, getenv, time.Now, "")
 			if code != tc.code {
 				t.Fatalf("exit %d, want %d (stderr %q)", code, tc.code, errb.String())
 			}
@@ -90,7 +90,7 @@ func TestHookCapturesAndDelivers(t *testing.T) {
 		`{"session_id":"lean-1","cwd":"` + root + `","hook_event_name":"PreToolUse","tool_name":"Bash","tool_use_id":"toolu_1","tool_input":{"command":"true"}}`,
 	} {
 		var out, errb bytes.Buffer
-		if code := run(context.Background(), []string{"change-capture", "hook-claude"}, strings.NewReader(p), &out, &errb, getenv, time.Now); code != 0 || out.Len() != 0 || errb.Len() != 0 {
+		if code := run(context.Background(), []string{"change-capture", "hook-claude"}, strings.NewReader(p), &out, &errb, getenv, time.Now, ""); code != 0 || out.Len() != 0 || errb.Len() != 0 {
 			t.Fatalf("hook: exit %d stdout %q stderr %q", code, out.String(), errb.String())
 		}
 	}

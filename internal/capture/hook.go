@@ -64,6 +64,19 @@ const (
 	// PendingBackpressure is the same for undelivered envelopes: past it, busy
 	// hooks wait so that delivery (at most one page per holder) keeps up.
 	PendingBackpressure = 64
+	// BackgroundPendingBackpressure is PendingBackpressure when a
+	// background deliverer delivers (Backgrounder): hooks then deliver
+	// nothing themselves, so the pending backlog may grow larger while the
+	// deliverer catches up, but not without bound: past it, busy hooks
+	// wait for the lock and every lock holder also delivers a page
+	// in-process, as without a deliverer.
+	BackgroundPendingBackpressure = 1024
+	// BackgroundIntakeBackpressure is IntakeBackpressure with a background
+	// deliverer, which admits waiting intake files in every round (its
+	// own lock acquisitions): the intake then absorbs a burst of
+	// concurrent hooks (each one durable intake file, no lock), bounded
+	// by it, by spool.MaxIntakeFiles and by the spool's limits.
+	BackgroundIntakeBackpressure = 256
 )
 
 // deliveryLimit is how many envelopes a lock holder delivers: the normal
@@ -162,6 +175,10 @@ func HandleAgentHook(ctx context.Context, store Store, hubs HubOpener, a adapter
 	// SQLite database to open) is opened only by the hook that holds the
 	// spool lock; a hook that finds the lock busy never opens it.
 	looker, cheap := hubs.(ConnectionLooker)
+	// With a Backgrounder, delivery leaves the hook's critical path: the
+	// hook appends and admits under the spool lock, lets it go, and makes
+	// sure a background deliverer runs (deliverer.go).
+	bg, background := hubs.(Backgrounder)
 	var hub Hub
 	openHub := func() (*HookResult, error) {
 		h, err := hubs.Open(ctx, bd.Root)
@@ -224,6 +241,12 @@ func HandleAgentHook(ctx context.Context, store Store, hubs HubOpener, a adapter
 	// (if it is not, that holder does the same after its release), so no
 	// intake file waits for a later session's hook.
 	followUp := func() {
+		if background {
+			// The deliverer admits what waits (every round, and once more
+			// after it lets its lock go): make sure one runs.
+			ensureDeliverer(ctx, store, bd, bg, hubs, res, deliveryLimit(res))
+			return
+		}
 		for range 3 {
 			if n, err := sp.WaitingIntake(); err != nil || n == 0 {
 				return
@@ -254,13 +277,19 @@ func HandleAgentHook(ctx context.Context, store Store, hubs HubOpener, a adapter
 			}()
 		}
 	}
+	pendingBound, intakeBound := PendingBackpressure, IntakeBackpressure
+	if background {
+		pendingBound, intakeBound = BackgroundPendingBackpressure, BackgroundIntakeBackpressure
+	}
 	ss, err := sp.TryBegin(ctx, IntakeLockWait)
+	backlog := 0
 	if errors.Is(err, spool.ErrBusy) {
-		if n, werr := sp.WaitingIntake(); werr == nil && (n >= IntakeBackpressure || sp.PendingBacklog() >= PendingBackpressure) {
+		backlog = sp.PendingBacklog()
+		if n, werr := sp.WaitingIntake(); werr == nil && (n >= intakeBound || backlog >= pendingBound) {
 			// Backpressure: the holders are behind; wait for the lock
 			// (bounded) and do the full work. A wait that expires still
 			// leaves the event in the intake below.
-			if ss, err = sp.Begin(ctx); err != nil && !errors.Is(err, spool.ErrLockTimeout) {
+			if ss, err = sp.Begin(ctx); err != nil && !lockWaitExpired(err) {
 				return nil, err
 			} else if err != nil {
 				err = spool.ErrBusy
@@ -283,7 +312,7 @@ func HandleAgentHook(ctx context.Context, store Store, hubs HubOpener, a adapter
 			return nil, fmt.Errorf("the spool lock is busy and the intake write failed: %w", ierr)
 		}
 		ss, err = sp.Begin(ctx)
-		if errors.Is(err, spool.ErrLockTimeout) {
+		if lockWaitExpired(err) {
 			// The intake is full and the lock stayed held for the whole
 			// wait: the event is lost, but not silently.
 			if nerr := noteLost(store.ledgerDir(bd.Spool), rec, p.SessionID, Target{}, false, "lock_timeout", err.Error(), now); nerr == nil {
@@ -312,6 +341,18 @@ func HandleAgentHook(ctx context.Context, store Store, hubs HubOpener, a adapter
 			}
 		}
 	}
+	// In-process delivery under the lock: always without a background
+	// deliverer; with one only past its backlog bound, so that growth
+	// stays bounded when the deliverer falls behind.
+	inline := !background
+	if background {
+		if n, ok := ss.PendingCount(); ok {
+			backlog = n
+		} else if backlog == 0 {
+			backlog = sp.PendingBacklog()
+		}
+		inline = backlog >= BackgroundPendingBackpressure
+	}
 	defer followUp() // after the session and the ledger are closed
 	defer ss.Close()
 	led, err := store.OpenLedger(bd.Spool)
@@ -337,12 +378,20 @@ func HandleAgentHook(ctx context.Context, store Store, hubs HubOpener, a adapter
 	// Earlier events waiting in the intake go first (receipt order). When
 	// more wait than one hook admits, this event queues behind them.
 	adm := &admission{deadline: time.Now().Add(admitBudget), left: maxAdmitPerHook}
+	if background {
+		// The deliverer admits the bulk of a backlog; a hook admits a few
+		// (its event then queues behind the rest).
+		adm = &admission{deadline: time.Now().Add(backgroundAdmitBudget), left: backgroundAdmitPerHook}
+	}
 	more, ierr := admitIntake(ctx, store, led, ss, sp, bd, hub, adm, res)
 	if ierr == nil && more {
 		name, werr := writeIntake(ctx, store, sp, bd, p, rec, obs, now)
 		if werr == nil {
 			res.Intake = name
-			deliver(ctx, ss, led, hub, now, res, deliveryLimit(res))
+			if inline {
+				deliver(ctx, ss, led, hub, now, res, deliveryLimit(res))
+			}
+			maintain(store, ss, bd, p.SessionID, res) // a backlog must not keep compaction from running
 			return res, nil
 		}
 	}
@@ -376,7 +425,9 @@ func HandleAgentHook(ctx context.Context, store Store, hubs HubOpener, a adapter
 	}
 	// Delivery keeps pace with what this hook admitted (the soak showed a
 	// short page during bursts leaving thousands of envelopes pending).
-	deliver(ctx, ss, led, hub, now, res, deliveryLimit(res))
+	if inline {
+		deliver(ctx, ss, led, hub, now, res, deliveryLimit(res))
+	}
 	// Events that arrived in the intake while this hook held the lock
 	// (its delivery included) are admitted before it lets go.
 	if _, aerr := admitIntake(ctx, store, led, ss, sp, bd, hub, adm, res); aerr != nil && ierr == nil {
@@ -387,6 +438,14 @@ func HandleAgentHook(ctx context.Context, store Store, hubs HubOpener, a adapter
 	}
 	maintain(store, ss, bd, p.SessionID, res) // compaction policy, capacity warnings
 	return res, cerr
+}
+
+// lockWaitExpired reports whether a bounded wait for the spool lock ended
+// without it: the acquisition's own bound, or the hook's deadline (under
+// heavy load a hook can reach its 15 s deadline inside the 10 s wait; its
+// event then still goes to the intake, or is noted lost, never dropped).
+func lockWaitExpired(err error) bool {
+	return errors.Is(err, spool.ErrLockTimeout) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // captureOccurrence routes, claims or reserves, and appends one mapped

@@ -24,8 +24,8 @@ import (
 // target, the private phase fingerprint, the payload facts the action path
 // derives (input digest, explicit exit code) and, for a ruled tool, the
 // source captured at receipt (before the tool runs). The transcript reader
-// is not run for an admitted record: the next hook that runs it reads the
-// transcript from where it stopped.
+// runs for an admitted record as for the hook's own (from where it
+// stopped), without the setup artifact (which needs the raw payload).
 const (
 	// IntakeLockWait is how long a hook waits for the spool lock before it
 	// writes its event into the intake.
@@ -35,8 +35,12 @@ const (
 	// latency stays bounded; a longer backlog drains over later hooks.
 	maxAdmitPerHook = 16
 	admitBudget     = 150 * time.Millisecond
-	intakeVersion   = 1
-	summaryName     = "spool-summary"
+	// With a background deliverer (which admits in every round) a hook
+	// admits less, so that its own latency stays near that of its event.
+	backgroundAdmitPerHook = 4
+	backgroundAdmitBudget  = 40 * time.Millisecond
+	intakeVersion          = 1
+	summaryName            = "spool-summary"
 )
 
 type intakeRecord struct {
@@ -138,7 +142,8 @@ func admitIntake(ctx context.Context, store Store, led *Ledger, ss *spool.Sessio
 			ir.Record.DeferredSource = ir.Source
 		}
 		if err := admitOne(ctx, store, led, ss, sp, bd, &ir); err != nil &&
-			!errors.Is(err, ErrOccurrenceConflict) && !errors.Is(err, ErrActionConflict) && !errors.Is(err, spool.ErrCapturePaused) {
+			!errors.Is(err, ErrOccurrenceConflict) && !errors.Is(err, ErrActionConflict) && !errors.Is(err, spool.ErrCapturePaused) &&
+			!errors.Is(err, errTranscriptAtAdmission) {
 			return false, fmt.Errorf("admit intake %s: %w", f.Name, err)
 		}
 		if err := ss.DoneIntake(f.Name); err != nil {
@@ -165,6 +170,26 @@ func admitOne(ctx context.Context, store Store, led *Ledger, ss *spool.Session, 
 			return src, nil
 		}
 	}
-	_, err := recordAction(ctx, env)
-	return err
+	if _, err := recordAction(ctx, env); err != nil {
+		return err
+	}
+	if ir.Resolved && bd.ClaudeHistoryRoot != "" && transcriptEvents[rec.HookEvent] {
+		// The transcript reader runs for an admitted event too (from where
+		// it stopped), as its own hook would have: without it, the last
+		// hook of a session that found the lock held (by another hook or
+		// the background deliverer) would leave the session's last
+		// requests unread until a later session. The setup artifact of a
+		// SessionStart needs the raw payload, which the intake does not
+		// keep; the event itself carries the observed setup.
+		p := &claude.Payload{SessionID: ir.Observed, HookEventName: rec.HookEvent, Source: rec.Source}
+		if _, err := store.TranscriptStep(ss, bd, nil, p, ir.Target, ir.Observation.Mode, ir.ReceivedAt); err != nil {
+			return fmt.Errorf("%w: %w", errTranscriptAtAdmission, err)
+		}
+	}
+	return nil
 }
+
+// errTranscriptAtAdmission marks a transcript failure of an admitted
+// record: the record itself is retained (the intake file is done); the
+// transcript cursor stays where it was for the next reader.
+var errTranscriptAtAdmission = errors.New("transcript reader at admission")

@@ -52,6 +52,7 @@ func changeCaptureCommand() *Command {
 				runHookGemini(ctx, env)
 				return nil
 			}},
+			{Name: "deliver", Summary: "deliver a spool's pending envelopes to the Hub now (the background deliverer's run, in the foreground)", Run: runDeliver},
 			{Name: "events", Summary: "list a spool's sessions and their events in order (read-only)", Run: runEvents},
 			changeCaptureShowCommand(),
 			changeCaptureConversationCommand(),

@@ -32,6 +32,12 @@ func ClaudeCapture(ctx context.Context, stdin io.Reader, stderr io.Writer, geten
 // the bounded recipe guidance as Claude Code's additional context
 // (capture.SessionStartOutput); every other hook prints nothing.
 func ClaudeCaptureOut(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string, now time.Time) int {
+	return claudeCaptureOut(ctx, stdin, stdout, stderr, getenv, now, "")
+}
+
+// claudeCaptureOut is ClaudeCaptureOut; a non-empty exe hands delivery to a
+// detached deliverer started from it (ClaudeCaptureDetached).
+func claudeCaptureOut(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string, now time.Time, exe string) int {
 	var seen bytes.Buffer
 	stdin = io.TeeReader(stdin, &seen)
 	defer func() {
@@ -48,6 +54,12 @@ func ClaudeCaptureOut(ctx context.Context, stdin io.Reader, stdout, stderr io.Wr
 			}
 		}
 	}()
+	return claudeCapture(ctx, stdin, stderr, getenv, now, exe)
+}
+
+// claudeCapture is the capture itself; a non-empty exe hands delivery to a
+// detached deliverer started from it.
+func claudeCapture(ctx context.Context, stdin io.Reader, stderr io.Writer, getenv func(string) string, now time.Time, exe string) int {
 	defer func() {
 		if r := recover(); r != nil {
 			fmt.Fprintf(stderr, "agentscm: warning: capture hook failed: internal error: %v\n", r)
@@ -59,7 +71,11 @@ func ClaudeCaptureOut(ctx context.Context, stdin io.Reader, stdout, stderr io.Wr
 	var res *capture.HookResult
 	if err == nil {
 		store := capture.Store{Dir: dir}
-		res, err = capture.HandleClaudeHook(ctx, store, delivery.Opener{ConfigDir: store.Dir}, stdin, now)
+		var hubs capture.HubOpener = delivery.Opener{ConfigDir: store.Dir}
+		if exe != "" {
+			hubs = detachedOpener{Opener: delivery.Opener{ConfigDir: store.Dir}, exe: exe}
+		}
+		res, err = capture.HandleClaudeHook(ctx, store, hubs, stdin, now)
 	}
 	// A capacity warning (given once per session) rides on the one line.
 	also := ""

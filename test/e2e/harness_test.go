@@ -147,6 +147,7 @@ func newCheckout(t *testing.T) *checkout {
 			t.Fatal(err)
 		}
 	}
+	t.Cleanup(c.waitDelivered) // registered after TempDir: runs before its removal
 	c.git("init", "-q", "-b", "main")
 	c.write("b.txt", "to be deleted\n")
 	c.write("README.md", "scratch checkout\n")
@@ -236,7 +237,9 @@ func (c *checkout) runClaude(api *scriptedapi.Server, args ...string) claudeResu
 	cmd.Stdin = nil
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
+	err := cmd.Run()
+	c.waitDelivered() // deliverwait_test.go: the hooks' background deliverers
+	if err != nil {
 		c.t.Fatalf("claude %v: %v\nstdout: %s\nstderr: %s", full, err, stdout.String(), stderr.String())
 	}
 	var res claudeResult

@@ -1,0 +1,597 @@
+package capture
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/agentscm/agentscm/internal/fsutil"
+	"github.com/agentscm/agentscm/internal/spool"
+	"github.com/agentscm/agentscm/internal/transcript"
+)
+
+// The background deliverer takes delivery off the hook's critical path.
+// A hook appends (or admits) under the spool lock as before, releases it,
+// and then makes sure one deliverer per spool runs: it takes the spool's
+// deliver lock (a non-blocking flock in the spool's private ledger
+// directory) and, when it gets it, hands the held lock to a detached
+// process (Backgrounder) that delivers pending envelopes page by page
+// until nothing is deliverable or a bound is hit. A hook that finds the
+// deliver lock held does nothing more: the running deliverer re-checks the
+// spool after it lets the lock go (below), so an event appended meanwhile
+// is not stranded. When no process can be started the hook delivers
+// in-process, holding the deliver lock, within its own bounds (as before).
+//
+// The deliverer holds the spool lock only to read a page and, after the
+// Hub calls, to record their outcomes (acknowledgement markers, the
+// scheduling cursor, refusals) and to admit the intake, never across a
+// Hub call, so hooks keep taking the spool lock while it delivers. Every
+// bound ends in a status (deliver-status in the ledger directory, and the
+// deliver-spool command's stderr line); pending envelopes stay pending for
+// the next deliverer, hook or `change-capture deliver`.
+const (
+	deliverLockName = "deliver.lock"
+	// deliverRunName is held shared by every deliverer for its whole run
+	// (the deliver lock is let go and taken back while it re-checks), so
+	// that WaitDeliverer can tell when none is left.
+	deliverRunName    = "deliver.run"
+	deliverStatusName = "deliver-status"
+	// DelivererMaxRun bounds one background deliverer's run.
+	DelivererMaxRun = 20 * time.Second
+	// delivererPage is how many envelopes one round reads.
+	delivererPage = 4 * DeliveryPageSize
+	// maxQuietRounds bounds the rounds in a row that only move the cursor
+	// past local-only records.
+	maxQuietRounds = 16
+)
+
+// Backgrounder is what a HubOpener may offer besides Open: starting a
+// detached deliverer process for spoolDir that takes over the held deliver
+// lock (the process inherits lock; the caller closes its copy). An error
+// means no process started and the caller still holds the lock.
+type Backgrounder interface {
+	StartDeliverer(lock *os.File, spoolDir string) error
+}
+
+// DeliverBounds bound one deliverer run: MaxRun is its wall time,
+// MaxEnvelopes (0 = no bound) the delivery attempts it makes.
+type DeliverBounds struct {
+	MaxRun       time.Duration
+	MaxEnvelopes int
+}
+
+// DeliverReport is what one deliverer run did and why it stopped.
+type DeliverReport struct {
+	Spool     string    `json:"spool"`
+	Started   time.Time `json:"started"`
+	Finished  time.Time `json:"finished"`
+	Delivered int       `json:"delivered"`
+	Failed    int       `json:"failed"`
+	Refused   int       `json:"refused"`
+	Admitted  int       `json:"admitted"`
+	Rounds    int       `json:"rounds"`
+	// Outcome is "idle" (nothing more deliverable), "failed" (a transient
+	// delivery failure stopped it: the Hub is unreachable or answered an
+	// error), "bound" (its time or envelope bound), "busy" (another
+	// deliverer holds the lock) or "error" (it could not run).
+	Outcome string `json:"outcome"`
+	Detail  string `json:"detail,omitempty"`
+}
+
+// errDelivererBusy is DeliverSpool's answer when another deliverer holds
+// the spool's deliver lock.
+var errDelivererBusy = errors.New("another deliverer holds the spool's deliver lock")
+
+// tryDeliverLock takes the spool's deliver lock without waiting: nil, nil
+// when another process holds it.
+func (s Store) tryDeliverLock(spoolDir string) (*os.File, error) {
+	dir := s.ledgerDir(spoolDir)
+	if err := fsutil.MkdirPrivate(dir); err != nil {
+		return nil, err
+	}
+	if err := fsutil.CheckPrivateDir(dir); err != nil {
+		return nil, fmt.Errorf("capture ledger: %w", err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, deliverLockName), os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, fsutil.FileMode)
+	if err != nil {
+		return nil, fmt.Errorf("open deliver lock: %w", err)
+	}
+	ok, err := flockNB(f)
+	if err != nil || !ok {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+func flockShared(f *os.File) error {
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH)
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("deliver run lock: %w", err)
+		}
+		return nil
+	}
+}
+
+func flockNB(f *os.File) (bool, error) {
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		switch {
+		case err == nil:
+			return true, nil
+		case errors.Is(err, syscall.EWOULDBLOCK):
+			return false, nil
+		case errors.Is(err, syscall.EINTR):
+			continue
+		}
+		return false, fmt.Errorf("deliver lock: %w", err)
+	}
+}
+
+// DeliverLock checks that f is the deliver lock of spoolDir (the file a
+// detached deliverer inherited): same inode as the lock path, and held (a
+// non-blocking flock through it succeeds, as it does for the holder).
+func (s Store) DeliverLock(f *os.File, spoolDir string) error {
+	var a, b syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &a); err != nil {
+		return fmt.Errorf("deliver lock: %w", err)
+	}
+	if err := syscall.Lstat(filepath.Join(s.ledgerDir(spoolDir), deliverLockName), &b); err != nil {
+		return fmt.Errorf("deliver lock: %w", err)
+	}
+	if a.Dev != b.Dev || a.Ino != b.Ino {
+		return errors.New("the inherited file is not this spool's deliver lock")
+	}
+	if ok, err := flockNB(f); err != nil || !ok {
+		return fmt.Errorf("the inherited deliver lock is not held: %v", err)
+	}
+	return nil
+}
+
+// WaitDeliverer waits (bounded by ctx) until no deliverer holds spoolDir's
+// deliver lock: for tests and commands that must not leave one running.
+func (s Store) WaitDeliverer(ctx context.Context, spoolDir string) error {
+	if err := waitLock(ctx, s.ledgerDir(spoolDir)); err != nil {
+		return fmt.Errorf("a deliverer of %s is still running: %w", spoolDir, err)
+	}
+	return nil
+}
+
+// waitLock waits until, in one look, neither the deliver lock nor the run
+// lock of the ledger directory dir is held: the deliver lock first (held
+// from the hook's start of a deliverer on, so a deliverer that has not yet
+// taken its run lock is seen), then the run lock (held while a deliverer
+// re-checks without the deliver lock, and until its last write).
+func waitLock(ctx context.Context, dir string) error {
+	free := func(name string) (bool, error) {
+		f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDWR|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+		if errors.Is(err, fs.ErrNotExist) {
+			return true, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		defer f.Close()
+		return flockNB(f)
+	}
+	for {
+		ok, err := free(deliverLockName)
+		if err == nil && ok {
+			ok, err = free(deliverRunName)
+		}
+		if err != nil || ok {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// DeliverStatus reads the last deliverer run's report of spoolDir (nil when
+// there is none).
+func (s Store) DeliverStatus(spoolDir string) (*DeliverReport, error) {
+	b, err := fsutil.ReadFileNoFollow(filepath.Join(s.ledgerDir(spoolDir), deliverStatusName), 64<<10)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var r DeliverReport
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("deliver status: %w", err)
+	}
+	return &r, nil
+}
+
+func (s Store) writeDeliverStatus(r *DeliverReport) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	return fsutil.WriteAtomic(filepath.Join(s.ledgerDir(r.Spool), deliverStatusName), b, fsutil.FileMode)
+}
+
+// DeliverSpool is one deliverer run over spoolDir: the enabled binding
+// whose spool it is names the checkout whose Hub connection is used. lock
+// is the held deliver lock (nil: DeliverSpool takes it, or answers
+// "busy"); DeliverSpool releases it. It loops over pending pages (admitting
+// waiting intake files as every lock holder does) until nothing more is
+// deliverable, a transient failure, or a bound; then it lets the lock go
+// and looks once more, so that an event appended while it finished is
+// delivered by it or by the hook that appended it. Its report is also kept
+// as the spool's deliver status.
+func DeliverSpool(ctx context.Context, store Store, hubs HubOpener, spoolDir string, lock *os.File, b DeliverBounds) (*DeliverReport, error) {
+	rep := &DeliverReport{Spool: spoolDir, Started: time.Now().UTC()}
+	if b.MaxRun <= 0 {
+		b.MaxRun = DelivererMaxRun
+	}
+	ctx, cancel := context.WithTimeout(ctx, b.MaxRun)
+	defer cancel()
+	if err := fsutil.MkdirPrivate(store.ledgerDir(spoolDir)); err != nil {
+		return nil, err
+	}
+	if err := fsutil.CheckPrivateDir(store.ledgerDir(spoolDir)); err != nil {
+		return nil, fmt.Errorf("capture ledger: %w", err)
+	}
+	run, err := os.OpenFile(filepath.Join(store.ledgerDir(spoolDir), deliverRunName), os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, fsutil.FileMode)
+	if err != nil {
+		return nil, fmt.Errorf("open deliver run lock: %w", err)
+	}
+	defer run.Close() // last: after the status is written
+	if err := flockShared(run); err != nil {
+		return nil, err
+	}
+	if lock == nil {
+		l, err := store.tryDeliverLock(spoolDir)
+		if err != nil {
+			return nil, err
+		}
+		if l == nil {
+			rep.Outcome, rep.Detail, rep.Finished = "busy", errDelivererBusy.Error(), time.Now().UTC()
+			return rep, errDelivererBusy
+		}
+		lock = l
+	}
+	defer lock.Close()
+	err = deliverSpool(ctx, store, hubs, spoolDir, lock, b, rep)
+	rep.Finished = time.Now().UTC()
+	switch {
+	case err != nil && ctx.Err() != nil:
+		// Its own run bound ended a wait (for the spool lock, the Hub).
+		rep.Outcome, rep.Detail, err = "bound", fmt.Sprintf("stopped after %s (%v); pending envelopes stay pending", b.MaxRun, err), nil
+	case err != nil:
+		rep.Outcome, rep.Detail = "error", err.Error()
+	}
+	if len(rep.Detail) > 1000 {
+		rep.Detail = rep.Detail[:1000]
+	}
+	if rep.Outcome != "busy" {
+		if werr := store.writeDeliverStatus(rep); werr != nil && err == nil {
+			err = fmt.Errorf("write deliver status: %w", werr)
+		}
+	}
+	return rep, err
+}
+
+func deliverSpool(ctx context.Context, store Store, hubs HubOpener, spoolDir string, lock *os.File, b DeliverBounds, rep *DeliverReport) error {
+	cfg, err := store.Load()
+	if err != nil {
+		return err
+	}
+	var bd *Binding
+	for i := range cfg.Bindings {
+		if cfg.Bindings[i].Spool == spoolDir && cfg.Bindings[i].Enabled {
+			bd = &cfg.Bindings[i]
+		}
+	}
+	if bd == nil {
+		return fmt.Errorf("no enabled capture binding uses the spool %s; its pending envelopes stay pending", spoolDir)
+	}
+	hub, err := hubs.Open(ctx, bd.Root)
+	if errors.Is(err, ErrNoConnection) {
+		return fmt.Errorf("the checkout %s has no client connection; pending envelopes stay pending", bd.Root)
+	}
+	if err != nil {
+		return fmt.Errorf("open the Hub: %w", err)
+	}
+	defer hub.Close()
+	if lin := hub.Lineage(); bd.Hub != "" && !sameRepo(lin, bd.lineage()) {
+		return fmt.Errorf("capture binding of %s was saved for %s, but the checkout is now connected to %s; nothing delivered", bd.Root, describeLineage(bd.lineage()), describeLineage(lin))
+	}
+	sp, err := store.openHookSpool(bd.Spool)
+	if err != nil {
+		return err
+	}
+	res := &HookResult{Spool: bd.Spool}
+	quiet := 0 // consecutive rounds that delivered and admitted nothing
+	for {
+		before := res.Delivered + res.Admitted
+		seen, idle, err := deliverRound(ctx, store, sp, bd, hub, b, res, rep)
+		if res.Delivered+res.Admitted == before {
+			quiet++
+		} else {
+			quiet = 0
+		}
+		if quiet > maxQuietRounds {
+			// Full pages of local-only records only (more than
+			// maxQuietRounds x delivererPage of them): stop here; the
+			// cursor moved past them for the next run.
+			idle = true
+		}
+		rep.Rounds++
+		rep.Delivered, rep.Failed, rep.Refused, rep.Admitted = res.Delivered, res.Failed, res.Refused, res.Admitted
+		switch {
+		case err != nil:
+			return err
+		case res.Failed > res.Refused:
+			rep.Outcome = "failed"
+			if res.DeliveryErr != nil {
+				rep.Detail = res.DeliveryErr.Error()
+			}
+			return nil
+		case ctx.Err() != nil:
+			rep.Outcome, rep.Detail = "bound", fmt.Sprintf("stopped after %s; pending envelopes stay pending", b.MaxRun)
+			return nil
+		case b.MaxEnvelopes > 0 && res.Delivered+res.Failed >= b.MaxEnvelopes:
+			rep.Outcome, rep.Detail = "bound", fmt.Sprintf("stopped after %d delivery attempts; pending envelopes stay pending", b.MaxEnvelopes)
+			return nil
+		case !idle:
+			continue
+		}
+		rep.Outcome = "idle"
+		if res.DeliveryErr != nil {
+			rep.Detail = res.DeliveryErr.Error()
+		}
+		if b.MaxEnvelopes > 0 {
+			// An in-process run, bounded by its hook: the hook's next
+			// neighbour delivers what came meanwhile.
+			return nil
+		}
+		// Let the lock go, then look again: a hook that appended after the
+		// last page found the lock held and left its event to this run.
+		// (Only progress, bounded by MaxRun, brings it back here.)
+		waiting, _ := sp.WaitingIntake()
+		if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_UN); err != nil {
+			return fmt.Errorf("release the deliver lock: %w", err)
+		}
+		more, err := appendedSince(ctx, sp, seen, waiting)
+		if err != nil || !more {
+			return err
+		}
+		if ok, err := flockNB(lock); err != nil || !ok {
+			// Another deliverer took over: it delivers what is new.
+			return err
+		}
+	}
+}
+
+// appendedSince reports whether the spool holds a sequence above seen or
+// more intake files than the waiting ones the last round left (a file it
+// could not admit does not bring it back; a new one does, and any
+// admission raises the sequence).
+func appendedSince(ctx context.Context, sp *spool.Spool, seen uint64, waiting int) (bool, error) {
+	if n, err := sp.WaitingIntake(); err == nil && n > waiting {
+		return true, nil
+	}
+	ss, err := sp.Begin(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer ss.Close()
+	m, err := ss.MaxSeq()
+	return m > seen, err
+}
+
+// attempt is one delivery attempt made without the spool lock, recorded
+// under it afterwards.
+type attempt struct {
+	env    *spool.Envelope
+	status string
+	err    error
+}
+
+// deliverRound reads one page (admitting waiting intake first), delivers
+// its deliverable envelopes without the spool lock, and records the
+// outcomes under it. It returns the highest sequence the page's
+// acquisition saw and whether nothing was delivered (idle).
+func deliverRound(ctx context.Context, store Store, sp *spool.Spool, bd *Binding, hub Hub, b DeliverBounds, res *HookResult, rep *DeliverReport) (uint64, bool, error) {
+	now := time.Now()
+	admitted := res.Admitted
+	var envs []spool.Envelope
+	var seen uint64
+	err := withSession(ctx, store, sp, bd, hub, res, func(ss *spool.Session, led *Ledger) error {
+		var err error
+		if seen, err = ss.MaxSeq(); err != nil {
+			return err
+		}
+		envs, err = ss.Pending(delivererPage)
+		return err
+	})
+	if err != nil {
+		return 0, false, err
+	}
+	var tries []attempt
+	var trailing *spool.Envelope
+	limit := b.MaxEnvelopes
+	dctx, cancel := context.WithTimeout(ctx, DeliveryTimeout)
+	defer cancel()
+	for i := range envs {
+		env := &envs[i]
+		if env.Record.Deferred || env.Record.WorkID == "" || transcript.LocalOnly(&env.Record) {
+			trailing = env
+			continue
+		}
+		trailing = nil
+		if dctx.Err() != nil || (limit > 0 && res.Delivered+res.Failed+len(tries) >= limit) {
+			break
+		}
+		status, err := hub.Deliver(dctx, env)
+		tries = append(tries, attempt{env: env, status: status, err: err})
+		var re *RefusedError
+		if err != nil && !errors.As(err, &re) {
+			break // transient: the Hub is down or failing; stop here
+		}
+	}
+	if len(tries) == 0 && trailing == nil && res.Admitted == admitted {
+		return seen, true, nil
+	}
+	delivered := res.Delivered
+	err = withSession(ctx, store, sp, bd, hub, res, func(ss *spool.Session, led *Ledger) error {
+		for _, t := range tries {
+			a := spool.Attempt{Seq: t.env.Record.Seq, Digest: t.env.Digest, At: now}
+			if t.err != nil {
+				a.Outcome, a.Detail = "failed", t.err.Error()
+				res.Failed++
+				if res.DeliveryErr == nil {
+					res.DeliveryErr = t.err
+				}
+				var re *RefusedError
+				if errors.As(t.err, &re) {
+					a.Outcome = "refused"
+					res.Refused++
+					if herr := handleRefusal(ss, led, t.env, re, now); herr != nil {
+						res.DeliveryErr = fmt.Errorf("%w; and: %v", t.err, herr)
+					}
+				}
+			} else {
+				a.Outcome = t.status
+				if err := ss.Ack(t.env.Record.Seq, t.env.Digest); err != nil {
+					a.Outcome, a.Detail = "failed", "acknowledged by the Hub but the ack marker failed: "+err.Error()
+					if res.DeliveryErr == nil {
+						res.DeliveryErr = err
+					}
+				} else {
+					res.Delivered++
+				}
+			}
+			if len(a.Detail) > 300 {
+				a.Detail = a.Detail[:300]
+			}
+			if err := ss.RecordAttempt(a); err != nil {
+				return err
+			}
+		}
+		if trailing != nil {
+			// One attempt for the last of the page's trailing run of
+			// local-only records moves the cursor past the whole run.
+			a := spool.Attempt{Seq: trailing.Record.Seq, Digest: trailing.Digest, At: now, Outcome: "local_only",
+				Detail: "local-only records (deferred facts, transcript conversation records) up to here: never delivered"}
+			if err := ss.RecordAttempt(a); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return seen, false, err
+	}
+	// Idle: nothing was delivered and nothing admitted (only refusals,
+	// local-only records, or an empty page), so another round would
+	// repeat this one, unless a full page ended in local-only records:
+	// the cursor moved past them and more may follow (localRun).
+	idle := res.Delivered == delivered && res.Admitted == admitted
+	return seen, idle && !(trailing != nil && len(envs) == delivererPage), nil
+}
+
+// withSession runs fn under one spool Session and the ledger, after
+// admitting waiting intake files as every lock holder does; it admits once
+// more before the lock is let go.
+func withSession(ctx context.Context, store Store, sp *spool.Spool, bd *Binding, hub Hub, res *HookResult, fn func(*spool.Session, *Ledger) error) error {
+	ss, err := sp.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer ss.Close()
+	led, err := store.OpenLedger(bd.Spool)
+	if err != nil {
+		return err
+	}
+	defer led.Close()
+	stream, err := led.BindStream(sp.ObservationScope())
+	if err != nil {
+		return err
+	}
+	ss.SetStream(stream)
+	adm := &admission{deadline: time.Now().Add(admitBudget), left: maxAdmitPerHook}
+	// The binding's compaction policy runs in every deliverer Session too,
+	// before admission: with a deliverer the acknowledgements happen in this
+	// process, and lock-holding hooks often queue their event behind a
+	// backlog (returning before their own maintain), so without it a spool
+	// under sustained load reached its record limit uncompacted (the first
+	// soak of this change; admission then stalled on record_limit). No
+	// session: no once-per-session warnings from here.
+	maintain(store, ss, bd, "", res)
+	if _, err := admitIntake(ctx, store, led, ss, sp, bd, hub, adm, res); err != nil && res.DeliveryErr == nil {
+		res.DeliveryErr = err
+	}
+	return fn(ss, led)
+}
+
+// ensureDeliverer makes sure a deliverer runs for the hook's spool after
+// the hook let the spool lock go: when no other holds the deliver lock it
+// starts one through bg, or, when none can be started, delivers in-process
+// within the hook's own bound (limit envelopes).
+func ensureDeliverer(ctx context.Context, store Store, bd *Binding, bg Backgrounder, hubs HubOpener, res *HookResult, limit int) {
+	lock, err := store.tryDeliverLock(bd.Spool)
+	if err != nil {
+		if res.DeliveryErr == nil {
+			res.DeliveryErr = err
+		}
+		return
+	}
+	if lock == nil {
+		return // a deliverer runs; it re-checks before it exits
+	}
+	if st, err := store.DeliverStatus(bd.Spool); err == nil && st != nil && st.Outcome == "failed" && res.DeliveryErr == nil {
+		// The last run could not deliver: say so on this hook's line.
+		res.DeliveryErr = fmt.Errorf("the last delivery attempt failed: %s", st.Detail)
+	}
+	if err := bg.StartDeliverer(lock, bd.Spool); err == nil {
+		lock.Close()
+		return
+	} else if res.DeliveryErr == nil {
+		res.DeliveryErr = fmt.Errorf("start the background deliverer (delivering in-process): %w", err)
+	}
+	rep, err := DeliverSpool(ctx, store, hubs, bd.Spool, lock, DeliverBounds{MaxRun: DeliveryTimeout, MaxEnvelopes: limit})
+	if rep != nil {
+		res.Delivered += rep.Delivered
+		res.Failed += rep.Failed
+		res.Refused += rep.Refused
+		res.Admitted += rep.Admitted
+		if rep.Outcome == "failed" && res.DeliveryErr == nil {
+			res.DeliveryErr = errors.New(rep.Detail)
+		}
+	}
+	if err != nil && res.DeliveryErr == nil {
+		res.DeliveryErr = err
+	}
+}
+
+// WaitDeliverers is WaitDeliverer for every spool of the config directory
+// (every ledger directory's deliver lock).
+func (s Store) WaitDeliverers(ctx context.Context) error {
+	locks, err := filepath.Glob(filepath.Join(s.Dir, ledgerRoot, "*", deliverLockName))
+	if err != nil {
+		return err
+	}
+	for _, l := range locks {
+		if err := waitLock(ctx, filepath.Dir(l)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
