@@ -57,8 +57,15 @@ func TestManagedRecipes(t *testing.T) {
 	work := c.startWork("recipes")
 	var steps [][]scriptedapi.ToolCall
 	cmds := map[string]string{}
+	// configure records the running agentscm as the runner: under the
+	// two-instance Hub (hubbackend_test.go) that is the real binary the
+	// wrapper runs.
+	runner := h.agentscm
+	if hubBackendPG() {
+		runner = filepath.Join(filepath.Dir(h.agentscm), "agentscm-real")
+	}
 	for _, r := range recipes {
-		cmds[r.id] = capture.RunnerCommand(h.agentscm, r.id)
+		cmds[r.id] = capture.RunnerCommand(runner, r.id)
 		steps = append(steps, []scriptedapi.ToolCall{bash(cmds[r.id])})
 	}
 	steps = append(steps, []scriptedapi.ToolCall{bash("true")})
