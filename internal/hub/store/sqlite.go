@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/agentscm/agentscm/internal/fsutil"
 	"github.com/agentscm/agentscm/internal/hub/api"
@@ -117,7 +118,7 @@ func OpenSQLite(ctx context.Context, dir string) (*SQLite, error) {
 	r.SetMaxOpenConns(4)
 	r.SetMaxIdleConns(4)
 	s := &SQLite{w: w, r: r}
-	if err := s.migrate(ctx); err != nil {
+	if err := s.migrateRetrying(ctx); err != nil {
 		errors.Join(r.Close(), w.Close())
 		return nil, err
 	}
@@ -212,6 +213,38 @@ CREATE TABLE IF NOT EXISTS changelog_increments(work_id TEXT NOT NULL REFERENCES
   PRIMARY KEY(work_id, worktree_id, position)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS changelog_increments_digest ON changelog_increments(digest);
 `
+
+// migrateRetrying is migrate, retried while SQLite answers SQLITE_BUSY
+// without waiting (it does so, busy handler or not, while another process
+// switches a new database to WAL or recovers its WAL index), within the
+// busy timeout.
+func (s *SQLite) migrateRetrying(ctx context.Context) error {
+	deadline := time.Now().Add(BusyTimeoutMS * time.Millisecond)
+	for delay := time.Millisecond; ; delay = min(2*delay, 50*time.Millisecond) {
+		err := s.migrate(ctx)
+		if err == nil || !isBusy(err) || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(err, ctx.Err())
+		case <-time.After(delay):
+		}
+	}
+}
+
+// isBusy reports whether err is SQLite's SQLITE_BUSY or SQLITE_LOCKED (any
+// extended code).
+func isBusy(err error) bool {
+	var c interface{ Code() int }
+	if errors.As(err, &c) {
+		switch c.Code() & 0xff {
+		case 5, 6:
+			return true
+		}
+	}
+	return false
+}
 
 func (s *SQLite) migrate(ctx context.Context) error {
 	var v int
