@@ -280,23 +280,9 @@ func (s *Service) GetBody(ctx context.Context, p Principal, repository, workID, 
 		if err != nil {
 			return err
 		}
-		var rows []store.Body
-		if p.Admin {
-			if rows, err = tx.BodiesOfDigest(w.ID, digest); err != nil {
-				return err
-			}
-			if len(rows) == 0 {
-				return api.Errorf(http.StatusNotFound, api.CodeNotFound, "no body %s in work %s", digest, w.ID)
-			}
-		} else {
-			b, err := tx.Body(w.ID, p.HumanID, digest)
-			if errors.Is(err, store.ErrNotFound) || p.HumanID == "" {
-				return errBodyForbidden(digest)
-			}
-			if err != nil {
-				return err
-			}
-			rows = []store.Body{b}
+		rows, err := bodyRows(tx, p, w.ID, digest)
+		if err != nil {
+			return err
 		}
 		// Prefer an available copy, then one awaiting upload, then a
 		// tombstone.
@@ -368,23 +354,9 @@ func (s *Service) DeleteBody(ctx context.Context, p Principal, repository, workI
 		if err != nil {
 			return err
 		}
-		var rows []store.Body
-		if p.Admin {
-			if rows, err = tx.BodiesOfDigest(w.ID, digest); err != nil {
-				return err
-			}
-			if len(rows) == 0 {
-				return api.Errorf(http.StatusNotFound, api.CodeNotFound, "no body %s in work %s", digest, w.ID)
-			}
-		} else {
-			b, err := tx.Body(w.ID, p.HumanID, digest)
-			if errors.Is(err, store.ErrNotFound) || p.HumanID == "" {
-				return errBodyForbidden(digest)
-			}
-			if err != nil {
-				return err
-			}
-			rows = []store.Body{b}
+		rows, err := bodyRows(tx, p, w.ID, digest)
+		if err != nil {
+			return err
 		}
 		// Only after access is settled: a read-only token may read, not
 		// delete.
@@ -643,4 +615,31 @@ func (s *Service) RunSweeper(ctx context.Context, interval time.Duration, logf f
 		case <-t.C:
 		}
 	}
+}
+
+// bodyRows is the access check of one body digest in a Work: every author's
+// declaration for a Hub admin (404 when there is none), else only the
+// caller's own, and the same 403 whether or not the digest exists.
+func bodyRows(tx store.Tx, p Principal, workID, digest string) ([]store.Body, error) {
+	if p.Admin {
+		rows, err := tx.BodiesOfDigest(workID, digest)
+		if err != nil {
+			return nil, err
+		}
+		if len(rows) == 0 {
+			return nil, api.Errorf(http.StatusNotFound, api.CodeNotFound, "no body %s in work %s", digest, workID)
+		}
+		return rows, nil
+	}
+	if p.HumanID == "" {
+		return nil, errBodyForbidden(digest)
+	}
+	b, err := tx.Body(workID, p.HumanID, digest)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, errBodyForbidden(digest)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return []store.Body{b}, nil
 }
