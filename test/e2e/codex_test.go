@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,49 +26,11 @@ const CodexVersion = "0.169.0"
 // --bundled`): an unknown name silently drops the apply_patch tool.
 const codexModel = "gpt-5.5"
 
-var codexOnce struct {
-	sync.Once
-	path string
-	err  error
-}
+// codexCLI is the pinned Codex CLI in the e2e cache.
+var codexCLI = &npmCLI{pkg: "@openai/codex", version: CodexVersion, dir: "codex-" + CodexVersion, bin: "codex"}
 
-// ensureCodex installs @openai/codex at the pinned version into the e2e
-// cache with npm when it is missing and checks its version.
-func ensureCodex(t *testing.T) string {
-	t.Helper()
-	codexOnce.Do(func() {
-		cache, err := cacheDir()
-		if err != nil {
-			codexOnce.err = err
-			return
-		}
-		prefix := filepath.Join(cache, "codex-"+CodexVersion)
-		bin := filepath.Join(prefix, "node_modules", ".bin", "codex")
-		if _, err := os.Stat(bin); err != nil {
-			fmt.Fprintf(os.Stderr, "e2e: installing @openai/codex@%s into %s\n", CodexVersion, prefix)
-			if err := os.MkdirAll(prefix, 0o755); err != nil {
-				codexOnce.err = err
-				return
-			}
-			cmd := exec.Command("npm", "install", "--no-audit", "--no-fund", "--prefix", prefix, "@openai/codex@"+CodexVersion)
-			cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-			if err := cmd.Run(); err != nil {
-				codexOnce.err = fmt.Errorf("npm install codex: %w", err)
-				return
-			}
-		}
-		out, err := exec.Command(bin, "--version").CombinedOutput()
-		if err != nil || !strings.Contains(string(out), CodexVersion) {
-			codexOnce.err = fmt.Errorf("%s --version: %v: %s", bin, err, out)
-			return
-		}
-		codexOnce.path = bin
-	})
-	if codexOnce.err != nil {
-		t.Fatal(codexOnce.err)
-	}
-	return codexOnce.path
-}
+// ensureCodex installs the pinned Codex CLI when missing (npmCLI.ensure).
+func ensureCodex(t *testing.T) string { return codexCLI.ensure(t) }
 
 // codexHome is the checkout's private CODEX_HOME.
 func (c *checkout) codexHome() string { return filepath.Join(c.home, ".codex") }

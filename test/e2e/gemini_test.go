@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,49 +21,11 @@ import (
 // GeminiVersion is the Gemini CLI release the suite qualifies.
 const GeminiVersion = "0.61.0"
 
-var geminiOnce struct {
-	sync.Once
-	path string
-	err  error
-}
+// geminiCLI is the pinned Gemini CLI in the e2e cache.
+var geminiCLI = &npmCLI{pkg: "@google/gemini-cli", version: GeminiVersion, dir: "gemini-cli-" + GeminiVersion, bin: "gemini"}
 
-// ensureGemini installs @google/gemini-cli at the pinned version into the
-// e2e cache with npm when it is missing and checks its version.
-func ensureGemini(t *testing.T) string {
-	t.Helper()
-	geminiOnce.Do(func() {
-		cache, err := cacheDir()
-		if err != nil {
-			geminiOnce.err = err
-			return
-		}
-		prefix := filepath.Join(cache, "gemini-cli-"+GeminiVersion)
-		bin := filepath.Join(prefix, "node_modules", ".bin", "gemini")
-		if _, err := os.Stat(bin); err != nil {
-			fmt.Fprintf(os.Stderr, "e2e: installing @google/gemini-cli@%s into %s\n", GeminiVersion, prefix)
-			if err := os.MkdirAll(prefix, 0o755); err != nil {
-				geminiOnce.err = err
-				return
-			}
-			cmd := exec.Command("npm", "install", "--no-audit", "--no-fund", "--prefix", prefix, "@google/gemini-cli@"+GeminiVersion)
-			cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-			if err := cmd.Run(); err != nil {
-				geminiOnce.err = fmt.Errorf("npm install gemini-cli: %w", err)
-				return
-			}
-		}
-		out, err := exec.Command(bin, "--version").CombinedOutput()
-		if err != nil || !strings.Contains(string(out), GeminiVersion) {
-			geminiOnce.err = fmt.Errorf("%s --version: %v: %s", bin, err, out)
-			return
-		}
-		geminiOnce.path = bin
-	})
-	if geminiOnce.err != nil {
-		t.Fatal(geminiOnce.err)
-	}
-	return geminiOnce.path
-}
+// ensureGemini installs the pinned Gemini CLI when missing (npmCLI.ensure).
+func ensureGemini(t *testing.T) string { return geminiCLI.ensure(t) }
 
 // configureGemini writes ~/.gemini/settings.json for a headless run
 // against a base URL: API-key auth, no updates, no telemetry.
