@@ -35,6 +35,24 @@ else
   echo "PostgreSQL server binaries not found: the PostgreSQL tests will be skipped"
 fi
 
+echo "== Chromium (the pages' browser tests)"
+# The Hub page and the local page are checked in Debian's headless Chromium
+# (internal/browsertest). Install it when missing; in CI it must be there, so
+# the browser tests fail instead of skipping.
+have_chromium() { command -v chromium >/dev/null || command -v chromium-browser >/dev/null; }
+if ! have_chromium && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  echo "installing chromium"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >/dev/null && apt-get install -y -qq --no-install-recommends chromium >/dev/null || true
+fi
+if have_chromium; then
+  export AGENTSCM_REQUIRE_CHROMIUM=1
+elif [ "${CI:-}" = true ]; then
+  echo "Chromium is missing and could not be installed"; exit 1
+else
+  echo "Chromium not found: the browser tests will be skipped"
+fi
+
 echo "== S3-compatible server (the team Hub's object-store tests)"
 # versitygw serves a temporary directory over S3 on 127.0.0.1 for the whole
 # run, stopped at exit. It is built outside the module (go.mod stays lean)
