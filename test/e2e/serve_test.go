@@ -4,6 +4,8 @@ package e2e
 
 import (
 	"bufio"
+	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -58,4 +60,46 @@ func serveProc(t testing.TB, cmd *exec.Cmd) (string, func()) {
 		t.Fatal("hub serve did not start")
 	}
 	return "", stop
+}
+
+// checkRewinds checks the checkout's state after the session (states[3]) and
+// after rewinds to positions 0, 2, 3 and 1, each against states[position].
+func checkRewinds(t *testing.T, c *checkout, states []string) {
+	t.Helper()
+	if got := codexState(t, c.root); got != states[3] {
+		t.Fatalf("after the session: %s", got)
+	}
+	for _, to := range []int{0, 2, 3, 1} {
+		c.agentscm("rewind", "--root", c.root, "--to", fmt.Sprint(to))
+		if got := codexState(t, c.root); got != states[to] {
+			t.Fatalf("after rewind to %d: %s, want %s", to, got, states[to])
+		}
+	}
+}
+
+// resumedSession is what `rewind --resume-conversation --format json` says
+// of the session it made.
+type resumedSession struct {
+	SessionID      string `json:"session_id"`
+	FromSession    string `json:"from_session"`
+	IncludesResult bool   `json:"includes_result"`
+	Command        string `json:"command"`
+}
+
+// resumeAt1 rewinds to position 1 with the conversation and checks that a
+// fresh session cut after the call's result was made from session, resumed
+// by resumeCmd followed by its id.
+func resumeAt1(t *testing.T, c *checkout, session, resumeCmd string) resumedSession {
+	t.Helper()
+	var out struct {
+		Resumed resumedSession `json:"resumed"`
+	}
+	if err := json.Unmarshal([]byte(c.agentscm("rewind", "--root", c.root, "--to", "1", "--resume-conversation", "--format", "json")), &out); err != nil {
+		t.Fatal(err)
+	}
+	r := out.Resumed
+	if r.FromSession != session || !r.IncludesResult || r.Command != resumeCmd+" "+r.SessionID || r.SessionID == session {
+		t.Fatalf("resumed %+v", r)
+	}
+	return r
 }
