@@ -29,7 +29,10 @@ import (
 //
 //	go test -run '^$' -bench IngestTeam -benchtime 2000x -count 5 ./internal/client/
 //
-// (BenchmarkIngest's reference=fsync is the same-run disk reference.)
+// (reference=fsync is the same-run disk reference). Each run reports the CPU
+// time per event of the Hubs, the PostgreSQL server, this process (clients
+// and proxy) and the rest of the machine (docs/performance.md, "The team
+// Hub").
 func BenchmarkIngestTeam(b *testing.B) {
 	b.Run("reference=fsync", benchFsyncRef)
 	for _, per := range []int{1, 10, 50} {
