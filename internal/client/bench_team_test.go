@@ -29,7 +29,10 @@ import (
 //
 //	go test -run '^$' -bench IngestTeam -benchtime 2000x -count 5 ./internal/client/
 //
-// (BenchmarkIngest's reference=fsync is the same-run disk reference.)
+// (reference=fsync is the same-run disk reference). Each run reports the CPU
+// time per event of the Hubs, the PostgreSQL server, this process (clients
+// and proxy) and the rest of the machine (docs/performance.md, "The team
+// Hub").
 func BenchmarkIngestTeam(b *testing.B) {
 	b.Run("reference=fsync", benchFsyncRef)
 	for _, per := range []int{1, 10, 50} {
@@ -46,17 +49,29 @@ func benchTeam(b *testing.B, mode string, clients, per int) {
 	dir := filepath.Join(b.TempDir(), "data")
 	sec := bootstrap(b, dir)
 	var hubURL string
+	// The processes whose CPU time is summed per event: the Hubs, the
+	// PostgreSQL server (postmaster and every backend), and this process
+	// (the clients and, with two Hubs, the proxy).
+	var hubs, pgServer cpuGroup
+	self := cpuGroup{roots: []int{os.Getpid()}}
 	// pgStats reads the database's transaction counters (PostgreSQL modes).
 	var pgStats func() [3]int64
 	switch mode {
 	case "sqlite-1":
-		hubURL = startServer(b, dir).URL
+		s := startServer(b, dir)
+		hubs.roots = append(hubs.roots, s.cmd.Process.Pid)
+		hubURL = s.URL
 	case "postgres-1", "postgres-2":
 		pg, err := pgtest.StartDurable()
 		if err != nil {
 			b.Skipf("PostgreSQL: %v", err)
 		}
 		b.Cleanup(pg.Stop)
+		pid, err := pg.Pid()
+		if err != nil {
+			b.Fatal(err)
+		}
+		pgServer = cpuGroup{roots: []int{pid}, tree: true}
 		dsn := pg.Database(b)
 		st, err := postgres.Open(ctx, dsn)
 		if err != nil {
@@ -91,6 +106,12 @@ func benchTeam(b *testing.B, mode string, clients, per int) {
 			// Group-commit writers per instance (-1: none), for comparison.
 			dsn += "&" + postgres.WritersParam + "=" + w
 		}
+		if x := os.Getenv("AGENTSCM_BENCH_PG_DSN_EXTRA"); x != "" {
+			// More DSN parameters for the Hubs' connections, for
+			// experiments: pool_max_conns=N, or a server setting such as
+			// plan_cache_mode=force_generic_plan (sent at connect).
+			dsn += "&" + x
+		}
 		os.WriteFile(dsnFile, []byte(dsn), 0o600)
 		instances := 1
 		if mode == "postgres-2" {
@@ -101,6 +122,7 @@ func benchTeam(b *testing.B, mode string, clients, per int) {
 			// --data is the (unused) data directory; the records are in
 			// PostgreSQL, the objects in objDir.
 			s := startServer(b, dir, "--store-file", dsnFile, "--objects", objDir)
+			hubs.roots = append(hubs.roots, s.cmd.Process.Pid)
 			u, err := url.Parse(s.URL)
 			if err != nil {
 				b.Fatal(err)
@@ -144,6 +166,8 @@ func benchTeam(b *testing.B, mode string, clients, per int) {
 	if pgStats != nil {
 		before = pgStats()
 	}
+	cpu0 := [3]map[int]int64{hubs.sample(), pgServer.sample(), self.sample()}
+	busy0 := machineBusy(b)
 	b.ResetTimer()
 	t0 := time.Now()
 	for c := range clients {
@@ -175,6 +199,8 @@ func benchTeam(b *testing.B, mode string, clients, per int) {
 	wg.Wait()
 	elapsed := time.Since(t0)
 	b.StopTimer()
+	busy := float64(machineBusy(b)-busy0) / clockTick
+	cpu := [3]float64{cpuSeconds(cpu0[0], hubs.sample()), cpuSeconds(cpu0[1], pgServer.sample()), cpuSeconds(cpu0[2], self.sample())}
 	var all []time.Duration
 	for _, l := range lat {
 		all = append(all, l...)
@@ -184,6 +210,17 @@ func benchTeam(b *testing.B, mode string, clients, per int) {
 		b.ReportMetric(float64(len(all)*per)/elapsed.Seconds(), "events/s")
 		b.ReportMetric(float64(all[len(all)*99/100].Microseconds())/1000, "p99-ms")
 		b.ReportMetric(float64(all[len(all)/2].Microseconds())/1000, "p50-ms")
+		// CPU microseconds per event ingested, per component; "other" is
+		// what the rest of the machine used meanwhile (other work on a
+		// shared machine), busy-s/s how many CPUs were busy on average.
+		ev := float64(len(all) * per)
+		us := func(s float64) float64 { return s * 1e6 / ev }
+		b.ReportMetric(us(cpu[0]), "hub-cpu-us/ev")
+		b.ReportMetric(us(cpu[1]), "pg-cpu-us/ev")
+		b.ReportMetric(us(cpu[2]), "bench-cpu-us/ev")
+		b.ReportMetric(us(cpu[0]+cpu[1]+cpu[2]), "total-cpu-us/ev")
+		b.ReportMetric(us(busy-cpu[0]-cpu[1]-cpu[2]), "other-cpu-us/ev")
+		b.ReportMetric(busy/elapsed.Seconds(), "busy-cpus")
 	}
 	if pgStats != nil && len(all) > 0 {
 		// Transactions per envelope: committed (the reads' too) and

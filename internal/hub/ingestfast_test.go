@@ -8,8 +8,8 @@ import (
 )
 
 // TestIngestEventsOutcomes: every outcome of a plain events envelope — the
-// one-statement path on PostgreSQL (store.EventsIngester), the separate
-// calls on SQLite — is the same on both stores, and a refused envelope
+// one-round-trip transaction on PostgreSQL (store.EventsCommitter), the
+// separate calls on SQLite — is the same on both stores, and a refused envelope
 // leaves nothing behind: its identity is free afterwards.
 func TestIngestEventsOutcomes(t *testing.T) {
 	e := newMatrixEnv(t)

@@ -401,6 +401,9 @@ func (s *Service) Ingest(ctx context.Context, p Principal, repository string, en
 		return api.IngestResult{}, err
 	}
 	digest := env.Digest()
+	if res, ok, err := s.ingestCommitted(ctx, p, repository, env, digest); ok { // ingestfast.go
+		return res, err
+	}
 	res := api.IngestResult{Identity: env.Identity, Digest: digest}
 	err := s.st.Update(ctx, func(tx store.Tx) error {
 		repo, err := authorize(tx, p, repository, true)

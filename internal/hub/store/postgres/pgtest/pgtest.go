@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -183,6 +184,17 @@ func (s *Server) run(name string, args ...string) ([]byte, error) {
 func (s *Server) Stop() {
 	s.run("pg_ctl", "-D", filepath.Join(s.dir, "data"), "-m", "immediate", "-w", "stop")
 	os.RemoveAll(s.dir)
+}
+
+// Pid returns the postmaster's process id (the first line of
+// postmaster.pid); every server process is its child.
+func (s *Server) Pid() (int, error) {
+	b, err := os.ReadFile(filepath.Join(s.dir, "data", "postmaster.pid"))
+	if err != nil {
+		return 0, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	return strconv.Atoi(strings.TrimSpace(line))
 }
 
 // DSN is the connection string of a database.

@@ -1,0 +1,150 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/agentscm/agentscm/internal/hub/api"
+	"github.com/agentscm/agentscm/internal/hub/store"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+var _ store.EventsCommitter = (*Store)(nil)
+
+// commitEventsSQL is CommitEvents' statement. Its writes are conditional on
+// every check the service makes of a plain events envelope (the Work in the
+// repository, accepting, at the envelope's generation, with the session),
+// so a refused envelope writes nothing and the transaction can be
+// committed in the same round trip. A taken identity is read only when the
+// claim inserted nothing: the lookup is behind a one-time filter, so a
+// fresh identity takes no SSI predicate lock on the envelopes index (which
+// failed concurrent ingests against each other). A taken sequence number is
+// a unique violation of events_pkey, which aborts the transaction.
+const commitEventsSQL = `WITH w AS (SELECT id,repository_id,title,state,generation,created_by,created_at,updated_at FROM works WHERE id=$5),
+	sess AS (SELECT EXISTS(SELECT 1 FROM sessions WHERE work_id=$5 AND generation=$6::bigint AND canonical=$7) AS found),
+	env AS (INSERT INTO envelopes(repository_id,identity,digest,type,work_id,generation,session,received_at)
+		SELECT $1,$2,$3,$4,$5,$6::bigint,$7,$8::bigint FROM w, sess
+		WHERE sess.found AND w.repository_id=$1 AND w.state=ANY($13::text[]) AND w.generation=$6::bigint
+		ON CONFLICT DO NOTHING RETURNING 1),
+	arrival AS (INSERT INTO streams(work_id,generation,session,stream,arrival)
+		SELECT $5,$6::bigint,$7,$9,m.a FROM (SELECT coalesce(max(arrival),0)+1 AS a FROM streams WHERE work_id=$5 AND generation=$6::bigint AND session=$7) m
+		WHERE EXISTS(SELECT 1 FROM env) ON CONFLICT DO NOTHING),
+	ev AS (INSERT INTO events(work_id,generation,session,stream,seq,kind,body,identity,received_at)
+		SELECT $5,$6::bigint,$7,$9,u.seq,u.kind,u.body,$2,$8::bigint FROM unnest($10::bigint[],$11::text[],$12::text[]) AS u(seq,kind,body)
+		WHERE EXISTS(SELECT 1 FROM env) RETURNING 1)
+	SELECT (SELECT count(*) FROM env), (SELECT count(*) FROM ev),
+		(SELECT digest||' '||type FROM envelopes WHERE repository_id=$1 AND identity=$2 AND NOT EXISTS(SELECT 1 FROM env)),
+		(SELECT found FROM sess), w.id,w.repository_id,w.title,w.state,w.generation,w.created_by,w.created_at,w.updated_at
+	FROM (SELECT 1) one LEFT JOIN w ON true`
+
+// CommitEvents implements store.EventsCommitter: BEGIN ISOLATION LEVEL
+// SERIALIZABLE, the statement and COMMIT are sent as one pipeline, one round
+// trip where an Update with IngestEvents takes three. A serialization
+// failure or deadlock runs it again, as Update does. Like Update's commit,
+// the pipeline is not cancelled by ctx once sent.
+func (s *Store) CommitEvents(ctx context.Context, e store.Envelope, sc store.Scope, events []api.Event, accepting []string) (store.CommittedEvents, error) {
+	seqs := make([]int64, len(events))
+	kinds := make([]string, len(events))
+	bodies := make([]string, len(events))
+	for i, ev := range events {
+		body, err := json.Marshal(ev)
+		if err != nil {
+			return store.CommittedEvents{}, err
+		}
+		seqs[i], kinds[i], bodies[i] = ev.Seq, ev.Kind, string(body)
+	}
+	args := []any{e.RepositoryID, e.Identity, e.Digest, e.Type, sc.WorkID, sc.Generation, sc.Session, sc.ReceivedAt, sc.Stream, seqs, kinds, bodies, accepting}
+	for attempt := 0; ; attempt++ {
+		out, err := s.commitEvents(ctx, args, len(events))
+		if err == nil || !retryable(err) || attempt >= MaxRetries {
+			return out, err
+		}
+		s.retries.Add(1)
+		d := time.Duration(1+rand.IntN(1<<min(attempt, 6))) * time.Millisecond
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return out, ctx.Err()
+		}
+	}
+}
+
+func (s *Store) commitEvents(ctx context.Context, args []any, n int) (store.CommittedEvents, error) {
+	var out store.CommittedEvents
+	if err := ctx.Err(); err != nil {
+		return out, err
+	}
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return out, fmt.Errorf("hub store: acquire a connection: %w", err)
+	}
+	// A connection left inside a transaction is destroyed on Release.
+	defer conn.Release()
+	bg := context.WithoutCancel(ctx)
+	b := &pgx.Batch{}
+	b.Queue("BEGIN ISOLATION LEVEL SERIALIZABLE")
+	b.Queue(commitEventsSQL, args...)
+	b.Queue("COMMIT")
+	br := conn.SendBatch(bg, b)
+	var claimed, inserted int64
+	var taken *string
+	var found *bool
+	var w struct {
+		id, repo, title, state, createdBy *string
+		gen, createdAt, updatedAt         *int64
+	}
+	_, err = br.Exec()
+	if err == nil {
+		err = br.QueryRow().Scan(&claimed, &inserted, &taken, &found, &w.id, &w.repo, &w.title, &w.state, &w.gen, &w.createdBy, &w.createdAt, &w.updatedAt)
+	}
+	var tag pgconn.CommandTag
+	if err == nil {
+		tag, err = br.Exec()
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if conn.Conn().PgConn().TxStatus() != 'I' {
+		// The statement failed and the pipeline skipped the COMMIT.
+		conn.Exec(bg, "ROLLBACK")
+	}
+	if err != nil {
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "23505" && pe.ConstraintName == "events_pkey" {
+			out.SequenceTaken = true
+			return out, nil
+		}
+		if retryable(err) {
+			return out, err
+		}
+		return out, fmt.Errorf("hub store: ingest events: %w", err)
+	}
+	if tag.String() != "COMMIT" {
+		return out, fmt.Errorf("hub store: ingest events: the transaction ended in %q, not COMMIT", tag.String())
+	}
+	if claimed == 1 && inserted != int64(n) {
+		// Cannot happen (every event is inserted or the statement fails);
+		// the commit is reported, not hidden.
+		return out, fmt.Errorf("hub store: ingest events: committed %d of %d events", inserted, n)
+	}
+	out.Accepted = claimed == 1
+	if taken != nil {
+		// Digests and types have no spaces ("sha256:..." and a name).
+		out.Taken = true
+		out.TakenDigest, out.TakenType, _ = strings.Cut(*taken, " ")
+	}
+	out.SessionFound = found != nil && *found
+	if w.id == nil {
+		out.WorkErr = store.ErrNotFound
+	} else {
+		out.Work = store.Work{ID: *w.id, RepositoryID: *w.repo, Title: *w.title, State: *w.state, Generation: *w.gen,
+			CreatedBy: *w.createdBy, CreatedAt: *w.createdAt, UpdatedAt: *w.updatedAt}
+	}
+	return out, nil
+}
