@@ -68,6 +68,9 @@ func (c *Changelog) Capture(ctx context.Context, req CaptureRequest) (*Increment
 		return nil, err
 	}
 	defer lk.Unlock()
+	if inc, ok, err := c.captureFast(ctx, req); ok {
+		return inc, err
+	}
 	inc, _, err := c.captureLocked(ctx, req, KindCall, nil, nil)
 	return inc, err
 }
@@ -124,6 +127,7 @@ type walked struct {
 	// removed names the roots that existed in st and are gone now.
 	removed []string
 	full    bool
+	token   string // the watcher's token taken before the listing
 }
 
 // scanLocked walks every root against st.
@@ -170,7 +174,7 @@ func (c *Changelog) storeLocked(ctx context.Context, sc *walked, req CaptureRequ
 		Version: 1, Position: req.Position, SessionID: req.SessionID, ToolUseID: req.ToolUseID, Tool: req.Tool, Failed: req.Failed,
 		Kind: kind, CreatedAt: start.UTC(), RemovedRoots: sc.removed, AppliedTo: appliedTo,
 	}
-	next = &captureState{LastPosition: req.Position}
+	next = &captureState{LastPosition: req.Position, token: sc.token}
 	plans := sc.plans
 	var changes changeList
 	var baseline *captureState
@@ -187,6 +191,8 @@ func (c *Changelog) storeLocked(ctx context.Context, sc *walked, req CaptureRequ
 		case old != nil && old.Exists && !p.state.Exists:
 			changes.root(r, i == 0, nil, nil, true)
 		case !p.state.Exists:
+		case old != nil && old.Exists && p.sparseOld != nil:
+			changes.root(r, i == 0, p.sparseOld, p.state.Entries, false)
 		case old != nil && old.Exists:
 			changes.root(r, i == 0, old.Entries, p.state.Entries, false)
 		case old != nil:
@@ -308,6 +314,9 @@ type rootPlan struct {
 	// increment (appends), each cut at its last complete line.
 	conv    bool
 	appends []appendPlan
+	// sparseOld, in a fast capture, holds the stored entries of the
+	// directories it re-examined (the counterpart of state.Entries).
+	sparseOld []entry
 }
 
 // scanRoot walks one root, classifies excluded paths and diffs against old.

@@ -224,7 +224,23 @@ func applyJournal(s *captureState, j []byte) error {
 	return nil
 }
 
+// loadState loads the state with every root's entries decoded.
 func (c *Changelog) loadState() (*captureState, error) {
+	s, err := c.loadStateLazy()
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range s.Roots {
+		if err := r.materialize(); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// loadStateLazy loads the state; the roots of a format-3 base keep their
+// sections undecoded (lazy).
+func (c *Changelog) loadStateLazy() (*captureState, error) {
 	b, err := fsutil.ReadFileNoFollow(filepath.Join(c.dir, stateFile), 1<<30)
 	if errors.Is(err, fs.ErrNotExist) {
 		// No base: a journal alone cannot be trusted.
@@ -236,7 +252,12 @@ func (c *Changelog) loadState() (*captureState, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read capture state: %w", err)
 	}
-	s, err := decodeState(b)
+	var s *captureState
+	if len(b) >= len(stateMagicV3)+4 && string(b[:len(stateMagicV3)]) == stateMagicV3 {
+		s, err = decodeV3(b)
+	} else {
+		s, err = decodeState(b)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -247,14 +268,28 @@ func (c *Changelog) loadState() (*captureState, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read capture state journal: %w", err)
 	}
-	if err := applyJournal(s, j); err != nil {
+	v2 := len(j) >= len(journalMagicV2) && string(j[:len(journalMagicV2)]) == journalMagicV2
+	v1 := len(j) >= len(journalMagic) && string(j[:len(journalMagic)]) == journalMagic
+	switch {
+	case s.v3 && v2:
+		err = applyJournalV2(s, j)
+	case !s.v3 && v1:
+		err = applyJournal(s, j)
+	case v1 || v2:
+		// A journal of the other format belongs to the base this one
+		// replaced (a crash before its removal): the base holds it.
+		s.journalStale = true
+	default:
+		err = fmt.Errorf("%w: bad journal header", errBadState)
+	}
+	if err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
-// saveState replaces the stored state by s in full: a new base of a new
-// generation, then the old journal is removed.
+// saveState replaces the stored state by s in full (its roots' sections
+// built): a new base of a new generation, then the old journal is removed.
 func (c *Changelog) saveState(s *captureState) error {
 	old := s.gen
 	for s.gen == 0 || s.gen == old {
@@ -264,10 +299,11 @@ func (c *Changelog) saveState(s *captureState) error {
 		}
 		s.gen = binary.BigEndian.Uint64(g[:])
 	}
-	b := s.encode()
+	b := encodeV3(s)
 	if err := fsutil.WriteAtomic(filepath.Join(c.dir, stateFile), b, fsutil.FileMode); err != nil {
 		return fmt.Errorf("advance capture state: %w", err)
 	}
+	s.v3 = true
 	s.baseSize, s.journalRecords, s.journalSize, s.journalStale = int64(len(b)), 0, 0, false
 	if err := os.Remove(filepath.Join(c.dir, journalFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("advance capture state: %w", err)
@@ -277,20 +313,31 @@ func (c *Changelog) saveState(s *captureState) error {
 	return nil
 }
 
-// advanceState stores next, the state after prev: as one journal record when
-// the roots are unchanged and the journal is small, else in full.
+// advanceState stores next, the state after prev: as one journal record of
+// the sections that changed when the roots are unchanged and the journal is
+// small, else in full.
 func (c *Changelog) advanceState(prev, next *captureState) error {
-	if prev.gen == 0 || prev.journalStale || !sameRoots(prev, next) || prev.journalRecords >= maxJournalRecords ||
+	same := prev.v3 && sameRoots(prev, next)
+	ops := make([][]secOp, len(next.Roots))
+	for i, nr := range next.Roots {
+		var pr *rootState
+		if same {
+			pr = prev.Roots[i]
+		}
+		ops[i] = nr.buildSections(pr)
+	}
+	if !same || prev.gen == 0 || prev.journalStale || prev.journalRecords >= maxJournalRecords ||
 		prev.journalSize > max(prev.baseSize/4, minJournalBytes) {
 		return c.saveState(next)
 	}
-	rec, _ := journalRecord(prev, next)
+	rec := journalRecordV2(next, ops)
 	if int64(len(rec)) > max(prev.baseSize/4, minJournalBytes) {
 		return c.saveState(next)
 	}
 	if err := c.appendJournal(prev, rec); err != nil {
 		return fmt.Errorf("advance capture state: %w", err)
 	}
+	next.v3 = true
 	next.gen, next.baseSize = prev.gen, prev.baseSize
 	next.journalRecords = prev.journalRecords + 1
 	next.journalSize = prev.journalSize + int64(len(rec)) + 8
@@ -317,7 +364,7 @@ func (c *Changelog) appendJournal(prev *captureState, rec []byte) error {
 	}
 	var b []byte
 	if created {
-		b = append(b, journalMagic...)
+		b = append(b, journalMagicV2...)
 		b = binary.BigEndian.AppendUint64(b, prev.gen)
 		prev.journalSize = int64(len(b))
 	}

@@ -1,0 +1,291 @@
+package changelog
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// editor makes random edits below a checkout and records, as a watcher
+// would, the directories whose listing changed (dirs) and the directories
+// created (trees).
+type editor struct {
+	t     *testing.T
+	root  string
+	rng   *rand.Rand
+	dirs  map[string]bool
+	trees map[string]bool
+}
+
+func (e *editor) abs(rel string) string { return filepath.Join(e.root, filepath.FromSlash(rel)) }
+
+func (e *editor) touched(rel string) { e.dirs[parentOf(rel)] = true }
+
+// existing lists the checkout's paths (no .git), directories with a
+// trailing slash.
+func (e *editor) existing() (files, dirs []string) {
+	dirs = []string{""}
+	filepath.Walk(e.root, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return nil
+		}
+		rel, _ := filepath.Rel(e.root, p)
+		rel = filepath.ToSlash(rel)
+		if rel == "." {
+			return nil
+		}
+		if rel == ".git" {
+			return filepath.SkipDir
+		}
+		if fi.IsDir() {
+			dirs = append(dirs, rel)
+		} else {
+			files = append(files, rel)
+		}
+		return nil
+	})
+	return files, dirs
+}
+
+func (e *editor) pick(list []string) string { return list[e.rng.IntN(len(list))] }
+
+func join(dir, name string) string {
+	if dir == "" {
+		return name
+	}
+	return dir + "/" + name
+}
+
+// edit makes one random change.
+func (e *editor) edit() {
+	t := e.t
+	files, dirs := e.existing()
+	name := fmt.Sprintf("n%d", e.rng.IntN(40))
+	switch op := e.rng.IntN(12); {
+	case op < 3: // create or overwrite a file
+		rel := join(e.pick(dirs), name+".txt")
+		if fi, err := os.Lstat(e.abs(rel)); err == nil && fi.IsDir() {
+			return
+		}
+		if err := os.WriteFile(e.abs(rel), []byte(fmt.Sprint(e.rng.Int())), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		e.touched(rel)
+	case op == 3 && len(files) > 0: // modify in place, same size, mtime put back
+		rel := e.pick(files)
+		fi, err := os.Lstat(e.abs(rel))
+		if err != nil || !fi.Mode().IsRegular() || fi.Size() == 0 {
+			return
+		}
+		b, _ := os.ReadFile(e.abs(rel))
+		b[0] ^= 1
+		os.WriteFile(e.abs(rel), b, fi.Mode().Perm())
+		os.Chtimes(e.abs(rel), fi.ModTime(), fi.ModTime())
+		e.touched(rel)
+	case op == 4 && len(files) > 0: // delete a file
+		rel := e.pick(files)
+		os.Remove(e.abs(rel))
+		e.touched(rel)
+	case op == 5: // a new directory tree
+		rel := join(e.pick(dirs), "d"+name)
+		if _, err := os.Lstat(e.abs(rel)); err == nil {
+			return
+		}
+		for k := range e.rng.IntN(4) {
+			writeFile(t, e.abs(join(rel, fmt.Sprintf("sub%d/f%d", k%2, k))), fmt.Sprint(k))
+		}
+		os.MkdirAll(e.abs(rel), 0o755)
+		e.touched(rel)
+		e.trees[rel] = true
+	case op == 6 && len(dirs) > 1: // remove a directory tree
+		rel := e.pick(dirs[1:])
+		os.RemoveAll(e.abs(rel))
+		e.touched(rel)
+	case op == 7 && len(files) > 0: // chmod a file
+		rel := e.pick(files)
+		if fi, err := os.Lstat(e.abs(rel)); err == nil && fi.Mode().IsRegular() {
+			os.Chmod(e.abs(rel), fi.Mode().Perm()^0o100)
+			e.touched(rel)
+		}
+	case op == 8 && len(dirs) > 1: // chmod a directory
+		rel := e.pick(dirs[1:])
+		fi, err := os.Lstat(e.abs(rel))
+		if err == nil {
+			os.Chmod(e.abs(rel), fi.Mode().Perm()^0o020)
+			e.touched(rel)
+		}
+	case op == 9: // a symlink
+		rel := join(e.pick(dirs), name+".lnk")
+		if _, err := os.Lstat(e.abs(rel)); err == nil {
+			return
+		}
+		os.Symlink("target-"+name, e.abs(rel))
+		e.touched(rel)
+	case op == 10: // ignored paths
+		rel := join(e.pick(dirs), name+".log")
+		if fi, err := os.Lstat(e.abs(rel)); err == nil && fi.IsDir() {
+			return
+		}
+		os.WriteFile(e.abs(rel), []byte("log"), 0o644)
+		e.touched(rel)
+	case op == 11 && len(dirs) > 1: // rename a directory
+		from := e.pick(dirs[1:])
+		to := join(parentOf(from), "r"+name)
+		if _, err := os.Lstat(e.abs(to)); err == nil || strings.HasPrefix(to, from+"/") {
+			return
+		}
+		if os.Rename(e.abs(from), e.abs(to)) == nil {
+			e.touched(from)
+			e.touched(to)
+			e.trees[to] = true
+		}
+	}
+}
+
+// fixedHints is a ChangeSource replaying the editor's record.
+type fixedHints struct {
+	e   *editor
+	n   int
+	bad bool // cannot vouch
+}
+
+func (f *fixedHints) Since(ctx context.Context, roots []string, since string) (string, []*Hint, error) {
+	f.n++
+	tok := fmt.Sprint("t", f.n)
+	if f.bad || since == "" {
+		return tok, make([]*Hint, len(roots)), nil
+	}
+	h := &Hint{}
+	for d := range f.e.dirs {
+		h.Dirs = append(h.Dirs, d)
+	}
+	for d := range f.e.trees {
+		h.Trees = append(h.Trees, d)
+	}
+	slices.Sort(h.Dirs)
+	slices.Sort(h.Trees)
+	return tok, []*Hint{h}, nil
+}
+
+func statesEqual(t *testing.T, what string, a, b *captureState) {
+	t.Helper()
+	if len(a.Roots) != len(b.Roots) {
+		t.Fatalf("%s: %d roots vs %d", what, len(a.Roots), len(b.Roots))
+	}
+	for i := range a.Roots {
+		x, y := a.Roots[i].Entries, b.Roots[i].Entries
+		var diff []string
+		mergeEntries(x, y, func(o, n *entry) {
+			switch {
+			case o == nil:
+				diff = append(diff, "+"+n.Path)
+			case n == nil:
+				diff = append(diff, "-"+o.Path)
+			case !sameStat(o, n):
+				diff = append(diff, "~"+n.Path)
+			}
+		})
+		if len(diff) > 0 {
+			t.Fatalf("%s: states differ: %v", what, diff)
+		}
+	}
+}
+
+func changesKey(inc *Increment) string {
+	ch := inc.Meta.Changes
+	return fmt.Sprintf("created %v modified %v deleted %v files %d deleted %d", ch.Created, ch.Modified, ch.Deleted, inc.Meta.Files, inc.Meta.Deleted)
+}
+
+// TestFastCaptureMatchesFullCapture: under random edits, the fast capture
+// (sections; with and without a watcher's hints) stores the same changes
+// and reaches the same state as the full capture, and its increments
+// replay to the tree.
+func TestFastCaptureMatchesFullCapture(t *testing.T) {
+	for _, seed := range []uint64{1, 2, 3} {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			base := t.TempDir()
+			co := filepath.Join(base, "repo")
+			os.MkdirAll(co, 0o755)
+			run(t, co, "git", "init", "-q")
+			writeFile(t, filepath.Join(co, ".gitignore"), "*.log\nbuild/\n")
+			for i := range 30 {
+				writeFile(t, filepath.Join(co, fmt.Sprintf("a%d/b%d/f%d.txt", i%3, i%5, i)), fmt.Sprint(i))
+			}
+			writeFile(t, filepath.Join(co, "build/out.o"), "o")
+			roots := []Root{{Name: "checkout", Path: co, Git: true}}
+			e := &editor{t: t, root: co, rng: rand.New(rand.NewPCG(seed, 7)), dirs: map[string]bool{}, trees: map[string]bool{}}
+			src := &fixedHints{e: e}
+			open := func(name string, w ChangeSource) *Changelog {
+				c, err := Open(filepath.Join(base, name), Options{Roots: roots, Watch: w})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return c
+			}
+			full, fast, hinted := open("full", nil), open("fast", nil), open("hinted", src)
+			full.forceFull = true
+			ctx := context.Background()
+			for round := range 40 {
+				for range 1 + e.rng.IntN(4) {
+					e.edit()
+				}
+				if round%7 == 3 {
+					time.Sleep(60 * time.Millisecond) // let racy files settle sometimes
+				}
+				var keys []string
+				for _, c := range []*Changelog{full, fast, hinted} {
+					inc, err := c.Capture(ctx, CaptureRequest{Position: -1, Tool: "Bash"})
+					if err != nil {
+						t.Fatalf("round %d: capture: %v", round, err)
+					}
+					keys = append(keys, changesKey(inc))
+				}
+				clear(e.dirs)
+				clear(e.trees)
+				if keys[0] != keys[1] || keys[0] != keys[2] {
+					t.Fatalf("round %d: changes differ:\nfull   %s\nfast   %s\nhinted %s", round, keys[0], keys[1], keys[2])
+				}
+				sf, err := full.loadState()
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, c := range []*Changelog{fast, hinted} {
+					s, err := c.loadState()
+					if err != nil {
+						t.Fatalf("round %d: %v", round, err)
+					}
+					statesEqual(t, fmt.Sprintf("round %d %s", round, c.dir), sf, s)
+				}
+			}
+			if fast.fastCaptures < 35 || hinted.hintedRoots < 33 {
+				t.Fatalf("fast path taken %d times, hints used %d times, of 40", fast.fastCaptures, hinted.hintedRoots)
+			}
+			// The hinted changelog replays to the tree.
+			list, err := hinted.List()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var paths []string
+			for _, in := range list {
+				paths = append(paths, hinted.incrementPath(in.Position))
+			}
+			out := t.TempDir()
+			rr := []Root{{Name: "checkout", Path: filepath.Join(out, "repo"), Git: true}}
+			if err := Replay(ctx, paths, rr); err != nil {
+				t.Fatal(err)
+			}
+			skip := func(rel string) bool {
+				return rel == ".git" || strings.HasPrefix(rel, ".git/") || strings.HasSuffix(rel, ".log") || rel == "build" || strings.HasPrefix(rel, "build/")
+			}
+			if d := diffTrees(snapshot(t, co, false, skip), snapshot(t, rr[0].Path, false, skip)); d != "" {
+				t.Fatalf("replay differs from the tree:\n%s", d)
+			}
+		})
+	}
+}
