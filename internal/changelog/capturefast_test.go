@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agentscm/agentscm/internal/watch"
 )
 
 // editor makes random edits below a checkout and records, as a watcher
@@ -173,6 +175,23 @@ func (f *fixedHints) Since(ctx context.Context, roots []string, since string) (s
 	return tok, []*Hint{h}, nil
 }
 
+// trackerSource is a ChangeSource backed by a real, in-process watch.Tracker.
+type trackerSource struct{ t *watch.Tracker }
+
+func (s trackerSource) Since(ctx context.Context, roots []string, since string) (string, []*Hint, error) {
+	tok, ch, err := s.t.Since(ctx, roots, since)
+	if err != nil {
+		return "", nil, err
+	}
+	out := make([]*Hint, len(ch))
+	for i, c := range ch {
+		if c != nil {
+			out[i] = &Hint{Dirs: c.Dirs, Trees: c.Trees}
+		}
+	}
+	return tok, out, nil
+}
+
 func statesEqual(t *testing.T, what string, a, b *captureState) {
 	t.Helper()
 	if len(a.Roots) != len(b.Roots) {
@@ -228,7 +247,14 @@ func TestFastCaptureMatchesFullCapture(t *testing.T) {
 				}
 				return c
 			}
-			full, fast, hinted := open("full", nil), open("fast", nil), open("hinted", src)
+			cookies := filepath.Join(base, "cookies")
+			os.Mkdir(cookies, 0o700)
+			tr, err := watch.New(cookies, watch.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tr.Close()
+			full, fast, hinted, watched := open("full", nil), open("fast", nil), open("hinted", src), open("watched", trackerSource{tr})
 			full.forceFull = true
 			ctx := context.Background()
 			for round := range 40 {
@@ -239,7 +265,7 @@ func TestFastCaptureMatchesFullCapture(t *testing.T) {
 					time.Sleep(60 * time.Millisecond) // let racy files settle sometimes
 				}
 				var keys []string
-				for _, c := range []*Changelog{full, fast, hinted} {
+				for _, c := range []*Changelog{full, fast, hinted, watched} {
 					inc, err := c.Capture(ctx, CaptureRequest{Position: -1, Tool: "Bash"})
 					if err != nil {
 						t.Fatalf("round %d: capture: %v", round, err)
@@ -248,14 +274,14 @@ func TestFastCaptureMatchesFullCapture(t *testing.T) {
 				}
 				clear(e.dirs)
 				clear(e.trees)
-				if keys[0] != keys[1] || keys[0] != keys[2] {
-					t.Fatalf("round %d: changes differ:\nfull   %s\nfast   %s\nhinted %s", round, keys[0], keys[1], keys[2])
+				if keys[0] != keys[1] || keys[0] != keys[2] || keys[0] != keys[3] {
+					t.Fatalf("round %d: changes differ:\nfull    %s\nfast    %s\nhinted  %s\nwatched %s", round, keys[0], keys[1], keys[2], keys[3])
 				}
 				sf, err := full.loadState()
 				if err != nil {
 					t.Fatal(err)
 				}
-				for _, c := range []*Changelog{fast, hinted} {
+				for _, c := range []*Changelog{fast, hinted, watched} {
 					s, err := c.loadState()
 					if err != nil {
 						t.Fatalf("round %d: %v", round, err)
@@ -263,8 +289,8 @@ func TestFastCaptureMatchesFullCapture(t *testing.T) {
 					statesEqual(t, fmt.Sprintf("round %d %s", round, c.dir), sf, s)
 				}
 			}
-			if fast.fastCaptures < 35 || hinted.hintedRoots < 33 {
-				t.Fatalf("fast path taken %d times, hints used %d times, of 40", fast.fastCaptures, hinted.hintedRoots)
+			if fast.fastCaptures < 35 || hinted.hintedRoots < 33 || watched.hintedRoots < 30 {
+				t.Fatalf("fast path taken %d times, hints used %d times, the watcher's %d times, of 40", fast.fastCaptures, hinted.hintedRoots, watched.hintedRoots)
 			}
 			// The hinted changelog replays to the tree.
 			list, err := hinted.List()

@@ -43,7 +43,7 @@ func runChangelogHook(ctx context.Context, env *Env) int {
 	if err == nil {
 		res, err = changelog.HandleClaudeHookWith(ctx, cfg, env.Stdin, env.Now(), changelog.HookOptions{Remote: hubremote.ForCheckout(cfg), Sharing: func(root string) changelog.SharingPolicy {
 			return checkoutSharing(cfg, root)
-		}})
+		}, Watch: changelogWatchSource(env)})
 	}
 	if err != nil {
 		// The increment was not stored: its writes go to the next one.
