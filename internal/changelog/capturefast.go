@@ -69,8 +69,15 @@ func (c *Changelog) captureFast(ctx context.Context, req CaptureRequest) (_ *Inc
 	}
 	for i, r := range c.opts.Roots {
 		o := st.Roots[i]
-		if o.Name != r.Name || o.Path != r.Path || !o.Exists || !o.lazy {
+		if o.Name != r.Name || o.Path != r.Path || !o.lazy {
 			return nil, false, nil
+		}
+		if !o.Exists {
+			// Still missing (a transcript root before the first session):
+			// nothing to list; one that appeared takes the full path.
+			if fi, err := os.Lstat(r.Path); err == nil && fi.IsDir() {
+				return nil, false, nil
+			}
 		}
 	}
 	if err := c.quarantineOrphans(st); err != nil {
@@ -102,6 +109,10 @@ func (c *Changelog) captureFast(ctx context.Context, req CaptureRequest) (_ *Inc
 	sc := &walked{st: st, start: c.opts.Now(), mroots: mroots, removed: []string{}, token: token}
 	hinted := 0
 	for i, r := range c.opts.Roots {
+		if !st.Roots[i].Exists {
+			sc.plans = append(sc.plans, &rootPlan{root: r, prefix: sc.mroots[i].Prefix, state: &rootState{Name: r.Name, Path: r.Path}})
+			continue
+		}
 		var h *Hint
 		if hints != nil {
 			h = hints[i]
@@ -197,16 +208,28 @@ func (c *Changelog) scanRootFast(ctx context.Context, r Root, old *rootState, st
 			return nil, err
 		}
 	} else {
+		// A watcher sees excluded directories change too (an ignored
+		// build/ directory, node_modules): they are never listed.
+		excluded := func(rel string) bool {
+			for p := rel; p != ""; p = parentOf(p) {
+				base := path.Base(p)
+				if (r.Git && base == ".git") || base == AgentdiffDir || ignored[p] || fixed[p] {
+					return true
+				}
+			}
+			return false
+		}
 		flat := []string{""}
 		for _, d := range hint.Dirs {
-			flat = append(flat, d)
-			if d != "" {
-				flat = append(flat, parentOf(d))
+			if d != "" && !excluded(d) {
+				flat = append(flat, d, parentOf(d))
 			}
 		}
+		var hintTrees []string
 		for _, d := range hint.Trees {
-			if d != "" {
+			if d != "" && !excluded(d) {
 				flat = append(flat, parentOf(d))
+				hintTrees = append(hintTrees, d)
 			}
 		}
 		slices.Sort(flat)
@@ -214,7 +237,7 @@ func (c *Changelog) scanRootFast(ctx context.Context, r Root, old *rootState, st
 		if err := scan.ListDirs(ctx, r.Path, flat, false, opts, visit); err != nil {
 			return nil, err
 		}
-		trees := slices.Clone(hint.Trees)
+		trees := hintTrees
 		// New or replaced directories below what was listed are listed in
 		// full, repeatedly, until none is left.
 		for {

@@ -69,7 +69,7 @@ func (e *editor) edit() {
 	t := e.t
 	files, dirs := e.existing()
 	name := fmt.Sprintf("n%d", e.rng.IntN(40))
-	switch op := e.rng.IntN(12); {
+	switch op := e.rng.IntN(13); {
 	case op < 3: // create or overwrite a file
 		rel := join(e.pick(dirs), name+".txt")
 		if fi, err := os.Lstat(e.abs(rel)); err == nil && fi.IsDir() {
@@ -136,6 +136,11 @@ func (e *editor) edit() {
 		}
 		os.WriteFile(e.abs(rel), []byte("log"), 0o644)
 		e.touched(rel)
+	case op == 12: // inside an ignored directory (a watcher sees it)
+		rel := "build/sub/" + name + ".o"
+		writeFile(t, e.abs(rel), fmt.Sprint(e.rng.Int()))
+		e.touched(rel)
+		e.trees["build/sub"] = true
 	case op == 11 && len(dirs) > 1: // rename a directory
 		from := e.pick(dirs[1:])
 		to := join(parentOf(from), "r"+name)

@@ -224,9 +224,14 @@ func (t *Tracker) event(ev fsnotify.Event) {
 		return
 	}
 	if rel == "" {
-		// The root itself changed (moved, removed, its mode): the capture
-		// sees it in full.
-		r.broken = t.gen
+		if ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename) {
+			// The root itself went away: forget it; the next Since
+			// watches it afresh (and vouches only after that).
+			t.unwatchLocked(name)
+			delete(t.roots, r.path)
+			return
+		}
+		r.dirs[""] = t.gen // its own mode or times
 		return
 	}
 	if (ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename)) && t.watched[name] {
@@ -302,7 +307,11 @@ func (t *Tracker) addRootLocked(path string) *root {
 	go func() {
 		t.mu.Lock()
 		defer t.mu.Unlock()
-		if t.closed {
+		if t.closed || t.roots[path] != r {
+			return
+		}
+		if fi, err := os.Lstat(path); err != nil || !fi.IsDir() {
+			delete(t.roots, path) // not (yet) a directory: retried by the next Since
 			return
 		}
 		if err := t.watchTreeLocked(path); err != nil {
