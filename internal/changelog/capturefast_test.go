@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -318,5 +319,78 @@ func TestFastCaptureMatchesFullCapture(t *testing.T) {
 				t.Fatalf("replay differs from the tree:\n%s", d)
 			}
 		})
+	}
+}
+
+// TestStateSurvivesKilledCaptures kills a real capturing process (SIGKILL,
+// at random points of its edit-capture loop, many times over) and checks
+// after each kill that the next capture's state is what a full capture of
+// the tree reaches, and at the end that the increments replay to the tree.
+func TestStateSurvivesKilledCaptures(t *testing.T) {
+	base := t.TempDir()
+	root := filepath.Join(base, "root")
+	os.MkdirAll(root, 0o755)
+	writeFile(t, filepath.Join(root, "seed"), "seed")
+	dir := filepath.Join(base, "cl")
+	rng := rand.New(rand.NewPCG(11, 13))
+	roots := []Root{{Name: "r", Path: root}}
+	ctx := context.Background()
+	for round := range 8 {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), "AGENTSCM_CHANGELOG_HELPER=crash", "HELPER_ROOT="+root, "HELPER_DIR="+dir)
+		var errb strings.Builder
+		cmd.Stderr = &errb
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Duration(80+rng.IntN(400)) * time.Millisecond)
+		cmd.Process.Kill()
+		cmd.Wait()
+		if errb.Len() > 0 {
+			t.Fatalf("round %d: helper: %s", round, errb.String())
+		}
+		c, err := Open(dir, Options{Roots: roots})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Capture(ctx, CaptureRequest{Position: -1}); err != nil {
+			t.Fatalf("round %d: capture after the kill: %v", round, err)
+		}
+		got, err := c.loadState()
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		ref, err := Open(filepath.Join(base, fmt.Sprint("ref", round)), Options{Roots: roots})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref.forceFull = true
+		if _, err := ref.Capture(ctx, CaptureRequest{Position: -1}); err != nil {
+			t.Fatal(err)
+		}
+		want, err := ref.loadState()
+		if err != nil {
+			t.Fatal(err)
+		}
+		statesEqual(t, fmt.Sprint("round ", round), want, got)
+	}
+	c, err := Open(dir, Options{Roots: roots})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := c.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var paths []string
+	for _, in := range list {
+		paths = append(paths, c.incrementPath(in.Position))
+	}
+	out := filepath.Join(t.TempDir(), "out")
+	if err := Replay(ctx, paths, []Root{{Name: "r", Path: out}}); err != nil {
+		t.Fatal(err)
+	}
+	if d := diffTrees(snapshot(t, root, false, nil), snapshot(t, out, false, nil)); d != "" {
+		t.Fatalf("replay after %d kills differs:\n%s", 8, d)
 	}
 }
