@@ -84,7 +84,7 @@ func (c *Changelog) stateForCapture() (*captureState, error) {
 		if perr != nil {
 			return nil, perr
 		}
-		st = &captureState{LastPosition: -1}
+		st = &captureState{LastPosition: -1, reset: err.Error()}
 		if len(pos) > 0 {
 			st.LastPosition = pos[len(pos)-1]
 		}
@@ -113,7 +113,11 @@ func (c *Changelog) captureLocked(ctx context.Context, req CaptureRequest, kind 
 	if err != nil {
 		return nil, nil, err
 	}
-	return c.storeLocked(ctx, sc, req, kind, appliedTo)
+	inc, next, err := c.storeLocked(ctx, sc, req, kind, appliedTo)
+	if inc != nil && st.reset != "" {
+		inc.Warning = fmt.Sprintf("the capture state did not check out (%s): this increment stores every path", st.reset)
+	}
+	return inc, next, err
 }
 
 // walked is the walk of every root against a state: what the next increment

@@ -64,7 +64,11 @@ func (c *Changelog) captureFast(ctx context.Context, req CaptureRequest) (_ *Inc
 		return nil, false, nil
 	}
 	st, err := c.loadStateLazy()
-	if err != nil || !st.v3 || st.LastPosition < 0 || len(st.Roots) != len(c.opts.Roots) {
+	if err != nil {
+		return nil, false, nil
+	}
+	defer st.release()
+	if !st.v3 || st.LastPosition < 0 || len(st.Roots) != len(c.opts.Roots) {
 		return nil, false, nil
 	}
 	for i, r := range c.opts.Roots {
@@ -191,8 +195,14 @@ func (c *Changelog) scanRootFast(ctx context.Context, r Root, old *rootState, st
 			}
 			buf = appendEntry(buf, &e, prev)
 		}
-		if sec != nil && sec.flags == 0 && sec.n == len(items) && bytes.Equal(buf, sec.raw) {
-			return nil // unchanged
+		if sec != nil && sec.flags == 0 && sec.n == len(items) {
+			raw, err := sec.bytes()
+			if err != nil {
+				return err
+			}
+			if bytes.Equal(buf, raw) {
+				return nil // unchanged
+			}
 		}
 		dirty[d.Path] = true
 		own[d.Path] = entryOf(d)
@@ -204,6 +214,12 @@ func (c *Changelog) scanRootFast(ctx context.Context, r Root, old *rootState, st
 		return nil
 	}
 	if hint == nil {
+		// Every directory is compared: read all sections at once.
+		if len(old.secs) > 0 && old.secs[0].src != nil {
+			if err := old.secs[0].src.loadAll(); err != nil {
+				return nil, err
+			}
+		}
 		if err := scan.ListDirs(ctx, r.Path, []string{""}, true, opts, visit); err != nil {
 			return nil, err
 		}
@@ -520,8 +536,10 @@ func (rs *rootState) buildSections(prev *rootState) []secOp {
 		}
 		raw, flags := encodeChildren(nil, d, kids[d])
 		ns := section{dir: d, n: len(kids[d]), flags: flags, raw: raw}
-		if osec != nil && osec.n == ns.n && osec.flags == ns.flags && bytes.Equal(osec.raw, ns.raw) {
-			continue
+		if osec != nil && osec.n == ns.n && osec.flags == ns.flags {
+			if ob, err := osec.bytes(); err == nil && bytes.Equal(ob, ns.raw) {
+				continue
+			}
 		}
 		ops = append(ops, secOp{sec: ns})
 	}

@@ -394,3 +394,86 @@ func TestStateSurvivesKilledCaptures(t *testing.T) {
 		t.Fatalf("replay after %d kills differs:\n%s", 8, d)
 	}
 }
+
+// TestDamagedSectionsMeanFullCapture damages the format-3 base (its index,
+// a section's bytes) and checks that the next capture is a full one with a
+// warning, never an increment built on the damaged state; a damaged section
+// that a watched capture does not read is caught when the base is next
+// rewritten.
+func TestDamagedSectionsMeanFullCapture(t *testing.T) {
+	setup := func(t *testing.T, w ChangeSource) (*Changelog, string) {
+		base := t.TempDir()
+		root := filepath.Join(base, "root")
+		for i := range 20 {
+			writeFile(t, filepath.Join(root, fmt.Sprintf("d%d/f%d", i%4, i)), fmt.Sprint(i))
+		}
+		c, err := Open(filepath.Join(base, "cl"), Options{Roots: []Root{{Name: "r", Path: root}}, Watch: w})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustCapture(t, c, 0)
+		return c, root
+	}
+	flip := func(t *testing.T, c *Changelog, at func(size int64) int64) {
+		p := filepath.Join(c.dir, stateFile)
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b[at(int64(len(b)))] ^= 0x40
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		at   func(size int64) int64
+	}{
+		{"index", func(int64) int64 { return v3HeaderSize + 3 }},
+		{"section", func(size int64) int64 { return size - 5 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, root := setup(t, nil)
+			flip(t, c, tc.at)
+			writeFile(t, filepath.Join(root, "d1/new"), "n")
+			inc := mustCapture(t, c, 1)
+			if inc.Warning == "" || inc.Meta.Files < 21 {
+				t.Fatalf("after damage: warning %q, %d files stored; want a full capture with a warning", inc.Warning, inc.Meta.Files)
+			}
+			writeFile(t, filepath.Join(root, "d2/new"), "n")
+			if inc := mustCapture(t, c, 2); inc.Warning != "" || inc.Meta.Files != 1 {
+				t.Fatalf("the capture after the full one: warning %q, %d files", inc.Warning, inc.Meta.Files)
+			}
+		})
+	}
+	t.Run("unread section, watched", func(t *testing.T) {
+		e := &editor{dirs: map[string]bool{}, trees: map[string]bool{}}
+		src := &fixedHints{e: e}
+		c, root := setup(t, src)
+		mustCapture(t, c, 1) // takes a token
+		// Damage d3's section (the last one), then change only d0 for
+		// longer than the journal holds.
+		flip(t, c, func(size int64) int64 { return size - 3 })
+		var failed, full bool
+		for k := 2; k < 2+maxJournalRecords+3; k++ {
+			writeFile(t, filepath.Join(root, "d0/f0"), fmt.Sprint("v", k))
+			e.dirs["d0"] = true
+			inc, err := c.Capture(context.Background(), CaptureRequest{Position: -1})
+			clear(e.dirs)
+			switch {
+			case err != nil:
+				failed = true // the rewrite of the base met the damage
+			case failed && !full:
+				if inc.Warning == "" || inc.Meta.Files < 20 {
+					t.Fatalf("after the damaged rewrite: warning %q, %d files", inc.Warning, inc.Meta.Files)
+				}
+				full = true
+			case inc.Meta.Files != 1:
+				t.Fatalf("capture %d stored %d files", k, inc.Meta.Files)
+			}
+		}
+		if !failed || !full {
+			t.Fatalf("damage never caught: failed %v, full %v", failed, full)
+		}
+	})
+}

@@ -77,6 +77,9 @@ type Increment struct {
 	Path     string
 	Size     int64
 	Meta     Meta
+	// Warning, when set, says why this increment is a full one although
+	// earlier increments exist (a damaged capture state).
+	Warning string
 }
 
 // Layout inside the changelog directory.

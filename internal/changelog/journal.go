@@ -230,6 +230,7 @@ func (c *Changelog) loadState() (*captureState, error) {
 	if err != nil {
 		return nil, err
 	}
+	defer s.release()
 	for _, r := range s.Roots {
 		if err := r.materialize(); err != nil {
 			return nil, err
@@ -241,7 +242,7 @@ func (c *Changelog) loadState() (*captureState, error) {
 // loadStateLazy loads the state; the roots of a format-3 base keep their
 // sections undecoded (lazy).
 func (c *Changelog) loadStateLazy() (*captureState, error) {
-	b, err := fsutil.ReadFileNoFollow(filepath.Join(c.dir, stateFile), 1<<30)
+	f, err := os.OpenFile(filepath.Join(c.dir, stateFile), os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		// No base: a journal alone cannot be trusted.
 		if _, jerr := os.Lstat(filepath.Join(c.dir, journalFile)); jerr == nil {
@@ -252,17 +253,23 @@ func (c *Changelog) loadStateLazy() (*captureState, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read capture state: %w", err)
 	}
-	var s *captureState
-	if len(b) >= len(stateMagicV3)+4 && string(b[:len(stateMagicV3)]) == stateMagicV3 {
-		s, err = decodeV3(b)
-	} else {
-		s, err = decodeState(b)
-	}
+	s, err := openBase(f)
 	if err != nil {
+		f.Close()
 		return nil, err
 	}
+	if s.src == nil {
+		f.Close()
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			s.release()
+		}
+	}()
 	j, err := fsutil.ReadFileNoFollow(filepath.Join(c.dir, journalFile), 1<<30)
 	if errors.Is(err, fs.ErrNotExist) {
+		ok = true
 		return s, nil
 	}
 	if err != nil {
@@ -285,7 +292,29 @@ func (c *Changelog) loadStateLazy() (*captureState, error) {
 	if err != nil {
 		return nil, err
 	}
+	ok = true
 	return s, nil
+}
+
+// openBase reads the base f: a format-3 base keeps f open for its sections
+// (state.src); older formats are read whole.
+func openBase(f *os.File) (*captureState, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("read capture state: %w", err)
+	}
+	if !fi.Mode().IsRegular() || fi.Size() > 1<<30 {
+		return nil, fmt.Errorf("%w: not a regular file of at most 1 GiB", errBadState)
+	}
+	magic := make([]byte, len(stateMagicV3))
+	if n, _ := f.ReadAt(magic, 0); n == len(magic) && string(magic) == stateMagicV3 {
+		return openV3(f, fi.Size())
+	}
+	b := make([]byte, fi.Size())
+	if _, err := f.ReadAt(b, 0); err != nil {
+		return nil, fmt.Errorf("read capture state: %w", err)
+	}
+	return decodeState(b)
 }
 
 // saveState replaces the stored state by s in full (its roots' sections
@@ -299,7 +328,10 @@ func (c *Changelog) saveState(s *captureState) error {
 		}
 		s.gen = binary.BigEndian.Uint64(g[:])
 	}
-	b := encodeV3(s)
+	b, err := encodeV3(s)
+	if err != nil {
+		return fmt.Errorf("advance capture state: %w", err)
+	}
 	if err := fsutil.WriteAtomic(filepath.Join(c.dir, stateFile), b, fsutil.FileMode); err != nil {
 		return fmt.Errorf("advance capture state: %w", err)
 	}
@@ -311,6 +343,20 @@ func (c *Changelog) saveState(s *captureState) error {
 	// The stale journal is ignored even if its removal is lost.
 	_ = fsutil.SyncDir(c.dir)
 	return nil
+}
+
+// saveStateOrReset saves next in full; when a section carried over from the
+// stored base does not check out, the base is replaced by one that does not
+// decode, so the next capture is a full one (never an increment built on a
+// damaged state).
+func (c *Changelog) saveStateOrReset(next *captureState) error {
+	err := c.saveState(next)
+	if errors.Is(err, errBadState) {
+		if werr := fsutil.WriteAtomic(filepath.Join(c.dir, stateFile), []byte("damaged capture state: the next capture is full\n"), fsutil.FileMode); werr != nil {
+			return errors.Join(err, werr)
+		}
+	}
+	return err
 }
 
 // advanceState stores next, the state after prev: as one journal record of
@@ -328,11 +374,11 @@ func (c *Changelog) advanceState(prev, next *captureState) error {
 	}
 	if !same || prev.gen == 0 || prev.journalStale || prev.journalRecords >= maxJournalRecords ||
 		prev.journalSize > max(prev.baseSize/4, minJournalBytes) {
-		return c.saveState(next)
+		return c.saveStateOrReset(next)
 	}
 	rec := journalRecordV2(next, ops)
 	if int64(len(rec)) > max(prev.baseSize/4, minJournalBytes) {
-		return c.saveState(next)
+		return c.saveStateOrReset(next)
 	}
 	if err := c.appendJournal(prev, rec); err != nil {
 		return fmt.Errorf("advance capture state: %w", err)

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"os"
 	"slices"
 	"strings"
 
@@ -21,12 +22,12 @@ import (
 // not 100,000 entries. The journal (format 2) records the sections each
 // capture replaced or removed.
 //
-// Layout of the base: stateMagicV3, generation (uint64), LastPosition
-// (varint), the watch token (see Options.Watch), the number of roots, per root: name, path, exists, stamp, the
-// root's own entry (a flag, then the entry), the excluded paths (the walk's
-// pruning set), the number of sections, per section: directory, number of
-// entries, flags, length, bytes. A CRC-32 of everything before it ends the
-// file.
+// Layout of the base (see encodeV3): stateMagicV3, generation (uint64),
+// the index's length and CRC-32 (uint32 each), the index: LastPosition
+// (varint), the watch token (see Options.Watch), the number of roots, per
+// root its name, path, exists, stamp, own entry (a flag, then the entry),
+// excluded paths (the walk's pruning set) and sections (directory, number
+// of entries, flags, offset, length, CRC-32); then the sections' bytes.
 const (
 	stateMagicV3   = "AGSCLST3"
 	journalMagicV2 = "AGSCLJ02"
@@ -39,12 +40,86 @@ const (
 	secRecheck = 1 << 0
 )
 
-// section is one directory's stored children.
+// section is one directory's stored children. A section of a base on disk
+// is read (and its CRC checked) only when used: src, off, size and crc say
+// where and what; raw holds the bytes once read (or those of a section
+// built in memory or read from the journal).
 type section struct {
 	dir   string
 	n     int
 	flags uint8
 	raw   []byte
+
+	src       *baseSrc
+	off, size int64
+	crc       uint32
+}
+
+// baseSrc is an open format-3 base whose sections are read on demand.
+type baseSrc struct {
+	f       *os.File
+	dataOff int64
+	size    int64
+	all     []byte // the whole data area, once loadAll read it
+}
+
+// loadAll reads the whole data area at once (a capture that compares every
+// directory).
+func (b *baseSrc) loadAll() error {
+	if b.all != nil {
+		return nil
+	}
+	buf := make([]byte, b.size)
+	if _, err := b.f.ReadAt(buf, b.dataOff); err != nil {
+		return fmt.Errorf("%w: read sections: %v", errBadState, err)
+	}
+	b.all = buf
+	return nil
+}
+
+// bytes returns the section's bytes, reading and checking them first when
+// they are still on disk.
+func (s *section) bytes() ([]byte, error) {
+	if s.src == nil {
+		return s.raw, nil
+	}
+	var b []byte
+	if s.src.all != nil {
+		b = s.src.all[s.off : s.off+s.size]
+	} else {
+		b = make([]byte, s.size)
+		if _, err := s.src.f.ReadAt(b, s.src.dataOff+s.off); err != nil {
+			return nil, fmt.Errorf("%w: read section %q: %v", errBadState, s.dir, err)
+		}
+	}
+	if crc32.ChecksumIEEE(b) != s.crc {
+		return nil, fmt.Errorf("%w: section %q checksum mismatch", errBadState, s.dir)
+	}
+	s.raw, s.src = b, nil
+	return b, nil
+}
+
+// loadSections reads and checks every section of a root.
+func (rs *rootState) loadSections() error {
+	for i := range rs.secs {
+		if src := rs.secs[i].src; src != nil {
+			if err := src.loadAll(); err != nil {
+				return err
+			}
+		}
+		if _, err := rs.secs[i].bytes(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// release closes the base a lazily loaded state reads its sections from.
+func (s *captureState) release() {
+	if s.src != nil {
+		s.src.f.Close()
+		s.src = nil
+	}
 }
 
 // secPrefix is the path every child of dir starts with.
@@ -71,7 +146,11 @@ func encodeChildren(b []byte, dir string, kids []entry) ([]byte, uint8) {
 
 // decodeSection decodes the children of one section.
 func decodeSection(a *arena, s *section) ([]entry, error) {
-	r := &stateReader{b: s.raw}
+	raw, err := s.bytes()
+	if err != nil {
+		return nil, err
+	}
+	r := &stateReader{b: raw}
 	prefix := secPrefix(s.dir)
 	prev := prefix
 	out := make([]entry, 0, s.n)
@@ -142,6 +221,9 @@ func (rs *rootState) materialize() error {
 	}
 	rs.lazy = false
 	rs.Entries = nil
+	if err := rs.loadSections(); err != nil {
+		return err
+	}
 	if rs.rootEnt == nil {
 		return nil
 	}
@@ -178,33 +260,55 @@ func (rs *rootState) materialize() error {
 	return nil
 }
 
-// encodeV3 encodes a state whose roots carry their sections.
-func encodeV3(s *captureState) []byte {
-	n := 64
+// encodeV3 encodes a state whose roots carry their sections: a header,
+// the index (positions, roots, and per section its directory, count,
+// flags, offset, length and CRC) with its own CRC, then the sections'
+// bytes. A capture reads the header and the index, and only the sections
+// it compares or decodes.
+func encodeV3(s *captureState) ([]byte, error) {
+	idx := binary.AppendVarint(nil, int64(s.LastPosition))
+	idx = appendString(idx, s.token)
+	idx = binary.AppendUvarint(idx, uint64(len(s.Roots)))
+	var data [][]byte
+	total := 0
 	for _, r := range s.Roots {
-		n += 128 + len(r.Name) + len(r.Path) + len(r.Stamp)
+		idx = appendRootV3(idx, r)
+		idx = binary.AppendUvarint(idx, uint64(len(r.secs)))
 		for i := range r.secs {
-			n += 16 + len(r.secs[i].dir) + len(r.secs[i].raw)
-		}
-		for _, x := range r.excl {
-			n += 4 + len(x)
+			sec := &r.secs[i]
+			if sec.src != nil {
+				if err := sec.src.loadAll(); err != nil {
+					return nil, err
+				}
+			}
+			b, err := sec.bytes()
+			if err != nil {
+				return nil, err
+			}
+			idx = appendString(idx, sec.dir)
+			idx = binary.AppendUvarint(idx, uint64(sec.n))
+			idx = append(idx, sec.flags)
+			idx = binary.AppendUvarint(idx, uint64(total))
+			idx = binary.AppendUvarint(idx, uint64(len(b)))
+			idx = binary.BigEndian.AppendUint32(idx, crc32.ChecksumIEEE(b))
+			data = append(data, b)
+			total += len(b)
 		}
 	}
-	b := make([]byte, 0, n)
-	b = append(b, stateMagicV3...)
-	b = binary.BigEndian.AppendUint64(b, s.gen)
-	b = binary.AppendVarint(b, int64(s.LastPosition))
-	b = appendString(b, s.token)
-	b = binary.AppendUvarint(b, uint64(len(s.Roots)))
-	for _, r := range s.Roots {
-		b = appendRootV3(b, r)
-		b = binary.AppendUvarint(b, uint64(len(r.secs)))
-		for i := range r.secs {
-			b = appendSection(b, &r.secs[i])
-		}
+	out := make([]byte, 0, v3HeaderSize+len(idx)+total)
+	out = append(out, stateMagicV3...)
+	out = binary.BigEndian.AppendUint64(out, s.gen)
+	out = binary.BigEndian.AppendUint32(out, uint32(len(idx)))
+	out = binary.BigEndian.AppendUint32(out, crc32.ChecksumIEEE(idx))
+	out = append(out, idx...)
+	for _, b := range data {
+		out = append(out, b...)
 	}
-	return binary.BigEndian.AppendUint32(b, crc32.ChecksumIEEE(b))
+	return out, nil
 }
+
+// v3HeaderSize: magic, generation, index length, index CRC.
+const v3HeaderSize = 8 + 8 + 4 + 4
 
 // appendRootV3 encodes a root's header, own entry and excluded paths.
 func appendRootV3(b []byte, r *rootState) []byte {
@@ -271,19 +375,30 @@ func (r *stateReader) section() (section, error) {
 	return s, nil
 }
 
-// decodeV3 decodes a format-3 base without decoding any section.
-func decodeV3(b []byte) (*captureState, error) {
-	body, sum := b[:len(b)-4], binary.BigEndian.Uint32(b[len(b)-4:])
-	if crc32.ChecksumIEEE(body) != sum {
-		return nil, fmt.Errorf("%w: checksum mismatch", errBadState)
+// openV3 reads a format-3 base's header and index from f (size bytes);
+// its sections stay on disk until used.
+func openV3(f *os.File, size int64) (*captureState, error) {
+	if size < v3HeaderSize {
+		return nil, fmt.Errorf("%w: bad header", errBadState)
 	}
-	r := &stateReader{b: body[len(stateMagicV3):]}
-	s := &captureState{baseSize: int64(len(b)), v3: true}
-	g := r.raw(8)
-	if r.err != nil {
-		return nil, errBadState
+	hdr := make([]byte, v3HeaderSize)
+	if _, err := f.ReadAt(hdr, 0); err != nil {
+		return nil, fmt.Errorf("%w: %v", errBadState, err)
 	}
-	s.gen = binary.BigEndian.Uint64(g)
+	ilen := int64(binary.BigEndian.Uint32(hdr[16:]))
+	if v3HeaderSize+ilen > size {
+		return nil, fmt.Errorf("%w: bad index length", errBadState)
+	}
+	idx := make([]byte, ilen)
+	if _, err := f.ReadAt(idx, v3HeaderSize); err != nil {
+		return nil, fmt.Errorf("%w: %v", errBadState, err)
+	}
+	if crc32.ChecksumIEEE(idx) != binary.BigEndian.Uint32(hdr[20:]) {
+		return nil, fmt.Errorf("%w: index checksum mismatch", errBadState)
+	}
+	src := &baseSrc{f: f, dataOff: v3HeaderSize + ilen, size: size - v3HeaderSize - ilen}
+	s := &captureState{baseSize: size, v3: true, gen: binary.BigEndian.Uint64(hdr[8:]), src: src}
+	r := &stateReader{b: idx}
 	s.LastPosition = int(r.i())
 	s.token = r.s()
 	nroots := r.u()
@@ -291,6 +406,7 @@ func decodeV3(b []byte) (*captureState, error) {
 		return nil, fmt.Errorf("%w: %d roots", errBadState, nroots)
 	}
 	a := &arena{}
+	var next int64
 	for range nroots {
 		rs, err := r.rootV3(a)
 		if err != nil {
@@ -302,10 +418,15 @@ func decodeV3(b []byte) (*captureState, error) {
 		}
 		rs.secs = make([]section, 0, ns)
 		for range ns {
-			sec, err := r.section()
-			if err != nil {
-				return nil, err
+			sec := section{dir: r.s(), n: int(r.u())}
+			fl := r.raw(1)
+			off, sz := r.u(), r.u()
+			c := r.raw(4)
+			if r.err != nil || fl[0]&^secRecheck != 0 || int64(off) != next || sz > uint64(src.size) || uint64(sec.n) > sz {
+				return nil, fmt.Errorf("%w: bad section index", errBadState)
 			}
+			sec.flags, sec.off, sec.size, sec.crc, sec.src = fl[0], int64(off), int64(sz), binary.BigEndian.Uint32(c), src
+			next += int64(sz)
 			if k := len(rs.secs); k > 0 && comparePaths(rs.secs[k-1].dir, sec.dir) >= 0 {
 				return nil, fmt.Errorf("%w: sections out of order", errBadState)
 			}
@@ -316,8 +437,8 @@ func decodeV3(b []byte) (*captureState, error) {
 		}
 		s.Roots = append(s.Roots, rs)
 	}
-	if r.err != nil || len(r.b) != 0 {
-		return nil, errBadState
+	if r.err != nil || len(r.b) != 0 || next != src.size {
+		return nil, fmt.Errorf("%w: bad index", errBadState)
 	}
 	return s, nil
 }
@@ -350,7 +471,9 @@ func diffSections(old, cur []section) []secOp {
 				ops = append(ops, secOp{sec: cur[j]})
 				j++
 			default:
-				if old[i].n != cur[j].n || old[i].flags != cur[j].flags || !bytes.Equal(old[i].raw, cur[j].raw) {
+				ob, oerr := old[i].bytes()
+				cb, cerr := cur[j].bytes()
+				if oerr != nil || cerr != nil || old[i].n != cur[j].n || old[i].flags != cur[j].flags || !bytes.Equal(ob, cb) {
 					ops = append(ops, secOp{sec: cur[j]})
 				}
 				i++

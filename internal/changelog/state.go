@@ -66,8 +66,10 @@ type captureState struct {
 	baseSize       int64
 	journalRecords int
 	journalSize    int64
-	journalStale   bool // a journal of another generation was found (and ignored)
-	v3             bool // the base is format 3 (sections): it can be journaled
+	journalStale   bool     // a journal of another generation was found (and ignored)
+	v3             bool     // the base is format 3 (sections): it can be journaled
+	src            *baseSrc // the open base of a lazily loaded state (release closes it)
+	reset          string   // why a damaged state was set aside (stateForCapture)
 }
 
 func (s *captureState) root(name string) *rootState {
