@@ -17,6 +17,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -26,6 +27,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/agentscm/agentscm/internal/watch"
 )
 
 func main() {
@@ -164,7 +167,11 @@ func run(files, n int, keep bool) error {
 			return err
 		}
 	}
-	time.Sleep(3 * time.Second) // the server sets its watches up
+	// Wait until the server (started by that first call) has set its
+	// watches up and vouches for a token of its own.
+	if err := waitReady(filepath.Join(base, "config"), repos[1]); err != nil {
+		return err
+	}
 	var tokenCall sample
 	touch(repos[1])
 	if tokenCall, err = hook(repos[1], watched); err != nil {
@@ -220,6 +227,28 @@ func run(files, n int, keep bool) error {
 		}
 	}
 	return nil
+}
+
+// waitReady polls the watch server of the changelog under cfg until it
+// vouches for root.
+func waitReady(cfg, root string) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	tok := ""
+	for time.Now().Before(deadline) {
+		dirs, _ := filepath.Glob(filepath.Join(cfg, "agentscm", "changelog", "*", "watch"))
+		for _, d := range dirs {
+			c := &watch.Client{Dir: d, Timeout: 5 * time.Second}
+			next, ch, err := c.Since(context.Background(), []string{root}, tok)
+			if err == nil && ch[0] != nil {
+				return nil
+			}
+			if err == nil {
+				tok = next
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return fmt.Errorf("the watch server never vouched for %s", root)
 }
 
 func med(s []sample) sample {
