@@ -7,7 +7,8 @@
 //   - no watcher: every call lists every directory (the state is read from
 //     disk by a new process: nothing is warm but the page cache);
 //   - watcher: AGENTSCM_CHANGELOG_WATCH=1, a watch server started on demand
-//     by the first call, so later calls list only what changed.
+//     by the first incremental call, so the calls after the one that takes
+//     the first token list only what changed.
 //
 // Each subject's wall time and peak RSS (the child's ru_maxrss) are
 // reported, median of -n calls.
@@ -167,8 +168,13 @@ func run(files, n int, keep bool) error {
 			return err
 		}
 	}
-	// Wait until the server (started by that first call) has set its
-	// watches up and vouches for a token of its own.
+	// The watcher's second call (the first that is not a full increment)
+	// starts the server; wait until it has set its watches up and vouches
+	// for a token of its own.
+	touch(repos[1])
+	if _, err := hook(repos[1], watched); err != nil {
+		return err
+	}
 	if err := waitReady(filepath.Join(base, "config"), repos[1]); err != nil {
 		return err
 	}
@@ -220,7 +226,7 @@ func run(files, n int, keep bool) error {
 		}
 		want := n + 1
 		if i == 1 {
-			want = n + 2
+			want = n + 3
 		}
 		if c := strings.Count(out, `"position"`); c != want {
 			return fmt.Errorf("%s holds %d increments, want %d", r, c, want)
