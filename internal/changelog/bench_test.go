@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/agentscm/agentscm/internal/watch"
 )
 
 // The 100,000-file benchmarks are gated: AGENTSCM_BENCH_100K=1 go test
@@ -267,4 +269,69 @@ func BenchmarkRewind100k(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkCaptureWatched100k measures a tool call's capture of a one-file
+// change on the 100,000-file checkout, in process, with a watch.Tracker
+// answering what changed (the capture lists only the changed directory and
+// its parent), against the same capture without a watcher and git status,
+// interleaved call by call.
+func BenchmarkCaptureWatched100k(b *testing.B) {
+	bt := needBenchTree(b)
+	cookies := filepath.Join(b.TempDir(), "cookies")
+	os.Mkdir(cookies, 0o700)
+	tr, err := watch.New(cookies, watch.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tr.Close()
+	roots := []Root{{Name: "checkout", Path: bt.repo, Git: true}}
+	cw, err := Open(filepath.Join(b.TempDir(), "clw"), Options{Roots: roots, Watch: trackerSource{tr}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cp, err := Open(filepath.Join(b.TempDir(), "clp"), Options{Roots: roots})
+	if err != nil {
+		b.Fatal(err)
+	}
+	wpos, ppos := 0, 0
+	mustCaptureB(b, cw, wpos)
+	mustCaptureB(b, cp, ppos)
+	for range 50 { // until the watch is set up and a token is stored
+		if _, ready, _ := tr.Status(bt.repo); ready {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	wpos++
+	mustCaptureB(b, cw, wpos)
+	hinted := cw.hintedRoots
+	var watched, plain, git time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		touchOne(b, bt, 20_000+3*i)
+		t0 := time.Now()
+		wpos++
+		mustCaptureB(b, cw, wpos)
+		watched += time.Since(t0)
+		touchOne(b, bt, 20_001+3*i)
+		t0 = time.Now()
+		ppos++
+		mustCaptureB(b, cp, ppos)
+		plain += time.Since(t0)
+		touchOne(b, bt, 20_002+3*i)
+		t0 = time.Now()
+		if out, err := gitCmd(bt.repo, "status", "--porcelain").CombinedOutput(); err != nil {
+			b.Fatalf("%v %s", err, out)
+		}
+		git += time.Since(t0)
+	}
+	if cw.hintedRoots-hinted != b.N {
+		b.Fatalf("the watcher answered %d of %d captures", cw.hintedRoots-hinted, b.N)
+	}
+	n := float64(b.N)
+	b.ReportMetric(watched.Seconds()*1000/n, "watched-ms/call")
+	b.ReportMetric(plain.Seconds()*1000/n, "nowatch-ms/call")
+	b.ReportMetric(git.Seconds()*1000/n, "gitstatus-ms/call")
+	b.ReportMetric(plain.Seconds()/git.Seconds(), "nowatch-x-gitstatus")
 }

@@ -68,6 +68,9 @@ func (c *Changelog) Capture(ctx context.Context, req CaptureRequest) (*Increment
 		return nil, err
 	}
 	defer lk.Unlock()
+	if inc, ok, err := c.captureFast(ctx, req); ok {
+		return inc, err
+	}
 	inc, _, err := c.captureLocked(ctx, req, KindCall, nil, nil)
 	return inc, err
 }
@@ -81,7 +84,7 @@ func (c *Changelog) stateForCapture() (*captureState, error) {
 		if perr != nil {
 			return nil, perr
 		}
-		st = &captureState{LastPosition: -1}
+		st = &captureState{LastPosition: -1, reset: err.Error()}
 		if len(pos) > 0 {
 			st.LastPosition = pos[len(pos)-1]
 		}
@@ -110,7 +113,11 @@ func (c *Changelog) captureLocked(ctx context.Context, req CaptureRequest, kind 
 	if err != nil {
 		return nil, nil, err
 	}
-	return c.storeLocked(ctx, sc, req, kind, appliedTo)
+	inc, next, err := c.storeLocked(ctx, sc, req, kind, appliedTo)
+	if inc != nil && st.reset != "" {
+		inc.Warning = fmt.Sprintf("the capture state did not check out (%s): this increment stores every path", st.reset)
+	}
+	return inc, next, err
 }
 
 // walked is the walk of every root against a state: what the next increment
@@ -124,6 +131,7 @@ type walked struct {
 	// removed names the roots that existed in st and are gone now.
 	removed []string
 	full    bool
+	token   string // the watcher's token taken before the listing
 }
 
 // scanLocked walks every root against st.
@@ -170,7 +178,7 @@ func (c *Changelog) storeLocked(ctx context.Context, sc *walked, req CaptureRequ
 		Version: 1, Position: req.Position, SessionID: req.SessionID, ToolUseID: req.ToolUseID, Tool: req.Tool, Failed: req.Failed,
 		Kind: kind, CreatedAt: start.UTC(), RemovedRoots: sc.removed, AppliedTo: appliedTo,
 	}
-	next = &captureState{LastPosition: req.Position}
+	next = &captureState{LastPosition: req.Position, token: sc.token}
 	plans := sc.plans
 	var changes changeList
 	var baseline *captureState
@@ -187,6 +195,8 @@ func (c *Changelog) storeLocked(ctx context.Context, sc *walked, req CaptureRequ
 		case old != nil && old.Exists && !p.state.Exists:
 			changes.root(r, i == 0, nil, nil, true)
 		case !p.state.Exists:
+		case old != nil && old.Exists && p.sparseOld != nil:
+			changes.root(r, i == 0, p.sparseOld, p.state.Entries, false)
 		case old != nil && old.Exists:
 			changes.root(r, i == 0, old.Entries, p.state.Entries, false)
 		case old != nil:
@@ -308,6 +318,9 @@ type rootPlan struct {
 	// increment (appends), each cut at its last complete line.
 	conv    bool
 	appends []appendPlan
+	// sparseOld, in a fast capture, holds the stored entries of the
+	// directories it re-examined (the counterpart of state.Entries).
+	sparseOld []entry
 }
 
 // scanRoot walks one root, classifies excluded paths and diffs against old.

@@ -1,6 +1,7 @@
 package changelog
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -43,12 +44,31 @@ type Options struct {
 	// (the agentscm config directory when it lies inside a root); the
 	// changelog directory itself is always excluded.
 	Exclude []string
+	// Watch, when set, tells a capture which directories changed since the
+	// previous one (a filesystem watcher, see internal/watch): only those
+	// are listed. When it cannot vouch, or fails, the capture lists every
+	// directory. nil always lists every directory.
+	Watch ChangeSource
+}
+
+// ChangeSource reports what changed below capture roots since a token.
+type ChangeSource interface {
+	// Since returns a token for the present (taken once every change made
+	// before the call is accounted for) and, per root of roots (absolute
+	// paths), the directories changed since the token since, or nil for a
+	// root it cannot vouch for (unknown or stale token, a lost event, a
+	// gap in its coverage). A token "" means none could be taken.
+	Since(ctx context.Context, roots []string, since string) (token string, hints []*Hint, err error)
 }
 
 // Changelog is one checkout's changelog directory.
 type Changelog struct {
 	dir  string
 	opts Options
+
+	// Counters of this instance's captures (for tests and benchmarks).
+	fastCaptures, hintedRoots int
+	forceFull                 bool // tests: always take the full path
 }
 
 // Increment describes one stored increment.
@@ -57,6 +77,9 @@ type Increment struct {
 	Path     string
 	Size     int64
 	Meta     Meta
+	// Warning, when set, says why this increment is a full one although
+	// earlier increments exist (a damaged capture state).
+	Warning string
 }
 
 // Layout inside the changelog directory.

@@ -37,6 +37,10 @@ type HookOptions struct {
 	// root: what of its conversation roots an upload may carry (see
 	// UploadForm). Nil shares no conversation.
 	Sharing func(root string) SharingPolicy
+	// Watch, when set, returns the ChangeSource of the changelog
+	// directory dir (see WatchSource): a capture then lists only the
+	// directories a watcher saw change. Nil lists every directory.
+	Watch func(dir string) ChangeSource
 }
 
 // TurnWait bounds how long a prompt waits for another session's turn to
@@ -139,7 +143,11 @@ func HandleClaudeHookWith(ctx context.Context, configDir string, in io.Reader, n
 	if len(roots) == 0 || roots[0].Path != root {
 		return nil, fmt.Errorf("changelog %s does not belong to %s", dir, root)
 	}
-	c, err := Open(dir, Options{Roots: roots, Exclude: []string{configDir}})
+	copts := Options{Roots: roots, Exclude: []string{configDir}}
+	if opts.Watch != nil {
+		copts.Watch = opts.Watch(dir)
+	}
+	c, err := Open(dir, copts)
 	if err != nil {
 		return nil, err
 	}

@@ -224,8 +224,25 @@ func applyJournal(s *captureState, j []byte) error {
 	return nil
 }
 
+// loadState loads the state with every root's entries decoded.
 func (c *Changelog) loadState() (*captureState, error) {
-	b, err := fsutil.ReadFileNoFollow(filepath.Join(c.dir, stateFile), 1<<30)
+	s, err := c.loadStateLazy()
+	if err != nil {
+		return nil, err
+	}
+	defer s.release()
+	for _, r := range s.Roots {
+		if err := r.materialize(); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// loadStateLazy loads the state; the roots of a format-3 base keep their
+// sections undecoded (lazy).
+func (c *Changelog) loadStateLazy() (*captureState, error) {
+	f, err := os.OpenFile(filepath.Join(c.dir, stateFile), os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		// No base: a journal alone cannot be trusted.
 		if _, jerr := os.Lstat(filepath.Join(c.dir, journalFile)); jerr == nil {
@@ -236,25 +253,72 @@ func (c *Changelog) loadState() (*captureState, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read capture state: %w", err)
 	}
-	s, err := decodeState(b)
+	s, err := openBase(f)
 	if err != nil {
+		f.Close()
 		return nil, err
 	}
+	if s.src == nil {
+		f.Close()
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			s.release()
+		}
+	}()
 	j, err := fsutil.ReadFileNoFollow(filepath.Join(c.dir, journalFile), 1<<30)
 	if errors.Is(err, fs.ErrNotExist) {
+		ok = true
 		return s, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read capture state journal: %w", err)
 	}
-	if err := applyJournal(s, j); err != nil {
+	v2 := len(j) >= len(journalMagicV2) && string(j[:len(journalMagicV2)]) == journalMagicV2
+	v1 := len(j) >= len(journalMagic) && string(j[:len(journalMagic)]) == journalMagic
+	switch {
+	case s.v3 && v2:
+		err = applyJournalV2(s, j)
+	case !s.v3 && v1:
+		err = applyJournal(s, j)
+	case v1 || v2:
+		// A journal of the other format belongs to the base this one
+		// replaced (a crash before its removal): the base holds it.
+		s.journalStale = true
+	default:
+		err = fmt.Errorf("%w: bad journal header", errBadState)
+	}
+	if err != nil {
 		return nil, err
 	}
+	ok = true
 	return s, nil
 }
 
-// saveState replaces the stored state by s in full: a new base of a new
-// generation, then the old journal is removed.
+// openBase reads the base f: a format-3 base keeps f open for its sections
+// (state.src); older formats are read whole.
+func openBase(f *os.File) (*captureState, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("read capture state: %w", err)
+	}
+	if !fi.Mode().IsRegular() || fi.Size() > 1<<30 {
+		return nil, fmt.Errorf("%w: not a regular file of at most 1 GiB", errBadState)
+	}
+	magic := make([]byte, len(stateMagicV3))
+	if n, _ := f.ReadAt(magic, 0); n == len(magic) && string(magic) == stateMagicV3 {
+		return openV3(f, fi.Size())
+	}
+	b := make([]byte, fi.Size())
+	if _, err := f.ReadAt(b, 0); err != nil {
+		return nil, fmt.Errorf("read capture state: %w", err)
+	}
+	return decodeState(b)
+}
+
+// saveState replaces the stored state by s in full (its roots' sections
+// built): a new base of a new generation, then the old journal is removed.
 func (c *Changelog) saveState(s *captureState) error {
 	old := s.gen
 	for s.gen == 0 || s.gen == old {
@@ -264,10 +328,14 @@ func (c *Changelog) saveState(s *captureState) error {
 		}
 		s.gen = binary.BigEndian.Uint64(g[:])
 	}
-	b := s.encode()
+	b, err := encodeV3(s)
+	if err != nil {
+		return fmt.Errorf("advance capture state: %w", err)
+	}
 	if err := fsutil.WriteAtomic(filepath.Join(c.dir, stateFile), b, fsutil.FileMode); err != nil {
 		return fmt.Errorf("advance capture state: %w", err)
 	}
+	s.v3 = true
 	s.baseSize, s.journalRecords, s.journalSize, s.journalStale = int64(len(b)), 0, 0, false
 	if err := os.Remove(filepath.Join(c.dir, journalFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("advance capture state: %w", err)
@@ -277,20 +345,45 @@ func (c *Changelog) saveState(s *captureState) error {
 	return nil
 }
 
-// advanceState stores next, the state after prev: as one journal record when
-// the roots are unchanged and the journal is small, else in full.
-func (c *Changelog) advanceState(prev, next *captureState) error {
-	if prev.gen == 0 || prev.journalStale || !sameRoots(prev, next) || prev.journalRecords >= maxJournalRecords ||
-		prev.journalSize > max(prev.baseSize/4, minJournalBytes) {
-		return c.saveState(next)
+// saveStateOrReset saves next in full; when a section carried over from the
+// stored base does not check out, the base is replaced by one that does not
+// decode, so the next capture is a full one (never an increment built on a
+// damaged state).
+func (c *Changelog) saveStateOrReset(next *captureState) error {
+	err := c.saveState(next)
+	if errors.Is(err, errBadState) {
+		if werr := fsutil.WriteAtomic(filepath.Join(c.dir, stateFile), []byte("damaged capture state: the next capture is full\n"), fsutil.FileMode); werr != nil {
+			return errors.Join(err, werr)
+		}
 	}
-	rec, _ := journalRecord(prev, next)
+	return err
+}
+
+// advanceState stores next, the state after prev: as one journal record of
+// the sections that changed when the roots are unchanged and the journal is
+// small, else in full.
+func (c *Changelog) advanceState(prev, next *captureState) error {
+	same := prev.v3 && sameRoots(prev, next)
+	ops := make([][]secOp, len(next.Roots))
+	for i, nr := range next.Roots {
+		var pr *rootState
+		if same {
+			pr = prev.Roots[i]
+		}
+		ops[i] = nr.buildSections(pr)
+	}
+	if !same || prev.gen == 0 || prev.journalStale || prev.journalRecords >= maxJournalRecords ||
+		prev.journalSize > max(prev.baseSize/4, minJournalBytes) {
+		return c.saveStateOrReset(next)
+	}
+	rec := journalRecordV2(next, ops)
 	if int64(len(rec)) > max(prev.baseSize/4, minJournalBytes) {
-		return c.saveState(next)
+		return c.saveStateOrReset(next)
 	}
 	if err := c.appendJournal(prev, rec); err != nil {
 		return fmt.Errorf("advance capture state: %w", err)
 	}
+	next.v3 = true
 	next.gen, next.baseSize = prev.gen, prev.baseSize
 	next.journalRecords = prev.journalRecords + 1
 	next.journalSize = prev.journalSize + int64(len(rec)) + 8
@@ -317,7 +410,7 @@ func (c *Changelog) appendJournal(prev *captureState, rec []byte) error {
 	}
 	var b []byte
 	if created {
-		b = append(b, journalMagic...)
+		b = append(b, journalMagicV2...)
 		b = binary.BigEndian.AppendUint64(b, prev.gen)
 		prev.journalSize = int64(len(b))
 	}

@@ -49,6 +49,26 @@ func helperMain(mode string) int {
 				return 1
 			}
 		}
+	case "crash":
+		// Edit and capture until killed (TestStateSurvivesKilledCaptures).
+		root := os.Getenv("HELPER_ROOT")
+		c, err := Open(os.Getenv("HELPER_DIR"), Options{Roots: []Root{{Name: "r", Path: root}}})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		for i := 0; ; i++ {
+			dir := filepath.Join(root, fmt.Sprintf("d%d", i%7))
+			os.MkdirAll(dir, 0o755)
+			os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%d", i%13)), []byte(fmt.Sprint(os.Getpid(), i)), 0o644)
+			if i%5 == 0 {
+				os.Remove(filepath.Join(dir, fmt.Sprintf("f%d", (i+3)%13)))
+			}
+			if _, err := c.Capture(context.Background(), CaptureRequest{Position: -1}); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+		}
 	case "capture":
 		root := os.Getenv("HELPER_ROOT")
 		c, err := Open(os.Getenv("HELPER_DIR"), Options{Roots: []Root{{Name: "r", Path: root}}, Reservation: res})

@@ -37,6 +37,17 @@ type rootState struct {
 	Exists  bool
 	Stamp   string // git ignore inputs (index, info/exclude) at classification time
 	Entries []entry
+
+	// The stored form (format 3, see sections.go): the root's own entry,
+	// its excluded paths and one section per listed directory. A root
+	// loaded lazily has no Entries until materialize.
+	rootEnt *entry
+	excl    []string
+	secs    []section
+	lazy    bool
+	// sparse, on the state a fast capture advances to: Entries holds only
+	// the directories it re-examined (see capturefast.go).
+	sparse *sparseInfo
 }
 
 // captureState is the incremental state: it advances only once an increment
@@ -44,6 +55,10 @@ type rootState struct {
 type captureState struct {
 	LastPosition int // -1 before the first stored increment
 	Roots        []*rootState
+	// token is the watcher's token taken before the listing this state
+	// records (format 3; "" when none): the next capture asks the watcher
+	// what changed since it.
+	token string
 
 	// Bookkeeping of the stored form (not encoded): the base's generation,
 	// its size, and the journal records applied on top of it.
@@ -51,7 +66,10 @@ type captureState struct {
 	baseSize       int64
 	journalRecords int
 	journalSize    int64
-	journalStale   bool // a journal of another generation was found (and ignored)
+	journalStale   bool     // a journal of another generation was found (and ignored)
+	v3             bool     // the base is format 3 (sections): it can be journaled
+	src            *baseSrc // the open base of a lazily loaded state (release closes it)
+	reset          string   // why a damaged state was set aside (stateForCapture)
 }
 
 func (s *captureState) root(name string) *rootState {

@@ -44,6 +44,7 @@ func changelogCommand() *Command {
 				runChangelogHook(ctx, env)
 				return nil
 			}},
+			{Name: "watch-serve", Summary: "the on-demand filesystem watcher of a changelog (started by the hook)", Run: runChangelogWatchServe},
 			{Name: "hook-codex", Summary: "the Codex CLI changelog hook (reads one hook payload on stdin)", Run: func(ctx context.Context, env *Env, args []string) error {
 				if len(args) > 0 {
 					return usagef("hook-codex takes no arguments")

@@ -43,11 +43,13 @@ func runChangelogHook(ctx context.Context, env *Env) int {
 	if err == nil {
 		res, err = changelog.HandleClaudeHookWith(ctx, cfg, env.Stdin, env.Now(), changelog.HookOptions{Remote: hubremote.ForCheckout(cfg), Sharing: func(root string) changelog.SharingPolicy {
 			return checkoutSharing(cfg, root)
-		}})
+		}, Watch: changelogWatchSource(env)})
 	}
 	if err != nil {
 		// The increment was not stored: its writes go to the next one.
 		fmt.Fprintf(env.Stderr, "agentscm: warning: changelog hook failed: %s\n", oneLine(err.Error()))
+	} else if res != nil && res.Increment != nil && res.Increment.Warning != "" {
+		fmt.Fprintf(env.Stderr, "agentscm: warning: changelog increment %d: %s\n", res.Increment.Position, oneLine(res.Increment.Warning))
 	} else if res != nil && res.Increment != nil && res.Upload != nil {
 		// The increment is stored locally; say once why the Hub does not
 		// hold it (yet).

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -98,6 +99,7 @@ type listJob struct {
 	rel   string
 	depth int
 	node  *listNode
+	self  Stat // the directory's own stat (ListDirs)
 }
 
 // listNode holds one directory's children; subs[i] is the listing of
@@ -144,6 +146,12 @@ type lister struct {
 	queue   []listJob
 	pending int // jobs queued or running
 	err     error
+
+	// ListDirs: visit receives each directory's listing (one call at a
+	// time, under visitMu) instead of a tree; flat lists no subdirectory.
+	visit   func(dir *Stat, items []Stat) error
+	visitMu sync.Mutex
+	flat    bool
 }
 
 func (l *lister) fail(err error) {
@@ -260,7 +268,7 @@ func (l *lister) dir(j listJob, buf []byte) error {
 			s.Target = t
 		}
 		items = append(items, s)
-		if s.Type != Dir {
+		if s.Type != Dir || l.flat {
 			continue
 		}
 		sub, err := openSubdir(j.fd, name, p, s.Dev, s.Ino)
@@ -270,12 +278,15 @@ func (l *lister) dir(j listJob, buf []byte) error {
 		if err != nil {
 			return err
 		}
-		if subs == nil {
-			subs = make([]*listNode, len(names))
+		var child *listNode
+		if l.visit == nil {
+			if subs == nil {
+				subs = make([]*listNode, len(names))
+			}
+			child = &listNode{}
+			subs[len(items)-1] = child
 		}
-		child := &listNode{}
-		subs[len(items)-1] = child
-		cj := listJob{fd: sub, rel: p, depth: j.depth + 1, node: child}
+		cj := listJob{fd: sub, rel: p, depth: j.depth + 1, node: child, self: s}
 		if l.push(cj) {
 			continue
 		}
@@ -288,6 +299,11 @@ func (l *lister) dir(j listJob, buf []byte) error {
 		if l.failed() {
 			return nil
 		}
+	}
+	if l.visit != nil {
+		l.visitMu.Lock()
+		defer l.visitMu.Unlock()
+		return l.visit(&j.self, items)
 	}
 	j.node.items = items
 	if subs != nil {
@@ -318,4 +334,94 @@ func statOf(p string, st *unix.Stat_t) Stat {
 		s.Type = Other
 	}
 	return s
+}
+
+// ListDirs lists the directories rels below root ("" is the root itself)
+// and, when recursive, every directory beneath them, calling visit once per
+// directory with the directory's own Stat (Path its relative path) and its
+// children as List records them, in byte order. Nothing is retained between
+// calls: the caller keeps what it needs, so memory stays bounded by the
+// directories being listed. visit is called from one goroutine at a time,
+// directories in no particular order. A rel that no longer is a directory
+// (missing, replaced by a file or a symlink) is skipped: its parent's
+// listing says what it became. Opens are no-follow as in List.
+func ListDirs(ctx context.Context, root string, rels []string, recursive bool, opts ListOptions, visit func(dir *Stat, items []Stat) error) error {
+	if opts.MaxDepth <= 0 {
+		opts.MaxDepth = DefaultMaxDepth
+	}
+	workers := opts.Workers
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	l := &lister{ctx: ctx, opts: opts, visit: visit, flat: !recursive}
+	l.cond = sync.NewCond(&l.mu)
+	for _, rel := range rels {
+		fd, st, err := openRelDir(root, rel)
+		if err == errVanished {
+			continue
+		}
+		if err != nil {
+			for _, j := range l.queue {
+				unix.Close(j.fd)
+			}
+			return err
+		}
+		depth := 1
+		if rel != "" {
+			depth += strings.Count(rel, "/") + 1
+		}
+		l.queue = append(l.queue, listJob{fd: fd, rel: rel, depth: depth, self: st})
+		l.pending++
+	}
+	if l.pending == 0 {
+		return nil
+	}
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l.work()
+		}()
+	}
+	wg.Wait()
+	return l.err
+}
+
+// openRelDir opens the directory rel below root without following any
+// symlink and returns its fd and stat; errVanished when it is no longer a
+// directory.
+func openRelDir(root, rel string) (int, Stat, error) {
+	fd, err := openat(unix.AT_FDCWD, root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC)
+	if err != nil {
+		var st unix.Stat_t
+		if (err == unix.ELOOP || err == unix.ENOTDIR) && fstatat(unix.AT_FDCWD, root, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK {
+			err = ErrSymlink
+		}
+		return -1, Stat{}, fmt.Errorf("scan: open root %s: %w", root, err)
+	}
+	if rel != "" {
+		parts, err := SplitRel(rel)
+		if err != nil {
+			unix.Close(fd)
+			return -1, Stat{}, err
+		}
+		for _, p := range parts {
+			sub, err := openat(fd, p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC)
+			unix.Close(fd)
+			if err == unix.ENOENT || err == unix.ENOTDIR || err == unix.ELOOP {
+				return -1, Stat{}, errVanished
+			}
+			if err != nil {
+				return -1, Stat{}, &PathError{Op: "open directory", Path: rel, Err: err}
+			}
+			fd = sub
+		}
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return -1, Stat{}, &PathError{Op: "stat", Path: rel, Err: err}
+	}
+	return fd, statOf(rel, &st), nil
 }

@@ -88,3 +88,80 @@ func TestListRefusesSymlinkRootAndHonoursContext(t *testing.T) {
 		t.Errorf("List past MaxDepth: %v, want ErrTooDeep", err)
 	}
 }
+
+// ListDirs delivers, per directory, exactly the children List reports, and
+// lists only the named directories when not recursive; a named directory
+// that is gone or is a symlink is skipped.
+func TestListDirsMatchesList(t *testing.T) {
+	root := t.TempDir()
+	for i := range 120 {
+		mustWrite(t, filepath.Join(root, fmt.Sprintf("d%d/e%d/f%d", i%5, i%3, i)), fmt.Sprint(i))
+	}
+	mustWrite(t, filepath.Join(root, "skip/inner"), "x")
+	if err := os.Symlink(filepath.Join(root, "d1"), filepath.Join(root, "link")); err != nil {
+		t.Fatal(err)
+	}
+	opts := ListOptions{Skip: func(rel string, isDir bool) bool { return rel == "skip" }}
+	list, err := List(context.Background(), root, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]string{}
+	for _, s := range list[1:] {
+		par := ""
+		if i := strings.LastIndexByte(s.Path, '/'); i >= 0 {
+			par = s.Path[:i]
+		}
+		want[par] = append(want[par], fmt.Sprintf("%s %v %d %v", s.Path, s.Type, s.Size, s.Skipped))
+	}
+	for _, workers := range []int{1, 4} {
+		got := map[string][]string{}
+		opts.Workers = workers
+		err := ListDirs(context.Background(), root, []string{""}, true, opts, func(d *Stat, items []Stat) error {
+			if d.Type != Dir {
+				t.Errorf("directory %q has type %v", d.Path, d.Type)
+			}
+			if _, dup := got[d.Path]; dup {
+				t.Errorf("directory %q visited twice", d.Path)
+			}
+			got[d.Path] = []string{}
+			for _, s := range items {
+				got[d.Path] = append(got[d.Path], fmt.Sprintf("%s %v %d %v", s.Path, s.Type, s.Size, s.Skipped))
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for d, w := range want {
+			if fmt.Sprint(got[d]) != fmt.Sprint(w) {
+				t.Fatalf("workers %d, directory %q: got %v, want %v", workers, d, got[d], w)
+			}
+		}
+		if _, ok := got["skip"]; ok {
+			t.Fatal("a skipped directory was listed")
+		}
+	}
+	var seen []string
+	err = ListDirs(context.Background(), root, []string{"d1/e1", "gone", "link", "d2"}, false, opts, func(d *Stat, items []Stat) error {
+		seen = append(seen, d.Path)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(sortStrings(seen)) != "[d1/e1 d2]" {
+		t.Fatalf("flat listing visited %v", seen)
+	}
+}
+
+func sortStrings(s []string) []string {
+	for i := range s {
+		for j := i + 1; j < len(s); j++ {
+			if s[j] < s[i] {
+				s[i], s[j] = s[j], s[i]
+			}
+		}
+	}
+	return s
+}

@@ -1,0 +1,264 @@
+package watch
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/agentscm/agentscm/internal/fsutil"
+)
+
+// Layout of a server's private directory.
+const (
+	SocketName = "sock"
+	lockName   = "lock"
+	cookieSub  = "cookies"
+	spawnName  = "spawned"
+)
+
+// Protocol bounds.
+const (
+	maxRequest = 1 << 20
+	maxRoots   = 64
+)
+
+// ErrRunning reports that another server holds the directory.
+var ErrRunning = errors.New("watch: a server already runs in this directory")
+
+type request struct {
+	Roots []string `json:"roots"`
+	Token string   `json:"token"`
+}
+
+type response struct {
+	Token   string     `json:"token"`
+	Changes []*Changes `json:"changes"`
+	Error   string     `json:"error,omitempty"`
+}
+
+// ServeOptions tune Serve.
+type ServeOptions struct {
+	Tracker Options
+	// Idle ends the server after this long without a request; 0 means 15
+	// minutes.
+	Idle time.Duration
+	// Ready, when set, is called once the socket listens.
+	Ready func()
+}
+
+// Serve hosts a Tracker on the Unix socket dir/sock until ctx ends, the
+// server is idle for opts.Idle, or its socket is removed. dir must be a
+// private directory of the calling user (0700, not a link); roots are
+// watched from the start. A second server on the same directory returns
+// ErrRunning.
+func Serve(ctx context.Context, dir string, roots []string, opts ServeOptions) error {
+	if opts.Idle <= 0 {
+		opts.Idle = 15 * time.Minute
+	}
+	if err := fsutil.CheckPrivateDir(dir); err != nil {
+		return fmt.Errorf("watch: %w", err)
+	}
+	lk, err := os.OpenFile(filepath.Join(dir, lockName), os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		return fmt.Errorf("watch: %w", err)
+	}
+	defer lk.Close()
+	if err := syscall.Flock(int(lk.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return ErrRunning
+		}
+		return fmt.Errorf("watch: lock: %w", err)
+	}
+	cookies := filepath.Join(dir, cookieSub)
+	if err := fsutil.MkdirPrivate(cookies); err != nil {
+		return err
+	}
+	if err := fsutil.CheckPrivateDir(cookies); err != nil {
+		return fmt.Errorf("watch: %w", err)
+	}
+	sock := filepath.Join(dir, SocketName)
+	if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("watch: %w", err)
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		return fmt.Errorf("watch: listen: %w", err)
+	}
+	ln.SetUnlinkOnClose(false)
+	defer ln.Close()
+	if err := os.Chmod(sock, 0o600); err != nil {
+		return fmt.Errorf("watch: %w", err)
+	}
+	sockInfo, err := os.Lstat(sock)
+	if err != nil {
+		return err
+	}
+	t, err := New(cookies, opts.Tracker)
+	if err != nil {
+		return err
+	}
+	defer t.Close()
+	if len(roots) > 0 {
+		if _, _, err := t.Since(ctx, roots, ""); err != nil {
+			return err
+		}
+	}
+	if opts.Ready != nil {
+		opts.Ready()
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		tick := time.NewTicker(min(opts.Idle/4, 10*time.Second))
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				ln.Close()
+				return
+			case <-tick.C:
+				fi, err := os.Lstat(sock)
+				if time.Since(t.LastUsed()) > opts.Idle || err != nil || !os.SameFile(fi, sockInfo) {
+					cancel()
+				}
+			}
+		}
+	}()
+	for {
+		conn, err := ln.AcceptUnix()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("watch: accept: %w", err)
+		}
+		go handle(ctx, t, conn)
+	}
+}
+
+func handle(ctx context.Context, t *Tracker, conn *net.UnixConn) {
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if uid, err := peerUID(conn); err != nil || uid != os.Getuid() {
+		return // another user's process: no answer
+	}
+	line, err := bufio.NewReader(io.LimitReader(conn, maxRequest)).ReadBytes('\n')
+	if err != nil {
+		return
+	}
+	var req request
+	resp := response{}
+	if err := json.Unmarshal(line, &req); err != nil || len(req.Roots) == 0 || len(req.Roots) > maxRoots {
+		resp.Error = "bad request"
+	} else {
+		for _, r := range req.Roots {
+			if !filepath.IsAbs(r) || filepath.Clean(r) != r {
+				resp.Error = "bad request: roots must be clean absolute paths"
+			}
+		}
+	}
+	if resp.Error == "" {
+		tok, ch, err := t.Since(ctx, req.Roots, req.Token)
+		if err != nil {
+			resp.Error = err.Error()
+		} else {
+			resp.Token, resp.Changes = tok, ch
+		}
+	}
+	b, _ := json.Marshal(resp)
+	conn.Write(append(b, '\n'))
+}
+
+// Client reaches the server of one private directory, starting it on
+// demand.
+type Client struct {
+	// Dir is the server's private directory (created 0700 when missing).
+	Dir string
+	// Command starts a server for Dir (detached, in its own session); the
+	// roots are appended. nil never starts one.
+	Command []string
+	// Timeout bounds a call (connect, sync, answer); 0 means 500 ms.
+	Timeout time.Duration
+}
+
+// Since asks the server what changed below roots since token (see
+// Tracker.Since). When no server answers it starts one (at most once per
+// 10 s) and returns an error: the caller walks this time.
+func (c *Client) Since(ctx context.Context, roots []string, token string) (string, []*Changes, error) {
+	timeout := c.Timeout
+	if timeout <= 0 {
+		timeout = 500 * time.Millisecond
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if _, err := os.Lstat(c.Dir); errors.Is(err, os.ErrNotExist) {
+		if err := fsutil.MkdirPrivate(c.Dir); err != nil {
+			return "", nil, err
+		}
+	}
+	if err := fsutil.CheckPrivateDir(c.Dir); err != nil {
+		return "", nil, fmt.Errorf("watch: %w", err)
+	}
+	sock := filepath.Join(c.Dir, SocketName)
+	if fi, err := os.Lstat(sock); err == nil && fi.Mode()&os.ModeSocket == 0 {
+		return "", nil, fmt.Errorf("watch: %s is not a socket", sock)
+	}
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", sock)
+	if err != nil {
+		c.start(roots)
+		return "", nil, fmt.Errorf("watch: no server: %w", err)
+	}
+	defer conn.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		conn.SetDeadline(dl)
+	}
+	b, _ := json.Marshal(request{Roots: roots, Token: token})
+	if _, err := conn.Write(append(b, '\n')); err != nil {
+		return "", nil, fmt.Errorf("watch: %w", err)
+	}
+	line, err := bufio.NewReader(io.LimitReader(conn, 64<<20)).ReadBytes('\n')
+	if err != nil {
+		return "", nil, fmt.Errorf("watch: %w", err)
+	}
+	var resp response
+	if err := json.Unmarshal(line, &resp); err != nil {
+		return "", nil, fmt.Errorf("watch: bad answer: %w", err)
+	}
+	if resp.Error != "" {
+		return "", nil, fmt.Errorf("watch: server: %s", resp.Error)
+	}
+	if len(resp.Changes) != len(roots) || resp.Token == "" {
+		return "", nil, errors.New("watch: bad answer")
+	}
+	return resp.Token, resp.Changes, nil
+}
+
+// start launches a detached server, at most once per 10 s.
+func (c *Client) start(roots []string) {
+	if len(c.Command) == 0 {
+		return
+	}
+	marker := filepath.Join(c.Dir, spawnName)
+	if fi, err := os.Lstat(marker); err == nil && time.Since(fi.ModTime()) < 10*time.Second {
+		return
+	}
+	if err := fsutil.WriteAtomic(marker, nil, 0o600); err != nil {
+		return
+	}
+	cmd := exec.Command(c.Command[0], append(c.Command[1:], roots...)...)
+	cmd.Dir = "/"
+	cmd.SysProcAttr = detached()
+	if cmd.Start() == nil {
+		_ = cmd.Process.Release()
+	}
+}

@@ -1,0 +1,216 @@
+package watch
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+)
+
+func mk(t *testing.T, p string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(p), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func privateDir(t *testing.T) string {
+	d := filepath.Join(t.TempDir(), "w")
+	if err := os.Mkdir(d, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// ready returns a tracker watching root and a token it vouches for.
+func ready(t *testing.T, root string, opts Options) (*Tracker, string) {
+	t.Helper()
+	tr, err := New(privateDir(t), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tr.Close() })
+	ctx := context.Background()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		tok, ch, err := tr.Since(ctx, []string{root}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ch[0] != nil {
+			t.Fatal("a first call vouched")
+		}
+		if _, ok, derr := tr.Status(root); ok || derr != nil {
+			if derr != nil {
+				return tr, ""
+			}
+			tok, _, err = tr.Since(ctx, []string{root}, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return tr, tok
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("root never ready")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func since(t *testing.T, tr *Tracker, root, tok string) (string, *Changes) {
+	t.Helper()
+	next, ch, err := tr.Since(context.Background(), []string{root}, tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return next, ch[0]
+}
+
+func TestSinceReportsWhatChanged(t *testing.T) {
+	root := t.TempDir()
+	mk(t, filepath.Join(root, "a/b/f"))
+	mk(t, filepath.Join(root, "c/g"))
+	mk(t, filepath.Join(root, ".git/index"))
+	tr, tok := ready(t, root, Options{})
+
+	tok, ch := since(t, tr, root, tok)
+	if ch == nil || len(ch.Dirs)+len(ch.Trees) != 0 {
+		t.Fatalf("nothing changed: %+v", ch)
+	}
+	os.WriteFile(filepath.Join(root, "a/b/f"), []byte("x"), 0o644)
+	mk(t, filepath.Join(root, "n/m/h"))                         // a new tree, filled before its watch
+	os.WriteFile(filepath.Join(root, ".git/index"), nil, 0o644) // not watched
+	os.Chmod(filepath.Join(root, "c"), 0o700)
+	tok, ch = since(t, tr, root, tok)
+	if ch == nil || !slices.Contains(ch.Dirs, "a/b") || !slices.Contains(ch.Dirs, "") || !slices.Contains(ch.Trees, "n") {
+		t.Fatalf("changes = %+v", ch)
+	}
+	if slices.Contains(ch.Dirs, ".git") || slices.Contains(ch.Dirs, "c") {
+		t.Fatalf("changes name .git or c's contents: %+v", ch)
+	}
+	// The new tree is watched now.
+	mk(t, filepath.Join(root, "n/m/h2"))
+	// A renamed directory is reported where it is now.
+	if err := os.Rename(filepath.Join(root, "a"), filepath.Join(root, "z")); err != nil {
+		t.Fatal(err)
+	}
+	tok, ch = since(t, tr, root, tok)
+	if ch == nil || !slices.Contains(ch.Dirs, "n/m") || !slices.Contains(ch.Trees, "z") {
+		t.Fatalf("changes = %+v", ch)
+	}
+	os.WriteFile(filepath.Join(root, "z/b/f"), []byte("y"), 0o644)
+	_, ch = since(t, tr, root, tok)
+	if ch == nil || !slices.Equal(ch.Dirs, []string{"z/b"}) {
+		t.Fatalf("after the rename: %+v", ch)
+	}
+}
+
+// An event lost by the kernel queue (IN_Q_OVERFLOW, which fsnotify reports
+// as ErrEventOverflow on its Errors channel) makes every older token
+// unanswerable; a token taken after it is answered again.
+func TestOverflowCannotVouch(t *testing.T) {
+	root := t.TempDir()
+	mk(t, filepath.Join(root, "a/f"))
+	tr, tok := ready(t, root, Options{})
+	tr.fail(fsnotify.ErrEventOverflow)
+	tok2, ch := since(t, tr, root, tok)
+	if ch != nil {
+		t.Fatalf("vouched across an overflow: %+v", ch)
+	}
+	mk(t, filepath.Join(root, "a/g"))
+	if _, ch := since(t, tr, root, tok2); ch == nil || !slices.Equal(ch.Dirs, []string{"a"}) {
+		t.Fatalf("after the overflow: %+v", ch)
+	}
+}
+
+func TestRestartAndBoundsCannotVouch(t *testing.T) {
+	root := t.TempDir()
+	mk(t, filepath.Join(root, "a/f"))
+	_, tok := ready(t, root, Options{})
+	tr2, _ := ready(t, root, Options{})
+	if _, ch := since(t, tr2, root, tok); ch != nil {
+		t.Fatal("another instance's token was answered")
+	}
+	// Too many changed directories remembered: forgotten, not answered.
+	tr3, tok3 := ready(t, root, Options{MaxDirs: 3})
+	for _, d := range []string{"p", "q", "r", "s"} {
+		mk(t, filepath.Join(root, d, "f"))
+	}
+	if _, ch := since(t, tr3, root, tok3); ch != nil {
+		t.Fatalf("vouched past MaxDirs: %+v", ch)
+	}
+	// A watch limit: the root is never vouched for.
+	tr4, tok4 := ready(t, root, Options{MaxWatches: 2})
+	if _, _, err := tr4.Status(root); err == nil {
+		t.Fatal("no watch-limit error")
+	}
+	if _, ch := since(t, tr4, root, tok4); ch != nil {
+		t.Fatal("a root over the watch limit was vouched for")
+	}
+}
+
+func TestServerAndClient(t *testing.T) {
+	root := t.TempDir()
+	mk(t, filepath.Join(root, "a/f"))
+	dir := privateDir(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	up := make(chan struct{})
+	go func() { done <- Serve(ctx, dir, []string{root}, ServeOptions{Ready: func() { close(up) }}) }()
+	select {
+	case <-up:
+	case err := <-done:
+		t.Fatal(err)
+	}
+	if err := Serve(ctx, dir, nil, ServeOptions{}); err != ErrRunning {
+		t.Fatalf("second server: %v", err)
+	}
+	c := &Client{Dir: dir, Timeout: 3 * time.Second}
+	var tok string
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		next, ch, err := c.Since(ctx, []string{root}, tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ch[0] != nil {
+			break
+		}
+		tok = next
+		if time.Now().After(deadline) {
+			t.Fatal("never vouched")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	next, _, _ := c.Since(ctx, []string{root}, tok)
+	mk(t, filepath.Join(root, "a/g"))
+	_, ch, err := c.Since(ctx, []string{root}, next)
+	if err != nil || ch[0] == nil || !slices.Equal(ch[0].Dirs, []string{"a"}) {
+		t.Fatalf("changes = %+v, %v", ch, err)
+	}
+	// Refusals: a relative root; a directory that is not private.
+	if _, _, err := c.Since(ctx, []string{"rel"}, ""); err == nil {
+		t.Fatal("a relative root was accepted")
+	}
+	os.Chmod(dir, 0o755)
+	if _, _, err := c.Since(ctx, []string{root}, ""); err == nil {
+		t.Fatal("a client used a directory others can enter")
+	}
+	os.Chmod(dir, 0o700)
+	// The server ends when its socket is removed or on cancel.
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	// No server: an error (the capture walks), never an answer.
+	if _, _, err := (&Client{Dir: dir, Timeout: 200 * time.Millisecond}).Since(context.Background(), []string{root}, next); err == nil {
+		t.Fatal("an answer without a server")
+	}
+}
