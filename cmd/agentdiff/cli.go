@@ -388,6 +388,9 @@ func printVerify(w io.Writer, r *capsule.VerifyReport) {
 	for _, x := range r.Problems {
 		fmt.Fprintf(w, "  problem: %s\n", x)
 	}
+	for _, x := range r.ClearedTemporaries {
+		fmt.Fprintf(w, "  cleared: .agentdiff/%s (left by an interrupted rollback)\n", x)
+	}
 }
 
 func cmdInspect(ctx context.Context, e *env, args []string) error {
@@ -503,6 +506,9 @@ func cmdRollback(ctx context.Context, e *env, args []string) error {
 		writeJSON(e.stdout, att)
 	} else {
 		fmt.Fprintf(e.stdout, "rollback %s: %s\n", id, att.Status)
+		for _, x := range att.ClearedTemporaries {
+			fmt.Fprintf(e.stdout, "  cleared: .agentdiff/%s (left by an interrupted rollback)\n", x)
+		}
 		tw := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
 		for _, it := range att.Items {
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", it.Outcome, it.Change, it.Path, it.Action, it.Reason)

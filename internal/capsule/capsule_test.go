@@ -536,10 +536,15 @@ func TestTamperedResultTraversal(t *testing.T) {
 	}
 	ib, _ := json.MarshalIndent(in, "", "  ")
 	os.WriteFile(filepath.Join(out.dir, FileIntegrity), ib, 0o600)
-	verifyOK(t, out.dir) // checksums are not signatures: a consistent rewrite verifies
-	_, _, err := Rollback(context.Background(), root, filepath.Base(out.dir), RollbackOptions{})
-	if !errors.Is(err, ErrUnverified) || !strings.Contains(err.Error(), "unsafe path") {
-		t.Fatalf("err %v", err)
+	// Checksums are not signatures, so the rewrite is consistent; verify
+	// still refuses it, with the same check rollback runs.
+	rep, err := Verify(context.Background(), out.dir, filepath.Base(out.dir))
+	if err != nil || rep.OK || !strings.Contains(strings.Join(rep.Problems, ";"), "unsafe path") {
+		t.Fatalf("verify of a resealed capsule naming ../victim.txt: %+v %v", rep, err)
+	}
+	_, rrep, err := Rollback(context.Background(), root, filepath.Base(out.dir), RollbackOptions{})
+	if !errors.Is(err, ErrUnverified) || rrep == nil || !strings.Contains(strings.Join(rrep.Problems, ";"), "unsafe path") {
+		t.Fatalf("err %v, report %+v", err, rrep)
 	}
 	if read(t, victim) != "keep\n" {
 		t.Fatal("victim touched")
