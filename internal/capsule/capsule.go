@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -450,7 +451,7 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 
 	portsBefore, perr := listeningPorts()
 	rt.Ports = PortObservation{Source: "/proc/net/tcp,/proc/net/tcp6", Before: portsBefore,
-		Caveats: "machine-wide point-in-time observation of listening TCP sockets, not causal attribution"}
+		Caveats: "machine-wide observation of listening TCP sockets before, every 100 ms while the command runs, once before its process group is cleaned up, and after: not causal attribution (group_listeners are the sockets a process of the group held open); a socket opened and closed between two samples is not seen"}
 	if perr != nil {
 		rt.Ports.Error = perr.Error()
 	}
@@ -462,8 +463,10 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 			return nil, dir, err
 		}
 		phase("ports_and_barrier")
+		sampler := newPortSampler(portsBefore)
 		execErr = runCommand(ctx, launchSpec{path: resolved, argv: o.Argv, dir: root, env: o.Env,
-			stdin: o.Stdin, stdout: o.Stdout, stderr: o.Stderr, timeout: o.Timeout}, rt)
+			stdin: o.Stdin, stdout: o.Stdout, stderr: o.Stderr, timeout: o.Timeout, ports: sampler}, rt)
+		sampler.report(&rt.Ports)
 		if execErr != nil && !rt.Launched {
 			rt.LaunchError = execErr.Error()
 		}
@@ -484,7 +487,12 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 	if perr != nil && rt.Ports.Error == "" {
 		rt.Ports.Error = perr.Error()
 	}
-	rt.Ports.Opened, rt.Ports.Closed = diffSorted(portsBefore, portsAfter)
+	if rt.Ports.During == nil {
+		rt.Ports.During, rt.Ports.GroupListeners = []string{}, []GroupListener{}
+	}
+	seen := slices.Compact(slices.Sorted(slices.Values(append(append([]string{}, portsAfter...), rt.Ports.During...))))
+	rt.Ports.Opened, _ = diffSorted(portsBefore, seen)
+	_, rt.Ports.Closed = diffSorted(portsBefore, portsAfter)
 	if rt.Cleanup == nil {
 		rt.Cleanup = &ProcessCleanup{Descendants: []Descendant{}, Note: "command was not launched"}
 	}
@@ -546,7 +554,15 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 		warnings = append(warnings, Warning{Code: "descendants_remaining", Message: fmt.Sprintf("%d processes of the command's process group survived cleanup", rt.Cleanup.Remaining)})
 	}
 	if len(rt.Ports.Opened) > 0 {
-		warnings = append(warnings, Warning{Code: "listening_ports_opened", Message: "listening TCP sockets appeared during the run (machine-wide, not attributed): " + strings.Join(rt.Ports.Opened, ", ")})
+		msg := "listening TCP sockets appeared during the run (machine-wide, not attributed): " + strings.Join(rt.Ports.Opened, ", ")
+		if len(rt.Ports.GroupListeners) > 0 {
+			var held []string
+			for _, g := range rt.Ports.GroupListeners {
+				held = append(held, fmt.Sprintf("%s (pid %d %s)", g.Addr, g.PID, g.Comm))
+			}
+			msg += "; held by the command's process group: " + strings.Join(held, ", ")
+		}
+		warnings = append(warnings, Warning{Code: "listening_ports_opened", Message: msg})
 	}
 	if rt.Cancelled {
 		warnings = append(warnings, Warning{Code: "cancelled", Message: "agentdiff was interrupted while the command ran and killed its process group"})

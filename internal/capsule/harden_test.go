@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"net"
+	"slices"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -55,7 +57,20 @@ func TestSymlinkedRunsRefused(t *testing.T) {
 // rollbackHelperEnv makes the test binary a rollback process (see TestMain).
 const rollbackHelperEnv = "AGENTDIFF_TEST_ROLLBACK_HELPER"
 
+// listenHelperEnv makes the test binary a TCP listener that writes its
+// address to the named file and then waits to be killed.
+const listenHelperEnv = "AGENTDIFF_TEST_LISTEN_HELPER"
+
 func TestMain(m *testing.M) {
+	if p := os.Getenv(listenHelperEnv); p != "" {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			os.Exit(4)
+		}
+		os.WriteFile(p+".tmp", []byte(l.Addr().String()), 0o600)
+		os.Rename(p+".tmp", p)
+		select {}
+	}
 	if v := os.Getenv(rollbackHelperEnv); v != "" {
 		root, id, _ := strings.Cut(v, "\n")
 		if _, _, err := Rollback(context.Background(), root, id, RollbackOptions{}); err != nil {
@@ -163,5 +178,51 @@ func TestRollbackKilledBeforeSeal(t *testing.T) {
 	att, _, err := Rollback(context.Background(), root, id, RollbackOptions{})
 	if err != nil || att.Status != RollbackComplete || att.Items[0].Outcome != OutcomeAlready {
 		t.Fatalf("%+v %v", att, err)
+	}
+}
+
+// A listener the command leaves behind (`server &`) is observed before the
+// process group is cleaned up, attributed to the group, and then killed.
+func TestBackgroundServerPortObserved(t *testing.T) {
+	root := project(t)
+	addrFile := filepath.Join(t.TempDir(), "addr")
+	var stdout, stderr strings.Builder
+	res, dir, err := Run(context.Background(), RunOptions{Root: root, Policy: allowAll(), PolicySource: "test",
+		Argv: []string{"sh", "-c", `"$1" & while [ ! -s "$2" ]; do sleep 0.01; done`, "sh", os.Args[0], addrFile},
+		Env:  append(os.Environ(), listenHelperEnv+"="+addrFile), Stdout: &stdout, Stderr: &stderr})
+	if err != nil {
+		t.Fatalf("%v %s", err, stderr.String())
+	}
+	addr, err := os.ReadFile(addrFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "tcp4 " + string(addr)
+	if !slices.Contains(res.Runtime.PortsOpened, want) {
+		t.Fatalf("ports opened %q, want %q", res.Runtime.PortsOpened, want)
+	}
+	var rt Runtime
+	if err := readJSON(dir, FileRuntime, &rt); err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(rt.Ports.After, want) {
+		t.Fatalf("listener still open after cleanup: %q", rt.Ports.After)
+	}
+	if !slices.ContainsFunc(rt.Ports.GroupListeners, func(g GroupListener) bool { return g.Addr == want && g.PID > 0 }) {
+		t.Fatalf("group listeners %+v, want %s", rt.Ports.GroupListeners, want)
+	}
+	if rt.Ports.Samples < 1 || res.Runtime.Descendants < 1 {
+		t.Fatalf("samples %d, descendants %d", rt.Ports.Samples, res.Runtime.Descendants)
+	}
+	verifyOK(t, dir)
+}
+
+func TestParseProcNetInodes(t *testing.T) {
+	in := "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n" +
+		"   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 4242 1 0000000000000000 100 0 0 10 0\n" +
+		"   1: 0100007F:1F91 0100007F:9C40 01 00000000:00000000 00:00000000 00000000  1000        0 4243 1 0000000000000000 100 0 0 10 0\n"
+	ls, err := parseProcNetReader(strings.NewReader(in), "tcp", "tcp4")
+	if err != nil || len(ls) != 1 || ls[0].addr != "tcp4 127.0.0.1:8080" || ls[0].inode != 4242 {
+		t.Fatalf("%+v %v", ls, err)
 	}
 }
