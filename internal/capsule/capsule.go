@@ -114,6 +114,9 @@ type writer struct {
 	events bytes.Buffer
 	seq    int
 	now    func() time.Time
+	// statOnly holds files tampered checks by stat identity instead of
+	// content (the base manifest: large, and linked, not written, by this run).
+	statOnly map[string]statID
 }
 
 func sumBytes(b []byte) string {
@@ -229,6 +232,13 @@ func (w *writer) tampered() []string {
 	sort.Strings(names)
 	for _, n := range names {
 		s := w.sums[n]
+		if id, ok := w.statOnly[n]; ok {
+			var st unix.Stat_t
+			if unix.Lstat(filepath.Join(w.dir, n), &st) != nil || statIDOf(&st) != id {
+				bad = append(bad, n)
+			}
+			continue
+		}
 		b, err := fsutil.ReadFileNoFollow(filepath.Join(w.dir, n), MaxCapsuleFileBytes)
 		if err != nil || sumBytes(b) != s.SHA256 {
 			bad = append(bad, n)
@@ -414,16 +424,20 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 	w.event("command_decision", map[string]any{"executable": o.Argv[0], "resolved": resolved, "decision": string(cmdDec.Decision), "provenance": cmdDec.Provenance.Source})
 
 	var warnings []Warning
-	var before *Manifest
 	key, kerr := cacheKey(o.KeyDir)
 	if kerr != nil {
 		key = nil // the cache is an optimisation only
 	}
-	if launch {
-		before, err = takeManifest(ctx, root, scanOptions{store: store, bounds: pol.Backups, phase: "before", runID: id, reuse: loadStatCache(state, key)})
-	} else {
-		before, err = takeManifest(ctx, root, scanOptions{phase: "before", runID: id})
+	lst := newLister(root, store)
+	cache := loadStatCache(state, key)
+	var base []ManifestEntry
+	baseSum, baseTaken := "", int64(0)
+	if cache != nil {
+		base, baseSum, baseTaken = cache.base, cache.baseSum, cache.baseTaken
 	}
+	beforeTaken := now().UTC()
+	bs, err := lst.takeBefore(ctx, base, cache, pol.Backups, launch)
+	incomplete := ""
 	if err != nil {
 		// Without a complete before-state there is no transaction: refuse to launch.
 		if ctx.Err() != nil {
@@ -431,7 +445,8 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 		}
 		execErr = fmt.Errorf("cannot take the before manifest, command not launched: %w", err)
 		launch = false
-		before = &Manifest{SchemaVersion: 1, RunID: id, Phase: "before", Root: root, TakenAt: now().UTC(), Entries: []ManifestEntry{}, Incomplete: err.Error()}
+		incomplete = err.Error()
+		bs = &beforeState{}
 	}
 	phase("before_manifest")
 	if launch {
@@ -440,13 +455,36 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 		}
 	}
 	phase("object_store_sync")
+	before := &Manifest{SchemaVersion: ManifestSchemaV2, RunID: id, Phase: "before", Root: root, TakenAt: beforeTaken,
+		Total: len(bs.entries), BackupSkipped: bs.skipped, Incomplete: incomplete}
+	newBase := false
+	if incomplete == "" {
+		// A new base when there is none or the changes to it have grown.
+		if baseSum == "" || len(bs.changes)+len(bs.removed) > rebaseThreshold(len(bs.entries)) {
+			sum, _, err := writeBase(state, bs.entries)
+			if err != nil {
+				return nil, dir, err
+			}
+			baseSum, baseTaken, newBase = sum, beforeTaken.UnixNano(), true
+			bs.changes, bs.removed = nil, nil
+		}
+		if err := w.linkBase(filepath.Join(state, dirBases, baseSum), baseSum); err != nil {
+			return nil, dir, err
+		}
+		nBase := len(base)
+		if newBase {
+			nBase = len(bs.entries)
+		}
+		before.Base = &ManifestBase{File: FileBase, SHA256: baseSum, Entries: nBase}
+		before.Changes, before.Removed = derefAll(bs.changes), bs.removed
+	}
 	if err := w.writeCompact(FileBefore, before); err != nil {
 		return nil, dir, err
 	}
-	for reason, n := range before.BackupSkipped {
+	for reason, n := range bs.skipped {
 		warnings = append(warnings, Warning{Code: "backup_" + reason, Message: fmt.Sprintf("%d regular files have no before-state backup (%s)", n, strings.ReplaceAll(reason, "_", " "))})
 	}
-	w.event("before_manifest", map[string]any{"entries": len(before.Entries)})
+	w.event("before_manifest", map[string]any{"entries": len(bs.entries), "changes_to_base": len(bs.changes) + len(bs.removed), "new_base": newBase})
 	phase("write_before")
 
 	portsBefore, perr := listeningPorts()
@@ -490,29 +528,42 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 	if rt.Ports.During == nil {
 		rt.Ports.During, rt.Ports.GroupListeners = []string{}, []GroupListener{}
 	}
-	seen := slices.Compact(slices.Sorted(slices.Values(append(append([]string{}, portsAfter...), rt.Ports.During...))))
+	// Opened: listening after the run, or held by the command's group at a
+	// sample (machine-wide sockets seen only in samples stay in During).
+	seen := append([]string{}, portsAfter...)
+	for _, g := range rt.Ports.GroupListeners {
+		seen = append(seen, g.Addr)
+	}
+	slices.Sort(seen)
+	seen = slices.Compact(seen)
 	rt.Ports.Opened, _ = diffSorted(portsBefore, seen)
 	_, rt.Ports.Closed = diffSorted(portsBefore, portsAfter)
 	if rt.Cleanup == nil {
 		rt.Cleanup = &ProcessCleanup{Descendants: []Descendant{}, Note: "command was not launched"}
 	}
 
-	var after *Manifest
+	as := &afterState{}
+	afterTaken := now().UTC()
 	if launch {
 		// Finish the capsule even when the run was interrupted: the command ran.
-		after, err = takeManifest(context.WithoutCancel(ctx), root, scanOptions{reuse: before.index(), phase: "after", runID: id})
+		as, err = lst.takeAfter(context.WithoutCancel(ctx), bs.entries, beforeTaken)
 		if err != nil {
 			return nil, dir, fmt.Errorf("after manifest: %w", err)
 		}
-	} else {
-		cp := *before
-		cp.Phase = "after"
-		after = &cp
 	}
-
 	phase("after_manifest")
-	changes := diff(before, after)
-	bi, ai := before.index(), after.index()
+	changes, bi, ai := classifyDelta(as)
+	after := &Manifest{SchemaVersion: ManifestSchemaV2, RunID: id, Phase: "after", Root: root, TakenAt: afterTaken, Incomplete: incomplete,
+		Base: &ManifestBase{File: FileBefore, Entries: len(bs.entries)}, Total: len(bs.entries) - len(as.removed)}
+	for _, c := range as.changes {
+		after.Changes = append(after.Changes, *c.after)
+		if c.before == nil {
+			after.Total++
+		}
+	}
+	for _, r := range as.removed {
+		after.Removed = append(after.Removed, r.Path)
+	}
 	// Verify and link the before-state content of changed files into backups/.
 	verified := map[string]bool{}
 	var tamperedObjects []string
@@ -544,7 +595,7 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 	if len(tamperedObjects) > 0 {
 		warnings = append(warnings, Warning{Code: "capsule_tampered", Message: fmt.Sprintf("%d before-state backup objects changed during the run; their paths have no recovery evidence", len(tamperedObjects))})
 	}
-	written := bytesWritten(changes, after)
+	written := bytesWritten(changes, ai)
 	dur := time.Duration(rt.DurationMS) * time.Millisecond
 	violations := checkLimits(pol.Limits, changes, written, dur)
 	if rt.Cleanup != nil && len(rt.Cleanup.Descendants) > 0 {
@@ -628,10 +679,79 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 	if err := seal(w, id); err != nil {
 		return nil, dir, err
 	}
-	if launch {
-		_ = saveStatCache(state, key, after) // an optimisation: failure only costs hashing next time
+	if launch && incomplete == "" {
+		// An optimisation: failure only costs hashing next time.
+		_ = saveStatCache(state, key, baseSum, baseTaken, beforeTaken, cacheFiles(bs, as, newBase), store)
+		if newBase {
+			pruneBases(state, baseSum)
+		}
 	}
 	return res, dir, nil
+}
+
+// rebaseThreshold is the number of changes to the base above which a run
+// writes a new base manifest.
+func rebaseThreshold(entries int) int { return max(1024, entries/32) }
+
+func derefAll(es []*ManifestEntry) []ManifestEntry {
+	if len(es) == 0 {
+		return nil
+	}
+	out := make([]ManifestEntry, len(es))
+	for i, e := range es {
+		out[i] = *e
+	}
+	return out
+}
+
+// cacheFiles returns the regular files of the post-run state the stat cache
+// records beside its base: those that differ from it or were re-hashed.
+func cacheFiles(bs *beforeState, as *afterState, newBase bool) []*ManifestEntry {
+	changed := make(map[string]*ManifestEntry, len(as.changes))
+	var out []*ManifestEntry
+	for _, c := range as.changes {
+		if c.before != nil {
+			changed[c.before.Path] = c.after
+		}
+		if c.after.Type == "file" {
+			out = append(out, c.after)
+		}
+	}
+	gone := make(map[string]bool, len(as.removed))
+	for _, r := range as.removed {
+		gone[r.Path] = true
+	}
+	if newBase {
+		return out
+	}
+	for _, e := range bs.entries {
+		if e.Type != "file" || gone[e.Path] || changed[e.Path] != nil {
+			continue
+		}
+		if !e.inBase || e.refreshed {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// linkBase hard-links the base manifest into the capsule; the seal covers
+// it by its name (its digest), and tampered compares its stat identity.
+func (w *writer) linkBase(src, sum string) error {
+	dst := filepath.Join(w.dir, FileBase)
+	if err := os.Link(src, dst); err != nil {
+		return fmt.Errorf("link base manifest: %w", err)
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(dst, &st); err != nil {
+		return err
+	}
+	w.sums[FileBase] = fileSum{Path: FileBase, Size: st.Size, SHA256: sum}
+	if w.statOnly == nil {
+		w.statOnly = map[string]statID{}
+	}
+	w.statOnly[FileBase] = statIDOf(&st)
+	return nil
 }
 
 // sameDir checks that path still names the directory open as f.

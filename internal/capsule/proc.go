@@ -57,7 +57,7 @@ type PortObservation struct {
 	// process of the command's process group (a socket inode among its fds).
 	GroupListeners []GroupListener `json:"group_listeners"`
 	Samples        int             `json:"samples"`
-	// Opened: listening at any observation during or after the run, not before.
+	// Opened: listening after the run or held by the group at a sample, and not before.
 	Opened  []string `json:"opened"`
 	Closed  []string `json:"closed"`
 	Error   string   `json:"error,omitempty"`

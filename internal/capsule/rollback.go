@@ -90,8 +90,14 @@ func checkCapsule(dir string) (before, after *Manifest, res *Result, err error) 
 			return nil, nil, nil, err
 		}
 	}
+	if err := before.resolve(dir, nil); err != nil {
+		return nil, nil, nil, fmt.Errorf("before.json: %w", err)
+	}
 	if err := before.validate(); err != nil {
 		return nil, nil, nil, fmt.Errorf("before.json: %w", err)
+	}
+	if err := after.resolve(dir, before); err != nil {
+		return nil, nil, nil, fmt.Errorf("after.json: %w", err)
 	}
 	if err := after.validate(); err != nil {
 		return nil, nil, nil, fmt.Errorf("after.json: %w", err)

@@ -276,7 +276,7 @@ func validCapsuleRel(p string) error {
 		return fmt.Errorf("sealed path %q is unsafe", p)
 	}
 	switch {
-	case p == FileMetadata, p == FilePolicy, p == FileBefore, p == FileAfter, p == FileRuntime, p == FileResult, p == FileEvents:
+	case p == FileMetadata, p == FilePolicy, p == FileBefore, p == FileAfter, p == FileRuntime, p == FileResult, p == FileEvents, p == FileBase:
 		return nil
 	case strings.HasPrefix(p, DirBackups+"/") && validSum(strings.TrimPrefix(p, DirBackups+"/")):
 		return nil
