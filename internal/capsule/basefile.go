@@ -135,13 +135,37 @@ func cutQuoted(b []byte) (string, []byte, error) {
 }
 
 func parseInt(b []byte) (int64, bool) {
-	v, err := strconv.ParseInt(string(b), 10, 64)
-	return v, err == nil
+	neg := len(b) > 0 && b[0] == '-'
+	if neg {
+		b = b[1:]
+	}
+	v, ok := parseUint(b)
+	if !ok || v > 1<<63 || (!neg && v == 1<<63) {
+		return 0, false
+	}
+	if neg {
+		return -int64(v), true
+	}
+	return int64(v), true
 }
 
+// parseUint parses a decimal without sign, leading zeros or overflow.
 func parseUint(b []byte) (uint64, bool) {
-	v, err := strconv.ParseUint(string(b), 10, 64)
-	return v, err == nil
+	if len(b) == 0 || len(b) > 20 || (len(b) > 1 && b[0] == '0') {
+		return 0, false
+	}
+	var v uint64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		d := uint64(c - '0')
+		if v > (1<<64-1-d)/10 {
+			return 0, false
+		}
+		v = v*10 + d
+	}
+	return v, true
 }
 
 // parseEntryLine parses one base line (without its newline). modes interns
