@@ -35,7 +35,7 @@ func main() {
 	rounds := flag.Int("rounds", 9, "interleaved rounds (git status, agentdiff run); medians are reported")
 	bin := flag.String("bin", "", "agentdiff binary to measure (default: build ./cmd/agentdiff of this module)")
 	dir := flag.String("dir", "", "work directory (default: a new temporary directory, removed afterwards)")
-	keepRuns := flag.Bool("keep-runs", false, "keep every capsule (default: remove each run's capsule outside the timer, like the go benchmark)")
+	keepRuns := flag.Bool("keep-runs", true, "keep every capsule (false: remove the older capsules between rounds, outside the timer)")
 	flag.Parse()
 	if err := run(*files, *rounds, *bin, *dir, *keepRuns); err != nil {
 		fmt.Fprintln(os.Stderr, "agentdiffbench:", err)
@@ -134,12 +134,17 @@ func run(n, rounds int, bin, work string, keepRuns bool) error {
 }
 
 // measure runs c to completion and returns its wall time, peak RSS and, when
-// state is set, the bytes of new regular files below state that are not hard
-// links (backups linked from the object store are not writes).
+// state is set, the bytes of regular files below state that the run created
+// or rewrote: a new name for an inode that already existed (a hard link to
+// the shared base manifest or an object) is not a write.
 func measure(c *exec.Cmd, state string) (sample, error) {
-	var before map[string]bool
+	var before map[string]fileID
+	inodes := map[[2]uint64]bool{}
 	if state != "" {
 		before = files(state)
+		for _, id := range before {
+			inodes[[2]uint64{id.dev, id.ino}] = true
+		}
 	}
 	var stderr bytes.Buffer
 	c.Stdout, c.Stderr = nil, &stderr
@@ -153,35 +158,35 @@ func measure(c *exec.Cmd, state string) (sample, error) {
 		s.maxRSS = ru.Maxrss * 1024
 	}
 	if state != "" {
-		_ = filepath.WalkDir(state, func(p string, d fs.DirEntry, err error) error {
-			if err != nil || !d.Type().IsRegular() || before[p] {
-				return nil
-			}
-			fi, err := d.Info()
-			if err != nil {
-				return nil
-			}
-			if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Nlink > 1 && strings.Contains(p, "/backups/") {
-				return nil
-			}
-			s.written += fi.Size()
-			return nil
-		})
-		// Rewritten files (same name, new content) count in full too.
-		for p := range before {
-			if fi, err := os.Lstat(p); err == nil && fi.ModTime().After(t) && fi.Mode().IsRegular() && !strings.Contains(p, "/objects/") {
-				s.written += fi.Size()
+		for p, id := range files(state) {
+			old, existed := before[p]
+			switch {
+			case !existed && inodes[[2]uint64{id.dev, id.ino}]:
+			case !existed, old != id:
+				s.written += id.size
 			}
 		}
 	}
 	return s, nil
 }
 
-func files(dir string) map[string]bool {
-	out := map[string]bool{}
+type fileID struct {
+	dev, ino    uint64
+	size, mtime int64
+}
+
+func files(dir string) map[string]fileID {
+	out := map[string]fileID{}
 	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && d.Type().IsRegular() {
-			out[p] = true
+		if err != nil || !d.Type().IsRegular() {
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return nil
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			out[p] = fileID{dev: uint64(st.Dev), ino: st.Ino, size: st.Size, mtime: st.Mtim.Nano()}
 		}
 		return nil
 	})

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -168,9 +169,15 @@ func parseUint(b []byte) (uint64, bool) {
 	return v, true
 }
 
+// internedMode is a mode string parsed once per manifest.
+type internedMode struct {
+	s    string
+	bits fs.FileMode
+}
+
 // parseEntryLine parses one base line (without its newline). modes interns
 // the mode strings.
-func parseEntryLine(line []byte, modes map[string]string) (ManifestEntry, error) {
+func parseEntryLine(line []byte, modes map[string]internedMode) (ManifestEntry, error) {
 	var e ManifestEntry
 	if len(line) < 2 || line[1] != ' ' {
 		return e, errBadLine
@@ -191,10 +198,10 @@ func parseEntryLine(line []byte, modes map[string]string) (ManifestEntry, error)
 		if err != nil || modeString(mb) != string(f) {
 			return e, errBadLine
 		}
-		m = string(f)
-		modes[m] = m
+		m = internedMode{s: string(f), bits: mb}
+		modes[m.s] = m
 	}
-	e.Mode = m
+	e.Mode, e.modeBits = m.s, m.bits
 	var nums [3]int64
 	for i := range nums {
 		if f, rest, ok = cutField(rest); !ok {
@@ -247,7 +254,6 @@ func parseEntryLine(line []byte, modes map[string]string) (ManifestEntry, error)
 	if (e.Type == "file") != (e.SHA256 != "") || (e.Backup && e.Type != "file") {
 		return e, errBadLine
 	}
-	e.modeBits, _ = parseMode(e.Mode)
 	e.hasStatID = true
 	return e, nil
 }
@@ -261,7 +267,7 @@ func readBase(r io.Reader, wantSum string) ([]ManifestEntry, error) {
 	if err != nil || head != baseHeader {
 		return nil, errors.New("base manifest: bad header")
 	}
-	modes := map[string]string{}
+	modes := map[string]internedMode{}
 	var out []ManifestEntry
 	var total int64 = int64(len(head))
 	for {

@@ -12,7 +12,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
 	"time"
 
 	"github.com/agentscm/agentscm/internal/fsutil"
@@ -140,7 +139,7 @@ func parseStatCache(body []byte) (*statCache, error) {
 	} else if c.taken, ok = parseInt(f[1]); !ok {
 		return nil, bad
 	}
-	modes := map[string]string{}
+	modes := map[string]internedMode{}
 	limit := c.taken - int64(racyWindow)
 	for len(body) > 0 {
 		line, body, ok = bytes.Cut(body, []byte("\n"))
@@ -269,4 +268,3 @@ func saveStatCache(state string, key []byte, baseSum string, baseTaken int64, ta
 	return fsutil.WriteAtomic(filepath.Join(state, statCacheName), out, fsutil.FileMode)
 }
 
-var _ = strconv.Itoa
