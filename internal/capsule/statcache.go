@@ -267,4 +267,3 @@ func saveStatCache(state string, key []byte, baseSum string, baseTaken int64, ta
 	out := append([]byte(statCacheHeader+" "+mac(key, body.Bytes())+"\n"), body.Bytes()...)
 	return fsutil.WriteAtomic(filepath.Join(state, statCacheName), out, fsutil.FileMode)
 }
-
