@@ -81,6 +81,9 @@ type RunOptions struct {
 	Stdin        io.Reader
 	Stdout       io.Writer
 	Stderr       io.Writer
+	// FullListing lists the whole tree for the after manifest instead of
+	// only the directories the inotify watch saw change.
+	FullListing bool
 	// KeyDir holds the per-user key that authenticates the stat cache
 	// (outside the root); "" disables the cache and every file is hashed.
 	KeyDir string
@@ -494,7 +497,24 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 		rt.Ports.Error = perr.Error()
 	}
 
+	var watch *dirWatch
 	if launch {
+		if o.FullListing {
+			rt.AfterListing = "full: --full-listing"
+		} else {
+			var dirs []string
+			for _, e := range bs.entries {
+				if e.Type == "dir" {
+					dirs = append(dirs, e.Path)
+				}
+			}
+			var werr error
+			if watch, werr = watchDirs(lst.root, dirs); werr != nil {
+				rt.AfterListing = "full: " + werr.Error()
+			}
+			defer watch.close()
+		}
+		phase("watch")
 		w.event("command_started", map[string]any{"argv": redArgv})
 		// Everything recorded so far is durable before the command can run.
 		if err := w.barrier(); err != nil {
@@ -546,7 +566,12 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 	afterTaken := now().UTC()
 	if launch {
 		// Finish the capsule even when the run was interrupted: the command ran.
-		as, err = lst.takeAfter(context.WithoutCancel(ctx), bs.entries, beforeTaken)
+		relist := watchedRelist(watch, bs.entries, rt)
+		as, err = lst.takeAfter(context.WithoutCancel(ctx), bs.entries, beforeTaken, relist)
+		if errors.Is(err, errRelist) {
+			rt.AfterListing = "full: " + err.Error()
+			as, err = lst.takeAfter(context.WithoutCancel(ctx), bs.entries, beforeTaken, nil)
+		}
 		if err != nil {
 			return nil, dir, fmt.Errorf("after manifest: %w", err)
 		}
@@ -687,6 +712,32 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 		}
 	}
 	return res, dir, nil
+}
+
+// watchedRelist returns the directories the after manifest re-lists, or nil
+// (list the whole tree) when the watch cannot vouch; it records the choice
+// in rt.AfterListing.
+func watchedRelist(watch *dirWatch, before []*ManifestEntry, rt *Runtime) map[string]bool {
+	if watch == nil {
+		return nil
+	}
+	dirty, err := watch.dirty()
+	switch {
+	case err != nil:
+		rt.AfterListing = "full: " + err.Error()
+		return nil
+	case rt.Cleanup != nil && rt.Cleanup.Remaining > 0:
+		rt.AfterListing = "full: processes of the command's group survived cleanup"
+		return nil
+	}
+	for _, e := range before {
+		if e.Type == "file" && e.Nlink > 1 {
+			dirty[parentDir(e.Path)] = true // a write through another link is not reported here
+		}
+	}
+	relist := relistSet(dirty)
+	rt.AfterListing = fmt.Sprintf("watched: %d of %d directories re-listed", len(relist), len(watch.paths))
+	return relist
 }
 
 // rebaseThreshold is the number of changes to the base above which a run

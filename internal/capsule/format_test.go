@@ -247,3 +247,76 @@ func execCommand(dir string, argv ...string) ([]byte, error) {
 	c.Dir = dir
 	return c.CombinedOutput()
 }
+
+// runtimeOf reads a capsule's runtime.json.
+func runtimeOf(t *testing.T, dir string) Runtime {
+	t.Helper()
+	var rt Runtime
+	if err := readJSON(dir, FileRuntime, &rt); err != nil {
+		t.Fatal(err)
+	}
+	return rt
+}
+
+// The watched after manifest: what it re-lists, and each case where the
+// watch cannot vouch and the whole tree is listed instead; either way the
+// manifests are what a full listing finds.
+func TestWatchedAfterManifest(t *testing.T) {
+	outside := t.TempDir()
+	cases := []struct {
+		name, setup, script, listing string
+	}{
+		{"one file", "", "echo x >> d1/e1/f", "watched: 3 of "},
+		{"nothing", "", "true", "watched: 1 of "},
+		{"new tree", "", "mkdir -p n/m && echo y > n/m/g", "watched: 1 of "},
+		{"chmod dir", "", "chmod 700 d2/e2", "watched: 3 of "},
+		{"dir replaced", "", "mv d1/e1 moved && mkdir d1/e1 && echo z > d1/e1/other", "full: a re-listed directory was replaced"},
+		{"hard link outside", "ln d2/e1/f " + outside + "/link", "echo w >> " + outside + "/link", "watched: 3 of "},
+		{"many events", "", `i=0; while [ $i -lt 9000 ]; do echo >> d1/e1/f; echo >> d2/e2/f; i=$((i+1)); done`, "full: inotify lost events: queue overflow"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			for _, p := range []string{"d1/e1/f", "d1/e2/f", "d2/e1/f", "d2/e2/f", "top"} {
+				write(t, filepath.Join(root, p), p)
+			}
+			if tc.setup != "" {
+				if out, err := runShell(root, tc.setup); err != nil {
+					t.Fatalf("%v %s", err, out)
+				}
+			}
+			if tc.name == "many events" {
+				if b, err := os.ReadFile("/proc/sys/fs/inotify/max_queued_events"); err != nil || strings.TrimSpace(string(b)) != "16384" {
+					t.Skip("max_queued_events is not the default 16384")
+				}
+			}
+			res, dir, err := Run(context.Background(), RunOptions{Root: root, Policy: allowAll(), Argv: []string{"sh", "-c", tc.script}, Env: os.Environ(), KeyDir: t.TempDir()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rt := runtimeOf(t, dir)
+			if !strings.HasPrefix(rt.AfterListing, tc.listing) {
+				t.Fatalf("after listing %q, want %q", rt.AfterListing, tc.listing)
+			}
+			_, after, _, err := checkCapsule(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := sameManifest(after.Entries, fullManifest(t, root)); d != "" {
+				t.Fatalf("after manifest: %s (changes %+v)", d, res.Changes)
+			}
+			if tc.name == "hard link outside" && (len(res.Changes) != 1 || res.Changes[0].Path != "d2/e1/f") {
+				t.Fatalf("write through an outside link: changes %+v", res.Changes)
+			}
+		})
+	}
+	// --full-listing turns the watch off.
+	root := project(t)
+	_, dir, err := Run(context.Background(), RunOptions{Root: root, Policy: allowAll(), Argv: []string{"true"}, Env: os.Environ(), FullListing: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rt := runtimeOf(t, dir); rt.AfterListing != "full: --full-listing" {
+		t.Fatalf("after listing %q", rt.AfterListing)
+	}
+}

@@ -116,15 +116,19 @@ func newLister(root string, store *objectStore) *lister {
 	return l
 }
 
-// list returns every object below the root except .agentdiff, in walk order.
-func (l *lister) list(ctx context.Context) ([]scan.Stat, error) {
-	st, err := scan.List(ctx, l.root, scan.ListOptions{Skip: func(rel string, _ bool) bool { return rel == StateDir }})
+// list returns every object below the root except .agentdiff, in walk
+// order; a directory prune (nil: none) reports is listed Skipped and not
+// descended.
+func (l *lister) list(ctx context.Context, prune func(rel string) bool) ([]scan.Stat, error) {
+	st, err := scan.List(ctx, l.root, scan.ListOptions{Skip: func(rel string, isDir bool) bool {
+		return rel == StateDir || (isDir && prune != nil && prune(rel))
+	}})
 	if err != nil {
 		return nil, err
 	}
 	out := st[:0]
 	for _, s := range st[1:] {
-		if s.Skipped {
+		if s.Skipped && s.Path == StateDir {
 			continue
 		}
 		if !utf8.ValidString(s.Path) {
@@ -228,7 +232,7 @@ type beforeState struct {
 // storing (when backup is set) the before-state content of every file within
 // bounds.
 func (l *lister) takeBefore(ctx context.Context, base []ManifestEntry, cache *statCache, bounds BackupBounds, backup bool) (*beforeState, error) {
-	list, err := l.list(ctx)
+	list, err := l.list(ctx, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -311,11 +315,28 @@ type afterState struct {
 	removed []*ManifestEntry // before entries that are gone
 }
 
+// errRelist reports a watched listing that cannot be spliced into the
+// before manifest (a re-listed directory is another directory now).
+var errRelist = errors.New("a re-listed directory was replaced")
+
 // takeAfter lists the root again and returns what differs from before. A
 // file whose stat identity is unchanged keeps its hash unless it was
 // modified within racyWindow of the before manifest (then it is re-hashed).
-func (l *lister) takeAfter(ctx context.Context, before []*ManifestEntry, beforeTaken time.Time) (*afterState, error) {
-	list, err := l.list(ctx)
+// With relist (the watched case) only those directories are listed, plus
+// every directory the before manifest lacks; the subtrees of the others are
+// the before manifest's.
+func (l *lister) takeAfter(ctx context.Context, before []*ManifestEntry, beforeTaken time.Time, relist map[string]bool) (*afterState, error) {
+	var prune func(string) bool
+	if relist != nil {
+		dirs := make(map[string]bool)
+		for _, b := range before {
+			if b.Type == "dir" {
+				dirs[b.Path] = true
+			}
+		}
+		prune = func(rel string) bool { return dirs[rel] && !relist[rel] }
+	}
+	list, err := l.list(ctx, prune)
 	if err != nil {
 		return nil, err
 	}
@@ -333,7 +354,20 @@ func (l *lister) takeAfter(ctx context.Context, before []*ManifestEntry, beforeT
 			b = before[j]
 			j++
 		}
+		if s.Skipped {
+			// An unchanged directory: its subtree is the before manifest's.
+			if b == nil || b.Type != "dir" {
+				return nil, errRelist
+			}
+			for j < len(before) && strings.HasPrefix(before[j].Path, s.Path+"/") {
+				j++
+			}
+			continue
+		}
 		e := l.entry(s)
+		if relist != nil && e.Type == "dir" && b != nil && b.Type == "dir" && relist[e.Path] && (b.ino != e.ino || b.dev != e.dev) {
+			return nil, errRelist
+		}
 		if b != nil && sameStatID(b, &e) && b.Mode == e.Mode && b.Target == e.Target &&
 			(e.Type != "file" || (b.MtimeNS < limit && b.ctimeNS < limit)) {
 			continue // unchanged

@@ -91,6 +91,9 @@ type Runtime struct {
 	Ports         PortObservation `json:"ports"`
 	LaunchError   string          `json:"launch_error,omitempty"`
 	Cancelled     bool            `json:"cancelled,omitempty"` // agentdiff was interrupted and killed the group
+	// AfterListing says how the after manifest was taken: "watched: N of M
+	// directories re-listed" or "full: <why the watch could not vouch>".
+	AfterListing string `json:"after_listing,omitempty"`
 	// PhaseMS is agentdiff's own time per phase (milliseconds), for overhead accounting.
 	PhaseMS map[string]int64 `json:"phase_ms"`
 }
