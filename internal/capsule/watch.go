@@ -149,4 +149,3 @@ func relistSet(dirty map[string]bool) map[string]bool {
 	out[""] = true
 	return out
 }
-
