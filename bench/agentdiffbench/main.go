@@ -20,6 +20,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -31,6 +32,9 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 2 && os.Args[1] == spawnArg {
+		os.Exit(spawn(os.Args[2:]))
+	}
 	files := flag.Int("files", 100000, "files in the generated tree (100 per directory)")
 	rounds := flag.Int("rounds", 9, "interleaved rounds (git status, agentdiff run); medians are reported")
 	bin := flag.String("bin", "", "agentdiff binary to measure (default: build ./cmd/agentdiff of this module)")
@@ -133,6 +137,33 @@ func run(n, rounds int, bin, work string, keepRuns bool) error {
 	return nil
 }
 
+// spawnArg makes this program a small spawner: it runs the command, and
+// writes its wall time and peak RSS to fd 3. A child's ru_maxrss includes the
+// resident size of the process that spawned it at exec time (Linux keeps the
+// old mm's high-water mark; os/exec shares the parent's mm until exec), so
+// the measuring process must stay small: this spawner, not the benchmark
+// holding its maps, starts the measured command.
+const spawnArg = "-spawn"
+
+func spawn(argv []string) int {
+	c := exec.Command(argv[0], argv[1:]...)
+	c.Stdin, c.Stdout, c.Stderr = os.Stdin, os.Stdout, os.Stderr
+	t := time.Now()
+	err := c.Run()
+	wall := time.Since(t)
+	var rss int64
+	if ru, ok := c.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		rss = ru.Maxrss * 1024
+	}
+	out := os.NewFile(3, "result")
+	fmt.Fprintf(out, "%d %d\n", wall.Nanoseconds(), rss)
+	out.Close()
+	if err != nil {
+		return 1
+	}
+	return 0
+}
+
 // measure runs c to completion and returns its wall time, peak RSS and, when
 // state is set, the bytes of regular files below state that the run created
 // or rewrote: a new name for an inode that already existed (a hard link to
@@ -146,16 +177,31 @@ func measure(c *exec.Cmd, state string) (sample, error) {
 			inodes[[2]uint64{id.dev, id.ino}] = true
 		}
 	}
+	self, err := os.Executable()
+	if err != nil {
+		return sample{}, err
+	}
+	sp := exec.Command(self, append([]string{spawnArg, c.Path}, c.Args[1:]...)...)
+	sp.Env, sp.Dir = c.Env, c.Dir
+	r, w, err := os.Pipe()
+	if err != nil {
+		return sample{}, err
+	}
+	sp.ExtraFiles = []*os.File{w}
 	var stderr bytes.Buffer
-	c.Stdout, c.Stderr = nil, &stderr
-	t := time.Now()
-	err := c.Run()
-	s := sample{wall: time.Since(t)}
+	sp.Stdout, sp.Stderr = nil, &stderr
+	err = sp.Run()
+	w.Close()
+	res, _ := io.ReadAll(r)
+	r.Close()
+	var s sample
+	var wallNS int64
+	if _, perr := fmt.Sscan(string(res), &wallNS, &s.maxRSS); perr != nil && err == nil {
+		err = perr
+	}
+	s.wall = time.Duration(wallNS)
 	if err != nil {
 		return s, fmt.Errorf("%s: %v\n%.2000s", strings.Join(c.Args, " "), err, stderr.String())
-	}
-	if ru, ok := c.ProcessState.SysUsage().(*syscall.Rusage); ok {
-		s.maxRSS = ru.Maxrss * 1024
 	}
 	if state != "" {
 		for p, id := range files(state) {

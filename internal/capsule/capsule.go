@@ -432,14 +432,22 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 		key = nil // the cache is an optimisation only
 	}
 	lst := newLister(root, store)
-	cache := loadStatCache(state, key)
+	// Parse the stat cache's base while the tree is listed.
+	cached := make(chan *statCache, 1)
+	go func() { cached <- loadStatCache(state, key) }()
+	beforeTaken := now().UTC()
+	list, err := lst.list(ctx, nil)
+	cache := <-cached
 	var base []ManifestEntry
 	baseSum, baseTaken := "", int64(0)
 	if cache != nil {
 		base, baseSum, baseTaken = cache.base, cache.baseSum, cache.baseTaken
 	}
-	beforeTaken := now().UTC()
-	bs, err := lst.takeBefore(ctx, base, cache, pol.Backups, launch)
+	var bs *beforeState
+	if err == nil {
+		bs, err = lst.before(ctx, list, base, cache, pol.Backups, launch)
+	}
+	list = nil
 	incomplete := ""
 	if err != nil {
 		// Without a complete before-state there is no transaction: refuse to launch.

@@ -236,6 +236,11 @@ func (l *lister) takeBefore(ctx context.Context, base []ManifestEntry, cache *st
 	if err != nil {
 		return nil, err
 	}
+	return l.before(ctx, list, base, cache, bounds, backup)
+}
+
+// before builds the before manifest from a listing (see takeBefore).
+func (l *lister) before(ctx context.Context, list []scan.Stat, base []ManifestEntry, cache *statCache, bounds BackupBounds, backup bool) (*beforeState, error) {
 	bs := &beforeState{entries: make([]*ManifestEntry, 0, len(list))}
 	var total, files int64
 	skip := func(reason string) {
