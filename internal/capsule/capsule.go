@@ -120,6 +120,8 @@ type writer struct {
 	// statOnly holds files tampered checks by stat identity instead of
 	// content (the base manifest: large, and linked, not written, by this run).
 	statOnly map[string]statID
+	// unsynced names the files written since the last barrier.
+	unsynced []string
 }
 
 func sumBytes(b []byte) string {
@@ -145,8 +147,8 @@ func (w *writer) writeCompact(name string, v any) error {
 	return w.writeRaw(name, append(b, '\n'))
 }
 
-// writeRaw creates name in the new capsule directory (no-replace, no-follow)
-// and fsyncs it; the directory entry becomes durable at the next syncDir.
+// writeRaw creates name in the new capsule directory (no-replace, no-follow);
+// the next barrier makes it and its directory entry durable.
 func (w *writer) writeRaw(name string, b []byte) error {
 	f, err := os.OpenFile(filepath.Join(w.dir, name), os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, fsutil.FileMode)
 	if err != nil {
@@ -156,35 +158,57 @@ func (w *writer) writeRaw(name string, b []byte) error {
 		f.Close()
 		return fmt.Errorf("write capsule %s: %w", name, err)
 	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("sync capsule %s: %w", name, err)
-	}
 	if err := f.Close(); err != nil {
 		return err
 	}
+	w.unsynced = append(w.unsynced, name)
 	w.sums[name] = fileSum{Path: name, Size: int64(len(b)), SHA256: sumBytes(b)}
 	return nil
 }
 
-// barrier makes the events appended so far and every directory entry created
-// so far durable.
-func (w *writer) barrier() error {
-	f, err := os.OpenFile(filepath.Join(w.dir, FileEvents), os.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("sync events: %w", err)
-	}
-	err = f.Sync()
-	f.Close()
-	if err != nil {
-		return fmt.Errorf("sync events: %w", err)
-	}
-	if _, err := os.Lstat(filepath.Join(w.dir, DirBackups)); err == nil {
-		if err := fsutil.SyncDir(filepath.Join(w.dir, DirBackups)); err != nil {
-			return err
+// barrier makes the files written and the events appended so far, every
+// directory entry created so far and whatever extra syncs durable. The
+// fsyncs are issued at once, so the filesystem can commit them together
+// instead of one journal commit each.
+func (w *writer) barrier(extra ...func() error) error {
+	syncPath := func(p string, what string) func() error {
+		return func() error {
+			f, err := os.OpenFile(p, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			if err != nil {
+				return fmt.Errorf("sync %s: %w", what, err)
+			}
+			err = f.Sync()
+			f.Close()
+			if err != nil {
+				return fmt.Errorf("sync %s: %w", what, err)
+			}
+			return nil
 		}
 	}
-	return fsutil.SyncDir(w.dir)
+	fns := append([]func() error{}, extra...)
+	for _, n := range w.unsynced {
+		fns = append(fns, syncPath(filepath.Join(w.dir, n), "capsule "+n))
+	}
+	fns = append(fns, syncPath(filepath.Join(w.dir, FileEvents), "events"))
+	if _, err := os.Lstat(filepath.Join(w.dir, DirBackups)); err == nil {
+		fns = append(fns, func() error { return fsutil.SyncDir(filepath.Join(w.dir, DirBackups)) })
+	}
+	fns = append(fns, func() error { return fsutil.SyncDir(w.dir) })
+	errs := make([]error, len(fns))
+	var wg sync.WaitGroup
+	for i, fn := range fns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = fn()
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	w.unsynced = w.unsynced[:0]
+	return nil
 }
 
 // event appends one redacted event line; barrier makes it durable.
@@ -460,18 +484,13 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 		bs = &beforeState{}
 	}
 	phase("before_manifest")
-	if launch {
-		if err := store.sync(); err != nil {
-			return nil, dir, err
-		}
-	}
-	phase("object_store_sync")
 	before := &Manifest{SchemaVersion: ManifestSchemaV2, RunID: id, Phase: "before", Root: root, TakenAt: beforeTaken,
 		Total: len(bs.entries), BackupSkipped: bs.skipped, Incomplete: incomplete}
 	newBase := false
 	if incomplete == "" {
 		// A new base when there is none or the changes to it have grown.
-		if baseSum == "" || len(bs.changes)+len(bs.removed) > rebaseThreshold(len(bs.entries)) {
+		// (Re-hashed entries count: the stat cache lists them beside the base.)
+		if baseSum == "" || len(bs.changes)+len(bs.removed)+bs.refreshed > rebaseThreshold(len(bs.entries)) {
 			sum, _, err := writeBase(state, bs.entries)
 			if err != nil {
 				return nil, dir, err
@@ -524,8 +543,9 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 		}
 		phase("watch")
 		w.event("command_started", map[string]any{"argv": redArgv})
-		// Everything recorded so far is durable before the command can run.
-		if err := w.barrier(); err != nil {
+		// Everything recorded so far, and the before-state objects, are
+		// durable before the command can run.
+		if err := w.barrier(store.sync); err != nil {
 			return nil, dir, err
 		}
 		phase("ports_and_barrier")

@@ -225,6 +225,9 @@ type beforeState struct {
 	changes []*ManifestEntry
 	removed []string
 	skipped map[string]int64
+	// refreshed counts the base entries the stat cache must list beside the
+	// base (their hash was re-taken or came from the cache's own list).
+	refreshed int
 }
 
 // takeBefore lists the root and builds the before manifest against base
@@ -284,9 +287,12 @@ func (l *lister) before(ctx context.Context, list []scan.Stat, base []ManifestEn
 				if err := l.hash(&e, wantBackup); err != nil {
 					return nil, err
 				}
-				if b != nil && !b.reuse && sameEntry(b, &e) {
-					b.refreshed = true // now cacheable: the stat cache records it
-				}
+			}
+			if b != nil && !b.reuse && c != b && sameEntry(b, &e) {
+				// The base cannot vouch for this hash by itself (racy when the
+				// base was taken): the stat cache keeps it beside the base.
+				b.refreshed = true
+				bs.refreshed++
 			}
 			if e.Backup {
 				total += e.Size

@@ -265,5 +265,27 @@ func saveStatCache(state string, key []byte, baseSum string, baseTaken int64, ta
 	}
 	bw.Flush()
 	out := append([]byte(statCacheHeader+" "+mac(key, body.Bytes())+"\n"), body.Bytes()...)
-	return fsutil.WriteAtomic(filepath.Join(state, statCacheName), out, fsutil.FileMode)
+	return writeUnsynced(filepath.Join(state, statCacheName), out)
+}
+
+// writeUnsynced replaces path through a temporary file and a rename without
+// fsync: the stat cache is an optimisation, and a cache a crash leaves torn
+// fails authentication and is ignored.
+func writeUnsynced(path string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), fsutil.TempPrefix+"statcache-")
+	if err != nil {
+		return err
+	}
+	name := f.Name()
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(name, path)
+	}
+	if err != nil {
+		os.Remove(name)
+	}
+	return err
 }
