@@ -230,7 +230,7 @@ func parseEntryLine(line []byte, modes map[string]internedMode) (ManifestEntry, 
 		return e, errBadLine
 	}
 	if !(len(f) == 1 && f[0] == '-') {
-		if !validSum(string(f)) {
+		if !validSumBytes(f) {
 			return e, errBadLine
 		}
 		e.SHA256 = string(f)
@@ -262,7 +262,11 @@ func parseEntryLine(line []byte, modes map[string]internedMode) (ManifestEntry, 
 // must hash to it.
 func readBase(r io.Reader, wantSum string) ([]ManifestEntry, error) {
 	h := sha256.New()
-	br := bufio.NewReaderSize(io.TeeReader(io.LimitReader(r, maxBaseSize+1), h), 256<<10)
+	src := io.LimitReader(r, maxBaseSize+1)
+	if wantSum != "" {
+		src = io.TeeReader(src, h)
+	}
+	br := bufio.NewReaderSize(src, 256<<10)
 	head, err := br.ReadString('\n')
 	if err != nil || head != baseHeader {
 		return nil, errors.New("base manifest: bad header")
@@ -390,4 +394,17 @@ func walkCompare(a, b string) int {
 		return 1
 	}
 	return len(a) - len(b)
+}
+
+// validSumBytes is validSum without a string conversion.
+func validSumBytes(b []byte) bool {
+	if len(b) != 64 {
+		return false
+	}
+	for _, c := range b {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
