@@ -22,6 +22,7 @@ import (
 
 	"github.com/agentscm/agentscm/internal/fsutil"
 	"github.com/agentscm/agentscm/internal/redact"
+	"github.com/agentscm/agentscm/internal/scan"
 	"golang.org/x/sys/unix"
 )
 
@@ -461,6 +462,26 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 	go func() { cached <- loadStatCache(state, key) }()
 	beforeTaken := now().UTC()
 	list, err := lst.list(ctx, nil)
+	// Add the inotify watches while the listing is merged into the before manifest.
+	var watching chan watchResult
+	if err == nil && launch && !o.FullListing {
+		var dirs []string
+		for i := range list {
+			if list[i].Type == scan.Dir && !list[i].Skipped {
+				dirs = append(dirs, list[i].Path)
+			}
+		}
+		watching = make(chan watchResult, 1)
+		go func() {
+			w, err := watchDirs(lst.root, dirs)
+			watching <- watchResult{w, err}
+		}()
+		defer func() {
+			if watching != nil { // not taken: release it
+				(<-watching).w.close()
+			}
+		}()
+	}
 	cache := <-cached
 	var base []ManifestEntry
 	baseSum, baseTaken := "", int64(0)
@@ -528,16 +549,12 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 	if launch {
 		if o.FullListing {
 			rt.AfterListing = "full: --full-listing"
-		} else {
-			var dirs []string
-			for _, e := range bs.entries {
-				if e.Type == "dir" {
-					dirs = append(dirs, e.Path)
-				}
-			}
-			var werr error
-			if watch, werr = watchDirs(lst.root, dirs); werr != nil {
-				rt.AfterListing = "full: " + werr.Error()
+		} else if watching != nil {
+			r := <-watching
+			watching = nil
+			watch = r.w
+			if r.err != nil {
+				rt.AfterListing = "full: " + r.err.Error()
 			}
 			defer watch.close()
 		}

@@ -27,6 +27,12 @@ import (
 const watchMask = unix.IN_MODIFY | unix.IN_ATTRIB | unix.IN_CLOSE_WRITE | unix.IN_CREATE | unix.IN_DELETE |
 	unix.IN_MOVED_FROM | unix.IN_MOVED_TO | unix.IN_DELETE_SELF | unix.IN_MOVE_SELF | unix.IN_ONLYDIR | unix.IN_DONT_FOLLOW
 
+// watchResult carries watchDirs' answer from the goroutine that adds the watches.
+type watchResult struct {
+	w   *dirWatch
+	err error
+}
+
 // dirWatch is the inotify instance of one run.
 type dirWatch struct {
 	fd    int
