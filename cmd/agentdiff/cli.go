@@ -109,7 +109,7 @@ type command struct {
 
 func commands() []command {
 	return []command{
-		{"run", "run [--root PATH] [--policy FILE] [--task TEXT] [--timeout DUR] [--format summary|json] [--fail-on never|review|deny] -- ARGV...", "run ARGV (no shell) inside an evidence transaction and write its capsule", cmdRun},
+		{"run", "run [--root PATH] [--policy FILE] [--task TEXT] [--timeout DUR] [--full-listing] [--format summary|json] [--fail-on never|review|deny] -- ARGV...", "run ARGV (no shell) inside an evidence transaction and write its capsule", cmdRun},
 		{"verify", "verify [--root PATH] [--format text|json] RUN_ID", "check a capsule against its sealed SHA-256 manifest", cmdVerify},
 		{"inspect", "inspect [--root PATH] [--format text|json] RUN_ID", "show a capsule's verification, result and rollbacks", cmdInspect},
 		{"runs", "runs [--root PATH] [--limit N] [--format text|json]", "list capsules, newest first", cmdRuns},
@@ -246,6 +246,7 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	policy := fs.String("policy", "", "version-1 policy file (default: the built-in default policy)")
 	task := fs.String("task", "", "what the command is for (stored redacted)")
 	timeout := fs.Duration("timeout", 0, "kill the command's process group after this long (0: no timeout)")
+	fullListing := fs.Bool("full-listing", false, "list the whole tree for the after manifest instead of only the directories the inotify watch saw change")
 	format := formatFlag(fs, "summary")
 	failOn := fs.String("fail-on", "deny", "non-zero exit for: never, review (review or deny), deny")
 	if err := parse(fs, args); err != nil {
@@ -274,7 +275,7 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	}
 	res, dir, err := capsule.Run(ctx, capsule.RunOptions{
 		Root: *root, Policy: pol, PolicyBytes: polBytes, PolicySource: src, Task: *task, Argv: argv,
-		Timeout: *timeout, Env: e.environ, Stdin: e.stdin, Stdout: childOut, Stderr: e.stderr,
+		Timeout: *timeout, FullListing: *fullListing, Env: e.environ, Stdin: e.stdin, Stdout: childOut, Stderr: e.stderr,
 		KeyDir: e.configDir(),
 	})
 	if err != nil {
@@ -387,6 +388,9 @@ func printVerify(w io.Writer, r *capsule.VerifyReport) {
 	}
 	for _, x := range r.Problems {
 		fmt.Fprintf(w, "  problem: %s\n", x)
+	}
+	for _, x := range r.ClearedTemporaries {
+		fmt.Fprintf(w, "  cleared: .agentdiff/%s (left by an interrupted rollback)\n", x)
 	}
 }
 
@@ -503,6 +507,9 @@ func cmdRollback(ctx context.Context, e *env, args []string) error {
 		writeJSON(e.stdout, att)
 	} else {
 		fmt.Fprintf(e.stdout, "rollback %s: %s\n", id, att.Status)
+		for _, x := range att.ClearedTemporaries {
+			fmt.Fprintf(e.stdout, "  cleared: .agentdiff/%s (left by an interrupted rollback)\n", x)
+		}
 		tw := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
 		for _, it := range att.Items {
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", it.Outcome, it.Change, it.Path, it.Action, it.Reason)

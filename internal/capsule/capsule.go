@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/agentscm/agentscm/internal/fsutil"
 	"github.com/agentscm/agentscm/internal/redact"
+	"github.com/agentscm/agentscm/internal/scan"
 	"golang.org/x/sys/unix"
 )
 
@@ -80,6 +82,9 @@ type RunOptions struct {
 	Stdin        io.Reader
 	Stdout       io.Writer
 	Stderr       io.Writer
+	// FullListing lists the whole tree for the after manifest instead of
+	// only the directories the inotify watch saw change.
+	FullListing bool
 	// KeyDir holds the per-user key that authenticates the stat cache
 	// (outside the root); "" disables the cache and every file is hashed.
 	KeyDir string
@@ -113,6 +118,11 @@ type writer struct {
 	events bytes.Buffer
 	seq    int
 	now    func() time.Time
+	// statOnly holds files tampered checks by stat identity instead of
+	// content (the base manifest: large, and linked, not written, by this run).
+	statOnly map[string]statID
+	// unsynced names the files written since the last barrier.
+	unsynced []string
 }
 
 func sumBytes(b []byte) string {
@@ -138,8 +148,8 @@ func (w *writer) writeCompact(name string, v any) error {
 	return w.writeRaw(name, append(b, '\n'))
 }
 
-// writeRaw creates name in the new capsule directory (no-replace, no-follow)
-// and fsyncs it; the directory entry becomes durable at the next syncDir.
+// writeRaw creates name in the new capsule directory (no-replace, no-follow);
+// the next barrier makes it and its directory entry durable.
 func (w *writer) writeRaw(name string, b []byte) error {
 	f, err := os.OpenFile(filepath.Join(w.dir, name), os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, fsutil.FileMode)
 	if err != nil {
@@ -149,35 +159,57 @@ func (w *writer) writeRaw(name string, b []byte) error {
 		f.Close()
 		return fmt.Errorf("write capsule %s: %w", name, err)
 	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("sync capsule %s: %w", name, err)
-	}
 	if err := f.Close(); err != nil {
 		return err
 	}
+	w.unsynced = append(w.unsynced, name)
 	w.sums[name] = fileSum{Path: name, Size: int64(len(b)), SHA256: sumBytes(b)}
 	return nil
 }
 
-// barrier makes the events appended so far and every directory entry created
-// so far durable.
-func (w *writer) barrier() error {
-	f, err := os.OpenFile(filepath.Join(w.dir, FileEvents), os.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("sync events: %w", err)
-	}
-	err = f.Sync()
-	f.Close()
-	if err != nil {
-		return fmt.Errorf("sync events: %w", err)
-	}
-	if _, err := os.Lstat(filepath.Join(w.dir, DirBackups)); err == nil {
-		if err := fsutil.SyncDir(filepath.Join(w.dir, DirBackups)); err != nil {
-			return err
+// barrier makes the files written and the events appended so far, every
+// directory entry created so far and whatever extra syncs durable. The
+// fsyncs are issued at once, so the filesystem can commit them together
+// instead of one journal commit each.
+func (w *writer) barrier(extra ...func() error) error {
+	syncPath := func(p string, what string) func() error {
+		return func() error {
+			f, err := os.OpenFile(p, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			if err != nil {
+				return fmt.Errorf("sync %s: %w", what, err)
+			}
+			err = f.Sync()
+			f.Close()
+			if err != nil {
+				return fmt.Errorf("sync %s: %w", what, err)
+			}
+			return nil
 		}
 	}
-	return fsutil.SyncDir(w.dir)
+	fns := append([]func() error{}, extra...)
+	for _, n := range w.unsynced {
+		fns = append(fns, syncPath(filepath.Join(w.dir, n), "capsule "+n))
+	}
+	fns = append(fns, syncPath(filepath.Join(w.dir, FileEvents), "events"))
+	if _, err := os.Lstat(filepath.Join(w.dir, DirBackups)); err == nil {
+		fns = append(fns, func() error { return fsutil.SyncDir(filepath.Join(w.dir, DirBackups)) })
+	}
+	fns = append(fns, func() error { return fsutil.SyncDir(w.dir) })
+	errs := make([]error, len(fns))
+	var wg sync.WaitGroup
+	for i, fn := range fns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = fn()
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	w.unsynced = w.unsynced[:0]
+	return nil
 }
 
 // event appends one redacted event line; barrier makes it durable.
@@ -228,6 +260,13 @@ func (w *writer) tampered() []string {
 	sort.Strings(names)
 	for _, n := range names {
 		s := w.sums[n]
+		if id, ok := w.statOnly[n]; ok {
+			var st unix.Stat_t
+			if unix.Lstat(filepath.Join(w.dir, n), &st) != nil || statIDOf(&st) != id {
+				bad = append(bad, n)
+			}
+			continue
+		}
 		b, err := fsutil.ReadFileNoFollow(filepath.Join(w.dir, n), MaxCapsuleFileBytes)
 		if err != nil || sumBytes(b) != s.SHA256 {
 			bad = append(bad, n)
@@ -413,16 +452,48 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 	w.event("command_decision", map[string]any{"executable": o.Argv[0], "resolved": resolved, "decision": string(cmdDec.Decision), "provenance": cmdDec.Provenance.Source})
 
 	var warnings []Warning
-	var before *Manifest
 	key, kerr := cacheKey(o.KeyDir)
 	if kerr != nil {
 		key = nil // the cache is an optimisation only
 	}
-	if launch {
-		before, err = takeManifest(ctx, root, scanOptions{store: store, bounds: pol.Backups, phase: "before", runID: id, reuse: loadStatCache(state, key)})
-	} else {
-		before, err = takeManifest(ctx, root, scanOptions{phase: "before", runID: id})
+	lst := newLister(root, store)
+	// Parse the stat cache's base while the tree is listed.
+	cached := make(chan *statCache, 1)
+	go func() { cached <- loadStatCache(state, key) }()
+	beforeTaken := now().UTC()
+	list, err := lst.list(ctx, nil)
+	// Add the inotify watches while the listing is merged into the before manifest.
+	var watching chan watchResult
+	if err == nil && launch && !o.FullListing {
+		var dirs []string
+		for i := range list {
+			if list[i].Type == scan.Dir && !list[i].Skipped {
+				dirs = append(dirs, list[i].Path)
+			}
+		}
+		watching = make(chan watchResult, 1)
+		go func() {
+			w, err := watchDirs(lst.root, dirs)
+			watching <- watchResult{w, err}
+		}()
+		defer func() {
+			if watching != nil { // not taken: release it
+				(<-watching).w.close()
+			}
+		}()
 	}
+	cache := <-cached
+	var base []ManifestEntry
+	baseSum, baseTaken := "", int64(0)
+	if cache != nil {
+		base, baseSum, baseTaken = cache.base, cache.baseSum, cache.baseTaken
+	}
+	var bs *beforeState
+	if err == nil {
+		bs, err = lst.before(ctx, list, base, cache, pol.Backups, launch)
+	}
+	list = nil
+	incomplete := ""
 	if err != nil {
 		// Without a complete before-state there is no transaction: refuse to launch.
 		if ctx.Err() != nil {
@@ -430,40 +501,75 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 		}
 		execErr = fmt.Errorf("cannot take the before manifest, command not launched: %w", err)
 		launch = false
-		before = &Manifest{SchemaVersion: 1, RunID: id, Phase: "before", Root: root, TakenAt: now().UTC(), Entries: []ManifestEntry{}, Incomplete: err.Error()}
+		incomplete = err.Error()
+		bs = &beforeState{}
 	}
 	phase("before_manifest")
-	if launch {
-		if err := store.sync(); err != nil {
+	before := &Manifest{SchemaVersion: ManifestSchemaV2, RunID: id, Phase: "before", Root: root, TakenAt: beforeTaken,
+		Total: len(bs.entries), BackupSkipped: bs.skipped, Incomplete: incomplete}
+	newBase := false
+	if incomplete == "" {
+		// A new base when there is none or the changes to it have grown.
+		// (Re-hashed entries count: the stat cache lists them beside the base.)
+		if baseSum == "" || len(bs.changes)+len(bs.removed)+bs.refreshed > rebaseThreshold(len(bs.entries)) {
+			sum, _, err := writeBase(state, bs.entries)
+			if err != nil {
+				return nil, dir, err
+			}
+			baseSum, baseTaken, newBase = sum, beforeTaken.UnixNano(), true
+			bs.changes, bs.removed = nil, nil
+		}
+		if err := w.linkBase(filepath.Join(state, dirBases, baseSum), baseSum); err != nil {
 			return nil, dir, err
 		}
+		nBase := len(base)
+		if newBase {
+			nBase = len(bs.entries)
+		}
+		before.Base = &ManifestBase{File: FileBase, SHA256: baseSum, Entries: nBase}
+		before.Changes, before.Removed = derefAll(bs.changes), bs.removed
 	}
-	phase("object_store_sync")
 	if err := w.writeCompact(FileBefore, before); err != nil {
 		return nil, dir, err
 	}
-	for reason, n := range before.BackupSkipped {
+	for reason, n := range bs.skipped {
 		warnings = append(warnings, Warning{Code: "backup_" + reason, Message: fmt.Sprintf("%d regular files have no before-state backup (%s)", n, strings.ReplaceAll(reason, "_", " "))})
 	}
-	w.event("before_manifest", map[string]any{"entries": len(before.Entries)})
+	w.event("before_manifest", map[string]any{"entries": len(bs.entries), "changes_to_base": len(bs.changes) + len(bs.removed), "new_base": newBase})
 	phase("write_before")
 
 	portsBefore, perr := listeningPorts()
 	rt.Ports = PortObservation{Source: "/proc/net/tcp,/proc/net/tcp6", Before: portsBefore,
-		Caveats: "machine-wide point-in-time observation of listening TCP sockets, not causal attribution"}
+		Caveats: "machine-wide observation of listening TCP sockets before, every 100 ms while the command runs, once before its process group is cleaned up, and after: not causal attribution (group_listeners are the sockets a process of the group held open); a socket opened and closed between two samples is not seen"}
 	if perr != nil {
 		rt.Ports.Error = perr.Error()
 	}
 
+	var watch *dirWatch
 	if launch {
+		if o.FullListing {
+			rt.AfterListing = "full: --full-listing"
+		} else if watching != nil {
+			r := <-watching
+			watching = nil
+			watch = r.w
+			if r.err != nil {
+				rt.AfterListing = "full: " + r.err.Error()
+			}
+			defer watch.close()
+		}
+		phase("watch")
 		w.event("command_started", map[string]any{"argv": redArgv})
-		// Everything recorded so far is durable before the command can run.
-		if err := w.barrier(); err != nil {
+		// Everything recorded so far, and the before-state objects, are
+		// durable before the command can run.
+		if err := w.barrier(store.sync); err != nil {
 			return nil, dir, err
 		}
 		phase("ports_and_barrier")
+		sampler := newPortSampler(portsBefore)
 		execErr = runCommand(ctx, launchSpec{path: resolved, argv: o.Argv, dir: root, env: o.Env,
-			stdin: o.Stdin, stdout: o.Stdout, stderr: o.Stderr, timeout: o.Timeout}, rt)
+			stdin: o.Stdin, stdout: o.Stdout, stderr: o.Stderr, timeout: o.Timeout, ports: sampler}, rt)
+		sampler.report(&rt.Ports)
 		if execErr != nil && !rt.Launched {
 			rt.LaunchError = execErr.Error()
 		}
@@ -484,27 +590,50 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 	if perr != nil && rt.Ports.Error == "" {
 		rt.Ports.Error = perr.Error()
 	}
-	rt.Ports.Opened, rt.Ports.Closed = diffSorted(portsBefore, portsAfter)
+	if rt.Ports.During == nil {
+		rt.Ports.During, rt.Ports.GroupListeners = []string{}, []GroupListener{}
+	}
+	// Opened: listening after the run, or held by the command's group at a
+	// sample (machine-wide sockets seen only in samples stay in During).
+	seen := append([]string{}, portsAfter...)
+	for _, g := range rt.Ports.GroupListeners {
+		seen = append(seen, g.Addr)
+	}
+	slices.Sort(seen)
+	seen = slices.Compact(seen)
+	rt.Ports.Opened, _ = diffSorted(portsBefore, seen)
+	_, rt.Ports.Closed = diffSorted(portsBefore, portsAfter)
 	if rt.Cleanup == nil {
 		rt.Cleanup = &ProcessCleanup{Descendants: []Descendant{}, Note: "command was not launched"}
 	}
 
-	var after *Manifest
+	as := &afterState{}
+	afterTaken := now().UTC()
 	if launch {
 		// Finish the capsule even when the run was interrupted: the command ran.
-		after, err = takeManifest(context.WithoutCancel(ctx), root, scanOptions{reuse: before.index(), phase: "after", runID: id})
+		relist := watchedRelist(watch, bs.entries, rt)
+		as, err = lst.takeAfter(context.WithoutCancel(ctx), bs.entries, beforeTaken, relist)
+		if errors.Is(err, errRelist) {
+			rt.AfterListing = "full: " + err.Error()
+			as, err = lst.takeAfter(context.WithoutCancel(ctx), bs.entries, beforeTaken, nil)
+		}
 		if err != nil {
 			return nil, dir, fmt.Errorf("after manifest: %w", err)
 		}
-	} else {
-		cp := *before
-		cp.Phase = "after"
-		after = &cp
 	}
-
 	phase("after_manifest")
-	changes := diff(before, after)
-	bi, ai := before.index(), after.index()
+	changes, bi, ai := classifyDelta(as)
+	after := &Manifest{SchemaVersion: ManifestSchemaV2, RunID: id, Phase: "after", Root: root, TakenAt: afterTaken, Incomplete: incomplete,
+		Base: &ManifestBase{File: FileBefore, Entries: len(bs.entries)}, Total: len(bs.entries) - len(as.removed)}
+	for _, c := range as.changes {
+		after.Changes = append(after.Changes, *c.after)
+		if c.before == nil {
+			after.Total++
+		}
+	}
+	for _, r := range as.removed {
+		after.Removed = append(after.Removed, r.Path)
+	}
 	// Verify and link the before-state content of changed files into backups/.
 	verified := map[string]bool{}
 	var tamperedObjects []string
@@ -536,7 +665,7 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 	if len(tamperedObjects) > 0 {
 		warnings = append(warnings, Warning{Code: "capsule_tampered", Message: fmt.Sprintf("%d before-state backup objects changed during the run; their paths have no recovery evidence", len(tamperedObjects))})
 	}
-	written := bytesWritten(changes, after)
+	written := bytesWritten(changes, ai)
 	dur := time.Duration(rt.DurationMS) * time.Millisecond
 	violations := checkLimits(pol.Limits, changes, written, dur)
 	if rt.Cleanup != nil && len(rt.Cleanup.Descendants) > 0 {
@@ -546,7 +675,15 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 		warnings = append(warnings, Warning{Code: "descendants_remaining", Message: fmt.Sprintf("%d processes of the command's process group survived cleanup", rt.Cleanup.Remaining)})
 	}
 	if len(rt.Ports.Opened) > 0 {
-		warnings = append(warnings, Warning{Code: "listening_ports_opened", Message: "listening TCP sockets appeared during the run (machine-wide, not attributed): " + strings.Join(rt.Ports.Opened, ", ")})
+		msg := "listening TCP sockets appeared during the run (machine-wide, not attributed): " + strings.Join(rt.Ports.Opened, ", ")
+		if len(rt.Ports.GroupListeners) > 0 {
+			var held []string
+			for _, g := range rt.Ports.GroupListeners {
+				held = append(held, fmt.Sprintf("%s (pid %d %s)", g.Addr, g.PID, g.Comm))
+			}
+			msg += "; held by the command's process group: " + strings.Join(held, ", ")
+		}
+		warnings = append(warnings, Warning{Code: "listening_ports_opened", Message: msg})
 	}
 	if rt.Cancelled {
 		warnings = append(warnings, Warning{Code: "cancelled", Message: "agentdiff was interrupted while the command ran and killed its process group"})
@@ -612,10 +749,105 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 	if err := seal(w, id); err != nil {
 		return nil, dir, err
 	}
-	if launch {
-		_ = saveStatCache(state, key, after) // an optimisation: failure only costs hashing next time
+	if launch && incomplete == "" {
+		// An optimisation: failure only costs hashing next time.
+		_ = saveStatCache(state, key, baseSum, baseTaken, beforeTaken, cacheFiles(bs, as, newBase), store)
+		if newBase {
+			pruneBases(state, baseSum)
+		}
 	}
 	return res, dir, nil
+}
+
+// watchedRelist returns the directories the after manifest re-lists, or nil
+// (list the whole tree) when the watch cannot vouch; it records the choice
+// in rt.AfterListing.
+func watchedRelist(watch *dirWatch, before []*ManifestEntry, rt *Runtime) map[string]bool {
+	if watch == nil {
+		return nil
+	}
+	dirty, err := watch.dirty()
+	switch {
+	case err != nil:
+		rt.AfterListing = "full: " + err.Error()
+		return nil
+	case rt.Cleanup != nil && rt.Cleanup.Remaining > 0:
+		rt.AfterListing = "full: processes of the command's group survived cleanup"
+		return nil
+	}
+	for _, e := range before {
+		if e.Type == "file" && e.Nlink > 1 {
+			dirty[parentDir(e.Path)] = true // a write through another link is not reported here
+		}
+	}
+	relist := relistSet(dirty)
+	rt.AfterListing = fmt.Sprintf("watched: %d of %d directories re-listed", len(relist), len(watch.paths))
+	return relist
+}
+
+// rebaseThreshold is the number of changes to the base above which a run
+// writes a new base manifest.
+func rebaseThreshold(entries int) int { return max(1024, entries/32) }
+
+func derefAll(es []*ManifestEntry) []ManifestEntry {
+	if len(es) == 0 {
+		return nil
+	}
+	out := make([]ManifestEntry, len(es))
+	for i, e := range es {
+		out[i] = *e
+	}
+	return out
+}
+
+// cacheFiles returns the regular files of the post-run state the stat cache
+// records beside its base: those that differ from it or were re-hashed.
+func cacheFiles(bs *beforeState, as *afterState, newBase bool) []*ManifestEntry {
+	changed := make(map[string]*ManifestEntry, len(as.changes))
+	var out []*ManifestEntry
+	for _, c := range as.changes {
+		if c.before != nil {
+			changed[c.before.Path] = c.after
+		}
+		if c.after.Type == "file" {
+			out = append(out, c.after)
+		}
+	}
+	gone := make(map[string]bool, len(as.removed))
+	for _, r := range as.removed {
+		gone[r.Path] = true
+	}
+	if newBase {
+		return out
+	}
+	for _, e := range bs.entries {
+		if e.Type != "file" || gone[e.Path] || changed[e.Path] != nil {
+			continue
+		}
+		if !e.inBase || e.refreshed {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// linkBase hard-links the base manifest into the capsule; the seal covers
+// it by its name (its digest), and tampered compares its stat identity.
+func (w *writer) linkBase(src, sum string) error {
+	dst := filepath.Join(w.dir, FileBase)
+	if err := os.Link(src, dst); err != nil {
+		return fmt.Errorf("link base manifest: %w", err)
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(dst, &st); err != nil {
+		return err
+	}
+	w.sums[FileBase] = fileSum{Path: FileBase, Size: st.Size, SHA256: sum}
+	if w.statOnly == nil {
+		w.statOnly = map[string]statID{}
+	}
+	w.statOnly[FileBase] = statIDOf(&st)
+	return nil
 }
 
 // sameDir checks that path still names the directory open as f.

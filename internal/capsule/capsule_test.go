@@ -536,10 +536,15 @@ func TestTamperedResultTraversal(t *testing.T) {
 	}
 	ib, _ := json.MarshalIndent(in, "", "  ")
 	os.WriteFile(filepath.Join(out.dir, FileIntegrity), ib, 0o600)
-	verifyOK(t, out.dir) // checksums are not signatures: a consistent rewrite verifies
-	_, _, err := Rollback(context.Background(), root, filepath.Base(out.dir), RollbackOptions{})
-	if !errors.Is(err, ErrUnverified) || !strings.Contains(err.Error(), "unsafe path") {
-		t.Fatalf("err %v", err)
+	// Checksums are not signatures, so the rewrite is consistent; verify
+	// still refuses it, with the same check rollback runs.
+	rep, err := Verify(context.Background(), out.dir, filepath.Base(out.dir))
+	if err != nil || rep.OK || !strings.Contains(strings.Join(rep.Problems, ";"), "unsafe path") {
+		t.Fatalf("verify of a resealed capsule naming ../victim.txt: %+v %v", rep, err)
+	}
+	_, rrep, err := Rollback(context.Background(), root, filepath.Base(out.dir), RollbackOptions{})
+	if !errors.Is(err, ErrUnverified) || rrep == nil || !strings.Contains(strings.Join(rrep.Problems, ";"), "unsafe path") {
+		t.Fatalf("err %v, report %+v", err, rrep)
 	}
 	if read(t, victim) != "keep\n" {
 		t.Fatal("victim touched")
@@ -687,52 +692,53 @@ func TestStatCache(t *testing.T) {
 	if err != nil || len(key) != 32 {
 		t.Fatalf("key %v", err)
 	}
-	// Files written just now are racy and must not be cached.
-	if c := loadStatCache(state, key); c == nil || len(c) != 0 {
-		t.Fatalf("racy entries cached: %v", c)
-	}
-	// Age the files, run again: now they are cached.
-	old := time.Now().Add(-time.Hour)
-	for _, p := range []string{"a.txt", "sub/b.txt", ".env"} {
-		os.Chtimes(filepath.Join(root, p), old, old)
-	}
-	time.Sleep(10 * time.Millisecond)
-	// ctime is still recent after Chtimes; wait out the racy window cheaply by faking TakenAt.
-	var m Manifest
-	mm, err := takeManifest(context.Background(), root, scanOptions{phase: "after"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m = *mm
-	m.TakenAt = time.Now().Add(time.Hour)
-	if err := saveStatCache(state, key, &m); err != nil {
-		t.Fatal(err)
-	}
+	// Files written just now are racy: their hashes must not be reused.
 	c := loadStatCache(state, key)
-	if len(c) != 3 {
-		t.Fatalf("cache %v", c)
+	if c == nil || len(c.base) != 4 {
+		t.Fatalf("cache %+v", c)
 	}
-	// A valid entry is trusted: plant a (correctly authenticated) wrong hash and see it used.
-	wrong := strings.Repeat("0", 64)
-	c["a.txt"].SHA256 = wrong
-	m2 := m
-	m2.Entries = nil
-	for _, e := range m.Entries {
-		if e.Path == "a.txt" {
-			e.SHA256 = wrong
+	for _, e := range c.base {
+		if e.reuse {
+			t.Fatalf("racy entry reusable: %+v", e)
 		}
-		m2.Entries = append(m2.Entries, e)
 	}
-	saveStatCache(state, key, &m2)
-	before, err := takeManifest(context.Background(), root, scanOptions{phase: "before", reuse: loadStatCache(state, key)})
+	// Past the racy window a run re-hashes them once and the cache records them.
+	time.Sleep(racyWindow + 100*time.Millisecond)
+	run("true")
+	c = loadStatCache(state, key)
+	if c == nil || len(c.delta) != 3 {
+		t.Fatalf("cache delta %+v", c)
+	}
+	for p, e := range c.delta {
+		if !e.reuse {
+			t.Fatalf("%s not reusable", p)
+		}
+	}
+	// An authenticated entry is trusted: plant a correctly authenticated wrong hash and see it used.
+	wrong := strings.Repeat("0", 64)
+	b, _ := os.ReadFile(filepath.Join(state, statCacheName))
+	_, body, _ := bytes.Cut(b, []byte("\n"))
+	body = bytes.Replace(body, []byte(c.delta["a.txt"].SHA256), []byte(wrong), 1)
+	os.WriteFile(filepath.Join(state, statCacheName), append([]byte(statCacheHeader+" "+mac(key, body)+"\n"), body...), 0o600)
+	store, err := openStore(state)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if before.index()["a.txt"].SHA256 != wrong {
+	defer store.close()
+	c = loadStatCache(state, key)
+	bs, err := newLister(root, store).takeBefore(context.Background(), c.base, c, DefaultPolicy().Backups, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, e := range bs.entries {
+		found = found || (e.Path == "a.txt" && e.SHA256 == wrong)
+	}
+	if !found {
 		t.Fatal("authenticated cache entry not used")
 	}
 	// A cache rewritten without the key is ignored.
-	b, _ := os.ReadFile(filepath.Join(state, statCacheName))
+	b, _ = os.ReadFile(filepath.Join(state, statCacheName))
 	os.WriteFile(filepath.Join(state, statCacheName), bytes.Replace(b, []byte(wrong), []byte(strings.Repeat("1", 64)), 1), 0o600)
 	if loadStatCache(state, key) != nil {
 		t.Fatal("forged cache accepted")
@@ -763,25 +769,51 @@ func TestChildSwapsCapsuleDir(t *testing.T) {
 
 func TestStatCacheRoundTripNames(t *testing.T) {
 	state := t.TempDir()
-	key := bytes.Repeat([]byte{7}, 32)
-	m := &Manifest{TakenAt: time.Now()}
-	names := []string{"plain.txt", `quo"te`, "back\\slash", "new\nline", "ünïcode/ファイル", "sp ace"}
-	for i, n := range names {
-		m.Entries = append(m.Entries, ManifestEntry{Path: n, Type: "file", SHA256: strings.Repeat("ab", 32), Size: int64(i),
-			MtimeNS: 1, ctimeNS: 2, dev: 3, ino: uint64(10 + i), hasStatID: true})
+	store, err := openStore(state)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if err := saveStatCache(state, key, m); err != nil {
+	defer store.close()
+	key := bytes.Repeat([]byte{7}, 32)
+	names := []string{"a", "a/b", "a-b", "back\\slash", "new\nline", "plain.txt", `quo"te`, "sp ace", "ünïcode", "ünïcode/ファイル"}
+	var ents []*ManifestEntry
+	for i, n := range names {
+		e := &ManifestEntry{Path: n, Type: "file", Mode: "0644", SHA256: strings.Repeat("ab", 32), Size: int64(i),
+			MtimeNS: 1, ctimeNS: 2, dev: 3, ino: uint64(10 + i), Nlink: 1, hasStatID: true}
+		if n == "a" || n == "ünïcode" {
+			e.Type, e.SHA256, e.Mode = "dir", "", "0755"
+		}
+		if n == "sp ace" {
+			e.Type, e.SHA256, e.Target = "symlink", "", "../t \"x\""
+		}
+		ents = append(ents, e)
+	}
+	slices.SortFunc(ents, func(a, b *ManifestEntry) int { return walkCompare(a.Path, b.Path) })
+	sum, _, err := writeBase(state, ents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var files []*ManifestEntry
+	for _, e := range ents {
+		if e.Type == "file" {
+			files = append(files, e)
+		}
+	}
+	if err := saveStatCache(state, key, sum, time.Now().Add(time.Hour).UnixNano(), time.Now().Add(time.Hour), files, store); err != nil {
 		t.Fatal(err)
 	}
 	c := loadStatCache(state, key)
-	if len(c) != len(names) {
-		t.Fatalf("loaded %d of %d", len(c), len(names))
+	if c == nil || len(c.base) != len(names) {
+		t.Fatalf("loaded %+v", c)
 	}
-	for i, n := range names {
-		e := c[n]
-		if e == nil || e.Size != int64(i) || e.ino != uint64(10+i) || e.dev != 3 || e.ctimeNS != 2 {
-			t.Fatalf("%q: %+v", n, e)
+	for i, e := range ents {
+		g := c.base[i]
+		if g.Path != e.Path || g.Type != e.Type || g.Size != e.Size || g.ino != e.ino || g.dev != 3 || g.ctimeNS != 2 || g.Target != e.Target || g.SHA256 != e.SHA256 {
+			t.Fatalf("%q: %+v", e.Path, g)
 		}
+	}
+	if len(c.delta) != len(files) || c.delta["new\nline"] == nil || !c.delta["new\nline"].reuse {
+		t.Fatalf("delta %+v", c.delta)
 	}
 	if loadStatCache(state, bytes.Repeat([]byte{8}, 32)) != nil {
 		t.Fatal("cache accepted under another key")

@@ -89,28 +89,10 @@ type RuntimeSummary struct {
 func diff(before, after *Manifest) []Change {
 	bi, ai := before.index(), after.index()
 	var out []Change
-	for _, a := range after.Entries {
-		b := bi[a.Path]
-		if b == nil {
-			out = append(out, Change{Path: a.Path, Change: Created, Type: a.Type})
-			continue
-		}
-		var aspects []string
-		if a.Type != b.Type {
-			aspects = append(aspects, "type")
-		} else {
-			if a.SHA256 != b.SHA256 || (a.Type == "other" && a.Size != b.Size) {
-				aspects = append(aspects, "content")
-			}
-			if a.Target != b.Target {
-				aspects = append(aspects, "target")
-			}
-		}
-		if a.Mode != b.Mode && a.Type != "symlink" {
-			aspects = append(aspects, "mode")
-		}
-		if len(aspects) > 0 {
-			out = append(out, Change{Path: a.Path, Change: Modified, Type: a.Type, BeforeType: b.Type, Aspects: aspects})
+	for i := range after.Entries {
+		a := &after.Entries[i]
+		if c, ok := classify(bi[a.Path], a); ok {
+			out = append(out, c)
 		}
 	}
 	for _, b := range before.Entries {
@@ -120,6 +102,54 @@ func diff(before, after *Manifest) []Change {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
 	return out
+}
+
+// classify compares one path's before entry (nil: absent) with its after entry.
+func classify(b, a *ManifestEntry) (Change, bool) {
+	if b == nil {
+		return Change{Path: a.Path, Change: Created, Type: a.Type}, true
+	}
+	var aspects []string
+	if a.Type != b.Type {
+		aspects = append(aspects, "type")
+	} else {
+		if a.SHA256 != b.SHA256 || (a.Type == "other" && a.Size != b.Size) {
+			aspects = append(aspects, "content")
+		}
+		if a.Target != b.Target {
+			aspects = append(aspects, "target")
+		}
+	}
+	if a.Mode != b.Mode && a.Type != "symlink" {
+		aspects = append(aspects, "mode")
+	}
+	if len(aspects) == 0 {
+		return Change{}, false
+	}
+	return Change{Path: a.Path, Change: Modified, Type: a.Type, BeforeType: b.Type, Aspects: aspects}, true
+}
+
+// classifyDelta is diff over an after manifest held as changes to the
+// before manifest; bi and ai map the changed paths to their entries.
+func classifyDelta(as *afterState) ([]Change, map[string]*ManifestEntry, map[string]*ManifestEntry) {
+	bi := make(map[string]*ManifestEntry, len(as.changes)+len(as.removed))
+	ai := make(map[string]*ManifestEntry, len(as.changes))
+	var out []Change
+	for _, c := range as.changes {
+		if ch, ok := classify(c.before, c.after); ok {
+			out = append(out, ch)
+			ai[c.after.Path] = c.after
+			if c.before != nil {
+				bi[c.before.Path] = c.before
+			}
+		}
+	}
+	for _, b := range as.removed {
+		out = append(out, Change{Path: b.Path, Change: Deleted, Type: b.Type})
+		bi[b.Path] = b
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out, bi, ai
 }
 
 // recoveryFor says what rollback could do for c given the manifests and
@@ -271,9 +301,9 @@ func checkLimits(l Limits, changes []Change, bytesWritten int64, dur time.Durati
 	return out
 }
 
-// bytesWritten sums post-run sizes of created and content-modified files.
-func bytesWritten(changes []Change, after *Manifest) int64 {
-	ai := after.index()
+// bytesWritten sums post-run sizes of created and content-modified files
+// (ai maps the changed paths to their after entries).
+func bytesWritten(changes []Change, ai map[string]*ManifestEntry) int64 {
 	var n int64
 	for _, c := range changes {
 		if c.Change == Deleted {

@@ -10,8 +10,10 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/agentscm/agentscm/internal/fsutil"
 	"github.com/agentscm/agentscm/internal/scan"
@@ -38,22 +40,50 @@ type ManifestEntry struct {
 	ctimeNS   int64
 	modeBits  fs.FileMode
 	hasStatID bool
+	inBase    bool // an entry of the loaded base manifest
+	reuse     bool // (stat cache) its hash may be reused when the stat identity matches
+	refreshed bool // (base entry) re-hashed by this run although its stat identity is the base's
 }
 
-// Manifest is before.json / after.json.
+// Manifest is before.json / after.json. Schema version 1 (older capsules)
+// lists every entry in Entries. Version 2 stores changes to a base: the
+// before manifest to the base manifest hard-linked into the capsule
+// (Base.File = FileBase, a complete manifest in the line format of
+// basefile.go, shared by the runs of a root), the after manifest to the
+// before manifest (Base.File = FileBefore). Changes lists the entries that
+// differ from or are absent in the base, Removed the base paths that are
+// gone, Total the resulting number of entries; reading resolves them into
+// Entries.
 type Manifest struct {
 	SchemaVersion int             `json:"schema_version"`
 	RunID         string          `json:"run_id"`
 	Phase         string          `json:"phase"` // before or after
 	Root          string          `json:"root"`
 	TakenAt       time.Time       `json:"taken_at"`
-	Entries       []ManifestEntry `json:"entries"`
+	Entries       []ManifestEntry `json:"entries,omitempty"`
+	Base          *ManifestBase   `json:"base,omitempty"`
+	Changes       []ManifestEntry `json:"changes,omitempty"`
+	Removed       []string        `json:"removed,omitempty"`
+	Total         int             `json:"total,omitempty"`
 	// BackupSkipped counts regular files without stored before-state content,
 	// by reason (too_large, budget_exhausted).
 	BackupSkipped map[string]int64 `json:"backup_skipped,omitempty"`
 	// Incomplete explains why the manifest could not be taken (entries are then empty).
 	Incomplete string `json:"incomplete,omitempty"`
 }
+
+// ManifestBase names what a version-2 manifest's changes apply to.
+type ManifestBase struct {
+	File    string `json:"file"`             // FileBase or FileBefore
+	SHA256  string `json:"sha256,omitempty"` // of FileBase
+	Entries int    `json:"entries"`
+}
+
+// ManifestSchemaV2 is the schema version of manifests stored as changes to a base.
+const ManifestSchemaV2 = 2
+
+// FileBase is the base manifest hard-linked into a capsule.
+const FileBase = "manifest-base"
 
 func modeString(m fs.FileMode) string { return fmt.Sprintf("%04o", scan.UnixMode(m)) }
 
@@ -65,115 +95,313 @@ func parseMode(s string) (fs.FileMode, error) {
 	return scan.ModeFromUnix(v), nil
 }
 
-// scanOptions configures takeManifest.
-type scanOptions struct {
-	store  *objectStore              // when non-nil, eligible file contents are stored
-	bounds BackupBounds              // backup bounds for the store
-	reuse  map[string]*ManifestEntry // previous manifest: unchanged stat identity reuses the hash
-	phase  string
-	runID  string
+// lister walks a root for a manifest: scan.List (no-follow, directory fds,
+// several directories at once) for the stat of every object, then an open
+// (openat chain refusing symlinks) only for the regular files whose hash is
+// not known from the previous manifest.
+type lister struct {
+	root  string // the directory to list (the root, its symlink resolved)
+	store *objectStore
+	buf   []byte
+	modes map[fs.FileMode]string
 }
 
-// takeManifest walks root without following symlinks, hashing regular files
-// through the walk's held directory fds.
-func takeManifest(ctx context.Context, root string, o scanOptions) (*Manifest, error) {
-	m := &Manifest{SchemaVersion: 1, RunID: o.runID, Phase: o.phase, Root: root, TakenAt: time.Now().UTC(), Entries: []ManifestEntry{}}
-	var total, files int64
-	buf := make([]byte, 64<<10)
-	skip := func(rel string, isDir bool) bool { return rel == StateDir }
-	err := scan.Walk(ctx, root, scan.Options{Skip: skip}, func(e *scan.Entry) error {
-		me := ManifestEntry{
-			Path: e.Path, Type: e.Type.String(), Size: e.Size, Mode: modeString(e.Mode),
-			MtimeNS: e.ModTime.UnixNano(), Target: e.Target, Nlink: e.Nlink,
-			ino: e.Ino, dev: e.Dev, ctimeNS: e.ChangeTime.UnixNano(), modeBits: e.Mode, hasStatID: true,
+func newLister(root string, store *objectStore) *lister {
+	l := &lister{root: root, store: store, buf: make([]byte, 64<<10), modes: map[fs.FileMode]string{}}
+	if fi, err := os.Lstat(root); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+		if r, err := filepath.EvalSymlinks(root); err == nil {
+			l.root = r // the root's own path is resolved normally, as scan.Walk does
 		}
-		if e.Type == scan.Dir {
-			me.Size = 0
-			me.Nlink = 0
-		}
-		if e.Type == scan.File {
-			cached := ""
-			if prev := o.reuse[e.Path]; prev != nil && prev.hasStatID && prev.Type == "file" && prev.ino == e.Ino && prev.dev == e.Dev &&
-				prev.Size == e.Size && prev.MtimeNS == me.MtimeNS && prev.ctimeNS == me.ctimeNS {
-				cached = prev.SHA256
-			}
-			wantBackup := false
-			if o.store != nil {
-				switch {
-				case e.Size > o.bounds.MaxFileBytes:
-					m.skip("too_large")
-				case total+e.Size > o.bounds.MaxTotalBytes || files+1 > o.bounds.MaxFiles:
-					m.skip("budget_exhausted")
-				default:
-					wantBackup = true
-				}
-			}
-			switch {
-			case cached != "" && (!wantBackup || o.store.has(cached)):
-				me.SHA256 = cached
-				me.Backup = wantBackup
-			default:
-				sum, stored, err := hashEntry(e, o.store, wantBackup, buf)
-				if err != nil {
-					return err
-				}
-				me.SHA256 = sum
-				me.Backup = stored
-			}
-			if me.Backup {
-				total += e.Size
-				files++
-			}
-		}
-		m.Entries = append(m.Entries, me)
-		return nil
-	})
+	}
+	return l
+}
+
+// list returns every object below the root except .agentdiff, in walk
+// order; a directory prune (nil: none) reports is listed Skipped and not
+// descended.
+func (l *lister) list(ctx context.Context, prune func(rel string) bool) ([]scan.Stat, error) {
+	st, err := scan.List(ctx, l.root, scan.ListOptions{Skip: func(rel string, isDir bool) bool {
+		return rel == StateDir || (isDir && prune != nil && prune(rel))
+	}})
 	if err != nil {
 		return nil, err
 	}
-	return m, nil
+	out := st[:0]
+	for _, s := range st[1:] {
+		if s.Skipped && s.Path == StateDir {
+			continue
+		}
+		if !utf8.ValidString(s.Path) {
+			return nil, &scan.PathError{Op: "walk", Path: s.Path, Err: scan.ErrNotUTF8}
+		}
+		out = append(out, s)
+	}
+	return out, nil
 }
 
-func (m *Manifest) skip(reason string) {
-	if m.BackupSkipped == nil {
-		m.BackupSkipped = map[string]int64{}
+// entry converts a listed object (without its hash).
+func (l *lister) entry(s *scan.Stat) ManifestEntry {
+	m, ok := l.modes[s.Mode]
+	if !ok {
+		m = modeString(s.Mode)
+		l.modes[s.Mode] = m
 	}
-	m.BackupSkipped[reason]++
+	e := ManifestEntry{Path: s.Path, Type: s.Type.String(), Size: s.Size, Mode: m, MtimeNS: s.MTime, Target: s.Target,
+		ino: s.Ino, dev: s.Dev, ctimeNS: s.CTime, modeBits: s.Mode, hasStatID: true}
+	if s.Type == scan.Dir {
+		e.Size = 0
+	}
+	return e
 }
 
-// hashEntry hashes e and, when backup is set, makes sure the object store
-// holds its content (copying it only when no object of that size exists); it
-// refuses a file that changes while being read.
-func hashEntry(e *scan.Entry, store *objectStore, backup bool, buf []byte) (string, bool, error) {
-	h := sha256.New()
-	if _, err := e.Copy(h, buf); err != nil {
-		return "", false, fmt.Errorf("hash: %w", err)
-	}
-	sum := hex.EncodeToString(h.Sum(nil))
-	if !backup {
-		return sum, false, nil
-	}
-	if store.has(sum) {
-		return sum, true, nil // verified by hash whenever it is used
-	}
-	tmp, err := store.tempFile()
+// sameStatID reports whether a cached entry describes the listed object.
+func sameStatID(c, e *ManifestEntry) bool {
+	return c.hasStatID && c.Type == e.Type && c.ino == e.ino && c.dev == e.dev && c.Size == e.Size && c.MtimeNS == e.MtimeNS && c.ctimeNS == e.ctimeNS
+}
+
+// sameEntry reports whether two entries record the same object state,
+// stat identity included.
+func sameEntry(a, b *ManifestEntry) bool {
+	return a.Path == b.Path && a.Type == b.Type && a.Size == b.Size && a.Mode == b.Mode && a.MtimeNS == b.MtimeNS &&
+		a.SHA256 == b.SHA256 && a.Target == b.Target && a.Nlink == b.Nlink && a.Backup == b.Backup &&
+		a.ino == b.ino && a.dev == b.dev && a.ctimeNS == b.ctimeNS
+}
+
+// hash opens the listed regular file e (refusing symlinks and a replaced
+// file), hashes it, records its link count and, when backup is set, makes
+// sure the object store holds its content (copied only when absent).
+func (l *lister) hash(e *ManifestEntry, backup bool) error {
+	f, err := scan.OpenFile(l.root, e.Path)
 	if err != nil {
-		return "", false, err
+		return err
 	}
-	h.Reset()
-	_, err = e.Copy(io.MultiWriter(h, tmp), buf)
-	if err == nil && hex.EncodeToString(h.Sum(nil)) != sum {
-		err = errors.New("file changed while being read")
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return err
+	}
+	if uint64(st.Dev) != e.dev || st.Ino != e.ino {
+		return &scan.PathError{Op: "open", Path: e.Path, Err: scan.ErrChanged}
+	}
+	e.Nlink = uint64(st.Nlink)
+	sum, err := hashReader(f, e.Size, l.buf, nil)
+	if err != nil {
+		return fmt.Errorf("hash %q: %w", e.Path, err)
+	}
+	e.SHA256 = sum
+	if !backup {
+		return nil
+	}
+	if l.store.has(sum) {
+		e.Backup = true // verified by hash whenever it is used
+		return nil
+	}
+	tmp, err := l.store.tempFile()
+	if err != nil {
+		return err
+	}
+	if _, err := f.Seek(0, io.SeekStart); err == nil {
+		var got string
+		if got, err = hashReader(f, e.Size, l.buf, tmp); err == nil && got != sum {
+			err = errors.New("file changed while being read")
+		}
 	}
 	if err != nil {
 		tmp.Close()
 		os.Remove(tmp.Name())
-		return "", false, fmt.Errorf("back up %q: %w", e.Path, err)
+		return fmt.Errorf("back up %q: %w", e.Path, err)
 	}
-	if err := store.commit(tmp, sum); err != nil {
-		return "", false, err
+	if err := l.store.commit(tmp, sum); err != nil {
+		return err
 	}
-	return sum, true, nil
+	e.Backup = true
+	return nil
+}
+
+// beforeState is the before manifest of a run: every entry in walk order
+// (unchanged ones shared with the base) and its changes to the base.
+type beforeState struct {
+	entries []*ManifestEntry
+	changes []*ManifestEntry
+	removed []string
+	skipped map[string]int64
+	// refreshed counts the base entries the stat cache must list beside the
+	// base (their hash was re-taken or came from the cache's own list).
+	refreshed int
+}
+
+// takeBefore lists the root and builds the before manifest against base
+// (walk order, may be empty), reusing the hashes cache vouches for and
+// storing (when backup is set) the before-state content of every file within
+// bounds.
+func (l *lister) takeBefore(ctx context.Context, base []ManifestEntry, cache *statCache, bounds BackupBounds, backup bool) (*beforeState, error) {
+	list, err := l.list(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	return l.before(ctx, list, base, cache, bounds, backup)
+}
+
+// before builds the before manifest from a listing (see takeBefore).
+func (l *lister) before(ctx context.Context, list []scan.Stat, base []ManifestEntry, cache *statCache, bounds BackupBounds, backup bool) (*beforeState, error) {
+	bs := &beforeState{entries: make([]*ManifestEntry, 0, len(list))}
+	var total, files int64
+	skip := func(reason string) {
+		if bs.skipped == nil {
+			bs.skipped = map[string]int64{}
+		}
+		bs.skipped[reason]++
+	}
+	j := 0
+	for i := range list {
+		if i&1023 == 0 && ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		s := &list[i]
+		for j < len(base) && walkCompare(base[j].Path, s.Path) < 0 {
+			bs.removed = append(bs.removed, base[j].Path)
+			j++
+		}
+		var b *ManifestEntry
+		if j < len(base) && base[j].Path == s.Path {
+			b = &base[j]
+			j++
+		}
+		e := l.entry(s)
+		if e.Type == "file" {
+			wantBackup := false
+			switch {
+			case !backup:
+			case e.Size > bounds.MaxFileBytes:
+				skip("too_large")
+			case total+e.Size > bounds.MaxTotalBytes || files+1 > bounds.MaxFiles:
+				skip("budget_exhausted")
+			default:
+				wantBackup = true
+			}
+			c := cache.lookup(e.Path, b)
+			switch {
+			case c != nil && sameStatID(c, &e) && (!wantBackup || (c.Backup && l.store.present(c.SHA256, cache)) || l.store.has(c.SHA256)):
+				e.SHA256, e.Nlink, e.Backup = c.SHA256, c.Nlink, wantBackup
+			default:
+				if err := l.hash(&e, wantBackup); err != nil {
+					return nil, err
+				}
+			}
+			if b != nil && !b.reuse && c != b && sameEntry(b, &e) {
+				// The base cannot vouch for this hash by itself (racy when the
+				// base was taken): the stat cache keeps it beside the base.
+				b.refreshed = true
+				bs.refreshed++
+			}
+			if e.Backup {
+				total += e.Size
+				files++
+			}
+		}
+		if b != nil && sameEntry(b, &e) {
+			bs.entries = append(bs.entries, b)
+			continue
+		}
+		p := new(ManifestEntry)
+		*p = e
+		bs.entries = append(bs.entries, p)
+		bs.changes = append(bs.changes, p)
+	}
+	for ; j < len(base); j++ {
+		bs.removed = append(bs.removed, base[j].Path)
+	}
+	return bs, nil
+}
+
+// afterChange pairs a changed or new entry of the after manifest with its
+// before entry (nil when created).
+type afterChange struct {
+	before, after *ManifestEntry
+}
+
+// afterState is the after manifest as changes to the before manifest.
+type afterState struct {
+	changes []afterChange    // walk order
+	removed []*ManifestEntry // before entries that are gone
+}
+
+// errRelist reports a watched listing that cannot be spliced into the
+// before manifest (a re-listed directory is another directory now).
+var errRelist = errors.New("a re-listed directory was replaced")
+
+// takeAfter lists the root again and returns what differs from before. A
+// file whose stat identity is unchanged keeps its hash unless it was
+// modified within racyWindow of the before manifest (then it is re-hashed).
+// With relist (the watched case) only those directories are listed, plus
+// every directory the before manifest lacks; the subtrees of the others are
+// the before manifest's.
+func (l *lister) takeAfter(ctx context.Context, before []*ManifestEntry, beforeTaken time.Time, relist map[string]bool) (*afterState, error) {
+	var prune func(string) bool
+	if relist != nil {
+		dirs := make(map[string]bool)
+		for _, b := range before {
+			if b.Type == "dir" {
+				dirs[b.Path] = true
+			}
+		}
+		prune = func(rel string) bool { return dirs[rel] && !relist[rel] }
+	}
+	list, err := l.list(ctx, prune)
+	if err != nil {
+		return nil, err
+	}
+	limit := beforeTaken.Add(-racyWindow).UnixNano()
+	as := &afterState{}
+	j := 0
+	for i := range list {
+		s := &list[i]
+		for j < len(before) && walkCompare(before[j].Path, s.Path) < 0 {
+			as.removed = append(as.removed, before[j])
+			j++
+		}
+		var b *ManifestEntry
+		if j < len(before) && before[j].Path == s.Path {
+			b = before[j]
+			j++
+		}
+		if s.Skipped {
+			// An unchanged directory: its subtree is the before manifest's.
+			if b == nil || b.Type != "dir" {
+				return nil, errRelist
+			}
+			for j < len(before) && strings.HasPrefix(before[j].Path, s.Path+"/") {
+				j++
+			}
+			continue
+		}
+		e := l.entry(s)
+		if relist != nil && e.Type == "dir" && b != nil && b.Type == "dir" && relist[e.Path] && (b.ino != e.ino || b.dev != e.dev) {
+			return nil, errRelist
+		}
+		if b != nil && sameStatID(b, &e) && b.Mode == e.Mode && b.Target == e.Target &&
+			(e.Type != "file" || (b.MtimeNS < limit && b.ctimeNS < limit)) {
+			continue // unchanged
+		}
+		if e.Type == "file" {
+			if err := l.hash(&e, false); err != nil {
+				return nil, err
+			}
+			if b != nil {
+				e.Backup = b.Backup && b.SHA256 == e.SHA256
+			}
+		}
+		if b != nil && sameEntry(b, &e) {
+			continue
+		}
+		p := new(ManifestEntry)
+		*p = e
+		as.changes = append(as.changes, afterChange{before: b, after: p})
+	}
+	for ; j < len(before); j++ {
+		as.removed = append(as.removed, before[j])
+	}
+	return as, nil
 }
 
 // hashReader hashes exactly size bytes of r (copying them to w when non-nil).
@@ -199,7 +427,8 @@ func hashReader(r io.Reader, size int64, buf []byte, w io.Writer) (string, error
 type objectStore struct {
 	dir     string
 	dirfd   int             // open objects directory, for fstatat lookups
-	names   map[string]bool // object names present when first asked (lazy)
+	names   map[string]bool // objects known to be present this run
+	trusted map[string]bool // subdirectory -> unchanged since the stat cache recorded it
 	written []string        // objects installed by this process, not yet synced
 }
 
@@ -218,27 +447,67 @@ func openStore(stateDir string) (*objectStore, error) {
 // close releases the store's directory fd.
 func (s *objectStore) close() { unix.Close(s.dirfd) }
 
-// has reports whether an object named sum is present. The store's names are
-// listed once per run (a few getdents calls instead of one stat per file); a
-// truncated or corrupted object is caught when it is used, since every use
-// re-hashes it.
+// has reports whether an object named sum is present (one fstatat, then
+// remembered for the run); a truncated or corrupted object is caught when it
+// is used, since every use re-hashes it.
 func (s *objectStore) has(sum string) bool {
 	if s.names == nil {
 		s.names = map[string]bool{}
-		subs, _ := os.ReadDir(s.dir)
-		for _, d := range subs {
-			if !d.IsDir() || len(d.Name()) != 2 {
-				continue
-			}
-			ents, _ := os.ReadDir(filepath.Join(s.dir, d.Name()))
-			for _, e := range ents {
-				if e.Type().IsRegular() {
-					s.names[e.Name()] = true
-				}
-			}
+	}
+	if s.names[sum] {
+		return true
+	}
+	var st unix.Stat_t
+	if unix.Fstatat(s.dirfd, sum[:2]+"/"+sum, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
+		s.names[sum] = true
+		return true
+	}
+	return false
+}
+
+// present reports whether the object of a hash reused from the stat cache,
+// whose entry had a backup, is still in the store: yes without a stat of its
+// own when its subdirectory is exactly as the cache recorded it (nothing was
+// added or removed there since), else has.
+func (s *objectStore) present(sum string, c *statCache) bool {
+	if s.trusted == nil {
+		s.trusted = map[string]bool{}
+	}
+	sub := sum[:2]
+	t, ok := s.trusted[sub]
+	if !ok {
+		var st unix.Stat_t
+		if rec, known := c.objDirs[sub]; known && unix.Fstatat(s.dirfd, sub, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
+			t = dirStatID(&st) == rec
+		}
+		s.trusted[sub] = t
+	}
+	return t || s.has(sum)
+}
+
+func dirStatID(st *unix.Stat_t) statID {
+	id := statIDOf(st)
+	id.size = 0
+	return id
+}
+
+type subdirStat struct {
+	name string
+	id   statID
+}
+
+// subdirStats returns the stat identity of every object subdirectory.
+func (s *objectStore) subdirStats() []subdirStat {
+	var out []subdirStat
+	const hexdig = "0123456789abcdef"
+	for i := range 256 {
+		name := string([]byte{hexdig[i>>4], hexdig[i&15]})
+		var st unix.Stat_t
+		if unix.Fstatat(s.dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			out = append(out, subdirStat{name, dirStatID(&st)})
 		}
 	}
-	return s.names[sum]
+	return out
 }
 
 func (s *objectStore) path(sum string) string { return filepath.Join(s.dir, sum[:2], sum) }
@@ -276,9 +545,10 @@ func (s *objectStore) commit(tmp *os.File, sum string) error {
 	}
 	final := s.path(sum)
 	s.written = append(s.written, final)
-	if s.names != nil {
-		s.names[sum] = true
+	if s.names == nil {
+		s.names = map[string]bool{}
 	}
+	s.names[sum] = true
 	return nil
 }
 
@@ -362,7 +632,7 @@ func (m *Manifest) index() map[string]*ManifestEntry {
 // validate checks a manifest read back from a capsule: every path is a clean
 // relative path outside the state directory, types and hashes are well formed.
 func (m *Manifest) validate() error {
-	if m.SchemaVersion != 1 {
+	if m.SchemaVersion != 1 && m.SchemaVersion != ManifestSchemaV2 {
 		return fmt.Errorf("manifest schema_version %d unsupported", m.SchemaVersion)
 	}
 	seen := make(map[string]bool, len(m.Entries))
@@ -394,8 +664,12 @@ func validSum(s string) bool {
 	if len(s) != 64 {
 		return false
 	}
-	_, err := hex.DecodeString(s)
-	return err == nil && strings.ToLower(s) == s
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // validRel refuses anything but a clean relative path outside .agentdiff.
@@ -408,3 +682,100 @@ func validRel(p string) error {
 	}
 	return nil
 }
+
+// resolve turns a version-2 manifest read from capsule dir into its full
+// Entries: the base (FileBase, checked against its digest, or before's
+// entries for an after manifest) with Changes applied and Removed taken
+// out. A version-1 manifest is left as it is. Paths are checked by validate.
+func (m *Manifest) resolve(dir string, before *Manifest) error {
+	switch m.SchemaVersion {
+	case 1:
+		if m.Base != nil || m.Changes != nil || m.Removed != nil || m.Total != 0 {
+			return errors.New("a version 1 manifest has version 2 fields")
+		}
+		return nil
+	case ManifestSchemaV2:
+	default:
+		return fmt.Errorf("manifest schema_version %d unsupported", m.SchemaVersion)
+	}
+	if m.Entries != nil {
+		return errors.New("a version 2 manifest lists entries instead of changes")
+	}
+	var base []ManifestEntry
+	switch {
+	case m.Base == nil:
+	case m.Base.File == FileBase && before == nil:
+		if !validSum(m.Base.SHA256) {
+			return errors.New("base: bad sha256")
+		}
+		f, err := scan.OpenFile(dir, FileBase)
+		if err != nil {
+			return fmt.Errorf("base manifest: %w", err)
+		}
+		base, err = readBase(f, m.Base.SHA256)
+		f.Close()
+		if err != nil {
+			return err
+		}
+	case m.Base.File == FileBefore && before != nil && m.Base.SHA256 == "":
+		base = before.Entries
+	default:
+		return fmt.Errorf("manifest base %q is not allowed here", m.Base.File)
+	}
+	if m.Base != nil && len(base) != m.Base.Entries {
+		return fmt.Errorf("base has %d entries, the manifest says %d", len(base), m.Base.Entries)
+	}
+	if len(m.Changes) > maxEntries || len(m.Removed) > maxEntries {
+		return errors.New("too many changes")
+	}
+	removed := make(map[string]bool, len(m.Removed))
+	for _, p := range m.Removed {
+		if removed[p] {
+			return fmt.Errorf("removes %q twice", p)
+		}
+		removed[p] = true
+	}
+	changed := make(map[string]int, len(m.Changes))
+	for i := range m.Changes {
+		p := m.Changes[i].Path
+		if _, dup := changed[p]; dup {
+			return fmt.Errorf("changes %q twice", p)
+		}
+		if removed[p] {
+			return fmt.Errorf("both changes and removes %q", p)
+		}
+		changed[p] = i
+	}
+	out := make([]ManifestEntry, 0, len(base)+len(m.Changes))
+	nRemoved := 0
+	for i := range base {
+		p := base[i].Path
+		if removed[p] {
+			nRemoved++
+			continue
+		}
+		if j, ok := changed[p]; ok {
+			out = append(out, m.Changes[j])
+			delete(changed, p)
+			continue
+		}
+		out = append(out, base[i])
+	}
+	if nRemoved != len(removed) {
+		return errors.New("removes a path its base does not list")
+	}
+	for i := range m.Changes {
+		if _, ok := changed[m.Changes[i].Path]; ok {
+			out = append(out, m.Changes[i])
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return walkCompare(out[i].Path, out[j].Path) < 0 })
+	if len(out) != m.Total {
+		return fmt.Errorf("resolves to %d entries, the manifest says %d", len(out), m.Total)
+	}
+	m.Entries = out
+	return nil
+}
+
+// maxEntries bounds the changes a manifest read back may list.
+const maxEntries = 10_000_000

@@ -1,7 +1,6 @@
 package capsule
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -47,13 +46,30 @@ type ExitState struct {
 // PortObservation is a machine-wide point-in-time comparison of listening TCP
 // sockets, not causal attribution.
 type PortObservation struct {
-	Source  string   `json:"source"`
-	Before  []string `json:"before"`
-	After   []string `json:"after"`
+	Source string   `json:"source"`
+	Before []string `json:"before"`
+	After  []string `json:"after"`
+	// During lists the listening sockets that samples taken while the
+	// command ran (and once more before its process group was cleaned up)
+	// saw and that were not listening before: machine-wide, like After.
+	During []string `json:"during"`
+	// GroupListeners are the sampled listening sockets held open by a
+	// process of the command's process group (a socket inode among its fds).
+	GroupListeners []GroupListener `json:"group_listeners"`
+	Samples        int             `json:"samples"`
+	// Opened: listening after the run or held by the group at a sample, and not before.
 	Opened  []string `json:"opened"`
 	Closed  []string `json:"closed"`
 	Error   string   `json:"error,omitempty"`
 	Caveats string   `json:"caveats"`
+}
+
+// GroupListener is a listening socket found among the fds of a process of
+// the command's process group.
+type GroupListener struct {
+	Addr string `json:"addr"`
+	PID  int    `json:"pid"`
+	Comm string `json:"comm"`
 }
 
 // Runtime is runtime.json.
@@ -75,6 +91,9 @@ type Runtime struct {
 	Ports         PortObservation `json:"ports"`
 	LaunchError   string          `json:"launch_error,omitempty"`
 	Cancelled     bool            `json:"cancelled,omitempty"` // agentdiff was interrupted and killed the group
+	// AfterListing says how the after manifest was taken: "watched: N of M
+	// directories re-listed" or "full: <why the watch could not vouch>".
+	AfterListing string `json:"after_listing,omitempty"`
 	// PhaseMS is agentdiff's own time per phase (milliseconds), for overhead accounting.
 	PhaseMS map[string]int64 `json:"phase_ms"`
 }
@@ -92,6 +111,7 @@ type launchSpec struct {
 	stdout  io.Writer
 	stderr  io.Writer
 	timeout time.Duration
+	ports   *portSampler // sampled while the command runs and once before cleanup; nil: not sampled
 }
 
 // runCommand starts the command in its own process group, waits for it (up to
@@ -116,6 +136,7 @@ func runCommand(ctx context.Context, s launchSpec, rt *Runtime) error {
 	pgid := cmd.Process.Pid
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
+	stopSampling := s.ports.start(pgid)
 	var timer <-chan time.Time
 	if s.timeout > 0 {
 		t := time.NewTimer(s.timeout)
@@ -134,6 +155,10 @@ func runCommand(ctx context.Context, s launchSpec, rt *Runtime) error {
 	case <-ctx.Done():
 		cancelled = true
 	}
+	// The group's listeners are observed once more before it is cleaned up
+	// (a `server &` the command left behind is still listening now).
+	stopSampling()
+	s.ports.sample(pgid)
 	if timedOut || cancelled {
 		// Snapshot the group before signalling so the report names everyone.
 		members := groupMembers(pgid, rt.PID)
@@ -209,7 +234,11 @@ func runCommand(ctx context.Context, s launchSpec, rt *Runtime) error {
 
 // groupMembers lists live (non-zombie counted too) processes whose process
 // group is pgid, excluding the command itself (pid self).
-func groupMembers(pgid, self int) []Descendant {
+func groupMembers(pgid, self int) []Descendant { return scanGroup(pgid, self, true) }
+
+// scanGroup lists the live processes of group pgid except self; with reap set
+// it reaps the group's zombies that are agentdiff's children.
+func scanGroup(pgid, self int, reap bool) []Descendant {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
@@ -241,7 +270,7 @@ func groupMembers(pgid, self int) []Descendant {
 		if f[0] == "Z" || f[0] == "X" {
 			// A zombie is dead; reap it if it is ours, otherwise its parent will.
 			ppid, _ := strconv.Atoi(f[1])
-			if ppid == os.Getpid() {
+			if reap && ppid == os.Getpid() {
 				var ws unix.WaitStatus
 				_, _ = unix.Wait4(pid, &ws, unix.WNOHANG, nil)
 			}
@@ -256,49 +285,13 @@ func groupMembers(pgid, self int) []Descendant {
 // listeningPorts reads /proc/net/tcp and /proc/net/tcp6 and returns the
 // listening sockets as "tcp4 127.0.0.1:8080" / "tcp6 [::1]:8080", sorted.
 func listeningPorts() ([]string, error) {
-	var out []string
-	var errs []error
-	for _, f := range []struct{ path, fam string }{{"/proc/net/tcp", "tcp4"}, {"/proc/net/tcp6", "tcp6"}} {
-		ps, err := parseProcNet(f.path, f.fam)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		out = append(out, ps...)
+	ls, err := listeningSockets()
+	out := make([]string, 0, len(ls))
+	for _, l := range ls {
+		out = append(out, l.addr)
 	}
 	slices.Sort(out)
-	out = slices.Compact(out)
-	if out == nil {
-		out = []string{}
-	}
-	return out, errors.Join(errs...)
-}
-
-func parseProcNet(path, fam string) ([]string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(io.LimitReader(f, 64<<20))
-	first := true
-	for sc.Scan() {
-		if first {
-			first = false
-			continue
-		}
-		fs := strings.Fields(sc.Text())
-		if len(fs) < 4 || fs[3] != "0A" { // TCP_LISTEN
-			continue
-		}
-		addr, err := decodeProcAddr(fs[1], fam)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
-		out = append(out, fam+" "+addr)
-	}
-	return out, sc.Err()
+	return slices.Compact(out), err
 }
 
 // decodeProcAddr decodes "0100007F:1F90" (little-endian 32-bit words) to "127.0.0.1:8080".

@@ -49,6 +49,9 @@ type RollbackAttempt struct {
 	Selected   []string       `json:"selected_paths"` // --path arguments; empty means all
 	Status     string         `json:"status"`
 	Items      []RollbackItem `json:"items"`
+	// ClearedTemporaries names the temporary copies an earlier, interrupted
+	// rollback left in .agentdiff/tmp, removed before this one started.
+	ClearedTemporaries []string `json:"cleared_temporaries,omitempty"`
 }
 
 // RollbackResult is rollback-result.json: every attempt on this capsule, oldest first.
@@ -62,8 +65,22 @@ type RollbackResult struct {
 var ErrNoSuchChange = errors.New("no recorded change at or below that path")
 
 // loadCapsule reads and cross-checks the verified capsule's manifests and
-// result: every path must be safe and result.json must agree with the manifests.
+// result (checkCapsule) and refuses incomplete manifests.
 func loadCapsule(dir string) (before, after *Manifest, res *Result, err error) {
+	before, after, res, err = checkCapsule(dir)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if before.Incomplete != "" || after.Incomplete != "" {
+		return nil, nil, nil, errors.New("the capsule's manifests are incomplete; nothing to roll back")
+	}
+	return before, after, res, nil
+}
+
+// checkCapsule reads and cross-checks a capsule's manifests and result:
+// every path must be safe and result.json must agree with the manifests.
+// Verify and rollback both run it.
+func checkCapsule(dir string) (before, after *Manifest, res *Result, err error) {
 	before, after, res = &Manifest{}, &Manifest{}, &Result{}
 	for _, x := range []struct {
 		name string
@@ -73,14 +90,17 @@ func loadCapsule(dir string) (before, after *Manifest, res *Result, err error) {
 			return nil, nil, nil, err
 		}
 	}
+	if err := before.resolve(dir, nil); err != nil {
+		return nil, nil, nil, fmt.Errorf("before.json: %w", err)
+	}
 	if err := before.validate(); err != nil {
 		return nil, nil, nil, fmt.Errorf("before.json: %w", err)
 	}
-	if err := after.validate(); err != nil {
+	if err := after.resolve(dir, before); err != nil {
 		return nil, nil, nil, fmt.Errorf("after.json: %w", err)
 	}
-	if before.Incomplete != "" || after.Incomplete != "" {
-		return nil, nil, nil, errors.New("the capsule's manifests are incomplete; nothing to roll back")
+	if err := after.validate(); err != nil {
+		return nil, nil, nil, fmt.Errorf("after.json: %w", err)
 	}
 	want := diff(before, after)
 	if len(want) != len(res.Changes) {
@@ -114,20 +134,40 @@ func Rollback(ctx context.Context, root, id string, o RollbackOptions) (*Rollbac
 	if err != nil {
 		return nil, nil, err
 	}
-	dir, err := CapsuleDir(root, id)
-	if err != nil {
+	if _, err := CapsuleDir(root, id); err != nil {
 		return nil, nil, err
 	}
-	state := filepath.Join(root, StateDir)
+	// Hold the state and capsule directories, opened through a no-follow
+	// openat chain from the root, and work through those fds: a symlink
+	// swapped in for .agentdiff or .agentdiff/runs cannot redirect a write.
+	stateDir, err := scan.OpenDir(root, StateDir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open %s (symlinks are refused): %w", StateDir, err)
+	}
+	defer stateDir.Close()
+	capDir, err := scan.OpenDir(root, StateDir+"/runs/"+id)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, fmt.Errorf("capsule %s not found (or not a directory)", id)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("open capsule %s (symlinks are refused): %w", id, err)
+	}
+	defer capDir.Close()
+	state, dir := heldPath(stateDir), heldPath(capDir)
 	lock, err := tryLock(state)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer lock.Close()
-	rep, err := Verify(ctx, dir, id)
+	cleared, err := clearRollbackTemps(state)
 	if err != nil {
 		return nil, nil, err
 	}
+	rep, err := verifyCapsule(ctx, dir, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	rep.ClearedTemporaries = cleared
 	if !rep.OK {
 		return nil, rep, fmt.Errorf("%w: refusing to roll back (run agentdiff verify %s)", ErrUnverified, id)
 	}
@@ -148,8 +188,13 @@ func Rollback(ctx context.Context, root, id string, o RollbackOptions) (*Rollbac
 	if err != nil {
 		return nil, rep, err
 	}
-	att := &RollbackAttempt{StartedAt: time.Now().UTC(), Selected: append([]string{}, o.Paths...), Items: []RollbackItem{}}
-	rb := &roller{root: root, dir: dir, bi: before.index(), ai: after.index()}
+	tmp, err := openTmpDir(state)
+	if err != nil {
+		return nil, rep, err
+	}
+	defer tmp.Close()
+	att := &RollbackAttempt{StartedAt: time.Now().UTC(), Selected: append([]string{}, o.Paths...), Items: []RollbackItem{}, ClearedTemporaries: cleared}
+	rb := &roller{root: root, dir: dir, id: id, tmp: tmp, bi: before.index(), ai: after.index()}
 	att.Items = rb.run(ctx, sel)
 	att.FinishedAt = time.Now().UTC()
 	att.Status = RollbackComplete
@@ -158,11 +203,23 @@ func Rollback(ctx context.Context, root, id string, o RollbackOptions) (*Rollbac
 			att.Status = RollbackPartial
 		}
 	}
+	failpoint("before-seal")
 	prior.Attempts = append(prior.Attempts, *att)
 	if err := sealRollback(dir, id, rep.Rollbacks+1, &prior, att); err != nil {
 		return att, rep, err
 	}
 	return att, rep, nil
+}
+
+// heldPath names an open directory through /proc/self/fd, so path-based
+// calls below it resolve through the held directory; without /proc it is
+// the directory's own path.
+func heldPath(d *os.File) string {
+	p := fmt.Sprintf("/proc/self/fd/%d", d.Fd())
+	if _, err := os.Stat(filepath.Join(p, ".")); err != nil {
+		return d.Name()
+	}
+	return p
 }
 
 func selectChanges(changes []Change, paths []string) ([]Change, error) {
@@ -202,8 +259,9 @@ func containsChange(cs []Change, p string) bool {
 }
 
 type roller struct {
-	root, dir string
-	bi, ai    map[string]*ManifestEntry
+	root, dir, id string
+	tmp           *os.File // <root>/.agentdiff/tmp: temporary copies are written here, never in the workspace
+	bi, ai        map[string]*ManifestEntry
 }
 
 func depth(p string) int { return strings.Count(p, "/") }
@@ -441,10 +499,11 @@ func (r *roller) chmod(p string, a, b *ManifestEntry) error {
 
 var errNoBackup = errors.New("no verified backup of the before-state content")
 
-// restoreFile writes the verified backup to a temporary file beside p and
-// renames it into place: over the post-run file (re-checked just before the
-// rename) or, for a deleted path, with RENAME_NOREPLACE so nothing that
-// appeared since is replaced.
+// restoreFile writes the verified backup to a temporary file in
+// .agentdiff/tmp and renames it into place: over the post-run file
+// (re-checked just before the rename) or, for a deleted path, with
+// RENAME_NOREPLACE so nothing that appeared since is replaced. A path on
+// another filesystem than .agentdiff is not restored (rename cannot cross).
 func (r *roller) restoreFile(p string, b, a *ManifestEntry) error {
 	if !b.Backup {
 		return errNoBackup
@@ -460,9 +519,9 @@ func (r *roller) restoreFile(p string, b, a *ManifestEntry) error {
 		return err
 	}
 	defer d.Close()
-	dfd := int(d.Fd())
-	tmpName := fsutil.TempPrefix + "agentdiff-restore-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	fd, err := unix.Openat(dfd, tmpName, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	dfd, tfd := int(d.Fd()), int(r.tmp.Fd())
+	tmpName := rollbackTempPrefix + r.id + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	fd, err := unix.Openat(tfd, tmpName, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return fmt.Errorf("create temporary file: %w", err)
 	}
@@ -471,7 +530,7 @@ func (r *roller) restoreFile(p string, b, a *ManifestEntry) error {
 	defer func() {
 		if !ok {
 			tmp.Close()
-			unix.Unlinkat(dfd, tmpName, 0)
+			unix.Unlinkat(tfd, tmpName, 0)
 		}
 	}()
 	sum, err := hashReader(src, b.Size, make([]byte, 64<<10), tmp)
@@ -484,13 +543,14 @@ func (r *roller) restoreFile(p string, b, a *ManifestEntry) error {
 	if err := tmp.Sync(); err != nil {
 		return err
 	}
+	failpoint("temp-written")
 	if a == nil || a.Type != "file" {
 		// The path must still be absent: never replace what appeared since.
-		if err := unix.Renameat2(dfd, tmpName, dfd, name, unix.RENAME_NOREPLACE); err != nil {
+		if err := unix.Renameat2(tfd, tmpName, dfd, name, unix.RENAME_NOREPLACE); err != nil {
 			if err == unix.EEXIST {
 				return errors.New("something appeared at this path since the run; not replaced")
 			}
-			return fmt.Errorf("rename: %w", err)
+			return renameErr(err)
 		}
 	} else {
 		// Re-check that the post-run file is still the one we hashed.
@@ -498,13 +558,23 @@ func (r *roller) restoreFile(p string, b, a *ManifestEntry) error {
 		if err != nil || !r.equals(cur, p, a) {
 			return errors.New("file changed since the check; later work is kept")
 		}
-		if err := unix.Renameat(dfd, tmpName, dfd, name); err != nil {
-			return fmt.Errorf("rename: %w", err)
+		if err := unix.Renameat(tfd, tmpName, dfd, name); err != nil {
+			return renameErr(err)
 		}
 	}
 	ok = true
 	tmp.Close()
+	if err := r.tmp.Sync(); err != nil {
+		return err
+	}
 	return d.Sync()
+}
+
+func renameErr(err error) error {
+	if err == unix.EXDEV {
+		return errors.New("the path is on another filesystem than .agentdiff; not restored")
+	}
+	return fmt.Errorf("rename: %w", err)
 }
 
 // sealRollback appends recovery events, rewrites rollback-result.json and

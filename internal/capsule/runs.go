@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"syscall"
 	"time"
 
@@ -129,7 +130,12 @@ func Doctor(root string) []Capability {
 	if _, err := listeningPorts(); err != nil {
 		add("port_observation", false, "cannot read /proc/net/tcp{,6}: "+err.Error())
 	} else {
-		add("port_observation", true, "listening TCP sockets from /proc/net/tcp and /proc/net/tcp6 before and after (machine-wide, point in time, not attributed)")
+		add("port_observation", true, "listening TCP sockets from /proc/net/tcp and /proc/net/tcp6 before, every 100 ms while the command runs, once before its process group is cleaned up (with the group's socket fds) and after; not causal attribution")
+	}
+	if b, err := os.ReadFile("/proc/sys/fs/inotify/max_user_watches"); err != nil {
+		add("after_listing_watch", false, "no inotify: every after manifest lists the whole tree")
+	} else {
+		add("after_listing_watch", true, "inotify watches every directory while the command runs, so the after manifest re-lists only what changed (max_user_watches "+strings.TrimSpace(string(b))+"; beyond it the whole tree is listed)")
 	}
 	st, err := os.Stat(root)
 	if err != nil || !st.IsDir() {

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -29,17 +30,47 @@ type VerifyReport struct {
 	Unexpected []string `json:"unexpected"`
 	Mismatched []string `json:"mismatched"`
 	Problems   []string `json:"problems"`
+	// ClearedTemporaries names the temporary copies an interrupted rollback
+	// left in .agentdiff/tmp, which this verify removed.
+	ClearedTemporaries []string `json:"cleared_temporaries,omitempty"`
 }
 
 // ErrUnverified is returned by operations that need a verified capsule.
 var ErrUnverified = errors.New("capsule failed verification")
 
-// CapsuleDir returns the capsule directory of id below root, refusing a malformed id.
+// CapsuleDir returns the capsule directory of id below root, refusing a
+// malformed id and a .agentdiff or .agentdiff/runs that is not a real
+// directory (a symlink is refused, as run refuses it).
 func CapsuleDir(root, id string) (string, error) {
 	if !ValidRunID(id) {
 		return "", fmt.Errorf("%w: %q", ErrBadRunID, id)
 	}
+	if err := checkStateDirs(root); err != nil {
+		return "", err
+	}
 	return filepath.Join(root, StateDir, "runs", id), nil
+}
+
+// ErrStateSymlink reports a .agentdiff or .agentdiff/runs that is a symlink
+// or another non-directory.
+var ErrStateSymlink = errors.New("is not a directory (symlinks are refused)")
+
+// checkStateDirs refuses a .agentdiff or .agentdiff/runs below root that
+// exists and is not a directory; absent ones are left to the caller.
+func checkStateDirs(root string) error {
+	for _, d := range []string{filepath.Join(root, StateDir), filepath.Join(root, StateDir, "runs")} {
+		fi, err := os.Lstat(d)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if !fi.IsDir() {
+			return fmt.Errorf("%s %w", d, ErrStateSymlink)
+		}
+	}
+	return nil
 }
 
 // readSeal reads and validates one seal file.
@@ -86,10 +117,37 @@ func hashPrefix(dir, rel string, n int64) (string, int64, error) {
 // Verify checks the capsule directory against integrity.json and the chain of
 // post-seal rollback extensions: every sealed file must exist with its sealed
 // digest, events.jsonl must be exactly the sealed prefix plus sealed appends,
-// and no other object may be present.
+// and no other object may be present. It then runs every check rollback runs
+// on the capsule's content (safe paths, manifests that agree with
+// result.json), so a consistently resealed capsule naming "../x" fails here
+// exactly as rollback refuses it. dir must be CapsuleDir's answer: when no
+// run or rollback holds the root's lock, Verify also removes the temporary
+// copies an interrupted rollback left in <root>/.agentdiff/tmp and reports
+// them.
 func Verify(ctx context.Context, dir, id string) (*VerifyReport, error) {
+	var cleared []string
+	state := filepath.Dir(filepath.Dir(dir))
+	if filepath.Base(state) == StateDir {
+		if lock, err := tryLock(state); err == nil {
+			cleared, _ = clearRollbackTemps(state)
+			lock.Close()
+		}
+	}
+	r, err := verifyCapsule(ctx, dir, id)
+	if r != nil {
+		r.ClearedTemporaries = cleared
+	}
+	return r, err
+}
+
+// verifyCapsule is Verify without the clearing of rollback temporaries.
+func verifyCapsule(ctx context.Context, dir, id string) (*VerifyReport, error) {
 	r := &VerifyReport{RunID: id, Missing: []string{}, Unexpected: []string{}, Mismatched: []string{}, Problems: []string{}}
-	if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
+	stat := os.Lstat
+	if strings.HasPrefix(dir, "/proc/self/fd/") {
+		stat = os.Stat // a directory rollback holds open (heldPath)
+	}
+	if fi, err := stat(dir); err != nil || !fi.IsDir() {
 		return nil, fmt.Errorf("capsule %s not found (or not a directory)", id)
 	}
 	seals := map[string]bool{}
@@ -174,7 +232,21 @@ func Verify(ctx context.Context, dir, id string) (*VerifyReport, error) {
 			}
 		}
 	}
-	return finish(r, dir, expect, seals), nil
+	r = finish(r, dir, expect, seals)
+	if r.OK {
+		// The seal holds: run rollback's content checks too.
+		if _, _, _, err := checkCapsule(dir); err != nil {
+			r.Problems = append(r.Problems, "capsule content refused: "+err.Error())
+			r.OK = false
+		} else if r.Rollbacks > 0 {
+			var rr RollbackResult
+			if err := readJSON(dir, FileRollbackResult, &rr); err != nil {
+				r.Problems = append(r.Problems, "capsule content refused: "+err.Error())
+				r.OK = false
+			}
+		}
+	}
+	return r, nil
 }
 
 // finish lists unexpected objects and sets OK.
@@ -204,7 +276,7 @@ func validCapsuleRel(p string) error {
 		return fmt.Errorf("sealed path %q is unsafe", p)
 	}
 	switch {
-	case p == FileMetadata, p == FilePolicy, p == FileBefore, p == FileAfter, p == FileRuntime, p == FileResult, p == FileEvents:
+	case p == FileMetadata, p == FilePolicy, p == FileBefore, p == FileAfter, p == FileRuntime, p == FileResult, p == FileEvents, p == FileBase:
 		return nil
 	case strings.HasPrefix(p, DirBackups+"/") && validSum(strings.TrimPrefix(p, DirBackups+"/")):
 		return nil
