@@ -107,19 +107,12 @@ func WriteText(w io.Writer, tl *Timeline) {
 			}
 			fmt.Fprintln(w, line)
 		}
-		for _, g := range s.Gaps {
-			at := ""
-			if g.FromSeq != 0 {
-				at = fmt.Sprintf(" at #%d", g.FromSeq)
-				if g.ToSeq != g.FromSeq {
-					at = fmt.Sprintf(" at #%d..#%d", g.FromSeq, g.ToSeq)
-				}
-			}
+		for _, g := range groupGaps(s.Gaps) {
 			reason := ""
 			if g.Reason != "" {
 				reason = " (" + Clean(g.Reason) + ")"
 			}
-			fmt.Fprintf(w, "  gap %s%s%s: %s; %s\n", g.Kind, reason, at, g.Meaning, g.Why)
+			fmt.Fprintf(w, "  %s %s%s%s: %s; %s\n", plural(g.count, "gap", "gaps"), g.Kind, reason, g.at, g.Meaning, g.Why)
 		}
 	}
 	if len(tl.Rewinds) > 0 {
@@ -156,4 +149,40 @@ func WriteText(w io.Writer, tl *Timeline) {
 		fmt.Fprintf(w, "\n%d later events are omitted from this record\n", tl.EventsOmitted)
 	}
 	fmt.Fprintf(w, "\n%s\n", tl.Summary.Text)
+}
+
+type gapGroup struct {
+	Gap
+	count int
+	at    string
+}
+
+// groupGaps folds a session's gaps of one kind and reason into one line
+// that lists where they are.
+func groupGaps(gaps []Gap) []gapGroup {
+	var out []gapGroup
+	idx := map[string]int{}
+	for _, g := range gaps {
+		k := g.Kind + "\x00" + g.Reason
+		i, ok := idx[k]
+		if !ok {
+			i = len(out)
+			idx[k] = i
+			out = append(out, gapGroup{Gap: g})
+		}
+		gg := &out[i]
+		gg.count++
+		if g.FromSeq != 0 {
+			at := fmt.Sprintf("#%d", g.FromSeq)
+			if g.ToSeq > g.FromSeq {
+				at = fmt.Sprintf("#%d..#%d", g.FromSeq, g.ToSeq)
+			}
+			if gg.at == "" {
+				gg.at = " at " + at
+			} else {
+				gg.at += ", " + at
+			}
+		}
+	}
+	return out
 }
