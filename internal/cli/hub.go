@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentscm/agentscm/internal/fsutil"
 	"github.com/agentscm/agentscm/internal/hub"
+	"github.com/agentscm/agentscm/internal/hubpage"
 	"github.com/agentscm/agentscm/internal/hub/api"
 )
 
@@ -49,6 +50,9 @@ token create). The first line on stdout is "listening on http://HOST:PORT".
 SIGTERM or SIGINT stops accepting connections and lets in-flight requests
 finish (at most 30 s) before exiting 0. Every 10 minutes the Hub expires
 shared conversation bodies past their retention and removes their objects.
+The Hub page is served at / on the same address: sign in there with a token
+to read the Works, each Work's timeline and Settings -> Conversation sharing
+(docs/pages.md).
 
 `+hubBackendHelp)
 	listen := fs.String("listen", "127.0.0.1:8420", "address to listen on (host:port)")
@@ -83,7 +87,11 @@ shared conversation bodies past their retention and removes their objects.
 	swept := make(chan struct{})
 	go func() { defer close(swept); svc.RunSweeper(sweepCtx, hub.SweepInterval, logger.Printf) }()
 	defer func() { stopSweep(); <-swept }()
-	if err := hub.Serve(ctx, ln, hub.NewHandler(svc, logger), logger); err != nil {
+	page, err := hubpage.New(svc, hubpage.Options{Now: hubClock(env), Log: logger})
+	if err != nil {
+		return err
+	}
+	if err := hub.Serve(ctx, ln, hubpage.Mount(hub.NewHandler(svc, logger), page), logger); err != nil {
 		return err
 	}
 	logger.Printf("shut down")
