@@ -14,8 +14,8 @@ import (
 
 	"github.com/agentscm/agentscm/internal/fsutil"
 	"github.com/agentscm/agentscm/internal/hub"
-	"github.com/agentscm/agentscm/internal/hubpage"
 	"github.com/agentscm/agentscm/internal/hub/api"
+	"github.com/agentscm/agentscm/internal/hubpage"
 )
 
 func hubCommand() *Command {

@@ -52,7 +52,7 @@ const (
 	// with their state only.
 	MaxListedWorks = 100
 	// CookieName is the session cookie.
-	CookieName = "agentscm_session"
+	CookieName   = "agentscm_session"
 	maxFormBytes = 8 << 10
 )
 
@@ -108,9 +108,11 @@ func New(svc *hub.Service, opts Options) (*Server, error) {
 			}
 			return fmt.Sprint(*p)
 		},
-		"join":   strings.Join,
-		"plural": func(n int64, one, many string) string { return fmt.Sprintf("%d %s", n, map[bool]string{true: one, false: many}[n == 1]) },
-		"path":   url.PathEscape,
+		"join": strings.Join,
+		"plural": func(n int64, one, many string) string {
+			return fmt.Sprintf("%d %s", n, map[bool]string{true: one, false: many}[n == 1])
+		},
+		"path": url.PathEscape,
 	}
 	pages := []string{"signin", "works", "work", "settings", "body", "error"}
 	for _, p := range pages {
