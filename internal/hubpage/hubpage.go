@@ -112,7 +112,8 @@ func New(svc *hub.Service, opts Options) (*Server, error) {
 		"plural": func(n int64, one, many string) string {
 			return fmt.Sprintf("%d %s", n, map[bool]string{true: one, false: many}[n == 1])
 		},
-		"path": url.PathEscape,
+		"path":  url.PathEscape,
+		"int64": func(n int) int64 { return int64(n) },
 	}
 	pages := []string{"signin", "works", "work", "settings", "body", "error"}
 	for _, p := range pages {

@@ -105,6 +105,9 @@ func WriteText(w io.Writer, tl *Timeline) {
 			if c.Result == "unknown" {
 				line += "  (" + c.ResultWhy + ")"
 			}
+			if c.ActionResult != "" && c.ActionResult != c.Result {
+				line += "  [action " + c.ActionResult + "]"
+			}
 			fmt.Fprintln(w, line)
 		}
 		for _, g := range groupGaps(s.Gaps) {
@@ -112,7 +115,7 @@ func WriteText(w io.Writer, tl *Timeline) {
 			if g.Reason != "" {
 				reason = " (" + Clean(g.Reason) + ")"
 			}
-			fmt.Fprintf(w, "  %s %s%s%s: %s; %s\n", plural(g.count, "gap", "gaps"), g.Kind, reason, g.at, g.Meaning, g.Why)
+			fmt.Fprintf(w, "  %s %s%s%s: %s; %s\n", plural(g.Count, "gap", "gaps"), g.Kind, reason, g.At, g.Meaning, g.Why)
 		}
 	}
 	if len(tl.Rewinds) > 0 {
@@ -151,16 +154,22 @@ func WriteText(w io.Writer, tl *Timeline) {
 	fmt.Fprintf(w, "\n%s\n", tl.Summary.Text)
 }
 
-type gapGroup struct {
+// GapGroup is the gaps of one kind and reason in a session.
+type GapGroup struct {
 	Gap
-	count int
-	at    string
+	Count int
+	// At lists where they are (" at #2, #10"), or "".
+	At string
 }
+
+// GapGroups folds the session's gaps of one kind and reason into one
+// entry that lists where they are.
+func (s Session) GapGroups() []GapGroup { return groupGaps(s.Gaps) }
 
 // groupGaps folds a session's gaps of one kind and reason into one line
 // that lists where they are.
-func groupGaps(gaps []Gap) []gapGroup {
-	var out []gapGroup
+func groupGaps(gaps []Gap) []GapGroup {
+	var out []GapGroup
 	idx := map[string]int{}
 	for _, g := range gaps {
 		k := g.Kind + "\x00" + g.Reason
@@ -168,19 +177,19 @@ func groupGaps(gaps []Gap) []gapGroup {
 		if !ok {
 			i = len(out)
 			idx[k] = i
-			out = append(out, gapGroup{Gap: g})
+			out = append(out, GapGroup{Gap: g})
 		}
 		gg := &out[i]
-		gg.count++
+		gg.Count++
 		if g.FromSeq != 0 {
 			at := fmt.Sprintf("#%d", g.FromSeq)
 			if g.ToSeq > g.FromSeq {
 				at = fmt.Sprintf("#%d..#%d", g.FromSeq, g.ToSeq)
 			}
-			if gg.at == "" {
-				gg.at = " at " + at
+			if gg.At == "" {
+				gg.At = " at " + at
 			} else {
-				gg.at += ", " + at
+				gg.At += ", " + at
 			}
 		}
 	}

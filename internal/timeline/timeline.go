@@ -111,8 +111,10 @@ type Call struct {
 	ModifiedOmitted int  `json:"modified_omitted,omitempty"`
 	DeletedOmitted  int  `json:"deleted_omitted,omitempty"`
 	Baseline        bool `json:"baseline,omitempty"`
-	// ActionID names the call's action, when a rule made one.
-	ActionID string `json:"action_id,omitempty"`
+	// ActionID names the call's action, when a rule made one, and
+	// ActionResult is that action's result.
+	ActionID     string `json:"action_id,omitempty"`
+	ActionResult string `json:"action_result,omitempty"`
 }
 
 // Action is an observed action with its source binding and drift.
@@ -326,7 +328,7 @@ func Build(rec api.ChangeRecord, incs []Increment, src Source) *Timeline {
 			if c.ToolUseID == "" || !actionOf(a.ActionID, s.NativeSessionIDs, c.ToolUseID) {
 				continue
 			}
-			c.ActionID = a.ActionID
+			c.ActionID, c.ActionResult = a.ActionID, ac.Result
 			if a.Finish != nil && a.Finish.ExitCode != nil && (c.Result == "" || c.Result == "succeeded") && a.Finish.Result == "failed" {
 				c.Result, c.ResultWhy = "failed", fmt.Sprintf("the command exited with status %d", *a.Finish.ExitCode)
 			}

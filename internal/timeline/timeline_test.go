@@ -18,9 +18,14 @@ import (
 // --format json` of a session that wrote new.txt, ran a Bash call that
 // deleted b.txt and edited README.md, and a Bash call that failed.
 func fixture(t *testing.T) (api.ChangeRecord, []Increment) {
+	return load(t, "hooks")
+}
+
+// load reads testdata/NAME_record.json and NAME_changelog.json.
+func load(t *testing.T, name string) (api.ChangeRecord, []Increment) {
 	t.Helper()
 	var rec api.ChangeRecord
-	b, err := os.ReadFile("testdata/hooks_record.json")
+	b, err := os.ReadFile("testdata/" + name + "_record.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,7 +35,7 @@ func fixture(t *testing.T) (api.ChangeRecord, []Increment) {
 	var list struct {
 		Increments []changelog.Info `json:"increments"`
 	}
-	b, err = os.ReadFile("testdata/hooks_changelog.json")
+	b, err = os.ReadFile("testdata/" + name + "_changelog.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,6 +200,48 @@ func TestBuild(t *testing.T) {
 				t.Fatal("the text view passes an escape sequence through")
 			}
 		})
+	}
+}
+
+// TestClaudeSession: the record and changelog of a real Claude Code
+// session (TestHubPageTimelineOfClaudeSession in test/e2e writes them with
+// AGENTSCM_E2E_FIXTURES set): Write new.txt, a Bash call that edits
+// README.md and deletes b.txt, a Bash call that exits 3.
+func TestClaudeSession(t *testing.T) {
+	rec, incs := load(t, "claude")
+	tl := Build(rec, incs, Source{Name: "local changelog"})
+	want := []string{"Write succeeded 0 +new.txt", "Bash succeeded 1 ~README.md -b.txt", "Bash failed 2 no files changed"}
+	if got := calls(tl); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("calls %q", got)
+	}
+	if tl.Summary.Text != "3 calls, 1 failed; 1 created, 1 modified, 1 deleted" {
+		t.Fatalf("summary %q", tl.Summary.Text)
+	}
+	s := tl.Sessions[0]
+	if !s.Ended || len(s.NativeSessionIDs) != 1 || len(s.Gaps) == 0 {
+		t.Fatalf("session %+v", s)
+	}
+	for _, g := range s.Gaps {
+		if g.Kind != "identity_uncertain" || g.Reason != "no_provider_identity" || !strings.Contains(g.Why, "carries no id") {
+			t.Fatalf("gap %+v", g)
+		}
+	}
+	// Both Bash calls are bound to their actions; the one that returned
+	// has an unknown action result with its reason, the failed one failed.
+	for _, c := range s.Calls[1:] {
+		if c.ActionID == "" {
+			t.Fatalf("call %+v has no action", c)
+		}
+	}
+	byID := map[string]Action{}
+	for _, a := range tl.Actions {
+		byID[a.ActionID] = a
+	}
+	if a := byID[s.Calls[1].ActionID]; a.Result != "unknown" || !strings.Contains(a.ResultWhy, "carried none") {
+		t.Fatalf("rm's action %+v", a)
+	}
+	if a := byID[s.Calls[2].ActionID]; a.Result != "failed" {
+		t.Fatalf("the failing call's action %+v", a)
 	}
 }
 
