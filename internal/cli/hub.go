@@ -23,7 +23,7 @@ func hubCommand() *Command {
 		Name:    "hub",
 		Summary: "run a Hub for a team and administer it",
 		Sub: []*Command{
-			{Name: "serve", Summary: "serve the Hub's HTTP API", Run: runHubServe},
+			{Name: "serve", Summary: "serve the Hub's HTTP API and the Hub page", Run: runHubServe},
 			{Name: "migrate", Summary: "copy an embedded or single-node Hub into PostgreSQL and an object store, verified", Run: runHubMigrate},
 			{Name: "admin", Summary: "create humans, repositories and tokens in a Hub's stores", Sub: []*Command{
 				{Name: "human", Summary: "humans of the Hub", Sub: []*Command{
@@ -58,7 +58,12 @@ to read the Works, each Work's timeline and Settings -> Conversation sharing
 	listen := fs.String("listen", "127.0.0.1:8420", "address to listen on (host:port)")
 	backend := addHubBackendFlags(fs)
 	days := fs.Int("shared-conversation-retention-days", hub.DefaultRetentionDays, "days the Hub keeps an uploaded shared conversation body (1 to 3650)")
+	keyFile := fs.String("page-session-key-file", "", "file (mode 0600, at least 32 random bytes) whose key seals the Hub page's session cookies; give every instance of a multi-instance Hub the same one (default: $"+PageKeyFileEnv+", else a random key per process)")
 	if err := parseFlags(fs, args, false); err != nil {
+		return err
+	}
+	pageKey, err := readPageKey(env, *keyFile)
+	if err != nil {
 		return err
 	}
 	if _, err := backend.resolve(env); err != nil {
@@ -87,7 +92,7 @@ to read the Works, each Work's timeline and Settings -> Conversation sharing
 	swept := make(chan struct{})
 	go func() { defer close(swept); svc.RunSweeper(sweepCtx, hub.SweepInterval, logger.Printf) }()
 	defer func() { stopSweep(); <-swept }()
-	page, err := hubpage.New(svc, hubpage.Options{Now: hubClock(env), Log: logger})
+	page, err := hubpage.New(svc, hubpage.Options{Now: hubClock(env), Log: logger, SessionKey: pageKey})
 	if err != nil {
 		return err
 	}

@@ -44,9 +44,10 @@ var files embed.FS
 const (
 	// DefaultSessionTTL is how long a sign-in lasts.
 	DefaultSessionTTL = 8 * time.Hour
-	// MaxSessions bounds the signed-in sessions one process keeps; the
-	// oldest expire first when it is reached.
-	MaxSessions = 10000
+	// MaxSignedOut bounds the signed-out cookies one process remembers
+	// until they expire; past it the list is emptied (a copied cookie is
+	// then valid again until its expiry, never past it).
+	MaxSignedOut = 100000
 	// MaxListedWorks bounds the Works whose sessions and last activity
 	// the Works page reads (each is a record read); the rest are listed
 	// with their state only.
@@ -64,6 +65,10 @@ type Options struct {
 	SessionTTL time.Duration
 	// Log receives errors that are not the caller's fault (nil: discarded).
 	Log *log.Logger
+	// SessionKey seals the session cookies (KeyBytes bytes, DeriveKey of a
+	// key file). Instances that share it accept each other's sessions;
+	// nil picks a random one, so a restart signs everybody out.
+	SessionKey []byte
 }
 
 // Server serves the Hub page of one Service.
@@ -73,8 +78,10 @@ type Server struct {
 	tmpl map[string]*template.Template
 	mux  *http.ServeMux
 
-	mu       sync.Mutex
-	sessions map[string]*session // cookie value -> session
+	seal *sealer
+
+	mu        sync.Mutex
+	signedOut map[string]time.Time // cookieID -> expiry, this process's sign-outs
 
 	metas *metaCache
 }
@@ -98,7 +105,14 @@ func New(svc *hub.Service, opts Options) (*Server, error) {
 	if opts.Log == nil {
 		opts.Log = log.New(discard{}, "", 0)
 	}
-	s := &Server{svc: svc, opts: opts, tmpl: map[string]*template.Template{}, sessions: map[string]*session{}, mux: http.NewServeMux(), metas: newMetaCache(4096)}
+	if opts.SessionKey == nil {
+		opts.SessionKey = randomKey()
+	}
+	seal, err := newSealer(opts.SessionKey)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{svc: svc, opts: opts, tmpl: map[string]*template.Template{}, seal: seal, signedOut: map[string]time.Time{}, mux: http.NewServeMux(), metas: newMetaCache(4096)}
 	funcs := template.FuncMap{
 		"time":  timeline.Time,
 		"short": short,
@@ -267,24 +281,25 @@ func (c *caller) view(r *http.Request, title string, data any) view {
 	return v
 }
 
-// lookup returns the live session of the request's cookie.
+// lookup returns the live session of the request's cookie and the
+// cookie's id.
 func (s *Server) lookup(r *http.Request) (string, *session) {
 	ck, err := r.Cookie(CookieName)
-	if err != nil || len(ck.Value) != 64 {
+	if err != nil {
 		return "", nil
 	}
-	now := s.opts.Now()
+	sess, err := s.seal.open(ck.Value)
+	if err != nil || !s.opts.Now().Before(sess.expires) {
+		return "", nil
+	}
+	id := cookieID(ck.Value)
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	sess := s.sessions[ck.Value]
-	if sess == nil {
+	_, out := s.signedOut[id]
+	s.mu.Unlock()
+	if out {
 		return "", nil
 	}
-	if !now.Before(sess.expires) {
-		delete(s.sessions, ck.Value)
-		return "", nil
-	}
-	return ck.Value, sess
+	return id, sess
 }
 
 // authed wraps a page that needs a signed-in session; POSTs also need the
@@ -302,7 +317,7 @@ func (s *Server) authed(fn func(w http.ResponseWriter, r *http.Request, c *calle
 		}
 		p, err := s.svc.Authenticate(r.Context(), sess.secret)
 		if err != nil {
-			s.drop(id)
+			s.drop(id, sess.expires)
 			s.fail(w, r, nil, http.StatusUnauthorized, "The token of this session is no longer valid; sign in again.")
 			return
 		}
@@ -322,10 +337,20 @@ func (s *Server) authed(fn func(w http.ResponseWriter, r *http.Request, c *calle
 	}
 }
 
-func (s *Server) drop(id string) {
+// drop remembers a signed-out cookie until its expiry.
+func (s *Server) drop(id string, expires time.Time) {
+	now := s.opts.Now()
 	s.mu.Lock()
-	delete(s.sessions, id)
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	for k, exp := range s.signedOut {
+		if !now.Before(exp) {
+			delete(s.signedOut, k)
+		}
+	}
+	if len(s.signedOut) >= MaxSignedOut {
+		clear(s.signedOut)
+	}
+	s.signedOut[id] = expires
 }
 
 func (s *Server) home(w http.ResponseWriter, r *http.Request) {
@@ -352,35 +377,16 @@ func (s *Server) signin(w http.ResponseWriter, r *http.Request) {
 		s.render(w, "signin", http.StatusUnauthorized, view{Title: "Sign in", Hub: r.Host, Message: "That token is not valid on this Hub."})
 		return
 	}
-	now := s.opts.Now()
-	id := randomToken()
-	sess := &session{secret: secret, csrf: randomToken(), expires: now.Add(s.opts.SessionTTL)}
-	s.mu.Lock()
-	for k, v := range s.sessions {
-		if !now.Before(v.expires) {
-			delete(s.sessions, k)
-		}
-	}
-	if len(s.sessions) >= MaxSessions {
-		// Drop the session closest to expiry.
-		var oldest string
-		for k, v := range s.sessions {
-			if oldest == "" || v.expires.Before(s.sessions[oldest].expires) {
-				oldest = k
-			}
-		}
-		delete(s.sessions, oldest)
-	}
-	s.sessions[id] = sess
-	s.mu.Unlock()
 	_ = p
-	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: id, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
+	sess := &session{secret: secret, csrf: randomToken(), expires: s.opts.Now().Add(s.opts.SessionTTL)}
+	value := s.seal.seal(sess)
+	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: value, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
 		Secure: r.TLS != nil, MaxAge: int(s.opts.SessionTTL / time.Second)})
 	http.Redirect(w, r, "/works", http.StatusSeeOther)
 }
 
 func (s *Server) signout(w http.ResponseWriter, r *http.Request, c *caller) {
-	s.drop(c.id)
+	s.drop(c.id, c.sess.expires)
 	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: "", Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil, MaxAge: -1})
 	http.Redirect(w, r, "/", http.StatusSeeOther)
 }

@@ -371,3 +371,79 @@ func TestReadOnlyTokenReadOnlyPage(t *testing.T) {
 		t.Fatalf("a read-only delete answered %d", resp.StatusCode)
 	}
 }
+
+// TestSessionCookieAcrossInstancesAndSignOut: a session is sealed in its
+// cookie, so a second page server with the same key (another hub serve
+// instance) accepts it and one with another key does not; a tampered
+// cookie is refused; signing out ends the cookie on that instance.
+func TestSessionCookieAcrossInstancesAndSignOut(t *testing.T) {
+	f := newFixture(t)
+	key, err := hubpage.DeriveKey([]byte(strings.Repeat("k", 40)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hubpage.DeriveKey([]byte("short")); err == nil {
+		t.Fatal("a short key file was accepted")
+	}
+	serve := func(key []byte) *httptest.Server {
+		page, err := hubpage.New(f.svc, hubpage.Options{SessionKey: key})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(hubpage.Mount(hub.NewHandler(f.svc, nil), page))
+		t.Cleanup(srv.Close)
+		return srv
+	}
+	a, b, other := serve(key), serve(key), serve(nil)
+	c := client(t)
+	resp, err := c.PostForm(a.URL+"/signin", url.Values{"token": {f.rw}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	ck := resp.Cookies()[0]
+	with := func(srv *httptest.Server, value string) int {
+		req, _ := http.NewRequest("GET", srv.URL+"/works", nil)
+		req.AddCookie(&http.Cookie{Name: hubpage.CookieName, Value: value})
+		resp, err := client(t).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := with(b, ck.Value); got != 200 {
+		t.Fatalf("the other instance with the same key answered %d", got)
+	}
+	if got := with(other, ck.Value); got != http.StatusSeeOther {
+		t.Fatalf("an instance with another key answered %d", got)
+	}
+	tampered := []byte(ck.Value)
+	tampered[len(tampered)/2] ^= 1
+	if got := with(a, string(tampered)); got != http.StatusSeeOther {
+		t.Fatalf("a tampered cookie answered %d", got)
+	}
+	// Sign out on a: the cookie no longer works there.
+	_, page := get(t, withCookie(t, a, ck), a.URL+"/works")
+	req, _ := http.NewRequest("POST", a.URL+"/signout", strings.NewReader(url.Values{"csrf": {csrfOf(t, page)}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.AddCookie(ck)
+	resp, err = client(t).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("sign-out answered %d", resp.StatusCode)
+	}
+	if got := with(a, ck.Value); got != http.StatusSeeOther {
+		t.Fatalf("a signed-out cookie answered %d", got)
+	}
+}
+
+func withCookie(t *testing.T, srv *httptest.Server, ck *http.Cookie) *http.Client {
+	c := client(t)
+	u, _ := url.Parse(srv.URL)
+	c.Jar.SetCookies(u, []*http.Cookie{ck})
+	return c
+}

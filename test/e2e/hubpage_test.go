@@ -27,6 +27,14 @@ import (
 // sign-in, shows the same timeline.
 func TestHubPageTimelineOfClaudeSession(t *testing.T) {
 	c := newCheckout(t)
+	// One session key for every hub serve instance (two behind a
+	// round-robin proxy under AGENTSCM_E2E_HUB=pg-s3-2), so a sign-in on
+	// one is a sign-in on all.
+	key := filepath.Join(c.dir, "page.key")
+	if err := os.WriteFile(key, []byte(strings.Repeat("0123456789abcdef", 4)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("AGENTSCM_HUB_PAGE_KEY_FILE", key)
 	url, tok, _ := c.serveHub()
 	c.agentscm("client", "setup", "--root", c.root, "--hub", url, "--repository", "proj", "--token-file", tok)
 	c.agentscm("change-capture", "enable", "--root", c.root)
