@@ -69,6 +69,9 @@ type Options struct {
 	// key file). Instances that share it accept each other's sessions;
 	// nil picks a random one, so a restart signs everybody out.
 	SessionKey []byte
+	// MaxMetaReadBytes bounds the increment bytes one request reads for
+	// file names (0: MaxMetaReadBytes).
+	MaxMetaReadBytes int64
 }
 
 // Server serves the Hub page of one Service.
@@ -104,6 +107,9 @@ func New(svc *hub.Service, opts Options) (*Server, error) {
 	}
 	if opts.Log == nil {
 		opts.Log = log.New(discard{}, "", 0)
+	}
+	if opts.MaxMetaReadBytes <= 0 {
+		opts.MaxMetaReadBytes = MaxMetaReadBytes
 	}
 	if opts.SessionKey == nil {
 		opts.SessionKey = randomKey()

@@ -447,3 +447,36 @@ func withCookie(t *testing.T, srv *httptest.Server, ck *http.Cookie) *http.Clien
 	c.Jar.SetCookies(u, []*http.Cookie{ck})
 	return c
 }
+
+// TestIncrementReadBudget: a request reads at most MaxMetaReadBytes of
+// increments for file names; the rest show their position and say why
+// their names are missing, and a later request reads them (what was read
+// is cached by digest).
+func TestIncrementReadBudget(t *testing.T) {
+	f := newFixture(t)
+	list, err := f.svc.ListIncrements(context.Background(), hub.Operator(), "proj", f.work, "")
+	if err != nil || len(list.Increments) != 2 {
+		t.Fatalf("increments %+v %v", list, err)
+	}
+	page, err := hubpage.New(f.svc, hubpage.Options{MaxMetaReadBytes: list.Increments[0].Size})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(hubpage.Mount(hub.NewHandler(f.svc, nil), page))
+	defer srv.Close()
+	c := client(t)
+	resp, err := c.PostForm(srv.URL+"/signin", url.Values{"token": {f.rw}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	_, first := get(t, c, srv.URL+"/works/"+f.work)
+	if !strings.Contains(first, "1 large increments were not read on this request") || !strings.Contains(first, "file names not read on this request") ||
+		!strings.Contains(first, "&lt;script&gt;alert(&#34;path&#34;)&lt;/script&gt;.txt") {
+		t.Fatalf("first read:\n%s", first)
+	}
+	_, second := get(t, c, srv.URL+"/works/"+f.work)
+	if strings.Contains(second, "not read on this request") || !strings.Contains(second, "2 calls, 1 failed; 1 created, 1 modified, 1 deleted") {
+		t.Fatalf("second read:\n%s", second)
+	}
+}

@@ -37,6 +37,12 @@ func (c *metaCache) put(digest string, m *incmeta.Meta) {
 	c.m[digest] = m
 }
 
+// MaxMetaReadBytes bounds the increment bytes one page request reads to
+// find file names (the Hub keeps an increment as one object, so its
+// metadata is read with it); increments past it are listed without names
+// until a later request, and the cache keeps what was read.
+const MaxMetaReadBytes = 64 << 20
+
 // hubIncrements reads the metadata of a Work's increments on the Hub (the
 // names each call created, modified and deleted; never a file's bytes) for
 // its timeline.
@@ -49,10 +55,18 @@ func (s *Server) hubIncrements(ctx context.Context, p hub.Principal, work string
 		return nil, timeline.Source{Note: "this Work holds no changelog increments (agentscm changelog enable on the checkout records each call's files)"}
 	}
 	out := make([]timeline.Increment, 0, len(list.Increments))
-	unread := 0
+	unread, deferred := 0, 0
+	budget := s.opts.MaxMetaReadBytes
 	for _, in := range list.Increments {
 		m := s.metas.get(in.Digest)
+		if m == nil && in.Size > budget {
+			deferred++
+			out = append(out, timeline.Increment{Position: in.Position, WorktreeID: in.WorktreeID, Session: in.Session, Tool: in.Tool, Failed: in.Failed, Kind: in.Kind,
+				Unread: "file names not read on this request (the page reads a bounded number of increment bytes per request); reload the page"})
+			continue
+		}
 		if m == nil {
+			budget -= in.Size
 			_, b, err := s.svc.GetIncrement(ctx, p, p.RepositoryName, work, in.WorktreeID, in.Position)
 			if err == nil {
 				m, err = incmeta.ReadFrom(bytes.NewReader(b))
@@ -61,7 +75,8 @@ func (s *Server) hubIncrements(ctx context.Context, p hub.Principal, work string
 				s.opts.Log.Printf("hubpage: increment %d of work %s: %v", in.Position, work, err)
 				unread++
 				// Listed without names: its position still shows.
-				out = append(out, timeline.Increment{Position: in.Position, WorktreeID: in.WorktreeID, Session: in.Session, Tool: in.Tool, Failed: in.Failed, Kind: in.Kind})
+				out = append(out, timeline.Increment{Position: in.Position, WorktreeID: in.WorktreeID, Session: in.Session, Tool: in.Tool, Failed: in.Failed, Kind: in.Kind,
+					Unread: "its increment could not be read on the Hub, so its file names are missing"})
 				continue
 			}
 			s.metas.put(in.Digest, m)
@@ -70,8 +85,11 @@ func (s *Server) hubIncrements(ctx context.Context, p hub.Principal, work string
 		out = append(out, inc)
 	}
 	src := timeline.Source{Name: "hub"}
-	if unread > 0 {
+	switch {
+	case unread > 0:
 		src.Note = fmt.Sprintf("%d increments could not be read, so their file names are missing", unread)
+	case deferred > 0:
+		src.Note = fmt.Sprintf("%d large increments were not read on this request, so their file names are missing; reload the page (or run change-capture show in the checkout)", deferred)
 	}
 	return out, src
 }

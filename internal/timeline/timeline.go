@@ -174,6 +174,8 @@ type Increment struct {
 	Failed    bool
 	Kind      string
 	Changes   *incmeta.Changes
+	// Unread says why Changes is missing when the metadata was not read.
+	Unread string
 }
 
 // FromMeta converts an increment's metadata.
@@ -532,6 +534,8 @@ func matchIncrements(tl *Timeline, incs []Increment, natives map[string]sessKey,
 			if ch := in.Changes; ch != nil {
 				c.Created, c.Modified, c.Deleted = nonNil(ch.Created), nonNil(ch.Modified), nonNil(ch.Deleted)
 				c.CreatedOmitted, c.ModifiedOmitted, c.DeletedOmitted, c.Baseline = ch.CreatedOmitted, ch.ModifiedOmitted, ch.DeletedOmitted, ch.Baseline
+			} else if in.Unread != "" {
+				c.PositionNote = in.Unread
 			} else {
 				c.PositionNote = "this increment was written before file names were recorded"
 			}
