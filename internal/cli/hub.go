@@ -92,7 +92,10 @@ to read the Works, each Work's timeline and Settings -> Conversation sharing
 	swept := make(chan struct{})
 	go func() { defer close(swept); svc.RunSweeper(sweepCtx, hub.SweepInterval, logger.Printf) }()
 	defer func() { stopSweep(); <-swept }()
-	page, err := hubpage.New(svc, hubpage.Options{Now: hubClock(env), Log: logger, SessionKey: pageKey})
+	page, err := hubpage.New(svc, hubpage.Options{Now: hubClock(env), Log: logger, SessionKey: pageKey,
+		Local: func(ctx context.Context, p hub.Principal) ([]hubpage.LocalCheckout, error) {
+			return localCheckouts(ctx, env, svc, p)
+		}})
 	if err != nil {
 		return err
 	}

@@ -1,11 +1,15 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 
+	"github.com/agentscm/agentscm/internal/capture"
+	"github.com/agentscm/agentscm/internal/client"
 	"github.com/agentscm/agentscm/internal/fsutil"
+	"github.com/agentscm/agentscm/internal/hub"
 	"github.com/agentscm/agentscm/internal/hubpage"
 )
 
@@ -37,4 +41,37 @@ func readPageKey(env *Env, path string) ([]byte, error) {
 		return nil, fmt.Errorf("page session key: %w", err)
 	}
 	return hubpage.DeriveKey(b)
+}
+
+// localCheckouts lists, for the Hub page's settings, the checkouts of this
+// user's config whose connection token authenticates on svc as the same
+// human and repository as p: this computer's checkouts of the signed-in
+// person on this Hub, with each one's capture_setting. Nobody else's
+// checkouts (or paths) are ever listed.
+func localCheckouts(ctx context.Context, env *Env, svc *hub.Service, p hub.Principal) ([]hubpage.LocalCheckout, error) {
+	store, conns, err := captureDeps(env)
+	if err != nil {
+		return nil, err
+	}
+	f, err := client.Load(store.Dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []hubpage.LocalCheckout
+	for _, c := range f.Connections {
+		if c.Token == "" {
+			continue
+		}
+		q, err := svc.Authenticate(ctx, c.Token)
+		if err != nil || q.HumanID == "" || q.HumanID != p.HumanID || q.RepositoryName != p.RepositoryName {
+			continue
+		}
+		set, err := capture.CaptureSetting(store, conns, c.Root)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, hubpage.LocalCheckout{Root: set.Root, State: set.State, Hub: set.Hub, Repository: set.Repository,
+			ConnectedHub: set.ConnectedHub, ConnectedRepository: set.ConnectedRepository, LineageMismatch: set.LineageMismatch})
+	}
+	return out, nil
 }

@@ -72,6 +72,25 @@ type Options struct {
 	// MaxMetaReadBytes bounds the increment bytes one request reads for
 	// file names (0: MaxMetaReadBytes).
 	MaxMetaReadBytes int64
+	// Local, when set, lists the checkouts of the computer the Hub runs on
+	// whose own connection is to this Hub as the signed-in human and
+	// repository (hub serve reads its user's capture config): Settings ->
+	// Conversation sharing then shows each one's setting.
+	Local func(ctx context.Context, p hub.Principal) ([]LocalCheckout, error)
+}
+
+// LocalCheckout is one checkout's capture setting as capture_setting
+// reads it, for the settings page.
+type LocalCheckout struct {
+	Root string
+	// State is one of the five states (Not set up, Off, Metadata only,
+	// Local only, Shared with Hub).
+	State string
+	// Hub and Repository are what the binding was saved for;
+	// ConnectedHub and ConnectedRepository the checkout's connection now.
+	Hub, Repository                   string
+	ConnectedHub, ConnectedRepository string
+	LineageMismatch                   bool
 }
 
 // Server serves the Hub page of one Service.
@@ -474,9 +493,16 @@ func (s *Server) settings(w http.ResponseWriter, r *http.Request, c *caller) {
 			shared = append(shared, settingsWork{Work: wk, Bodies: bl.Bodies, Omitted: bl.Omitted})
 		}
 	}
-	s.render(w, "settings", http.StatusOK, c.view(r, "Settings", map[string]any{
-		"RetentionDays": s.svc.RetentionDays(), "Shared": shared, "States": captureStates,
-	}))
+	data := map[string]any{"RetentionDays": s.svc.RetentionDays(), "Shared": shared, "States": captureStates}
+	if s.opts.Local != nil {
+		local, err := s.opts.Local(r.Context(), c.p)
+		if err != nil {
+			s.opts.Log.Printf("hubpage: this computer's checkouts: %v", err)
+			data["LocalError"] = "This computer's capture settings could not be read."
+		}
+		data["Local"], data["HasLocal"] = local, true
+	}
+	s.render(w, "settings", http.StatusOK, c.view(r, "Settings", data))
 }
 
 // captureStates are the five states a checkout's capture setting shows, as

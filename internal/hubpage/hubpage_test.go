@@ -480,3 +480,40 @@ func TestIncrementReadBudget(t *testing.T) {
 		t.Fatalf("second read:\n%s", second)
 	}
 }
+
+// TestSettingsListLocalCheckouts: with Options.Local (hub serve on the
+// person's own computer), Settings -> Conversation sharing shows each
+// checkout's state and the "Sharing was set for" sentence of a checkout
+// reconnected elsewhere, escaped, and gives Local the signed-in principal.
+func TestSettingsListLocalCheckouts(t *testing.T) {
+	f := newFixture(t)
+	var asked hub.Principal
+	page, err := hubpage.New(f.svc, hubpage.Options{Local: func(ctx context.Context, p hub.Principal) ([]hubpage.LocalCheckout, error) {
+		asked = p
+		return []hubpage.LocalCheckout{
+			{Root: "/home/a/<b>repo", State: "Shared with Hub", Hub: "http://h", Repository: "proj", ConnectedHub: "http://h", ConnectedRepository: "proj"},
+			{Root: "/home/a/other", State: "Metadata only", Hub: "http://old", Repository: "old", ConnectedHub: "http://h", ConnectedRepository: "proj", LineageMismatch: true},
+		}, nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(hubpage.Mount(hub.NewHandler(f.svc, nil), page))
+	defer srv.Close()
+	c := client(t)
+	resp, err := c.PostForm(srv.URL+"/signin", url.Values{"token": {f.rw}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	_, body := get(t, c, srv.URL+"/settings")
+	for _, want := range []string{"/home/a/&lt;b&gt;repo", `disabled checked aria-label="Share agent conversations with Hub"`,
+		"Sharing was set for old on http://old; this checkout is now connected to proj on http://h"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("settings lack %q", want)
+		}
+	}
+	if asked.HumanName != "alice" || asked.RepositoryName != "proj" {
+		t.Fatalf("Local was asked for %+v", asked)
+	}
+}

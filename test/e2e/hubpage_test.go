@@ -24,7 +24,8 @@ import (
 // that fails. change-capture show, run inside the checkout without
 // --work-id, prints one line per call with its files and result and the
 // summary; the Hub page of that hub serve process, opened in Chromium after
-// sign-in, shows the same timeline.
+// sign-in, shows the same timeline, and its settings list the checkout with
+// its sharing unchecked.
 func TestHubPageTimelineOfClaudeSession(t *testing.T) {
 	c := newCheckout(t)
 	// One session key for every hub serve instance (two behind a
@@ -129,5 +130,18 @@ func TestHubPageTimelineOfClaudeSession(t *testing.T) {
 	cov := text1("#coverage")
 	if !strings.Contains(cov, "identity_uncertain") || !strings.Contains(cov, "carries no id") {
 		t.Fatalf("coverage is not explained: %q", cov)
+	}
+
+	// Settings -> Conversation sharing: hub serve runs as this user, so it
+	// lists this checkout (its connection's token is alice's on this Hub)
+	// with its setting, unshared.
+	do("settings", chromedp.Navigate(url+"/settings"), chromedp.WaitVisible("#local"))
+	browsertest.Screenshot(t, ctx, "settings")
+	local := text1("#local tbody")
+	if !strings.Contains(local, c.root) || !strings.Contains(local, "Metadata only") {
+		t.Fatalf("this computer's checkouts: %q", local)
+	}
+	if checked, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.querySelector('#local input[type=checkbox]').checked`)); err != nil || checked {
+		t.Fatalf("the sharing box is checked (%v)", err)
 	}
 }
