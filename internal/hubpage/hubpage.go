@@ -166,7 +166,8 @@ func New(svc *hub.Service, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.mux.Handle("GET /assets/", http.StripPrefix("/assets/", http.FileServerFS(assets)))
+	static := http.StripPrefix("/assets/", http.FileServerFS(assets))
+	s.mux.HandleFunc("GET /assets/{name}", func(w http.ResponseWriter, r *http.Request) { static.ServeHTTP(w, r) })
 	s.mux.HandleFunc("GET /{$}", s.home)
 	s.mux.HandleFunc("POST /signin", s.signin)
 	s.mux.HandleFunc("POST /signout", s.authed(s.signout))
@@ -397,12 +398,10 @@ func (s *Server) signin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	secret := strings.TrimSpace(r.PostForm.Get("token"))
-	p, err := s.svc.Authenticate(r.Context(), secret)
-	if err != nil {
+	if _, err := s.svc.Authenticate(r.Context(), secret); err != nil {
 		s.render(w, "signin", http.StatusUnauthorized, view{Title: "Sign in", Hub: r.Host, Message: "That token is not valid on this Hub."})
 		return
 	}
-	_ = p
 	sess := &session{secret: secret, csrf: randomToken(), expires: s.opts.Now().Add(s.opts.SessionTTL)}
 	value := s.seal.seal(sess)
 	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: value, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode,

@@ -517,3 +517,23 @@ func TestSettingsListLocalCheckouts(t *testing.T) {
 		t.Fatalf("Local was asked for %+v", asked)
 	}
 }
+
+func TestAssetsAndUnknownPages(t *testing.T) {
+	f := newFixture(t)
+	c := client(t)
+	if resp, body := get(t, c, f.srv.URL+"/assets/style.css"); resp.StatusCode != 200 || !strings.Contains(body, "font-family") || resp.Header.Get("X-Content-Type-Options") != "nosniff" {
+		t.Fatalf("style.css %d", resp.StatusCode)
+	}
+	for _, p := range []string{"/assets/", "/assets/nope.js", "/nope", "/works/../v1x"} {
+		if resp, body := get(t, c, f.srv.URL+p); resp.StatusCode != http.StatusNotFound && resp.StatusCode != http.StatusTemporaryRedirect {
+			t.Errorf("%s answered %d: %s", p, resp.StatusCode, body)
+		}
+	}
+	// The token in a query string signs nobody in.
+	if resp, _ := get(t, c, f.srv.URL+"/?token="+f.rw); resp.StatusCode != 200 {
+		t.Fatalf("/?token= answered %d", resp.StatusCode)
+	}
+	if resp, _ := get(t, c, f.srv.URL+"/works"); resp.StatusCode != http.StatusSeeOther {
+		t.Fatal("a token in the address signed in")
+	}
+}
