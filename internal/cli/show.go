@@ -1,10 +1,14 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 
 	"github.com/agentscm/agentscm/internal/changelog"
+	"github.com/agentscm/agentscm/internal/changelog/incmeta"
+	"github.com/agentscm/agentscm/internal/client"
+	"github.com/agentscm/agentscm/internal/hub/api"
 	"github.com/agentscm/agentscm/internal/timeline"
 )
 
@@ -27,7 +31,9 @@ summary line such as "4 calls, 1 failed; 1 created, 1 modified, 1 deleted".
 Without --root the checkout is the one containing the working directory;
 without --work-id the Work is the checkout's current Work. File names come
 from the checkout's local changelog (agentscm changelog enable), names only,
-never contents. It runs no model and changes nothing. Shared conversation
+never contents; for a Work this checkout's changelog does not hold (another
+checkout's, or none here) they come from the increments on the Hub (at most
+64 MiB downloaded). It runs no model and changes nothing. Shared conversation
 bodies are never part of it (read them with change-capture conversation).
 --format json prints the same timeline as JSON; --record prints the Hub's
 change-record projection itself (the JSON of GET .../works/{work}/record).`)
@@ -61,6 +67,16 @@ change-record projection itself (the JSON of GET .../works/{work}/record).`)
 		return writeJSON(env.Stdout, rec)
 	}
 	incs, src := localIncrements(env, c.Root, c.WorktreeID)
+	if !anyOf(incs, rec) {
+		// Not this checkout's changelog (another checkout's Work, or no
+		// changelog here): the increments the Hub holds for the Work.
+		if hincs, hsrc := hubIncrements(ctx, conn, work); hsrc.Name != "" || src.Name == "" {
+			if hsrc.Name == "" && src.Note != "" {
+				hsrc.Note = src.Note + "; " + hsrc.Note
+			}
+			incs, src = hincs, hsrc
+		}
+	}
 	tl := timeline.Build(rec, incs, src)
 	if *format == "json" {
 		return writeJSON(env.Stdout, tl)
@@ -82,6 +98,69 @@ func localIncrements(env *Env, root, worktree string) ([]timeline.Increment, tim
 		return nil, timeline.Source{Note: "the local changelog could not be read: " + err.Error()}
 	}
 	return changelogIncrements(list, worktree), timeline.Source{Name: "local changelog"}
+}
+
+// anyOf reports whether some increment belongs to a native session of rec.
+func anyOf(incs []timeline.Increment, rec api.ChangeRecord) bool {
+	natives := map[string]bool{}
+	for _, s := range rec.Sessions {
+		for _, n := range s.NativeSessionIDs {
+			natives[n] = true
+		}
+	}
+	for _, in := range incs {
+		if natives[in.Session] {
+			return true
+		}
+	}
+	return false
+}
+
+// maxShowIncrementBytes bounds what show downloads from the Hub to read
+// the increments' file names.
+const maxShowIncrementBytes = 64 << 20
+
+// hubIncrements reads the metadata of the Work's increments on the Hub
+// (downloading at most maxShowIncrementBytes; the rest are listed without
+// names).
+func hubIncrements(ctx context.Context, conn client.Conn, work string) ([]timeline.Increment, timeline.Source) {
+	list, err := conn.ListIncrements(ctx, work)
+	if err != nil {
+		return nil, timeline.Source{Note: "the Hub's changelog of the Work could not be listed: " + err.Error()}
+	}
+	if len(list.Increments) == 0 {
+		return nil, timeline.Source{Note: "the Work holds no changelog increments on the Hub"}
+	}
+	budget := int64(maxShowIncrementBytes)
+	skipped := 0
+	out := make([]timeline.Increment, 0, len(list.Increments))
+	for _, in := range list.Increments {
+		bare := timeline.Increment{Position: in.Position, WorktreeID: in.WorktreeID, Session: in.Session, Tool: in.Tool, Failed: in.Failed, Kind: in.Kind}
+		if in.Size > budget {
+			skipped++
+			bare.Unread = "its increment was not downloaded (show reads at most 64 MiB of increments from the Hub)"
+			out = append(out, bare)
+			continue
+		}
+		budget -= in.Size
+		b, err := conn.GetIncrement(ctx, work, in)
+		var m *incmeta.Meta
+		if err == nil {
+			m, err = incmeta.ReadFrom(bytes.NewReader(b))
+		}
+		if err != nil {
+			skipped++
+			bare.Unread = "its increment could not be read from the Hub: " + err.Error()
+			out = append(out, bare)
+			continue
+		}
+		out = append(out, timeline.FromMeta(m, in.WorktreeID))
+	}
+	src := timeline.Source{Name: "hub"}
+	if skipped > 0 {
+		src.Note = fmt.Sprintf("the file names of %d increments are missing (not downloaded or unreadable)", skipped)
+	}
+	return out, src
 }
 
 func changelogIncrements(list []changelog.Info, worktree string) []timeline.Increment {
