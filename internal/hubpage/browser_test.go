@@ -49,8 +49,19 @@ func browserSignIn(t *testing.T, ctx context.Context, base, secret string) {
 func TestBrowserPages(t *testing.T) {
 	f := newFixture(t)
 	ctx := browsertest.New(t, 90*time.Second)
+	do(t, ctx, "sign-in page", chromedp.Navigate(f.srv.URL+"/works"), chromedp.WaitVisible("#token"))
+	if msg := run(t, ctx, chromedp.Text("#message")); !strings.Contains(msg, "Sign in to continue") {
+		t.Fatalf("an unsigned visit to /works shows %q", msg)
+	}
+	browsertest.Screenshot(t, ctx, "signin")
 	browserSignIn(t, ctx, f.srv.URL, f.rw)
 	browsertest.Screenshot(t, ctx, "works")
+	do(t, ctx, "an unknown work", chromedp.Navigate(f.srv.URL+"/works/wrk_nope"), chromedp.WaitVisible("#message"))
+	if msg := run(t, ctx, chromedp.Text("#message")); !strings.Contains(msg, `no work "wrk_nope"`) {
+		t.Fatalf("unknown work page %q", msg)
+	}
+	browsertest.Screenshot(t, ctx, "error")
+	do(t, ctx, "back", chromedp.Navigate(f.srv.URL+"/works"), chromedp.WaitVisible("#works"))
 
 	do(t, ctx, "open the work", chromedp.Click("#works a"), chromedp.WaitVisible("#summary"))
 	summary := run(t, ctx, chromedp.Text("#summary"))
