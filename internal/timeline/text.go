@@ -148,6 +148,14 @@ func WriteText(w io.Writer, tl *Timeline) {
 			fmt.Fprintf(w, "  %s unknown in %d records (the sum covers the others)\n", name, n)
 		}
 	}
+	for _, st := range tl.Setups {
+		fmt.Fprintf(w, "setup %s (session %s): model %s, permission mode %s, effort %s; unobserved: %s\n",
+			st.Artifact, Clean(st.Session), orUnobserved(st.Model), orUnobserved(st.PermissionMode), orUnobserved(st.Effort), Clean(strings.Join(st.Unobserved, ", ")))
+	}
+	for _, cu := range u.SessionCumulative {
+		fmt.Fprintf(w, "  session %s (generation %d) reported its own total for %s, not added: input %s, output %s\n",
+			Clean(cu.Session), cu.Generation, Clean(cu.Model), count(cu.InputTokens), count(cu.OutputTokens))
+	}
 	if tl.EventsOmitted > 0 {
 		fmt.Fprintf(w, "\n%d later events are omitted from this record\n", tl.EventsOmitted)
 	}
@@ -194,4 +202,18 @@ func groupGaps(gaps []Gap) []GapGroup {
 		}
 	}
 	return out
+}
+
+func orUnobserved(s string) string {
+	if s == "" {
+		return "unobserved"
+	}
+	return Clean(s)
+}
+
+func count(v *int64) string {
+	if v == nil {
+		return "unknown"
+	}
+	return fmt.Sprint(*v)
 }

@@ -243,6 +243,11 @@ func TestClaudeSession(t *testing.T) {
 	if a := byID[s.Calls[2].ActionID]; a.Result != "failed" {
 		t.Fatalf("the failing call's action %+v", a)
 	}
+	var out bytes.Buffer
+	WriteText(&out, tl)
+	if !strings.Contains(out.String(), "model unobserved, permission mode default, effort medium; unobserved: model, system_prompt") {
+		t.Fatalf("the text view lacks the observed setup:\n%s", out.String())
+	}
 }
 
 // TestExplainEveryReason: every gap kind and reason the client and the Hub
