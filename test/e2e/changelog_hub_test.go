@@ -3,17 +3,13 @@
 package e2e
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/agentscm/agentscm/internal/changelog"
 	"github.com/agentscm/agentscm/internal/hub/api"
@@ -47,42 +43,8 @@ func (c *checkout) startHubProc(data, listen string) (string, func(), int) {
 	c.t.Helper()
 	cmd := exec.Command(h.agentscm, "hub", "serve", "--listen", listen, "--data", data)
 	cmd.Env = c.env()
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		c.t.Fatal(err)
-	}
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cmd.Process.Signal(syscall.SIGTERM)
-			cmd.Wait()
-		})
-	}
-	c.t.Cleanup(stop)
-	lines := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		if sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-		for sc.Scan() {
-		}
-	}()
-	select {
-	case line := <-lines:
-		if !strings.HasPrefix(line, "listening on ") {
-			c.t.Fatalf("hub serve: %q", line)
-		}
-		return strings.TrimPrefix(line, "listening on "), stop, cmd.Process.Pid
-	case <-time.After(30 * time.Second):
-		c.t.Fatal("hub serve did not start")
-	}
-	return "", nil, 0
+	url, stop := serveProc(c.t, cmd)
+	return url, stop, cmd.Process.Pid
 }
 
 // tree lists a directory's regular files and symlinks with mode and

@@ -250,33 +250,11 @@ func TestCodexCaptureRewindResume(t *testing.T) {
 		`a.txt="hello world\n" b.txt=absent README.md="scratch checkout\n"`,
 		`a.txt="hello world\n" b.txt=absent README.md="scratch checkout\n"`,
 	}
-	if got := codexState(t, c.root); got != states[3] {
-		t.Fatalf("after the session: %s", got)
-	}
-	for _, to := range []int{0, 2, 3, 1} {
-		c.agentscm("rewind", "--root", c.root, "--to", fmt.Sprint(to))
-		if got := codexState(t, c.root); got != states[to] {
-			t.Fatalf("after rewind to %d: %s, want %s", to, got, states[to])
-		}
-	}
+	checkRewinds(t, c, states)
 
 	// Rewind to call 1 with the conversation: a fresh session cut after
 	// the edit's output, continued by codex exec resume.
-	var out struct {
-		Resumed struct {
-			SessionID      string `json:"session_id"`
-			FromSession    string `json:"from_session"`
-			IncludesResult bool   `json:"includes_result"`
-			Command        string `json:"command"`
-		} `json:"resumed"`
-	}
-	if err := json.Unmarshal([]byte(c.agentscm("rewind", "--root", c.root, "--to", "1", "--resume-conversation", "--format", "json")), &out); err != nil {
-		t.Fatal(err)
-	}
-	r := out.Resumed
-	if r.FromSession != session || !r.IncludesResult || r.Command != "codex exec resume "+r.SessionID || r.SessionID == session {
-		t.Fatalf("resumed %+v", r)
-	}
+	r := resumeAt1(t, c, session, "codex exec resume")
 	if got := codexState(t, c.root); got != states[1] {
 		t.Fatalf("after rewind to 1 with the conversation: %s", got)
 	}

@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -12,8 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -54,42 +51,7 @@ func (c *checkout) startHubWith(data, listen string, extraEnv []string, args ...
 	c.t.Helper()
 	cmd := exec.Command(h.agentscm, append([]string{"hub", "serve", "--listen", listen, "--data", data}, args...)...)
 	cmd.Env = append(c.env(), extraEnv...)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		c.t.Fatal(err)
-	}
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cmd.Process.Signal(syscall.SIGTERM)
-			cmd.Wait()
-		})
-	}
-	c.t.Cleanup(stop)
-	lines := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		if sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-		for sc.Scan() {
-		}
-	}()
-	select {
-	case line := <-lines:
-		if !strings.HasPrefix(line, "listening on ") {
-			c.t.Fatalf("hub serve: %q", line)
-		}
-		return strings.TrimPrefix(line, "listening on "), stop
-	case <-time.After(30 * time.Second):
-		c.t.Fatal("hub serve did not start")
-	}
-	return "", nil
+	return serveProc(c.t, cmd)
 }
 
 // connected makes a fresh directory connected to the Hub with a token.

@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -181,31 +180,9 @@ func TestGeminiCaptureRewindResume(t *testing.T) {
 		`a.txt="hello world\n" b.txt=absent README.md="scratch checkout\n"`,
 		`a.txt="hello world\n" b.txt=absent README.md="scratch checkout\n"`,
 	}
-	if got := codexState(t, c.root); got != states[3] {
-		t.Fatalf("after the session: %s", got)
-	}
-	for _, to := range []int{0, 2, 3, 1} {
-		c.agentscm("rewind", "--root", c.root, "--to", fmt.Sprint(to))
-		if got := codexState(t, c.root); got != states[to] {
-			t.Fatalf("after rewind to %d: %s, want %s", to, got, states[to])
-		}
-	}
+	checkRewinds(t, c, states)
 
-	var out struct {
-		Resumed struct {
-			SessionID      string `json:"session_id"`
-			FromSession    string `json:"from_session"`
-			IncludesResult bool   `json:"includes_result"`
-			Command        string `json:"command"`
-		} `json:"resumed"`
-	}
-	if err := json.Unmarshal([]byte(c.agentscm("rewind", "--root", c.root, "--to", "1", "--resume-conversation", "--format", "json")), &out); err != nil {
-		t.Fatal(err)
-	}
-	r := out.Resumed
-	if r.FromSession != session || !r.IncludesResult || r.Command != "gemini --resume "+r.SessionID || r.SessionID == session {
-		t.Fatalf("resumed %+v", r)
-	}
+	r := resumeAt1(t, c, session, "gemini --resume")
 	before := len(api.Requests())
 	resumed := c.runGemini(api, "--resume", r.SessionID, "-p", "Go on with GEMINI-RESUMED.")
 	if resumed != r.SessionID {

@@ -3,15 +3,12 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -173,40 +170,6 @@ func startHubProcess(t *testing.T, c *checkout, data string) (*exec.Cmd, string)
 	t.Helper()
 	cmd := exec.Command(h.agentscm, "hub", "serve", "--listen", "127.0.0.1:0", "--data", data)
 	cmd.Env = c.env()
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var once sync.Once
-	t.Cleanup(func() {
-		once.Do(func() {
-			cmd.Process.Signal(syscall.SIGCONT)
-			cmd.Process.Signal(syscall.SIGTERM)
-			cmd.Wait()
-		})
-	})
-	lines := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		if sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-		for sc.Scan() {
-		}
-	}()
-	select {
-	case line := <-lines:
-		if !strings.HasPrefix(line, "listening on ") {
-			t.Fatalf("hub serve: %q", line)
-		}
-		return cmd, strings.TrimPrefix(line, "listening on ")
-	case <-time.After(30 * time.Second):
-		t.Fatal("hub serve did not start")
-	}
-	return nil, ""
+	url, _ := serveProc(t, cmd)
+	return cmd, url
 }

@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"bufio"
 	"fmt"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -12,11 +11,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/agentscm/agentscm/internal/hub/objects/s3/s3test"
 	"github.com/agentscm/agentscm/internal/hub/store/postgres/pgtest"
@@ -80,41 +76,8 @@ func (c *checkout) startHubProcess(env []string, args ...string) string {
 	c.t.Helper()
 	cmd := exec.Command(h.agentscm, append([]string{"hub", "serve"}, args...)...)
 	cmd.Env = env
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		c.t.Fatal(err)
-	}
-	var once sync.Once
-	c.t.Cleanup(func() {
-		once.Do(func() {
-			cmd.Process.Signal(syscall.SIGTERM)
-			cmd.Wait()
-		})
-	})
-	lines := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		if sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-		for sc.Scan() {
-		}
-	}()
-	select {
-	case line := <-lines:
-		if !strings.HasPrefix(line, "listening on ") {
-			c.t.Fatalf("hub serve: %q", line)
-		}
-		return strings.TrimPrefix(line, "listening on ")
-	case <-time.After(30 * time.Second):
-		c.t.Fatal("hub serve did not start")
-	}
-	return ""
+	url, _ := serveProc(c.t, cmd)
+	return url
 }
 
 // TestTeamHubTwoInstances: a checkout captures a real Claude Code session
