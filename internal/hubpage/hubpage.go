@@ -439,7 +439,14 @@ func (s *Server) works(w http.ResponseWriter, r *http.Request, c *caller) {
 				s.failErr(w, r, c, err)
 				return
 			}
-			row.Read, row.Sessions, row.Coverage = true, len(rec.Sessions), rec.Coverage.State
+			row.Read, row.Coverage = true, rec.Coverage.State
+			for _, se := range rec.Sessions {
+				// The alias session a Work starts with counts once a
+				// native session joined it.
+				if se.Events > 0 || len(se.NativeSessionIDs) > 0 {
+					row.Sessions++
+				}
+			}
 			for _, e := range rec.Events {
 				row.LastActivity = max(row.LastActivity, e.ReceivedAt)
 			}
