@@ -248,6 +248,8 @@ type Info struct {
 	// the bytes it changed (nil for increments captured before it was
 	// recorded).
 	Changes *Changes `json:"changes,omitempty"`
+	// ToolUseID is the host's id of the tool call that made the increment.
+	ToolUseID string `json:"tool_use_id,omitempty"`
 	// Hub is what the checkout's Hub holds of the position, as the upload
 	// queue last heard (nil when nothing was ever uploaded).
 	Hub *HubStatus `json:"hub,omitempty"`
@@ -274,7 +276,7 @@ func (c *Changelog) List() ([]Info, error) {
 		} else {
 			inf.Kind, inf.Session, inf.Tool, inf.Failed = m.Kind, m.SessionID, m.Tool, m.Failed
 			inf.Files, inf.Deleted, inf.Bytes, inf.Removed, inf.CreatedAt = m.Files, m.Deleted, m.Bytes, m.RemovedRoots, m.CreatedAt
-			inf.Changes = m.Changes
+			inf.Changes, inf.ToolUseID = m.Changes, m.ToolUseID
 		}
 		out = append(out, inf)
 	}

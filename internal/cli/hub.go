@@ -15,6 +15,7 @@ import (
 	"github.com/agentscm/agentscm/internal/fsutil"
 	"github.com/agentscm/agentscm/internal/hub"
 	"github.com/agentscm/agentscm/internal/hub/api"
+	"github.com/agentscm/agentscm/internal/hubpage"
 )
 
 func hubCommand() *Command {
@@ -22,7 +23,7 @@ func hubCommand() *Command {
 		Name:    "hub",
 		Summary: "run a Hub for a team and administer it",
 		Sub: []*Command{
-			{Name: "serve", Summary: "serve the Hub's HTTP API", Run: runHubServe},
+			{Name: "serve", Summary: "serve the Hub's HTTP API and the Hub page", Run: runHubServe},
 			{Name: "migrate", Summary: "copy an embedded or single-node Hub into PostgreSQL and an object store, verified", Run: runHubMigrate},
 			{Name: "admin", Summary: "create humans, repositories and tokens in a Hub's stores", Sub: []*Command{
 				{Name: "human", Summary: "humans of the Hub", Sub: []*Command{
@@ -49,12 +50,20 @@ token create). The first line on stdout is "listening on http://HOST:PORT".
 SIGTERM or SIGINT stops accepting connections and lets in-flight requests
 finish (at most 30 s) before exiting 0. Every 10 minutes the Hub expires
 shared conversation bodies past their retention and removes their objects.
+The Hub page is served at / on the same address: sign in there with a token
+to read the Works, each Work's timeline and Settings -> Conversation sharing
+(docs/pages.md).
 
 `+hubBackendHelp)
 	listen := fs.String("listen", "127.0.0.1:8420", "address to listen on (host:port)")
 	backend := addHubBackendFlags(fs)
 	days := fs.Int("shared-conversation-retention-days", hub.DefaultRetentionDays, "days the Hub keeps an uploaded shared conversation body (1 to 3650)")
+	keyFile := fs.String("page-session-key-file", "", "file (mode 0600, at least 32 random bytes) whose key seals the Hub page's session cookies; give every instance of a multi-instance Hub the same one (default: $"+PageKeyFileEnv+", else a random key per process)")
 	if err := parseFlags(fs, args, false); err != nil {
+		return err
+	}
+	pageKey, err := readPageKey(env, *keyFile)
+	if err != nil {
 		return err
 	}
 	if _, err := backend.resolve(env); err != nil {
@@ -83,7 +92,14 @@ shared conversation bodies past their retention and removes their objects.
 	swept := make(chan struct{})
 	go func() { defer close(swept); svc.RunSweeper(sweepCtx, hub.SweepInterval, logger.Printf) }()
 	defer func() { stopSweep(); <-swept }()
-	if err := hub.Serve(ctx, ln, hub.NewHandler(svc, logger), logger); err != nil {
+	page, err := hubpage.New(svc, hubpage.Options{Now: hubClock(env), Log: logger, SessionKey: pageKey,
+		Local: func(ctx context.Context, p hub.Principal) ([]hubpage.LocalCheckout, error) {
+			return localCheckouts(ctx, env, svc, p)
+		}})
+	if err != nil {
+		return err
+	}
+	if err := hub.Serve(ctx, ln, hubpage.Mount(hub.NewHandler(svc, logger), page), logger); err != nil {
 		return err
 	}
 	logger.Printf("shut down")

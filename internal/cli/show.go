@@ -1,143 +1,176 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"fmt"
-	"io"
-	"strings"
 
+	"github.com/agentscm/agentscm/internal/changelog"
+	"github.com/agentscm/agentscm/internal/changelog/incmeta"
+	"github.com/agentscm/agentscm/internal/client"
 	"github.com/agentscm/agentscm/internal/hub/api"
+	"github.com/agentscm/agentscm/internal/timeline"
 )
 
 // changeCaptureShowCommand is `agentscm change-capture show`; the
 // change-capture group lists it.
 func changeCaptureShowCommand() *Command {
-	return &Command{Name: "show", Summary: "print a Work's change record from the Hub (read-only)", Run: runChangeCaptureShow}
+	return &Command{Name: "show", Summary: "print a Work's timeline: each tool call with its files and result (read-only)", Run: runChangeCaptureShow}
 }
 
 func runChangeCaptureShow(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "agentscm change-capture show", "--root ABS --work-id ID [--format text|json]",
-		`Read a Work's change-record projection from the checkout's connected Hub:
-sessions, events, actions, gaps, usage totals and coverage. It runs no model
-and changes nothing on the Hub. Shared conversation bodies are never part of
-it.`)
-	root := fs.String("root", "", "absolute path of the checkout (required)")
-	id := fs.String("work-id", "", "the Work (required)")
+	fs := newFlags(env, "agentscm change-capture show", "[--root ABS] [--work-id ID] [--format text|json | --record]",
+		`Print a Work's timeline from its change record on the checkout's connected
+Hub: the coverage explained in words, each session's start and end, one line
+per tool call with its sequence number, tool, result (succeeded, failed, or
+unknown and why), changelog position and the files it created (+), modified
+(~) and deleted (-), the gaps with what they mean and why they are there, the
+actions with their source binding and drift, the usage totals, and last a
+summary line such as "4 calls, 1 failed; 1 created, 1 modified, 1 deleted".
+
+Without --root the checkout is the one containing the working directory;
+without --work-id the Work is the checkout's current Work. File names come
+from the checkout's local changelog (agentscm changelog enable), names only,
+never contents; for a Work this checkout's changelog does not hold (another
+checkout's, or none here) they come from the increments on the Hub (at most
+64 MiB downloaded). It runs no model and changes nothing. Shared conversation
+bodies are never part of it (read them with change-capture conversation).
+--format json prints the same timeline as JSON; --record prints the Hub's
+change-record projection itself (the JSON of GET .../works/{work}/record).`)
+	root := fs.String("root", "", "absolute path of the checkout (default: the checkout containing the working directory)")
+	id := fs.String("work-id", "", "the Work (default: the checkout's current Work)")
 	format := formatFlag(fs)
+	raw := fs.Bool("record", false, "print the Hub's change-record projection as JSON instead of the timeline")
 	if err := parseFlags(fs, args, false); err != nil {
 		return err
 	}
-	if *root == "" || *id == "" {
-		return usagef("--root and --work-id are required")
-	}
 	ctx, cancel := context.WithTimeout(ctx, hubTimeout)
 	defer cancel()
-	_, conn, err := openCheckout(ctx, env, *root)
+	c, conn, err := openCheckout(ctx, env, *root)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	rec, err := conn.Record(ctx, *id)
+	work := *id
+	if work == "" {
+		cur, err := conn.CurrentWork(ctx, c.WorktreeID)
+		if err != nil {
+			return fmt.Errorf("%s has no current Work on the Hub (%w); pass --work-id (agentscm work list shows them)", c.Root, err)
+		}
+		work = cur.Work.ID
+	}
+	rec, err := conn.Record(ctx, work)
 	if err != nil {
 		return err
 	}
-	if *format == "json" {
+	if *raw {
 		return writeJSON(env.Stdout, rec)
 	}
-	printRecord(env.Stdout, rec)
+	incs, src := localIncrements(env, c.Root, c.WorktreeID)
+	if !anyOf(incs, rec) {
+		// Not this checkout's changelog (another checkout's Work, or no
+		// changelog here): the increments the Hub holds for the Work.
+		if hincs, hsrc := hubIncrements(ctx, conn, work); hsrc.Name != "" || src.Name == "" {
+			if hsrc.Name == "" && src.Note != "" {
+				hsrc.Note = src.Note + "; " + hsrc.Note
+			}
+			incs, src = hincs, hsrc
+		}
+	}
+	tl := timeline.Build(rec, incs, src)
+	if *format == "json" {
+		return writeJSON(env.Stdout, tl)
+	}
+	timeline.WriteText(env.Stdout, tl)
 	return nil
 }
 
-func printRecord(out io.Writer, r api.ChangeRecord) {
-	printWork(out, r.Work, "")
-	fmt.Fprintf(out, "\ncoverage: %s\n", r.Coverage.State)
-	for _, why := range r.Coverage.Reasons {
-		fmt.Fprintf(out, "  - %s\n", why)
+// localIncrements reads the checkout's local changelog for the timeline's
+// file names; without one the timeline says so.
+func localIncrements(env *Env, root, worktree string) ([]timeline.Increment, timeline.Source) {
+	rf := rootFlags{root: root}
+	cl, err := openChangelog(env, &rf, false)
+	if err != nil {
+		return nil, timeline.Source{Note: "this checkout has no local changelog (agentscm changelog enable --root " + root + " records each call's files)"}
 	}
-	fmt.Fprintf(out, "\nsessions (%d):\n", len(r.Sessions))
-	for _, s := range r.Sessions {
-		natives := "no native session yet"
-		if len(s.NativeSessionIDs) > 0 {
-			natives = "native " + strings.Join(s.NativeSessionIDs, ", ")
-		}
-		fmt.Fprintf(out, "  %s  gen %d  worktree %s  %s\n", s.Session, s.Generation, s.WorktreeID, natives)
-		if s.Events > 0 {
-			fmt.Fprintf(out, "    %d events, seq %d..%d, %d missing\n", s.Events, s.FirstSeq, s.LastSeq, s.MissingSeqs)
-		}
+	list, err := cl.List()
+	if err != nil {
+		return nil, timeline.Source{Note: "the local changelog could not be read: " + err.Error()}
 	}
-	fmt.Fprintf(out, "\nevents (%d shown, %d omitted):\n", len(r.Events), r.EventsOmitted)
-	for _, e := range r.Events {
-		detail := []string{}
-		for _, kv := range [][2]string{{"tool", e.ToolName}, {"tool_use", e.ToolUseID}, {"source", e.Source}, {"reason", e.Reason}, {"outcome", e.Outcome}, {"agent", e.AgentType}} {
-			if kv[1] != "" {
-				detail = append(detail, kv[0]+"="+kv[1])
-			}
-		}
-		fmt.Fprintf(out, "  gen %d %s #%d  %-15s %s  %s\n", e.Generation, e.Session, e.Seq, e.Kind, ts(e.ObservedAt), strings.Join(detail, " "))
-	}
-	fmt.Fprintf(out, "\nactions (%d):\n", len(r.Actions))
-	for _, a := range r.Actions {
-		line := fmt.Sprintf("  %s  %s", a.ActionID, a.Status)
-		if a.Start != nil {
-			line += fmt.Sprintf("  %s %s %s", a.Start.Class, a.Start.Tool, describeSource(a.Start.Source))
-			if d := a.Start.RecipeDigest; len(d) >= 12 {
-				// A managed recipe run: its result is caller_asserted.
-				line += " recipe=" + d[:12] + " caller_asserted"
-			}
-		}
-		if a.Finish != nil {
-			line += fmt.Sprintf("  result=%s verification=%s", a.Finish.Result, a.Finish.Verification)
-			if a.Finish.ExitCode != nil {
-				line += fmt.Sprintf(" exit=%d", *a.Finish.ExitCode)
-			}
-			if a.Finish.Drift != "" {
-				line += " drift=" + a.Finish.Drift
-			}
-			if a.Finish.Stale {
-				line += " stale (setup changed since the start)"
-			}
-		}
-		fmt.Fprintln(out, line)
-	}
-	fmt.Fprintf(out, "\ngaps (%d):\n", len(r.Gaps))
-	for _, g := range r.Gaps {
-		line := fmt.Sprintf("  gen %d %s  %s", g.Generation, g.Session, g.Kind)
-		if g.FromSeq != 0 || g.ToSeq != 0 {
-			line += fmt.Sprintf(" seq %d..%d", g.FromSeq, g.ToSeq)
-		}
-		if g.Reason != "" {
-			line += "  " + g.Reason
-		}
-		fmt.Fprintln(out, line)
-	}
-	u := r.Usage
-	fmt.Fprintf(out, "\nusage: %d records, input %d, output %d, cache creation %d, cache read %d tokens\n",
-		u.Records, u.InputTokens, u.OutputTokens, u.CacheCreationInputTokens, u.CacheReadInputTokens)
-	for _, name := range []string{"input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"} {
-		if n := u.Unknown[name]; n > 0 {
-			fmt.Fprintf(out, "  %s unknown in %d records (the sum covers the others)\n", name, n)
-		}
-	}
-	for _, c := range u.SessionCumulative {
-		fmt.Fprintf(out, "  session %s (generation %d) reported its own total for %s, not added: input %s, output %s\n",
-			c.Session, c.Generation, c.Model, count(c.InputTokens), count(c.OutputTokens))
-	}
-	for _, st := range r.Setups {
-		fmt.Fprintf(out, "setup %s (session %s): model %s, permission mode %s, effort %s; unobserved: %s\n",
-			st.Artifact, st.Session, orUnobserved(st.Model), orUnobserved(st.PermissionMode), orUnobserved(st.Effort), strings.Join(st.Unobserved, ", "))
-	}
+	return changelogIncrements(list, worktree), timeline.Source{Name: "local changelog"}
 }
 
-func count(v *int64) string {
-	if v == nil {
-		return "unknown"
+// anyOf reports whether some increment belongs to a native session of rec.
+func anyOf(incs []timeline.Increment, rec api.ChangeRecord) bool {
+	natives := map[string]bool{}
+	for _, s := range rec.Sessions {
+		for _, n := range s.NativeSessionIDs {
+			natives[n] = true
+		}
 	}
-	return fmt.Sprint(*v)
+	for _, in := range incs {
+		if natives[in.Session] {
+			return true
+		}
+	}
+	return false
 }
 
-func orUnobserved(s string) string {
-	if s == "" {
-		return "unobserved"
+// maxShowIncrementBytes bounds what show downloads from the Hub to read
+// the increments' file names.
+const maxShowIncrementBytes = 64 << 20
+
+// hubIncrements reads the metadata of the Work's increments on the Hub
+// (downloading at most maxShowIncrementBytes; the rest are listed without
+// names).
+func hubIncrements(ctx context.Context, conn client.Conn, work string) ([]timeline.Increment, timeline.Source) {
+	list, err := conn.ListIncrements(ctx, work)
+	if err != nil {
+		return nil, timeline.Source{Note: "the Hub's changelog of the Work could not be listed: " + err.Error()}
 	}
-	return s
+	if len(list.Increments) == 0 {
+		return nil, timeline.Source{Note: "the Work holds no changelog increments on the Hub"}
+	}
+	budget := int64(maxShowIncrementBytes)
+	skipped := 0
+	out := make([]timeline.Increment, 0, len(list.Increments))
+	for _, in := range list.Increments {
+		bare := timeline.Increment{Position: in.Position, WorktreeID: in.WorktreeID, Session: in.Session, Tool: in.Tool, Failed: in.Failed, Kind: in.Kind}
+		if in.Size > budget {
+			skipped++
+			bare.Unread = "its increment was not downloaded (show reads at most 64 MiB of increments from the Hub)"
+			out = append(out, bare)
+			continue
+		}
+		budget -= in.Size
+		b, err := conn.GetIncrement(ctx, work, in)
+		var m *incmeta.Meta
+		if err == nil {
+			m, err = incmeta.ReadFrom(bytes.NewReader(b))
+		}
+		if err != nil {
+			skipped++
+			bare.Unread = "its increment could not be read from the Hub: " + err.Error()
+			out = append(out, bare)
+			continue
+		}
+		out = append(out, timeline.FromMeta(m, in.WorktreeID))
+	}
+	src := timeline.Source{Name: "hub"}
+	if skipped > 0 {
+		src.Note = fmt.Sprintf("the file names of %d increments are missing (not downloaded or unreadable)", skipped)
+	}
+	return out, src
+}
+
+func changelogIncrements(list []changelog.Info, worktree string) []timeline.Increment {
+	out := make([]timeline.Increment, 0, len(list))
+	for _, in := range list {
+		if in.Err != "" {
+			continue
+		}
+		out = append(out, timeline.Increment{Position: in.Position, WorktreeID: worktree, Session: in.Session, ToolUseID: in.ToolUseID,
+			Tool: in.Tool, Failed: in.Failed, Kind: in.Kind, Changes: in.Changes})
+	}
+	return out
 }

@@ -28,7 +28,7 @@ func (c *checkout) startWork(title string) string {
 func (c *checkout) record(work string) api.ChangeRecord {
 	c.t.Helper()
 	var r api.ChangeRecord
-	if err := json.Unmarshal([]byte(c.agentscm("change-capture", "show", "--root", c.root, "--work-id", work, "--format", "json")), &r); err != nil {
+	if err := json.Unmarshal([]byte(c.agentscm("change-capture", "show", "--root", c.root, "--work-id", work, "--record")), &r); err != nil {
 		c.t.Fatal(err)
 	}
 	return r

@@ -128,7 +128,7 @@ func TestSourceBindingOfDirtyCheckout(t *testing.T) {
 	}
 	// The text form of show names the binding in one line per action.
 	text := c.agentscm("change-capture", "show", "--root", c.root, "--work-id", work)
-	if n := strings.Count(text, "source="+head[:12]+" merge-base="+base[:12]+" dirty manifest=sha256:"); n != 2 {
+	if n := strings.Count(text, "source: commit "+head[:12]+", merge base "+base[:12]+", with uncommitted changes (manifest sha256:"); n != 2 {
 		t.Fatalf("show names %d source bindings:\n%s", n, text)
 	}
 	var got []string
