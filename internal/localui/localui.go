@@ -216,7 +216,9 @@ func (s *Server) guard(next http.Handler) http.Handler {
 		h.Set("Cache-Control", "no-store")
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("X-Frame-Options", "DENY")
-		h.Set("Referrer-Policy", "no-referrer")
+		// same-origin, not no-referrer: under no-referrer Chromium sends
+		// "Origin: null" on its own form posts, which the Origin check refuses.
+		h.Set("Referrer-Policy", "same-origin")
 		h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 		if r.Host != s.addr {
 			http.Error(w, fmt.Sprintf("refused: this server answers only for Host %s", s.addr), http.StatusMisdirectedRequest)
