@@ -7,15 +7,20 @@ import (
 	"net/http"
 	"path"
 	"strings"
+	"sync"
 	"time"
 )
 
 //go:embed assets
 var assets embed.FS
 
-var pageTmpl = template.Must(template.New("page.html").Funcs(template.FuncMap{
-	"settingsPath": func(root string) string { return path.Join(root, ".claude", "settings.local.json") },
-}).ParseFS(assets, "assets/page.html", "assets/refuse.html"))
+// pageTmpl parses the templates on first use, not at package init: every
+// agentscm process (hooks included) links this package.
+var pageTmpl = sync.OnceValue(func() *template.Template {
+	return template.Must(template.New("page.html").Funcs(template.FuncMap{
+		"settingsPath": func(root string) string { return path.Join(root, ".claude", "settings.local.json") },
+	}).ParseFS(assets, "assets/page.html", "assets/refuse.html"))
+})
 
 // panelView is a confirmation panel as the page shows it.
 type panelView struct {
@@ -76,7 +81,7 @@ func (s *Server) page(w http.ResponseWriter, r *http.Request, ss *session) {
 	data.Flashes, ss.flashes = ss.flashes, nil
 	s.mu.Unlock()
 	var b bytes.Buffer
-	if err := pageTmpl.ExecuteTemplate(&b, "page.html", data); err != nil {
+	if err := pageTmpl().ExecuteTemplate(&b, "page.html", data); err != nil {
 		http.Error(w, "render: "+err.Error(), http.StatusInternalServerError)
 		return
 	}
@@ -87,7 +92,7 @@ func (s *Server) page(w http.ResponseWriter, r *http.Request, ss *session) {
 // refuse answers with a short HTML page saying why.
 func (s *Server) refuse(w http.ResponseWriter, code int, msg string) {
 	var b bytes.Buffer
-	if err := pageTmpl.ExecuteTemplate(&b, "refuse.html", map[string]any{"Code": code, "Status": http.StatusText(code), "Message": msg}); err != nil {
+	if err := pageTmpl().ExecuteTemplate(&b, "refuse.html", map[string]any{"Code": code, "Status": http.StatusText(code), "Message": msg}); err != nil {
 		http.Error(w, msg, code)
 		return
 	}
