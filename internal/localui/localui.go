@@ -230,6 +230,12 @@ func (s *Server) guard(next http.Handler) http.Handler {
 
 // signin exchanges the one-time secret for the session cookie.
 func (s *Server) signin(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet {
+		// A HEAD (a link preview, a prefetch) never consumes the secret.
+		w.Header().Set("Allow", http.MethodGet)
+		http.Error(w, "sign in with GET", http.StatusMethodNotAllowed)
+		return
+	}
 	now := s.cfg.Now()
 	if s.session(r, now) != nil {
 		http.Redirect(w, r, "/", http.StatusSeeOther)

@@ -265,6 +265,35 @@ func TestHostRefused(t *testing.T) {
 	}
 }
 
+// TestIPv6Loopback serves on [::1] when the machine has it: the Host it
+// accepts is the bracketed address.
+func TestIPv6Loopback(t *testing.T) {
+	ln, err := Listen("[::1]:0")
+	if err != nil {
+		t.Skipf("no IPv6 loopback: %v", err)
+	}
+	srv, err := New(Config{Conns: delivery.Connections{ConfigDir: t.TempDir()}, Connected: func() ([]string, error) { return nil, nil }}, ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, ln) }()
+	defer func() { cancel(); <-done }()
+	if !strings.HasPrefix(srv.URL(), "http://[::1]:") {
+		t.Errorf("URL %s", srv.URL())
+	}
+	raw := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := raw.Get(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Errorf("sign-in on [::1]: %d", resp.StatusCode)
+	}
+}
+
 func TestSecretOnceAndCookie(t *testing.T) {
 	w := newWorld(t)
 	if code, _ := w.get("/"); code != http.StatusUnauthorized {
@@ -272,6 +301,12 @@ func TestSecretOnceAndCookie(t *testing.T) {
 	}
 	if code, _ := w.get("/v1/local/capture"); code != http.StatusUnauthorized {
 		t.Errorf("GET /v1/local/capture before sign-in: %d, want 401", code)
+	}
+	// A HEAD (a link preview) does not consume it.
+	if resp, err := w.raw.Head(w.srv.URL()); err != nil {
+		t.Fatal(err)
+	} else if resp.Body.Close(); resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("HEAD sign-in: %d", resp.StatusCode)
 	}
 	// A wrong secret does not consume the right one.
 	resp, err := w.raw.Get(w.base + "/signin?secret=00")
@@ -368,6 +403,8 @@ func TestCSRFRefused(t *testing.T) {
 		{"no token", url.Values{"root": {root}}, nil},
 		{"wrong token", url.Values{"root": {root}, "csrf": {strings.Repeat("0", len(tok))}}, nil},
 		{"foreign origin", url.Values{"root": {root}, "csrf": {tok}}, map[string]string{"Origin": "http://evil.example"}},
+		{"opaque origin", url.Values{"root": {root}, "csrf": {tok}}, map[string]string{"Origin": "null"}},
+		{"https origin", url.Values{"root": {root}, "csrf": {tok}}, map[string]string{"Origin": "https://" + w.srv.Addr()}},
 		{"other port origin", url.Values{"root": {root}, "csrf": {tok}}, map[string]string{"Origin": "http://127.0.0.1:1"}},
 		{"cross-site fetch", url.Values{"root": {root}, "csrf": {tok}}, map[string]string{"Sec-Fetch-Site": "cross-site"}},
 		{"same-site fetch", url.Values{"root": {root}, "csrf": {tok}}, map[string]string{"Sec-Fetch-Site": "same-site"}},
