@@ -329,7 +329,10 @@ func (s *Server) confirm(w http.ResponseWriter, r *http.Request, ss *session) {
 	if p.Mode == "not-set-up" && s.cfg.Agent != nil {
 		agent = s.cfg.Agent(p.Root)
 	}
-	res, err := capture.EnableCapture(r.Context(), s.cfg.Store, s.cfg.Conns, capture.EnableOptions{
+	// A tab closed mid-request does not cut a setup short.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), time.Minute)
+	defer cancel()
+	res, err := capture.EnableCapture(ctx, s.cfg.Store, s.cfg.Conns, capture.EnableOptions{
 		Root: p.Root, Mode: event.ModeSharedConversation,
 		Expect:    &capture.Lineage{Repository: p.Repository, Hub: p.Hub},
 		ConfigDir: s.cfg.Store.Dir, Executable: s.cfg.Executable, Now: s.cfg.Now(), Agent: agent,
@@ -379,7 +382,9 @@ func (s *Server) off(w http.ResponseWriter, r *http.Request, ss *session) {
 		}
 	}
 	s.mu.Unlock()
-	res, err := capture.SetCaptureMode(r.Context(), s.cfg.Store, s.cfg.Conns, root, event.ModeMetadataOnly, nil)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), time.Minute)
+	defer cancel()
+	res, err := capture.SetCaptureMode(ctx, s.cfg.Store, s.cfg.Conns, root, event.ModeMetadataOnly, nil)
 	if err != nil {
 		s.addFlash(ss, true, fmt.Sprintf("Sharing was not turned off for %s: %v", root, err))
 		return
