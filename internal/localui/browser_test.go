@@ -242,10 +242,14 @@ func TestBrowserLocalPage(t *testing.T) {
 	// submit clicks a button that posts a form and waits for the new page
 	// to show then (a selector): the old page is marked first, so an
 	// element of the page being left never satisfies the wait.
-	submit := func(t *testing.T, button chromedp.CSS, then string) {
+	submitWith := func(t *testing.T, act chromedp.Action[chromedp.Void], then string) {
 		t.Helper()
 		run(t, chromedp.Evaluate[chromedp.Void](`document.body.setAttribute("data-stale", "1")`),
-			chromedp.Click(button), chromedp.WaitVisible(chromedp.CSS("body:not([data-stale]) "+then)))
+			act, chromedp.WaitVisible(chromedp.CSS("body:not([data-stale]) "+then)))
+	}
+	submit := func(t *testing.T, button chromedp.CSS, then string) {
+		t.Helper()
+		submitWith(t, chromedp.Click(button), then)
 	}
 	text := func(t *testing.T, q chromedp.CSS) string {
 		t.Helper()
@@ -334,10 +338,26 @@ func TestBrowserLocalPage(t *testing.T) {
 		root := roots["meta"]
 		run(t, chromedp.Navigate(base+"/"))
 		submit(t, sel(root, `form[action="/v1/local/capture/share"] button`), string(sel(root, ".panel")))
+		// 110 s later the page still shows the panel with 10 s left; its
+		// script counts them down and disables Confirm.
+		if err := os.WriteFile(clockFile, []byte("110"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		run(t, chromedp.Navigate(base+"/"), chromedp.WaitVisible(sel(root, ".panel")))
+		if got := text(t, sel(root, ".countdown")); !strings.HasSuffix(got, " s left.") {
+			t.Errorf("countdown %q", got)
+		}
+		run(t, chromedp.WaitVisible(sel(root, ".confirm-button[disabled]")))
+		if got := text(t, sel(root, ".countdown")); !strings.Contains(got, "Expired") {
+			t.Errorf("countdown after the two minutes %q", got)
+		}
+		browsertest.Screenshot(t, ctx, "countdown-expired")
+		// The server decides anyway: the form submitted past the two minutes
+		// is refused.
 		if err := os.WriteFile(clockFile, []byte("121"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		submit(t, sel(root, ".confirm-button"), ".flash-error")
+		submitWith(t, chromedp.Submit(sel(root, "form.confirm")), ".flash-error")
 		if got := text(t, chromedp.CSS(".flash-error")); !strings.Contains(got, "expired after two minutes") {
 			t.Errorf("flash %q", got)
 		}
