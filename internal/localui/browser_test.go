@@ -30,6 +30,15 @@ var buildOnce struct {
 	err error
 }
 
+// TestMain removes the binary the browser tests built, if any.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if buildOnce.bin != "" {
+		os.RemoveAll(filepath.Dir(buildOnce.bin))
+	}
+	os.Exit(code)
+}
+
 func agentscmBinary(t *testing.T) string {
 	t.Helper()
 	buildOnce.Do(func() {
