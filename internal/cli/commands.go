@@ -7,5 +7,6 @@ func rootCommands() []*Command {
 		changeCaptureCommand(),
 		hubCommand(), clientCommand(), workCommand(),
 		changelogCommand(), snapshotCommand(), rewindCommand(),
+		uiCommand(),
 	}
 }

@@ -1,24 +1,17 @@
 package cli
 
 import (
-	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/agentscm/agentscm/internal/localui"
 )
 
-// retentionUnknown is the seed's wording when the Hub's retention is not
-// known (an older Hub, an unreachable or slow Hub, no Hub check yet): it
-// never names a number it was not given.
-const retentionUnknown = "kept for as long as the Hub operator sets (30 days unless changed)"
+// retentionUnknown and retentionWording are the seed's retention sentences,
+// shared with the local page (one wording for every surface).
+const retentionUnknown = localui.RetentionUnknown
 
-// retentionWording says how long a Hub keeps shared conversation bodies:
-// "kept N days on <hub>" when the Hub reported N, else retentionUnknown.
-func retentionWording(days int, hub string) string {
-	if days <= 0 {
-		return retentionUnknown
-	}
-	return fmt.Sprintf("kept %d days on %s", days, hub)
-}
+func retentionWording(days int, hub string) string { return localui.RetentionWording(days, hub) }
 
 // HubClockOffsetEnv is an end-to-end test hook, like the spool's
 // failpoints: seconds added to the clock of `hub serve` (retention
