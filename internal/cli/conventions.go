@@ -13,6 +13,7 @@ import (
 // here has: shell completion and the one-screen status of a checkout.
 func conventionCommands() []*Command {
 	return []*Command{
+		{Name: "status", Summary: "one screen for this checkout: connection, Hub, capture, spool, Work, changelog, warnings", Run: runCheckoutStatus},
 		{Name: "completion", Summary: "print a shell completion script (bash, zsh or fish)", Run: runCompletion},
 	}
 }
