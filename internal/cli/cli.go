@@ -207,7 +207,8 @@ const exitStatusHelp = `Exit status:
   5  changelog apply, rewind, snapshot load: an agent turn is running
   6  changelog apply, rewind, snapshot load: paths changed since the newest capture (--force overrides)
   7  work takeover or another checkpoint: the Work is at another generation than expected
-  The hooks (hook-claude, hook-codex, hook-gemini, agentscm-hook) always exit 0.
+  The hooks (hook-claude, hook-codex, hook-gemini, agentscm-hook) always exit 0;
+  change-capture run-recipe exits with the recipe's own status when it failed.
 `
 
 // newFlags returns a FlagSet for a leaf command whose help names the command

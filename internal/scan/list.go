@@ -9,6 +9,8 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentscm/agentscm/internal/fsutil"
 )
 
 // Stat is what List records about one object.
@@ -213,7 +215,7 @@ func (l *lister) dir(j listJob, buf []byte) error {
 	}
 	var names []string
 	for {
-		n, err := unix.Getdents(j.fd, buf)
+		n, err := fsutil.Getdents(j.fd, buf)
 		if err == unix.EINTR {
 			continue
 		}
