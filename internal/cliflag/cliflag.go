@@ -157,6 +157,10 @@ func Version(prog string) string {
 	if !ok {
 		return prog + " (no build information)"
 	}
+	return versionOf(prog, bi)
+}
+
+func versionOf(prog string, bi *debug.BuildInfo) string {
 	v := bi.Main.Version
 	if v == "" {
 		v = "(devel)"
@@ -180,9 +184,12 @@ func Version(prog string) string {
 		fmt.Fprintf(&b, " commit %s%s", rev, modified)
 	}
 	if when != "" {
-		fmt.Fprintf(&b, " built from a tree committed %s", when)
+		fmt.Fprintf(&b, " (committed %s)", when)
 	}
 	fmt.Fprintf(&b, " %s", bi.GoVersion)
+	if rev == "" {
+		b.WriteString(" (no VCS stamp: built with -buildvcs=false or outside a checkout)")
+	}
 	return b.String()
 }
 
