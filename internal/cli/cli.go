@@ -307,7 +307,10 @@ func absPathFlags(fs *flag.FlagSet, wd string) {
 			_ = f.Value.Set(abs(f.Name, v))
 		}
 	})
-	if f := fs.Lookup("root"); f != nil && !set["root"] && f.DefValue == "" && defaultRoot(fs.Name()) {
+	// A command with a default of its own (e.g. "the checkout containing
+	// the working directory", which also finds a checkout that is a
+	// subdirectory of its repository) keeps it.
+	if f := fs.Lookup("root"); f != nil && !set["root"] && f.DefValue == "" && !strings.Contains(f.Usage, "default:") && defaultRoot(fs.Name()) {
 		if top, ok := cliflag.GitTop(wd); ok {
 			_ = f.Value.Set(top)
 		}
