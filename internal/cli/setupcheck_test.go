@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentscm/agentscm/internal/hub"
 )
@@ -37,6 +38,16 @@ func TestSetupChecksRepository(t *testing.T) {
 	r := runMain(t, env, "", "client", "setup", "--root", root, "--hub", url, "--repository", "nope", "--token-file", tok)
 	if r.code != 0 || !strings.Contains(r.stderr, "warning: the connection is stored but not checked") {
 		t.Fatalf("setup with the Hub down: %+v", r)
+	}
+	// agentscm status with the Hub down: one screen, the Hub named as not
+	// answering, within the short timeout.
+	start := time.Now()
+	r = runMain(t, env, "", "status", "--root", root)
+	if r.code != 0 || !strings.Contains(r.stdout, "Hub NOT reachable") || !strings.Contains(r.stdout, "warning: the Hub "+url+" does not answer") {
+		t.Fatalf("status with the Hub down: %+v", r)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("status with the Hub down took %v", d)
 	}
 
 	svc, err := hub.Open(context.Background(), data, hub.Config{})
