@@ -16,6 +16,14 @@ echo "== go vet"
 go vet ./...
 go vet -tags e2e ./test/e2e/...
 
+echo "== macOS cross-compile and vet (darwin/amd64, darwin/arm64)"
+# Every package builds for macOS; per-OS system calls live in *_linux.go /
+# *_darwin.go files. vet type-checks tests too, so it covers the builds.
+for arch in amd64 arm64; do
+  GOOS=darwin GOARCH=$arch go vet ./...
+done
+GOOS=darwin GOARCH=arm64 go vet -tags e2e ./test/e2e/...
+
 echo "== PostgreSQL server binaries (the team Hub's store tests)"
 # The PostgreSQL tests start a throwaway server from Debian's package
 # (initdb into a temp dir, as user postgres when root, on 127.0.0.1 and a

@@ -20,6 +20,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/agentscm/agentscm/internal/fsutil"
 	"io"
 	"io/fs"
 	"os"
@@ -232,7 +233,7 @@ func files(dir string) map[string]fileID {
 			return nil
 		}
 		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-			out[p] = fileID{dev: uint64(st.Dev), ino: st.Ino, size: st.Size, mtime: st.Mtim.Nano()}
+			out[p] = fileID{dev: uint64(st.Dev), ino: st.Ino, size: st.Size, mtime: fsutil.SysMtimeNS(st)}
 		}
 		return nil
 	})

@@ -231,11 +231,7 @@ func once(s *subject, i int) (time.Duration, int64, error) {
 	if stdout.Len() != 0 || stderr.Len() != 0 {
 		return 0, 0, fmt.Errorf("unexpected output: stdout %q stderr %q", stdout.String(), stderr.String())
 	}
-	var faults int64
-	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-		faults = ru.Minflt + ru.Majflt
-	}
-	return d, faults, nil
+	return d, pageFaults(cmd.ProcessState), nil
 }
 
 func pct(sorted []time.Duration, p int) time.Duration {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/agentscm/agentscm/internal/capsule"
+	"github.com/agentscm/agentscm/internal/cliflag"
 	"github.com/agentscm/agentscm/internal/fsutil"
 )
 
@@ -63,6 +64,9 @@ type env struct {
 	stdout, stderr io.Writer
 	environ        []string
 	wd             string
+	// onFlags, when set, sees every FlagSet a command creates (completion
+	// reads each command's flags through it).
+	onFlags func(*flag.FlagSet)
 }
 
 func (e *env) getenv(k string) string {
@@ -120,6 +124,13 @@ func commands() []command {
 }
 
 func run(ctx context.Context, e *env, args []string) int {
+	if len(args) == 1 && (args[0] == "--version" || args[0] == "-version") {
+		fmt.Fprintln(e.stdout, cliflag.Version("agentdiff"))
+		return exitOK
+	}
+	if len(args) >= 1 && args[0] == "completion" {
+		return runCompletion(e, args[1:])
+	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		printUsage(e.stderr)
 		if len(args) == 0 {
@@ -141,7 +152,7 @@ func run(ctx context.Context, e *env, args []string) int {
 				fmt.Fprintf(e.stderr, "agentdiff %s: %v\n", c.name, ee.err)
 			}
 			if ee.code == exitUsage {
-				fmt.Fprintf(e.stderr, "usage: agentdiff %s\n", c.synopsis)
+				fmt.Fprintf(e.stderr, "Run 'agentdiff %s --help' for usage.\n", c.name)
 			}
 			return ee.code
 		}
@@ -152,7 +163,7 @@ func run(ctx context.Context, e *env, args []string) int {
 		return exitInternal
 	}
 	fmt.Fprintf(e.stderr, "agentdiff: unknown command %q\n", args[0])
-	printUsage(e.stderr)
+	fmt.Fprintln(e.stderr, "Run 'agentdiff --help' for the list of commands.")
 	return exitUsage
 }
 
@@ -164,12 +175,23 @@ func printUsage(w io.Writer) {
 		fmt.Fprintf(tw, "  %s\t%s\n", c.name, c.summary)
 	}
 	tw.Flush()
+	fmt.Fprintf(tw, "  %s\t%s\n", "completion", "print a shell completion script (bash, zsh or fish)")
+	tw.Flush()
+	fmt.Fprintln(w, "\nFlags may come anywhere among a command's arguments; \"--\" ends them (for run,")
+	fmt.Fprintln(w, "the first argument that is not a flag starts the command's argv). --version prints the build.")
+	fmt.Fprintln(w, "--root defaults to the nearest directory above the working directory that holds")
+	fmt.Fprintln(w, ".agentdiff, else the enclosing git worktree's top, else the working directory.")
+	fmt.Fprintln(w, "Exit status: 0 ok, 1 agentdiff failed, 2 bad usage, 3 bad policy, 10-15 the run's status")
+	fmt.Fprintln(w, "under --fail-on, 20 unverified, 21 partial rollback (docs/agentdiff.md).")
 	fmt.Fprintln(w, "\nagentdiff is not a sandbox and enforces nothing on the network; see `agentdiff doctor`.")
 }
 
 func newFlags(e *env, name, synopsis string) *flag.FlagSet {
 	fs := flag.NewFlagSet("agentdiff "+name, flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
+	if e.onFlags != nil {
+		e.onFlags(fs)
+	}
 	fs.Usage = func() {
 		fmt.Fprintf(e.stderr, "usage: agentdiff %s\n", synopsis)
 		fs.PrintDefaults()
@@ -177,18 +199,46 @@ func newFlags(e *env, name, synopsis string) *flag.FlagSet {
 	return fs
 }
 
+// parse parses args: flags anywhere among the positional arguments ("--"
+// ends them), except for run, whose first positional argument starts the
+// wrapped command's argv. A parse error is one line; --root is made
+// absolute against the working directory.
 func parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
+	if err := cliflag.Parse(fs, args, fs.Name() != "agentdiff run"); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
-		return &exitError{code: exitUsage, err: errors.New("")}
+		return &exitError{code: exitUsage, err: err}
 	}
 	return nil
 }
 
+// projectRoot is where agentdiff keeps capsules for the working directory
+// wd: the nearest directory at or above wd holding .agentdiff, else the top
+// of the enclosing git worktree, else wd itself.
+func projectRoot(wd string) string {
+	if d, ok := cliflag.FindUp(wd, ".agentdiff"); ok {
+		return d
+	}
+	if d, ok := cliflag.GitTop(wd); ok {
+		return d
+	}
+	return wd
+}
+
 func rootFlag(fs *flag.FlagSet, e *env) *string {
-	return fs.String("root", e.wd, "project root (default: current directory)")
+	v := &pathValue{wd: e.wd, p: projectRoot(e.wd)}
+	fs.Var(v, "root", "project root, relative to the working directory or absolute (default: the nearest directory holding .agentdiff, else the git worktree's top, else the working directory)")
+	return &v.p
+}
+
+// pathValue is a path flag made absolute against wd when it is set.
+type pathValue struct{ wd, p string }
+
+func (v *pathValue) String() string { return v.p }
+func (v *pathValue) Set(s string) error {
+	v.p = cliflag.Abs(s, v.wd)
+	return nil
 }
 
 func formatFlag(fs *flag.FlagSet, def string) *string {
@@ -655,4 +705,47 @@ func cmdDoctor(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(e.stdout, "%s  %-22s %s\n", mark, c.Name, c.Detail)
 	}
 	return nil
+}
+
+// runCompletion prints the completion script for a shell, generated from
+// commands() and each command's flags (read by running it with --help).
+func runCompletion(e *env, args []string) int {
+	if len(args) != 1 || args[0] == "-h" || args[0] == "--help" {
+		fmt.Fprintf(e.stderr, "usage: agentdiff completion %s\n", strings.Join(cliflag.Shells(), "|"))
+		if len(args) == 1 {
+			return exitOK
+		}
+		return exitUsage
+	}
+	root := &cliflag.Node{Name: "agentdiff", Flags: []string{"--help", "--version"}}
+	flagsOf := func(c command, args ...string) []string {
+		var sets []*flag.FlagSet
+		sub := &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: io.Discard, wd: e.wd,
+			onFlags: func(fs *flag.FlagSet) { sets = append(sets, fs) }}
+		_ = c.run(context.Background(), sub, append(args, "--help"))
+		out := []string{"--help"}
+		for _, fs := range sets {
+			out = append(out, cliflag.FlagNames(fs)...)
+		}
+		return out
+	}
+	for _, c := range commands() {
+		n := &cliflag.Node{Name: c.name}
+		if c.name == "policy" {
+			for _, s := range []string{"init", "validate", "explain"} {
+				n.Sub = append(n.Sub, &cliflag.Node{Name: s, Flags: flagsOf(c, s)})
+			}
+		} else {
+			n.Flags = flagsOf(c)
+		}
+		root.Sub = append(root.Sub, n)
+	}
+	root.Sub = append(root.Sub, &cliflag.Node{Name: "completion", Flags: cliflag.Shells()})
+	script, err := cliflag.Completion(args[0], root)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "agentdiff completion: %v\n", err)
+		return exitUsage
+	}
+	io.WriteString(e.stdout, script)
+	return exitOK
 }

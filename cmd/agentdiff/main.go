@@ -9,16 +9,12 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"syscall"
-
-	"golang.org/x/sys/unix"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	// Orphaned descendants of a wrapped command are re-parented to us, so
-	// process-group cleanup can reap them instead of leaving zombies to init.
-	_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+	becomeSubreaper()
 	// A short-lived process holding a manifest: trade memory for less GC
 	// work, up to a soft limit that keeps a 100,000-file run's peak RSS
 	// under 64 MB (docs/performance.md, agentdiff); GOMEMLIMIT overrides it.

@@ -344,7 +344,7 @@ func writeBase(state string, entries []*ManifestEntry) (string, int64, error) {
 	}
 	sum := hex.EncodeToString(h.Sum(nil))
 	final := filepath.Join(dir, sum)
-	if err := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, final, unix.RENAME_NOREPLACE); err != nil && err != unix.EEXIST {
+	if err := fsutil.RenameNoReplace(unix.AT_FDCWD, tmp, unix.AT_FDCWD, final); err != nil && err != unix.EEXIST {
 		return "", 0, fmt.Errorf("install base manifest: %w", err)
 	}
 	if err := fsutil.SyncDir(dir); err != nil {

@@ -781,7 +781,7 @@ func watchedRelist(watch *dirWatch, before []*ManifestEntry, rt *Runtime) map[st
 		}
 	}
 	relist := relistSet(dirty)
-	rt.AfterListing = fmt.Sprintf("watched: %d of %d directories re-listed", len(relist), len(watch.paths))
+	rt.AfterListing = fmt.Sprintf("watched: %d of %d directories re-listed", len(relist), watch.watched())
 	return relist
 }
 

@@ -576,7 +576,7 @@ func (s *objectStore) sync() error {
 			return err
 		}
 		defer d.Close()
-		if err := unix.Syncfs(int(d.Fd())); err != nil {
+		if err := fsutil.Syncfs(int(d.Fd())); err != nil {
 			return fmt.Errorf("sync object store: %w", err)
 		}
 		return nil

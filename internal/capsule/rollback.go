@@ -546,7 +546,7 @@ func (r *roller) restoreFile(p string, b, a *ManifestEntry) error {
 	failpoint("temp-written")
 	if a == nil || a.Type != "file" {
 		// The path must still be absent: never replace what appeared since.
-		if err := unix.Renameat2(tfd, tmpName, dfd, name, unix.RENAME_NOREPLACE); err != nil {
+		if err := fsutil.RenameNoReplace(tfd, tmpName, dfd, name); err != nil {
 			if err == unix.EEXIST {
 				return errors.New("something appeared at this path since the run; not replaced")
 			}

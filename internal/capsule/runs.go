@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/fsutil"
 	"github.com/agentscm/agentscm/internal/scan"
 	"golang.org/x/sys/unix"
 )
@@ -176,7 +177,7 @@ func Doctor(root string) []Capability {
 		a, b := filepath.Join(tmp, "a"), filepath.Join(tmp, "b")
 		os.WriteFile(a, nil, 0o600)
 		os.WriteFile(b, nil, 0o600)
-		err = unix.Renameat2(unix.AT_FDCWD, a, unix.AT_FDCWD, b, unix.RENAME_NOREPLACE)
+		err = fsutil.RenameNoReplace(unix.AT_FDCWD, a, unix.AT_FDCWD, b)
 		os.RemoveAll(tmp)
 		switch {
 		case err == unix.EEXIST:

@@ -209,7 +209,7 @@ func (s Store) moveSpoolState(from, to, spoolID string) ([]string, error) {
 	}
 	moved := []string{}
 	for _, i := range todo {
-		if err := unix.Renameat2(unix.AT_FDCWD, olds[i], unix.AT_FDCWD, news[i], unix.RENAME_NOREPLACE); err != nil {
+		if err := fsutil.RenameNoReplace(unix.AT_FDCWD, olds[i], unix.AT_FDCWD, news[i]); err != nil {
 			return moved, fmt.Errorf("move capture state %s to %s: %w (run move-spool again to finish)", olds[i], news[i], err)
 		}
 		if err := fsutil.SyncDir(filepath.Dir(news[i])); err != nil {

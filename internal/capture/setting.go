@@ -381,7 +381,10 @@ type ForgetResult struct {
 	Spool          string   `json:"spool"`
 	SpoolRetained  bool     `json:"spool_retained"`
 	ExcludeRemoved []string `json:"exclude_removed,omitempty"`
-	Warnings       []string `json:"warnings,omitempty"`
+	// SettingsRemoved names the hook settings file (relative to the root)
+	// forget removed: setup created it and it was left empty.
+	SettingsRemoved string   `json:"settings_removed,omitempty"`
+	Warnings        []string `json:"warnings,omitempty"`
 }
 
 // Forget removes a disabled binding from the capture config. The spool is
@@ -422,6 +425,12 @@ func Forget(ctx context.Context, store Store, root string) (*ForgetResult, error
 			res.Warnings = append(res.Warnings, "could not update the repository's local exclude: "+err.Error())
 		}
 		res.ExcludeRemoved = removed
+		rel := settingsRel(gone.SettingsPath(), gone.Root)
+		if removedFile, err := removeCreatedEmptySettings(gone.SettingsPath(), rel, removed); err != nil {
+			res.Warnings = append(res.Warnings, "could not remove the emptied settings file: "+err.Error())
+		} else if removedFile {
+			res.SettingsRemoved = rel
+		}
 	}
 	return res, nil
 }

@@ -781,7 +781,7 @@ func writeFileMember(aw *archiveWriter, root, name string, e *entry, start time.
 	// Record what was stored, not what the walk saw.
 	e.Mode, e.Size, e.MTime = mode, fi.Size(), fi.ModTime().UnixNano()
 	if ok {
-		e.Dev, e.Ino, e.CTime = uint64(st.Dev), st.Ino, st.Ctim.Sec*1e9+st.Ctim.Nsec
+		e.Dev, e.Ino, e.CTime = uint64(st.Dev), st.Ino, fsutil.SysCtimeNS(st)
 	}
 	e.Hash = nil
 	switch {

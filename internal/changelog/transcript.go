@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/agentscm/agentscm/internal/changelog/incmeta"
+	"github.com/agentscm/agentscm/internal/fsutil"
 	"github.com/agentscm/agentscm/internal/scan"
 )
 
@@ -222,7 +223,7 @@ func (it *convItem) write(aw *archiveWriter, name string, uid, gid int) error {
 				mode = fi.Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
 				mtime = fi.ModTime()
 				fuid, fgid = int(st.Uid), int(st.Gid)
-				e.Mode, e.MTime, e.CTime = mode, fi.ModTime().UnixNano(), st.Ctim.Sec*1e9+st.Ctim.Nsec
+				e.Mode, e.MTime, e.CTime = mode, fi.ModTime().UnixNano(), fsutil.SysCtimeNS(st)
 				e.Dev, e.Ino = it.dev, it.ino
 			}
 		}

@@ -164,6 +164,13 @@ and changes nothing.`)
 	if o.Compaction.Set != 0 && o.Compaction.Clear {
 		return usagef("--auto-compact and --no-auto-compact exclude each other")
 	}
+	// Bad values are bad usage (exit 2), refused before anything is read.
+	if _, err := capture.ParseActionRules(rules); err != nil {
+		return usagef("%v", err)
+	}
+	if o.SetupDigest != "" && !isLowerHex64(o.SetupDigest) {
+		return usagef("--setup-digest must be 64 lowercase hex characters (a SHA-256)")
+	}
 	o.ActionRules, o.RecipeFiles = rules, recipes
 	o.Executable, o.Now = env.Executable, env.Now()
 	store, conns, err := captureDeps(env)
@@ -332,4 +339,17 @@ func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// isLowerHex64 says whether s is 64 lowercase hex digits.
+func isLowerHex64(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }

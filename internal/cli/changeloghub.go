@@ -139,6 +139,13 @@ func runChangelogApplyFromHub(ctx context.Context, env *Env, rf *rootFlags, req 
 	hctx, cancel := context.WithTimeout(ctx, hubTimeout)
 	defer cancel()
 	conn0, conn, work, err := openHubCheckout(hctx, env, rf.root, req.work)
+	if isNoConnection(err) {
+		// A fresh directory: connect it to the Hub holding the Work.
+		if err := connectForWork(hctx, env, rf.root, req.work); err != nil {
+			return err
+		}
+		conn0, conn, work, err = openHubCheckout(hctx, env, rf.root, req.work)
+	}
 	if err != nil {
 		return err
 	}

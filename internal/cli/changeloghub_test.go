@@ -494,6 +494,22 @@ func TestChangelogApplyFromHubMerged(t *testing.T) {
 	if fmt.Sprint(want) != fmt.Sprint(got) || got["f1.txt"] != "1" {
 		t.Fatalf("fresh after apply --from-hub --to 2: %v, checkout %v", got, want)
 	}
+
+	// A fresh directory without a connection (issue 19): with --work the
+	// apply connects it to the Hub repository holding the Work; without,
+	// it says the exact command to run.
+	bare := filepath.Join(base, "bare")
+	r = runMain(t, env, "", "changelog", "apply", "--root", bare, "--to", "2", "--from-hub")
+	if r.code != 1 || !strings.Contains(r.stderr, "agentscm client setup --root "+bare+" --hub URL --repository NAME --token-file PATH") {
+		t.Fatalf("apply --from-hub without a connection or --work: %d %s", r.code, r.stderr)
+	}
+	r = runMain(t, env, "", "changelog", "apply", "--root", bare, "--to", "2", "--from-hub", "--work", w.ID)
+	if r.code != 0 || !strings.Contains(r.stderr, "connected "+bare+" to repository proj on local (the Hub holding work "+w.ID) {
+		t.Fatalf("apply --from-hub onto a bare directory: %d %s %s", r.code, r.stdout, r.stderr)
+	}
+	if got := files(t, bare); got["f1.txt"] != "1" {
+		t.Fatalf("bare after apply --from-hub --to 2: %v", got)
+	}
 }
 
 // changelog upload catches up the positions stored while the checkout had

@@ -13,6 +13,9 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/agentscm/agentscm/internal/capture"
+	"github.com/agentscm/agentscm/internal/cliflag"
 )
 
 // Env carries a command's input, output and environment so that commands
@@ -28,6 +31,9 @@ type Env struct {
 	// Executable is the absolute path of the running agentscm binary, used
 	// when a command installs hooks that call it back.
 	Executable string
+	// onFlags, when set, sees every FlagSet a command creates (completion
+	// reads the flags of each leaf through it).
+	onFlags func(*flag.FlagSet)
 }
 
 // OSEnv returns an Env bound to the real process.
@@ -71,7 +77,7 @@ func Root() *Command {
 	return &Command{
 		Name:    "agentscm",
 		Summary: "source control for AI agent work",
-		Sub:     rootCommands(),
+		Sub:     append(rootCommands(), conventionCommands()...),
 	}
 }
 
@@ -103,6 +109,10 @@ func Main(ctx context.Context, env *Env, args []string) int {
 		case "changelog":
 			return runChangelogHook(ctx, env)
 		}
+	}
+	if len(args) == 1 && (args[0] == "--version" || args[0] == "-version") {
+		fmt.Fprintln(env.Stdout, cliflag.Version("agentscm"))
+		return ExitOK
 	}
 	return dispatch(ctx, env, Root(), nil, args)
 }
@@ -182,13 +192,33 @@ func printGroupHelp(w io.Writer, c *Command, path []string) {
 		fmt.Fprintf(w, "  %-*s  %s\n", width, s.Name, s.Summary)
 	}
 	fmt.Fprintf(w, "\nRun '%s <command> --help' for a command's flags.\n", strings.Join(path, " "))
+	if len(path) == 1 {
+		fmt.Fprintf(w, "\n%s --version prints the build; %s completion bash|zsh|fish prints a completion script.\n\n%s", path[0], path[0], exitStatusHelp)
+	}
 }
+
+// exitStatusHelp is the exit status table of agentscm (README.md holds the
+// same table; a script test checks both against the code).
+const exitStatusHelp = `Exit status:
+  0  success (also --help)
+  1  error (the command failed; the message says why)
+  2  bad usage: an unknown command or flag, a missing or bad value
+  4  changelog apply, rewind, snapshot load: an unreadable or hostile archive
+  5  changelog apply, rewind, snapshot load: an agent turn is running
+  6  changelog apply, rewind, snapshot load: paths changed since the newest capture (--force overrides)
+  7  work takeover or another checkpoint: the Work is at another generation than expected
+  The hooks (hook-claude, hook-codex, hook-gemini, agentscm-hook) always exit 0;
+  change-capture run-recipe exits with the recipe's own status when it failed.
+`
 
 // newFlags returns a FlagSet for a leaf command whose help names the command
 // line and describes it.
 func newFlags(env *Env, cmdline, synopsis, description string) *flag.FlagSet {
 	fs := flag.NewFlagSet(cmdline, flag.ContinueOnError)
 	fs.SetOutput(env.Stderr)
+	if env.onFlags != nil {
+		env.onFlags(fs)
+	}
 	fs.Usage = func() {
 		w := env.Stdout
 		fmt.Fprintf(w, "Usage:\n  %s %s\n\n%s\n", cmdline, synopsis, strings.TrimSpace(description))
@@ -205,8 +235,12 @@ func newFlags(env *Env, cmdline, synopsis, description string) *flag.FlagSet {
 }
 
 // parseFlags parses args and refuses positional arguments unless allowPos.
+// Flags may come anywhere among the positional arguments, "--" ends them;
+// a parse error is one line (report adds the pointer at --help). Every path
+// flag is made absolute against the working directory (pathFlag), and an
+// unset --root defaults to the enclosing git worktree's top (defaultRoot).
 func parseFlags(fs *flag.FlagSet, args []string, allowPos bool) error {
-	if err := fs.Parse(args); err != nil {
+	if err := cliflag.Parse(fs, args, true); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return errHelp
 		}
@@ -215,11 +249,82 @@ func parseFlags(fs *flag.FlagSet, args []string, allowPos bool) error {
 	if !allowPos && fs.NArg() > 0 {
 		return usagef("unexpected argument %q", fs.Arg(0))
 	}
+	absPathFlags(fs, cliflag.Getwd())
+	// A bad capture mode is bad usage, refused before anything changes.
+	for _, name := range []string{"mode", "capture-mode"} {
+		if f := fs.Lookup(name); f != nil && f.Value.String() != "" && !capture.ValidMode(f.Value.String()) {
+			return usagef("--%s %q is not supported; use metadata-only, local-conversation or shared-conversation", name, f.Value.String())
+		}
+	}
 	// Every command that registers --format gets it checked here.
 	if f := fs.Lookup("format"); f != nil {
 		return checkFormat(f.Value.String())
 	}
 	return nil
+}
+
+// pathFlag says whether the flag name takes a local path, and so is made
+// absolute before anything stores it. (--claude-settings is relative to
+// the root by definition; --objects may be an s3:// URL.)
+func pathFlag(name string) bool {
+	switch name {
+	case "root", "spool", "file", "dir", "data", "store-file", "objects", "output", "out",
+		"destination", "archive", "recipe-file", "claude-history-root", "token-file", "from", "extra-root":
+		return true
+	}
+	return false
+}
+
+// absPathFlags is the one place relative paths become absolute: every set
+// path flag of fs against wd, NAME=PATH values of --extra-root on their
+// PATH, and an unset --root defaulted to the git worktree enclosing wd.
+func absPathFlags(fs *flag.FlagSet, wd string) {
+	abs := func(name, v string) string {
+		if name == "objects" && strings.Contains(v, "://") {
+			return v
+		}
+		if name == "extra-root" {
+			if n, p, ok := strings.Cut(v, "="); ok {
+				return n + "=" + cliflag.Abs(p, wd)
+			}
+			return v
+		}
+		return cliflag.Abs(v, wd)
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) {
+		set[f.Name] = true
+		if !pathFlag(f.Name) {
+			return
+		}
+		if m, ok := f.Value.(*multiFlag); ok {
+			for i, v := range *m {
+				(*m)[i] = abs(f.Name, v)
+			}
+			return
+		}
+		if v := f.Value.String(); v != "" {
+			_ = f.Value.Set(abs(f.Name, v))
+		}
+	})
+	// A command with a default of its own (e.g. "the checkout containing
+	// the working directory", which also finds a checkout that is a
+	// subdirectory of its repository) keeps it.
+	if f := fs.Lookup("root"); f != nil && !set["root"] && f.DefValue == "" && !strings.Contains(f.Usage, "default:") && defaultRoot(fs.Name()) {
+		if top, ok := cliflag.GitTop(wd); ok {
+			_ = f.Value.Set(top)
+		}
+	}
+}
+
+// defaultRoot says whether the command's unset --root means the enclosing
+// worktree (every command but those for which no --root means "all").
+func defaultRoot(cmdline string) bool {
+	switch cmdline {
+	case "agentscm client status", "agentscm change-capture status":
+		return false
+	}
+	return true
 }
 
 // multiFlag collects a repeated string flag.

@@ -162,6 +162,11 @@ worktree id; reconnecting the same Hub and repository keeps it.`)
 		defer cancel()
 		c, prev, err = client.SetupHub(cctx, dir, root, *hubURL, *repo, tok, env.Now())
 	}
+	var unchecked *client.UncheckedError
+	if errors.As(err, &unchecked) {
+		fmt.Fprintf(env.Stderr, "warning: %v\n", err)
+		err = nil
+	}
 	if err != nil {
 		return err
 	}
@@ -281,6 +286,10 @@ func checkConnection(ctx context.Context, env *Env, c client.Connection) *hubChe
 	}
 	if who.Repository != c.Repository && !who.Admin {
 		hc.Error = fmt.Sprintf("the token is for repository %q, not %q", who.Repository, c.Repository)
+		return hc
+	}
+	if err := client.CheckRepository(cctx, conn, c.Hub, c.Repository); err != nil {
+		hc.Error = err.Error()
 		return hc
 	}
 	hc.Valid, hc.Human, hc.Repository, hc.Scope = true, who.Human, c.Repository, who.Scope

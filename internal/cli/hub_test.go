@@ -136,13 +136,12 @@ func TestUsageErrors(t *testing.T) {
 	env := map[string]string{"XDG_CONFIG_HOME": t.TempDir()}
 	root := t.TempDir()
 	for _, args := range [][]string{
-		{"client", "setup", "--local"},
 		{"client", "setup", "--root", root, "--local", "--hub", "http://h"},
 		{"client", "setup", "--root", root, "--hub", "http://h"},
 		{"client", "setup", "--root", root, "--local", "--format", "yaml"},
 		{"hub", "serve", "--data", root, "--shared-conversation-retention-days", "0"},
 		{"hub", "serve", "--data", root, "--shared-conversation-retention-days", "3651"},
-		{"hub", "serve", "--data", "relative"},
+		{"hub", "serve", "--data", root, "--listen"},
 		{"hub", "admin", "human", "create", "--data", root},
 		{"work", "takeover", "--root", root},
 		{"work", "start", "stray"},

@@ -30,8 +30,7 @@ func TestHubBackendUsage(t *testing.T) {
 		{"not postgres", nil, []string{"--store", "mysql://x/y", "--objects", "/srv/o"}, "PostgreSQL DSN"},
 		{"env not postgres", map[string]string{envHubStore: "sqlite:x"}, []string{"--objects", "/srv/o"}, "PostgreSQL DSN"},
 		{"store without objects", nil, []string{"--store", "postgres://x/y"}, "--objects is required"},
-		{"relative objects", nil, []string{"--store", "postgres://x/y", "--objects", "rel"}, "--objects must be"},
-		{"relative store-file", nil, []string{"--store-file", "rel", "--objects", "/srv/o"}, "--store-file must be an absolute path"},
+		{"objects neither directory nor s3", nil, []string{"--store", "postgres://x/y", "--objects", "ftp://x/y"}, "--objects must be"},
 		{"empty store-file", nil, []string{"--store-file", empty, "--objects", "/srv/o"}, "is empty"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

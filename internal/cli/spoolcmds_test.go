@@ -89,7 +89,7 @@ func TestSpoolCommandUsage(t *testing.T) {
 		want string
 	}{
 		{[]string{"inspect"}, "--spool is required"},
-		{[]string{"inspect", "--spool", "rel"}, "absolute"},
+		{[]string{"inspect", "--spool", "/x", "--bogus"}, "flag provided but not defined: -bogus"},
 		{[]string{"inspect", "--spool", "/x", "--format", "xml"}, "--format"},
 		{[]string{"prune-quarantine", "--spool", "/x"}, "name at least one"},
 		{[]string{"compact", "--spool", "/x", "extra"}, "unexpected argument"},

@@ -8,11 +8,11 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/agentscm/agentscm/internal/client"
+	"github.com/agentscm/agentscm/internal/fsutil"
 	"github.com/agentscm/agentscm/internal/hub"
 	"github.com/agentscm/agentscm/internal/hub/api"
 )
@@ -160,7 +160,7 @@ func benchFsyncRef(b *testing.B) {
 					b.Error(err)
 					return
 				}
-				if err := syscall.Fdatasync(int(files[c].Fd())); err != nil {
+				if err := fsutil.Fdatasync(int(files[c].Fd())); err != nil {
 					b.Error(err)
 					return
 				}

@@ -387,15 +387,55 @@ func SetupHub(ctx context.Context, configDir, root, hubURL, repository, token st
 		return Connection{}, nil, err
 	}
 	defer h.Close()
+	c := Connection{Root: root, Kind: KindHub, Hub: base, Repository: repository, Token: token, CreatedAt: now.UTC()}
 	who, err := h.Whoami(ctx)
 	if err != nil {
+		if _, answered := api.AsError(err); !answered {
+			// The Hub did not answer: keep the connection, say so.
+			c, prev, ierr := install(configDir, c)
+			if ierr != nil {
+				return c, prev, ierr
+			}
+			return c, prev, &UncheckedError{Hub: base, Err: err}
+		}
 		return Connection{}, nil, fmt.Errorf("check the token with %s: %w", base, err)
 	}
 	if who.Repository != repository && !who.Admin {
 		return Connection{}, nil, fmt.Errorf("the token is for repository %q, not %q", who.Repository, repository)
 	}
-	c := Connection{Root: root, Kind: KindHub, Hub: base, Repository: repository, Token: token, CreatedAt: now.UTC()}
+	if err := CheckRepository(ctx, h, base, repository); err != nil {
+		return Connection{}, nil, err
+	}
 	return install(configDir, c)
+}
+
+// UncheckedError says SetupHub stored the connection without checking it
+// because the Hub did not answer.
+type UncheckedError struct {
+	Hub string
+	Err error
+}
+
+func (e *UncheckedError) Error() string {
+	return fmt.Sprintf("the connection is stored but not checked: %s did not answer (%v); run agentscm client status --check when it is up", e.Hub, e.Err)
+}
+
+func (e *UncheckedError) Unwrap() error { return e.Err }
+
+// ErrNoRepository means the Hub has no repository of the connection's name.
+var ErrNoRepository = errors.New("the Hub has no such repository")
+
+// CheckRepository asks the Hub whether repository exists (listing its
+// Works; an admin token's whoami does not say).
+func CheckRepository(ctx context.Context, c Conn, hub, repository string) error {
+	_, err := c.ListWorks(ctx)
+	if e, ok := api.AsError(err); ok && e.Code == api.CodeNotFound {
+		return fmt.Errorf("%w: repository %q does not exist on %s (create it with agentscm hub admin repository create --name %s)", ErrNoRepository, repository, hub, repository)
+	}
+	if err != nil {
+		return fmt.Errorf("check repository %q on %s: %w", repository, hub, err)
+	}
+	return nil
 }
 
 func install(configDir string, c Connection) (Connection, *Connection, error) {

@@ -10,6 +10,8 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentscm/agentscm/internal/fsutil"
 )
 
 // Stat is what List records about one object.
@@ -221,7 +223,7 @@ func (l *lister) dir(j listJob, buf []byte) error {
 	}
 	var names []string
 	for {
-		n, err := unix.Getdents(j.fd, buf)
+		n, err := fsutil.Getdents(j.fd, buf)
 		if err == unix.EINTR {
 			continue
 		}

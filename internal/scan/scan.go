@@ -17,6 +17,8 @@ import (
 	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentscm/agentscm/internal/fsutil"
 )
 
 // Type is the kind of a filesystem object.
@@ -149,7 +151,7 @@ type walker struct {
 func (w *walker) readNames(fd int, rel string) ([]string, error) {
 	var names []string
 	for {
-		n, err := unix.Getdents(fd, w.buf)
+		n, err := fsutil.Getdents(fd, w.buf)
 		if err == unix.EINTR {
 			continue
 		}

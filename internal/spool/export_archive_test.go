@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/agentscm/agentscm/internal/event"
+	"github.com/agentscm/agentscm/internal/fsutil"
 )
 
 // exportSource builds a real spool with envelopes, a body artifact, an
@@ -66,7 +67,7 @@ func snapshot(t testing.TB, dir string) map[string]string {
 		if err := syscall.Lstat(p, &st); err != nil {
 			return err
 		}
-		desc := fmt.Sprintf("mode=%o size=%d ino=%d mtime=%d.%d ctime=%d.%d", st.Mode, st.Size, st.Ino, st.Mtim.Sec, st.Mtim.Nsec, st.Ctim.Sec, st.Ctim.Nsec)
+		desc := fmt.Sprintf("mode=%o size=%d ino=%d mtime=%d ctime=%d", st.Mode, st.Size, st.Ino, fsutil.SysMtimeNS(&st), fsutil.SysCtimeNS(&st))
 		if d.Type().IsRegular() {
 			b, err := os.ReadFile(p)
 			if err != nil {

@@ -366,7 +366,7 @@ func (s *Spool) recoverIntakeTemp(st *state, name string) (bool, error) {
 	// unlocked temporary may be one in between, so only one older than the
 	// grace period is a dead writer's.
 	var fst syscall.Stat_t
-	if err := syscall.Fstat(fd, &fst); err != nil || time.Since(time.Unix(0, fst.Mtim.Nano())) < s.intakeGrace {
+	if err := syscall.Fstat(fd, &fst); err != nil || time.Since(time.Unix(0, fsutil.SysMtimeNS(&fst))) < s.intakeGrace {
 		return false, nil
 	}
 	b, err := fsutil.ReadFileNoFollow(path, MaxIntakeBytes+maxHeaderBytes)

@@ -306,7 +306,7 @@ func TestFullFilesystem(t *testing.T) {
 	free := func() int64 {
 		var s syscall.Statfs_t
 		syscall.Statfs(mnt, &s)
-		return int64(s.Bavail) * s.Bsize
+		return int64(s.Bavail) * int64(s.Bsize)
 	}
 	for i := 0; free() > 100<<10; i++ {
 		r := rec(event.PromptSubmit, "s")

@@ -200,7 +200,7 @@ func listInto(dir string, budget *int, buf []byte) ([]string, error) {
 	defer syscall.Close(fd)
 	var out []string
 	for {
-		n, err := syscall.Getdents(fd, buf)
+		n, err := fsutil.Getdents(fd, buf)
 		if err == syscall.EINTR {
 			continue
 		}

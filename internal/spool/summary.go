@@ -97,7 +97,7 @@ func (s *Spool) stampDirs() ([]dirStamp, error) {
 		if err := syscall.Lstat(filepath.Join(s.dir, d), &st); err != nil {
 			return nil, err
 		}
-		out = append(out, dirStamp{Ino: st.Ino, Mtime: st.Mtim.Nano(), Ctime: st.Ctim.Nano()})
+		out = append(out, dirStamp{Ino: st.Ino, Mtime: fsutil.SysMtimeNS(&st), Ctime: fsutil.SysCtimeNS(&st)})
 	}
 	return out, nil
 }
@@ -455,5 +455,5 @@ func (s *Spool) token() (int64, error) {
 	if err := syscall.Lstat(filepath.Join(s.dir, captureLockFile), &st); err != nil {
 		return 0, err
 	}
-	return st.Mtim.Nano(), nil
+	return fsutil.SysMtimeNS(&st), nil
 }

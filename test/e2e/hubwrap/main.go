@@ -186,7 +186,7 @@ func serve(cfg Config, be backend, env, args []string) int {
 			"--store-file", be.dsnFile, "--objects", be.objects)...)
 		cmd.Env = env
 		cmd.Stderr = os.Stderr
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		cmd.SysProcAttr = dieWithParent()
 		out, err := cmd.StdoutPipe()
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "hubwrap: %v\n", err)
