@@ -281,7 +281,22 @@ func HandleAgentHook(ctx context.Context, store Store, hubs HubOpener, a adapter
 	if background {
 		pendingBound, intakeBound = BackgroundPendingBackpressure, BackgroundIntakeBackpressure
 	}
-	ss, err := sp.TryBegin(ctx, IntakeLockWait)
+	// With a background deliverer, every event but a SessionStart goes
+	// straight to the intake (intake-first): the hook takes no spool lock
+	// and never opens the Hub; the deliverer it makes sure of resolves and
+	// admits the event (in receipt order, under the same limits) and
+	// delivers it. That takes the Hub open, the resolution and the claim
+	// and envelope writes (about ten fsyncs) off the agent's wait for every
+	// tool call. A SessionStart keeps the locked path: it writes the
+	// session's setup artifact from the raw payload (which the intake does
+	// not keep) and gives the once-per-session capacity warnings.
+	intakeFirst := background && rec.Kind != event.SessionStart
+	var ss *spool.Session
+	if intakeFirst {
+		err = spool.ErrBusy
+	} else {
+		ss, err = sp.TryBegin(ctx, IntakeLockWait)
+	}
 	backlog := 0
 	if errors.Is(err, spool.ErrBusy) {
 		backlog = sp.PendingBacklog()
@@ -303,7 +318,7 @@ func HandleAgentHook(ctx context.Context, store Store, hubs HubOpener, a adapter
 			followUp()
 			return res, nil
 		}
-		if !errors.Is(ierr, spool.ErrIntakeFull) {
+		if !errors.Is(ierr, spool.ErrIntakeFull) && !intakeFirst {
 			if reason := lossReason(ierr); reason != "" {
 				if nerr := noteLost(store.ledgerDir(bd.Spool), rec, p.SessionID, Target{}, false, reason, ierr.Error(), now); nerr == nil {
 					return nil, fmt.Errorf("the spool lock is busy and the intake write failed (%w); the next hook records a capture_interrupted gap", ierr)
@@ -311,6 +326,9 @@ func HandleAgentHook(ctx context.Context, store Store, hubs HubOpener, a adapter
 			}
 			return nil, fmt.Errorf("the spool lock is busy and the intake write failed: %w", ierr)
 		}
+		// A full intake, or (intake-first) any failed intake write: take
+		// the locked path, which records the event, or its loss with its
+		// reserved sequence, as without the intake.
 		ss, err = sp.Begin(ctx)
 		if lockWaitExpired(err) {
 			// The intake is full and the lock stayed held for the whole
