@@ -281,16 +281,17 @@ func HandleAgentHook(ctx context.Context, store Store, hubs HubOpener, a adapter
 	if background {
 		pendingBound, intakeBound = BackgroundPendingBackpressure, BackgroundIntakeBackpressure
 	}
-	// With a background deliverer, every event but a SessionStart goes
-	// straight to the intake (intake-first): the hook takes no spool lock
-	// and never opens the Hub; the deliverer it makes sure of resolves and
-	// admits the event (in receipt order, under the same limits) and
-	// delivers it. That takes the Hub open, the resolution and the claim
-	// and envelope writes (about ten fsyncs) off the agent's wait for every
-	// tool call. A SessionStart keeps the locked path: it writes the
-	// session's setup artifact from the raw payload (which the intake does
-	// not keep) and gives the once-per-session capacity warnings.
-	intakeFirst := background && rec.Kind != event.SessionStart
+	// With a background deliverer every event goes straight to the intake
+	// (intake-first): the hook takes no spool lock and never opens the
+	// Hub; the deliverer it makes sure of resolves and admits the event (in
+	// receipt order, under the same limits) and delivers it. That takes
+	// the Hub open, the resolution and the claim and envelope writes
+	// (about ten fsyncs) off the agent's wait. What the locked path does
+	// with the raw payload or the held lock the hook does here: it writes
+	// the session's setup artifact, and warns once per session from the
+	// spool summary when usage passes UsageWarnPercent (compaction and its
+	// warnings run in the deliverer and in lock-holding hooks).
+	intakeFirst := background
 	var ss *spool.Session
 	if intakeFirst {
 		err = spool.ErrBusy
@@ -312,9 +313,15 @@ func HandleAgentHook(ctx context.Context, store Store, hubs HubOpener, a adapter
 		}
 	}
 	if errors.Is(err, spool.ErrBusy) {
+		if serr := store.intakeSetup(bd, p.SessionID, b); serr != nil {
+			res.Warning = serr.Error()
+		}
 		name, ierr := writeIntake(ctx, store, sp, bd, p, rec, obs, now)
 		if ierr == nil {
 			res.Intake = name
+			if u, l, ok := sp.SummaryUsage(); ok && res.Warning == "" {
+				usageWarning(store, bd, p.SessionID, u, l, res)
+			}
 			followUp()
 			return res, nil
 		}
