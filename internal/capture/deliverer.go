@@ -562,8 +562,11 @@ func ensureDeliverer(ctx context.Context, store Store, bd *Binding, bg Backgroun
 	if lock == nil {
 		return // a deliverer runs; it re-checks before it exits
 	}
-	if st, err := store.DeliverStatus(bd.Spool); err == nil && st != nil && st.Outcome == "failed" && res.DeliveryErr == nil {
-		// The last run could not deliver: say so on this hook's line.
+	if st, err := store.DeliverStatus(bd.Spool); err == nil && st != nil && (st.Outcome == "failed" || st.Outcome == "error") && res.DeliveryErr == nil {
+		// The last run could not deliver, or could not run at all (the
+		// Hub would not open, ...): say so on this hook's line. With
+		// intake-first hooks an "error" run also leaves events waiting in
+		// the intake, so it must not stay quiet.
 		res.DeliveryErr = fmt.Errorf("the last delivery attempt failed: %s", st.Detail)
 	}
 	if err := bg.StartDeliverer(lock, bd.Spool); err == nil {

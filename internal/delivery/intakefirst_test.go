@@ -2,9 +2,12 @@ package delivery
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -68,5 +71,58 @@ func TestIntakeFirstSessionStartSetupAndWarning(t *testing.T) {
 	}
 	if n := pendingCount(t, f.spool); n != 0 {
 		t.Fatalf("%d envelopes still pending after the deliverers", n)
+	}
+}
+
+// failingOpen is a Backgrounder whose deliverers cannot open the Hub (the
+// hook's own connection lookup still works).
+type failingOpen struct{ bgOpener }
+
+func (o failingOpen) Open(context.Context, string) (capture.Hub, error) {
+	return nil, errors.New("the Hub will not open")
+}
+
+func (o failingOpen) StartDeliverer(lock *os.File, spoolDir string) error {
+	fd, err := syscall.Dup(int(lock.Fd()))
+	if err != nil {
+		return err
+	}
+	dup := os.NewFile(uintptr(fd), "deliver.lock")
+	capture.DeliverSpool(context.Background(), o.store, o, spoolDir, dup, capture.DeliverBounds{})
+	return nil
+}
+
+// A deliverer that cannot run (the Hub does not open) leaves intake-first
+// events waiting, durable, and the next hook says so on its line; a later
+// deliverer that can open the Hub admits and delivers every one of them.
+func TestIntakeFirstDelivererErrorIsWarnedAndNothingLost(t *testing.T) {
+	f := newFixture(t)
+	work := f.startWork(t)
+	bad := failingOpen{newBG(f)}
+	pre := func(i int) string {
+		return f.payload("PreToolUse", fmt.Sprintf(`,"tool_name":"Read","tool_use_id":"toolu_fe_%d","tool_input":{"file_path":"/etc/hostname"}`, i))
+	}
+	var warned bool
+	for i := range 3 {
+		res, err := capture.HandleClaudeHook(context.Background(), f.store, bad, strings.NewReader(pre(i)), time.Now())
+		if err != nil || res.Intake == "" {
+			t.Fatalf("hook %d: %+v %v", i, res, err)
+		}
+		if i > 0 && (res.DeliveryErr == nil || !strings.Contains(res.DeliveryErr.Error(), "the last delivery attempt failed") ||
+			!strings.Contains(res.DeliveryErr.Error(), "will not open")) {
+			t.Fatalf("hook %d after a deliverer that could not run: delivery error %v", i, res.DeliveryErr)
+		}
+		warned = warned || res.DeliveryErr != nil
+	}
+	if rep, err := spool.Inspect(f.spool, 1); err != nil || rep.Intake != 3 {
+		t.Fatalf("intake %+v %v, want the 3 events waiting", rep, err)
+	}
+	good := newBG(f)
+	if _, err := capture.HandleClaudeHook(context.Background(), f.store, good, strings.NewReader(pre(3)), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	good.wg.Wait()
+	if rec := f.record(t, work); len(rec.Events) != 4 || !warned {
+		t.Fatalf("the Hub has %d events, want all 4", len(rec.Events))
 	}
 }
