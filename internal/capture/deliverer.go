@@ -364,7 +364,13 @@ func deliverSpool(ctx context.Context, store Store, hubs HubOpener, spoolDir str
 		// Let the lock go, then look again: a hook that appended after the
 		// last page found the lock held and left its event to this run.
 		// (Only progress, bounded by MaxRun, brings it back here.)
-		waiting, _ := sp.WaitingIntake()
+		// The files the last admission left (counted before its listing,
+		// admitIntake): one that arrived after it, whose hook found this
+		// deliver lock held, raises the count below. (Counting here
+		// instead took such a file for one it could not admit: with
+		// intake-first hooks the e2e session's SessionEnd waited for the
+		// next session.)
+		waiting := res.intakeBase
 		if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_UN); err != nil {
 			return fmt.Errorf("release the deliver lock: %w", err)
 		}

@@ -124,6 +124,9 @@ type HookResult struct {
 	Warning string
 	// Compacted is the automatic compaction this invocation ran, if any.
 	Compacted *spool.CompactReport
+	// intakeBase is the intake count just before the last admission's
+	// listing (admitIntake).
+	intakeBase int
 }
 
 // HandleClaudeHook reads one Claude Code hook payload from in, finds the
