@@ -28,6 +28,12 @@ func lostGapCheck(t *testing.T, f *burstFixture, reason string, fail func(i int)
 		if err != nil {
 			t.Fatalf("hook %s: %v %s", id, err, out)
 		}
+		if f.detached {
+			// Its event waits in the intake for the deliverer it started:
+			// let that admit it before the next hook (whose failpoints a
+			// holder admitting it would share).
+			f.waitDeliverer(t)
+		}
 		return string(out)
 	}
 	run("toolu_before", nil)
@@ -39,6 +45,9 @@ func lostGapCheck(t *testing.T, f *burstFixture, reason string, fail func(i int)
 	}
 	after()
 	run("toolu_after", nil)
+	if f.detached {
+		f.waitDelivered(t)
+	}
 	sp, err := spool.OpenReadOnly(f.spool)
 	if err != nil {
 		t.Fatal(err)
@@ -82,6 +91,21 @@ func TestFailedAppendRecordsGapWithRange(t *testing.T) {
 		t.Run(tc.reason, func(t *testing.T) {
 			f := newBurstFixture(t)
 			fp := spool.FailpointEnv + "=append.envelope=" + tc.inject + ",append.gap=" + tc.inject
+			lostGapCheck(t, f, tc.reason, func(int) []string { return []string{fp} }, func() {})
+		})
+	}
+}
+
+// The same with the installed hook's detached deliverer, whose hooks put
+// every PreToolUse into the intake (intake-first): an intake write that
+// fails takes the locked path, which reserves the event's sequence and
+// notes its loss; the deliverer (the next lock holder) publishes the gap.
+func TestFailedAppendRecordsGapWithRangeDetached(t *testing.T) {
+	for _, tc := range []struct{ reason, inject string }{{event.GapReasonNoSpace, "enospc"}, {event.GapReasonIOError, "eio"}} {
+		t.Run(tc.reason, func(t *testing.T) {
+			f := newBurstFixture(t)
+			f.detached = true
+			fp := spool.FailpointEnv + "=intake=" + tc.inject + ",append.envelope=" + tc.inject + ",append.gap=" + tc.inject
 			lostGapCheck(t, f, tc.reason, func(int) []string { return []string{fp} }, func() {})
 		})
 	}

@@ -30,12 +30,14 @@ it prints one warning line on stderr and exits 0. It prints nothing on
 stdout, except on a SessionStart of a checkout with registered recipes: then
 exactly the bounded recipe guidance as Claude Code's additional context.
 
-After the event is durably in the spool, the hook hands delivery to the
-Hub to one detached deliverer per spool (deliver-spool, started by the
-hook itself; at most one runs per spool, bounded to 20 s, ending with one
-status line on stderr and in the spool's deliver status), so the agent
-does not wait for the Hub. When no deliverer can be started, the hook
-delivers in-process as before.
+The hook writes each event durably into the spool's intake (without the
+spool lock and without opening the Hub) and hands the rest to one detached
+deliverer per spool (deliver-spool, started by the hook itself; at most one
+runs per spool, bounded to 20 s, ending with one status line on stderr and
+in the spool's deliver status): it resolves the Work, admits the event into
+the spool and delivers it, so the agent waits for neither. When the intake
+write fails the hook appends under the spool lock instead; when no
+deliverer can be started, it delivers in-process as before.
 `
 
 func main() {

@@ -124,14 +124,20 @@ func maintain(store Store, ss *spool.Session, bd *Binding, session string, res *
 		if su, err = ss.Usage(); err != nil {
 			return
 		}
-		frac, bound = spool.FractionsOf(su.Usage, su.Limits).Max()
 	}
+	usageWarning(store, bd, session, su.Usage, su.Limits, res)
+}
+
+// usageWarning gives the once-per-session warning that the spool's usage
+// passed UsageWarnPercent of a limit, naming the commands that help.
+func usageWarning(store Store, bd *Binding, session string, u spool.Usage, l spool.Limits, res *HookResult) {
+	frac, bound := spool.FractionsOf(u, l).Max()
 	if frac*100 < UsageWarnPercent {
 		return
 	}
-	limit, used := su.Limits.Records, su.Usage.Records
+	limit, used := l.Records, u.Records
 	if bound == "bytes" {
-		limit, used = su.Limits.Bytes, su.Usage.Bytes
+		limit, used = l.Bytes, u.Bytes
 	}
 	help := fmt.Sprintf("run agentscm change-capture compact --spool %s, turn on automatic compaction (agentscm change-capture enable --root %s --auto-compact %d), or raise the limit (agentscm change-capture enable --root %s --max-records N --max-bytes N)",
 		bd.Spool, bd.Root, DefaultCompactThreshold, bd.Root)

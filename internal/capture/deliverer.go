@@ -364,7 +364,13 @@ func deliverSpool(ctx context.Context, store Store, hubs HubOpener, spoolDir str
 		// Let the lock go, then look again: a hook that appended after the
 		// last page found the lock held and left its event to this run.
 		// (Only progress, bounded by MaxRun, brings it back here.)
-		waiting, _ := sp.WaitingIntake()
+		// The files the last admission left (counted before its listing,
+		// admitIntake): one that arrived after it, whose hook found this
+		// deliver lock held, raises the count below. (Counting here
+		// instead took such a file for one it could not admit: with
+		// intake-first hooks the e2e session's SessionEnd waited for the
+		// next session.)
+		waiting := res.intakeBase
 		if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_UN); err != nil {
 			return fmt.Errorf("release the deliver lock: %w", err)
 		}
@@ -535,6 +541,12 @@ func withSession(ctx context.Context, store Store, sp *spool.Spool, bd *Binding,
 	// soak of this change; admission then stalled on record_limit). No
 	// session: no once-per-session warnings from here.
 	maintain(store, ss, bd, "", res)
+	// Records a hook could not append become capture_interrupted gaps here
+	// too: with intake-first hooks (hook.go) most hooks never hold the
+	// spool lock, so the deliverer may be the next holder.
+	if _, err := publishLost(store.ledgerDir(bd.Spool), ss, time.Now()); err != nil && res.DeliveryErr == nil {
+		res.DeliveryErr = err
+	}
 	if _, err := admitIntake(ctx, store, led, ss, sp, bd, hub, adm, res); err != nil && res.DeliveryErr == nil {
 		res.DeliveryErr = err
 	}
@@ -556,8 +568,11 @@ func ensureDeliverer(ctx context.Context, store Store, bd *Binding, bg Backgroun
 	if lock == nil {
 		return // a deliverer runs; it re-checks before it exits
 	}
-	if st, err := store.DeliverStatus(bd.Spool); err == nil && st != nil && st.Outcome == "failed" && res.DeliveryErr == nil {
-		// The last run could not deliver: say so on this hook's line.
+	if st, err := store.DeliverStatus(bd.Spool); err == nil && st != nil && (st.Outcome == "failed" || st.Outcome == "error") && res.DeliveryErr == nil {
+		// The last run could not deliver, or could not run at all (the
+		// Hub would not open, ...): say so on this hook's line. With
+		// intake-first hooks an "error" run also leaves events waiting in
+		// the intake, so it must not stay quiet.
 		res.DeliveryErr = fmt.Errorf("the last delivery attempt failed: %s", st.Detail)
 	}
 	if err := bg.StartDeliverer(lock, bd.Spool); err == nil {

@@ -124,6 +124,9 @@ type HookResult struct {
 	Warning string
 	// Compacted is the automatic compaction this invocation ran, if any.
 	Compacted *spool.CompactReport
+	// intakeBase is the intake count just before the last admission's
+	// listing (admitIntake).
+	intakeBase int
 }
 
 // HandleClaudeHook reads one Claude Code hook payload from in, finds the
@@ -281,7 +284,23 @@ func HandleAgentHook(ctx context.Context, store Store, hubs HubOpener, a adapter
 	if background {
 		pendingBound, intakeBound = BackgroundPendingBackpressure, BackgroundIntakeBackpressure
 	}
-	ss, err := sp.TryBegin(ctx, IntakeLockWait)
+	// With a background deliverer every event goes straight to the intake
+	// (intake-first): the hook takes no spool lock and never opens the
+	// Hub; the deliverer it makes sure of resolves and admits the event (in
+	// receipt order, under the same limits) and delivers it. That takes
+	// the Hub open, the resolution and the claim and envelope writes
+	// (about ten fsyncs) off the agent's wait. What the locked path does
+	// with the raw payload or the held lock the hook does here: it writes
+	// the session's setup artifact, and warns once per session from the
+	// spool summary when usage passes UsageWarnPercent (compaction and its
+	// warnings run in the deliverer and in lock-holding hooks).
+	intakeFirst := background
+	var ss *spool.Session
+	if intakeFirst {
+		err = spool.ErrBusy
+	} else {
+		ss, err = sp.TryBegin(ctx, IntakeLockWait)
+	}
 	backlog := 0
 	if errors.Is(err, spool.ErrBusy) {
 		backlog = sp.PendingBacklog()
@@ -297,13 +316,19 @@ func HandleAgentHook(ctx context.Context, store Store, hubs HubOpener, a adapter
 		}
 	}
 	if errors.Is(err, spool.ErrBusy) {
+		if serr := store.intakeSetup(bd, p.SessionID, b); serr != nil {
+			res.Warning = serr.Error()
+		}
 		name, ierr := writeIntake(ctx, store, sp, bd, p, rec, obs, now)
 		if ierr == nil {
 			res.Intake = name
+			if u, l, ok := sp.SummaryUsage(); ok && res.Warning == "" {
+				usageWarning(store, bd, p.SessionID, u, l, res)
+			}
 			followUp()
 			return res, nil
 		}
-		if !errors.Is(ierr, spool.ErrIntakeFull) {
+		if !errors.Is(ierr, spool.ErrIntakeFull) && !intakeFirst {
 			if reason := lossReason(ierr); reason != "" {
 				if nerr := noteLost(store.ledgerDir(bd.Spool), rec, p.SessionID, Target{}, false, reason, ierr.Error(), now); nerr == nil {
 					return nil, fmt.Errorf("the spool lock is busy and the intake write failed (%w); the next hook records a capture_interrupted gap", ierr)
@@ -311,6 +336,9 @@ func HandleAgentHook(ctx context.Context, store Store, hubs HubOpener, a adapter
 			}
 			return nil, fmt.Errorf("the spool lock is busy and the intake write failed: %w", ierr)
 		}
+		// A full intake, or (intake-first) any failed intake write: take
+		// the locked path, which records the event, or its loss with its
+		// reserved sequence, as without the intake.
 		ss, err = sp.Begin(ctx)
 		if lockWaitExpired(err) {
 			// The intake is full and the lock stayed held for the whole

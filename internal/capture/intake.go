@@ -113,6 +113,14 @@ func admitIntake(ctx context.Context, store Store, led *Ledger, ss *spool.Sessio
 		err error
 	}
 	resolved := map[string]resolution{}
+	// The count before this admission's listing: a file that arrives after
+	// it raises the count, which is how the background deliverer tells,
+	// after it let its lock go, that a hook left an event to it (see
+	// deliverSpool); counting later would take such a file for one it
+	// could not admit and strand it until a later hook.
+	if n, err := sp.WaitingIntake(); err == nil {
+		res.intakeBase = n
+	}
 	files, err := ss.Intake(max(adm.left, 0) + 1)
 	if err != nil {
 		return false, fmt.Errorf("intake: %w", err)

@@ -77,6 +77,40 @@ func (s Store) saveTranscriptState(path string, st transcriptState) error {
 	return fsutil.WriteAtomic(path, b, fsutil.FileMode)
 }
 
+// retainSetup writes the session's observed setup (raw is the hook
+// payload; nothing when it observes none) as the small local setup
+// artifact, content-addressed beside the session's transcript state at
+// statePath; the hook's own event carries its identity and the observed
+// values. Writing it twice is harmless (WriteNew, same content).
+func retainSetup(statePath string, raw []byte) error {
+	setup := claude.ObservedSetup(raw)
+	if setup == nil {
+		return nil
+	}
+	ap := filepath.Join(filepath.Dir(statePath), "setup-"+setup.Artifact[len("sha256:"):]+".json")
+	if _, err := os.Lstat(ap); !errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	art, _ := json.Marshal(setup.ArtifactBody())
+	if err := fsutil.MkdirPrivate(filepath.Dir(ap)); err != nil {
+		return err
+	}
+	if err := fsutil.WriteNew(ap, art, fsutil.FileMode); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("retain the setup artifact: %w", err)
+	}
+	return nil
+}
+
+// intakeSetup is retainSetup for a hook whose event goes into the intake:
+// the admission has no raw payload, so the hook writes the artifact itself.
+func (s Store) intakeSetup(bd *Binding, session string, raw []byte) error {
+	path, ok := s.transcriptStatePath(bd.Spool, session)
+	if !ok {
+		return nil
+	}
+	return retainSetup(path, raw)
+}
+
 // TranscriptStep is the hook's transcript and setup step for one payload
 // whose event resolved to the exact target t. It retains a setup artifact
 // when the hook exposed setup metadata that differs from the last one, and
@@ -100,20 +134,8 @@ func (s Store) TranscriptStep(ss *spool.Session, bd *Binding, raw []byte, p *cla
 	base := func(r *event.Record) {
 		r.WorkID, r.Generation, r.CanonicalSession, r.CaptureMode = t.WorkID, t.Generation, t.Session, mode
 	}
-	if setup := claude.ObservedSetup(raw); setup != nil {
-		// The small local setup artifact, content-addressed beside the
-		// session's state; the hook's own event carries its identity and
-		// the observed values.
-		ap := filepath.Join(filepath.Dir(path), "setup-"+setup.Artifact[len("sha256:"):]+".json")
-		if _, err := os.Lstat(ap); errors.Is(err, fs.ErrNotExist) {
-			art, _ := json.Marshal(setup.ArtifactBody())
-			if err := fsutil.MkdirPrivate(filepath.Dir(ap)); err != nil {
-				return 0, err
-			}
-			if err := fsutil.WriteNew(ap, art, fsutil.FileMode); err != nil && !errors.Is(err, fs.ErrExist) {
-				return 0, fmt.Errorf("retain the setup artifact: %w", err)
-			}
-		}
+	if err := retainSetup(path, raw); err != nil {
+		return 0, err
 	}
 	var terr error
 	if bd.ClaudeHistoryRoot != "" && transcriptEvents[p.HookEventName] {

@@ -457,3 +457,16 @@ func (s *Spool) token() (int64, error) {
 	}
 	return fsutil.SysMtimeNS(&st), nil
 }
+
+// SummaryUsage is the usage and limits recorded by the last lock holder's
+// summary, read without the lock (false when there is no summary to
+// trust): for a writer that does not take the lock, such as capture's
+// intake-first hook, which warns from it when usage nears a limit. The
+// usage excludes the intake.
+func (s *Spool) SummaryUsage() (Usage, Limits, bool) {
+	sr, ok := s.readSummaryUnlocked()
+	if !ok {
+		return Usage{}, Limits{}, false
+	}
+	return sr.Usage, sr.Limits, true
+}
