@@ -51,7 +51,7 @@ that has no client connection is first connected to the embedded local Hub
 (as 'agentscm client setup --local' does), so one command sets a solo user
 up; without it such a checkout is refused with "no client connection for
 this checkout".`)
-	root := fs.String("root", "", "absolute path of the checkout")
+	root := fs.String("root", "", "path of the checkout")
 	mode := fs.String("mode", "", "metadata-only, local-conversation or shared-conversation")
 	local := fs.Bool("local", false, "connect the checkout to the embedded local Hub first when it has no client connection")
 	agent := fs.String("agent", "", agentFlagHelp)
@@ -148,7 +148,7 @@ first). Hooks and the spool are untouched and nothing is deleted locally or on
 the Hub. Lowering the mode (to metadata-only, or from shared-conversation to
 local-conversation) needs no client connection; raising it needs a current
 connection to the repository and Hub the binding was saved for.`)
-	root := fs.String("root", "", "absolute path of the checkout")
+	root := fs.String("root", "", "path of the checkout")
 	mode := fs.String("mode", "", "metadata-only, local-conversation or shared-conversation")
 	expRepo := fs.String("expect-repository", "", "repository the person confirmed")
 	expHub := fs.String("expect-hub", "", "Hub the person confirmed")
@@ -202,7 +202,7 @@ a fraction of each limit, the compaction policy and the last compaction
 many facts stayed local as deferred facts and why (the Hub was unreachable,
 no current Work, a refused target), so a session that never reached the Hub
 is visible.`)
-	root := fs.String("root", "", "absolute path of the checkout")
+	root := fs.String("root", "", "path of the checkout")
 	format := formatFlag(fs)
 	if err := parseFlags(fs, args, false); err != nil {
 		return err
@@ -325,7 +325,7 @@ export or delete it yourself. Exclude lines that enable added for the
 checkout's settings file are removed unless another binding of the same
 repository uses that settings path. Works on a deleted checkout given the
 absolute path it was saved with. The next enable creates a new spool.`)
-	root := fs.String("root", "", "absolute path of the checkout as it was saved")
+	root := fs.String("root", "", "path of the checkout as it was saved")
 	format := formatFlag(fs)
 	if err := parseFlags(fs, args, false); err != nil {
 		return err

@@ -137,15 +137,15 @@ client connection it fails with "no client connection for this checkout"
 and changes nothing.`)
 	var o capture.ConfigureOptions
 	var rules, recipes multiFlag
-	fs.StringVar(&o.Root, "root", "", "absolute path of the checkout (must exist)")
-	fs.StringVar(&o.Spool, "spool", "", "absolute path of the private spool directory (created when missing)")
+	fs.StringVar(&o.Root, "root", "", "path of the checkout (must exist)")
+	fs.StringVar(&o.Spool, "spool", "", "path of the private spool directory (created when missing)")
 	fs.StringVar(&o.WorktreeID, "worktree-id", "", "worktree namespace on the Hub (default: the client connection's)")
 	fs.StringVar(&o.BaseRef, "base-ref", "", "the base ref source bindings compare against, e.g. origin/main")
 	fs.StringVar(&o.SetupDigest, "setup-digest", "", "64-hex SHA-256 the caller asserts for the agent setup")
 	fs.StringVar(&o.ClaudeHistoryRoot, "claude-history-root", "", "absolute, non-symlink directory of Claude transcripts the hook may read")
 	fs.StringVar(&o.CaptureMode, "capture-mode", event.ModeMetadataOnly, "metadata-only, local-conversation or shared-conversation")
 	fs.Var(&rules, "action-rule", "TOOL=execution:COVERAGE:RESULT_SOURCE (repeatable)")
-	fs.Var(&recipes, "recipe-file", "absolute path of a recipe JSON file (repeatable)")
+	fs.Var(&recipes, "recipe-file", "path of a recipe JSON file (repeatable)")
 	fs.Int64Var(&o.Limits.Records, "max-records", 0, fmt.Sprintf("spool record limit (default %d)", spool.DefaultRecords))
 	fs.Int64Var(&o.Limits.Bytes, "max-bytes", 0, fmt.Sprintf("spool total byte limit (default %d)", spool.DefaultBytes))
 	fs.Int64Var(&o.Limits.ArtifactBytes, "max-artifact-bytes", 0, fmt.Sprintf("spool per-artifact byte limit (default %d, at most --max-bytes)", spool.DefaultArtifactBytes))
@@ -228,7 +228,7 @@ func runUnconfigure(ctx context.Context, env *Env, args []string) error {
 		`Remove only the marked agentscm hooks from the checkout's Claude settings
 file and disable its capture binding. The binding and the private spool are
 kept; nothing captured is deleted.`)
-	root := fs.String("root", "", "absolute path of the checkout as it was configured")
+	root := fs.String("root", "", "path of the checkout as it was configured")
 	format := formatFlag(fs)
 	if err := parseFlags(fs, args, false); err != nil {
 		return err
@@ -270,7 +270,7 @@ in arrival order: kind, tool, outcome, the Hub target or "deferred", and
 whether a local body is kept. Read-only: it opens the spool without the
 lock and never changes it. For the spool's health, pending delivery and
 quarantine use 'change-capture inspect'.`)
-	spoolDir := fs.String("spool", "", "absolute path of the spool")
+	spoolDir := fs.String("spool", "", "path of the spool")
 	format := formatFlag(fs)
 	if err := parseFlags(fs, args, false); err != nil {
 		return err

@@ -91,7 +91,7 @@ type rootFlags struct {
 }
 
 func (rf *rootFlags) register(fs *flag.FlagSet, extraRoots bool) {
-	fs.StringVar(&rf.root, "root", "", "absolute path of the checkout (required)")
+	fs.StringVar(&rf.root, "root", "", "path of the checkout (default: the git worktree enclosing the working directory)")
 	fs.StringVar(&rf.dir, "dir", "", "changelog directory (default: one per checkout under the agentscm config directory)")
 	if extraRoots {
 		fs.Var(&rf.extra, "extra-root", "another capture root as NAME=ABSPATH, e.g. transcripts=/home/u/.claude/projects/x (repeatable)")

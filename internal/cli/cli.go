@@ -191,7 +191,7 @@ func printGroupHelp(w io.Writer, c *Command, path []string) {
 	for _, s := range subs {
 		fmt.Fprintf(w, "  %-*s  %s\n", width, s.Name, s.Summary)
 	}
-	fmt.Fprintf(w, "\nRun '%s <command> --help' for a command's flags.\n", strings.Join(path, " "))
+	fmt.Fprintf(w, "\nRun '%s <command> --help' for a command's flags. Paths may be relative to the working directory.\n", strings.Join(path, " "))
 	if len(path) == 1 {
 		fmt.Fprintf(w, "\n%s --version prints the build; %s completion bash|zsh|fish prints a completion script.\n\n%s", path[0], path[0], exitStatusHelp)
 	}

@@ -206,7 +206,7 @@ func runClientStatus(ctx context.Context, env *Env, args []string) error {
 each connection's Hub GET /v1/hub/whoami (at most 5 s each) and reports the
 answer as hub_check, with shared_conversation_retention_days when it is valid;
 the command then exits 1 if any check failed.`)
-	rootF := fs.String("root", "", "absolute path of a checkout (default: every connection)")
+	rootF := fs.String("root", "", "path of a checkout (default: every connection)")
 	check := fs.Bool("check", false, "check each connection with its Hub")
 	format := formatFlag(fs)
 	if err := parseFlags(fs, args, false); err != nil {

@@ -61,7 +61,7 @@ the body exists.
 
 Bodies expire on the Hub after its retention (hub serve
 --shared-conversation-retention-days, 30 days unless changed).`)
-	root := fs.String("root", "", "absolute path of the checkout (default: the checkout containing the working directory)")
+	root := fs.String("root", "", "path of the checkout (default: the checkout containing the working directory)")
 	id := fs.String("work-id", "", "the Work (required)")
 	digest := fs.String("digest", "", "print the body with this SHA-256 (64 hex)")
 	del := fs.String("delete", "", "delete the body with this SHA-256 (64 hex) now")

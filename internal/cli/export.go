@@ -48,8 +48,8 @@ destination, foreign entries) with its identity and what is uncertain, and
 removes nothing. The archive is evidence, not a spool: a copy is a
 different identity and can be inspected but never used for capture.
 Linux only.`)
-	src := fs.String("spool", "", "absolute path of the spool to export")
-	dst := fs.String("destination", "", "absolute path of the new archive directory (must not exist)")
+	src := fs.String("spool", "", "path of the spool to export")
+	dst := fs.String("destination", "", "path of the new archive directory (must not exist)")
 	format := formatFlag(fs)
 	if err := parseFlags(fs, args, false); err != nil {
 		return err
@@ -102,7 +102,7 @@ func runVerifyExport(ctx context.Context, env *Env, args []string) error {
 manifest.json: every listed entry must exist with its type, size and
 sha256, and the archive must hold nothing the manifest does not list.
 Read-only.`)
-	dir := fs.String("archive", "", "absolute path of the archive directory")
+	dir := fs.String("archive", "", "path of the archive directory")
 	format := formatFlag(fs)
 	if err := parseFlags(fs, args, false); err != nil {
 		return err
@@ -141,7 +141,7 @@ replaced. The private capture state kept for the spool under the config
 directory (ledger, session records, transcript offsets, action receipts)
 moves with it, and the binding is saved last. After a crash, run the same
 command again. Then run change-capture enable --root ROOT to capture again.`)
-	root := fs.String("root", "", "absolute path of the checkout")
+	root := fs.String("root", "", "path of the checkout")
 	to := fs.String("spool", "", "the spool's new absolute path")
 	format := formatFlag(fs)
 	if err := parseFlags(fs, args, false); err != nil {

@@ -46,7 +46,7 @@ Several hub serve processes may share one PostgreSQL database and one bucket.`
 
 func addHubBackendFlags(fs *flag.FlagSet) *hubBackend {
 	return &hubBackend{
-		data:      fs.String("data", "", "absolute Hub data directory (the SQLite store and objects; required without --store and --objects)"),
+		data:      fs.String("data", "", "Hub data directory (the SQLite store and objects; required without --store and --objects)"),
 		store:     fs.String("store", "", "PostgreSQL DSN postgres://... of the Hub's records (default: SQLite in --data)"),
 		storeFile: fs.String("store-file", "", "file holding the PostgreSQL DSN (instead of --store)"),
 		objects:   fs.String("objects", "", "object store: an absolute directory or s3://BUCKET/PREFIX (default: DATA/objects)"),

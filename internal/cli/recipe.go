@@ -125,7 +125,7 @@ It refuses while another recipe caller holds the checkout lock.`
 func runReconcileRecipe(ctx context.Context, env *Env, args []string) error {
 	fs := newFlags(env, "agentscm change-capture reconcile-recipe", "--id ID [--root ABS] [--format text|json]", reconcileRecipeHelp)
 	id := fs.String("id", "", "recipe id")
-	root := fs.String("root", "", "absolute checkout root (default: the working directory)")
+	root := fs.String("root", "", "checkout root (default: the working directory)")
 	format := formatFlag(fs)
 	if err := parseFlags(fs, args, false); err != nil {
 		return err

@@ -37,7 +37,7 @@ checkout's, or none here) they come from the increments on the Hub (at most
 bodies are never part of it (read them with change-capture conversation).
 --format json prints the same timeline as JSON; --record prints the Hub's
 change-record projection itself (the JSON of GET .../works/{work}/record).`)
-	root := fs.String("root", "", "absolute path of the checkout (default: the checkout containing the working directory)")
+	root := fs.String("root", "", "path of the checkout (default: the checkout containing the working directory)")
 	id := fs.String("work-id", "", "the Work (default: the checkout's current Work)")
 	format := formatFlag(fs)
 	raw := fs.Bool("record", false, "print the Hub's change-record projection as JSON instead of the timeline")

@@ -26,7 +26,7 @@ func spoolCommands() []*Command {
 // the flags extra registers.
 func spoolArgs(env *Env, cmdline, synopsis, description string, args []string, withFormat, allowPos bool, extra func(*flag.FlagSet)) (dir, format string, pos []string, err error) {
 	fs := newFlags(env, cmdline, synopsis, description)
-	d := fs.String("spool", "", "absolute path of the spool")
+	d := fs.String("spool", "", "path of the spool")
 	f := new(string)
 	*f = "text"
 	if withFormat {

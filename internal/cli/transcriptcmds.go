@@ -58,7 +58,7 @@ skipped with a capture_interrupted gap. Bodies are kept only with
 --capture-mode local-conversation. Imported records stay local: they are
 attributed to no Work and never delivered.`, args, true, false, func(fs *flag.FlagSet) {
 			session = fs.String("session", "", "the native session id the transcript belongs to")
-			file = fs.String("file", "", "absolute path of the JSONL transcript")
+			file = fs.String("file", "", "path of the JSONL transcript")
 			mode = fs.String("capture-mode", event.ModeMetadataOnly, "metadata-only or local-conversation")
 		})
 	if err != nil {

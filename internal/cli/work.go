@@ -84,7 +84,7 @@ func runWorkStart(ctx context.Context, env *Env, args []string) error {
 Work of this checkout's worktree: from now on capture in this checkout is
 recorded under it. The first agent session on the worktree joins the
 canonical session named by --session-alias (default "default").`)
-	root := fs.String("root", "", "absolute path of the checkout (default: the working directory)")
+	root := fs.String("root", "", "path of the checkout (default: the working directory)")
 	title := fs.String("title", "", "a short title")
 	alias := fs.String("session-alias", "", `canonical session name for the first native session (default "default")`)
 	maxObjects := fs.Int64("changelog-max-objects", 0, fmt.Sprintf("the Work's changelog grant: increments the Hub stores (default %d)", api.DefaultGrantObjects))
@@ -128,7 +128,7 @@ canonical session named by --session-alias (default "default").`)
 
 func runWorkList(ctx context.Context, env *Env, args []string) error {
 	fs := newFlags(env, "agentscm work list", "[--root ABS] [--format text|json]", "List the Works of the checkout's connected repository, newest first.")
-	root := fs.String("root", "", "absolute path of the checkout (default: the working directory)")
+	root := fs.String("root", "", "path of the checkout (default: the working directory)")
 	format := formatFlag(fs)
 	if err := parseFlags(fs, args, false); err != nil {
 		return err
@@ -181,7 +181,7 @@ func workID(ctx context.Context, conn client.Conn, c client.Connection, flag str
 
 func runWorkShow(ctx context.Context, env *Env, args []string) error {
 	fs := newFlags(env, "agentscm work show", "[--root ABS] [--work-id ID] [--format text|json]", "Show a Work, its checkpoints and the worktrees it is current for.")
-	root := fs.String("root", "", "absolute path of the checkout (default: the working directory)")
+	root := fs.String("root", "", "path of the checkout (default: the working directory)")
 	id := fs.String("work-id", "", "the Work (default: the checkout's current Work)")
 	format := formatFlag(fs)
 	if err := parseFlags(fs, args, false); err != nil {
@@ -273,7 +273,7 @@ current for it, and the command exits %d naming the Work's generation now.
 Of concurrent takeovers exactly one wins each generation.`, ExitGenerationChanged)
 	}
 	fs := newFlags(env, "agentscm work "+action, synopsis, desc)
-	root := fs.String("root", "", "absolute path of the checkout (default: the working directory)")
+	root := fs.String("root", "", "path of the checkout (default: the working directory)")
 	id := fs.String("work-id", "", "the Work")
 	note := fs.String("note", "", "a note recorded with the checkpoint")
 	expect := fs.Int64("expect-generation", 0, fmt.Sprintf("apply only if the Work is at this generation (1 to %d)", api.MaxGeneration))
@@ -353,7 +353,7 @@ Work), or set it with --max-objects and --max-bytes: how many increments,
 and how many bytes of them, the Hub stores for the Work. An upload over the
 grant is refused (422 grant_exceeded) and its writes go to the next
 increment. Lowering the grant keeps what is stored.`)
-	root := fs.String("root", "", "absolute path of the checkout (default: the working directory)")
+	root := fs.String("root", "", "path of the checkout (default: the working directory)")
 	id := fs.String("work-id", "", "the Work (default: the checkout's current Work)")
 	maxObjects := fs.Int64("max-objects", 0, fmt.Sprintf("increments the Hub stores for the Work (1 to %d)", api.MaxGrantObjects))
 	maxBytes := fs.Int64("max-bytes", 0, fmt.Sprintf("increment bytes the Hub stores for the Work (1 to %d)", int64(api.MaxGrantBytes)))

@@ -69,8 +69,8 @@ type Report struct {
 	Acknowledged int `json:"acknowledged"`
 	Artifacts    int `json:"artifacts"`
 	Temporary    int `json:"temporary_files"`
-	// Intake counts the events of hooks that found the spool lock busy,
-	// waiting for the next lock holder to admit them (counted in Usage).
+	// Intake counts the events hooks wrote durably that the deliverer (or
+	// the next spool lock holder) has not admitted yet (counted in Usage).
 	Intake int `json:"intake"`
 
 	Pending     Projection[PendingItem]     `json:"pending"`
@@ -334,7 +334,7 @@ func Inspect(dir string, limit int) (*Report, error) {
 		}
 	}
 	if r.Intake > 0 {
-		diag("%d event(s) wait in the intake for the next hook that holds the spool lock", r.Intake)
+		diag("%d event(s) wait in the intake for the deliverer to admit them (change-capture deliver runs it now)", r.Intake)
 	}
 	if r.Temporary > 0 {
 		diag("%d temporary file(s) present: an active writer, or crash debris that the next locked open recovers", r.Temporary)
