@@ -109,6 +109,15 @@ func TestStatuses(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			root := project(t)
 			out := runArgv(t, root, tc.pol, tc.timeout, tc.argv...)
+			// Port differences are machine-wide (seed 001): a listener that
+			// another process (a parallel test package) opened during the run
+			// raises the blast radius of a passing run (none of these commands
+			// opens one). Such a run is repeated, in a fresh project, a few times.
+			for try := 0; try < 3 && tc.status == StatusPassed && out.res.Status == StatusReview && len(out.res.Runtime.PortsOpened) > 0; try++ {
+				t.Logf("machine-wide listening ports opened during the run %v: running again", out.res.Runtime.PortsOpened)
+				root = project(t)
+				out = runArgv(t, root, tc.pol, tc.timeout, tc.argv...)
+			}
 			if out.res.Status != tc.status || out.res.SafetyOutcome != tc.outcome {
 				t.Fatalf("status %s outcome %s, want %s %s; result %+v", out.res.Status, out.res.SafetyOutcome, tc.status, tc.outcome, out.res)
 			}
