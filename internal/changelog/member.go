@@ -120,6 +120,9 @@ type LaterTranscript struct {
 	Position int    // the increment it was read from
 	Data     []byte // the whole stored transcript
 	Read     int    // later increments read to find it
+	// HoldsResult is false for a copy that holds the call but not its
+	// result, returned when no later copy holds the result.
+	HoldsResult bool
 }
 
 // LaterIncrement is one increment after the target, as the caller fetches
@@ -151,6 +154,10 @@ func FindResultTranscript(ctx context.Context, next func(context.Context) (*Late
 		return nil, fmt.Errorf("%w: no tool call to look for", ErrNoTranscript)
 	}
 	cur, local, chained := base, baseLocal, base != nil
+	// callOnly is the first later copy that holds the call without its
+	// result: the host may write even the call's own line after the hook
+	// that captured it, so the rewound copy can lack the call altogether.
+	var callOnly *LaterTranscript
 	for read := 1; read <= MaxLaterIncrements; read++ {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -160,7 +167,7 @@ func FindResultTranscript(ctx context.Context, next func(context.Context) (*Late
 			return nil, err
 		}
 		if inc == nil {
-			return nil, nil
+			return callOnly, nil
 		}
 		sp, err := ReadPartFrom(bytes.NewReader(inc.Data), TranscriptRootName, session+".jsonl", maxTranscriptBytes)
 		switch {
@@ -176,13 +183,17 @@ func FindResultTranscript(ctx context.Context, next func(context.Context) (*Late
 			cur = append(cur[:len(cur):len(cur)], sp.Data...)
 			local += sp.Length
 		default:
-			return nil, nil
+			return callOnly, nil
 		}
-		if TranscriptHoldsResult(cur, toolUseID) {
-			return &LaterTranscript{Position: inc.Position, Data: cur, Read: read}, nil
+		c, err := cutTranscript(cur, toolUseID)
+		if err == nil && c.found {
+			return &LaterTranscript{Position: inc.Position, Data: cur, Read: read, HoldsResult: true}, nil
+		}
+		if err == nil && callOnly == nil {
+			callOnly = &LaterTranscript{Position: inc.Position, Data: cur, Read: read}
 		}
 	}
-	return nil, nil
+	return callOnly, nil
 }
 
 // TranscriptLocalSize returns how many bytes of the local transcript rel

@@ -232,3 +232,75 @@ func FuzzReadMember(f *testing.F) {
 		}
 	})
 }
+
+// The host may write even a call's own line after the hook that captured
+// it: the copy restored at call 0 lacks the call, no later copy holds its
+// result, and the first later copy that holds the call is the source of the
+// cut (without the result). A copy read while the host was writing its last
+// line is cut before that line.
+func TestFindResultTranscriptCallOnlyAndTornLine(t *testing.T) {
+	base := t.TempDir()
+	co, tr := filepath.Join(base, "repo"), filepath.Join(base, "projects", "p")
+	writeFile(t, filepath.Join(co, "a.txt"), "a")
+	writeFile(t, filepath.Join(tr, "S.jsonl"), lineUser)
+	roots := []Root{{Name: "checkout", Path: co}, {Name: TranscriptRootName, Path: tr}}
+	c, err := Open(filepath.Join(base, "changelog"), Options{Roots: roots})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	inc0, err := c.Capture(ctx, CaptureRequest{Position: 0, SessionID: "S", ToolUseID: "t1", Tool: "Bash"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendFile(t, filepath.Join(tr, "S.jsonl"), lineUse1)
+	writeFile(t, filepath.Join(co, "b.txt"), "b")
+	inc1, err := c.Capture(ctx, CaptureRequest{Position: 1, SessionID: "S", ToolUseID: "t2", Tool: "Bash"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh := filepath.Join(base, "fresh")
+	froots := []Root{{Name: "checkout", Path: filepath.Join(fresh, "repo")}, {Name: TranscriptRootName, Path: filepath.Join(fresh, "p")}}
+	if err := Replay(ctx, []string{inc0.Path}, froots); err != nil {
+		t.Fatal(err)
+	}
+	dir := froots[1].Path
+	if _, err := ResumeConversation(dir, "S", "t1"); !errors.Is(err, ErrNoTranscript) {
+		t.Fatalf("resume from a copy without the call: %v, want ErrNoTranscript", err)
+	}
+	rewound, err := ReadTranscript(dir, "S")
+	if err != nil {
+		t.Fatal(err)
+	}
+	local, _ := TranscriptLocalSize([]string{inc0.Path}, "S.jsonl")
+	b1, err := os.ReadFile(inc1.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := false
+	next := func(context.Context) (*LaterIncrement, error) {
+		if sent {
+			return nil, nil
+		}
+		sent = true
+		return &LaterIncrement{Position: 1, Data: b1}, nil
+	}
+	lt, err := FindResultTranscript(ctx, next, "S", "t1", rewound, local)
+	if err != nil || lt == nil || lt.HoldsResult || lt.Position != 1 {
+		t.Fatalf("FindResultTranscript = %+v, %v; want the call-only copy of position 1", lt, err)
+	}
+	r, err := ResumeConversationFrom(dir, "S", "t1", lt.Data)
+	if err != nil || r.IncludesResult {
+		t.Fatalf("resume from the call-only copy: %+v, %v", r, err)
+	}
+	// A torn last line (no newline yet) ends the copy; a malformed line in
+	// the middle is still refused.
+	tornCopy := []byte(lineUser + lineUse1 + lineResult1[:len(lineResult1)/2])
+	if r, err := ResumeConversationFrom(dir, "S", "t1", tornCopy); err != nil || r.IncludesResult {
+		t.Fatalf("resume from a torn copy: %+v, %v", r, err)
+	}
+	bad := []byte(lineUser + lineResult1[:len(lineResult1)/2] + "\n" + lineUse1)
+	if _, err := ResumeConversationFrom(dir, "S", "t1", bad); err == nil {
+		t.Fatal("a malformed line in the middle was accepted")
+	}
+}

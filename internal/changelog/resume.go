@@ -117,8 +117,8 @@ func ResumeConversationFrom(dir, session, toolUseID string, pre []byte) (*Resume
 	for _, b := range cands {
 		c, err := cutTranscript(b, toolUseID)
 		if err != nil {
-			if best == nil && errors.Is(err, ErrNoTranscript) {
-				continue
+			if errors.Is(err, ErrNoTranscript) {
+				continue // a copy without the call; another may hold it
 			}
 			return nil, fmt.Errorf("transcript %s: %w", filepath.Join(dir, session+".jsonl"), err)
 		}
@@ -177,6 +177,10 @@ func cutTranscript(b []byte, toolUseID string) (*cut, error) {
 		}
 		var entry map[string]json.RawMessage
 		if err := json.Unmarshal(line, &entry); err != nil {
+			if torn(b, line) {
+				// The host was writing this line when the copy was read.
+				break
+			}
 			return nil, fmt.Errorf("malformed line: %w", err)
 		}
 		if _, ok := entry["sessionId"]; ok {
@@ -201,6 +205,12 @@ func cutTranscript(b []byte, toolUseID string) (*cut, error) {
 		return nil, fmt.Errorf("%w: tool call %s is not in it", ErrNoTranscript, toolUseID)
 	}
 	return &cut{id: id, out: out.Bytes(), found: found}, nil
+}
+
+// torn says whether line is b's last line and has no newline yet: a copy
+// read while the host appended to the transcript.
+func torn(b, line []byte) bool {
+	return len(b) > 0 && b[len(b)-1] != '\n' && bytes.HasSuffix(b, line)
 }
 
 // toolIDs lists the tool_use ids and tool_result ids of a transcript

@@ -354,6 +354,11 @@ func runChangelogApplyFromHub(ctx context.Context, env *Env, rf *rootFlags, req 
 					resultNote = fmt.Sprintf("call %d's result could not be read from the later increments of work %s (%v); the conversation resumes without it", req.to, work, err)
 				case later == nil:
 					resultNote = fmt.Sprintf("no later increment of work %s stores call %d's result (%d after it on the Hub, at most %d read; a later tool call's capture stores it); the conversation resumes without it", work, req.to, len(rest), changelog.MaxLaterIncrements)
+				case !later.HoldsResult:
+					// The rewound copy lacks even the call (the host wrote
+					// its line after the hook): a later copy holds it.
+					pre = later.Data
+					resultNote = fmt.Sprintf("no later increment of work %s stores call %d's result; the conversation resumes after the call, without its result (the call from position %d)", work, req.to, later.Position)
 				default:
 					pre = later.Data
 					out["result_from_position"] = later.Position
