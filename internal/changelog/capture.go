@@ -380,25 +380,7 @@ func (c *Changelog) scanRoot(ctx context.Context, r Root, old *rootState, start 
 		if gd && !classifyFull {
 			// Paths new since the last capture are classified now; a changed
 			// .gitignore reclassifies the whole root.
-			var fresh []string
-			gitignoreChanged := false
-			mergeEntries(old.Entries, entries, func(o, n *entry) {
-				switch {
-				case n != nil && o == nil:
-					if !n.Excluded {
-						fresh = append(fresh, n.Path)
-					}
-					if path.Base(n.Path) == ".gitignore" {
-						gitignoreChanged = true
-					}
-				case o != nil && n == nil:
-					if path.Base(o.Path) == ".gitignore" {
-						gitignoreChanged = true
-					}
-				case path.Base(n.Path) == ".gitignore" && !sameStat(o, n):
-					gitignoreChanged = true
-				}
-			})
+			fresh, gitignoreChanged := freshPaths(old.Entries, entries)
 			if gitignoreChanged {
 				classifyFull = true
 				continue
@@ -491,6 +473,30 @@ func applyIgnored(entries []entry, ign map[string]bool) []entry {
 
 // mergeEntries walks two walk-ordered lists together, calling fn with the
 // entry of each side (nil when a path is on one side only).
+// freshPaths returns the paths of cur that old lacks (excluded ones left
+// out), to be classified, and whether a .gitignore appeared, went or
+// changed, which reclassifies the whole root.
+func freshPaths(old, cur []entry) (fresh []string, gitignoreChanged bool) {
+	mergeEntries(old, cur, func(o, n *entry) {
+		switch {
+		case n != nil && o == nil:
+			if !n.Excluded {
+				fresh = append(fresh, n.Path)
+			}
+			if path.Base(n.Path) == ".gitignore" {
+				gitignoreChanged = true
+			}
+		case o != nil && n == nil:
+			if path.Base(o.Path) == ".gitignore" {
+				gitignoreChanged = true
+			}
+		case path.Base(n.Path) == ".gitignore" && !sameStat(o, n):
+			gitignoreChanged = true
+		}
+	})
+	return fresh, gitignoreChanged
+}
+
 func mergeEntries(old, cur []entry, fn func(o, n *entry)) {
 	i, j := 0, 0
 	for i < len(old) || j < len(cur) {

@@ -374,25 +374,7 @@ func (c *Changelog) scanRootFast(ctx context.Context, r Root, old *rootState, st
 	slices.SortFunc(oldList, byPath)
 
 	if gd {
-		var fresh []string
-		gitignoreChanged := false
-		mergeEntries(oldList, newList, func(o, n *entry) {
-			switch {
-			case n != nil && o == nil:
-				if !n.Excluded {
-					fresh = append(fresh, n.Path)
-				}
-				if path.Base(n.Path) == ".gitignore" {
-					gitignoreChanged = true
-				}
-			case o != nil && n == nil:
-				if path.Base(o.Path) == ".gitignore" {
-					gitignoreChanged = true
-				}
-			case path.Base(n.Path) == ".gitignore" && !sameStat(o, n):
-				gitignoreChanged = true
-			}
-		})
+		fresh, gitignoreChanged := freshPaths(oldList, newList)
 		if gitignoreChanged {
 			return nil, fmt.Errorf("gitignore: %w", errFullPath)
 		}

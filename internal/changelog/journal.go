@@ -126,17 +126,10 @@ func applyJournal(s *captureState, j []byte) error {
 	ops := make([][]journalOp, len(s.Roots))
 	a := &arena{}
 	for len(rest) > 0 {
-		if len(rest) < 8 {
-			return fmt.Errorf("%w: torn journal record", errBadState)
-		}
-		n, sum := binary.BigEndian.Uint32(rest), binary.BigEndian.Uint32(rest[4:])
-		if uint64(n) > uint64(len(rest)-8) {
-			return fmt.Errorf("%w: torn journal record", errBadState)
-		}
-		payload := rest[8 : 8+n]
-		rest = rest[8+n:]
-		if crc32.ChecksumIEEE(payload) != sum {
-			return fmt.Errorf("%w: journal record checksum mismatch", errBadState)
+		var payload []byte
+		var err error
+		if payload, rest, err = nextJournalRecord(rest); err != nil {
+			return err
 		}
 		r := &stateReader{b: payload}
 		pos := r.i()
@@ -431,4 +424,21 @@ func (c *Changelog) appendJournal(prev *captureState, rec []byte) error {
 		return fsutil.SyncDir(c.dir)
 	}
 	return nil
+}
+
+// nextJournalRecord splits the first record (length, CRC-32, payload) off
+// a journal's records and checks it.
+func nextJournalRecord(rest []byte) (payload, next []byte, err error) {
+	if len(rest) < 8 {
+		return nil, nil, fmt.Errorf("%w: torn journal record", errBadState)
+	}
+	n, sum := binary.BigEndian.Uint32(rest), binary.BigEndian.Uint32(rest[4:])
+	if uint64(n) > uint64(len(rest)-8) {
+		return nil, nil, fmt.Errorf("%w: torn journal record", errBadState)
+	}
+	payload = rest[8 : 8+n]
+	if crc32.ChecksumIEEE(payload) != sum {
+		return nil, nil, fmt.Errorf("%w: journal record checksum mismatch", errBadState)
+	}
+	return payload, rest[8+n:], nil
 }

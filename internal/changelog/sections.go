@@ -559,17 +559,10 @@ func applyJournalV2(s *captureState, j []byte) error {
 	rest := j[len(journalMagicV2)+8:]
 	a := &arena{}
 	for len(rest) > 0 {
-		if len(rest) < 8 {
-			return fmt.Errorf("%w: torn journal record", errBadState)
-		}
-		n, sum := binary.BigEndian.Uint32(rest), binary.BigEndian.Uint32(rest[4:])
-		if uint64(n) > uint64(len(rest)-8) {
-			return fmt.Errorf("%w: torn journal record", errBadState)
-		}
-		payload := rest[8 : 8+n]
-		rest = rest[8+n:]
-		if crc32.ChecksumIEEE(payload) != sum {
-			return fmt.Errorf("%w: journal record checksum mismatch", errBadState)
+		var payload []byte
+		var err error
+		if payload, rest, err = nextJournalRecord(rest); err != nil {
+			return err
 		}
 		r := &stateReader{b: payload}
 		pos := r.i()
