@@ -20,7 +20,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/agentscm/agentscm/internal/fsutil"
 	"io"
 	"io/fs"
 	"os"
@@ -30,6 +29,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/agentscm/agentscm/internal/fsutil"
 )
 
 func main() {

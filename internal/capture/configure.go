@@ -17,6 +17,7 @@ import (
 	"github.com/agentscm/agentscm/internal/agent/codex"
 	"github.com/agentscm/agentscm/internal/agent/gemini"
 	"github.com/agentscm/agentscm/internal/event"
+	"github.com/agentscm/agentscm/internal/hub/api"
 	"github.com/agentscm/agentscm/internal/source"
 	"github.com/agentscm/agentscm/internal/spool"
 )
@@ -156,20 +157,6 @@ func SavedRoot(root string) (string, error) {
 	}
 }
 
-// isHex64 reports a lowercase hex SHA-256. Validators are plain functions,
-// not regexps: package init runs in every hook process.
-func isHex64(s string) bool {
-	if len(s) != 64 {
-		return false
-	}
-	for _, c := range s {
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return false
-		}
-	}
-	return true
-}
-
 // validWorktreeID reports 1 to 128 letters, digits, '_', '.' or '-',
 // starting with a letter or digit.
 func validWorktreeID(s string) bool {
@@ -217,7 +204,7 @@ func prepare(o ConfigureOptions, root string, lin Lineage) (*prepared, error) {
 	if !validWorktreeID(wt) {
 		return nil, fmt.Errorf("--worktree-id %q must be 1 to 128 letters, digits, '_', '.' or '-'", wt)
 	}
-	if o.SetupDigest != "" && !isHex64(o.SetupDigest) {
+	if o.SetupDigest != "" && !api.IsDigest(o.SetupDigest) {
 		return nil, fmt.Errorf("--setup-digest must be 64 lowercase hex characters (a SHA-256)")
 	}
 	if o.BaseRef != "" {

@@ -13,6 +13,7 @@ import (
 	"github.com/agentscm/agentscm/internal/delivery"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/hookrun"
+	"github.com/agentscm/agentscm/internal/hub/api"
 	"github.com/agentscm/agentscm/internal/spool"
 )
 
@@ -168,7 +169,7 @@ and changes nothing.`)
 	if _, err := capture.ParseActionRules(rules); err != nil {
 		return usagef("%v", err)
 	}
-	if o.SetupDigest != "" && !isLowerHex64(o.SetupDigest) {
+	if o.SetupDigest != "" && !api.IsDigest(o.SetupDigest) {
 		return usagef("--setup-digest must be 64 lowercase hex characters (a SHA-256)")
 	}
 	o.ActionRules, o.RecipeFiles = rules, recipes
@@ -339,17 +340,4 @@ func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
-}
-
-// isLowerHex64 says whether s is 64 lowercase hex digits.
-func isLowerHex64(s string) bool {
-	if len(s) != 64 {
-		return false
-	}
-	for _, c := range s {
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return false
-		}
-	}
-	return true
 }

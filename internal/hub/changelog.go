@@ -122,7 +122,7 @@ func checkUpload(worktree string, up api.IncrementUpload) error {
 	if up.Position < 0 || up.Position > api.MaxIncrementPosition {
 		return badf("position must be 0 to %d", api.MaxIncrementPosition)
 	}
-	if !api.ValidDigest(up.Digest) {
+	if !api.IsDigest(up.Digest) {
 		return badf("digest must be the SHA-256 of the body as 64 lowercase hex characters")
 	}
 	if up.Merged < 0 || up.Merged > up.Position {

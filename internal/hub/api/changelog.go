@@ -188,16 +188,3 @@ func ParsePosition(s string) (int, error) {
 	}
 	return n, nil
 }
-
-// ValidDigest reports whether s is 64 lowercase hex characters.
-func ValidDigest(s string) bool {
-	if len(s) != 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
-}

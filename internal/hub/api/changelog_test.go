@@ -22,7 +22,7 @@ func TestParsePosition(t *testing.T) {
 }
 
 func TestValidDigestAndGrant(t *testing.T) {
-	if !ValidDigest(strings.Repeat("0a", 32)) || ValidDigest(strings.Repeat("0A", 32)) || ValidDigest("abc") {
+	if !IsDigest(strings.Repeat("0a", 32)) || IsDigest(strings.Repeat("0A", 32)) || IsDigest("abc") {
 		t.Error("ValidDigest")
 	}
 	if err := DefaultGrant().Validate(); err != nil {
