@@ -101,7 +101,8 @@ func (s *Spool) putBlobsLocked(st *state, blobs []Blob) ([]event.ArtifactRef, er
 	return refs, nil
 }
 
-// linkNew is writeNew without the directory sync (the caller syncs once).
+// linkNew is writeNew without the directory sync (a caller installing
+// several files syncs the directory once).
 func (s *Spool) linkNew(dir, name string, data []byte, fp string) error {
 	tmp, err := s.writeTemp(dir, data, fp)
 	if err != nil {

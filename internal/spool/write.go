@@ -1,10 +1,7 @@
 package spool
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -89,23 +86,8 @@ func (s *Spool) writeTemp(dir string, data []byte, fp string) (string, error) {
 // (hard link from the temporary file). An existing identical file counts as
 // success; an existing different file is an error wrapping fs.ErrExist.
 func (s *Spool) writeNew(dir, name string, data []byte, fp string) error {
-	tmp, err := s.writeTemp(dir, data, fp)
-	if err != nil {
+	if err := s.linkNew(dir, name, data, fp); err != nil {
 		return err
-	}
-	target := filepath.Join(dir, name)
-	if err := os.Link(tmp, target); err != nil {
-		os.Remove(tmp)
-		if errors.Is(err, fs.ErrExist) {
-			if old, rerr := fsutil.ReadFileNoFollow(target, int64(len(data))+1); rerr == nil && bytes.Equal(old, data) {
-				return nil
-			}
-		}
-		return fmt.Errorf("install %s: %w", name, err)
-	}
-	s.fail(fp + ".linked")
-	if err := os.Remove(tmp); err != nil {
-		return fmt.Errorf("remove temporary file: %w", err)
 	}
 	return s.syncDir(dir)
 }
