@@ -334,21 +334,9 @@ func (s *SQLite) writer(conn *sql.Conn) {
 		conn.Close()
 	}()
 	for {
-		var first *writeOp
-		select {
-		case first = <-s.ops:
-		case <-s.quit:
+		group, ok := NextGroup(s.ops, s.quit, maxGroup)
+		if !ok {
 			return
-		}
-		group := []*writeOp{first}
-	drain:
-		for len(group) < maxGroup {
-			select {
-			case op := <-s.ops:
-				group = append(group, op)
-			default:
-				break drain
-			}
 		}
 		if len(stmts) > maxStmts {
 			for q, st := range stmts {

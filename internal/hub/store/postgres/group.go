@@ -61,21 +61,9 @@ func (s *Store) stopWriters() {
 func (s *Store) writer() {
 	defer s.writers.Done()
 	for {
-		var first *writeOp
-		select {
-		case first = <-s.ops:
-		case <-s.quit:
+		group, ok := store.NextGroup(s.ops, s.quit, MaxGroup)
+		if !ok {
 			return
-		}
-		group := []*writeOp{first}
-	drain:
-		for len(group) < MaxGroup {
-			select {
-			case op := <-s.ops:
-				group = append(group, op)
-			default:
-				break drain
-			}
 		}
 		s.runGroup(group)
 	}
