@@ -25,11 +25,15 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentscm/agentscm/internal/capture"
@@ -180,9 +184,9 @@ func session(ctx context.Context, claude string, api *scriptedapi.Server, c *che
 
 func run(pairs, calls int, claude string, keep bool, mode string) error {
 	switch mode {
-	case "capture,changelog", "capture", "true":
+	case "capture,changelog", "capture", "true", "http", "empty", "true1":
 	default:
-		return fmt.Errorf("-on %q: want capture,changelog, capture or true", mode)
+		return fmt.Errorf("-on %q: want capture,changelog, capture, true, true1, http or empty", mode)
 	}
 	if claude == "" {
 		var err error
@@ -233,8 +237,50 @@ func run(pairs, calls int, claude string, keep bool, mode string) error {
 	if !strings.Contains(string(settings), "agentscm-hook") || (mode != "capture" && !strings.Contains(string(settings), "changelog hook-claude")) {
 		return fmt.Errorf("the on checkout lacks the capture or changelog hooks:\n%s", settings)
 	}
-	if mode == "true" {
-		// The same hook entries, each running /bin/true.
+	if mode == "empty" || mode == "true1" {
+		// The same settings file without hook entries (empty), or with one
+		// /bin/true entry per hook event (true1).
+		var st map[string]any
+		if err := json.Unmarshal(settings, &st); err != nil {
+			return err
+		}
+		if mode == "empty" {
+			st["hooks"] = map[string]any{}
+		} else {
+			hooks, _ := st["hooks"].(map[string]any)
+			for ev := range hooks {
+				hooks[ev] = []any{map[string]any{"hooks": []any{map[string]any{"type": "command", "command": "/bin/true"}}}}
+			}
+		}
+		b, _ := json.MarshalIndent(st, "", "  ")
+		if err := os.WriteFile(sp, b, 0o644); err != nil {
+			return err
+		}
+	}
+	if mode == "true" || mode == "http" {
+		// The same hook entries, each running /bin/true (true) or posting
+		// to a loopback server that answers 204 at once (http).
+		hookURL := ""
+		var posts atomic.Int64
+		defer func() {
+			if mode == "http" {
+				fmt.Printf("http hook posts received: %d\n", posts.Load())
+			}
+		}()
+		if mode == "http" {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				return err
+			}
+			srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				io.Copy(io.Discard, r.Body)
+				posts.Add(1)
+				w.WriteHeader(http.StatusNoContent)
+			})}
+			go srv.Serve(ln)
+			defer srv.Close()
+			hookURL = "http://" + ln.Addr().String() + "/hook"
+		}
 		var st map[string]any
 		if err := json.Unmarshal(settings, &st); err != nil {
 			return err
@@ -243,7 +289,13 @@ func run(pairs, calls int, claude string, keep bool, mode string) error {
 		for _, groups := range hooks {
 			for _, g := range groups.([]any) {
 				for _, h := range g.(map[string]any)["hooks"].([]any) {
-					h.(map[string]any)["command"] = "/bin/true"
+					if hookURL != "" {
+						hm := h.(map[string]any)
+						delete(hm, "command")
+						hm["type"], hm["url"] = "http", hookURL
+					} else {
+						h.(map[string]any)["command"] = "/bin/true"
+					}
 				}
 			}
 		}
@@ -298,7 +350,7 @@ func run(pairs, calls int, claude string, keep bool, mode string) error {
 	if err := json.Unmarshal(out, &rep); err != nil {
 		return fmt.Errorf("change-capture events: %w", err)
 	}
-	if want := (pairs + 1) * calls; mode != "true" && rep.Events < want {
+	if want := (pairs + 1) * calls; (mode == "capture" || mode == "capture,changelog") && rep.Events < want {
 		return fmt.Errorf("the hooks-on spool holds %d events, want at least %d: the hooks did not run", rep.Events, want)
 	}
 	fmt.Printf("hooks-on spool: %d events captured over %d sessions\n", rep.Events, pairs+1)
