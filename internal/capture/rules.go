@@ -10,100 +10,30 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
-	"unicode"
 
+	"github.com/agentscm/agentscm/internal/action"
 	"github.com/agentscm/agentscm/internal/fsutil"
 )
 
-// ActionRule makes a native tool call an action: TOOL=execution:COVERAGE:RESULT_SOURCE.
-// The verification result of an execution rule is always unknown.
-type ActionRule struct {
-	Tool         string `json:"tool"`
-	Kind         string `json:"kind"`
-	Coverage     string `json:"coverage"`
-	ResultSource string `json:"result_source"`
-}
+// The action rules live in internal/action; these names keep the capture
+// package's call sites and its config's JSON unchanged.
 
-// String renders the rule in its command-line form.
-func (r ActionRule) String() string {
-	return r.Tool + "=" + r.Kind + ":" + r.Coverage + ":" + r.ResultSource
-}
+// ActionRule makes a native tool call an action (action.Rule).
+type ActionRule = action.Rule
 
-// Verification is what an execution rule reports about verification.
-func (r ActionRule) Verification() string { return "unknown" }
+// DefaultActionRule is the rule one-step setup installs (action.DefaultRule).
+var DefaultActionRule = action.DefaultRule
 
-// Action rule vocabulary.
-var (
-	ruleCoverages     = map[string]bool{"complete": true, "partial": true, "unknown": true}
-	ruleResultSources = map[string]bool{"process_exit_code": true, "unverified": true}
-	// exitCodeTools are the only tools whose hook payload can carry a
-	// process exit code.
-	exitCodeTools = map[string]bool{"Bash": true, "PowerShell": true}
-)
-
-// DefaultActionRule is the rule one-step setup installs.
-var DefaultActionRule = ActionRule{Tool: "Bash", Kind: "execution", Coverage: "partial", ResultSource: "process_exit_code"}
-
-// ParseActionRule parses and validates TOOL=execution:COVERAGE:RESULT_SOURCE.
-func ParseActionRule(s string) (ActionRule, error) {
-	tool, spec, ok := strings.Cut(s, "=")
-	parts := strings.Split(spec, ":")
-	if !ok || len(parts) != 3 {
-		return ActionRule{}, fmt.Errorf("--action-rule %q: want TOOL=execution:COVERAGE:RESULT_SOURCE", s)
-	}
-	r := ActionRule{Tool: tool, Kind: parts[0], Coverage: parts[1], ResultSource: parts[2]}
-	if err := checkToken("tool", r.Tool, 256); err != nil {
-		return ActionRule{}, fmt.Errorf("--action-rule %q: %w", s, err)
-	}
-	if r.Kind != "execution" {
-		return ActionRule{}, fmt.Errorf("--action-rule %q: rule kind %q is not supported; use execution", s, r.Kind)
-	}
-	if !ruleCoverages[r.Coverage] {
-		return ActionRule{}, fmt.Errorf("--action-rule %q: coverage %q must be complete, partial or unknown", s, r.Coverage)
-	}
-	if !ruleResultSources[r.ResultSource] {
-		return ActionRule{}, fmt.Errorf("--action-rule %q: result source %q must be process_exit_code or unverified", s, r.ResultSource)
-	}
-	if r.ResultSource == "process_exit_code" && !exitCodeTools[r.Tool] {
-		return ActionRule{}, fmt.Errorf("--action-rule %q: process_exit_code is accepted only for Bash and PowerShell", s)
-	}
-	return r, nil
-}
+// ParseActionRule parses and validates TOOL=execution:COVERAGE:RESULT_SOURCE
+// (action.ParseRule).
+func ParseActionRule(s string) (ActionRule, error) { return action.ParseRule(s) }
 
 // ParseActionRules parses repeated --action-rule values, refusing two rules
-// for one tool.
-func ParseActionRules(specs []string) ([]ActionRule, error) {
-	seen := map[string]bool{}
-	var out []ActionRule
-	for _, s := range specs {
-		r, err := ParseActionRule(s)
-		if err != nil {
-			return nil, err
-		}
-		if seen[r.Tool] {
-			return nil, fmt.Errorf("--action-rule: more than one rule for tool %q", r.Tool)
-		}
-		seen[r.Tool] = true
-		out = append(out, r)
-	}
-	return out, nil
-}
+// for one tool (action.ParseRules).
+func ParseActionRules(specs []string) ([]ActionRule, error) { return action.ParseRules(specs) }
 
-// checkToken validates a bounded printable identifier without spaces.
-func checkToken(name, v string, limit int) error {
-	if v == "" {
-		return fmt.Errorf("%s is empty", name)
-	}
-	if len(v) > limit {
-		return fmt.Errorf("%s is longer than %d bytes", name, limit)
-	}
-	for _, r := range v {
-		if unicode.IsSpace(r) || !unicode.IsPrint(r) || r == '=' || r == ':' {
-			return fmt.Errorf("%s %q has a space, control character, '=' or ':'", name, v)
-		}
-	}
-	return nil
-}
+// checkToken validates a bounded printable identifier (action.CheckToken).
+func checkToken(name, v string, limit int) error { return action.CheckToken(name, v, limit) }
 
 // Recipe is a registered private recipe: a direct argv run at the checkout
 // root under a timeout and a combined output bound.
@@ -182,7 +112,7 @@ func ParseRecipe(b []byte) (Recipe, error) {
 			return Recipe{}, fmt.Errorf("recipe %s: an argument holds a NUL byte or exceeds 4096 bytes", r.ID)
 		}
 	}
-	if !ruleCoverages[r.Coverage] {
+	if !action.ValidCoverage(r.Coverage) {
 		return Recipe{}, fmt.Errorf("recipe %s: coverage %q must be complete, partial or unknown", r.ID, r.Coverage)
 	}
 	if r.TimeoutSeconds < 1 || r.TimeoutSeconds > maxRecipeTimeout {
