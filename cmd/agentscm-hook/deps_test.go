@@ -2,15 +2,17 @@ package main
 
 import (
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
 
 // The point of agentscm-hook is what it does not link: the command tree,
-// the changelog (its compressor and tree walker) and agentdiff's capsules
-// would be started on every tool call for nothing. (internal/scan is linked:
-// an action start binds the checkout's source manifest through it; it needs
-// only the standard library and x/sys.)
+// the pages and agentdiff's capsules would be started on every tool call
+// for nothing. It does link the changelog's capture (internal/changelog,
+// its compressor klauspost/compress, its tree walker internal/scan and the
+// watcher client internal/watch): the one hook pipeline takes a tool call's
+// increment in the same process as its capture (internal/hookrun).
 func TestLinksOnlyTheHook(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs go list")
@@ -20,15 +22,25 @@ func TestLinksOnlyTheHook(t *testing.T) {
 		t.Skipf("go list: %v", err)
 	}
 	deps := strings.Fields(string(out))
-	for _, d := range deps {
-		if d == "github.com/agentscm/agentscm/internal/changelog/incmeta" {
-			continue // the Hub's standard-library reader of an upload's metadata
+	for _, want := range []string{
+		"github.com/agentscm/agentscm/internal/hookrun",
+		"github.com/agentscm/agentscm/internal/capture",
+		"github.com/agentscm/agentscm/internal/action",
+		"github.com/agentscm/agentscm/internal/changelog",
+		"github.com/agentscm/agentscm/internal/changelog/hubremote",
+	} {
+		if !slices.Contains(deps, want) {
+			t.Errorf("agentscm-hook does not link %s: the one hook pipeline needs it", want)
 		}
+	}
+	for _, d := range deps {
 		for _, banned := range []string{
 			"github.com/agentscm/agentscm/internal/cli",
-			"github.com/agentscm/agentscm/internal/changelog",
 			"github.com/agentscm/agentscm/internal/capsule",
-			"github.com/klauspost/compress",
+			// The pages: the Hub's and the local UI's HTML.
+			"github.com/agentscm/agentscm/internal/hubpage",
+			"github.com/agentscm/agentscm/internal/localui",
+			"html/template",
 			// The team Hub's engines: chosen in internal/cli only.
 			"github.com/jackc/pgx",
 			"github.com/minio/minio-go",

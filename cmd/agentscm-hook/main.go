@@ -1,6 +1,7 @@
-// Command agentscm-hook is the Claude Code capture hook alone: the same
-// behaviour as `agentscm change-capture hook-claude`, in a binary that links
-// only what the hook needs, so that the process started on every agent tool
+// Command agentscm-hook is the Claude Code hook pipeline alone: the same
+// behaviour as `agentscm change-capture hook-claude [--changelog]` and
+// `agentscm changelog hook-claude`, in a binary that links only what the
+// hook needs, so that the process started on every agent tool
 // call starts faster. change-capture configure and enable install it in the
 // hook command when it sits next to the agentscm binary.
 package main
@@ -17,13 +18,17 @@ import (
 )
 
 const usage = `Usage:
-  agentscm-hook change-capture hook-claude < payload.json
+  agentscm-hook change-capture hook-claude [--changelog] < payload.json
+  agentscm-hook changelog hook-claude < payload.json
   agentscm-hook change-capture hook-codex < payload.json
   agentscm-hook change-capture hook-gemini < payload.json
   agentscm-hook change-capture deliver-spool --config-dir DIR --spool DIR [--lock-fd N]
 
-The Claude Code capture hook, exactly as 'agentscm change-capture
-hook-claude' runs it, in a smaller binary that starts faster. agentscm
+The Claude Code hooks, exactly as 'agentscm change-capture hook-claude'
+and 'agentscm changelog hook-claude' run them, in a smaller binary that
+starts faster. With --changelog (the one entry of an event on which change
+capture and the changelog are both on) one process captures the event and
+then takes the changelog increment, before it hands delivery on. agentscm
 change-capture configure and enable install it in the hook command when it
 is next to the agentscm binary. It never blocks the agent: whatever fails,
 it prints one warning line on stderr and exits 0. It prints nothing on
@@ -55,6 +60,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	switch {
 	case len(args) == 2 && args[0] == "change-capture" && args[1] == "hook-claude":
 		return hookrun.ClaudeCaptureDetached(ctx, stdin, stdout, stderr, getenv, now(), exe)
+	case len(args) == 3 && args[0] == "change-capture" && args[1] == "hook-claude" && args[2] == "--changelog":
+		return hookrun.ClaudeHook(ctx, stdin, stdout, stderr, getenv, now(), hookrun.Options{Parts: hookrun.Parts{Capture: true, Changelog: true}, Exe: exe})
+	case len(args) == 2 && args[0] == "changelog" && args[1] == "hook-claude":
+		return hookrun.ClaudeHook(ctx, stdin, stdout, stderr, getenv, now(), hookrun.Options{Parts: hookrun.Parts{Changelog: true}, Exe: exe})
 	case len(args) == 2 && args[0] == "change-capture" && args[1] == "hook-codex":
 		return hookrun.AgentCapture(ctx, adapter.Codex{}, stdin, stderr, getenv, now())
 	case len(args) == 2 && args[0] == "change-capture" && args[1] == "hook-gemini":

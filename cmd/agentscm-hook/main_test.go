@@ -38,7 +38,12 @@ func TestArgsAndFailOpen(t *testing.T) {
 		{"gemini hook, garbage payload", []string{"change-capture", "hook-gemini"}, "not json", 0, "", true, "agentscm: warning: "},
 		{"gemini hook, no binding", []string{"change-capture", "hook-gemini"}, `{"session_id":"s","cwd":"/repo","hook_event_name":"AfterAgent"}`, 0, "", false, ""},
 		{"no args", nil, "", 2, "", false, "Usage:"},
-		{"other command", []string{"changelog", "hook-claude"}, "", 2, "", false, "Usage:"},
+		{"changelog hook, garbage payload", []string{"changelog", "hook-claude"}, "not json", 0, "", true, "agentscm: warning: changelog hook failed: "},
+		{"changelog hook, no changelog", []string{"changelog", "hook-claude"}, `{"session_id":"s","cwd":"/repo","hook_event_name":"PostToolUse","tool_name":"Bash"}`, 0, "", false, ""},
+		{"combined hook, garbage payload", []string{"change-capture", "hook-claude", "--changelog"}, "not json", 0, "", true, "agentscm: warning: capture hook failed: "},
+		{"combined hook, nothing configured", []string{"change-capture", "hook-claude", "--changelog"}, `{"session_id":"s","cwd":"/repo","hook_event_name":"PostToolUse","tool_name":"Bash"}`, 0, "", false, ""},
+		{"other command", []string{"changelog", "upload"}, "", 2, "", false, "Usage:"},
+		{"other changelog flag", []string{"change-capture", "hook-claude", "--changelog", "x"}, "", 2, "", false, "Usage:"},
 		{"extra argument", []string{"change-capture", "hook-claude", "x"}, "", 2, "", false, "Usage:"},
 	}
 	for _, tc := range cases {

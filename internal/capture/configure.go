@@ -413,7 +413,17 @@ func configureLocked(ctx context.Context, store Store, root string, lin Lineage,
 		return nil, err
 	}
 	events := ad.CaptureEvents()
-	changed, err := claude.InstallHooksWith(settings, claude.CommandFor(claude.HookExecutable(o.Executable), ad.CaptureSubcommand()), events, adapter.HookTimeout(ad))
+	var changed bool
+	if ad.Name() == claude.AgentName {
+		// One entry per event: where the changelog is on too, the entry
+		// runs both (and an install with two entries there is upgraded).
+		cur, _, perr := claude.InstalledParts(settings)
+		if err = perr; err == nil {
+			changed, err = claude.InstallParts(settings, claude.HookExecutable(o.Executable), claude.Parts{Capture: true, Changelog: cur.Changelog})
+		}
+	} else {
+		changed, err = claude.InstallHooksWith(settings, claude.CommandFor(claude.HookExecutable(o.Executable), ad.CaptureSubcommand()), events, adapter.HookTimeout(ad))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("install %s hooks: %w", ad.Name(), err)
 	}
@@ -482,7 +492,16 @@ func Unconfigure(ctx context.Context, store Store, root string) (*UnconfigureRes
 		if err != nil {
 			return nil, err
 		}
-		removed, err := claude.RemoveHooksFor(b.SettingsPath(), ad.CaptureSubcommand())
+		var removed bool
+		if ad.Name() == claude.AgentName {
+			// The changelog keeps its part of the one entry per event.
+			cur, _, perr := claude.InstalledParts(b.SettingsPath())
+			if err = perr; err == nil && cur.Capture {
+				removed, err = claude.InstallParts(b.SettingsPath(), "", claude.Parts{Changelog: cur.Changelog})
+			}
+		} else {
+			removed, err = claude.RemoveHooksFor(b.SettingsPath(), ad.CaptureSubcommand())
+		}
 		if err != nil {
 			return nil, fmt.Errorf("remove %s hooks: %w", ad.Name(), err)
 		}

@@ -93,7 +93,10 @@ type HookResult struct {
 	Ignored bool
 	Reason  string
 	Spool   string
-	Seq     uint64
+	// Root is the root of the binding that captured the event (empty
+	// when none did).
+	Root string
+	Seq  uint64
 	// Deferred is true when no exact target was resolved and only a
 	// sanitized local fact was kept.
 	Deferred bool
@@ -153,6 +156,14 @@ func HandleAgentHook(ctx context.Context, store Store, hubs HubOpener, a adapter
 	if err != nil {
 		return nil, err
 	}
+	return HandleAgentPayload(ctx, store, hubs, a, b, p, now)
+}
+
+// HandleAgentPayload is HandleAgentHook for a payload already read (b, at
+// most claude.MaxPayloadBytes) and decoded by a (p): the one hook pipeline
+// (internal/hookrun) decodes once and hands the same payload to the
+// changelog.
+func HandleAgentPayload(ctx context.Context, store Store, hubs HubOpener, a adapter.Adapter, b []byte, p *claude.Payload, now time.Time) (*HookResult, error) {
 	cfg, err := store.Load()
 	if err != nil {
 		return nil, err
@@ -225,7 +236,7 @@ func HandleAgentHook(ctx context.Context, store Store, hubs HubOpener, a adapter
 			return nil, err
 		}
 	}
-	res := &HookResult{Spool: bd.Spool}
+	res := &HookResult{Spool: bd.Spool, Root: bd.Root}
 	// OpenAppender skips the open-time recovery, and one Session does the
 	// append and the delivery bookkeeping under a single guarded lock
 	// acquisition (one identity revalidation, and the pending summary

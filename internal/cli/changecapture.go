@@ -33,8 +33,12 @@ func changeCaptureCommand() *Command {
 					fmt.Fprint(env.Stdout, hookHelp)
 					return nil
 				}
+				if len(args) == 1 && args[0] == "--changelog" {
+					runHookClaudeChangelog(ctx, env)
+					return nil
+				}
 				if len(args) > 0 {
-					return usagef("hook-claude takes no arguments")
+					return usagef("hook-claude takes no arguments but --changelog")
 				}
 				runHookClaude(ctx, env)
 				return nil
@@ -63,7 +67,7 @@ func changeCaptureCommand() *Command {
 }
 
 const hookHelp = `Usage:
-  agentscm change-capture hook-claude < payload.json
+  agentscm change-capture hook-claude [--changelog] < payload.json
 
 The Claude Code command hook that configure installs. It reads one hook
 payload (at most 16 MiB) on stdin, finds the enabled capture binding whose
@@ -72,6 +76,12 @@ binding's spool. It never blocks the agent: whatever fails, it prints one
 warning line on stderr and exits 0. It prints nothing on stdout, except on a
 SessionStart of a checkout with registered recipes: then exactly the bounded
 recipe guidance as Claude Code's additional context (hookSpecificOutput).
+
+With --changelog (the one entry of an event on which 'agentscm changelog
+enable' is on too) the same process then takes the changelog increment of
+the tool call (PostToolUse, PostToolUseFailure) or keeps its turn marker
+(UserPromptSubmit, Stop, SessionEnd), before it hands delivery to the
+deliverer: one process per event, still at most one warning line.
 `
 
 func configStore(env *Env) (capture.Store, error) {
@@ -86,6 +96,14 @@ func configStore(env *Env) (capture.Store, error) {
 // The lean agentscm-hook binary runs the same hookrun.ClaudeCapture.
 func runHookClaude(ctx context.Context, env *Env) int {
 	return hookrun.ClaudeCaptureOut(ctx, env.Stdin, env.Stdout, env.Stderr, env.Getenv, env.Now())
+}
+
+// runHookClaudeChangelog is `change-capture hook-claude --changelog`, the one
+// entry of an event on which change capture and the changelog are both on:
+// one process captures and then takes the changelog increment.
+func runHookClaudeChangelog(ctx context.Context, env *Env) int {
+	return hookrun.ClaudeHook(ctx, env.Stdin, env.Stdout, env.Stderr, env.Getenv, env.Now(),
+		hookrun.Options{Parts: hookrun.Parts{Capture: true, Changelog: true}, Watch: changelogWatchSource(env)})
 }
 
 func oneLine(s string) string { return hookrun.OneLine(s) }
@@ -107,7 +125,10 @@ eleven Claude Code lifecycle events (each with a 20-second timeout) in
 ROOT/.claude/settings.local.json (or --claude-settings). Unrelated settings
 and hooks are kept; running it again adds nothing twice. The hook command is
 the lean agentscm-hook when it sits next to this agentscm binary (faster to
-start on every tool call), else 'agentscm change-capture hook-claude'. The
+start on every tool call), else 'agentscm change-capture hook-claude'. On
+the events where the changelog is on too, the one entry runs both
+('... change-capture hook-claude --changelog'); an older install with two
+entries there is upgraded. The
 spool is created with directories 0700 and files 0600 and is bound for life
 to the checkout's Hub, repository and worktree.
 

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/agentscm/agentscm/internal/agent/adapter"
 	"github.com/agentscm/agentscm/internal/agent/claude"
@@ -16,9 +15,9 @@ import (
 	"github.com/agentscm/agentscm/internal/agent/gemini"
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/changelog"
-	"github.com/agentscm/agentscm/internal/changelog/hubremote"
 	"github.com/agentscm/agentscm/internal/client"
 	"github.com/agentscm/agentscm/internal/event"
+	"github.com/agentscm/agentscm/internal/hookrun"
 )
 
 // turnExit maps a refusal during a running turn to its exit status.
@@ -29,41 +28,12 @@ func turnExit(err error) error {
 	return err
 }
 
-// runChangelogHook is the changelog hook: always exit 0, empty stdout.
+// runChangelogHook is the changelog hook alone (a checkout with only
+// `changelog enable`): the one hook pipeline with the changelog part; always
+// exit 0, empty stdout.
 func runChangelogHook(ctx context.Context, env *Env) int {
-	defer func() {
-		if r := recover(); r != nil {
-			fmt.Fprintf(env.Stderr, "agentscm: warning: changelog hook failed: internal error: %v\n", r)
-		}
-	}()
-	ctx, cancel := context.WithTimeout(ctx, 18*time.Second)
-	defer cancel()
-	cfg, err := capture.ConfigDir(env.Getenv)
-	var res *changelog.HookResult
-	if err == nil {
-		res, err = changelog.HandleClaudeHookWith(ctx, cfg, env.Stdin, env.Now(), changelog.HookOptions{Remote: hubremote.ForCheckout(cfg), Sharing: func(root string) changelog.SharingPolicy {
-			return checkoutSharing(cfg, root)
-		}, Watch: changelogWatchSource(env)})
-	}
-	if err != nil {
-		// The increment was not stored: its writes go to the next one.
-		fmt.Fprintf(env.Stderr, "agentscm: warning: changelog hook failed: %s\n", oneLine(err.Error()))
-	} else if res != nil && res.Increment != nil && res.Increment.Warning != "" {
-		fmt.Fprintf(env.Stderr, "agentscm: warning: changelog increment %d: %s\n", res.Increment.Position, oneLine(res.Increment.Warning))
-	} else if res != nil && res.Increment != nil && res.Upload != nil {
-		// The increment is stored locally; say once why the Hub does not
-		// hold it (yet).
-		u := res.Upload
-		switch {
-		case u.Err != "":
-			fmt.Fprintf(env.Stderr, "agentscm: warning: changelog increment %d stored locally; %d positions wait for the Hub: %s\n", res.Increment.Position, u.Pending, oneLine(u.Err))
-		case u.LocalOnly != "":
-			fmt.Fprintf(env.Stderr, "agentscm: warning: changelog increment %d kept locally only: %s\n", res.Increment.Position, oneLine(u.LocalOnly))
-		case len(u.Refused) > 0:
-			fmt.Fprintf(env.Stderr, "agentscm: warning: changelog increment %d stored locally; the Hub refused it (%s), so the next uploaded increment carries its writes\n", res.Increment.Position, oneLine(u.RefusedReason))
-		}
-	}
-	return ExitOK
+	return hookrun.ClaudeHook(ctx, env.Stdin, env.Stdout, env.Stderr, env.Getenv, env.Now(),
+		hookrun.Options{Parts: hookrun.Parts{Changelog: true}, Exe: "", Watch: changelogWatchSource(env)})
 }
 
 func runChangelogEnable(ctx context.Context, env *Env, args []string) error {
@@ -75,10 +45,14 @@ paths; the checkout's Claude Code transcript directory
 digits turned into '-'> as the root claude-transcript, so a rewind also
 restores the conversation as it was at that call, unless
 --no-transcript-root; plus any --extra-root) and
-marked 'agentscm changelog hook-claude' hooks are installed for PostToolUse
-and PostToolUseFailure (each tool call, returned or failed, becomes
-increment <position:06d>.tgz) and for UserPromptSubmit, Stop and SessionEnd
-(which keep the running-turn marker). Other settings and hooks are kept.
+marked hooks are installed for PostToolUse and PostToolUseFailure (each
+tool call, returned or failed, becomes increment <position:06d>.tgz) and for
+UserPromptSubmit, Stop and SessionEnd (which keep the running-turn marker):
+'agentscm-hook changelog hook-claude', or, on the events where change
+capture is on too, its one entry 'agentscm-hook change-capture hook-claude
+--changelog', one process that captures and then takes the increment (an
+older install with two entries per event is upgraded). Other settings and
+hooks are kept.
 Refused with exit status 5 while a turn runs.`)
 	var rf rootFlags
 	rf.register(fs, true)
@@ -123,7 +97,17 @@ Refused with exit status 5 while a turn runs.`)
 	}
 	root := c.Roots()[0].Path
 	path := filepath.Join(root, filepath.FromSlash(*settings))
-	changed, err := claude.InstallHooksWith(path, claude.CommandFor(env.Executable, ad.ChangelogSubcommand()), events, adapter.HookTimeout(ad))
+	var changed bool
+	if ad.Name() == claude.AgentName {
+		// One entry per event: where the capture is on too, the entry runs
+		// both (an install with two entries there is upgraded).
+		cur, _, perr := claude.InstalledParts(path)
+		if err = perr; err == nil {
+			changed, err = claude.InstallParts(path, claude.HookExecutable(env.Executable), claude.Parts{Capture: cur.Capture, Changelog: true})
+		}
+	} else {
+		changed, err = claude.InstallHooksWith(path, claude.CommandFor(env.Executable, ad.ChangelogSubcommand()), events, adapter.HookTimeout(ad))
+	}
 	if err != nil {
 		return fmt.Errorf("install changelog hooks: %w", err)
 	}
@@ -221,8 +205,10 @@ func (up uploadPlan) describe() string {
 
 func runChangelogDisable(ctx context.Context, env *Env, args []string) error {
 	fs := newFlags(env, "agentscm changelog disable", "--root ABS [--claude-settings REL] [--force]", `
-Remove only the marked changelog hooks from the checkout's Claude settings
-file. Stored increments are kept; capture hooks are not touched. Refused
+Remove only the changelog's part of the marked hooks from the checkout's
+Claude settings file: its own entries go, and an entry that runs change
+capture and the changelog becomes the capture's alone. Stored increments
+are kept; the capture keeps working. Refused
 with exit status 5 while a turn runs.`)
 	var rf rootFlags
 	rf.register(fs, false)
@@ -256,7 +242,16 @@ with exit status 5 while a turn runs.`)
 	if _, err := os.Stat(path); err != nil {
 		return fmt.Errorf("no Claude settings file at %s", path)
 	}
-	removed, err := claude.RemoveHooksFor(path, ad.ChangelogSubcommand())
+	var removed bool
+	if ad.Name() == claude.AgentName {
+		// The capture keeps its part of the one entry per event.
+		cur, _, perr := claude.InstalledParts(path)
+		if err = perr; err == nil && cur.Changelog {
+			removed, err = claude.InstallParts(path, "", claude.Parts{Capture: cur.Capture})
+		}
+	} else {
+		removed, err = claude.RemoveHooksFor(path, ad.ChangelogSubcommand())
+	}
 	if err != nil {
 		return err
 	}
@@ -341,17 +336,7 @@ func transcriptDir(c *changelog.Changelog, home string) string {
 // saved for the repository and Hub the checkout is connected to. Any error
 // shares nothing.
 func checkoutSharing(configDir, root string) changelog.SharingPolicy {
-	hub, repo := "", ""
-	if c, err := client.Lookup(configDir, root); err == nil {
-		hub, repo = c.Hub, c.Repository
-	}
-	return func(session string) changelog.Sharing {
-		sh, err := capture.Store{Dir: configDir}.ConversationSharing(root, session, hub, repo)
-		if err != nil {
-			return changelog.Sharing{Mode: sh.Mode, Reason: sh.Reason + ": " + err.Error()}
-		}
-		return changelog.Sharing{Mode: sh.Mode, Share: sh.Share, Reason: sh.Reason}
-	}
+	return hookrun.CheckoutSharing(configDir, root)
 }
 
 // settingsSet reports whether --claude-settings was given explicitly.

@@ -102,6 +102,9 @@ func Main(ctx context.Context, env *Env, args []string) int {
 			return runChangelogHook(ctx, env)
 		}
 	}
+	if len(args) == 3 && args[0] == "change-capture" && args[1] == "hook-claude" && args[2] == "--changelog" {
+		return runHookClaudeChangelog(ctx, env)
+	}
 	if len(args) == 2 && args[1] == "hook-claude" {
 		switch args[0] {
 		case "change-capture":

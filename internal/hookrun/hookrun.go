@@ -4,16 +4,10 @@
 package hookrun
 
 import (
-	"bytes"
 	"context"
-	"errors"
-	"fmt"
 	"io"
 	"strings"
 	"time"
-
-	"github.com/agentscm/agentscm/internal/capture"
-	"github.com/agentscm/agentscm/internal/delivery"
 )
 
 // Timeout bounds one hook invocation as a whole; the host's own timeout of
@@ -36,63 +30,10 @@ func ClaudeCaptureOut(ctx context.Context, stdin io.Reader, stdout, stderr io.Wr
 }
 
 // claudeCaptureOut is ClaudeCaptureOut; a non-empty exe hands delivery to a
-// detached deliverer started from it (ClaudeCaptureDetached).
+// detached deliverer started from it (ClaudeCaptureDetached). It is the one
+// hook pipeline (ClaudeHook) with the capture part only.
 func claudeCaptureOut(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string, now time.Time, exe string) int {
-	var seen bytes.Buffer
-	stdin = io.TeeReader(stdin, &seen)
-	defer func() {
-		defer func() {
-			if r := recover(); r != nil {
-				fmt.Fprintf(stderr, "agentscm: warning: recipe guidance failed: internal error: %v\n", r)
-			}
-		}()
-		if dir, err := capture.ConfigDir(getenv); err == nil {
-			if out, gerr := capture.SessionStartOutput(capture.Store{Dir: dir}, seen.Bytes()); gerr != nil {
-				fmt.Fprintf(stderr, "agentscm: warning: recipe guidance: %s\n", OneLine(gerr.Error()))
-			} else if len(out) > 0 {
-				stdout.Write(out)
-			}
-		}
-	}()
-	return claudeCapture(ctx, stdin, stderr, getenv, now, exe)
-}
-
-// claudeCapture is the capture itself; a non-empty exe hands delivery to a
-// detached deliverer started from it.
-func claudeCapture(ctx context.Context, stdin io.Reader, stderr io.Writer, getenv func(string) string, now time.Time, exe string) int {
-	defer func() {
-		if r := recover(); r != nil {
-			fmt.Fprintf(stderr, "agentscm: warning: capture hook failed: internal error: %v\n", r)
-		}
-	}()
-	ctx, cancel := context.WithTimeout(ctx, Timeout)
-	defer cancel()
-	dir, err := capture.ConfigDir(getenv)
-	var res *capture.HookResult
-	if err == nil {
-		store := capture.Store{Dir: dir}
-		var hubs capture.HubOpener = delivery.Opener{ConfigDir: store.Dir}
-		if exe != "" {
-			hubs = detachedOpener{Opener: delivery.Opener{ConfigDir: store.Dir}, exe: exe}
-		}
-		res, err = capture.HandleClaudeHook(ctx, store, hubs, stdin, now)
-	}
-	// A capacity warning (given once per session) rides on the one line.
-	also := ""
-	if res != nil && res.Warning != "" {
-		also = "; " + OneLine(res.Warning)
-	}
-	switch {
-	case errors.Is(err, capture.ErrOccurrenceConflict):
-		fmt.Fprintf(stderr, "agentscm: warning: %s%s\n", OneLine(err.Error()), also)
-	case err != nil:
-		fmt.Fprintf(stderr, "agentscm: warning: capture hook failed: %s%s\n", OneLine(err.Error()), also)
-	case res.DeliveryErr != nil:
-		fmt.Fprintf(stderr, "agentscm: warning: event retained locally, delivery pending: %s%s\n", OneLine(res.DeliveryErr.Error()), also)
-	case also != "":
-		fmt.Fprintf(stderr, "agentscm: warning: %s\n", also[2:])
-	}
-	return 0
+	return ClaudeHook(ctx, stdin, stdout, stderr, getenv, now, Options{Parts: Parts{Capture: true}, Exe: exe})
 }
 
 // OneLine flattens s to one line of at most 1,000 bytes (plus an ellipsis)

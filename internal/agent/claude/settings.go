@@ -36,7 +36,7 @@ const ChangelogSubcommand = "changelog hook-claude"
 // markers are every subcommand that marks an agentscm hook entry.
 // The other agents' adapters (internal/agent/codex, internal/agent/gemini)
 // install their own marked subcommands into hook files of the same shape.
-var markers = [...]string{HookSubcommand, ChangelogSubcommand,
+var markers = [...]string{HookSubcommand, ChangelogSubcommand, CombinedSubcommand,
 	"change-capture hook-codex", "changelog hook-codex",
 	"change-capture hook-gemini", "changelog hook-gemini"}
 
@@ -157,7 +157,9 @@ func RemoveHooksFor(path, subcommand string) (bool, error) {
 func MarkedEvents(path string) ([]string, error) { return MarkedEventsFor(path, "") }
 
 // MarkedEventsFor lists the events of path with a marked hook of one
-// subcommand (any marker when subcommand is empty).
+// subcommand (any marker when subcommand is empty). The combined entry
+// (CombinedSubcommand) counts for HookSubcommand and ChangelogSubcommand
+// too: it runs both.
 func MarkedEventsFor(path, subcommand string) ([]string, error) {
 	root, err := readSettings(path)
 	if err != nil || root == nil {
@@ -174,7 +176,7 @@ func MarkedEventsFor(path, subcommand string) ([]string, error) {
 			return nil, err
 		}
 		for _, g := range groups {
-			if n, _ := countMarked(g, subcommand); n > 0 {
+			if n, _ := countCovering(g, subcommand); n > 0 {
 				out = append(out, ev)
 				break
 			}
@@ -347,6 +349,18 @@ func countMarked(g group, subcommand string) (int, error) {
 		if isMarkedEntry(it, subcommand) {
 			n++
 		}
+	}
+	return n, err
+}
+
+// countCovering is countMarked where a combined entry also counts for the
+// capture and the changelog subcommand.
+func countCovering(g group, subcommand string) (int, error) {
+	n, err := countMarked(g, subcommand)
+	if err == nil && (subcommand == HookSubcommand || subcommand == ChangelogSubcommand) {
+		var c int
+		c, err = countMarked(g, CombinedSubcommand)
+		n += c
 	}
 	return n, err
 }

@@ -1,0 +1,334 @@
+package hookrun
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/agentscm/agentscm/internal/agent/adapter"
+	"github.com/agentscm/agentscm/internal/agent/claude"
+	"github.com/agentscm/agentscm/internal/capture"
+	"github.com/agentscm/agentscm/internal/changelog"
+	"github.com/agentscm/agentscm/internal/changelog/hubremote"
+	"github.com/agentscm/agentscm/internal/client"
+	"github.com/agentscm/agentscm/internal/delivery"
+	"github.com/agentscm/agentscm/internal/fsutil"
+)
+
+// One hook pipeline. Every Claude Code hook event starts one hook process:
+// it reads and decodes the payload once, then runs the parts its settings
+// entry names (Parts) in order: the capture (the durable intake write or
+// the locked append), then, on an event the changelog handles, the
+// changelog increment of the same checkout (its binding root found once by
+// the capture), then delivery (the detached deliverer the capture asked for
+// is started only now, so that it does not compete with the increment for
+// the CPU the agent waits on). One fail-open wrapper: whatever fails, at
+// most one warning line on stderr (each part's own message, joined with
+// "; "), exit status 0, and nothing on stdout but a SessionStart's recipe
+// guidance.
+
+// ChangelogTimeout bounds a hook process that runs the changelog part (the
+// capture part keeps its own Timeout inside it); the host's timeout of an
+// installed hook is longer (claude.HookTimeoutSeconds).
+const ChangelogTimeout = 18 * time.Second
+
+// ChangelogWatchEnv turns the changelog hook's watcher on ("1"): each
+// capture then asks a per-changelog watch server (`agentscm changelog
+// watch-serve`, started on demand) which directories changed instead of
+// listing every directory.
+const ChangelogWatchEnv = "AGENTSCM_CHANGELOG_WATCH"
+
+// Parts are what one hook process runs.
+type Parts struct {
+	// Capture is the change capture (every captured event).
+	Capture bool
+	// Changelog is the changelog increment (after a tool call) and its
+	// turn marker (prompt, Stop, SessionEnd).
+	Changelog bool
+}
+
+// Options configure ClaudeHook.
+type Options struct {
+	Parts
+	// Exe, when not empty, is the binary a detached deliverer is started
+	// from (`EXE change-capture deliver-spool`); empty: the capture
+	// delivers in-process.
+	Exe string
+	// Watch is the changelog's ChangeSource factory (changelog.HookOptions
+	// Watch); nil: WatchFor(Exe, getenv) when the changelog part runs.
+	Watch func(dir string) changelog.ChangeSource
+}
+
+// ClaudeHook runs the parts of o on one Claude Code payload read from
+// stdin. It fails open (see above) and returns exit status 0.
+func ClaudeHook(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string, now time.Time, o Options) int {
+	var warns []string
+	defer func() {
+		if len(warns) > 0 {
+			fmt.Fprintf(stderr, "agentscm: warning: %s\n", strings.Join(warns, "; "))
+		}
+	}()
+	defer func() {
+		if r := recover(); r != nil {
+			warns = append(warns, fmt.Sprintf("hook failed: internal error: %v", r))
+		}
+	}()
+	if o.Changelog {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, ChangelogTimeout)
+		defer cancel()
+	}
+	failed := "capture hook failed: "
+	if !o.Capture {
+		failed = "changelog hook failed: "
+	}
+	b, err := fsutil.ReadBounded(stdin, claude.MaxPayloadBytes)
+	if err != nil {
+		warns = append(warns, failed+OneLine(fmt.Sprintf("read hook payload: %v", err)))
+		return 0
+	}
+	dir, err := capture.ConfigDir(getenv)
+	if err != nil {
+		warns = append(warns, failed+OneLine(err.Error()))
+		return 0
+	}
+	store := capture.Store{Dir: dir}
+	p, err := claude.DecodePayload(b)
+	if err != nil {
+		warns = append(warns, failed+OneLine(err.Error()))
+		return 0
+	}
+	var (
+		cres    *capture.HookResult
+		cerr    error
+		starter *deferredOpener
+	)
+	if o.Capture {
+		var hubs capture.HubOpener = delivery.Opener{ConfigDir: dir}
+		if o.Exe != "" {
+			starter = &deferredOpener{detachedOpener: detachedOpener{Opener: delivery.Opener{ConfigDir: dir}, exe: o.Exe}}
+			if !o.Changelog || !slices.Contains(changelog.HookEvents, p.HookEventName) {
+				starter.now = true // nothing runs after the capture: start it at once
+			}
+			hubs = starter
+		}
+		cres, cerr = runCapture(ctx, store, hubs, b, p, now)
+	}
+	var lw string
+	if o.Changelog && slices.Contains(changelog.HookEvents, p.HookEventName) {
+		root := ""
+		if cres != nil {
+			root = cres.Root
+		}
+		watch := o.Watch
+		if watch == nil {
+			watch = WatchFor(o.Exe, getenv)
+		}
+		lw = runChangelog(ctx, dir, p, now, changelog.HookOptions{Root: root, Watch: watch,
+			Remote: hubremote.ForCheckout(dir), Sharing: func(root string) changelog.SharingPolicy { return CheckoutSharing(dir, root) }})
+	}
+	if starter != nil && cres != nil {
+		starter.start(ctx, store, cres)
+	}
+	if o.Capture {
+		if w := captureWarning(cres, cerr); w != "" {
+			warns = append(warns, w)
+		}
+		if w := guidance(store, b, stdout); w != "" {
+			warns = append(warns, w)
+		}
+	}
+	if lw != "" {
+		warns = append(warns, lw)
+	}
+	return 0
+}
+
+// runCapture is the capture part, its panic turned into its error.
+func runCapture(ctx context.Context, store capture.Store, hubs capture.HubOpener, b []byte, p *claude.Payload, now time.Time) (res *capture.HookResult, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			res, err = nil, fmt.Errorf("internal error: %v", r)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(ctx, Timeout)
+	defer cancel()
+	return capture.HandleAgentPayload(ctx, store, hubs, adapter.Claude{}, b, p, now)
+}
+
+// guidance writes a SessionStart's recipe guidance to stdout and returns
+// its warning, if any.
+func guidance(store capture.Store, b []byte, stdout io.Writer) (warn string) {
+	defer func() {
+		if r := recover(); r != nil {
+			warn = fmt.Sprintf("recipe guidance failed: internal error: %v", r)
+		}
+	}()
+	out, err := capture.SessionStartOutput(store, b)
+	if err != nil {
+		return "recipe guidance: " + OneLine(err.Error())
+	}
+	if len(out) > 0 {
+		stdout.Write(out)
+	}
+	return ""
+}
+
+// captureWarning is the capture part's message (without the
+// "agentscm: warning: " prefix), "" when it has nothing to say.
+func captureWarning(res *capture.HookResult, err error) string {
+	// A capacity warning (given once per session) rides on the one line.
+	also := ""
+	if res != nil && res.Warning != "" {
+		also = "; " + OneLine(res.Warning)
+	}
+	switch {
+	case errors.Is(err, capture.ErrOccurrenceConflict):
+		return OneLine(err.Error()) + also
+	case err != nil:
+		return "capture hook failed: " + OneLine(err.Error()) + also
+	case res == nil:
+		return ""
+	case res.DeliveryErr != nil:
+		return "event retained locally, delivery pending: " + OneLine(res.DeliveryErr.Error()) + also
+	case also != "":
+		return also[2:]
+	}
+	return ""
+}
+
+// runChangelog is the changelog part: its message (without the prefix),
+// "" when it has nothing to say.
+func runChangelog(ctx context.Context, configDir string, p *claude.Payload, now time.Time, opts changelog.HookOptions) (warn string) {
+	defer func() {
+		if r := recover(); r != nil {
+			warn = fmt.Sprintf("changelog hook failed: internal error: %v", r)
+		}
+	}()
+	res, err := changelog.HandlePayload(ctx, configDir, p, now, opts)
+	return changelogWarning(res, err)
+}
+
+// changelogWarning is what `agentscm changelog hook-claude` has always said.
+func changelogWarning(res *changelog.HookResult, err error) string {
+	switch {
+	case err != nil:
+		// The increment was not stored: its writes go to the next one.
+		return "changelog hook failed: " + OneLine(err.Error())
+	case res == nil || res.Increment == nil:
+		return ""
+	case res.Increment.Warning != "":
+		return fmt.Sprintf("changelog increment %d: %s", res.Increment.Position, OneLine(res.Increment.Warning))
+	case res.Upload == nil:
+		return ""
+	}
+	// The increment is stored locally; say once why the Hub does not hold
+	// it (yet).
+	u := res.Upload
+	switch {
+	case u.Err != "":
+		return fmt.Sprintf("changelog increment %d stored locally; %d positions wait for the Hub: %s", res.Increment.Position, u.Pending, OneLine(u.Err))
+	case u.LocalOnly != "":
+		return fmt.Sprintf("changelog increment %d kept locally only: %s", res.Increment.Position, OneLine(u.LocalOnly))
+	case len(u.Refused) > 0:
+		return fmt.Sprintf("changelog increment %d stored locally; the Hub refused it (%s), so the next uploaded increment carries its writes", res.Increment.Position, OneLine(u.RefusedReason))
+	}
+	return ""
+}
+
+// WatchFor is the changelog's watcher factory of a hook process running
+// exe (agentscm or agentscm-hook): nil unless ChangelogWatchEnv is "1";
+// the watch server is `agentscm changelog watch-serve`, the agentscm
+// binary next to exe (exe itself when it is agentscm).
+func WatchFor(exe string, getenv func(string) string) func(dir string) changelog.ChangeSource {
+	if getenv(ChangelogWatchEnv) != "1" || !filepath.IsAbs(exe) {
+		return nil
+	}
+	server := exe
+	if filepath.Base(exe) == claude.HookBinary {
+		server = filepath.Join(filepath.Dir(exe), "agentscm")
+	}
+	return func(dir string) changelog.ChangeSource {
+		return changelog.WatchSource(dir, []string{server, "changelog", "watch-serve", "--dir", filepath.Join(dir, changelog.WatchDir), "--"})
+	}
+}
+
+// CheckoutSharing is the changelog's sharing policy for the checkout at
+// root: its capture binding's mode (metadata-only without one), shared only
+// for a session that started in shared-conversation mode, with the binding
+// saved for the repository and Hub the checkout is connected to. Any error
+// shares nothing.
+func CheckoutSharing(configDir, root string) changelog.SharingPolicy {
+	hub, repo := "", ""
+	if c, err := client.Lookup(configDir, root); err == nil {
+		hub, repo = c.Hub, c.Repository
+	}
+	return func(session string) changelog.Sharing {
+		sh, err := capture.Store{Dir: configDir}.ConversationSharing(root, session, hub, repo)
+		if err != nil {
+			return changelog.Sharing{Mode: sh.Mode, Reason: sh.Reason + ": " + err.Error()}
+		}
+		return changelog.Sharing{Mode: sh.Mode, Share: sh.Share, Reason: sh.Reason}
+	}
+}
+
+// deferredOpener is the detachedOpener of a hook that runs the changelog
+// after the capture: the deliver lock the capture hands over is kept (a
+// duplicate of its descriptor, which holds the flock) and the deliverer is
+// started from it by start, after the increment. If the hook dies before
+// that, the lock goes with it and the next hook starts a deliverer for
+// what waits.
+type deferredOpener struct {
+	detachedOpener
+	// now starts the deliverer at once (nothing runs after the capture).
+	now   bool
+	lock  *os.File
+	spool string
+}
+
+func (o *deferredOpener) StartDeliverer(lock *os.File, spoolDir string) error {
+	if o.now || o.lock != nil {
+		return o.detachedOpener.StartDeliverer(lock, spoolDir)
+	}
+	fd, err := syscall.Dup(int(lock.Fd()))
+	if err != nil {
+		return o.detachedOpener.StartDeliverer(lock, spoolDir)
+	}
+	syscall.CloseOnExec(fd)
+	o.lock, o.spool = os.NewFile(uintptr(fd), lock.Name()), spoolDir
+	return nil
+}
+
+// start starts the deferred deliverer, or delivers in-process (as the
+// capture does when no process can be started), and folds what happened
+// into res.
+func (o *deferredOpener) start(ctx context.Context, store capture.Store, res *capture.HookResult) {
+	if o.lock == nil {
+		return
+	}
+	defer o.lock.Close()
+	err := o.detachedOpener.StartDeliverer(o.lock, o.spool)
+	if err == nil {
+		return
+	}
+	if res.DeliveryErr == nil {
+		res.DeliveryErr = fmt.Errorf("start the background deliverer (delivering in-process): %w", err)
+	}
+	rep, err := capture.DeliverSpool(ctx, store, o.Opener, o.spool, o.lock, capture.DeliverBounds{MaxRun: capture.DeliveryTimeout, MaxEnvelopes: capture.DeliveryPageSize})
+	if rep != nil {
+		res.Delivered += rep.Delivered
+		res.Failed += rep.Failed
+		res.Refused += rep.Refused
+		res.Admitted += rep.Admitted
+	}
+	if err != nil && res.DeliveryErr == nil {
+		res.DeliveryErr = err
+	}
+}
