@@ -1,5 +1,8 @@
-// Package hookrun is the Claude Code capture hook as a process: the one
-// entry point shared by `agentscm change-capture hook-claude` and the lean
+// Package hookrun is the Claude Code hook pipeline as a process
+// (ClaudeHook, pipeline.go): one process per event decodes the payload once
+// and runs the capture, then the changelog increment, then delivery. It is
+// the one entry point shared by `agentscm change-capture hook-claude
+// [--changelog]`, `agentscm changelog hook-claude` and the lean
 // agentscm-hook binary, which links only what the hook needs.
 package hookrun
 

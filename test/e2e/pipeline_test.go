@@ -1,0 +1,134 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/agentscm/agentscm/internal/event"
+	"github.com/agentscm/agentscm/test/e2e/scriptedapi"
+)
+
+// hookEntries maps each event of the checkout's Claude settings to the
+// commands of its hook entries.
+func (c *checkout) hookEntries() map[string][]string {
+	c.t.Helper()
+	b, err := os.ReadFile(filepath.Join(c.root, ".claude", "settings.local.json"))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	var s struct {
+		Hooks map[string][]struct {
+			Hooks []struct{ Command string } `json:"hooks"`
+		} `json:"hooks"`
+	}
+	if err := json.Unmarshal(b, &s); err != nil {
+		c.t.Fatal(err)
+	}
+	out := map[string][]string{}
+	for ev, groups := range s.Hooks {
+		for _, g := range groups {
+			for _, h := range g.Hooks {
+				out[ev] = append(out[ev], h.Command)
+			}
+		}
+	}
+	return out
+}
+
+// One hook pipeline (issue 18 item 1): with change capture and the
+// changelog on, every Claude Code event starts exactly one hook process,
+// which yields both the captured event and, after a tool call, the
+// changelog increment. Counted on the real Claude Code CLI: the installed
+// entries run a wrapper that logs each start and execs the real hook.
+func TestOneHookProcessPerToolCall(t *testing.T) {
+	c := newCheckout(t)
+	c.configure(event.ModeMetadataOnly)
+	c.startWork("one hook pipeline")
+	c.agentscm("changelog", "enable", "--root", c.root)
+
+	lean := filepath.Join(filepath.Dir(h.agentscm), "agentscm-hook")
+	entries := c.hookEntries()
+	for _, ev := range []string{"SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolUse", "PostToolUseFailure", "Stop", "SessionEnd"} {
+		want := lean + " change-capture hook-claude"
+		switch ev {
+		case "PostToolUse", "PostToolUseFailure", "UserPromptSubmit", "Stop", "SessionEnd":
+			want += " --changelog"
+		}
+		if got := entries[ev]; len(got) != 1 || got[0] != want {
+			t.Fatalf("%s has entries %q, want exactly [%q]", ev, got, want)
+		}
+	}
+
+	// The wrapper: one log line per process Claude Code starts.
+	log := filepath.Join(c.dir, "hook-starts.log")
+	wrapper := filepath.Join(c.dir, "hook-wrapper")
+	script := "#!/bin/sh\necho \"$*\" >> '" + log + "'\nexec '" + lean + "' \"$@\"\n"
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	settings := filepath.Join(c.root, ".claude", "settings.local.json")
+	b, err := os.ReadFile(settings)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(settings, []byte(strings.ReplaceAll(string(b), lean, wrapper)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	c.runTurn(
+		[]scriptedapi.ToolCall{write(filepath.Join(c.root, "one.txt"), "one\n")},
+		[]scriptedapi.ToolCall{bash("echo two >> README.md")},
+	)
+
+	starts, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("hook processes started:\n%s", starts)
+	lines := strings.Split(strings.TrimSpace(string(starts)), "\n")
+	combined, captureOnly := 0, 0
+	for _, l := range lines {
+		switch l {
+		case "change-capture hook-claude --changelog":
+			combined++
+		case "change-capture hook-claude":
+			captureOnly++
+		default:
+			t.Fatalf("a hook process with arguments %q", l)
+		}
+	}
+	// Two PostToolUse, one UserPromptSubmit, one Stop (SessionEnd may come
+	// as the process exits): one process each.
+	if combined < 4 || combined > 5 {
+		t.Fatalf("%d combined hook processes, want 4 or 5 (2 PostToolUse, prompt, Stop, maybe SessionEnd):\n%s", combined, starts)
+	}
+	if captureOnly < 3 {
+		t.Fatalf("%d capture-only processes, want SessionStart and two PreToolUse at least:\n%s", captureOnly, starts)
+	}
+
+	// Both parts did their work in those processes.
+	checkPositions(t, c.changelogList(), []string{"Write", "Bash"}, -1)
+	post := 0
+	for _, s := range c.inspect().Sessions {
+		for _, e := range s.Events {
+			if e.HookEvent == "PostToolUse" {
+				post++
+			}
+		}
+	}
+	if post != 2 {
+		t.Fatalf("%d PostToolUse events captured, want 2", post)
+	}
+
+	// changelog disable keeps the capture in the same entries.
+	c.agentscm("changelog", "disable", "--root", c.root)
+	entries = c.hookEntries()
+	if got := entries["PostToolUse"]; len(got) != 1 || got[0] != wrapper+" change-capture hook-claude" {
+		t.Fatalf("after changelog disable PostToolUse has %q", got)
+	}
+}
