@@ -7,9 +7,10 @@
 //
 // Two checkouts: "on" is set up as a user would (client setup --local,
 // change-capture configure, which installs the agentscm-hook hooks, a
-// current Work, changelog enable, which adds the changelog PostToolUse
-// hook); "off" is the same git checkout with no agentscm hooks. The
-// sessions run in interleaved pairs (off, then on), each a new `claude -p`
+// current Work, changelog enable, which makes the entries of the
+// changelog's events run both parts in one process, `agentscm-hook
+// change-capture hook-claude --changelog`); "off" is the same git checkout
+// with no agentscm hooks. The sessions run in interleaved pairs (off, then on), each a new `claude -p`
 // process in its own checkout state; the figure is the wall time of the
 // claude process, so the detached background deliverers (off the agent's
 // critical path by design) are waited for after each "on" session and not
@@ -234,7 +235,7 @@ func run(pairs, calls int, claude string, keep bool, mode string) error {
 	}
 	sp := filepath.Join(on.root, ".claude", "settings.local.json")
 	settings, _ := os.ReadFile(sp)
-	if !strings.Contains(string(settings), "agentscm-hook") || (mode != "capture" && !strings.Contains(string(settings), "changelog hook-claude")) {
+	if !strings.Contains(string(settings), "agentscm-hook") || (mode != "capture" && !strings.Contains(string(settings), "changelog hook-claude") && !strings.Contains(string(settings), "hook-claude --changelog")) {
 		return fmt.Errorf("the on checkout lacks the capture or changelog hooks:\n%s", settings)
 	}
 	if mode == "empty" || mode == "true1" {
