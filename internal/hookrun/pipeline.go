@@ -134,7 +134,12 @@ func ClaudeHook(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, 
 		lw = runChangelog(ctx, dir, p, now, changelog.HookOptions{Root: root, Watch: watch,
 			Remote: hubremote.ForCheckout(dir), Sharing: func(root string) changelog.SharingPolicy { return CheckoutSharing(dir, root) }})
 	}
-	if starter != nil && cres != nil {
+	if starter != nil {
+		// Also after a failed capture: it may have asked for a deliverer
+		// before it failed (events of earlier hooks wait in the intake).
+		if cres == nil {
+			cres = &capture.HookResult{}
+		}
 		starter.start(ctx, store, cres)
 	}
 	if o.Capture {
