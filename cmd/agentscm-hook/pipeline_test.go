@@ -101,3 +101,38 @@ func TestOneProcessCapturesAndTakesTheIncrement(t *testing.T) {
 		t.Fatalf("after the deferred deliverer: %d intake files, %d pending", rep.Intake, rep.Pending.Total)
 	}
 }
+
+// One part failing does not stop the other, and the process still says at
+// most one line: with the capture config unreadable, the combined hook
+// warns once about the capture and still takes the increment.
+func TestCombinedHookFailsOpenPerPart(t *testing.T) {
+	f := newBurstFixture(t)
+	t.Cleanup(func() { f.waitDeliverer(t) })
+	f.agentscm(t, "changelog", "enable", "--root", f.root, "--no-transcript-root")
+	cfg := filepath.Join(f.vars["XDG_CONFIG_HOME"], "agentscm", "capture.json")
+	if err := os.WriteFile(cfg, []byte(`{"version":99}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(f.root, "x.txt"), []byte("x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := f.hookCmd(`{"session_id":"s1","cwd":"` + f.root + `","hook_event_name":"PostToolUse","tool_name":"Bash","tool_use_id":"toolu_2","tool_input":{"command":"true"},"tool_response":{}}`)
+	cmd.Args = append(cmd.Args, "change-capture", "hook-claude", "--changelog")
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("hook: %v", err)
+	}
+	if stdout.Len() != 0 || strings.Count(stderr.String(), "\n") != 1 || !strings.HasPrefix(stderr.String(), "agentscm: warning: capture hook failed: ") {
+		t.Fatalf("stdout %q stderr %q, want one capture warning line", stdout.String(), stderr.String())
+	}
+	var list struct {
+		Increments []struct{ Tool string } `json:"increments"`
+	}
+	if err := json.Unmarshal([]byte(f.agentscm(t, "changelog", "list", "--root", f.root, "--format", "json")), &list); err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Increments) != 1 || list.Increments[0].Tool != "Bash" {
+		t.Fatalf("increments %+v, want the Bash call's", list.Increments)
+	}
+}

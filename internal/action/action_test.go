@@ -2,7 +2,6 @@ package action
 
 import (
 	"encoding/json"
-	"errors"
 	"strings"
 	"testing"
 )
@@ -76,8 +75,5 @@ func TestIDAndDigest(t *testing.T) {
 	}
 	if CanonicalInputDigest(json.RawMessage(`{"a":1}`)) == CanonicalInputDigest(json.RawMessage(`{"a":1.0}`)) {
 		t.Error("1 and 1.0 digest alike")
-	}
-	if !errors.Is(ErrReceiptLimit, ErrReceiptLimit) || ErrConflict.Error() != "action conflict" {
-		t.Error("errors changed")
 	}
 }
