@@ -93,10 +93,7 @@ type HookResult struct {
 	Ignored bool
 	Reason  string
 	Spool   string
-	// Root is the root of the binding that captured the event (empty
-	// when none did).
-	Root string
-	Seq  uint64
+	Seq     uint64
 	// Deferred is true when no exact target was resolved and only a
 	// sanitized local fact was kept.
 	Deferred bool
@@ -236,7 +233,7 @@ func HandleAgentPayload(ctx context.Context, store Store, hubs HubOpener, a adap
 			return nil, err
 		}
 	}
-	res := &HookResult{Spool: bd.Spool, Root: bd.Root}
+	res := &HookResult{Spool: bd.Spool}
 	// OpenAppender skips the open-time recovery, and one Session does the
 	// append and the delivery bookkeeping under a single guarded lock
 	// acquisition (one identity revalidation, and the pending summary

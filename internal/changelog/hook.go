@@ -41,10 +41,6 @@ type HookOptions struct {
 	// directory dir (see WatchSource): a capture then lists only the
 	// directories a watcher saw change. Nil lists every directory.
 	Watch func(dir string) ChangeSource
-	// Root, when set, is the checkout root the caller already bound the
-	// payload's cwd to (HandlePayload): when cwd is that root, its
-	// changelog is found without a walk.
-	Root string
 }
 
 // TurnWait bounds how long a prompt waits for another session's turn to
@@ -125,22 +121,9 @@ func HandleClaudeHookWith(ctx context.Context, configDir string, in io.Reader, n
 
 // HandlePayload is HandleClaudeHookWith for a payload already decoded (the
 // one hook pipeline, internal/hookrun, decodes once for the capture and the
-// changelog). opts.Root, when set, is the checkout the capture binding
-// already found for the payload.
+// changelog).
 func HandlePayload(ctx context.Context, configDir string, p *claude.Payload, now time.Time, opts HookOptions) (*HookResult, error) {
-	var dir, root string
-	ok := false
-	if opts.Root != "" && filepath.Clean(p.Cwd) == opts.Root {
-		// The deepest ancestor of cwd with a changelog is cwd itself when
-		// it has one: the same answer as FindDir, without the walk.
-		d := DefaultDir(configDir, opts.Root)
-		if _, err := os.Lstat(filepath.Join(d, configFile)); err == nil {
-			dir, root, ok = d, opts.Root, true
-		}
-	}
-	if !ok {
-		dir, root, ok = FindDir(configDir, p.Cwd)
-	}
+	dir, root, ok := FindDir(configDir, p.Cwd)
 	if !ok {
 		if real, err := filepath.EvalSymlinks(p.Cwd); err == nil {
 			dir, root, ok = FindDir(configDir, real)

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -24,12 +25,13 @@ import (
 
 // One hook pipeline. Every Claude Code hook event starts one hook process:
 // it reads and decodes the payload once, then runs the parts its settings
-// entry names (Parts) in order: the capture (the durable intake write or
-// the locked append), then, on an event the changelog handles, the
-// changelog increment of the same checkout (its binding root found once by
-// the capture), then delivery (the detached deliverer the capture asked for
-// is started only now, so that it does not compete with the increment for
-// the CPU the agent waits on). One fail-open wrapper: whatever fails, at
+// entry names (Parts): the capture (the durable intake write or the locked
+// append) and, on an event the changelog handles, beside it on a second
+// thread, the changelog increment of the same checkout (the two write
+// separate stores; two threads keep the parallelism two processes had);
+// then delivery, once both are done (the detached deliverer the capture
+// asked for is started only now, so that it does not compete with the
+// increment for the CPU the agent waits on). One fail-open wrapper: whatever fails, at
 // most one warning line on stderr (each part's own message, joined with
 // "; "), exit status 0, and nothing on stdout but a SessionStart's recipe
 // guidance.
@@ -109,31 +111,38 @@ func ClaudeHook(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, 
 		cres    *capture.HookResult
 		cerr    error
 		starter *deferredOpener
+		lw      string
+		wg      sync.WaitGroup
 	)
+	takeIncrement := o.Changelog && slices.Contains(changelog.HookEvents, p.HookEventName)
+	if takeIncrement {
+		// The increment runs beside the capture: the two write separate
+		// stores, and two threads keep the parallelism the two processes
+		// had. Delivery waits for both.
+		watch := o.Watch
+		if watch == nil {
+			watch = WatchFor(o.Exe, getenv)
+		}
+		pc := *p // its own copy: the capture may normalise fields of p
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lw = runChangelog(ctx, dir, &pc, now, changelog.HookOptions{Watch: watch,
+				Remote: hubremote.ForCheckout(dir), Sharing: func(root string) changelog.SharingPolicy { return CheckoutSharing(dir, root) }})
+		}()
+	}
 	if o.Capture {
 		var hubs capture.HubOpener = delivery.Opener{ConfigDir: dir}
 		if o.Exe != "" {
 			starter = &deferredOpener{detachedOpener: detachedOpener{Opener: delivery.Opener{ConfigDir: dir}, exe: o.Exe}}
-			if !o.Changelog || !slices.Contains(changelog.HookEvents, p.HookEventName) {
+			if !takeIncrement {
 				starter.now = true // nothing runs after the capture: start it at once
 			}
 			hubs = starter
 		}
 		cres, cerr = runCapture(ctx, store, hubs, b, p, now)
 	}
-	var lw string
-	if o.Changelog && slices.Contains(changelog.HookEvents, p.HookEventName) {
-		root := ""
-		if cres != nil {
-			root = cres.Root
-		}
-		watch := o.Watch
-		if watch == nil {
-			watch = WatchFor(o.Exe, getenv)
-		}
-		lw = runChangelog(ctx, dir, p, now, changelog.HookOptions{Root: root, Watch: watch,
-			Remote: hubremote.ForCheckout(dir), Sharing: func(root string) changelog.SharingPolicy { return CheckoutSharing(dir, root) }})
-	}
+	wg.Wait()
 	if starter != nil {
 		// Also after a failed capture: it may have asked for a deliverer
 		// before it failed (events of earlier hooks wait in the intake).
