@@ -1,6 +1,7 @@
 // Package hookrun is the Claude Code hook pipeline as a process
 // (ClaudeHook, pipeline.go): one process per event decodes the payload once
-// and runs the capture, then the changelog increment, then delivery. It is
+// and runs the capture and, beside it, the changelog increment, then
+// delivery. It is
 // the one entry point shared by `agentscm change-capture hook-claude
 // [--changelog]`, `agentscm changelog hook-claude` and the lean
 // agentscm-hook binary, which links only what the hook needs.
