@@ -459,10 +459,19 @@ func validSumBytes(b []byte) bool {
 	if len(b) != 64 {
 		return false
 	}
+	var bad byte
 	for _, c := range b {
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
+		bad |= notLowerHex[c]
+	}
+	return bad == 0
+}
+
+// notLowerHex is 1 for every byte that is not 0-9 or a-f.
+var notLowerHex = func() (t [256]byte) {
+	for i := range t {
+		if !(i >= '0' && i <= '9' || i >= 'a' && i <= 'f') {
+			t[i] = 1
 		}
 	}
-	return true
-}
+	return t
+}()

@@ -539,13 +539,30 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 	phase("write_before")
 
 	portsBefore, perr := listeningPorts()
-	rt.Ports = PortObservation{Source: "/proc/net/tcp,/proc/net/tcp6", Before: portsBefore,
+	rt.Ports = PortObservation{Source: "NETLINK_SOCK_DIAG (TCP_LISTEN), else /proc/net/tcp,/proc/net/tcp6", Before: portsBefore,
 		Caveats: "machine-wide observation of listening TCP sockets before, every 100 ms while the command runs, once before its process group is cleaned up, and after: not causal attribution (group_listeners are the sockets a process of the group held open); a socket opened and closed between two samples is not seen"}
 	if perr != nil {
 		rt.Ports.Error = perr.Error()
 	}
 
 	var watch *dirWatch
+	// The inotify instance is closed in the background once drained (the
+	// kernel removes a watch per directory, 1,101 on the benchmark tree);
+	// Run waits for it before returning.
+	var watchReleased chan struct{}
+	releaseWatch := func() {
+		if watch != nil && watchReleased == nil {
+			done := make(chan struct{})
+			watchReleased = done
+			go func(dw *dirWatch) { dw.close(); close(done) }(watch)
+		}
+	}
+	defer func() {
+		releaseWatch()
+		if watchReleased != nil {
+			<-watchReleased
+		}
+	}()
 	if launch {
 		if o.FullListing {
 			rt.AfterListing = "full: --full-listing"
@@ -556,7 +573,6 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 			if r.err != nil {
 				rt.AfterListing = "full: " + r.err.Error()
 			}
-			defer watch.close()
 		}
 		phase("watch")
 		w.event("command_started", map[string]any{"argv": redArgv})
@@ -612,6 +628,7 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 	if launch {
 		// Finish the capsule even when the run was interrupted: the command ran.
 		relist := watchedRelist(watch, bs.entries, rt)
+		releaseWatch()
 		as, err = lst.takeAfter(context.WithoutCancel(ctx), bs.entries, beforeTaken, relist)
 		if errors.Is(err, errRelist) {
 			rt.AfterListing = "full: " + err.Error()
@@ -655,6 +672,21 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 			return nil, dir, err
 		}
 		verified[b.SHA256] = true
+	}
+	// The stat cache is written while the capsule is finished and sealed
+	// (an optimisation: failure only costs hashing next time; it records
+	// what the listings saw, whether or not the capsule seals). Run waits
+	// for it before returning.
+	if launch && incomplete == "" {
+		saved := make(chan struct{})
+		go func() {
+			defer close(saved)
+			_ = saveStatCache(state, key, baseSum, baseTaken, beforeTaken, cacheFiles(bs, as, newBase), store)
+			if newBase {
+				pruneBases(state, baseSum)
+			}
+		}()
+		defer func() { <-saved }()
 	}
 	for i := range changes {
 		c := &changes[i]
@@ -748,13 +780,6 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 	}
 	if err := seal(w, id); err != nil {
 		return nil, dir, err
-	}
-	if launch && incomplete == "" {
-		// An optimisation: failure only costs hashing next time.
-		_ = saveStatCache(state, key, baseSum, baseTaken, beforeTaken, cacheFiles(bs, as, newBase), store)
-		if newBase {
-			pruneBases(state, baseSum)
-		}
 	}
 	return res, dir, nil
 }
