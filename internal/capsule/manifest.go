@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"time"
@@ -120,7 +121,10 @@ func newLister(root string, store *objectStore) *lister {
 // order; a directory prune (nil: none) reports is listed Skipped and not
 // descended.
 func (l *lister) list(ctx context.Context, prune func(rel string) bool) ([]scan.Stat, error) {
-	st, err := scan.List(ctx, l.root, scan.ListOptions{Skip: func(rel string, isDir bool) bool {
+	// Twice as many workers as processors: a worker whose system call
+	// outlasts the scheduler's patience loses its processor to another
+	// (git status lists with up to 20 threads).
+	st, err := scan.List(ctx, l.root, scan.ListOptions{Workers: 2 * runtime.GOMAXPROCS(0), Skip: func(rel string, isDir bool) bool {
 		return rel == StateDir || (isDir && prune != nil && prune(rel))
 	}})
 	if err != nil {
