@@ -195,17 +195,7 @@ func (w *writer) barrier(extra ...func() error) error {
 		fns = append(fns, func() error { return fsutil.SyncDir(filepath.Join(w.dir, DirBackups)) })
 	}
 	fns = append(fns, func() error { return fsutil.SyncDir(w.dir) })
-	errs := make([]error, len(fns))
-	var wg sync.WaitGroup
-	for i, fn := range fns {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = fn()
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	if err := runAll(fns); err != nil {
 		return err
 	}
 	w.unsynced = w.unsynced[:0]
@@ -772,9 +762,6 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 	if err := w.event("run_finished", map[string]any{"status": res.Status, "safety_outcome": string(outcome), "changes": len(changes)}); err != nil {
 		return nil, dir, err
 	}
-	if err := w.barrier(); err != nil {
-		return nil, dir, err
-	}
 	if err := sameDir(dirf, dir); err != nil {
 		return nil, dir, err
 	}
@@ -911,7 +898,11 @@ func linkBackup(store *objectStore, dir, sum string, w *writer) error {
 
 // seal writes integrity.json (no-replace) over everything w wrote: the seal
 // covers the bytes agentdiff produced, so later or concurrent mutation shows
-// up in verify.
+// up in verify. Its bytes go to a temporary file that the same barrier as the
+// files it covers makes durable (one round of concurrent fsyncs); then it is
+// linked under its name and the directory synced. A durable integrity.json
+// therefore still implies durable contents, in two rounds of fsyncs instead
+// of three (barrier, seal file, directory).
 func seal(w *writer, id string) error {
 	files := make([]fileSum, 0, len(w.sums)+1)
 	for _, s := range w.sums {
@@ -925,5 +916,27 @@ func seal(w *writer, id string) error {
 	if err != nil {
 		return err
 	}
-	return fsutil.WriteNew(filepath.Join(w.dir, FileIntegrity), append(b, '\n'), fsutil.FileMode)
+	tmp, err := os.CreateTemp(w.dir, fsutil.TempPrefix+"integrity-")
+	if err != nil {
+		return fmt.Errorf("seal: %w", err)
+	}
+	name := tmp.Name()
+	defer os.Remove(name)
+	_, err = tmp.Write(append(b, '\n'))
+	if err == nil {
+		err = w.barrier(tmp.Sync)
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("seal: %w", err)
+	}
+	if err := os.Link(name, filepath.Join(w.dir, FileIntegrity)); err != nil {
+		return fmt.Errorf("seal: install %s: %w", FileIntegrity, err)
+	}
+	if err := os.Remove(name); err != nil {
+		return fmt.Errorf("seal: remove temporary file: %w", err)
+	}
+	return fsutil.SyncDir(w.dir)
 }
