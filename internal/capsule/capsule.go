@@ -932,6 +932,7 @@ func seal(w *writer, id string) error {
 	if err != nil {
 		return fmt.Errorf("seal: %w", err)
 	}
+	failpointOf(RunFailpointEnv, "seal-synced")
 	if err := os.Link(name, filepath.Join(w.dir, FileIntegrity)); err != nil {
 		return fmt.Errorf("seal: install %s: %w", FileIntegrity, err)
 	}
