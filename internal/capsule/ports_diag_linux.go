@@ -23,7 +23,7 @@ func listeningSocketsDiag() ([]listeningSocket, error) {
 	}
 	defer unix.Close(fd)
 	var out []listeningSocket
-	buf := make([]byte, 32<<10)
+	buf := make([]byte, 64<<10) // the kernel's dump messages are at most 32 KB
 	for i, fam := range []struct {
 		af   uint8
 		name string
@@ -69,12 +69,17 @@ func readDiag(fd int, buf []byte, seq uint32, af uint8, fam string) ([]listening
 	var out []listeningSocket
 	ne := binary.NativeEndian
 	for {
-		n, _, err := unix.Recvfrom(fd, buf, 0)
+		// MSG_TRUNC: n is the datagram's real length, so a dump message
+		// larger than buf is refused rather than silently cut short.
+		n, _, err := unix.Recvfrom(fd, buf, unix.MSG_TRUNC)
 		if err == unix.EINTR {
 			continue
 		}
 		if err != nil {
 			return nil, fmt.Errorf("sock_diag: %w", err)
+		}
+		if n > len(buf) {
+			return nil, fmt.Errorf("sock_diag: a %d-byte message does not fit the %d-byte buffer", n, len(buf))
 		}
 		b := buf[:n]
 		for len(b) >= nlmsgHdrLen {
