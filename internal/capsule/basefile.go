@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"unsafe"
 
 	"github.com/agentscm/agentscm/internal/fsutil"
 	"golang.org/x/sys/unix"
@@ -116,13 +117,16 @@ func cutField(b []byte) ([]byte, []byte, bool) {
 }
 
 // cutQuoted parses a quoted string at the start of b.
-func cutQuoted(b []byte) (string, []byte, error) {
+func cutQuoted(b []byte) (string, []byte, error) { return cutQuotedIn(b, nil) }
+
+// cutQuotedIn is cutQuoted taking a plain string from arena.
+func cutQuotedIn(b []byte, arena *strArena) (string, []byte, error) {
 	if len(b) < 2 || b[0] != '"' {
 		return "", nil, errBadLine
 	}
 	// Fast path: no escapes up to the closing quote.
 	if i := bytes.IndexByte(b[1:], '"'); i >= 0 && bytes.IndexByte(b[1:1+i], '\\') < 0 {
-		return string(b[1 : 1+i]), b[2+i:], nil
+		return arena.str(b[1 : 1+i]), b[2+i:], nil
 	}
 	q, err := strconv.QuotedPrefix(string(b))
 	if err != nil {
@@ -175,9 +179,38 @@ type internedMode struct {
 	bits fs.FileMode
 }
 
+// strArena hands out strings carved from large byte blocks: one allocation
+// per block instead of one per string (a base line holds two), in memory the
+// collector does not scan. A block's bytes are never written again once a
+// string refers to them. The zero value is ready; nil allocates normally.
+type strArena struct{ buf []byte }
+
+const arenaBlock = 256 << 10
+
+func (a *strArena) str(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	if a == nil || len(b) > arenaBlock/16 {
+		return string(b)
+	}
+	if cap(a.buf)-len(a.buf) < len(b) {
+		a.buf = make([]byte, 0, arenaBlock)
+	}
+	n := len(a.buf)
+	a.buf = append(a.buf, b...)
+	return unsafe.String(&a.buf[n], len(b))
+}
+
 // parseEntryLine parses one base line (without its newline). modes interns
 // the mode strings.
 func parseEntryLine(line []byte, modes map[string]internedMode) (ManifestEntry, error) {
+	return parseEntryLineIn(line, modes, nil)
+}
+
+// parseEntryLineIn is parseEntryLine with the path and hash strings taken
+// from arena.
+func parseEntryLineIn(line []byte, modes map[string]internedMode, arena *strArena) (ManifestEntry, error) {
 	var e ManifestEntry
 	if len(line) < 2 || line[1] != ' ' {
 		return e, errBadLine
@@ -233,9 +266,9 @@ func parseEntryLine(line []byte, modes map[string]internedMode) (ManifestEntry, 
 		if !validSumBytes(f) {
 			return e, errBadLine
 		}
-		e.SHA256 = string(f)
+		e.SHA256 = arena.str(f)
 	}
-	p, rest, err := cutQuoted(rest)
+	p, rest, err := cutQuotedIn(rest, arena)
 	if err != nil {
 		return e, err
 	}
@@ -260,7 +293,31 @@ func parseEntryLine(line []byte, modes map[string]internedMode) (ManifestEntry, 
 
 // readBase parses a base manifest from r. When wantSum is set the content
 // must hash to it.
-func readBase(r io.Reader, wantSum string) ([]ManifestEntry, error) {
+func readBase(r io.Reader, wantSum string) ([]ManifestEntry, error) { return readBaseN(r, wantSum, 0) }
+
+// countLines counts the newlines of the first size bytes of f (a base file
+// before it is parsed, so the entries are allocated once: growing a slice of
+// 100,000 entries copies about 30 MB and leaves as much garbage).
+func countLines(f io.ReaderAt, size int64) (int, error) {
+	buf := make([]byte, 256<<10)
+	n := 0
+	for off := int64(0); off < size; {
+		k, err := f.ReadAt(buf[:min(int64(len(buf)), size-off)], off)
+		n += bytes.Count(buf[:k], []byte{'\n'})
+		off += int64(k)
+		if err != nil {
+			if err == io.EOF {
+				break
+			}
+			return 0, err
+		}
+	}
+	return n, nil
+}
+
+// readBaseN is readBase with room for lines entries (a hint: more are
+// accepted) and the strings of the entries carved from a few large blocks.
+func readBaseN(r io.Reader, wantSum string, lines int) ([]ManifestEntry, error) {
 	h := sha256.New()
 	src := io.LimitReader(r, maxBaseSize+1)
 	if wantSum != "" {
@@ -272,7 +329,8 @@ func readBase(r io.Reader, wantSum string) ([]ManifestEntry, error) {
 		return nil, errors.New("base manifest: bad header")
 	}
 	modes := map[string]internedMode{}
-	var out []ManifestEntry
+	out := make([]ManifestEntry, 0, min(max(lines-1, 0), maxBaseSize/32))
+	arena := &strArena{}
 	var total int64 = int64(len(head))
 	for {
 		line, err := br.ReadSlice('\n')
@@ -289,7 +347,7 @@ func readBase(r io.Reader, wantSum string) ([]ManifestEntry, error) {
 		if total > maxBaseSize {
 			return nil, errors.New("base manifest too large")
 		}
-		e, err := parseEntryLine(line[:len(line)-1], modes)
+		e, err := parseEntryLineIn(line[:len(line)-1], modes, arena)
 		if err != nil {
 			return nil, fmt.Errorf("base manifest line %d: %w", len(out)+2, err)
 		}
@@ -401,10 +459,19 @@ func validSumBytes(b []byte) bool {
 	if len(b) != 64 {
 		return false
 	}
+	var bad byte
 	for _, c := range b {
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
+		bad |= notLowerHex[c]
+	}
+	return bad == 0
+}
+
+// notLowerHex is 1 for every byte that is not 0-9 or a-f.
+var notLowerHex = func() (t [256]byte) {
+	for i := range t {
+		if !(i >= '0' && i <= '9' || i >= 'a' && i <= 'f') {
+			t[i] = 1
 		}
 	}
-	return true
-}
+	return t
+}()

@@ -195,17 +195,7 @@ func (w *writer) barrier(extra ...func() error) error {
 		fns = append(fns, func() error { return fsutil.SyncDir(filepath.Join(w.dir, DirBackups)) })
 	}
 	fns = append(fns, func() error { return fsutil.SyncDir(w.dir) })
-	errs := make([]error, len(fns))
-	var wg sync.WaitGroup
-	for i, fn := range fns {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = fn()
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	if err := runAll(fns); err != nil {
 		return err
 	}
 	w.unsynced = w.unsynced[:0]
@@ -539,13 +529,30 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 	phase("write_before")
 
 	portsBefore, perr := listeningPorts()
-	rt.Ports = PortObservation{Source: "/proc/net/tcp,/proc/net/tcp6", Before: portsBefore,
+	rt.Ports = PortObservation{Source: "NETLINK_SOCK_DIAG (TCP_LISTEN), else /proc/net/tcp,/proc/net/tcp6", Before: portsBefore,
 		Caveats: "machine-wide observation of listening TCP sockets before, every 100 ms while the command runs, once before its process group is cleaned up, and after: not causal attribution (group_listeners are the sockets a process of the group held open); a socket opened and closed between two samples is not seen"}
 	if perr != nil {
 		rt.Ports.Error = perr.Error()
 	}
 
 	var watch *dirWatch
+	// The inotify instance is closed in the background once drained (the
+	// kernel removes a watch per directory, 1,101 on the benchmark tree);
+	// Run waits for it before returning.
+	var watchReleased chan struct{}
+	releaseWatch := func() {
+		if watch != nil && watchReleased == nil {
+			done := make(chan struct{})
+			watchReleased = done
+			go func(dw *dirWatch) { dw.close(); close(done) }(watch)
+		}
+	}
+	defer func() {
+		releaseWatch()
+		if watchReleased != nil {
+			<-watchReleased
+		}
+	}()
 	if launch {
 		if o.FullListing {
 			rt.AfterListing = "full: --full-listing"
@@ -556,7 +563,6 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 			if r.err != nil {
 				rt.AfterListing = "full: " + r.err.Error()
 			}
-			defer watch.close()
 		}
 		phase("watch")
 		w.event("command_started", map[string]any{"argv": redArgv})
@@ -612,6 +618,7 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 	if launch {
 		// Finish the capsule even when the run was interrupted: the command ran.
 		relist := watchedRelist(watch, bs.entries, rt)
+		releaseWatch()
 		as, err = lst.takeAfter(context.WithoutCancel(ctx), bs.entries, beforeTaken, relist)
 		if errors.Is(err, errRelist) {
 			rt.AfterListing = "full: " + err.Error()
@@ -655,6 +662,21 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 			return nil, dir, err
 		}
 		verified[b.SHA256] = true
+	}
+	// The stat cache is written while the capsule is finished and sealed
+	// (an optimisation: failure only costs hashing next time; it records
+	// what the listings saw, whether or not the capsule seals). Run waits
+	// for it before returning.
+	if launch && incomplete == "" {
+		saved := make(chan struct{})
+		go func() {
+			defer close(saved)
+			_ = saveStatCache(state, key, baseSum, baseTaken, beforeTaken, cacheFiles(bs, as, newBase), store)
+			if newBase {
+				pruneBases(state, baseSum)
+			}
+		}()
+		defer func() { <-saved }()
 	}
 	for i := range changes {
 		c := &changes[i]
@@ -740,21 +762,11 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 	if err := w.event("run_finished", map[string]any{"status": res.Status, "safety_outcome": string(outcome), "changes": len(changes)}); err != nil {
 		return nil, dir, err
 	}
-	if err := w.barrier(); err != nil {
-		return nil, dir, err
-	}
 	if err := sameDir(dirf, dir); err != nil {
 		return nil, dir, err
 	}
 	if err := seal(w, id); err != nil {
 		return nil, dir, err
-	}
-	if launch && incomplete == "" {
-		// An optimisation: failure only costs hashing next time.
-		_ = saveStatCache(state, key, baseSum, baseTaken, beforeTaken, cacheFiles(bs, as, newBase), store)
-		if newBase {
-			pruneBases(state, baseSum)
-		}
 	}
 	return res, dir, nil
 }
@@ -886,7 +898,11 @@ func linkBackup(store *objectStore, dir, sum string, w *writer) error {
 
 // seal writes integrity.json (no-replace) over everything w wrote: the seal
 // covers the bytes agentdiff produced, so later or concurrent mutation shows
-// up in verify.
+// up in verify. Its bytes go to a temporary file that the same barrier as the
+// files it covers makes durable (one round of concurrent fsyncs); then it is
+// linked under its name and the directory synced. A durable integrity.json
+// therefore still implies durable contents, in two rounds of fsyncs instead
+// of three (barrier, seal file, directory).
 func seal(w *writer, id string) error {
 	files := make([]fileSum, 0, len(w.sums)+1)
 	for _, s := range w.sums {
@@ -900,5 +916,28 @@ func seal(w *writer, id string) error {
 	if err != nil {
 		return err
 	}
-	return fsutil.WriteNew(filepath.Join(w.dir, FileIntegrity), append(b, '\n'), fsutil.FileMode)
+	tmp, err := os.CreateTemp(w.dir, fsutil.TempPrefix+"integrity-")
+	if err != nil {
+		return fmt.Errorf("seal: %w", err)
+	}
+	name := tmp.Name()
+	defer os.Remove(name)
+	_, err = tmp.Write(append(b, '\n'))
+	if err == nil {
+		err = w.barrier(tmp.Sync)
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("seal: %w", err)
+	}
+	failpointOf(RunFailpointEnv, "seal-synced")
+	if err := os.Link(name, filepath.Join(w.dir, FileIntegrity)); err != nil {
+		return fmt.Errorf("seal: install %s: %w", FileIntegrity, err)
+	}
+	if err := os.Remove(name); err != nil {
+		return fmt.Errorf("seal: remove temporary file: %w", err)
+	}
+	return fsutil.SyncDir(w.dir)
 }

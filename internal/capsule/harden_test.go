@@ -57,6 +57,9 @@ func TestSymlinkedRunsRefused(t *testing.T) {
 // rollbackHelperEnv makes the test binary a rollback process (see TestMain).
 const rollbackHelperEnv = "AGENTDIFF_TEST_ROLLBACK_HELPER"
 
+// runHelperEnv makes the test binary a run process on the named root.
+const runHelperEnv = "AGENTDIFF_TEST_RUN_HELPER"
+
 // listenHelperEnv makes the test binary a TCP listener that writes its
 // address to the named file and then waits to be killed.
 const listenHelperEnv = "AGENTDIFF_TEST_LISTEN_HELPER"
@@ -70,6 +73,14 @@ func TestMain(m *testing.M) {
 		os.WriteFile(p+".tmp", []byte(l.Addr().String()), 0o600)
 		os.Rename(p+".tmp", p)
 		select {}
+	}
+	if root := os.Getenv(runHelperEnv); root != "" {
+		_, _, err := Run(context.Background(), RunOptions{Root: root, Policy: allowAll(), Argv: []string{"sh", "-c", "echo crash >> a.txt"}, Env: os.Environ(), KeyDir: root + ".key"})
+		if err != nil {
+			os.Stderr.WriteString(err.Error() + "\n")
+			os.Exit(3)
+		}
+		os.Exit(0)
 	}
 	if v := os.Getenv(rollbackHelperEnv); v != "" {
 		root, id, _ := strings.Cut(v, "\n")
@@ -225,4 +236,35 @@ func TestParseProcNetInodes(t *testing.T) {
 	if err != nil || len(ls) != 1 || ls[0].addr != "tcp4 127.0.0.1:8080" || ls[0].inode != 4242 {
 		t.Fatalf("%+v %v", ls, err)
 	}
+}
+
+// A run killed after its capsule files and the seal's temporary file are
+// durable but before the seal is linked leaves an unsealed capsule that
+// verify refuses (never "ok"), holds no lock, and the next run seals.
+func TestRunKilledBeforeSealLinked(t *testing.T) {
+	root := project(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), runHelperEnv+"="+root, RunFailpointEnv+"=seal-synced")
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("run at failpoint seal-synced: %v\n%s", err, out)
+	}
+	runs, err := os.ReadDir(filepath.Join(root, StateDir, "runs"))
+	if err != nil || len(runs) != 1 {
+		t.Fatalf("runs: %v %v", runs, err)
+	}
+	dir := filepath.Join(root, StateDir, "runs", runs[0].Name())
+	if _, err := os.Lstat(filepath.Join(dir, FileIntegrity)); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("integrity.json after a kill before the link: %v", err)
+	}
+	rep, err := Verify(context.Background(), dir, runs[0].Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.OK || !slices.ContainsFunc(rep.Problems, func(p string) bool { return strings.Contains(p, "not sealed") }) {
+		t.Fatalf("verify of the unsealed capsule: %+v", rep)
+	}
+	next := runIn(t, root, allowAll(), 0, "echo again >> a.txt")
+	verifyOK(t, next.dir)
 }

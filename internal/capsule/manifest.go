@@ -10,8 +10,10 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -120,7 +122,10 @@ func newLister(root string, store *objectStore) *lister {
 // order; a directory prune (nil: none) reports is listed Skipped and not
 // descended.
 func (l *lister) list(ctx context.Context, prune func(rel string) bool) ([]scan.Stat, error) {
-	st, err := scan.List(ctx, l.root, scan.ListOptions{Skip: func(rel string, isDir bool) bool {
+	// Twice as many workers as processors: a worker whose system call
+	// outlasts the scheduler's patience loses its processor to another
+	// (git status lists with up to 20 threads).
+	st, err := scan.List(ctx, l.root, scan.ListOptions{Workers: 2 * runtime.GOMAXPROCS(0), Skip: func(rel string, isDir bool) bool {
 		return rel == StateDir || (isDir && prune != nil && prune(rel))
 	}})
 	if err != nil {
@@ -581,25 +586,48 @@ func (s *objectStore) sync() error {
 		}
 		return nil
 	}
+	// The objects, their subdirectories and the store directory are synced
+	// at once (one round instead of three in a row): the barrier that calls
+	// this returns, and the command is launched, only when all are durable.
+	// A crash in between can leave an object's name durable before its
+	// content; every object is re-hashed before it becomes a backup, and a
+	// corrupt one is removed (see verify and drop).
+	fns := []func() error{func() error { return fsutil.SyncDir(s.dir) }}
 	dirs := map[string]bool{}
 	for _, p := range s.written {
-		f, err := os.Open(p)
-		if err != nil {
-			return err
+		fns = append(fns, func() error {
+			f, err := os.Open(p)
+			if err != nil {
+				return err
+			}
+			err = f.Sync()
+			f.Close()
+			if err != nil {
+				return fmt.Errorf("sync object: %w", err)
+			}
+			return nil
+		})
+		if d := filepath.Dir(p); !dirs[d] {
+			dirs[d] = true
+			fns = append(fns, func() error { return fsutil.SyncDir(d) })
 		}
-		err = f.Sync()
-		f.Close()
-		if err != nil {
-			return fmt.Errorf("sync object: %w", err)
-		}
-		dirs[filepath.Dir(p)] = true
 	}
-	for d := range dirs {
-		if err := fsutil.SyncDir(d); err != nil {
-			return err
-		}
+	return runAll(fns)
+}
+
+// runAll runs fns at once and returns their errors joined.
+func runAll(fns []func() error) error {
+	errs := make([]error, len(fns))
+	var wg sync.WaitGroup
+	for i, fn := range fns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = fn()
+		}()
 	}
-	return fsutil.SyncDir(s.dir)
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // verify re-hashes object sum (no-follow) and reports whether it matches.

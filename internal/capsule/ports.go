@@ -129,8 +129,18 @@ type listeningSocket struct {
 	inode uint64
 }
 
-// listeningSockets reads /proc/net/tcp and /proc/net/tcp6 with socket inodes.
+// listeningSockets returns the listening TCP sockets with their inodes, from
+// NETLINK_SOCK_DIAG, else (no netlink, e.g. a seccomp filter) from
+// /proc/net/tcp and /proc/net/tcp6.
 func listeningSockets() ([]listeningSocket, error) {
+	if ls, err := listeningSocketsDiag(); err == nil {
+		return ls, nil
+	}
+	return listeningSocketsProc()
+}
+
+// listeningSocketsProc reads /proc/net/tcp and /proc/net/tcp6 with socket inodes.
+func listeningSocketsProc() ([]listeningSocket, error) {
 	var out []listeningSocket
 	var errs []error
 	for _, f := range []struct{ path, fam string }{{"/proc/net/tcp", "tcp4"}, {"/proc/net/tcp6", "tcp6"}} {

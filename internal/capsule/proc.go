@@ -239,6 +239,9 @@ func groupMembers(pgid, self int) []Descendant { return scanGroup(pgid, self, tr
 // scanGroup lists the live processes of group pgid except self; with reap set
 // it reaps the group's zombies that are agentdiff's children.
 func scanGroup(pgid, self int, reap bool) []Descendant {
+	if groupGone(pgid) {
+		return nil
+	}
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
@@ -281,6 +284,14 @@ func scanGroup(pgid, self int, reap bool) []Descendant {
 	}
 	return out
 }
+
+// groupGone reports whether no process (zombies included) is left in group
+// pgid: kill(-pgid, 0) fails with ESRCH. It spares the /proc scans of the
+// process-group cleanup in the common case of a command that left nothing
+// behind (five scans of every process on the machine, a read of
+// /proc/PID/stat each). Any other answer (a member exists, or one we may not
+// signal) means scanning.
+func groupGone(pgid int) bool { return pgid > 0 && unix.Kill(-pgid, 0) == unix.ESRCH }
 
 // listeningPorts reads /proc/net/tcp and /proc/net/tcp6 and returns the
 // listening sockets as "tcp4 127.0.0.1:8080" / "tcp6 [::1]:8080", sorted.

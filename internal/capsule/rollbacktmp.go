@@ -20,9 +20,18 @@ import (
 // of the attempt is recorded yet).
 const RollbackFailpointEnv = "AGENTDIFF_ROLLBACK_FAILPOINT"
 
+// RunFailpointEnv names an injected crash point of run (tests), like
+// RollbackFailpointEnv. Points: seal-synced (every capsule file and the
+// seal's temporary file are durable, the seal is not yet linked under its
+// name).
+const RunFailpointEnv = "AGENTDIFF_RUN_FAILPOINT"
+
 // failpoint kills the process when RollbackFailpointEnv names point.
-func failpoint(point string) {
-	if os.Getenv(RollbackFailpointEnv) == point {
+func failpoint(point string) { failpointOf(RollbackFailpointEnv, point) }
+
+// failpointOf kills the process when the variable env names point.
+func failpointOf(env, point string) {
+	if os.Getenv(env) == point {
 		_ = unix.Kill(os.Getpid(), unix.SIGKILL)
 		select {} // the signal is delivered before this returns
 	}

@@ -209,7 +209,13 @@ func loadStatCache(state string, key []byte) *statCache {
 	if statIDOf(&st) == c.baseStat {
 		want = "" // unchanged since agentdiff wrote and hashed it
 	}
-	c.base, err = readBase(bf, want)
+	lines, err := countLines(bf, st.Size)
+	if err != nil {
+		return nil
+	}
+	// (A valid line has at least 24 bytes: a hostile file of newlines
+	// allocates no more than a valid one of its size.)
+	c.base, err = readBaseN(bf, want, min(lines, int(st.Size/24)))
 	if err != nil {
 		return nil
 	}
