@@ -80,6 +80,9 @@ type Increment struct {
 	// Warning, when set, says why this increment is a full one although
 	// earlier increments exist (a damaged capture state).
 	Warning string
+	// Watched: the watcher vouched for every existing root, so the capture
+	// listed only the directories it reported changed.
+	Watched bool
 }
 
 // Layout inside the changelog directory.

@@ -2,6 +2,7 @@ package watch
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -212,5 +213,109 @@ func TestServerAndClient(t *testing.T) {
 	// No server: an error (the capture walks), never an answer.
 	if _, _, err := (&Client{Dir: dir, Timeout: 200 * time.Millisecond}).Since(context.Background(), []string{root}, next); err == nil {
 		t.Fatal("an answer without a server")
+	}
+}
+
+// serve starts a server on a fresh private directory and waits until it
+// listens.
+func serve(t *testing.T, roots []string, opts ServeOptions) (string, chan error) {
+	t.Helper()
+	dir := privateDir(t)
+	done := make(chan error, 1)
+	up := make(chan struct{})
+	opts.Ready = func() { close(up) }
+	go func() { done <- Serve(context.Background(), dir, roots, opts) }()
+	select {
+	case <-up:
+	case err := <-done:
+		t.Fatal(err)
+	}
+	return dir, done
+}
+
+func TestStatusAndStop(t *testing.T) {
+	root := t.TempDir()
+	mk(t, filepath.Join(root, "a/f"))
+	dir, done := serve(t, []string{root}, ServeOptions{})
+	c := &Client{Dir: dir, Timeout: 3 * time.Second}
+	ctx := context.Background()
+	st, err := c.Status(ctx, []string{root}, "")
+	if err != nil || st.PID != os.Getpid() || st.Roots[0].Vouches || st.Roots[0].Reason == "" {
+		t.Fatalf("status without a token = %+v, %v", st, err)
+	}
+	var tok string
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		next, ch, err := c.Since(ctx, []string{root}, tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ch[0] != nil {
+			tok = next
+			break
+		}
+		tok = next
+		if time.Now().After(deadline) {
+			t.Fatal("never vouched")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	mk(t, filepath.Join(root, "a/g"))
+	// Status does not sync with the kernel's queue: wait for the event.
+	for {
+		st, err = c.Status(ctx, []string{root}, tok)
+		if err != nil || !st.Roots[0].Vouches {
+			t.Fatalf("status = %+v, %v", st, err)
+		}
+		if st.Roots[0].Changed == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status never saw the change: %+v", st)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if st, err := c.Status(ctx, []string{root}, "0123456789abcdef.1"); err != nil || st.Roots[0].Vouches {
+		t.Fatalf("status for another instance's token = %+v, %v", st, err)
+	}
+	pid, err := c.Stop(ctx)
+	if err != nil || pid != os.Getpid() {
+		t.Fatalf("Stop = %d, %v", pid, err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the server did not stop")
+	}
+	if pid, err := c.Stop(ctx); pid != 0 || err != nil {
+		t.Fatalf("Stop without a server = %d, %v", pid, err)
+	}
+	if _, err := c.Status(ctx, []string{root}, tok); !errors.Is(err, ErrNoServer) {
+		t.Fatalf("Status without a server: %v", err)
+	}
+}
+
+// A server whose private directory is removed (a test's temporary
+// directory, a deleted changelog) exits at once, not at its idle time.
+func TestServerExitsWhenItsDirectoryGoes(t *testing.T) {
+	root := t.TempDir()
+	dir, done := serve(t, []string{root}, ServeOptions{Idle: time.Hour})
+	start := time.Now()
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Errorf("exited after %v", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the server outlived its directory")
 	}
 }
