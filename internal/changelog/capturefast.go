@@ -84,8 +84,8 @@ func (c *Changelog) captureFast(ctx context.Context, req CaptureRequest) (_ *Inc
 			}
 		}
 	}
-	if err := c.quarantineOrphans(st); err != nil {
-		return nil, true, err
+	if _, ok, err := c.behind(st); err != nil || ok {
+		return nil, false, nil // the full path says why
 	}
 	if req.Position >= 0 && (req.Position <= st.LastPosition || req.Position > 999999) {
 		return nil, true, fmt.Errorf("%w: position %d, last stored %d", ErrPosition, req.Position, st.LastPosition)
