@@ -575,4 +575,3 @@ func TestFailedWriteLeavesWritesToNextIncrement(t *testing.T) {
 		t.Errorf("increment 2 does not carry the failed capture's writes: %s", j)
 	}
 }
-
