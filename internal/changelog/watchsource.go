@@ -21,9 +21,6 @@ const WatchDir = "watch"
 // watcher off ("0"); the watcher is on by default (see HookWatch).
 const WatchEnv = "AGENTSCM_CHANGELOG_WATCH"
 
-// maxSocketPath bounds the socket's path (sun_path holds 104-108 bytes).
-const maxSocketPath = 100
-
 // WatchSource is a ChangeSource backed by the watch server (internal/watch)
 // of the changelog directory dir, reached over dir/watch/sock and started
 // on demand with command (the roots are appended), detached. When no
@@ -69,9 +66,6 @@ func HookWatch(getenv func(string) string, agentscm string) func(dir string) Cha
 type watchSource struct{ c *watch.Client }
 
 func (w *watchSource) Since(ctx context.Context, roots []string, since string) (string, []*Hint, error) {
-	if len(filepath.Join(w.c.Dir, watch.SocketName)) > maxSocketPath {
-		return "", nil, errors.New("watch: the changelog directory's path is too long for a Unix socket")
-	}
 	tok, ch, err := w.c.Since(ctx, roots, since)
 	if err != nil {
 		return "", nil, err

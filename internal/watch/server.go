@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -110,7 +111,12 @@ func Serve(ctx context.Context, dir string, roots []string, opts ServeOptions) e
 	if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("watch: %w", err)
 	}
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	addr, closeAddr, err := socketAddr(dir)
+	if err != nil {
+		return err
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: addr, Net: "unix"})
+	closeAddr()
 	if err != nil {
 		return fmt.Errorf("watch: listen: %w", err)
 	}
@@ -225,6 +231,26 @@ type Client struct {
 	Timeout time.Duration
 }
 
+// maxSocketPath bounds a socket path given to bind or connect (sun_path
+// holds 104-108 bytes).
+const maxSocketPath = 100
+
+// socketAddr is the address of dir's socket: its path, or, when that is too
+// long for sun_path, a short path through an open descriptor of dir
+// (/proc/self/fd/N/sock, Linux); done closes that descriptor once the
+// socket is bound or connected.
+func socketAddr(dir string) (addr string, done func(), _ error) {
+	sock := filepath.Join(dir, SocketName)
+	if len(sock) <= maxSocketPath {
+		return sock, func() {}, nil
+	}
+	fd, err := openDirPath(dir)
+	if err != nil {
+		return "", nil, fmt.Errorf("watch: the socket path %s is too long and %w", sock, err)
+	}
+	return "/proc/self/fd/" + strconv.Itoa(fd) + "/" + SocketName, func() { syscall.Close(fd) }, nil
+}
+
 // ErrNoServer reports that no server answers on the directory's socket.
 var ErrNoServer = errors.New("watch: no server")
 
@@ -252,8 +278,13 @@ func (c *Client) call(ctx context.Context, req request, create bool) (*response,
 	if fi, err := os.Lstat(sock); err == nil && fi.Mode()&os.ModeSocket == 0 {
 		return nil, fmt.Errorf("watch: %s is not a socket", sock)
 	}
+	addr, closeAddr, err := socketAddr(c.Dir)
+	if err != nil {
+		return nil, err
+	}
 	var d net.Dialer
-	conn, err := d.DialContext(ctx, "unix", sock)
+	conn, err := d.DialContext(ctx, "unix", addr)
+	closeAddr()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNoServer, err)
 	}
@@ -328,6 +359,8 @@ func (c *Client) Stop(ctx context.Context) (int, error) {
 	for {
 		if err := syscall.Flock(int(lk.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err == nil {
 			syscall.Flock(int(lk.Fd()), syscall.LOCK_UN)
+			// The next Since may start a new server at once.
+			_ = os.Remove(filepath.Join(c.Dir, spawnName))
 			return resp.PID, nil
 		}
 		select {

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -318,4 +320,38 @@ func TestServerExitsWhenItsDirectoryGoes(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the server outlived its directory")
 	}
+}
+
+// A private directory whose socket path is too long for sun_path is
+// reached through a short /proc/self/fd path (Linux).
+func TestLongSocketPath(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("linux only")
+	}
+	dir := filepath.Join(t.TempDir(), strings.Repeat("d", 60), strings.Repeat("e", 60))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	up := make(chan struct{})
+	go func() { done <- Serve(ctx, dir, []string{root}, ServeOptions{Ready: func() { close(up) }}) }()
+	select {
+	case <-up:
+	case err := <-done:
+		t.Fatal(err)
+	}
+	c := &Client{Dir: dir, Timeout: 3 * time.Second}
+	if _, err := c.Status(ctx, []string{root}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(filepath.Join(dir, SocketName)); err != nil || fi.Mode()&os.ModeSocket == 0 {
+		t.Fatalf("no socket in the directory: %v", err)
+	}
+	if pid, err := c.Stop(ctx); err != nil || pid == 0 {
+		t.Fatal(pid, err)
+	}
+	<-done
 }
