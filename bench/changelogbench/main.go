@@ -6,9 +6,11 @@
 //
 //   - no watcher: every call lists every directory (the state is read from
 //     disk by a new process: nothing is warm but the page cache);
-//   - watcher: AGENTSCM_CHANGELOG_WATCH=1, a watch server started on demand
-//     by the first incremental call, so the calls after the one that takes
-//     the first token list only what changed.
+//   - watcher: the default (AGENTSCM_CHANGELOG_WATCH unset), a watch server
+//     started on demand by the first incremental call, so the calls after
+//     the one that takes the first token list only what changed;
+//   - `agentscm --version`: the process start of the same binary, the part
+//     of the watcher's hook that is not the capture's.
 //
 // Each subject's wall time and peak RSS (the child's ru_maxrss) are
 // reported, median of -n calls.
@@ -124,7 +126,7 @@ func run(files, n int, keep bool) error {
 	}
 	env := append(os.Environ(), "HOME="+filepath.Join(base, "home"), "XDG_CONFIG_HOME="+filepath.Join(base, "config"), "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1")
 	plain := append(env[:len(env):len(env)], "AGENTSCM_CHANGELOG_WATCH=0")
-	watched := append(env[:len(env):len(env)], "AGENTSCM_CHANGELOG_WATCH=1")
+	watched := append(env[:len(env):len(env)], "AGENTSCM_CHANGELOG_WATCH=") // the default: on
 	repos := []string{filepath.Join(base, "a", "repo"), filepath.Join(base, "b", "repo")}
 	t0 := time.Now()
 	for _, r := range repos {
@@ -183,7 +185,7 @@ func run(files, n int, keep bool) error {
 	if tokenCall, err = hook(repos[1], watched); err != nil {
 		return err
 	}
-	var ours, git, watch []sample
+	var ours, git, watch, start []sample
 	for range n {
 		touch(repos[0])
 		s, err := hook(repos[0], plain)
@@ -201,6 +203,10 @@ func run(files, n int, keep bool) error {
 			return err
 		}
 		watch = append(watch, s)
+		if s, err = timed(exec.Command(bin, "--version")); err != nil {
+			return err
+		}
+		start = append(start, s)
 	}
 	fmt.Printf("changelog hook, whole process, %d files, %d calls each, interleaved (median; per-call ratios in brackets)\n", files, n)
 	fmt.Printf("first (full) increment: %.0f ms / %.0f ms; the watcher's token call (a listing of every directory): %.0f ms\n", ms(first[0].d), ms(first[1].d), ms(tokenCall.d))
@@ -217,6 +223,7 @@ func run(files, n int, keep bool) error {
 	line("hook, no watcher (cold)", ours)
 	line("git status --porcelain (reference)", git)
 	line("hook, watcher (warm)", watch)
+	line("agentscm --version (process start)", start)
 	fmt.Printf("peak RSS ratio to git status: no watcher %.2fx, watcher %.2fx\n", float64(medRSS(ours))/float64(medRSS(git)), float64(medRSS(watch))/float64(medRSS(git)))
 	// Every call stored its own increment.
 	for i, r := range repos {
