@@ -161,7 +161,7 @@ func (c *Changelog) WatchStatus(ctx context.Context, getenv func(string) string)
 	s, err := watchClient(c.dir, nil).Status(ctx, roots, token)
 	switch {
 	case errors.Is(err, watch.ErrNoServer):
-		rep.Reason = "no watch server runs for this changelog (the next tool call's hook starts one; that call and the one after list every directory)"
+		rep.Reason = "no watch server runs for this changelog (the next tool call's hook starts one; that call lists every directory)"
 	case err != nil:
 		rep.Reason = err.Error()
 	default:

@@ -138,6 +138,10 @@ func Serve(ctx context.Context, dir string, roots []string, opts ServeOptions) e
 		if _, _, err := t.Since(ctx, roots, ""); err != nil {
 			return err
 		}
+		// Answer the hook that started this server only once the roots
+		// are watched (bounded), so the token it gets already vouches
+		// for the next call.
+		waitWatched(ctx, t, roots, 5*time.Second)
 	}
 	if opts.Ready != nil {
 		opts.Ready()
@@ -173,6 +177,24 @@ func Serve(ctx context.Context, dir string, roots []string, opts ServeOptions) e
 			return fmt.Errorf("watch: accept: %w", err)
 		}
 		go handle(ctx, t, conn, started, cancel)
+	}
+}
+
+// waitWatched waits until every root's watches are set up (or the root
+// cannot be watched, or is missing), at most d.
+func waitWatched(ctx context.Context, t *Tracker, roots []string, d time.Duration) {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		done := true
+		for _, r := range roots {
+			if watching, ready, err := t.Status(r); watching && !ready && err == nil {
+				done = false
+			}
+		}
+		if done {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -256,12 +278,15 @@ var ErrNoServer = errors.New("watch: no server")
 
 // call sends one request and reads the answer within the client's bound.
 // create makes a missing directory.
-func (c *Client) call(ctx context.Context, req request, create bool) (*response, error) {
-	timeout := c.Timeout
-	if timeout <= 0 {
-		timeout = 500 * time.Millisecond
+func (c *Client) timeout() time.Duration {
+	if c.Timeout <= 0 {
+		return 500 * time.Millisecond
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	return c.Timeout
+}
+
+func (c *Client) call(ctx context.Context, req request, create bool) (*response, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout())
 	defer cancel()
 	if _, err := os.Lstat(c.Dir); errors.Is(err, os.ErrNotExist) {
 		if !create {
@@ -315,8 +340,15 @@ func (c *Client) call(ctx context.Context, req request, create bool) (*response,
 // 10 s) and returns an error: the caller walks this time.
 func (c *Client) Since(ctx context.Context, roots []string, token string) (string, []*Changes, error) {
 	resp, err := c.call(ctx, request{Roots: roots, Token: token}, true)
-	if errors.Is(err, ErrNoServer) {
-		c.Start(roots)
+	if errors.Is(err, ErrNoServer) && c.Start(roots) {
+		// Wait (bounded) for the server just started: its first answer,
+		// given once the roots are watched, is the token this call's
+		// listing is stored with, so the next call is watched.
+		deadline := time.Now().Add(c.timeout())
+		for errors.Is(err, ErrNoServer) && time.Now().Before(deadline) && ctx.Err() == nil {
+			time.Sleep(10 * time.Millisecond)
+			resp, err = c.call(ctx, request{Roots: roots, Token: token}, false)
+		}
 	}
 	if err != nil {
 		return "", nil, err
@@ -372,22 +404,25 @@ func (c *Client) Stop(ctx context.Context) (int, error) {
 }
 
 // Start launches a detached server for roots unless one was started less
-// than 10 s ago (a server already running exits at once: ErrRunning).
-func (c *Client) Start(roots []string) {
+// than 10 s ago (a server already running exits at once: ErrRunning); it
+// reports whether it launched one.
+func (c *Client) Start(roots []string) bool {
 	if len(c.Command) == 0 {
-		return
+		return false
 	}
 	marker := filepath.Join(c.Dir, spawnName)
 	if fi, err := os.Lstat(marker); err == nil && time.Since(fi.ModTime()) < 10*time.Second {
-		return
+		return false
 	}
 	if err := fsutil.WriteAtomic(marker, nil, 0o600); err != nil {
-		return
+		return false
 	}
 	cmd := exec.Command(c.Command[0], append(c.Command[1:], roots...)...)
 	cmd.Dir = "/"
 	cmd.SysProcAttr = detached()
-	if cmd.Start() == nil {
-		_ = cmd.Process.Release()
+	if cmd.Start() != nil {
+		return false
 	}
+	_ = cmd.Process.Release()
+	return true
 }

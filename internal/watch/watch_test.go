@@ -355,3 +355,48 @@ func TestLongSocketPath(t *testing.T) {
 	}
 	<-done
 }
+
+// TestMain lets a test start this test binary as a detached server, as the
+// hook starts agentscm changelog watch-serve: ARGV is DIR ROOT...
+func TestMain(m *testing.M) {
+	if os.Getenv("AGENTSCM_WATCH_TEST_SERVE") == "1" && len(os.Args) > 2 {
+		err := Serve(context.Background(), os.Args[1], os.Args[2:], ServeOptions{Idle: time.Minute})
+		if err != nil && !errors.Is(err, ErrRunning) {
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// The call that finds no server starts one and waits for its first answer,
+// given once the roots are watched: its token already vouches for the
+// next call, so only one call after a (re)start lists everything.
+func TestStartedServerVouchesForTheNextCall(t *testing.T) {
+	t.Setenv("AGENTSCM_WATCH_TEST_SERVE", "1")
+	root := t.TempDir()
+	mk(t, filepath.Join(root, "a/b/f"))
+	dir := privateDir(t)
+	c := &Client{Dir: dir, Command: []string{os.Args[0], dir}, Timeout: 5 * time.Second}
+	ctx := context.Background()
+	t.Cleanup(func() { c.Stop(ctx) })
+	tok, ch, err := c.Since(ctx, []string{root}, "")
+	if err != nil {
+		t.Fatalf("the call that started the server: %v", err)
+	}
+	if ch[0] != nil {
+		t.Fatal("a first call vouched")
+	}
+	mk(t, filepath.Join(root, "a/b/g"))
+	_, ch, err = c.Since(ctx, []string{root}, tok)
+	if err != nil || ch[0] == nil || !slices.Equal(ch[0].Dirs, []string{"a/b"}) {
+		t.Fatalf("the next call: %+v, %v", ch, err)
+	}
+	st, err := c.Status(ctx, []string{root}, tok)
+	if err != nil || st.PID == os.Getpid() || st.PID <= 0 {
+		t.Fatalf("status of the detached server: %+v, %v", st, err)
+	}
+	if pid, err := c.Stop(ctx); err != nil || pid != st.PID {
+		t.Fatalf("Stop = %d, %v", pid, err)
+	}
+}
