@@ -143,6 +143,9 @@ variable `+WatchEnv+`=0 turns the watcher off for every changelog.`)
 	if rf.root == "" || fs.NArg() != 1 {
 		return usagef("want --root ABS and one of on, off, stop")
 	}
+	if a := fs.Arg(0); a != "on" && a != "off" && a != "stop" {
+		return usagef("want one of on, off, stop, not %q", a)
+	}
 	c, err := openChangelog(env, &rf, false)
 	if err != nil {
 		return err
@@ -155,7 +158,7 @@ variable `+WatchEnv+`=0 turns the watcher off for every changelog.`)
 			return err
 		}
 		fmt.Fprintf(env.Stdout, "changelog watcher %s for %s\n", fs.Arg(0), c.Roots()[0].Path)
-	case "stop":
+	default: // stop
 		pid, err := changelog.StopWatch(ctx, c.Dir())
 		if err != nil {
 			return err
@@ -165,8 +168,6 @@ variable `+WatchEnv+`=0 turns the watcher off for every changelog.`)
 		} else {
 			fmt.Fprintf(env.Stdout, "watch server %d stopped\n", pid)
 		}
-	default:
-		return usagef("want one of on, off, stop, not %q", fs.Arg(0))
 	}
 	return nil
 }
