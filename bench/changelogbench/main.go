@@ -6,9 +6,11 @@
 //
 //   - no watcher: every call lists every directory (the state is read from
 //     disk by a new process: nothing is warm but the page cache);
-//   - watcher: AGENTSCM_CHANGELOG_WATCH=1, a watch server started on demand
-//     by the first incremental call, so the calls after the one that takes
-//     the first token list only what changed.
+//   - watcher: the default (AGENTSCM_CHANGELOG_WATCH unset), a watch server
+//     started on demand by the first incremental call, so the calls after
+//     the one that takes the first token list only what changed;
+//   - `agentscm --version`: the process start of the same binary, the part
+//     of the watcher's hook that is not the capture's.
 //
 // Each subject's wall time and peak RSS (the child's ru_maxrss) are
 // reported, median of -n calls.
@@ -124,7 +126,7 @@ func run(files, n int, keep bool) error {
 	}
 	env := append(os.Environ(), "HOME="+filepath.Join(base, "home"), "XDG_CONFIG_HOME="+filepath.Join(base, "config"), "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1")
 	plain := append(env[:len(env):len(env)], "AGENTSCM_CHANGELOG_WATCH=0")
-	watched := append(env[:len(env):len(env)], "AGENTSCM_CHANGELOG_WATCH=1")
+	watched := append(env[:len(env):len(env)], "AGENTSCM_CHANGELOG_WATCH=") // the default: on
 	repos := []string{filepath.Join(base, "a", "repo"), filepath.Join(base, "b", "repo")}
 	t0 := time.Now()
 	for _, r := range repos {
@@ -169,21 +171,18 @@ func run(files, n int, keep bool) error {
 		}
 	}
 	// The watcher's second call (the first that is not a full increment)
-	// starts the server; wait until it has set its watches up and vouches
-	// for a token of its own.
-	touch(repos[1])
-	if _, err := hook(repos[1], watched); err != nil {
-		return err
-	}
-	if err := waitReady(filepath.Join(base, "config"), repos[1]); err != nil {
-		return err
-	}
+	// starts the server, waits for its first answer (given once the roots
+	// are watched) and lists every directory; the calls after it are
+	// watched. waitReady only checks that the server vouches.
 	var tokenCall sample
 	touch(repos[1])
 	if tokenCall, err = hook(repos[1], watched); err != nil {
 		return err
 	}
-	var ours, git, watch []sample
+	if err := waitReady(filepath.Join(base, "config"), repos[1]); err != nil {
+		return err
+	}
+	var ours, git, watch, start []sample
 	for range n {
 		touch(repos[0])
 		s, err := hook(repos[0], plain)
@@ -201,9 +200,13 @@ func run(files, n int, keep bool) error {
 			return err
 		}
 		watch = append(watch, s)
+		if s, err = timed(exec.Command(bin, "--version")); err != nil {
+			return err
+		}
+		start = append(start, s)
 	}
 	fmt.Printf("changelog hook, whole process, %d files, %d calls each, interleaved (median; per-call ratios in brackets)\n", files, n)
-	fmt.Printf("first (full) increment: %.0f ms / %.0f ms; the watcher's token call (a listing of every directory): %.0f ms\n", ms(first[0].d), ms(first[1].d), ms(tokenCall.d))
+	fmt.Printf("first (full) increment: %.0f ms / %.0f ms; the call that starts the watch server (waits for it, lists every directory): %.0f ms\n", ms(first[0].d), ms(first[1].d), ms(tokenCall.d))
 	line := func(name string, s []sample) {
 		fmt.Printf("%-34s p50 %8.1f ms  max %8.1f ms  peak RSS p50 %6.1f MB  ratio to git status %.2fx [", name, ms(med(s).d), ms(maxd(s)), float64(medRSS(s))/1024, float64(med(s).d)/float64(med(git).d))
 		for i := range s {
@@ -217,6 +220,7 @@ func run(files, n int, keep bool) error {
 	line("hook, no watcher (cold)", ours)
 	line("git status --porcelain (reference)", git)
 	line("hook, watcher (warm)", watch)
+	line("agentscm --version (process start)", start)
 	fmt.Printf("peak RSS ratio to git status: no watcher %.2fx, watcher %.2fx\n", float64(medRSS(ours))/float64(medRSS(git)), float64(medRSS(watch))/float64(medRSS(git)))
 	// Every call stored its own increment.
 	for i, r := range repos {
@@ -226,7 +230,7 @@ func run(files, n int, keep bool) error {
 		}
 		want := n + 1
 		if i == 1 {
-			want = n + 3
+			want = n + 2
 		}
 		if c := strings.Count(out, `"position"`); c != want {
 			return fmt.Errorf("%s holds %d increments, want %d", r, c, want)

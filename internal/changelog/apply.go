@@ -78,8 +78,6 @@ func (c *Changelog) Apply(ctx context.Context, req ApplyRequest) (*ApplyResult, 
 		return nil, err
 	}
 	defer lk.Unlock()
-	// Quarantine increments a crash left past the state first: they must
-	// not be replayed.
 	st, err := c.stateForCapture()
 	if err != nil {
 		return nil, err

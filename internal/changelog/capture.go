@@ -76,7 +76,8 @@ func (c *Changelog) Capture(ctx context.Context, req CaptureRequest) (*Increment
 }
 
 // stateForCapture loads the state, falling back to a full capture after the
-// last stored position when the state is corrupt, and quarantines orphans.
+// last stored position when the state is corrupt or behind the stored
+// increments (see behind).
 func (c *Changelog) stateForCapture() (*captureState, error) {
 	st, err := c.loadState()
 	if errors.Is(err, errBadState) {
@@ -91,8 +92,12 @@ func (c *Changelog) stateForCapture() (*captureState, error) {
 	} else if err != nil {
 		return nil, err
 	}
-	if err := c.quarantineOrphans(st); err != nil {
+	last, ok, err := c.behind(st)
+	if err != nil {
 		return nil, err
+	}
+	if ok {
+		st = &captureState{LastPosition: last, reset: fmt.Sprintf("it records position %d but increments up to %d are stored (a crash before the state was written)", st.LastPosition, last)}
 	}
 	return st, nil
 }

@@ -314,7 +314,10 @@ func TestFailedStoreLeavesWritesToNextIncrement(t *testing.T) {
 	}
 }
 
-func TestOrphanIncrementIsQuarantined(t *testing.T) {
+// An increment past the state (a crash lost the state's unsynced journal
+// record, or came before the state advanced) is durable and stays in the
+// sequence; the next capture is a full one, so replaying both is right.
+func TestIncrementPastTheStateIsKept(t *testing.T) {
 	base := t.TempDir()
 	root := filepath.Join(base, "root")
 	writeFile(t, filepath.Join(root, "a"), "a")
@@ -323,24 +326,46 @@ func TestOrphanIncrementIsQuarantined(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustCapture(t, c, 0)
-	// Simulate a crash between storing increment 1 and advancing the state.
+	// Simulate a crash that lost the state's record of increment 1.
 	st, _ := c.loadState()
 	writeFile(t, filepath.Join(root, "b"), "b")
 	mustCapture(t, c, 1)
 	if err := c.saveState(st); err != nil {
 		t.Fatal(err)
 	}
+	os.Remove(filepath.Join(root, "b"))
 	writeFile(t, filepath.Join(root, "c"), "c")
-	mustCapture(t, c, 2)
-	if _, err := os.Stat(c.incrementPath(1)); !os.IsNotExist(err) {
-		t.Errorf("orphan increment 1 still in the sequence")
+	if _, err := c.Capture(context.Background(), CaptureRequest{Position: 1}); !errors.Is(err, ErrPosition) {
+		t.Errorf("capture at the kept position 1: %v, want ErrPosition", err)
 	}
-	names, _ := members(t, c.incrementPath(2))
-	if j := strings.Join(names, " "); !strings.Contains(j, "/b") || !strings.Contains(j, "/c") {
-		t.Errorf("increment 2 does not carry the orphan's writes: %s", j)
+	inc, err := c.Capture(context.Background(), CaptureRequest{Position: -1})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, err := c.Capture(context.Background(), CaptureRequest{Position: 2}); err == nil {
-		t.Errorf("capture at a stored position succeeded")
+	if inc.Position != 2 || inc.Warning == "" || !inc.Meta.Full {
+		t.Errorf("capture after the lost record: position %d, full %v, warning %q; want a full increment 2 with a warning", inc.Position, inc.Meta.Full, inc.Warning)
+	}
+	if _, err := os.Stat(c.incrementPath(1)); err != nil {
+		t.Errorf("increment 1 left the sequence: %v", err)
+	}
+	// Replaying 0..2 gives the tree as captured at 2 (b deleted).
+	os.Remove(filepath.Join(root, "c"))
+	if _, err := c.Apply(context.Background(), ApplyRequest{To: 2, Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]bool{"a": true, "b": false, "c": true} {
+		if _, err := os.Lstat(filepath.Join(root, name)); (err == nil) != want {
+			t.Errorf("after replay to 2: %s exists = %v, want %v", name, err == nil, want)
+		}
+	}
+	// And to 1: b is back, c is not.
+	if _, err := c.Apply(context.Background(), ApplyRequest{To: 1, Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]bool{"a": true, "b": true, "c": false} {
+		if _, err := os.Lstat(filepath.Join(root, name)); (err == nil) != want {
+			t.Errorf("after replay to 1: %s exists = %v, want %v", name, err == nil, want)
+		}
 	}
 }
 
@@ -548,25 +573,5 @@ func TestFailedWriteLeavesWritesToNextIncrement(t *testing.T) {
 	names, _ := members(t, c.incrementPath(2))
 	if j := strings.Join(names, " "); !strings.Contains(j, "root/b") || !strings.Contains(j, "root/c") {
 		t.Errorf("increment 2 does not carry the failed capture's writes: %s", j)
-	}
-}
-
-func TestApplyNeverReplaysAnOrphan(t *testing.T) {
-	base := t.TempDir()
-	root := filepath.Join(base, "root")
-	writeFile(t, filepath.Join(root, "a"), "a")
-	c, err := Open(filepath.Join(base, "cl"), Options{Roots: []Root{{Name: "r", Path: root}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mustCapture(t, c, 0)
-	st, _ := c.loadState()
-	writeFile(t, filepath.Join(root, "b"), "b")
-	mustCapture(t, c, 1)
-	if err := c.saveState(st); err != nil { // a crash before the state advanced
-		t.Fatal(err)
-	}
-	if _, err := c.Apply(context.Background(), ApplyRequest{To: 1}); !errors.Is(err, ErrNoIncrement) {
-		t.Errorf("Apply to an orphaned increment = %v, want ErrNoIncrement", err)
 	}
 }

@@ -84,8 +84,8 @@ func (c *Changelog) captureFast(ctx context.Context, req CaptureRequest) (_ *Inc
 			}
 		}
 	}
-	if err := c.quarantineOrphans(st); err != nil {
-		return nil, true, err
+	if _, ok, err := c.behind(st); err != nil || ok {
+		return nil, false, nil // the full path says why
 	}
 	if req.Position >= 0 && (req.Position <= st.LastPosition || req.Position > 999999) {
 		return nil, true, fmt.Errorf("%w: position %d, last stored %d", ErrPosition, req.Position, st.LastPosition)
@@ -111,7 +111,7 @@ func (c *Changelog) captureFast(ctx context.Context, req CaptureRequest) (_ *Inc
 		}
 	}
 	sc := &walked{st: st, start: c.opts.Now(), mroots: mroots, removed: []string{}, token: token}
-	hinted := 0
+	hinted, listed := 0, 0
 	for i, r := range c.opts.Roots {
 		if !st.Roots[i].Exists {
 			sc.plans = append(sc.plans, &rootPlan{root: r, prefix: sc.mroots[i].Prefix, state: &rootState{Name: r.Name, Path: r.Path}})
@@ -124,6 +124,7 @@ func (c *Changelog) captureFast(ctx context.Context, req CaptureRequest) (_ *Inc
 		if h != nil {
 			hinted++
 		}
+		listed++
 		p, err := c.scanRootFast(ctx, r, st.Roots[i], sc.start, h)
 		if errors.Is(err, errFullPath) || errors.Is(err, errBadState) {
 			return nil, false, nil
@@ -139,6 +140,7 @@ func (c *Changelog) captureFast(ctx context.Context, req CaptureRequest) (_ *Inc
 	if err == nil {
 		c.fastCaptures++
 		c.hintedRoots += hinted
+		inc.Watched = listed > 0 && hinted == listed
 	}
 	return inc, true, err
 }

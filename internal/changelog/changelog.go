@@ -80,6 +80,9 @@ type Increment struct {
 	// Warning, when set, says why this increment is a full one although
 	// earlier increments exist (a damaged capture state).
 	Warning string
+	// Watched: the watcher vouched for every existing root, so the capture
+	// listed only the directories it reported changed.
+	Watched bool
 }
 
 // Layout inside the changelog directory.
@@ -209,25 +212,22 @@ func (c *Changelog) positions() ([]int, error) {
 	return out, nil
 }
 
-// quarantineOrphans moves increments past the state's last position (left
-// by a crash between storing an increment and advancing the state) out of
-// the sequence: their writes are carried by the next increment, and
-// replaying them before it would resurrect what it no longer holds.
-func (c *Changelog) quarantineOrphans(s *captureState) error {
+// behind reports the stored increments past the state's last position: a
+// crash lost the state's last records (the journal is not fsynced, see
+// advanceState) or came between storing an increment and advancing the
+// state. Each such increment is complete and durable (it is linked into
+// place only once fsynced), so it stays in the sequence; the state, behind
+// it, cannot say what the next increment must hold, so the next capture
+// is a full one (see stateForCapture).
+func (c *Changelog) behind(s *captureState) (last int, ok bool, _ error) {
 	pos, err := c.positions()
 	if err != nil {
-		return err
+		return 0, false, err
 	}
-	for _, p := range pos {
-		if p <= s.LastPosition {
-			continue
-		}
-		dst := filepath.Join(c.dir, quarantineDir, fmt.Sprintf("%s.%d", IncrementName(p), c.opts.Now().UnixNano()))
-		if err := os.Rename(c.incrementPath(p), dst); err != nil {
-			return fmt.Errorf("quarantine orphan increment %d: %w", p, err)
-		}
+	if len(pos) == 0 || pos[len(pos)-1] <= s.LastPosition {
+		return 0, false, nil
 	}
-	return nil
+	return pos[len(pos)-1], true, nil
 }
 
 // Info summarises one stored increment for listing.

@@ -355,6 +355,15 @@ func (c *Changelog) saveStateOrReset(next *captureState) error {
 // advanceState stores next, the state after prev: as one journal record of
 // the sections that changed when the roots are unchanged and the journal is
 // small, else in full.
+//
+// The journal record is written without fsync: the increment it follows is
+// already durable (fsynced, linked, its directory fsynced), and the state
+// is a cache of what the increments hold. A crash that loses the record
+// (or tears it: its CRC fails) leaves a state behind the stored increments
+// or a damaged one; either makes the next capture a full one after the
+// last stored position (stateForCapture), never an increment built on a
+// wrong state. The record is written only after the increment is durable,
+// so no state ever names a position whose increment a crash could lose.
 func (c *Changelog) advanceState(prev, next *captureState) error {
 	same := prev.v3 && sameRoots(prev, next)
 	ops := make([][]secOp, len(next.Roots))
@@ -383,8 +392,9 @@ func (c *Changelog) advanceState(prev, next *captureState) error {
 	return nil
 }
 
-// appendJournal appends one record and fsyncs it; on failure the journal is
-// cut back to its previous length so the state stays at prev.
+// appendJournal appends one record, without fsync (see advanceState); on
+// failure the journal is cut back to its previous length so the state
+// stays at prev.
 func (c *Changelog) appendJournal(prev *captureState, rec []byte) error {
 	p := filepath.Join(c.dir, journalFile)
 	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, fsutil.FileMode)
@@ -410,18 +420,9 @@ func (c *Changelog) appendJournal(prev *captureState, rec []byte) error {
 	b = binary.BigEndian.AppendUint32(b, uint32(len(rec)))
 	b = binary.BigEndian.AppendUint32(b, crc32.ChecksumIEEE(rec))
 	b = append(b, rec...)
-	_, err = f.WriteAt(b, size)
-	if err == nil {
-		err = f.Sync()
-	}
-	if err != nil {
-		if f.Truncate(size) == nil {
-			_ = f.Sync()
-		}
+	if _, err = f.WriteAt(b, size); err != nil {
+		_ = f.Truncate(size)
 		return err
-	}
-	if created {
-		return fsutil.SyncDir(c.dir)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"time"
@@ -12,24 +13,35 @@ import (
 	"github.com/agentscm/agentscm/internal/watch"
 )
 
-// WatchEnv turns the changelog hook's watcher on ("1"): each capture then
-// asks a per-changelog watch server (started on demand) which directories
-// changed instead of listing every directory.
-const WatchEnv = "AGENTSCM_CHANGELOG_WATCH"
+// WatchEnv turns the changelog hook's watcher off ("0"): it is on by
+// default, each capture then asking a per-changelog watch server (started
+// on demand) which directories changed instead of listing every directory.
+const WatchEnv = changelog.WatchEnv
 
 // changelogWatchSource returns the hook's ChangeSource factory, nil when
-// the watcher is off.
+// the watcher is off. A missing server is started only by the running
+// agentscm binary itself (env.Executable is it): a test binary standing
+// in for agentscm asks a running server but starts none.
 func changelogWatchSource(env *Env) func(dir string) changelog.ChangeSource {
-	if env.Getenv(WatchEnv) != "1" {
-		return nil
+	return changelog.HookWatch(env.Getenv, watchBinary(env))
+}
+
+// watchBinary is the agentscm binary that may start watch servers: env's
+// executable when it is the running program, else "".
+func watchBinary(env *Env) string {
+	if !filepath.IsAbs(env.Executable) {
+		return ""
 	}
-	exe, err := os.Executable()
+	self, err := os.Executable()
 	if err != nil {
-		return nil
+		return ""
 	}
-	return func(dir string) changelog.ChangeSource {
-		return changelog.WatchSource(dir, []string{exe, "changelog", "watch-serve", "--dir", filepath.Join(dir, changelog.WatchDir), "--"})
+	a, err1 := os.Stat(self)
+	b, err2 := os.Stat(env.Executable)
+	if err1 != nil || err2 != nil || !os.SameFile(a, b) {
+		return ""
 	}
+	return env.Executable
 }
 
 const watchServeHelp = `Usage:
@@ -37,9 +49,10 @@ const watchServeHelp = `Usage:
 
 Hosts the changelog's filesystem watcher (internal/watch) on the Unix socket
 DIR/sock, watching the ROOTs, until it has been idle for DURATION (default
-15m) or its socket is removed. The changelog hook starts it on demand when
-` + WatchEnv + `=1; it is not meant to be run by hand. DIR must be a private
-directory (0700) of the calling user.
+15m), its socket or directory is removed, or it is asked to stop (agentscm
+changelog watch stop). The changelog hook starts it on demand (unless
+` + WatchEnv + `=0 or agentscm changelog watch off); it is not meant to be
+run by hand. DIR must be a private directory (0700) of the calling user.
 `
 
 func runChangelogWatchServe(ctx context.Context, env *Env, args []string) error {
@@ -67,4 +80,94 @@ func runChangelogWatchServe(ctx context.Context, env *Env, args []string) error 
 		return nil
 	}
 	return err
+}
+
+func runChangelogStatus(ctx context.Context, env *Env, args []string) error {
+	fs := newFlags(env, "agentscm changelog status", "--root ABS [--format text|json]", `
+Say how the next tool call of a checkout will be captured: the increments
+stored, and whether the changelog's filesystem watcher vouches for what
+changed since the last capture (then only the directories it saw change
+are listed), its pid, and why not when it does not (then every directory
+is listed: no server yet, a restart, lost events, a watch limit, too many
+changed directories, the watcher turned off). Starts nothing.`)
+	var rf rootFlags
+	rf.register(fs, false)
+	format := formatFlag(fs)
+	if err := parseFlags(fs, args, false); err != nil {
+		return err
+	}
+	if rf.root == "" {
+		return usagef("--root is required")
+	}
+	c, err := openChangelog(env, &rf, false)
+	if err != nil {
+		return err
+	}
+	next, err := c.StatePosition()
+	if err != nil {
+		return err
+	}
+	next++
+	rep, err := c.WatchStatus(ctx, env.Getenv)
+	if err != nil {
+		return err
+	}
+	if *format == "json" {
+		return writeJSON(env.Stdout, map[string]any{"dir": c.Dir(), "root": c.Roots()[0].Path, "next_position": next, "watch": rep})
+	}
+	fmt.Fprintf(env.Stdout, "changelog of %s (%s)\n  next position: %d\n", c.Roots()[0].Path, c.Dir(), next)
+	switch {
+	case rep.Vouches:
+		fmt.Fprintf(env.Stdout, "  watch:         vouches (server pid %d, since %s): the next capture lists only what changed\n", rep.PID, rep.Started.UTC().Format(time.RFC3339))
+	case rep.Running:
+		fmt.Fprintf(env.Stdout, "  watch:         does not vouch (server pid %d): %s\n", rep.PID, rep.Reason)
+	default:
+		fmt.Fprintf(env.Stdout, "  watch:         does not vouch: %s\n", rep.Reason)
+	}
+	return nil
+}
+
+func runChangelogWatch(ctx context.Context, env *Env, args []string) error {
+	fs := newFlags(env, "agentscm changelog watch", "--root ABS on|off|stop", `
+Set whether the changelog hook of a checkout uses the filesystem watcher
+(on, the default: a per-changelog server, started on demand, tells each
+capture which directories changed), or turn it off (off: every capture
+lists every directory; the running server is stopped). stop ends the
+running server only (the next tool call starts a new one). The environment
+variable `+WatchEnv+`=0 turns the watcher off for every changelog.`)
+	var rf rootFlags
+	rf.register(fs, false)
+	if err := parseFlags(fs, args, true); err != nil {
+		return err
+	}
+	if rf.root == "" || fs.NArg() != 1 {
+		return usagef("want --root ABS and one of on, off, stop")
+	}
+	if a := fs.Arg(0); a != "on" && a != "off" && a != "stop" {
+		return usagef("want one of on, off, stop, not %q", a)
+	}
+	c, err := openChangelog(env, &rf, false)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	switch fs.Arg(0) {
+	case "on", "off":
+		if err := changelog.SetWatch(ctx, c.Dir(), fs.Arg(0) == "on"); err != nil {
+			return err
+		}
+		fmt.Fprintf(env.Stdout, "changelog watcher %s for %s\n", fs.Arg(0), c.Roots()[0].Path)
+	default: // stop
+		pid, err := changelog.StopWatch(ctx, c.Dir())
+		if err != nil {
+			return err
+		}
+		if pid == 0 {
+			fmt.Fprintln(env.Stdout, "no watch server ran")
+		} else {
+			fmt.Fprintf(env.Stdout, "watch server %d stopped\n", pid)
+		}
+	}
+	return nil
 }

@@ -10,8 +10,6 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/agentscm/agentscm/internal/fsutil"
 )
 
 // Stat is what List records about one object.
@@ -223,7 +221,7 @@ func (l *lister) dir(j listJob, buf []byte) error {
 	}
 	var names []string
 	for {
-		n, err := fsutil.Getdents(j.fd, buf)
+		n, err := getdentsRaw(j.fd, buf)
 		if err == unix.EINTR {
 			continue
 		}
@@ -244,7 +242,7 @@ func (l *lister) dir(j listJob, buf []byte) error {
 			p = j.rel + "/" + name
 		}
 		var st unix.Stat_t
-		if err := fstatat(j.fd, name, &st); err != nil {
+		if err := fstatatRaw(j.fd, name, &st); err != nil {
 			if err == unix.ENOENT {
 				continue
 			}

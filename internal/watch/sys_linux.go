@@ -1,6 +1,7 @@
 package watch
 
 import (
+	"fmt"
 	"net"
 	"syscall"
 
@@ -27,3 +28,13 @@ func peerUID(conn *net.UnixConn) (int, error) {
 }
 
 func detached() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setsid: true} }
+
+// openDirPath opens dir as an O_PATH descriptor (no symlink followed) for
+// a short /proc/self/fd path to its socket.
+func openDirPath(dir string) (int, error) {
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("cannot be opened: %w", err)
+	}
+	return fd, nil
+}

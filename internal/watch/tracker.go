@@ -81,6 +81,8 @@ type Tracker struct {
 	lastUsed time.Time
 	closed   bool
 	done     chan struct{}
+	gone     chan struct{} // closed once the cookie directory is removed
+	goneSet  bool
 	lastErr  error // the last event-queue failure (overflow), for Status
 }
 
@@ -125,7 +127,7 @@ func New(cookieDir string, opts Options) (*Tracker, error) {
 	}
 	t := &Tracker{w: w, id: hex.EncodeToString(b[:]), cookieDir: filepath.Clean(cookieDir), opts: opts,
 		roots: map[string]*root{}, watched: map[string]bool{}, waiters: map[string]chan struct{}{},
-		lastUsed: time.Now(), done: make(chan struct{})}
+		lastUsed: time.Now(), done: make(chan struct{}), gone: make(chan struct{})}
 	go t.loop()
 	return t, nil
 }
@@ -203,8 +205,22 @@ func parentOf(rel string) string {
 	return ""
 }
 
+// Gone is closed once the Tracker's cookie directory is removed or moved
+// away: its host has lost its private directory (a test's temporary
+// directory removed, the changelog deleted) and should stop.
+func (t *Tracker) Gone() <-chan struct{} { return t.gone }
+
 func (t *Tracker) event(ev fsnotify.Event) {
 	name := filepath.Clean(ev.Name)
+	if name == t.cookieDir && (ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename)) {
+		t.mu.Lock()
+		if !t.goneSet {
+			t.goneSet = true
+			close(t.gone)
+		}
+		t.mu.Unlock()
+		return
+	}
 	if filepath.Dir(name) == t.cookieDir {
 		if ev.Has(fsnotify.Create) {
 			t.mu.Lock()
@@ -411,6 +427,67 @@ func (t *Tracker) Since(ctx context.Context, roots []string, since string) (stri
 		out[i] = ch
 	}
 	return tok, out, nil
+}
+
+// RootStatus says whether a Tracker vouches for one root's changes since a
+// token, and why not when it does not.
+type RootStatus struct {
+	Root    string `json:"root"`
+	Vouches bool   `json:"vouches"`
+	// Reason, when the Tracker does not vouch, says why (the capture then
+	// lists every directory of the root).
+	Reason string `json:"reason,omitempty"`
+	// Changed counts the directories it would report (when it vouches).
+	Changed int `json:"changed"`
+}
+
+// Vouch reports, per root, whether Since would answer for the token since
+// (without syncing with the kernel's queue nor starting any watch).
+func (t *Tracker) Vouch(roots []string, since string) []RootStatus {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	tg, ok := t.parse(since)
+	out := make([]RootStatus, len(roots))
+	for i, p := range roots {
+		st := RootStatus{Root: p}
+		r := t.roots[p]
+		switch {
+		case since == "":
+			st.Reason = "no token: the capture state holds none yet (first capture with the watcher)"
+		case !ok:
+			st.Reason = "the token is from another watch server instance (a restart)"
+		case r == nil:
+			st.Reason = "the root is not watched (not yet asked for, or it was removed)"
+		case r.dead != nil:
+			st.Reason = "the root cannot be watched: " + r.dead.Error()
+		case r.ready == 0:
+			st.Reason = "the root's watches are still being set up"
+		case r.ready > tg:
+			st.Reason = "the root's watch started after the token"
+		case r.broken > tg:
+			reason := "events may have been lost since the token"
+			if t.lastErr != nil {
+				reason += " (" + t.lastErr.Error() + ")"
+			}
+			st.Reason = reason
+		case r.pruned > tg:
+			st.Reason = fmt.Sprintf("more than %d directories changed since the token", t.opts.MaxDirs)
+		default:
+			st.Vouches = true
+			for _, g := range r.dirs {
+				if g > tg {
+					st.Changed++
+				}
+			}
+			for _, g := range r.trees {
+				if g > tg {
+					st.Changed++
+				}
+			}
+		}
+		out[i] = st
+	}
+	return out
 }
 
 // Status describes one root's watch (for diagnostics and tests).

@@ -2,9 +2,12 @@ package watch
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -212,5 +215,188 @@ func TestServerAndClient(t *testing.T) {
 	// No server: an error (the capture walks), never an answer.
 	if _, _, err := (&Client{Dir: dir, Timeout: 200 * time.Millisecond}).Since(context.Background(), []string{root}, next); err == nil {
 		t.Fatal("an answer without a server")
+	}
+}
+
+// serve starts a server on a fresh private directory and waits until it
+// listens.
+func serve(t *testing.T, roots []string, opts ServeOptions) (string, chan error) {
+	t.Helper()
+	dir := privateDir(t)
+	done := make(chan error, 1)
+	up := make(chan struct{})
+	opts.Ready = func() { close(up) }
+	go func() { done <- Serve(context.Background(), dir, roots, opts) }()
+	select {
+	case <-up:
+	case err := <-done:
+		t.Fatal(err)
+	}
+	return dir, done
+}
+
+func TestStatusAndStop(t *testing.T) {
+	root := t.TempDir()
+	mk(t, filepath.Join(root, "a/f"))
+	dir, done := serve(t, []string{root}, ServeOptions{})
+	c := &Client{Dir: dir, Timeout: 3 * time.Second}
+	ctx := context.Background()
+	st, err := c.Status(ctx, []string{root}, "")
+	if err != nil || st.PID != os.Getpid() || st.Roots[0].Vouches || st.Roots[0].Reason == "" {
+		t.Fatalf("status without a token = %+v, %v", st, err)
+	}
+	var tok string
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		next, ch, err := c.Since(ctx, []string{root}, tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ch[0] != nil {
+			tok = next
+			break
+		}
+		tok = next
+		if time.Now().After(deadline) {
+			t.Fatal("never vouched")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	mk(t, filepath.Join(root, "a/g"))
+	// Status does not sync with the kernel's queue: wait for the event.
+	for {
+		st, err = c.Status(ctx, []string{root}, tok)
+		if err != nil || !st.Roots[0].Vouches {
+			t.Fatalf("status = %+v, %v", st, err)
+		}
+		if st.Roots[0].Changed == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status never saw the change: %+v", st)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if st, err := c.Status(ctx, []string{root}, "0123456789abcdef.1"); err != nil || st.Roots[0].Vouches {
+		t.Fatalf("status for another instance's token = %+v, %v", st, err)
+	}
+	pid, err := c.Stop(ctx)
+	if err != nil || pid != os.Getpid() {
+		t.Fatalf("Stop = %d, %v", pid, err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the server did not stop")
+	}
+	if pid, err := c.Stop(ctx); pid != 0 || err != nil {
+		t.Fatalf("Stop without a server = %d, %v", pid, err)
+	}
+	if _, err := c.Status(ctx, []string{root}, tok); !errors.Is(err, ErrNoServer) {
+		t.Fatalf("Status without a server: %v", err)
+	}
+}
+
+// A server whose private directory is removed (a test's temporary
+// directory, a deleted changelog) exits at once, not at its idle time.
+func TestServerExitsWhenItsDirectoryGoes(t *testing.T) {
+	root := t.TempDir()
+	dir, done := serve(t, []string{root}, ServeOptions{Idle: time.Hour})
+	start := time.Now()
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Errorf("exited after %v", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the server outlived its directory")
+	}
+}
+
+// A private directory whose socket path is too long for sun_path is
+// reached through a short /proc/self/fd path (Linux).
+func TestLongSocketPath(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("linux only")
+	}
+	dir := filepath.Join(t.TempDir(), strings.Repeat("d", 60), strings.Repeat("e", 60))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	up := make(chan struct{})
+	go func() { done <- Serve(ctx, dir, []string{root}, ServeOptions{Ready: func() { close(up) }}) }()
+	select {
+	case <-up:
+	case err := <-done:
+		t.Fatal(err)
+	}
+	c := &Client{Dir: dir, Timeout: 3 * time.Second}
+	if _, err := c.Status(ctx, []string{root}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(filepath.Join(dir, SocketName)); err != nil || fi.Mode()&os.ModeSocket == 0 {
+		t.Fatalf("no socket in the directory: %v", err)
+	}
+	if pid, err := c.Stop(ctx); err != nil || pid == 0 {
+		t.Fatal(pid, err)
+	}
+	<-done
+}
+
+// TestMain lets a test start this test binary as a detached server, as the
+// hook starts agentscm changelog watch-serve: ARGV is DIR ROOT...
+func TestMain(m *testing.M) {
+	if os.Getenv("AGENTSCM_WATCH_TEST_SERVE") == "1" && len(os.Args) > 2 {
+		err := Serve(context.Background(), os.Args[1], os.Args[2:], ServeOptions{Idle: time.Minute})
+		if err != nil && !errors.Is(err, ErrRunning) {
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// The call that finds no server starts one and waits for its first answer,
+// given once the roots are watched: its token already vouches for the
+// next call, so only one call after a (re)start lists everything.
+func TestStartedServerVouchesForTheNextCall(t *testing.T) {
+	t.Setenv("AGENTSCM_WATCH_TEST_SERVE", "1")
+	root := t.TempDir()
+	mk(t, filepath.Join(root, "a/b/f"))
+	dir := privateDir(t)
+	c := &Client{Dir: dir, Command: []string{os.Args[0], dir}, Timeout: 5 * time.Second}
+	ctx := context.Background()
+	t.Cleanup(func() { c.Stop(ctx) })
+	tok, ch, err := c.Since(ctx, []string{root}, "")
+	if err != nil {
+		t.Fatalf("the call that started the server: %v", err)
+	}
+	if ch[0] != nil {
+		t.Fatal("a first call vouched")
+	}
+	mk(t, filepath.Join(root, "a/b/g"))
+	_, ch, err = c.Since(ctx, []string{root}, tok)
+	if err != nil || ch[0] == nil || !slices.Equal(ch[0].Dirs, []string{"a/b"}) {
+		t.Fatalf("the next call: %+v, %v", ch, err)
+	}
+	st, err := c.Status(ctx, []string{root}, tok)
+	if err != nil || st.PID == os.Getpid() || st.PID <= 0 {
+		t.Fatalf("status of the detached server: %+v, %v", st, err)
+	}
+	if pid, err := c.Stop(ctx); err != nil || pid != st.PID {
+		t.Fatalf("Stop = %d, %v", pid, err)
 	}
 }

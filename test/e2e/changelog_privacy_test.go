@@ -46,8 +46,8 @@ func hubBytes(t *testing.T, data string, log []byte) map[string][]byte {
 	}
 	out := map[string][]byte{"hub serve output": log}
 	err := filepath.WalkDir(data, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
+		if err != nil || d.IsDir() || d.Type()&fs.ModeSocket != 0 {
+			return err // a socket (the changelog watcher's) holds no bytes
 		}
 		b, err := os.ReadFile(p)
 		if err != nil {
