@@ -41,12 +41,6 @@ import (
 // installed hook is longer (claude.HookTimeoutSeconds).
 const ChangelogTimeout = 18 * time.Second
 
-// ChangelogWatchEnv turns the changelog hook's watcher on ("1"): each
-// capture then asks a per-changelog watch server (`agentscm changelog
-// watch-serve`, started on demand) which directories changed instead of
-// listing every directory.
-const ChangelogWatchEnv = "AGENTSCM_CHANGELOG_WATCH"
-
 // Parts are what one hook process runs.
 type Parts struct {
 	// Capture is the change capture (every captured event).
@@ -258,20 +252,20 @@ func changelogWarning(res *changelog.HookResult, err error) string {
 }
 
 // WatchFor is the changelog's watcher factory of a hook process running
-// exe (agentscm or agentscm-hook): nil unless ChangelogWatchEnv is "1";
-// the watch server is `agentscm changelog watch-serve`, the agentscm
-// binary next to exe (exe itself when it is agentscm).
+// exe (agentscm or agentscm-hook): the watcher is on unless
+// changelog.WatchEnv is "0" or the changelog's setting turns it off
+// (changelog.HookWatch); the watch server is `agentscm changelog
+// watch-serve`, the agentscm binary next to exe (exe itself when it is
+// agentscm), and none is started when exe is not an absolute path.
 func WatchFor(exe string, getenv func(string) string) func(dir string) changelog.ChangeSource {
-	if getenv(ChangelogWatchEnv) != "1" || !filepath.IsAbs(exe) {
-		return nil
+	server := ""
+	if filepath.IsAbs(exe) {
+		server = exe
+		if filepath.Base(exe) == claude.HookBinary {
+			server = filepath.Join(filepath.Dir(exe), "agentscm")
+		}
 	}
-	server := exe
-	if filepath.Base(exe) == claude.HookBinary {
-		server = filepath.Join(filepath.Dir(exe), "agentscm")
-	}
-	return func(dir string) changelog.ChangeSource {
-		return changelog.WatchSource(dir, []string{server, "changelog", "watch-serve", "--dir", filepath.Join(dir, changelog.WatchDir), "--"})
-	}
+	return changelog.HookWatch(getenv, server)
 }
 
 // CheckoutSharing is the changelog's sharing policy for the checkout at
