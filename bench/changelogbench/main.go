@@ -1,5 +1,6 @@
 // Command changelogbench measures the changelog hook as the host runs it (a
-// fresh `agentscm changelog hook-claude` process per tool call, one file
+// fresh `agentscm-hook changelog hook-claude` process per tool call, as
+// changelog enable installs it (-full: `agentscm changelog hook-claude`), one file
 // changed before each) on generated git checkouts of -files files, against
 // `git status --porcelain` (GIT_OPTIONAL_LOCKS=0) on the same tree in the
 // same run, interleaved call by call:
@@ -9,7 +10,8 @@
 //   - watcher: the default (AGENTSCM_CHANGELOG_WATCH unset), a watch server
 //     started on demand by the first incremental call, so the calls after
 //     the one that takes the first token list only what changed;
-//   - `agentscm --version`: the process start of the same binary, the part
+//   - `agentscm-hook --help` (`agentscm --version` with -full): the process
+//     start of the same binary, the part
 //     of the watcher's hook that is not the capture's.
 //
 // Each subject's wall time and peak RSS (the child's ru_maxrss) are
@@ -38,8 +40,9 @@ func main() {
 	files := flag.Int("files", 100_000, "files in each checkout (multiple of 100)")
 	n := flag.Int("n", 7, "measured calls per subject")
 	keep := flag.Bool("keep", false, "keep the generated trees")
+	full := flag.Bool("full", false, "run the hook as the full `agentscm changelog hook-claude` instead of the installed lean `agentscm-hook changelog hook-claude`")
 	flag.Parse()
-	if err := run(*files, *n, *keep); err != nil {
+	if err := run(*files, *n, *keep, *full); err != nil {
 		fmt.Fprintln(os.Stderr, "changelogbench:", err)
 		os.Exit(1)
 	}
@@ -112,7 +115,7 @@ func timed(cmd *exec.Cmd) (sample, error) {
 	return sample{d: d, rssKB: rss}, nil
 }
 
-func run(files, n int, keep bool) error {
+func run(files, n int, keep, full bool) error {
 	base, err := os.MkdirTemp("", "changelogbench-")
 	if err != nil {
 		return err
@@ -121,9 +124,17 @@ func run(files, n int, keep bool) error {
 		defer os.RemoveAll(base)
 	}
 	bin := filepath.Join(base, "agentscm")
-	if _, err := sh(os.Environ(), "", "go", "build", "-o", bin, "./cmd/agentscm"); err != nil {
+	// Both binaries side by side, as an install has them: changelog enable
+	// installs the lean agentscm-hook, which starts the watch server from
+	// the agentscm next to it.
+	if _, err := sh(os.Environ(), "", "go", "build", "-o", base+string(filepath.Separator), "./cmd/agentscm", "./cmd/agentscm-hook"); err != nil {
 		return err
 	}
+	hookBin := filepath.Join(base, "agentscm-hook")
+	if full {
+		hookBin = bin
+	}
+	fmt.Printf("# hook process: %s changelog hook-claude\n", filepath.Base(hookBin))
 	env := append(os.Environ(), "HOME="+filepath.Join(base, "home"), "XDG_CONFIG_HOME="+filepath.Join(base, "config"), "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1")
 	plain := append(env[:len(env):len(env)], "AGENTSCM_CHANGELOG_WATCH=0")
 	watched := append(env[:len(env):len(env)], "AGENTSCM_CHANGELOG_WATCH=") // the default: on
@@ -146,7 +157,7 @@ func run(files, n int, keep bool) error {
 	}
 	hook := func(repo string, env []string) (sample, error) {
 		payload := fmt.Sprintf(`{"session_id":"bench","cwd":%q,"hook_event_name":"PostToolUse","tool_name":"Write","tool_use_id":"toolu_%d"}`, repo, k)
-		cmd := exec.Command(bin, "changelog", "hook-claude")
+		cmd := exec.Command(hookBin, "changelog", "hook-claude")
 		cmd.Env, cmd.Stdin = env, strings.NewReader(payload)
 		return timed(cmd)
 	}
@@ -200,7 +211,12 @@ func run(files, n int, keep bool) error {
 			return err
 		}
 		watch = append(watch, s)
-		if s, err = timed(exec.Command(bin, "--version")); err != nil {
+		startArg := "--help"
+		if full {
+			startArg = "--version"
+		}
+		sc := exec.Command(hookBin, startArg)
+		if s, err = timed(sc); err != nil {
 			return err
 		}
 		start = append(start, s)
@@ -220,7 +236,7 @@ func run(files, n int, keep bool) error {
 	line("hook, no watcher (cold)", ours)
 	line("git status --porcelain (reference)", git)
 	line("hook, watcher (warm)", watch)
-	line("agentscm --version (process start)", start)
+	line(filepath.Base(hookBin)+" --help/--version (process start)", start)
 	fmt.Printf("peak RSS ratio to git status: no watcher %.2fx, watcher %.2fx\n", float64(medRSS(ours))/float64(medRSS(git)), float64(medRSS(watch))/float64(medRSS(git)))
 	// Every call stored its own increment.
 	for i, r := range repos {
