@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/agentscm/agentscm/internal/agent/adapter"
@@ -224,7 +225,16 @@ func HandleAgentPayload(ctx context.Context, store Store, hubs HubOpener, a adap
 	} else if r, err := openHub(); r != nil || err != nil {
 		return r, err
 	}
-	obs, err := store.Observe(bd, p.SessionID, p.HookEventName, rec.Source)
+	// An intake-first hook writes a new session's record beside its
+	// event's intake write (observeStart says when that is safe); any
+	// other hook records the session first.
+	var obs Observation
+	var writeSession func() error
+	if background {
+		obs, writeSession, err = store.observeStart(bd, p.SessionID, p.HookEventName, rec.Source)
+	} else {
+		obs, err = store.Observe(bd, p.SessionID, p.HookEventName, rec.Source)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("session record: %w", err)
 	}
@@ -324,10 +334,30 @@ func HandleAgentPayload(ctx context.Context, store Store, hubs HubOpener, a adap
 		}
 	}
 	if errors.Is(err, spool.ErrBusy) {
-		if serr := store.intakeSetup(bd, p.SessionID, b); serr != nil {
-			res.Warning = serr.Error()
+		// The session's record and setup artifact are written beside the
+		// event's intake write, each durable before the hook answers: a
+		// new session's first hook waits for about one round of fsyncs,
+		// not three.
+		var side sync.WaitGroup
+		var sessionErr, setupErr error
+		if ws := writeSession; ws != nil {
+			writeSession = nil
+			side.Add(1)
+			go func() { defer side.Done(); sessionErr = ws() }()
 		}
+		side.Add(1)
+		go func() { defer side.Done(); setupErr = store.intakeSetup(bd, p.SessionID, b) }()
 		name, ierr := writeIntake(ctx, store, sp, bd, p, rec, obs, now)
+		side.Wait()
+		if setupErr != nil {
+			res.Warning = setupErr.Error()
+		}
+		if sessionErr != nil {
+			// The event is kept; a later hook of the session that finds no
+			// record reports it as started late (a gap, never a hole
+			// hidden).
+			res.Warning = joinWarning(res.Warning, "session record: "+sessionErr.Error())
+		}
 		if ierr == nil {
 			res.Intake = name
 			if u, l, ok := sp.SummaryUsage(); ok && res.Warning == "" {
@@ -354,6 +384,16 @@ func HandleAgentPayload(ctx context.Context, store Store, hubs HubOpener, a adap
 			if nerr := noteLost(store.ledgerDir(bd.Spool), rec, p.SessionID, Target{}, false, "lock_timeout", err.Error(), now); nerr == nil {
 				return nil, fmt.Errorf("%w; the intake is full, so the next hook records a capture_interrupted gap (lock_timeout) for this event", err)
 			}
+		}
+	}
+	if writeSession != nil {
+		// Backpressure took the locked path without an intake write: the
+		// session is recorded first, as Observe does.
+		if werr := writeSession(); werr != nil {
+			if ss != nil {
+				ss.Close()
+			}
+			return nil, fmt.Errorf("session record: %w", werr)
 		}
 	}
 	if err != nil {
@@ -747,4 +787,12 @@ func deliver(ctx context.Context, sp *spool.Session, led *Ledger, hub Hub, now t
 		}
 		page *= 4
 	}
+}
+
+// joinWarning joins two warnings of one hook into one line's text.
+func joinWarning(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -99,6 +100,36 @@ func (s Store) Observe(b *Binding, session, hookEvent, source string) (Observati
 		obs.Mode = event.ModeLocalConversation
 	}
 	return obs, nil
+}
+
+// observeStart is Observe for an intake-first hook: when the event is a
+// startup SessionStart of a session without a record, in a mode other than
+// shared-conversation, the observation cannot depend on who writes the
+// record first (an original start, the binding's mode, whichever hook
+// wins), so it returns the observation and the record's durable write as
+// write, for the caller to run beside the event's own intake write. In
+// every other case it is Observe, and write is nil.
+func (s Store) observeStart(b *Binding, session, hookEvent, source string) (obs Observation, write func() error, err error) {
+	p, ok := s.sessionPath(b.Spool, session)
+	if !ok || hookEvent != "SessionStart" || source != "startup" || b.CaptureMode == event.ModeSharedConversation {
+		obs, err = s.Observe(b, session, hookEvent, source)
+		return obs, nil, err
+	}
+	if _, err := os.Lstat(p); !errors.Is(err, fs.ErrNotExist) {
+		obs, err = s.Observe(b, session, hookEvent, source)
+		return obs, nil, err
+	}
+	write = func() error {
+		if err := fsutil.MkdirPrivate(filepath.Dir(p)); err != nil {
+			return err
+		}
+		enc, _ := json.Marshal(sessionRecord{Mode: b.CaptureMode, OriginalStart: true})
+		if err := fsutil.WriteNew(p, enc, fsutil.FileMode); err != nil && !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+		return nil
+	}
+	return Observation{Mode: b.CaptureMode}, write, nil
 }
 
 // Sharing says whether the conversation bodies of one session of a checkout
