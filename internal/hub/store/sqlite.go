@@ -373,7 +373,7 @@ func (s *SQLite) commitGroup(conn *sql.Conn, stmts map[string]*sql.Stmt, group [
 	if len(group) == 1 {
 		beginCtx = group[0].ctx
 	}
-	if _, err := conn.ExecContext(beginCtx, "BEGIN IMMEDIATE"); err != nil {
+	if err := beginImmediate(beginCtx, conn); err != nil {
 		for _, op := range group {
 			op.done <- fmt.Errorf("begin hub transaction: %w", err)
 		}
@@ -422,6 +422,32 @@ func (s *SQLite) commitGroup(conn *sql.Conn, stmts map[string]*sql.Stmt, group [
 	for i, op := range group {
 		op.done <- results[i]
 	}
+}
+
+// beginImmediate starts the writer's transaction. A BEGIN that reports an
+// error may still have begun (the caller's context ended just as it took
+// the lock), and a ROLLBACK after a failed group may itself have failed: in
+// either case the connection is left inside a transaction whose operations
+// were all answered with an error, and every later BEGIN would fail with
+// "cannot start a transaction within a transaction" until the Hub restarts
+// (found by the soak). So a failed BEGIN is always followed by a ROLLBACK,
+// and a BEGIN refused for an open transaction rolls that transaction back
+// (nothing in it was acknowledged) and begins again, once.
+func beginImmediate(ctx context.Context, conn *sql.Conn) error {
+	_, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE")
+	if err == nil {
+		return nil
+	}
+	if strings.Contains(err.Error(), "within a transaction") {
+		if _, rerr := conn.ExecContext(context.Background(), "ROLLBACK"); rerr != nil {
+			return fmt.Errorf("%w (and the open transaction would not roll back: %v)", err, rerr)
+		}
+		if _, err = conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err == nil {
+			return nil
+		}
+	}
+	conn.ExecContext(context.Background(), "ROLLBACK") // no transaction is active: an error, ignored
+	return err
 }
 
 // View runs fn in a read-only transaction.

@@ -270,3 +270,56 @@ func TestReadAfterWriterOnlyClose(t *testing.T) {
 		t.Fatalf("%d humans after a writer-only close, want 1", got)
 	}
 }
+
+// TestWriterHealsAnOpenTransaction: a writer connection left inside a
+// transaction (a BEGIN that reported an error after it began, or a failed
+// ROLLBACK) must not refuse every later group; the leftover transaction,
+// whose operations were all answered with an error, is rolled back and the
+// group commits. Before the fix every POST of the soak after the first such
+// failure answered "cannot start a transaction within a transaction".
+func TestWriterHealsAnOpenTransaction(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, DBFile)+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	conn, err := db.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// The leftover: a transaction holding an unacknowledged write.
+	if _, err := conn.ExecContext(context.Background(), "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.ExecContext(context.Background(), "CREATE TABLE leftover (x)"); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"a", "b"} {
+		op := &writeOp{ctx: context.Background(), fn: func(tx Tx) error { return tx.InsertHuman(Human{ID: id, Name: id}) }, done: make(chan error, 1)}
+		s.commitGroup(conn, map[string]*sql.Stmt{}, []*writeOp{op})
+		if err := <-op.done; err != nil {
+			t.Fatalf("group %s on a connection left in a transaction: %v", id, err)
+		}
+	}
+	var names []string
+	rows, err := db.QueryContext(context.Background(), "SELECT name FROM humans ORDER BY name")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var n string
+		rows.Scan(&n)
+		names = append(names, n)
+	}
+	if fmt.Sprint(names) != "[a b]" {
+		t.Fatalf("humans %v, want [a b] (both groups committed)", names)
+	}
+	var n int
+	if err := db.QueryRowContext(context.Background(), "SELECT count(*) FROM sqlite_master WHERE name = 'leftover'").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("the leftover transaction's table: %d (%v), want it rolled back", n, err)
+	}
+}
