@@ -112,17 +112,28 @@ type journalOp struct {
 	e   entry
 }
 
-// applyJournal decodes the journal j (with its header) onto base s.
-func applyJournal(s *captureState, j []byte) error {
-	if len(j) < len(journalMagic)+8 || string(j[:len(journalMagic)]) != journalMagic {
-		return fmt.Errorf("%w: bad journal header", errBadState)
+// journalBody checks the header of journal j (magic, then the base's
+// generation) and returns the records after it. ok is false with a nil
+// error for a journal of another generation (s.journalStale is set: the
+// base is newer) and with an error for a bad header.
+func journalBody(s *captureState, j []byte, magic string) (rest []byte, ok bool, err error) {
+	if len(j) < len(magic)+8 || string(j[:len(magic)]) != magic {
+		return nil, false, fmt.Errorf("%w: bad journal header", errBadState)
 	}
-	if binary.BigEndian.Uint64(j[len(journalMagic):]) != s.gen || s.gen == 0 {
+	if binary.BigEndian.Uint64(j[len(magic):]) != s.gen || s.gen == 0 {
 		s.journalStale = true
-		return nil
+		return nil, false, nil
 	}
 	s.journalSize = int64(len(j))
-	rest := j[len(journalMagic)+8:]
+	return j[len(magic)+8:], true, nil
+}
+
+// applyJournal decodes the journal j (with its header) onto base s.
+func applyJournal(s *captureState, j []byte) error {
+	rest, ok, err := journalBody(s, j, journalMagic)
+	if !ok {
+		return err
+	}
 	ops := make([][]journalOp, len(s.Roots))
 	a := &arena{}
 	for len(rest) > 0 {

@@ -548,15 +548,10 @@ func journalRecordV2(next *captureState, ops [][]secOp) []byte {
 // applyJournalV2 applies a format-2 journal (with its header) onto the
 // format-3 base s.
 func applyJournalV2(s *captureState, j []byte) error {
-	if len(j) < len(journalMagicV2)+8 || string(j[:len(journalMagicV2)]) != journalMagicV2 {
-		return fmt.Errorf("%w: bad journal header", errBadState)
+	rest, ok, err := journalBody(s, j, journalMagicV2)
+	if !ok {
+		return err
 	}
-	if binary.BigEndian.Uint64(j[len(journalMagicV2):]) != s.gen || s.gen == 0 {
-		s.journalStale = true
-		return nil
-	}
-	s.journalSize = int64(len(j))
-	rest := j[len(journalMagicV2)+8:]
 	a := &arena{}
 	for len(rest) > 0 {
 		var payload []byte
