@@ -341,12 +341,15 @@ func HandleAgentPayload(ctx context.Context, store Store, hubs HubOpener, a adap
 		var side sync.WaitGroup
 		var sessionErr, setupErr error
 		if ws := writeSession; ws != nil {
+			// Only a new session has writes to overlap; every other event
+			// stays on one goroutine.
 			writeSession = nil
-			side.Add(1)
+			side.Add(2)
 			go func() { defer side.Done(); sessionErr = ws() }()
+			go func() { defer side.Done(); setupErr = store.intakeSetup(bd, p.SessionID, b) }()
+		} else {
+			setupErr = store.intakeSetup(bd, p.SessionID, b)
 		}
-		side.Add(1)
-		go func() { defer side.Done(); setupErr = store.intakeSetup(bd, p.SessionID, b) }()
 		name, ierr := writeIntake(ctx, store, sp, bd, p, rec, obs, now)
 		side.Wait()
 		if setupErr != nil {
