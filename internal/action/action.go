@@ -27,6 +27,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/agentscm/agentscm/internal/agent/claude"
@@ -113,7 +114,7 @@ func CanonicalInputDigest(raw json.RawMessage) string {
 	return hex.EncodeToString(sum[:])
 }
 
-var integerLiteral = regexp.MustCompile(`^-?(0|[1-9][0-9]{0,9})$`)
+var integerLiteral = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^-?(0|[1-9][0-9]{0,9})$`) })
 
 // ExplicitExitCode reads an explicit integer exit_code or exitCode from a
 // tool_response object. field is absent (neither key), integer, or
@@ -133,7 +134,7 @@ func ExplicitExitCode(resp json.RawMessage) (code *int, field string) {
 		}
 		seen = true
 		lit := string(bytes.TrimSpace(v))
-		if !integerLiteral.MatchString(lit) {
+		if !integerLiteral().MatchString(lit) {
 			return nil, "malformed"
 		}
 		n, err := strconv.ParseInt(lit, 10, 32)

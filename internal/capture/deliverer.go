@@ -64,6 +64,60 @@ type Backgrounder interface {
 type DeliverBounds struct {
 	MaxRun       time.Duration
 	MaxEnvelopes int
+	// Settle, when > 0, makes the run wait while the intake is still
+	// growing before it opens the Hub and admits (at its start, and when
+	// it comes back for events appended after it went idle): until no
+	// new intake file came for Settle, SettleMax passed, or SettleFiles
+	// files wait. A burst of concurrent hooks is then admitted after it,
+	// in one run, instead of competing with the hooks the agent waits
+	// for, for the CPU and the disk. Every event is already durable in
+	// the intake while the run waits.
+	Settle, SettleMax time.Duration
+	SettleFiles       int
+}
+
+// The background deliverer's settle bounds (DeliverBounds.Settle): 50 ms
+// without a new intake file, at most a second, or 32 files short of the
+// intake's backpressure bound (hooks of a longer burst reach that bound a
+// little sooner than without the wait, and then wait for the spool lock
+// as before).
+const (
+	DelivererSettle      = 50 * time.Millisecond
+	DelivererSettleMax   = time.Second
+	DelivererSettleFiles = BackgroundIntakeBackpressure - 32
+)
+
+// settleIntake waits (bounded by b and ctx) while sp's intake grows; see
+// DeliverBounds.Settle. It returns at once when nothing waits.
+func settleIntake(ctx context.Context, sp *spool.Spool, b DeliverBounds) {
+	if b.Settle <= 0 {
+		return
+	}
+	last, err := sp.WaitingIntake()
+	if err != nil || last == 0 {
+		return
+	}
+	tick := b.Settle / 5
+	start := time.Now()
+	quiet := start
+	for last < b.SettleFiles || b.SettleFiles <= 0 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(tick):
+		}
+		n, err := sp.WaitingIntake()
+		if err != nil {
+			return
+		}
+		now := time.Now()
+		if n != last {
+			last, quiet = n, now
+		}
+		if now.Sub(quiet) >= b.Settle || now.Sub(start) >= b.SettleMax {
+			return
+		}
+	}
 }
 
 // DeliverReport is what one deliverer run did and why it stopped.
@@ -301,6 +355,11 @@ func deliverSpool(ctx context.Context, store Store, hubs HubOpener, spoolDir str
 	if bd == nil {
 		return fmt.Errorf("no enabled capture binding uses the spool %s; its pending envelopes stay pending", spoolDir)
 	}
+	sp, err := store.openHookSpool(bd.Spool)
+	if err != nil {
+		return err
+	}
+	settleIntake(ctx, sp, b)
 	hub, err := hubs.Open(ctx, bd.Root)
 	if errors.Is(err, ErrNoConnection) {
 		return fmt.Errorf("the checkout %s has no client connection; pending envelopes stay pending", bd.Root)
@@ -311,10 +370,6 @@ func deliverSpool(ctx context.Context, store Store, hubs HubOpener, spoolDir str
 	defer hub.Close()
 	if lin := hub.Lineage(); bd.Hub != "" && !sameRepo(lin, bd.lineage()) {
 		return fmt.Errorf("capture binding of %s was saved for %s, but the checkout is now connected to %s; nothing delivered", bd.Root, describeLineage(bd.lineage()), describeLineage(lin))
-	}
-	sp, err := store.openHookSpool(bd.Spool)
-	if err != nil {
-		return err
 	}
 	res := &HookResult{Spool: bd.Spool}
 	quiet := 0 // consecutive rounds that delivered and admitted nothing
@@ -382,6 +437,7 @@ func deliverSpool(ctx context.Context, store Store, hubs HubOpener, spoolDir str
 			// Another deliverer took over: it delivers what is new.
 			return err
 		}
+		settleIntake(ctx, sp, b)
 	}
 }
 

@@ -103,7 +103,8 @@ func DeliverSpool(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(ctx, capture.DelivererMaxRun+5*time.Second)
 	defer cancel()
-	rep, err := capture.DeliverSpool(ctx, store, delivery.Opener{ConfigDir: configDir}, spoolDir, lock, capture.DeliverBounds{MaxRun: capture.DelivererMaxRun})
+	rep, err := capture.DeliverSpool(ctx, store, delivery.Opener{ConfigDir: configDir}, spoolDir, lock, capture.DeliverBounds{MaxRun: capture.DelivererMaxRun,
+		Settle: capture.DelivererSettle, SettleMax: capture.DelivererSettleMax, SettleFiles: capture.DelivererSettleFiles})
 	switch {
 	case rep != nil && rep.Outcome == "busy":
 		fmt.Fprintf(stderr, "agentscm: deliverer: %s\n", OneLine(rep.Detail))

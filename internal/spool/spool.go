@@ -200,6 +200,8 @@ type Spool struct {
 	summaryPath string
 	// intakeGrace: see intakeTempGrace (tests shorten it).
 	intakeGrace time.Duration
+	// hints caches the unlocked summary read and the boot id (summary.go).
+	hints summaryHints
 }
 
 // Dir returns the spool directory.

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -82,7 +83,7 @@ type summaryRecord struct {
 	Dirs       []dirStamp `json:"dirs"`
 }
 
-func bootID() string {
+func readBootID() string {
 	b, err := fsutil.ReadFileNoFollow("/proc/sys/kernel/random/boot_id", 128)
 	if err != nil {
 		return ""
@@ -148,14 +149,60 @@ func (s *Spool) PendingBacklog() int {
 }
 
 func (s *Spool) readSummaryUnlocked() (*summaryRecord, bool) {
-	sr, _, err := s.readSummary()
-	if err != nil || sr.BootID == "" || sr.BootID != bootID() {
-		return nil, false
+	h := &s.hints
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if now := time.Now(); h.read && now.Sub(h.at) >= 0 && now.Sub(h.at) < summaryHintTTL {
+		return h.sr, h.sr != nil
 	}
-	return sr, true
+	sr, _, err := s.readSummary()
+	if err != nil || sr.BootID == "" || sr.BootID != s.bootIDLocked() {
+		sr = nil
+	}
+	h.read, h.at, h.sr = true, time.Now(), sr
+	return sr, sr != nil
+}
+
+// summaryHintTTL is how long an unlocked summary read answers again: a
+// hook asks for it up to three times within a few milliseconds (the
+// backpressure hint, the intake's admission estimate, the usage warning),
+// and every answer is only a hint that may already be stale when read.
+const summaryHintTTL = 100 * time.Millisecond
+
+// summaryHints caches, per Spool value, the last unlocked summary read and
+// the boot id (constant for the process's life).
+type summaryHints struct {
+	mu   sync.Mutex
+	read bool
+	at   time.Time
+	sr   *summaryRecord
+	boot string
+}
+
+// bootID is the kernel's boot id, read once per Spool.
+func (s *Spool) bootID() string {
+	s.hints.mu.Lock()
+	defer s.hints.mu.Unlock()
+	return s.bootIDLocked()
+}
+
+func (s *Spool) bootIDLocked() string {
+	if s.hints.boot == "" {
+		s.hints.boot = readBootID()
+	}
+	return s.hints.boot
+}
+
+// dropHint forgets the cached unlocked summary (after this process wrote
+// or removed the summary).
+func (s *Spool) dropHint() {
+	s.hints.mu.Lock()
+	s.hints.read, s.hints.sr = false, nil
+	s.hints.mu.Unlock()
 }
 
 func (s *Spool) writeSummary(sr *summaryRecord) error {
+	defer s.dropHint()
 	if s.readOnly {
 		return ErrReadOnly
 	}
@@ -191,6 +238,7 @@ func (s *Spool) writeSummary(sr *summaryRecord) error {
 
 // markDirty makes the summary untrusted before a holder changes the spool.
 func (s *Spool) markDirty(sr *summaryRecord) error {
+	defer s.dropHint()
 	if sr == nil {
 		sr = &summaryRecord{Version: summaryVersion}
 	} else if !sr.Clean {
@@ -204,6 +252,7 @@ func (s *Spool) markDirty(sr *summaryRecord) error {
 // dropSummary removes the summary when it cannot be marked dirty (a full
 // disk): an unlink needs no space, and no summary means a full scan.
 func (s *Spool) dropSummary() error {
+	defer s.dropHint()
 	if s.summaryPath == "" {
 		return nil
 	}
@@ -306,7 +355,7 @@ func (s *Spool) acquireFast(ctx context.Context, wait time.Duration) (*guard, er
 		g.release()
 		return nil, err
 	}
-	boot := bootID()
+	boot := s.bootID()
 	sr, size, serr := s.readSummary()
 	var st *state
 	if serr == nil {

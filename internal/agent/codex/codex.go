@@ -17,6 +17,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -245,7 +246,7 @@ func exitCodeIn(b []byte, callID string) (*int, string) {
 		case l.Type == "response_item" && l.Payload.CallID == callID && strings.HasSuffix(l.Payload.Type, "_output"):
 			var out string
 			if json.Unmarshal(l.Payload.Output, &out) == nil {
-				if m := exitedRE.FindStringSubmatch(out); m != nil {
+				if m := exitedRE().FindStringSubmatch(out); m != nil {
 					if c, err := strconv.Atoi(m[1]); err == nil {
 						fromOutput = &c
 					}
@@ -259,7 +260,9 @@ func exitCodeIn(b []byte, callID string) (*int, string) {
 	return nil, ExitNotInRollout
 }
 
-var exitedRE = regexp.MustCompile(`(?m)^(?:Process exited with code|Exit code:) (-?\d{1,9})$`)
+var exitedRE = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`(?m)^(?:Process exited with code|Exit code:) (-?\d{1,9})$`)
+})
 
 type rolloutLine struct {
 	Type    string `json:"type"`

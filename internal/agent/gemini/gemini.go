@@ -16,6 +16,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/agentscm/agentscm/internal/agent/capability"
@@ -209,7 +210,9 @@ func toolError(top, resp json.RawMessage) (string, bool) {
 
 // exitLine is how run_shell_command ends its llmContent (0.61.0):
 // "...\nExit Code: 3\nProcess Group PGID: 7527\n</untrusted_context>".
-var exitLine = regexp.MustCompile(`\nExit Code: (-?\d{1,9})\n(?:Signal: [^\n]*\n)?Process Group PGID: [^\n]*\n</untrusted_context>\s*$`)
+var exitLine = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`\nExit Code: (-?\d{1,9})\n(?:Signal: [^\n]*\n)?Process Group PGID: [^\n]*\n</untrusted_context>\s*$`)
+})
 
 // shellExitCode reads the exit code run_shell_command states in the text of
 // its result: the stated code, 0 when the text ends as a completed command
@@ -224,21 +227,23 @@ func shellExitCode(tool string, resp json.RawMessage) *int {
 	if json.Unmarshal(resp, &r) != nil {
 		return nil
 	}
-	if m := exitLine.FindStringSubmatch(r.LLMContent); m != nil {
+	if m := exitLine().FindStringSubmatch(r.LLMContent); m != nil {
 		c, err := strconv.Atoi(m[1])
 		if err != nil {
 			return nil
 		}
 		return &c
 	}
-	if completedLine.MatchString(r.LLMContent) {
+	if completedLine().MatchString(r.LLMContent) {
 		c := 0
 		return &c
 	}
 	return nil
 }
 
-var completedLine = regexp.MustCompile(`\nProcess Group PGID: [^\n]*\n</untrusted_context>\s*$`)
+var completedLine = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`\nProcess Group PGID: [^\n]*\n</untrusted_context>\s*$`)
+})
 
 var sessionEndReasons = map[string]bool{"exit": true, "clear": true, "logout": true, "prompt_input_exit": true, "other": true}
 
