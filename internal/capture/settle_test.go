@@ -28,7 +28,7 @@ func TestSettleIntake(t *testing.T) {
 		{name: "off", files: 1, b: DeliverBounds{}, max: 500 * time.Millisecond},
 		{name: "quiet", files: 1, b: DeliverBounds{Settle: 50 * time.Millisecond, SettleMax: 5 * time.Second}, min: 50 * time.Millisecond, max: time.Second},
 		{name: "burst then quiet", files: 1, arrivals: 10, gap: 20 * time.Millisecond,
-			b: DeliverBounds{Settle: 80 * time.Millisecond, SettleMax: 5 * time.Second}, min: 200 * time.Millisecond + 80*time.Millisecond, max: 2 * time.Second},
+			b: DeliverBounds{Settle: 80 * time.Millisecond, SettleMax: 5 * time.Second}, min: 200*time.Millisecond + 80*time.Millisecond, max: 2 * time.Second},
 		{name: "files bound", files: 4, b: DeliverBounds{Settle: time.Second, SettleMax: 5 * time.Second, SettleFiles: 4}, max: 500 * time.Millisecond},
 		{name: "max bound", files: 1, arrivals: 100, gap: 10 * time.Millisecond,
 			b: DeliverBounds{Settle: 100 * time.Millisecond, SettleMax: 300 * time.Millisecond}, min: 300 * time.Millisecond, max: 900 * time.Millisecond},
