@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"strconv"
 	"syscall"
 	"time"
 
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/delivery"
+	"github.com/agentscm/agentscm/internal/hookcore"
 )
 
 // detachedOpener is the checkout's Hub opener of a hook whose delivery runs
@@ -27,14 +27,7 @@ type detachedOpener struct {
 }
 
 func (o detachedOpener) StartDeliverer(lock *os.File, spoolDir string) error {
-	cmd := exec.Command(o.exe, "change-capture", "deliver-spool", "--config-dir", o.ConfigDir, "--spool", spoolDir, "--lock-fd", "3")
-	cmd.ExtraFiles = []*os.File{lock}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	// Not waited for: the hook exits now and init reaps the deliverer.
-	return cmd.Process.Release()
+	return hookcore.StartDeliverer(o.exe, o.ConfigDir, lock, spoolDir)
 }
 
 // ClaudeCaptureDetached is ClaudeCapture with delivery taken off the hook's

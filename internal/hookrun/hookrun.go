@@ -10,13 +10,14 @@ package hookrun
 import (
 	"context"
 	"io"
-	"strings"
 	"time"
+
+	"github.com/agentscm/agentscm/internal/hookcore"
 )
 
 // Timeout bounds one hook invocation as a whole; the host's own timeout of
 // an installed hook is longer (claude.HookTimeoutSeconds).
-const Timeout = 15 * time.Second
+const Timeout = hookcore.Timeout
 
 // ClaudeCapture runs the capture hook on one Claude Code payload read from
 // stdin. It fails open: whatever happens it writes at most one warning line
@@ -42,11 +43,4 @@ func claudeCaptureOut(ctx context.Context, stdin io.Reader, stdout, stderr io.Wr
 
 // OneLine flattens s to one line of at most 1,000 bytes (plus an ellipsis)
 // for a warning.
-func OneLine(s string) string {
-	s = strings.ReplaceAll(s, "\r", " ")
-	s = strings.ReplaceAll(s, "\n", " ")
-	if len(s) > 1000 {
-		s = s[:1000] + "…"
-	}
-	return s
-}
+func OneLine(s string) string { return hookcore.OneLine(s) }

@@ -2,7 +2,6 @@ package hookrun
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -13,7 +12,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/agentscm/agentscm/internal/agent/adapter"
 	"github.com/agentscm/agentscm/internal/agent/claude"
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/changelog"
@@ -21,6 +19,7 @@ import (
 	"github.com/agentscm/agentscm/internal/client"
 	"github.com/agentscm/agentscm/internal/delivery"
 	"github.com/agentscm/agentscm/internal/fsutil"
+	"github.com/agentscm/agentscm/internal/hookcore"
 )
 
 // One hook pipeline. Every Claude Code hook event starts one hook process:
@@ -134,7 +133,7 @@ func ClaudeHook(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, 
 			}
 			hubs = starter
 		}
-		cres, cerr = runCapture(ctx, store, hubs, b, p, now)
+		cres, cerr = hookcore.RunCapture(ctx, store, hubs, b, p, now)
 	}
 	wg.Wait()
 	if starter != nil {
@@ -146,10 +145,10 @@ func ClaudeHook(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, 
 		starter.start(ctx, store, cres)
 	}
 	if o.Capture {
-		if w := captureWarning(cres, cerr); w != "" {
+		if w := hookcore.CaptureWarning(cres, cerr); w != "" {
 			warns = append(warns, w)
 		}
-		if w := guidance(store, b, stdout); w != "" {
+		if w := hookcore.Guidance(store, b, stdout); w != "" {
 			warns = append(warns, w)
 		}
 	}
@@ -157,59 +156,6 @@ func ClaudeHook(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, 
 		warns = append(warns, lw)
 	}
 	return 0
-}
-
-// runCapture is the capture part, its panic turned into its error.
-func runCapture(ctx context.Context, store capture.Store, hubs capture.HubOpener, b []byte, p *claude.Payload, now time.Time) (res *capture.HookResult, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			res, err = nil, fmt.Errorf("internal error: %v", r)
-		}
-	}()
-	ctx, cancel := context.WithTimeout(ctx, Timeout)
-	defer cancel()
-	return capture.HandleAgentPayload(ctx, store, hubs, adapter.Claude{}, b, p, now)
-}
-
-// guidance writes a SessionStart's recipe guidance to stdout and returns
-// its warning, if any.
-func guidance(store capture.Store, b []byte, stdout io.Writer) (warn string) {
-	defer func() {
-		if r := recover(); r != nil {
-			warn = fmt.Sprintf("recipe guidance failed: internal error: %v", r)
-		}
-	}()
-	out, err := capture.SessionStartOutput(store, b)
-	if err != nil {
-		return "recipe guidance: " + OneLine(err.Error())
-	}
-	if len(out) > 0 {
-		stdout.Write(out)
-	}
-	return ""
-}
-
-// captureWarning is the capture part's message (without the
-// "agentscm: warning: " prefix), "" when it has nothing to say.
-func captureWarning(res *capture.HookResult, err error) string {
-	// A capacity warning (given once per session) rides on the one line.
-	also := ""
-	if res != nil && res.Warning != "" {
-		also = "; " + OneLine(res.Warning)
-	}
-	switch {
-	case errors.Is(err, capture.ErrOccurrenceConflict):
-		return OneLine(err.Error()) + also
-	case err != nil:
-		return "capture hook failed: " + OneLine(err.Error()) + also
-	case res == nil:
-		return ""
-	case res.DeliveryErr != nil:
-		return "event retained locally, delivery pending: " + OneLine(res.DeliveryErr.Error()) + also
-	case also != "":
-		return also[2:]
-	}
-	return ""
 }
 
 // runChangelog is the changelog part: its message (without the prefix),

@@ -7,6 +7,7 @@ import (
 
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/changelog"
+	"github.com/agentscm/agentscm/internal/hookcore"
 )
 
 // The parts keep the messages their own hooks gave before the pipeline
@@ -48,7 +49,7 @@ func TestPartMessages(t *testing.T) {
 		{"capacity only", &capture.HookResult{Warning: "80% used"}, nil, "80% used"},
 		{"quiet", &capture.HookResult{}, nil, ""},
 	} {
-		if got := captureWarning(tc.res, tc.err); got != tc.want {
+		if got := hookcore.CaptureWarning(tc.res, tc.err); got != tc.want {
 			t.Errorf("%s: captureWarning = %q, want %q", tc.name, got, tc.want)
 		}
 	}

@@ -1,0 +1,107 @@
+// Package hookcore is the part of the Claude Code capture hook that needs
+// neither the Hub nor the changelog: the capture run and its one warning
+// line, the recipe guidance, the detached deliverer's start, and the intake
+// hook (IntakeHook) of the agentscm-hook-intake binary, which links only
+// this, so that the process Claude Code starts on every capture-only event
+// starts faster. Package hookrun builds the whole pipeline on it.
+package hookcore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/agentscm/agentscm/internal/agent/adapter"
+	"github.com/agentscm/agentscm/internal/agent/claude"
+	"github.com/agentscm/agentscm/internal/capture"
+)
+
+// Timeout bounds one hook invocation as a whole; the host's own timeout of
+// an installed hook is longer (claude.HookTimeoutSeconds).
+const Timeout = 15 * time.Second
+
+// OneLine flattens s to one line of at most 1,000 bytes (plus an ellipsis)
+// for a warning.
+func OneLine(s string) string {
+	s = strings.ReplaceAll(s, "\r", " ")
+	s = strings.ReplaceAll(s, "\n", " ")
+	if len(s) > 1000 {
+		s = s[:1000] + "…"
+	}
+	return s
+}
+
+// RunCapture is the capture part of a hook process, its panic turned into
+// its error.
+func RunCapture(ctx context.Context, store capture.Store, hubs capture.HubOpener, b []byte, p *claude.Payload, now time.Time) (res *capture.HookResult, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			res, err = nil, fmt.Errorf("internal error: %v", r)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(ctx, Timeout)
+	defer cancel()
+	return capture.HandleAgentPayload(ctx, store, hubs, adapter.Claude{}, b, p, now)
+}
+
+// Guidance writes a SessionStart's recipe guidance to stdout and returns
+// its warning, if any.
+func Guidance(store capture.Store, b []byte, stdout io.Writer) (warn string) {
+	defer func() {
+		if r := recover(); r != nil {
+			warn = fmt.Sprintf("recipe guidance failed: internal error: %v", r)
+		}
+	}()
+	out, err := capture.SessionStartOutput(store, b)
+	if err != nil {
+		return "recipe guidance: " + OneLine(err.Error())
+	}
+	if len(out) > 0 {
+		stdout.Write(out)
+	}
+	return ""
+}
+
+// CaptureWarning is the capture part's message (without the
+// "agentscm: warning: " prefix), "" when it has nothing to say.
+func CaptureWarning(res *capture.HookResult, err error) string {
+	// A capacity warning (given once per session) rides on the one line.
+	also := ""
+	if res != nil && res.Warning != "" {
+		also = "; " + OneLine(res.Warning)
+	}
+	switch {
+	case errors.Is(err, capture.ErrOccurrenceConflict):
+		return OneLine(err.Error()) + also
+	case err != nil:
+		return "capture hook failed: " + OneLine(err.Error()) + also
+	case res == nil:
+		return ""
+	case res.DeliveryErr != nil:
+		return "event retained locally, delivery pending: " + OneLine(res.DeliveryErr.Error()) + also
+	case also != "":
+		return also[2:]
+	}
+	return ""
+}
+
+// StartDeliverer starts `EXE change-capture deliver-spool --config-dir
+// DIR --spool SPOOL --lock-fd 3` in a new session with its standard streams
+// on /dev/null (so the agent, which waits for the hook's streams to close,
+// never waits for it), inheriting the held deliver lock as fd 3. It is not
+// waited for: the hook exits and init reaps the deliverer.
+func StartDeliverer(exe, configDir string, lock *os.File, spoolDir string) error {
+	cmd := exec.Command(exe, "change-capture", "deliver-spool", "--config-dir", configDir, "--spool", spoolDir, "--lock-fd", "3")
+	cmd.ExtraFiles = []*os.File{lock}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	return cmd.Process.Release()
+}

@@ -1,0 +1,107 @@
+package hookcore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/agentscm/agentscm/internal/agent/claude"
+	"github.com/agentscm/agentscm/internal/capture"
+	"github.com/agentscm/agentscm/internal/connfile"
+	"github.com/agentscm/agentscm/internal/fsutil"
+)
+
+// IntakeBinary is the capture hook's intake binary (cmd/agentscm-hook-intake):
+// `change-capture hook-claude` only, installed on the Claude Code events on
+// which the capture runs without the changelog, next to the full hook
+// binary (claude.HookBinary) it hands everything else to.
+const IntakeBinary = claude.IntakeBinary
+
+// errNeedsHub is what the intake hook's Hub opener answers: the event
+// took a path that opens the Hub (backpressure, a failed intake write), which
+// the full hook binary runs.
+var errNeedsHub = errors.New("this event needs the Hub, which the intake binary does not link")
+
+// intakeOpener is the intake hook's capture.HubOpener: it finds the
+// checkout's connection (capture.ConnectionLooker) and starts the detached
+// deliverer from the full hook binary (capture.Backgrounder), and never
+// opens a Hub itself.
+type intakeOpener struct {
+	configDir, full string
+}
+
+func (o intakeOpener) Open(context.Context, string) (capture.Hub, error) { return nil, errNeedsHub }
+
+func (o intakeOpener) LookupConnection(root string) (capture.Lineage, error) {
+	c, err := connfile.Lookup(o.configDir, root)
+	if errors.Is(err, connfile.ErrNoConnection) {
+		return capture.Lineage{}, capture.ErrNoConnection
+	}
+	if err != nil {
+		return capture.Lineage{}, err
+	}
+	return capture.Lineage{Hub: c.Hub, Repository: c.Repository, WorktreeID: c.WorktreeID}, nil
+}
+
+func (o intakeOpener) StartDeliverer(lock *os.File, spoolDir string) error {
+	return StartDeliverer(o.full, o.configDir, lock, spoolDir)
+}
+
+// IntakeHook is `agentscm-hook-intake change-capture hook-claude`: the
+// capture hook of one Claude Code payload read from stdin, exactly as
+// `agentscm-hook change-capture hook-claude` runs it, for the events whose
+// capture writes the intake and hands the rest to the detached deliverer
+// (started from full, the full hook binary). An event that needs the Hub
+// in the hook (backpressure, a failed intake write) is run again, from the
+// start, by full: this process execs it with the same payload on stdin
+// (what this one wrote before is idempotent: the session's record and
+// setup artifact). It fails open like every hook: at most one warning line
+// on stderr, exit status 0, nothing on stdout but a SessionStart's recipe
+// guidance.
+func IntakeHook(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string, now time.Time, full string) int {
+	var warns []string
+	defer func() {
+		if len(warns) > 0 {
+			fmt.Fprintf(stderr, "agentscm: warning: %s\n", strings.Join(warns, "; "))
+		}
+	}()
+	defer func() {
+		if r := recover(); r != nil {
+			warns = append(warns, fmt.Sprintf("hook failed: internal error: %v", r))
+		}
+	}()
+	const failed = "capture hook failed: "
+	b, err := fsutil.ReadBounded(stdin, claude.MaxPayloadBytes)
+	if err != nil {
+		warns = append(warns, failed+OneLine(fmt.Sprintf("read hook payload: %v", err)))
+		return 0
+	}
+	dir, err := capture.ConfigDir(getenv)
+	if err != nil {
+		warns = append(warns, failed+OneLine(err.Error()))
+		return 0
+	}
+	store := capture.Store{Dir: dir}
+	p, err := claude.DecodePayload(b)
+	if err != nil {
+		warns = append(warns, failed+OneLine(err.Error()))
+		return 0
+	}
+	res, err := RunCapture(ctx, store, intakeOpener{configDir: dir, full: full}, b, p, now)
+	if errors.Is(err, errNeedsHub) {
+		// Only returns when the exec failed.
+		err = fmt.Errorf("%w; running it with %s failed: %w", errNeedsHub, full, execHook(full, b))
+		res = nil
+	}
+	if w := CaptureWarning(res, err); w != "" {
+		warns = append(warns, w)
+	}
+	if w := Guidance(store, b, stdout); w != "" {
+		warns = append(warns, w)
+	}
+	return 0
+}
