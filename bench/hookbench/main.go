@@ -4,8 +4,11 @@
 // event kind is measured against two checkouts, each with a current Work:
 // one connected to the embedded Hub (in-process SQLite, the solo default)
 // and one connected to an `agentscm hub serve` process on loopback (HTTP).
-// Each runs through the lean agentscm-hook binary (what configure installs)
-// and, for comparison, through the whole agentscm binary. The references
+// Each runs through the intake binary agentscm-hook-intake (what configure
+// installs on the events whose capture runs without the changelog), the
+// lean agentscm-hook binary (the changelog's events, and what the intake
+// binary hands the Hub paths to) and, for comparison, the whole agentscm
+// binary. The references
 // /bin/true and fsyncref (one durable file write: temp file, fsync, rename,
 // directory fsync) are measured in the same run, interleaved, so load drift
 // hits every subject alike. It reports p50/p90/p99 wall time, the ratio to
@@ -53,7 +56,7 @@ func main() {
 	flag.IntVar(&o.n, "n", 150, "runs per subject (at least 100 for a p99)")
 	runs := flag.Int("runs", 1, "independent runs, each with fresh checkouts, spools and Hubs")
 	flag.BoolVar(&o.cgo, "cgo", false, "build the binaries with cgo (dynamically linked) instead of CGO_ENABLED=0")
-	flag.StringVar(&o.bins, "bins", "lean,full", "binaries to measure: lean (agentscm-hook), full (agentscm)")
+	flag.StringVar(&o.bins, "bins", "intake,lean,full", "binaries to measure: intake (agentscm-hook-intake, what configure installs on capture-only events), lean (agentscm-hook), full (agentscm)")
 	flag.StringVar(&o.stores, "stores", "embedded,served", "Hub connections to measure")
 	flag.StringVar(&o.kinds, "kinds", "SessionStart,UserPromptSubmit,PreToolUse,PostToolUse,PostToolUseFailure,Stop", "hook events to measure, in session order")
 	flag.StringVar(&o.jsonOut, "json", "", "also write the results as JSON to this file")
@@ -126,7 +129,7 @@ func run(o options) ([]row, error) {
 	bin := filepath.Join(work, "bin")
 	ref := filepath.Join(work, "fsyncref")
 	build := exec.Command("go", "build", "-trimpath", "-o", bin+string(filepath.Separator),
-		"github.com/agentscm/agentscm/cmd/agentscm", "github.com/agentscm/agentscm/cmd/agentscm-hook")
+		"github.com/agentscm/agentscm/cmd/agentscm", "github.com/agentscm/agentscm/cmd/agentscm-hook", "github.com/agentscm/agentscm/cmd/agentscm-hook-intake")
 	build.Env = os.Environ()
 	if !o.cgo {
 		build.Env = append(build.Env, "CGO_ENABLED=0")
@@ -137,7 +140,7 @@ func run(o options) ([]row, error) {
 	if out, err := exec.Command("go", "build", "-trimpath", "-o", ref, "github.com/agentscm/agentscm/bench/hookbench/fsyncref").CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("build fsyncref: %v\n%s", err, out)
 	}
-	full, lean := filepath.Join(bin, "agentscm"), filepath.Join(bin, "agentscm-hook")
+	full, lean, intake := filepath.Join(bin, "agentscm"), filepath.Join(bin, "agentscm-hook"), filepath.Join(bin, "agentscm-hook-intake")
 	refDir := filepath.Join(work, "ref")
 	if err := os.Mkdir(refDir, 0o700); err != nil {
 		return nil, err
@@ -150,6 +153,8 @@ func run(o options) ([]row, error) {
 	var bins []binary
 	for _, b := range strings.Split(o.bins, ",") {
 		switch b {
+		case "intake":
+			bins = append(bins, binary{"intake", intake, full})
 		case "lean":
 			bins = append(bins, binary{"lean", lean, full})
 		case "full":

@@ -54,14 +54,23 @@ func main() {
 	flag.StringVar(&o.tool, "tool", "Read", "tool of the PreToolUse payloads (Bash also runs the default execution rule)")
 	only := flag.String("only", "history,streams", "which budgets to measure")
 	flag.BoolVar(&keep, "keep", false, "keep the work directory (debugging)")
+	bin := flag.String("bin", "installed", "hook executable: installed (the one enable puts on PreToolUse) or full (agentscm-hook)")
 	flag.Parse()
+	switch *bin {
+	case "installed":
+	case "full":
+		fullHook = true
+	default:
+		fmt.Fprintln(os.Stderr, "intakebench: -bin is installed or full")
+		os.Exit(2)
+	}
 	if err := run(o, *only); err != nil {
 		fmt.Fprintln(os.Stderr, "intakebench:", err)
 		os.Exit(1)
 	}
 }
 
-var keep bool
+var keep, fullHook bool
 
 type env struct {
 	work, hook, admin, ref, refDir string
@@ -71,7 +80,7 @@ func build(work string) (*env, error) {
 	e := &env{work: work, ref: filepath.Join(work, "fsyncref"), refDir: filepath.Join(work, "ref")}
 	bin := filepath.Join(work, "bin")
 	cmd := exec.Command("go", "build", "-trimpath", "-o", bin+string(filepath.Separator),
-		"github.com/agentscm/agentscm/cmd/agentscm", "github.com/agentscm/agentscm/cmd/agentscm-hook")
+		"github.com/agentscm/agentscm/cmd/agentscm", "github.com/agentscm/agentscm/cmd/agentscm-hook", "github.com/agentscm/agentscm/cmd/agentscm-hook-intake")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("build: %v\n%s", err, out)
@@ -86,6 +95,9 @@ func build(work string) (*env, error) {
 type checkout struct {
 	root, spool, config string
 	env                 []string
+	// hook is the executable enable installed on PreToolUse (the intake
+	// binary next to agentscm-hook), or agentscm-hook with -bin full.
+	hook string
 }
 
 // setup makes a checkout the one-step way: enable --local, then a current
@@ -107,10 +119,43 @@ func (e *env) setup(name string) (*checkout, error) {
 		return nil, fmt.Errorf("enable output: %s", out)
 	}
 	c.spool = res.Spool
+	if c.hook, err = installedHook(c.root); err != nil {
+		return nil, err
+	}
+	if fullHook {
+		c.hook = e.hook
+	}
 	if _, err := e.sh(c, "work", "start", "--root", c.root, "--title", "intakebench"); err != nil {
 		return nil, err
 	}
 	return c, nil
+}
+
+// installedHook returns the executable of the PreToolUse entry enable
+// installed in root's Claude Code settings.
+func installedHook(root string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(root, ".claude", "settings.local.json"))
+	if err != nil {
+		return "", err
+	}
+	var st struct {
+		Hooks map[string][]struct {
+			Hooks []struct {
+				Command string `json:"command"`
+			} `json:"hooks"`
+		} `json:"hooks"`
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		return "", err
+	}
+	for _, g := range st.Hooks["PreToolUse"] {
+		for _, h := range g.Hooks {
+			if f := strings.Fields(h.Command); len(f) == 3 && f[1] == "change-capture" && f[2] == "hook-claude" {
+				return f[0], nil
+			}
+		}
+	}
+	return "", fmt.Errorf("no capture hook on PreToolUse in %s", root)
 }
 
 func (e *env) sh(c *checkout, args ...string) ([]byte, error) {
@@ -206,8 +251,12 @@ func run(o options, only string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("# go run -tags agentscm_bench ./bench/intakebench -n %d -runs %d -history %d -streams %d -per-stream %d -tool %s\n",
-		o.n, o.runs, o.history, o.streams, o.perStream, o.tool)
+	which := "installed"
+	if fullHook {
+		which = "full"
+	}
+	fmt.Printf("# go run -tags agentscm_bench ./bench/intakebench -n %d -runs %d -history %d -streams %d -per-stream %d -tool %s -bin %s\n",
+		o.n, o.runs, o.history, o.streams, o.perStream, o.tool, which)
 	var fresh, big, ref []float64
 	var tput, tref, drain []float64
 	for r := 1; r <= o.runs; r++ {
@@ -257,7 +306,7 @@ func history(e *env, o options, r int) (float64, float64, float64, error) {
 	// scan) and the ledger.
 	for i := range 3 {
 		for _, c := range []*checkout{fc, bc} {
-			if _, err := once([]string{e.hook, "change-capture", "hook-claude"}, c.env, pre(c, o.tool, fmt.Sprintf("warm%d", r), i)); err != nil {
+			if _, err := once([]string{c.hook, "change-capture", "hook-claude"}, c.env, pre(c, o.tool, fmt.Sprintf("warm%d", r), i)); err != nil {
 				return 0, 0, 0, err
 			}
 		}
@@ -269,11 +318,11 @@ func history(e *env, o options, r int) (float64, float64, float64, error) {
 			return 0, 0, 0, err
 		}
 		tr = append(tr, d)
-		if d, err = once([]string{e.hook, "change-capture", "hook-claude"}, fc.env, pre(fc, o.tool, fmt.Sprintf("f%d", r), i)); err != nil {
+		if d, err = once([]string{fc.hook, "change-capture", "hook-claude"}, fc.env, pre(fc, o.tool, fmt.Sprintf("f%d", r), i)); err != nil {
 			return 0, 0, 0, err
 		}
 		tf = append(tf, d)
-		if d, err = once([]string{e.hook, "change-capture", "hook-claude"}, bc.env, pre(bc, o.tool, fmt.Sprintf("b%d", r), i)); err != nil {
+		if d, err = once([]string{bc.hook, "change-capture", "hook-claude"}, bc.env, pre(bc, o.tool, fmt.Sprintf("b%d", r), i)); err != nil {
 			return 0, 0, 0, err
 		}
 		tb = append(tb, d)
@@ -304,7 +353,7 @@ func streams(e *env, o options, r int) (float64, float64, float64, error) {
 		return 0, 0, 0, err
 	}
 	for i := range 3 { // warm-up
-		if _, err := once([]string{e.hook, "change-capture", "hook-claude"}, c.env, pre(c, o.tool, fmt.Sprintf("sw%d", r), i)); err != nil {
+		if _, err := once([]string{c.hook, "change-capture", "hook-claude"}, c.env, pre(c, o.tool, fmt.Sprintf("sw%d", r), i)); err != nil {
 			return 0, 0, 0, err
 		}
 	}
@@ -345,7 +394,7 @@ func streams(e *env, o options, r int) (float64, float64, float64, error) {
 	if err != nil {
 		return 0, 0, 0, err
 	}
-	h, err := par([]string{e.hook, "change-capture", "hook-claude"}, c.env, "s")
+	h, err := par([]string{c.hook, "change-capture", "hook-claude"}, c.env, "s")
 	if err != nil {
 		return 0, 0, 0, err
 	}
@@ -371,7 +420,7 @@ func streams(e *env, o options, r int) (float64, float64, float64, error) {
 		if (left == 0 && pending == 0) || i > 200 {
 			break
 		}
-		if _, err := once([]string{e.hook, "change-capture", "hook-claude"}, c.env, pre(c, o.tool, fmt.Sprintf("d%d", r), i)); err != nil {
+		if _, err := once([]string{c.hook, "change-capture", "hook-claude"}, c.env, pre(c, o.tool, fmt.Sprintf("d%d", r), i)); err != nil {
 			return 0, 0, 0, err
 		}
 	}

@@ -206,7 +206,7 @@ func run(pairs, calls int, claude string, keep bool, mode string) error {
 	}
 	bin := filepath.Join(work, "bin")
 	build := exec.Command("go", "build", "-trimpath", "-o", bin+string(filepath.Separator),
-		"github.com/agentscm/agentscm/cmd/agentscm", "github.com/agentscm/agentscm/cmd/agentscm-hook")
+		"github.com/agentscm/agentscm/cmd/agentscm", "github.com/agentscm/agentscm/cmd/agentscm-hook", "github.com/agentscm/agentscm/cmd/agentscm-hook-intake")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		return fmt.Errorf("build: %v\n%s", err, out)

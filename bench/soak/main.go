@@ -1,7 +1,9 @@
 // Command soak is a day of capture in minutes: 20,000+ Claude Code hook
-// events through the real installed agentscm-hook, as a user sets it up.
+// events through the real installed hook (agentscm-hook-intake, which
+// hands the deliverer and the Hub paths to agentscm-hook), as a user sets
+// it up.
 //
-// It builds agentscm and agentscm-hook (CGO_ENABLED=0) side by side, starts
+// It builds agentscm, agentscm-hook and agentscm-hook-intake (CGO_ENABLED=0) side by side, starts
 // `agentscm hub serve` on 127.0.0.1 as a real process, connects a fresh git
 // checkout with `client setup --hub`, starts a Work, runs the one-step
 // `change-capture enable` with the default limits, and then replays a
@@ -254,7 +256,8 @@ func run(o options) (bool, error) {
 	binDir := filepath.Join(work, "bin")
 	bin, hookBin := filepath.Join(binDir, "agentscm"), filepath.Join(binDir, "agentscm-hook")
 	buildEnv := append(os.Environ(), "CGO_ENABLED=0")
-	for target, pkg := range map[string]string{bin: "./cmd/agentscm", hookBin: "./cmd/agentscm-hook"} {
+	for target, pkg := range map[string]string{bin: "./cmd/agentscm", hookBin: "./cmd/agentscm-hook",
+		filepath.Join(binDir, "agentscm-hook-intake"): "./cmd/agentscm-hook-intake"} {
 		if _, err := sh(buildEnv, "go", "build", "-trimpath", "-o", target, pkg); err != nil {
 			return false, err
 		}
@@ -297,8 +300,8 @@ func run(o options) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if filepath.Base(argv[0]) != "agentscm-hook" {
-		return false, fmt.Errorf("enable installed %q, not the lean agentscm-hook", strings.Join(argv, " "))
+	if filepath.Base(argv[0]) != "agentscm-hook-intake" {
+		return false, fmt.Errorf("enable installed %q on PreToolUse, not the intake binary agentscm-hook-intake", strings.Join(argv, " "))
 	}
 	conn, err := client.Lookup(filepath.Join(cfg, "agentscm"), root)
 	if err != nil {

@@ -60,10 +60,12 @@ func setup() (int, error) {
 		return 1, err
 	}
 	// Built as the README says: agentscm and, next to it, the lean
-	// agentscm-hook that configure installs as the capture hook.
+	// agentscm-hook and agentscm-hook-intake that configure installs as the
+	// hooks (the intake binary on the events whose capture runs without
+	// the changelog).
 	agentscm := filepath.Join(bin, "agentscm")
 	build := exec.Command("go", "build", "-o", bin+string(filepath.Separator),
-		"github.com/agentscm/agentscm/cmd/agentscm", "github.com/agentscm/agentscm/cmd/agentscm-hook")
+		"github.com/agentscm/agentscm/cmd/agentscm", "github.com/agentscm/agentscm/cmd/agentscm-hook", "github.com/agentscm/agentscm/cmd/agentscm-hook-intake")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
@@ -204,8 +206,9 @@ func (c *checkout) configure(mode string) {
 	c.t.Helper()
 	c.agentscm("client", "setup", "--root", c.root, "--local")
 	c.agentscm("change-capture", "configure", "--root", c.root, "--spool", c.spool, "--capture-mode", mode)
-	// The hooks run the lean agentscm-hook built next to agentscm.
-	lean := filepath.Join(filepath.Dir(h.agentscm), "agentscm-hook") + " change-capture hook-claude"
+	// The capture-only hooks run the intake binary built next to agentscm
+	// (and agentscm-hook).
+	lean := filepath.Join(filepath.Dir(h.agentscm), "agentscm-hook-intake") + " change-capture hook-claude"
 	if b, _ := os.ReadFile(filepath.Join(c.root, ".claude", "settings.local.json")); !strings.Contains(string(b), lean) {
 		c.t.Fatalf("configure did not install %q:\n%s", lean, b)
 	}

@@ -52,31 +52,41 @@ func TestOneHookProcessPerToolCall(t *testing.T) {
 	c.agentscm("changelog", "enable", "--root", c.root)
 
 	lean := filepath.Join(filepath.Dir(h.agentscm), "agentscm-hook")
+	intake := filepath.Join(filepath.Dir(h.agentscm), "agentscm-hook-intake")
 	entries := c.hookEntries()
 	for _, ev := range []string{"SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolUse", "PostToolUseFailure", "Stop", "SessionEnd"} {
-		want := lean + " change-capture hook-claude"
+		want := intake + " change-capture hook-claude"
 		switch ev {
 		case "PostToolUse", "PostToolUseFailure", "UserPromptSubmit", "Stop", "SessionEnd":
-			want += " --changelog"
+			want = lean + " change-capture hook-claude --changelog"
 		}
 		if got := entries[ev]; len(got) != 1 || got[0] != want {
 			t.Fatalf("%s has entries %q, want exactly [%q]", ev, got, want)
 		}
 	}
 
-	// The wrapper: one log line per process Claude Code starts.
+	// The wrappers, named as the binaries they run, side by side: one log
+	// line per process Claude Code starts.
 	log := filepath.Join(c.dir, "hook-starts.log")
-	wrapper := filepath.Join(c.dir, "hook-wrapper")
-	script := "#!/bin/sh\necho \"$*\" >> '" + log + "'\nexec '" + lean + "' \"$@\"\n"
-	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+	wdir := filepath.Join(c.dir, "wrappers")
+	if err := os.Mkdir(wdir, 0o755); err != nil {
 		t.Fatal(err)
+	}
+	wrapper, intakeWrapper := filepath.Join(wdir, "agentscm-hook"), filepath.Join(wdir, "agentscm-hook-intake")
+	for w, real := range map[string]string{wrapper: lean, intakeWrapper: intake} {
+		script := "#!/bin/sh\necho \"$(basename \"$0\") $*\" >> '" + log + "'\nexec '" + real + "' \"$@\"\n"
+		if err := os.WriteFile(w, []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	settings := filepath.Join(c.root, ".claude", "settings.local.json")
 	b, err := os.ReadFile(settings)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(settings, []byte(strings.ReplaceAll(string(b), lean, wrapper)), 0o644); err != nil {
+	// The intake binary's path first: the full one's is its prefix.
+	wrapped := strings.ReplaceAll(strings.ReplaceAll(string(b), intake+" ", intakeWrapper+" "), lean+" ", wrapper+" ")
+	if err := os.WriteFile(settings, []byte(wrapped), 0o644); err != nil {
 		t.Fatal(err)
 	}
 
@@ -94,9 +104,9 @@ func TestOneHookProcessPerToolCall(t *testing.T) {
 	combined, captureOnly := 0, 0
 	for _, l := range lines {
 		switch l {
-		case "change-capture hook-claude --changelog":
+		case "agentscm-hook change-capture hook-claude --changelog":
 			combined++
-		case "change-capture hook-claude":
+		case "agentscm-hook-intake change-capture hook-claude":
 			captureOnly++
 		default:
 			t.Fatalf("a hook process with arguments %q", l)
@@ -125,10 +135,11 @@ func TestOneHookProcessPerToolCall(t *testing.T) {
 		t.Fatalf("%d PostToolUse events captured, want 2", post)
 	}
 
-	// changelog disable keeps the capture in the same entries.
+	// changelog disable keeps the capture in the same entries, now the
+	// intake binary's (here its wrapper's) on every event.
 	c.agentscm("changelog", "disable", "--root", c.root)
 	entries = c.hookEntries()
-	if got := entries["PostToolUse"]; len(got) != 1 || got[0] != wrapper+" change-capture hook-claude" {
+	if got := entries["PostToolUse"]; len(got) != 1 || got[0] != intakeWrapper+" change-capture hook-claude" {
 		t.Fatalf("after changelog disable PostToolUse has %q", got)
 	}
 }

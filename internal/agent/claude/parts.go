@@ -3,6 +3,8 @@ package claude
 import (
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 )
@@ -120,6 +122,9 @@ func InstallParts(path, exe string, want Parts) (bool, error) {
 	if on && quoted == "" {
 		return false, errors.New("no executable for the hook entries: none is installed and none was given")
 	}
+	// The capture-only events run the intake binary when it sits next to
+	// the full hook binary; every other entry runs the full one.
+	quoted, intake := hookExecutables(quoted)
 	return editSettings(path, on, func(hooks *object) (bool, error) {
 		events := append([]string(nil), hooks.keys()...)
 		for _, ev := range HookEvents {
@@ -146,7 +151,11 @@ func InstallParts(path, exe string, want Parts) (bool, error) {
 			if sub == "" {
 				continue
 			}
-			c, err := installEvent(hooks, ev, quoted+" "+sub, HookTimeoutSeconds)
+			run := quoted
+			if p == (Parts{Capture: true}) {
+				run = intake
+			}
+			c, err := installEvent(hooks, ev, run+" "+sub, HookTimeoutSeconds)
 			if err != nil {
 				return false, err
 			}
@@ -154,4 +163,49 @@ func InstallParts(path, exe string, want Parts) (bool, error) {
 		}
 		return changed, nil
 	})
+}
+
+// hookExecutables returns, for the shell-quoted executable of the hook
+// entries, the one of the entries that run the changelog (the full hook
+// binary) and the one of the capture-only entries: IntakeBinary when it is
+// an executable regular file next to HookBinary, else the same. An
+// installed IntakeBinary (as InstalledParts may report it) stands for the
+// HookBinary next to it.
+func hookExecutables(quoted string) (full, intake string) {
+	raw := shellUnquote(quoted)
+	if raw == "" || !filepath.IsAbs(raw) {
+		return quoted, quoted
+	}
+	dir, base := filepath.Split(raw)
+	if base == IntakeBinary {
+		raw = filepath.Join(dir, HookBinary)
+		quoted, base = shellQuote(raw), HookBinary
+	}
+	if base != HookBinary {
+		return quoted, quoted
+	}
+	in := filepath.Join(dir, IntakeBinary)
+	if fi, err := os.Stat(in); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
+		return quoted, shellQuote(in)
+	}
+	return quoted, quoted
+}
+
+// shellUnquote undoes shellQuote ("" when s is not in its form).
+func shellUnquote(s string) string {
+	if !strings.HasPrefix(s, "'") {
+		if strings.ContainsAny(s, "'\" \t") {
+			return ""
+		}
+		return s
+	}
+	if len(s) < 2 || !strings.HasSuffix(s, "'") {
+		return ""
+	}
+	inner := s[1 : len(s)-1]
+	out := strings.ReplaceAll(inner, `'\''`, "'")
+	if shellQuote(out) != s {
+		return ""
+	}
+	return out
 }

@@ -58,6 +58,13 @@ func HookCommand(exe string) string { return CommandFor(exe, HookSubcommand) }
 // needs, so that the process started on every tool call starts faster.
 const HookBinary = "agentscm-hook"
 
+// IntakeBinary is the capture hook's intake binary (cmd/agentscm-hook-intake):
+// only `change-capture hook-claude`, linking neither the Hub's store and
+// client nor the changelog. When it sits next to HookBinary, the events on
+// which the capture runs without the changelog run it (IntakeExecutable);
+// it hands what needs the Hub to HookBinary.
+const IntakeBinary = "agentscm-hook-intake"
+
 // HookExecutable returns the executable an installed capture hook runs for
 // the agentscm binary exe: the lean HookBinary in exe's directory when it is
 // a regular file executable by someone, else exe itself. The hook command

@@ -1,0 +1,350 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/agentscm/agentscm/internal/capture"
+	"github.com/agentscm/agentscm/internal/event"
+	"github.com/agentscm/agentscm/internal/spool"
+)
+
+// TestLinksOnlyTheIntake keeps the intake binary small: it links the
+// capture and the spool, and neither the Hub's store or client, nor the
+// changelog, nor the pages or the CLI.
+func TestLinksOnlyTheIntake(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go list")
+	}
+	out, err := exec.Command("go", "list", "-deps", ".").Output()
+	if err != nil {
+		t.Skipf("go list: %v", err)
+	}
+	deps := strings.Fields(string(out))
+	for _, want := range []string{"github.com/agentscm/agentscm/internal/capture", "github.com/agentscm/agentscm/internal/hookcore", "github.com/agentscm/agentscm/internal/connfile"} {
+		if !slices.Contains(deps, want) {
+			t.Errorf("agentscm-hook-intake does not link %s", want)
+		}
+	}
+	for _, d := range deps {
+		for _, banned := range []string{
+			"github.com/agentscm/agentscm/internal/client",
+			"github.com/agentscm/agentscm/internal/delivery",
+			"github.com/agentscm/agentscm/internal/hookrun",
+			"github.com/agentscm/agentscm/internal/changelog",
+			"github.com/agentscm/agentscm/internal/hub/store",
+			"github.com/agentscm/agentscm/internal/cli",
+			"github.com/agentscm/agentscm/internal/localui",
+			"modernc.org/sqlite",
+			"modernc.org/libc",
+			"github.com/jackc/pgx",
+			"github.com/minio/minio-go",
+			"github.com/fsnotify/fsnotify",
+			"github.com/klauspost/compress",
+			"html/template",
+			"flag",
+		} {
+			if d == banned || strings.HasPrefix(d, banned+"/") {
+				t.Errorf("agentscm-hook-intake links %s", d)
+			}
+		}
+	}
+}
+
+// TestArgs: usage on bad arguments (exit 2), help on stdout (exit 0).
+func TestArgs(t *testing.T) {
+	for _, c := range []struct {
+		args     []string
+		code     int
+		out, err string
+	}{
+		{[]string{"--help"}, 0, "agentscm-hook-intake change-capture hook-claude", ""},
+		{nil, 2, "", "Usage:"},
+		{[]string{"change-capture", "hook-claude", "--changelog"}, 2, "", "Usage:"},
+		{[]string{"changelog", "hook-claude"}, 2, "", "Usage:"},
+	} {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), c.args, strings.NewReader(""), &out, &errb, func(string) string { return "" }, time.Now, "/nonexistent/agentscm-hook")
+		if code != c.code || !strings.Contains(out.String(), c.out) || !strings.Contains(errb.String(), c.err) {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q", c.args, code, out.String(), errb.String())
+		}
+	}
+}
+
+type fixture struct {
+	bin, root, config, spool string
+}
+
+// build builds agentscm, agentscm-hook and agentscm-hook-intake into one
+// directory, as the README's install does.
+func build(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "bin")
+	cmd := exec.Command("go", "build", "-o", bin+string(filepath.Separator),
+		"github.com/agentscm/agentscm/cmd/agentscm", "github.com/agentscm/agentscm/cmd/agentscm-hook", "github.com/agentscm/agentscm/cmd/agentscm-hook-intake")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// newFixture sets a checkout up the one-step way (enable --local, a
+// current Work) with the binaries of bin.
+func newFixture(t *testing.T, bin string) *fixture {
+	dir := t.TempDir()
+	f := &fixture{bin: bin, root: filepath.Join(dir, "repo"), config: filepath.Join(dir, "config")}
+	if err := os.MkdirAll(f.root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out := f.agentscm(t, "change-capture", "enable", "--root", f.root, "--local", "--format", "json")
+	var res struct {
+		Spool string `json:"spool"`
+	}
+	if i := strings.IndexByte(out, '{'); i < 0 || json.Unmarshal([]byte(out[i:]), &res) != nil || res.Spool == "" {
+		t.Fatalf("enable output: %s", out)
+	}
+	f.spool = res.Spool
+	f.agentscm(t, "work", "start", "--root", f.root, "--title", "intake")
+	t.Cleanup(func() { f.waitDeliverer(t) })
+	return f
+}
+
+func (f *fixture) env() []string {
+	return append(os.Environ(), "XDG_CONFIG_HOME="+f.config, "HOME="+filepath.Dir(f.config))
+}
+
+func (f *fixture) agentscm(t *testing.T, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(f.bin, "agentscm"), args...)
+	cmd.Env = f.env()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("agentscm %v: %v\n%s", args, err, out)
+	}
+	return string(out)
+}
+
+// hook runs the hook binary exe on a new PreToolUse of id and returns its
+// stderr; it fails the test unless the hook exited 0 with nothing on
+// stdout.
+func (f *fixture) hook(t *testing.T, exe, id string, extraEnv ...string) string {
+	t.Helper()
+	cmd := exec.Command(exe, "change-capture", "hook-claude")
+	cmd.Env = append(f.env(), extraEnv...)
+	cmd.Stdin = strings.NewReader(`{"session_id":"intake-test","cwd":"` + f.root + `","hook_event_name":"PreToolUse","tool_name":"Read","tool_use_id":"` + id + `","tool_input":{"file_path":"/etc/hostname"}}`)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil || out.Len() > 0 {
+		t.Errorf("hook %s: %v, stdout %q, stderr %q", id, err, out.String(), errb.String())
+	}
+	return errb.String()
+}
+
+func (f *fixture) waitDeliverer(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := (capture.Store{Dir: filepath.Join(f.config, "agentscm")}).WaitDeliverer(ctx, f.spool); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// delivered returns how often each tool_use_id's start is in the spool, the
+// intake files left and the envelopes the Hub has not acknowledged.
+func (f *fixture) delivered(t *testing.T) (map[string]int, int, int) {
+	t.Helper()
+	f.waitDeliverer(t)
+	sp, err := spool.OpenReadOnly(f.spool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err := sp.Events()
+	if err != nil {
+		t.Fatal(err)
+	}
+	starts := map[string]int{}
+	for _, e := range evs {
+		if e.Kind == event.ToolStart {
+			starts[e.ToolUseID]++
+		}
+	}
+	rep, err := spool.Inspect(f.spool, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return starts, rep.Intake, rep.Pending.Total + rep.Deferred.Total
+}
+
+// The installed intake hook, as Claude Code runs it: enable installs it on
+// the capture-only events when it sits next to agentscm-hook; concurrent
+// intake hooks each exit 0 silently and every event reaches the Hub
+// exactly once through the deliverer started from agentscm-hook; an event
+// whose intake write fails is run by agentscm-hook (exec, same payload),
+// which appends it under the lock and delivers it; with no agentscm-hook
+// next to it, the event stays durable in the intake, the hook says why on
+// stderr, and the next hook of the full binary delivers it.
+func TestIntakeHook(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binaries")
+	}
+	bin := build(t)
+	f := newFixture(t, bin)
+	intake := filepath.Join(bin, "agentscm-hook-intake")
+
+	settings, err := os.ReadFile(filepath.Join(f.root, ".claude", "settings.local.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(settings), intake+" change-capture hook-claude") {
+		t.Fatalf("enable did not install the intake binary:\n%s", settings)
+	}
+
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var warned []string
+	for i := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if w := f.hook(t, intake, fmt.Sprintf("toolu_c%02d", i)); w != "" {
+				mu.Lock()
+				warned = append(warned, w)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if len(warned) > 0 {
+		t.Errorf("concurrent intake hooks warned: %q", warned)
+	}
+	// A failed intake write: the full hook binary takes the event over.
+	if w := f.hook(t, intake, "toolu_eio", spool.FailpointEnv+"=intake=eio"); w != "" {
+		t.Errorf("the hook whose intake write failed warned: %q", w)
+	}
+	starts, left, pending := f.delivered(t)
+	for i := range 16 {
+		if id := fmt.Sprintf("toolu_c%02d", i); starts[id] != 1 {
+			t.Errorf("%s retained %d times, want once", id, starts[id])
+		}
+	}
+	if starts["toolu_eio"] != 1 {
+		t.Errorf("the event whose intake write failed is retained %d times, want once", starts["toolu_eio"])
+	}
+	if left != 0 || pending != 0 {
+		t.Errorf("%d intake files and %d undelivered envelopes left", left, pending)
+	}
+
+	// Without agentscm-hook next to it: durable in the intake, said on
+	// stderr, delivered by the next full hook.
+	alone := filepath.Join(t.TempDir(), "agentscm-hook-intake")
+	b, err := os.ReadFile(intake)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(alone, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	w := f.hook(t, alone, "toolu_alone")
+	if !strings.Contains(w, "agentscm: warning: event retained locally, delivery pending: start the background deliverer") {
+		t.Errorf("the intake hook without agentscm-hook said %q", w)
+	}
+	if strings.Count(w, "\n") != 1 {
+		t.Errorf("want one warning line, got %q", w)
+	}
+	if _, left, _ := f.delivered(t); left != 1 {
+		t.Errorf("%d intake files wait, want the one event", left)
+	}
+	f.hook(t, filepath.Join(bin, "agentscm-hook"), "toolu_full")
+	starts, left, pending = f.delivered(t)
+	if starts["toolu_alone"] != 1 || starts["toolu_full"] != 1 || left != 0 || pending != 0 {
+		t.Errorf("after a full hook: alone %d, full %d, %d intake files, %d undelivered", starts["toolu_alone"], starts["toolu_full"], left, pending)
+	}
+}
+
+// A burst of 120 concurrent real intake hooks (on 8 sessions), about one
+// in five killed with SIGKILL at a random moment, and one deliverer at a
+// time started from agentscm-hook: every hook that exited 0 has its event
+// in the spool exactly once, and once the deliverers are done nothing waits
+// in the intake and the Hub acknowledged every envelope.
+func TestIntakeBurstWithKills(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binaries")
+	}
+	bin := build(t)
+	f := newFixture(t, bin)
+	intake := filepath.Join(bin, "agentscm-hook-intake")
+	const n = 120
+	var mu sync.Mutex
+	exited0 := map[string]bool{}
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		id := fmt.Sprintf("toolu_k%04d", i)
+		kill := rand.IntN(5) == 0
+		delay := time.Duration(rand.IntN(30)) * time.Millisecond
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cmd := exec.Command(intake, "change-capture", "hook-claude")
+			cmd.Env = f.env()
+			cmd.Stdin = strings.NewReader(`{"session_id":"burst-` + fmt.Sprint(i%8) + `","cwd":"` + f.root + `","hook_event_name":"PreToolUse","tool_name":"Read","tool_use_id":"` + id + `","tool_input":{"file_path":"/etc/hostname"}}`)
+			<-start
+			if err := cmd.Start(); err != nil {
+				t.Error(err)
+				return
+			}
+			if kill {
+				time.AfterFunc(delay, func() { cmd.Process.Signal(syscall.SIGKILL) })
+			}
+			if cmd.Wait() == nil {
+				mu.Lock()
+				exited0[id] = true
+				mu.Unlock()
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	// A killed writer's temporary waits until it is old enough to be known
+	// dead; later hooks and deliverers admit the rest.
+	var starts map[string]int
+	var left, pending int
+	for i := range 20 {
+		starts, left, pending = f.delivered(t)
+		if left == 0 && pending == 0 {
+			break
+		}
+		time.Sleep(time.Second)
+		f.hook(t, intake, fmt.Sprintf("toolu_after%02d", i))
+	}
+	for id := range exited0 {
+		if starts[id] != 1 {
+			t.Errorf("hook %s exited 0 but its event is retained %d times", id, starts[id])
+		}
+	}
+	for id, c := range starts {
+		if c > 1 {
+			t.Errorf("event %s retained %d times", id, c)
+		}
+	}
+	if left != 0 || pending != 0 {
+		t.Errorf("%d intake files and %d undelivered envelopes left", left, pending)
+	}
+	t.Logf("%d hooks, %d exited 0", n, len(exited0))
+	if len(exited0) < n/2 {
+		t.Fatalf("only %d of %d hooks exited 0", len(exited0), n)
+	}
+}
