@@ -177,3 +177,83 @@ func mustRead(t *testing.T, path string) []byte {
 	}
 	return b
 }
+
+// TestInstallPartsUsesTheIntakeBinary: with agentscm-hook-intake next to
+// agentscm-hook, the capture-only events run it and the changelog's run
+// agentscm-hook; an install whose first marked entry is the intake binary
+// stands for the agentscm-hook next to it (disable, unconfigure keep it);
+// without the intake binary, or for another executable, every entry runs
+// the one given. Paths that need shell quoting round-trip.
+func TestInstallPartsUsesTheIntakeBinary(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		dir    string // under t.TempDir()
+		intake bool   // an executable agentscm-hook-intake next to it
+		exe    string // the executable's base name
+		uses   bool   // the capture-only events run the intake binary
+	}{
+		{"next to agentscm-hook", "bin", true, HookBinary, true},
+		{"a path with a quote and a space", "it's my bin", true, HookBinary, true},
+		{"no intake binary", "bin", false, HookBinary, false},
+		{"the agentscm binary itself", "bin", true, "agentscm", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), tc.dir)
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			exe := filepath.Join(dir, tc.exe)
+			intake := filepath.Join(dir, IntakeBinary)
+			if tc.intake {
+				if err := os.WriteFile(intake, []byte("#!/bin/sh\n"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			path := filepath.Join(t.TempDir(), "settings.local.json")
+			check := func(p Parts) {
+				t.Helper()
+				got, _ := ourEntries(t, path)
+				for _, ev := range HookEvents {
+					on := p.Capture || p.Changelog && slices.Contains(ChangelogEvents[:], ev)
+					if !on {
+						continue
+					}
+					want := shellQuote(exe) + " " + HookSubcommand
+					switch {
+					case p.Changelog && slices.Contains(ChangelogEvents[:], ev):
+						want = shellQuote(exe) + " " + subcommandFor(Parts{Capture: p.Capture && slices.Contains(HookEvents[:], ev), Changelog: true})
+					case tc.uses:
+						want = shellQuote(intake) + " " + HookSubcommand
+					}
+					if len(got[ev]) != 1 || got[ev][0] != want {
+						t.Errorf("%+v: %s has %q, want [%q]", p, ev, got[ev], want)
+					}
+				}
+			}
+			if _, err := InstallParts(path, exe, Parts{Capture: true}); err != nil {
+				t.Fatal(err)
+			}
+			check(Parts{Capture: true})
+			// changelog enable, then disable, with the installed executable.
+			for _, p := range []Parts{{Capture: true, Changelog: true}, {Capture: true}} {
+				if _, err := InstallParts(path, "", p); err != nil {
+					t.Fatal(err)
+				}
+				check(p)
+			}
+		})
+	}
+}
+
+func TestShellUnquote(t *testing.T) {
+	for _, s := range []string{"/opt/bin/agentscm-hook", "/it's here/agentscm-hook", "/a b/c", ""} {
+		if got := shellUnquote(shellQuote(s)); got != s {
+			t.Errorf("shellUnquote(shellQuote(%q)) = %q", s, got)
+		}
+	}
+	for _, s := range []string{"'unterminated", "a b", `it's`} {
+		if got := shellUnquote(s); got != "" {
+			t.Errorf("shellUnquote(%q) = %q, want \"\"", s, got)
+		}
+	}
+}
