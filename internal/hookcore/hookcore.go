@@ -20,6 +20,7 @@ import (
 	"github.com/agentscm/agentscm/internal/agent/adapter"
 	"github.com/agentscm/agentscm/internal/agent/claude"
 	"github.com/agentscm/agentscm/internal/capture"
+	"github.com/agentscm/agentscm/internal/fsutil"
 )
 
 // Timeout bounds one hook invocation as a whole; the host's own timeout of
@@ -35,6 +36,22 @@ func OneLine(s string) string {
 		s = s[:1000] + "…"
 	}
 	return s
+}
+
+// ReadPayload reads one Claude Code hook payload from stdin (at most
+// claude.MaxPayloadBytes) and decodes it, and finds the agentscm config
+// directory: what every hook process does first.
+func ReadPayload(stdin io.Reader, getenv func(string) string) (b []byte, configDir string, p *claude.Payload, err error) {
+	if b, err = fsutil.ReadBounded(stdin, claude.MaxPayloadBytes); err != nil {
+		return nil, "", nil, fmt.Errorf("read hook payload: %w", err)
+	}
+	if configDir, err = capture.ConfigDir(getenv); err != nil {
+		return nil, "", nil, err
+	}
+	if p, err = claude.DecodePayload(b); err != nil {
+		return nil, "", nil, err
+	}
+	return b, configDir, p, nil
 }
 
 // RunCapture is the capture part of a hook process, its panic turned into

@@ -12,7 +12,6 @@ import (
 	"github.com/agentscm/agentscm/internal/agent/claude"
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/connfile"
-	"github.com/agentscm/agentscm/internal/fsutil"
 )
 
 // IntakeBinary is the capture hook's intake binary (cmd/agentscm-hook-intake):
@@ -75,22 +74,12 @@ func IntakeHook(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, 
 		}
 	}()
 	const failed = "capture hook failed: "
-	b, err := fsutil.ReadBounded(stdin, claude.MaxPayloadBytes)
-	if err != nil {
-		warns = append(warns, failed+OneLine(fmt.Sprintf("read hook payload: %v", err)))
-		return 0
-	}
-	dir, err := capture.ConfigDir(getenv)
+	b, dir, p, err := ReadPayload(stdin, getenv)
 	if err != nil {
 		warns = append(warns, failed+OneLine(err.Error()))
 		return 0
 	}
 	store := capture.Store{Dir: dir}
-	p, err := claude.DecodePayload(b)
-	if err != nil {
-		warns = append(warns, failed+OneLine(err.Error()))
-		return 0
-	}
 	res, err := RunCapture(ctx, store, intakeOpener{configDir: dir, full: full}, b, p, now)
 	if errors.Is(err, errNeedsHub) {
 		// Only returns when the exec failed.

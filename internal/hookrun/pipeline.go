@@ -18,7 +18,6 @@ import (
 	"github.com/agentscm/agentscm/internal/changelog/hubremote"
 	"github.com/agentscm/agentscm/internal/client"
 	"github.com/agentscm/agentscm/internal/delivery"
-	"github.com/agentscm/agentscm/internal/fsutil"
 	"github.com/agentscm/agentscm/internal/hookcore"
 )
 
@@ -84,22 +83,12 @@ func ClaudeHook(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, 
 	if !o.Capture {
 		failed = "changelog hook failed: "
 	}
-	b, err := fsutil.ReadBounded(stdin, claude.MaxPayloadBytes)
-	if err != nil {
-		warns = append(warns, failed+OneLine(fmt.Sprintf("read hook payload: %v", err)))
-		return 0
-	}
-	dir, err := capture.ConfigDir(getenv)
+	b, dir, p, err := hookcore.ReadPayload(stdin, getenv)
 	if err != nil {
 		warns = append(warns, failed+OneLine(err.Error()))
 		return 0
 	}
 	store := capture.Store{Dir: dir}
-	p, err := claude.DecodePayload(b)
-	if err != nil {
-		warns = append(warns, failed+OneLine(err.Error()))
-		return 0
-	}
 	var (
 		cres    *capture.HookResult
 		cerr    error
