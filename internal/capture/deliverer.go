@@ -98,6 +98,9 @@ func settleIntake(ctx context.Context, sp *spool.Spool, b DeliverBounds) {
 		return
 	}
 	tick := b.Settle / 5
+	if b.SettleMax > 0 && b.SettleMax < b.Settle {
+		tick = b.SettleMax / 5
+	}
 	start := time.Now()
 	quiet := start
 	for last < b.SettleFiles || b.SettleFiles <= 0 {

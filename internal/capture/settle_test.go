@@ -22,16 +22,19 @@ func TestSettleIntake(t *testing.T) {
 		gap      time.Duration //
 		b        DeliverBounds
 		min, max time.Duration
+		// after: the settle returns only after every arrival was written
+		// (each write, fsync included, well within Settle).
+		after bool
 	}
 	cases := []tc{
 		{name: "nothing waits", b: DeliverBounds{Settle: time.Second, SettleMax: 5 * time.Second}, max: 500 * time.Millisecond},
 		{name: "off", files: 1, b: DeliverBounds{}, max: 500 * time.Millisecond},
-		{name: "quiet", files: 1, b: DeliverBounds{Settle: 50 * time.Millisecond, SettleMax: 5 * time.Second}, min: 50 * time.Millisecond, max: time.Second},
-		{name: "burst then quiet", files: 1, arrivals: 10, gap: 20 * time.Millisecond,
-			b: DeliverBounds{Settle: 80 * time.Millisecond, SettleMax: 5 * time.Second}, min: 200*time.Millisecond + 80*time.Millisecond, max: 2 * time.Second},
+		{name: "quiet", files: 1, b: DeliverBounds{Settle: 50 * time.Millisecond, SettleMax: 5 * time.Second}, min: 50 * time.Millisecond, max: 2 * time.Second},
+		{name: "burst then quiet", files: 1, arrivals: 5, gap: 20 * time.Millisecond,
+			b: DeliverBounds{Settle: 500 * time.Millisecond, SettleMax: 10 * time.Second}, min: 500 * time.Millisecond, max: 5 * time.Second, after: true},
 		{name: "files bound", files: 4, b: DeliverBounds{Settle: time.Second, SettleMax: 5 * time.Second, SettleFiles: 4}, max: 500 * time.Millisecond},
 		{name: "max bound", files: 1, arrivals: 100, gap: 10 * time.Millisecond,
-			b: DeliverBounds{Settle: 100 * time.Millisecond, SettleMax: 300 * time.Millisecond}, min: 300 * time.Millisecond, max: 900 * time.Millisecond},
+			b: DeliverBounds{Settle: 5 * time.Second, SettleMax: 300 * time.Millisecond}, min: 300 * time.Millisecond, max: 2 * time.Second},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -58,6 +61,13 @@ func TestSettleIntake(t *testing.T) {
 			t0 := time.Now()
 			settleIntake(context.Background(), sp, c.b)
 			el := time.Since(t0)
+			if c.after {
+				select {
+				case <-done:
+				default:
+					t.Errorf("settle returned after %v, before the arrivals ended", el)
+				}
+			}
 			<-done
 			if el < c.min || el > c.max {
 				t.Fatalf("settle took %v, want %v..%v", el, c.min, c.max)
