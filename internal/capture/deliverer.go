@@ -395,14 +395,19 @@ func deliverSpool(ctx context.Context, store Store, hubs HubOpener, spoolDir str
 		switch {
 		case err != nil:
 			return err
+		case ctx.Err() != nil:
+			// Its own run bound, also when it ended a delivery in flight
+			// (that attempt failed on the bound, not on the Hub).
+			rep.Outcome, rep.Detail = "bound", fmt.Sprintf("stopped after %s; pending envelopes stay pending", b.MaxRun)
+			if res.Failed > res.Refused && res.DeliveryErr != nil && !errors.Is(res.DeliveryErr, context.DeadlineExceeded) {
+				rep.Detail += "; a delivery attempt failed before: " + res.DeliveryErr.Error()
+			}
+			return nil
 		case res.Failed > res.Refused:
 			rep.Outcome = "failed"
 			if res.DeliveryErr != nil {
 				rep.Detail = res.DeliveryErr.Error()
 			}
-			return nil
-		case ctx.Err() != nil:
-			rep.Outcome, rep.Detail = "bound", fmt.Sprintf("stopped after %s; pending envelopes stay pending", b.MaxRun)
 			return nil
 		case b.MaxEnvelopes > 0 && res.Delivered+res.Failed >= b.MaxEnvelopes:
 			rep.Outcome, rep.Detail = "bound", fmt.Sprintf("stopped after %d delivery attempts; pending envelopes stay pending", b.MaxEnvelopes)

@@ -307,3 +307,48 @@ func TestBackgroundDelivererSkipsLocalOnlyPages(t *testing.T) {
 		t.Fatalf("the event after 60 deferred facts was not delivered: %+v, reports %+v", rec.Events, (*bg.reports)[0])
 	}
 }
+
+// stallOpener's Hub holds every delivery until the caller's context ends.
+type stallOpener struct{ Opener }
+
+func (o stallOpener) Open(ctx context.Context, root string) (capture.Hub, error) {
+	h, err := o.Opener.Open(ctx, root)
+	if err != nil {
+		return nil, err
+	}
+	return stallHub{h}, nil
+}
+
+type stallHub struct{ capture.Hub }
+
+func (stallHub) Deliver(ctx context.Context, _ *spool.Envelope) (string, error) {
+	<-ctx.Done()
+	return "", ctx.Err()
+}
+
+// A deliverer whose own run bound ends a delivery in flight reports
+// "bound", not "failed": the Hub did not fail, so the next hook's line
+// stays quiet, and the envelope stays pending for the next run.
+func TestBackgroundDelivererBoundMidDeliveryIsNotAFailure(t *testing.T) {
+	f := newFixture(t)
+	f.startWork(t)
+	if _, err := capture.HandleClaudeHook(context.Background(), f.store, noopBG{Opener{f.cfg}}, strings.NewReader(f.payload("PreToolUse",
+		`,"tool_name":"Read","tool_use_id":"toolu_stall","tool_input":{"file_path":"/etc/hostname"}`)), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := capture.DeliverSpool(context.Background(), f.store, stallOpener{Opener{f.cfg}}, f.spool, nil, capture.DeliverBounds{MaxRun: 300 * time.Millisecond})
+	if err != nil || rep.Outcome != "bound" {
+		t.Fatalf("deliverer: %+v, %v", rep, err)
+	}
+	if st, err := f.store.DeliverStatus(f.spool); err != nil || st == nil || st.Outcome != "bound" {
+		t.Fatalf("deliver status: %+v, %v", st, err)
+	}
+	res, err := capture.HandleClaudeHook(context.Background(), f.store, noopBG{Opener{f.cfg}}, strings.NewReader(f.payload("PreToolUse",
+		`,"tool_name":"Read","tool_use_id":"toolu_next","tool_input":{"file_path":"/etc/hostname"}`)), time.Now())
+	if err != nil || res.DeliveryErr != nil {
+		t.Fatalf("the next hook: %+v, %v", res, err)
+	}
+	if n := pendingCount(t, f.spool); n != 2 {
+		t.Fatalf("%d pending, want 2", n)
+	}
+}
