@@ -595,6 +595,13 @@ func run(o options) (bool, error) {
 	}
 	if unacked > 0 {
 		fail("%d envelopes still wait for delivery at the end", unacked)
+		// What the last deliverer said.
+		sts, _ := filepath.Glob(filepath.Join(cfg, "agentscm", "capture-ledger", "*", "deliver-status"))
+		for _, p := range sts {
+			if b, err := os.ReadFile(p); err == nil {
+				fmt.Printf("  last deliverer: %s\n", b)
+			}
+		}
 	}
 	if st.records >= 0.8 || st.bytes >= 0.8 {
 		fail("spool usage at the end: records %.0f%%, bytes %.0f%%", st.records*100, st.bytes*100)

@@ -74,6 +74,8 @@ type DeliverBounds struct {
 	// the intake while the run waits.
 	Settle, SettleMax time.Duration
 	SettleFiles       int
+	// RoundTimeout bounds the deliveries of one round (0: DeliveryTimeout).
+	RoundTimeout time.Duration
 }
 
 // The background deliverer's settle bounds (DeliverBounds.Settle): 50 ms
@@ -497,7 +499,11 @@ func deliverRound(ctx context.Context, store Store, sp *spool.Spool, bd *Binding
 	var tries []attempt
 	var trailing *spool.Envelope
 	limit := b.MaxEnvelopes
-	dctx, cancel := context.WithTimeout(ctx, DeliveryTimeout)
+	round := b.RoundTimeout
+	if round <= 0 {
+		round = DeliveryTimeout
+	}
+	dctx, cancel := context.WithTimeout(ctx, round)
 	defer cancel()
 	for i := range envs {
 		env := &envs[i]
@@ -510,6 +516,12 @@ func deliverRound(ctx context.Context, store Store, sp *spool.Spool, bd *Binding
 			break
 		}
 		status, err := hub.Deliver(dctx, env)
+		if err != nil && dctx.Err() != nil && ctx.Err() == nil && len(tries) > 0 {
+			// The round's own time ran out during this attempt, after
+			// others of the round went through: not a Hub failure (a slow
+			// Hub makes shorter rounds); the next round sends it again.
+			break
+		}
 		tries = append(tries, attempt{env: env, status: status, err: err})
 		var re *RefusedError
 		if err != nil && !errors.As(err, &re) {

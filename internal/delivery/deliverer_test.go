@@ -352,3 +352,59 @@ func TestBackgroundDelivererBoundMidDeliveryIsNotAFailure(t *testing.T) {
 		t.Fatalf("%d pending, want 2", n)
 	}
 }
+
+// slowOpener's Hub takes d for every delivery.
+type slowOpener struct {
+	Opener
+	d time.Duration
+}
+
+func (o slowOpener) Open(ctx context.Context, root string) (capture.Hub, error) {
+	h, err := o.Opener.Open(ctx, root)
+	if err != nil {
+		return nil, err
+	}
+	return slowHub{h, o.d}, nil
+}
+
+type slowHub struct {
+	capture.Hub
+	d time.Duration
+}
+
+func (h slowHub) Deliver(ctx context.Context, env *spool.Envelope) (string, error) {
+	select {
+	case <-ctx.Done():
+		return "", ctx.Err()
+	case <-time.After(h.d):
+	}
+	return h.Hub.Deliver(ctx, env)
+}
+
+// A Hub slow enough that a round's time runs out during a delivery, after
+// others of the round went through, makes shorter rounds, not a failed
+// run: every envelope is delivered and the run ends idle. A Hub that
+// cannot take even one envelope within a round is a failure.
+func TestBackgroundDelivererSlowHubMakesShorterRounds(t *testing.T) {
+	f := newFixture(t)
+	f.startWork(t)
+	for i := range 8 {
+		if _, err := capture.HandleClaudeHook(context.Background(), f.store, noopBG{Opener{f.cfg}}, strings.NewReader(f.payload("PreToolUse",
+			fmt.Sprintf(`,"tool_name":"Read","tool_use_id":"toolu_slow_%d","tool_input":{"file_path":"/etc/hostname"}`, i))), time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep, err := capture.DeliverSpool(context.Background(), f.store, slowOpener{Opener{f.cfg}, 400 * time.Millisecond}, f.spool, nil,
+		capture.DeliverBounds{MaxRun: time.Minute, RoundTimeout: 200 * time.Millisecond})
+	if err != nil || rep.Outcome != "failed" || rep.Delivered != 0 {
+		t.Fatalf("a Hub slower than a round: %+v, %v", rep, err)
+	}
+	rep, err = capture.DeliverSpool(context.Background(), f.store, slowOpener{Opener{f.cfg}, 120 * time.Millisecond}, f.spool, nil,
+		capture.DeliverBounds{MaxRun: time.Minute, RoundTimeout: 300 * time.Millisecond})
+	if err != nil || rep.Outcome != "idle" || rep.Failed != 0 {
+		t.Fatalf("a slow Hub: %+v, %v", rep, err)
+	}
+	if n := pendingCount(t, f.spool); n != 0 {
+		t.Fatalf("%d pending after the slow Hub's run, want 0 (%+v)", n, rep)
+	}
+}
