@@ -498,6 +498,7 @@ func deliverRound(ctx context.Context, store Store, sp *spool.Spool, bd *Binding
 	}
 	var tries []attempt
 	var trailing *spool.Envelope
+	cut := false // the round's own time ended it with envelopes left
 	limit := b.MaxEnvelopes
 	round := b.RoundTimeout
 	if round <= 0 {
@@ -520,6 +521,7 @@ func deliverRound(ctx context.Context, store Store, sp *spool.Spool, bd *Binding
 			// The round's own time ran out during this attempt, after
 			// others of the round went through: not a Hub failure (a slow
 			// Hub makes shorter rounds); the next round sends it again.
+			cut = true
 			break
 		}
 		tries = append(tries, attempt{env: env, status: status, err: err})
@@ -586,7 +588,7 @@ func deliverRound(ctx context.Context, store Store, sp *spool.Spool, bd *Binding
 	// repeat this one, unless a full page ended in local-only records:
 	// the cursor moved past them and more may follow (localRun).
 	idle := res.Delivered == delivered && res.Admitted == admitted
-	return seen, idle && !(trailing != nil && len(envs) == delivererPage), nil
+	return seen, idle && !cut && !(trailing != nil && len(envs) == delivererPage), nil
 }
 
 // withSession runs fn under one spool Session and the ledger, after
