@@ -38,6 +38,28 @@ func OneLine(s string) string {
 	return s
 }
 
+// Warnings are what a hook process has to say: its one fail-open line.
+type Warnings struct{ list []string }
+
+// Add keeps a warning (without the "agentscm: warning: " prefix); "" is
+// nothing to say.
+func (w *Warnings) Add(s string) {
+	if s != "" {
+		w.list = append(w.list, s)
+	}
+}
+
+// Flush, deferred first by a hook process, turns a panic into one more
+// warning and prints every warning as one line on stderr.
+func (w *Warnings) Flush(stderr io.Writer) {
+	if r := recover(); r != nil {
+		w.Add(fmt.Sprintf("hook failed: internal error: %v", r))
+	}
+	if len(w.list) > 0 {
+		fmt.Fprintf(stderr, "agentscm: warning: %s\n", strings.Join(w.list, "; "))
+	}
+}
+
 // ReadPayload reads one Claude Code hook payload from stdin (at most
 // claude.MaxPayloadBytes) and decodes it, and finds the agentscm config
 // directory: what every hook process does first.

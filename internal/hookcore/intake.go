@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/agentscm/agentscm/internal/agent/claude"
@@ -62,21 +61,12 @@ func (o intakeOpener) StartDeliverer(lock *os.File, spoolDir string) error {
 // on stderr, exit status 0, nothing on stdout but a SessionStart's recipe
 // guidance.
 func IntakeHook(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string, now time.Time, full string) int {
-	var warns []string
-	defer func() {
-		if len(warns) > 0 {
-			fmt.Fprintf(stderr, "agentscm: warning: %s\n", strings.Join(warns, "; "))
-		}
-	}()
-	defer func() {
-		if r := recover(); r != nil {
-			warns = append(warns, fmt.Sprintf("hook failed: internal error: %v", r))
-		}
-	}()
+	var warns Warnings
+	defer warns.Flush(stderr)
 	const failed = "capture hook failed: "
 	b, dir, p, err := ReadPayload(stdin, getenv)
 	if err != nil {
-		warns = append(warns, failed+OneLine(err.Error()))
+		warns.Add(failed + OneLine(err.Error()))
 		return 0
 	}
 	store := capture.Store{Dir: dir}
@@ -86,11 +76,7 @@ func IntakeHook(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, 
 		err = fmt.Errorf("%w; running it with %s failed: %w", errNeedsHub, full, execHook(full, b))
 		res = nil
 	}
-	if w := CaptureWarning(res, err); w != "" {
-		warns = append(warns, w)
-	}
-	if w := Guidance(store, b, stdout); w != "" {
-		warns = append(warns, w)
-	}
+	warns.Add(CaptureWarning(res, err))
+	warns.Add(Guidance(store, b, stdout))
 	return 0
 }

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -63,17 +62,8 @@ type Options struct {
 // ClaudeHook runs the parts of o on one Claude Code payload read from
 // stdin. It fails open (see above) and returns exit status 0.
 func ClaudeHook(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string, now time.Time, o Options) int {
-	var warns []string
-	defer func() {
-		if len(warns) > 0 {
-			fmt.Fprintf(stderr, "agentscm: warning: %s\n", strings.Join(warns, "; "))
-		}
-	}()
-	defer func() {
-		if r := recover(); r != nil {
-			warns = append(warns, fmt.Sprintf("hook failed: internal error: %v", r))
-		}
-	}()
+	var warns hookcore.Warnings
+	defer warns.Flush(stderr)
 	if o.Changelog {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, ChangelogTimeout)
@@ -85,7 +75,7 @@ func ClaudeHook(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, 
 	}
 	b, dir, p, err := hookcore.ReadPayload(stdin, getenv)
 	if err != nil {
-		warns = append(warns, failed+OneLine(err.Error()))
+		warns.Add(failed + OneLine(err.Error()))
 		return 0
 	}
 	store := capture.Store{Dir: dir}
@@ -134,16 +124,10 @@ func ClaudeHook(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, 
 		starter.start(ctx, store, cres)
 	}
 	if o.Capture {
-		if w := hookcore.CaptureWarning(cres, cerr); w != "" {
-			warns = append(warns, w)
-		}
-		if w := hookcore.Guidance(store, b, stdout); w != "" {
-			warns = append(warns, w)
-		}
+		warns.Add(hookcore.CaptureWarning(cres, cerr))
+		warns.Add(hookcore.Guidance(store, b, stdout))
 	}
-	if lw != "" {
-		warns = append(warns, lw)
-	}
+	warns.Add(lw)
 	return 0
 }
 
