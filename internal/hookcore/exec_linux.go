@@ -6,23 +6,15 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// execHook replaces this process with `full change-capture hook-claude`
-// reading payload on its stdin (a memfd). It returns only when that failed.
-func execHook(full string, payload []byte) error {
+// payloadFile is a memfd (closed on exec; its copy on fd 0 is not).
+func payloadFile() (*os.File, error) {
 	fd, err := unix.MemfdCreate("agentscm-hook-payload", unix.MFD_CLOEXEC)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	f := os.NewFile(uintptr(fd), "payload")
-	defer f.Close()
-	if _, err := f.Write(payload); err != nil {
-		return err
-	}
-	if _, err := f.Seek(0, 0); err != nil {
-		return err
-	}
-	if err := unix.Dup3(fd, 0, 0); err != nil {
-		return err
-	}
-	return unix.Exec(full, []string{full, "change-capture", "hook-claude"}, os.Environ())
+	return os.NewFile(uintptr(fd), "payload"), nil
 }
+
+func dupStdin(f *os.File) error { return unix.Dup3(int(f.Fd()), 0, 0) }
+
+func execve(path string, argv, env []string) error { return unix.Exec(path, argv, env) }

@@ -7,24 +7,16 @@ import (
 	"syscall"
 )
 
-// execHook replaces this process with `full change-capture hook-claude`
-// reading payload on its stdin (an unlinked temporary file). It returns
-// only when that failed.
-func execHook(full string, payload []byte) error {
+// payloadFile is an unlinked temporary file.
+func payloadFile() (*os.File, error) {
 	f, err := os.CreateTemp("", "agentscm-hook-payload-")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	os.Remove(f.Name())
-	defer f.Close()
-	if _, err := f.Write(payload); err != nil {
-		return err
-	}
-	if _, err := f.Seek(0, 0); err != nil {
-		return err
-	}
-	if err := syscall.Dup2(int(f.Fd()), 0); err != nil {
-		return err
-	}
-	return syscall.Exec(full, []string{full, "change-capture", "hook-claude"}, os.Environ())
+	return f, nil
 }
+
+func dupStdin(f *os.File) error { return syscall.Dup2(int(f.Fd()), 0) }
+
+func execve(path string, argv, env []string) error { return syscall.Exec(path, argv, env) }

@@ -3,7 +3,6 @@ package claude
 import (
 	"encoding/json"
 	"errors"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -184,8 +183,7 @@ func hookExecutables(quoted string) (full, intake string) {
 	if base != HookBinary {
 		return quoted, quoted
 	}
-	in := filepath.Join(dir, IntakeBinary)
-	if fi, err := os.Stat(in); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
+	if in := filepath.Join(dir, IntakeBinary); isExecutableFile(in) {
 		return quoted, shellQuote(in)
 	}
 	return quoted, quoted

@@ -75,10 +75,17 @@ func HookExecutable(exe string) string {
 		return exe
 	}
 	lean := filepath.Join(filepath.Dir(exe), HookBinary)
-	if fi, err := os.Stat(lean); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
+	if isExecutableFile(lean) {
 		return lean
 	}
 	return exe
+}
+
+// isExecutableFile reports whether path is a regular file executable by
+// someone.
+func isExecutableFile(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0
 }
 
 // CommandFor returns the shell command of a marked hook: exe followed by
