@@ -269,8 +269,20 @@ kept; nothing captured is deleted.`)
 	if *format == "json" {
 		return writeJSON(env.Stdout, res)
 	}
-	fmt.Fprintf(env.Stdout, "capture disabled for %s\n  hooks removed from: %s\n  spool retained:     %s\n", res.Root, res.ClaudeSettings, res.Spool)
+	fmt.Fprintf(env.Stdout, "capture disabled for %s\n  %s\n  spool retained:     %s\n", res.Root, unconfigureHooksLine(res), res.Spool)
 	return nil
+}
+
+// unconfigureHooksLine says what happened to the hooks, and only that.
+func unconfigureHooksLine(res *capture.UnconfigureResult) string {
+	switch {
+	case res.HooksRemoved:
+		return "hooks removed from: " + res.ClaudeSettings
+	case !res.CheckoutExists:
+		return "hooks untouched:    the checkout no longer exists, so " + res.ClaudeSettings + " was not read or changed"
+	default:
+		return "hooks untouched:    " + res.ClaudeSettings + " held no agentscm capture hooks"
+	}
 }
 
 // inspectSession is one session of the inspect output.
