@@ -92,7 +92,8 @@ func configStore(env *Env) (capture.Store, error) {
 	return capture.Store{Dir: dir}, nil
 }
 
-// runHookClaude is the hook entry point: it always exits 0 with empty stdout.
+// runHookClaude is the hook entry point: it always exits 0, and prints on
+// stdout only an answer the host reads (SessionStart's recipe guidance).
 // The lean agentscm-hook binary runs the same hookrun.ClaudeCapture.
 func runHookClaude(ctx context.Context, env *Env) int {
 	return hookrun.ClaudeCaptureOut(ctx, env.Stdin, env.Stdout, env.Stderr, env.Getenv, env.Now())
