@@ -385,6 +385,9 @@ func printResult(w io.Writer, r *capsule.Result, dir string) {
 	for _, x := range r.ObservationWarnings {
 		fmt.Fprintf(w, "  warning: %s: %s\n", x.Code, x.Message)
 	}
+	for _, x := range r.MachineObservations {
+		fmt.Fprintf(w, "  machine: %s: %s\n", x.Code, x.Message)
+	}
 	fmt.Fprintf(w, "  capsule: %s\n", dir)
 }
 

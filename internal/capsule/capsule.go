@@ -522,9 +522,6 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 	if err := w.writeCompact(FileBefore, before); err != nil {
 		return nil, dir, err
 	}
-	for reason, n := range bs.skipped {
-		warnings = append(warnings, Warning{Code: "backup_" + reason, Message: fmt.Sprintf("%d regular files have no before-state backup (%s)", n, strings.ReplaceAll(reason, "_", " "))})
-	}
 	w.event("before_manifest", map[string]any{"entries": len(bs.entries), "changes_to_base": len(bs.changes) + len(bs.removed), "new_base": newBase})
 	phase("write_before")
 
@@ -684,6 +681,7 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 		c.Decision, c.Provenance = d.Decision, d.Provenance
 		c.Recovery = recoveryFor(*c, bi[c.Path], ai[c.Path], verified)
 	}
+	warnings = append(warnings, unbackedWarnings(changes, bi, pol.Backups)...)
 	if len(tamperedObjects) > 0 {
 		warnings = append(warnings, Warning{Code: "capsule_tampered", Message: fmt.Sprintf("%d before-state backup objects changed during the run; their paths have no recovery evidence", len(tamperedObjects))})
 	}
@@ -696,16 +694,20 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 	if rt.Cleanup != nil && rt.Cleanup.Remaining > 0 {
 		warnings = append(warnings, Warning{Code: "descendants_remaining", Message: fmt.Sprintf("%d processes of the command's process group survived cleanup", rt.Cleanup.Remaining)})
 	}
-	if len(rt.Ports.Opened) > 0 {
-		msg := "listening TCP sockets appeared during the run (machine-wide, not attributed): " + strings.Join(rt.Ports.Opened, ", ")
-		if len(rt.Ports.GroupListeners) > 0 {
-			var held []string
-			for _, g := range rt.Ports.GroupListeners {
-				held = append(held, fmt.Sprintf("%s (pid %d %s)", g.Addr, g.PID, g.Comm))
-			}
-			msg += "; held by the command's process group: " + strings.Join(held, ", ")
+	// Only the sockets the command's own process group held are the
+	// command's: they warn and count in the blast radius. The others are
+	// machine-wide point-in-time observations (seed 001), reported without
+	// raising either.
+	var machine []Warning
+	if len(rt.Ports.GroupListeners) > 0 {
+		var held []string
+		for _, g := range rt.Ports.GroupListeners {
+			held = append(held, fmt.Sprintf("%s (pid %d %s)", g.Addr, g.PID, g.Comm))
 		}
-		warnings = append(warnings, Warning{Code: "listening_ports_opened", Message: msg})
+		warnings = append(warnings, Warning{Code: "listening_ports_opened", Message: "the command's process group held listening TCP sockets during the run: " + strings.Join(held, ", ")})
+	}
+	if others := portsOutsideGroup(rt.Ports); len(others) > 0 {
+		machine = append(machine, Warning{Code: "listening_ports_opened_elsewhere", Message: "listening TCP sockets appeared on the machine during the run, not held by the command's process group (machine-wide, not attributed): " + strings.Join(others, ", ")})
 	}
 	if rt.Cancelled {
 		warnings = append(warnings, Warning{Code: "cancelled", Message: "agentdiff was interrupted while the command ran and killed its process group"})
@@ -746,8 +748,8 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 	}
 	res := &Result{
 		SchemaVersion: SchemaVersion, RunID: id, SafetyOutcome: outcome, CommandDecision: cmdDec,
-		Changes: changes, LimitViolations: violations, ObservationWarnings: warnings,
-		BlastRadius: blastRadius(changes, written, len(violations), len(rt.Cleanup.Descendants), len(rt.Ports.Opened), nTamper),
+		Changes: changes, LimitViolations: violations, ObservationWarnings: warnings, MachineObservations: machine,
+		BlastRadius: blastRadius(changes, written, len(violations), len(rt.Cleanup.Descendants), len(rt.Ports.GroupListeners), nTamper),
 		Runtime: RuntimeSummary{Launched: rt.Launched, Exit: rt.Exit, DurationMS: rt.DurationMS,
 			Descendants: len(rt.Cleanup.Descendants), PortsOpened: rt.Ports.Opened, PortsClosed: rt.Ports.Closed},
 	}
