@@ -160,6 +160,11 @@ func run(ctx context.Context, e *env, args []string) int {
 			return exitOK
 		}
 		fmt.Fprintf(e.stderr, "agentdiff %s: %v\n", c.name, err)
+		if errors.Is(err, capsule.ErrStateSymlink) {
+			// A symlinked or replaced .agentdiff, runs/ or capsule
+			// directory: the capsule cannot be trusted or written.
+			return exitUnverified
+		}
 		return exitInternal
 	}
 	fmt.Fprintf(e.stderr, "agentdiff: unknown command %q\n", args[0])

@@ -190,3 +190,35 @@ func TestJSONStdoutIsOnlyTheResult(t *testing.T) {
 		t.Fatalf("summary mode: child stdout should pass through first: %q", r.stdout)
 	}
 }
+
+// A symlinked runs/ or capsule directory is an unverifiable capsule: every
+// command that meets one exits 20 (docs/agentdiff.md), never 1.
+func TestSymlinkedStateExits20(t *testing.T) {
+	root := tree(t)
+	r := agentdiff(t, root, "run", "--", "true")
+	if r.code != 0 {
+		t.Fatalf("run: %+v", r)
+	}
+	id := strings.Fields(strings.SplitN(r.stdout, "run ", 2)[1])[0]
+	runs := filepath.Join(root, ".agentdiff", "runs")
+	moved := filepath.Join(t.TempDir(), id)
+	if err := os.Rename(filepath.Join(runs, id), moved); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(moved, filepath.Join(runs, id)); err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range []string{"verify", "inspect", "rollback"} {
+		if v := agentdiff(t, root, cmd, id); v.code != exitUnverified || !strings.Contains(v.stderr, "symlinks are refused") {
+			t.Errorf("%s of a symlinked capsule: %+v", cmd, v)
+		}
+	}
+	other := tree(t)
+	os.MkdirAll(filepath.Join(other, ".agentdiff"), 0o700)
+	if err := os.Symlink(t.TempDir(), filepath.Join(other, ".agentdiff", "runs")); err != nil {
+		t.Fatal(err)
+	}
+	if v := agentdiff(t, other, "run", "--", "true"); v.code != exitUnverified || !strings.Contains(v.stderr, "symlinks are refused") {
+		t.Errorf("run with a symlinked runs/: %+v", v)
+	}
+}

@@ -282,7 +282,7 @@ func StateDirs(root string) (state, runs string, err error) {
 	state = filepath.Join(root, StateDir)
 	for _, d := range []string{state, filepath.Join(state, "runs")} {
 		if fi, err := os.Lstat(d); err == nil && !fi.IsDir() {
-			return "", "", fmt.Errorf("%s exists and is not a directory (symlinks are refused)", d)
+			return "", "", fmt.Errorf("%s exists and %w", d, ErrStateSymlink)
 		}
 		if err := fsutil.MkdirPrivate(d); err != nil {
 			return "", "", err

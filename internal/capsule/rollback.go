@@ -142,7 +142,7 @@ func Rollback(ctx context.Context, root, id string, o RollbackOptions) (*Rollbac
 	// swapped in for .agentdiff or .agentdiff/runs cannot redirect a write.
 	stateDir, err := scan.OpenDir(root, StateDir)
 	if err != nil {
-		return nil, nil, fmt.Errorf("open %s (symlinks are refused): %w", StateDir, err)
+		return nil, nil, fmt.Errorf("open %s: %w: %w", StateDir, ErrStateSymlink, err)
 	}
 	defer stateDir.Close()
 	capDir, err := scan.OpenDir(root, StateDir+"/runs/"+id)
@@ -150,7 +150,7 @@ func Rollback(ctx context.Context, root, id string, o RollbackOptions) (*Rollbac
 		return nil, nil, fmt.Errorf("capsule %s not found (or not a directory)", id)
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("open capsule %s (symlinks are refused): %w", id, err)
+		return nil, nil, fmt.Errorf("open capsule %s: %w: %w", id, ErrStateSymlink, err)
 	}
 	defer capDir.Close()
 	state, dir := heldPath(stateDir), heldPath(capDir)
