@@ -381,7 +381,7 @@ func printResult(w io.Writer, r *capsule.Result, dir string) {
 		if !c.Recovery.Available {
 			rec = "none: " + c.Recovery.Reason
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t[%s]\trecovery: %s\n", c.Change, c.Type, c.Decision, c.Path, prov, rec)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t[%s]\trecovery: %s\n", c.Change, c.Type, c.Decision, capsule.QuoteName(c.Path), prov, rec)
 	}
 	tw.Flush()
 	for _, v := range r.LimitViolations {
@@ -485,7 +485,7 @@ func cmdInspect(ctx context.Context, e *env, args []string) error {
 		for i, a := range in.Rollback.Attempts {
 			fmt.Fprintf(e.stdout, "rollback %d at %s: %s\n", i+1, a.FinishedAt.Format(time.RFC3339), a.Status)
 			for _, it := range a.Items {
-				fmt.Fprintf(e.stdout, "  %s %s: %s %s\n", it.Outcome, it.Path, it.Action, it.Reason)
+				fmt.Fprintf(e.stdout, "  %s %s: %s %s\n", it.Outcome, capsule.QuoteName(it.Path), it.Action, it.Reason)
 			}
 		}
 	}
@@ -570,7 +570,7 @@ func cmdRollback(ctx context.Context, e *env, args []string) error {
 		}
 		tw := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
 		for _, it := range att.Items {
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", it.Outcome, it.Change, it.Path, it.Action, it.Reason)
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", it.Outcome, it.Change, capsule.QuoteName(it.Path), it.Action, it.Reason)
 		}
 		tw.Flush()
 	}

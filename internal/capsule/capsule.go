@@ -519,6 +519,7 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 		before.Base = &ManifestBase{File: FileBase, SHA256: baseSum, Entries: nBase}
 		before.Changes, before.Removed = derefAll(bs.changes), bs.removed
 	}
+	before.RawNames = rawNamesOf(before)
 	if err := w.writeCompact(FileBefore, before); err != nil {
 		return nil, dir, err
 	}
@@ -716,6 +717,7 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 		warnings = append(warnings, Warning{Code: "port_observation_incomplete", Message: rt.Ports.Error})
 	}
 
+	after.RawNames = rawNamesOf(after)
 	if err := w.writeCompact(FileAfter, after); err != nil {
 		return nil, dir, err
 	}
@@ -758,6 +760,7 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 		res.ExecutionError = &msg
 	}
 	res.Status = finalStatus(blocked, execErr, rt.Exit, outcome, len(warnings))
+	setRawPaths(res.Changes)
 	if _, err := w.writeJSON(FileResult, res); err != nil {
 		return nil, dir, err
 	}

@@ -658,19 +658,6 @@ func TestStateDirSymlinkRefused(t *testing.T) {
 func fmtSscan(s string, v *int) (int, error) { return fmt.Sscan(strings.TrimSpace(s), v) }
 func itoa(i int) string                      { return strconv.Itoa(i) }
 
-func TestNonUTF8NameRefusesLaunch(t *testing.T) {
-	root := project(t)
-	write(t, filepath.Join(root, "caf\xe9"), "x")
-	out := runIn(t, root, allowAll(), 0, "touch launched")
-	if out.res.Status != StatusError || out.res.ExecutionError == nil || !strings.Contains(*out.res.ExecutionError, `"caf\xe9"`) {
-		t.Fatalf("status %s err %v", out.res.Status, out.res.ExecutionError)
-	}
-	if _, err := os.Stat(filepath.Join(root, "launched")); err == nil {
-		t.Fatal("launched without a before manifest")
-	}
-	verifyOK(t, out.dir)
-}
-
 func TestCancelledRunIsSealed(t *testing.T) {
 	root := project(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)

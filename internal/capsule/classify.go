@@ -35,7 +35,9 @@ type Recovery struct {
 
 // Change is one classified change.
 type Change struct {
-	Path       string     `json:"path"`
+	Path string `json:"path"`
+	// PathRaw holds Path byte-exact when it is not valid UTF-8 (names.go).
+	PathRaw    []byte     `json:"path_raw,omitempty"`
 	Change     string     `json:"change"` // created, modified, deleted
 	Type       string     `json:"type"`   // type after the run (before for deleted)
 	BeforeType string     `json:"before_type,omitempty"`

@@ -15,7 +15,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/agentscm/agentscm/internal/fsutil"
 	"github.com/agentscm/agentscm/internal/scan"
@@ -66,7 +65,10 @@ type Manifest struct {
 	Base          *ManifestBase   `json:"base,omitempty"`
 	Changes       []ManifestEntry `json:"changes,omitempty"`
 	Removed       []string        `json:"removed,omitempty"`
-	Total         int             `json:"total,omitempty"`
+	// RawNames holds, byte-exact, the names of Changes and Removed that
+	// are not valid UTF-8 (names.go).
+	RawNames []RawName `json:"raw_names,omitempty"`
+	Total    int       `json:"total,omitempty"`
 	// BackupSkipped counts regular files without stored before-state content,
 	// by reason (too_large, budget_exhausted).
 	BackupSkipped map[string]int64 `json:"backup_skipped,omitempty"`
@@ -135,9 +137,6 @@ func (l *lister) list(ctx context.Context, prune func(rel string) bool) ([]scan.
 	for _, s := range st[1:] {
 		if s.Skipped && s.Path == StateDir {
 			continue
-		}
-		if !utf8.ValidString(s.Path) {
-			return nil, &scan.PathError{Op: "walk", Path: s.Path, Err: scan.ErrNotUTF8}
 		}
 		out = append(out, s)
 	}
@@ -769,6 +768,9 @@ func (m *Manifest) resolve(dir string, before *Manifest) error {
 	case ManifestSchemaV2:
 	default:
 		return fmt.Errorf("manifest schema_version %d unsupported", m.SchemaVersion)
+	}
+	if err := m.applyRawNames(); err != nil {
+		return err
 	}
 	if m.Entries != nil {
 		return errors.New("a version 2 manifest lists entries instead of changes")

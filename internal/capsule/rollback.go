@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/agentscm/agentscm/internal/fsutil"
 	"github.com/agentscm/agentscm/internal/scan"
@@ -35,7 +36,9 @@ const (
 
 // RollbackItem is the outcome for one path.
 type RollbackItem struct {
-	Path    string `json:"path"`
+	Path string `json:"path"`
+	// PathRaw holds Path byte-exact when it is not valid UTF-8 (names.go).
+	PathRaw []byte `json:"path_raw,omitempty"`
 	Change  string `json:"change"`
 	Action  string `json:"action"`
 	Outcome string `json:"outcome"`
@@ -89,6 +92,9 @@ func checkCapsule(dir string) (before, after *Manifest, res *Result, err error) 
 		if err := readJSON(dir, x.name, x.v); err != nil {
 			return nil, nil, nil, err
 		}
+	}
+	if err := res.applyRawPaths(); err != nil {
+		return nil, nil, nil, err
 	}
 	if err := before.resolve(dir, nil); err != nil {
 		return nil, nil, nil, fmt.Errorf("before.json: %w", err)
@@ -196,6 +202,11 @@ func Rollback(ctx context.Context, root, id string, o RollbackOptions) (*Rollbac
 	att := &RollbackAttempt{StartedAt: time.Now().UTC(), Selected: append([]string{}, o.Paths...), Items: []RollbackItem{}, ClearedTemporaries: cleared}
 	rb := &roller{root: root, dir: dir, id: id, tmp: tmp, bi: before.index(), ai: after.index()}
 	att.Items = rb.run(ctx, sel)
+	for i := range att.Items {
+		if !utf8.ValidString(att.Items[i].Path) {
+			att.Items[i].PathRaw = []byte(att.Items[i].Path)
+		}
+	}
 	att.FinishedAt = time.Now().UTC()
 	att.Status = RollbackComplete
 	for _, it := range att.Items {
