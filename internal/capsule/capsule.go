@@ -731,6 +731,16 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 		warnings = append(warnings, Warning{Code: "capsule_tampered", Message: "capsule files changed on disk while the command ran: " + strings.Join(tampered, ", ") + "; the seal covers what agentdiff wrote, so verify reports them"})
 	}
 	nTamper := len(tampered) + len(tamperedObjects)
+	// A command that moved its own capsule directory, or put something else
+	// in its place, did not stop the capsule: every write went through the
+	// held directory, which is sealed where it now is, and the result and
+	// events say where that is and why.
+	moved := ""
+	if held != dir && sameDir(dirf, dir) != nil {
+		moved = heldLocation(held)
+		warnings = append(warnings, Warning{Code: "capsule_moved", Message: fmt.Sprintf("the capsule directory %s was moved or replaced during the run; agentdiff kept writing to it and sealed it at %s", dir, moved)})
+		nTamper++
+	}
 
 	outcome := Allow
 	if cmdDec.Decision == Review {
@@ -767,13 +777,27 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 	if err := w.event("run_finished", map[string]any{"status": res.Status, "safety_outcome": string(outcome), "changes": len(changes)}); err != nil {
 		return nil, dir, err
 	}
-	if err := sameDir(dirf, dir); err != nil {
+	if moved != "" {
+		if err := w.event("capsule_moved", map[string]any{"from": dir, "to": moved}); err != nil {
+			return nil, dir, err
+		}
+		dir = moved
+	} else if err := sameDir(dirf, dir); err != nil {
 		return nil, dir, err
 	}
 	if err := seal(w, id); err != nil {
 		return nil, dir, err
 	}
 	return res, dir, nil
+}
+
+// heldLocation is where the directory held open as /proc/self/fd/N is now.
+func heldLocation(held string) string {
+	p, err := os.Readlink(held)
+	if err != nil {
+		return held
+	}
+	return p
 }
 
 // watchedRelist returns the directories the after manifest re-lists, or nil

@@ -749,21 +749,42 @@ func TestStatCache(t *testing.T) {
 	}
 }
 
-// A child that moves the capsule directory and plants a symlink in its place
-// cannot redirect agentdiff's writes; the run fails loudly instead of sealing.
-func TestChildSwapsCapsuleDir(t *testing.T) {
-	root := project(t)
-	elsewhere := t.TempDir()
-	_, dir, err := Run(context.Background(), RunOptions{Root: root, Policy: allowAll(), Env: os.Environ(),
-		Argv: []string{"sh", "-c", `for d in .agentdiff/runs/*; do mv "$d" "$d.moved"; ln -s ` + elsewhere + ` "$d"; done`}})
-	if err == nil || !strings.Contains(err.Error(), "moved or replaced") {
-		t.Fatalf("err %v", err)
-	}
-	if ents, _ := os.ReadDir(elsewhere); len(ents) != 0 {
-		t.Fatalf("writes were redirected through the symlink: %v", ents)
-	}
-	if _, err := os.Stat(filepath.Join(dir+".moved", FileAfter)); err != nil {
-		t.Fatalf("writes did not follow the held directory: %v", err)
+// A child that moves the capsule directory (and plants a symlink in its
+// place, or moves it out of the root) cannot redirect agentdiff's writes,
+// nor lose the evidence: the capsule is sealed where the directory went,
+// and its result and events say so.
+func TestChildMovesCapsuleDir(t *testing.T) {
+	away := t.TempDir()
+	for _, tc := range []struct{ name, script, suffix string }{
+		{"swapped for a symlink", `for d in .agentdiff/runs/*; do mv "$d" "$d.moved"; ln -s ` + away + ` "$d"; done; echo x > new.txt`, ".moved"},
+		{"moved out of the root", `mkdir -p ` + away + `/stolen; mv .agentdiff/runs/* ` + away + `/stolen/; echo x > new.txt`, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := project(t)
+			res, dir, err := Run(context.Background(), RunOptions{Root: root, Policy: allowAll(), Env: os.Environ(),
+				Argv: []string{"sh", "-c", tc.script}})
+			if err != nil {
+				t.Fatalf("err %v", err)
+			}
+			if strings.HasPrefix(dir, filepath.Join(root, StateDir)) && tc.suffix == "" || !strings.HasSuffix(dir, tc.suffix) {
+				t.Fatalf("sealed at %s", dir)
+			}
+			if ents, _ := os.ReadDir(away); tc.suffix != "" && len(ents) != 0 {
+				t.Fatalf("writes were redirected through the symlink: %v", ents)
+			}
+			if res.SafetyOutcome != Deny || !slices.ContainsFunc(res.ObservationWarnings, func(w Warning) bool {
+				return w.Code == "capsule_moved" && strings.Contains(w.Message, dir)
+			}) || len(res.Changes) != 1 {
+				t.Fatalf("result %+v", res)
+			}
+			if rep, err := Verify(context.Background(), dir, res.RunID); err != nil || !rep.OK {
+				t.Fatalf("verify %+v %v", rep, err)
+			}
+			ev, err := os.ReadFile(filepath.Join(dir, FileEvents))
+			if err != nil || !strings.Contains(string(ev), `"capsule_moved"`) {
+				t.Fatalf("events %s %v", ev, err)
+			}
+		})
 	}
 }
 
