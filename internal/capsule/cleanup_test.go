@@ -28,7 +28,9 @@ func TestCleanupChecksIdentity(t *testing.T) {
 				time.Sleep(10 * time.Millisecond)
 			}
 		}
-		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		waited := make(chan struct{})
+		go func() { cmd.Wait(); close(waited) }() // reap, so an exit is seen as gone
+		t.Cleanup(func() { cmd.Process.Kill(); <-waited })
 		var ticks uint64
 		for i := 0; i < 100; i++ {
 			if v, ok := procIdentity(cmd.Process.Pid); ok {
@@ -40,7 +42,6 @@ func TestCleanupChecksIdentity(t *testing.T) {
 		if ticks == 0 {
 			t.Fatal("no start time")
 		}
-		go cmd.Wait() // reap, so an exit is seen as gone
 		return cmd, Descendant{PID: cmd.Process.Pid, Comm: "sh", StartTicks: ticks}
 	}
 	for _, tc := range []struct {
