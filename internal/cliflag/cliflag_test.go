@@ -172,4 +172,3 @@ func TestOtherShells(t *testing.T) {
 		t.Fatal("tcsh accepted")
 	}
 }
-
