@@ -55,6 +55,13 @@ type Report struct {
 	IdentityMatches bool     `json:"identity_matches"`
 	AuthoritySafe   bool     `json:"authority_safe"`
 	Problems        []string `json:"problems"`
+	// Health runs the delivery path's own checks (ownership, modes, link
+	// counts, identities, limits, an interrupted compaction,
+	// acknowledgements, the cursor) and names the first that fails with
+	// the command that fixes it. A failing check sets DeliveryStopped and
+	// adds a problem; an authority or evidence failure clears
+	// AuthoritySafe.
+	Health Health `json:"health"`
 
 	Limits *Limits `json:"limits,omitempty"`
 	Usage  Usage   `json:"usage"`
@@ -350,6 +357,16 @@ func Inspect(dir string, limit int) (*Report, error) {
 	}
 	if r.Compaction.History == nil {
 		r.Compaction.History = []CompactionRun{}
+	}
+	r.Health = CheckHealth(dir)
+	if f := r.Health.Failing; f != nil {
+		r.DeliveryStopped = true
+		if f.Name == CheckAuthority || f.Name == CheckEvidence {
+			r.AuthoritySafe = false
+		}
+		if f.Name != CheckCommit {
+			problem("delivery stopped: %s", f)
+		}
 	}
 	return r, nil
 }
