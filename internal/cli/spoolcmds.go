@@ -257,13 +257,13 @@ and exits non-zero when one still fails.`, args, true, false, nil)
 	}
 	sp, err := spool.OpenAppender(dir)
 	if err != nil {
-		return repairRefused(dir, err)
+		return repairRefused(env, dir, err)
 	}
 	rep, err := sp.Repair(ctx)
 	if err != nil {
-		return repairRefused(dir, err)
+		return repairRefused(env, dir, err)
 	}
-	h := spool.CheckHealth(dir)
+	h := spoolHealth(env, dir)
 	if format == "json" {
 		if err := writeJSON(env.Stdout, struct {
 			*spool.RepairReport
@@ -297,9 +297,20 @@ and exits non-zero when one still fails.`, args, true, false, nil)
 
 // repairRefused adds the failing check's fix to an error repair could not
 // get past (unsafe authority: agentscm never repairs it).
-func repairRefused(dir string, err error) error {
-	if h := spool.CheckHealth(dir); h.Failing != nil {
+func repairRefused(env *Env, dir string, err error) error {
+	if h := spoolHealth(env, dir); h.Failing != nil {
 		return fmt.Errorf("%w\ndelivery stopped: %s", err, h.Failing)
 	}
 	return err
+}
+
+// spoolHealth is the delivery path's checks of the spool at dir: the
+// spool's own and, with a config directory, the capture layer's intake
+// admission check.
+func spoolHealth(env *Env, dir string) spool.Health {
+	store, err := configStore(env)
+	if err != nil {
+		return spool.CheckHealth(dir)
+	}
+	return store.Health(dir)
 }
