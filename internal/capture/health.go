@@ -63,28 +63,25 @@ func (s Store) CheckIntake(spoolDir string) spool.Check {
 	return c
 }
 
-// CheckSpool completes rep (a spool.Inspect of spoolDir) with the capture
-// layer's checks: intake admission. A failing check stops delivery and is
-// reported as a problem, as the spool's own checks are.
+// CheckSpool replaces rep's health (a spool.Inspect of spoolDir) with
+// Health's, which adds the capture layer's view: the hook summary the
+// hooks and the deliverer trust, and intake admission.
 func (s Store) CheckSpool(spoolDir string, rep *spool.Report) {
 	if !rep.Committed {
 		return
 	}
-	c := s.CheckIntake(spoolDir)
-	first := rep.Health.Failing == nil
-	rep.Health.Add(c)
-	if !c.OK {
-		rep.DeliveryStopped = true
-		if first {
-			rep.Problems = append(rep.Problems, "delivery stopped: "+c.String())
-		}
-	}
+	rep.SetHealth(s.Health(spoolDir))
 }
 
-// Health is spool.CheckHealth of spoolDir with the capture layer's intake
-// admission check after the spool's own.
+// Health is the delivery path's checks of spoolDir: spool.CheckHealthWith
+// with the hook summary capture keeps for it, then the intake admission
+// check.
 func (s Store) Health(spoolDir string) spool.Health {
-	h := spool.CheckHealth(spoolDir)
+	var o spool.HealthOptions
+	if s.Dir != "" {
+		o.SummaryPath = filepath.Join(s.ledgerDir(spoolDir), summaryName)
+	}
+	h := spool.CheckHealthWith(spoolDir, o)
 	if len(h.Checks) > 0 && h.Checks[0].OK { // committed
 		h.Add(s.CheckIntake(spoolDir))
 	}

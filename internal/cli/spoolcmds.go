@@ -244,7 +244,9 @@ func printHealth(w io.Writer, h spool.Health) {
 func runSpoolRepair(ctx context.Context, env *Env, args []string) error {
 	dir, format, _, err := spoolArgs(env, "agentscm change-capture repair", "--spool ABS [--format text|json]",
 		`Fix, under the spool lock, the conditions that stop delivery and that
-agentscm may fix without deciding anything for you: complete an interrupted
+agentscm may fix without deciding anything for you: rescan the spool under
+its lock (the hooks' summary, which may remember a marker as malformed, is
+rebuilt from the files by the next lock holder); complete an interrupted
 compaction; replace an envelope, acknowledgement or artifact that has a
 second hard link by a private copy; move a malformed acknowledgement marker
 into the quarantine (its envelope is delivered again; the Hub keeps one copy
@@ -272,9 +274,7 @@ and exits non-zero when one still fails.`, args, true, false, nil)
 			return err
 		}
 	} else {
-		if !rep.Changed() {
-			fmt.Fprintln(env.Stdout, "nothing to repair")
-		}
+		fmt.Fprintln(env.Stdout, "rescanned the spool under its lock (the hooks' summary is rebuilt from the files by the next lock holder)")
 		if rep.CompactionsCompleted > 0 {
 			fmt.Fprintf(env.Stdout, "completed %d interrupted compaction(s)\n", rep.CompactionsCompleted)
 		}

@@ -84,16 +84,27 @@ const healthSettle = 50 * time.Millisecond
 // CheckHealth runs the delivery path's checks on the spool at dir without
 // writing or locking. A check that cannot run because an earlier one
 // failed (no commit, unreadable limits) is skipped.
-func CheckHealth(dir string) Health {
-	h := checkHealth(dir)
+func CheckHealth(dir string) Health { return CheckHealthWith(dir, HealthOptions{}) }
+
+// HealthOptions are what the spool alone does not know.
+type HealthOptions struct {
+	// SummaryPath is where the hook summary is kept (SetSummaryPath): a
+	// hook or deliverer that trusts it stops on the malformed marker it
+	// remembers, so the check reads it the way they do.
+	SummaryPath string
+}
+
+// CheckHealthWith is CheckHealth with the hook summary's view.
+func CheckHealthWith(dir string, o HealthOptions) Health {
+	h := checkHealth(dir, o)
 	if !h.Healthy {
 		time.Sleep(healthSettle)
-		h = checkHealth(dir)
+		h = checkHealth(dir, o)
 	}
 	return h
 }
 
-func checkHealth(dir string) Health {
+func checkHealth(dir string, o HealthOptions) Health {
 	h := Health{Healthy: true, Checks: []Check{}}
 	repair := fmt.Sprintf("agentscm change-capture repair --spool %s", dir)
 	c, sum, err := readCommit(dir)
@@ -158,6 +169,10 @@ func checkHealth(dir string) Health {
 
 	if _, err := s.ackedSet(st); err != nil {
 		h.Add(Check{Name: CheckAcknowledgements, Problem: err.Error() + "; delivery and compaction stop", Fix: repair})
+	} else if name := s.summaryMalformedAck(o.SummaryPath, lim); name != "" {
+		h.Add(Check{Name: CheckAcknowledgements, Path: filepath.Join(dir, acksDir, name),
+			Problem: fmt.Sprintf("%v: %s: the hook summary the hooks and the deliverer trust remembers it, so every delivery attempt stops on it until a full scan rebuilds the summary", ErrMalformedAck, name),
+			Fix:     repair})
 	} else {
 		h.Add(Check{Name: CheckAcknowledgements, OK: true})
 	}
@@ -168,6 +183,26 @@ func checkHealth(dir string) Health {
 		h.Add(Check{Name: CheckCursor, OK: true})
 	}
 	return h
+}
+
+// summaryMalformedAck is the malformed marker a trusted hook summary at
+// path makes every Pending stop on (pendingIndexed), decided by the same
+// fastState the hook's acquisition runs: "" when there is no trusted
+// summary or it remembers none.
+func (s *Spool) summaryMalformedAck(path string, lim Limits) string {
+	if path == "" {
+		return ""
+	}
+	r := &Spool{dir: s.dir, readOnly: true, commit: s.commit, commitSum: s.commitSum, summaryPath: path}
+	sr, size, err := r.readSummary()
+	if err != nil {
+		return ""
+	}
+	st, err := r.fastState(sr, size, r.bootID(), lim)
+	if err != nil || st == nil {
+		return ""
+	}
+	return st.malformedAck
 }
 
 // listEvidence lists the outbox, acknowledgements and artifacts into a

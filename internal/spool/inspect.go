@@ -358,15 +358,35 @@ func Inspect(dir string, limit int) (*Report, error) {
 	if r.Compaction.History == nil {
 		r.Compaction.History = []CompactionRun{}
 	}
-	r.Health = CheckHealth(dir)
-	if f := r.Health.Failing; f != nil {
-		r.DeliveryStopped = true
-		if f.Name == CheckAuthority || f.Name == CheckEvidence {
-			r.AuthoritySafe = false
-		}
-		if f.Name != CheckCommit {
-			problem("delivery stopped: %s", f)
-		}
-	}
+	r.SetHealth(CheckHealth(dir))
 	return r, nil
 }
+
+// SetHealth records h as the report's health: a failing check stops
+// delivery, is the report's one "delivery stopped: ..." problem (replacing
+// an earlier one), and an authority or evidence failure makes authority
+// unsafe. The capture layer calls it with the health that includes the hook
+// summary's view and intake admission.
+func (r *Report) SetHealth(h Health) {
+	r.Health = h
+	kept := r.Problems[:0]
+	for _, p := range r.Problems {
+		if !strings.HasPrefix(p, deliveryStoppedProblem) {
+			kept = append(kept, p)
+		}
+	}
+	r.Problems = kept
+	f := h.Failing
+	if f == nil {
+		return
+	}
+	r.DeliveryStopped = true
+	if f.Name == CheckAuthority || f.Name == CheckEvidence {
+		r.AuthoritySafe = false
+	}
+	if f.Name != CheckCommit {
+		r.Problems = append(r.Problems, deliveryStoppedProblem+f.String())
+	}
+}
+
+const deliveryStoppedProblem = "delivery stopped: "

@@ -41,8 +41,10 @@ func (r *RepairReport) Changed() bool {
 }
 
 // Repair fixes, under the spool lock, the conditions that stop delivery and
-// that agentscm may fix without deciding anything for the user: it
-// completes an interrupted compaction (recovery), replaces evidence files
+// that agentscm may fix without deciding anything for the user: its full
+// acquisition makes every hook summary untrusted (so one that remembers a
+// marker as malformed is rebuilt from the files), completes an interrupted
+// compaction (recovery), replaces evidence files
 // with a second hard link by a private copy, moves malformed
 // acknowledgement markers into the quarantine (their envelopes are sent
 // again) and replaces a damaged scheduling cursor (keeping the damaged one
