@@ -24,10 +24,10 @@ const intakeStuckMargin = 2 * time.Second
 // CheckIntake is the intake admission check. Admission needs the capture
 // ledger and the Hub and cannot run read-only, so the check reads the
 // delivery path's own durable verdict: the last deliverer run's status. A
-// run that ended idle (nothing more it could admit or deliver) or in an
-// error, while intake files received before it started still wait, could
-// not admit them, and admission takes files in receipt order, so every
-// later file waits behind the first.
+// run that ended idle (nothing more it could admit or deliver) while intake
+// files received before it started still wait could not admit them, and
+// admission takes files in receipt order, so every later file waits behind
+// the first.
 func (s Store) CheckIntake(spoolDir string) spool.Check {
 	c := spool.Check{Name: spool.CheckIntake, OK: true}
 	files, err := spool.WaitingIntake(spoolDir)
@@ -40,7 +40,7 @@ func (s Store) CheckIntake(spoolDir string) spool.Check {
 		return c
 	}
 	st, err := s.DeliverStatus(spoolDir)
-	if err != nil || st == nil || (st.Outcome != "idle" && st.Outcome != "error") {
+	if err != nil || st == nil || st.Outcome != "idle" {
 		return c
 	}
 	var stuck []spool.WaitingFile

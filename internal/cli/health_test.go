@@ -190,7 +190,7 @@ func TestHealthReportsTampering(t *testing.T) {
 			}
 			r := runMain(t, f.vars, "", "change-capture", "inspect", "--spool", f.spool)
 			if tc.check == "" {
-				if !strings.Contains(r.stdout, "delivery checks: all 9 pass") || !strings.Contains(r.stdout, "delivery stopped: no") {
+				if !strings.Contains(r.stdout, "delivery checks: all 10 pass") || !strings.Contains(r.stdout, "delivery stopped: no") {
 					t.Fatalf("inspect text:\n%s", r.stdout)
 				}
 			} else if !strings.Contains(r.stdout, "delivery check failing: "+tc.check+": ") || !strings.Contains(r.stdout, "  fix: "+h.Failing.Fix+"\n") ||

@@ -26,12 +26,14 @@ const (
 	CheckAuthority        = "authority"
 	CheckIdentity         = "identity"
 	CheckLimits           = "limits"
+	CheckRecovery         = "recovery"
 	CheckCompaction       = "compaction"
 	CheckEvidence         = "evidence"
 	CheckAcknowledgements = "acknowledgements"
 	CheckCursor           = "cursor"
 	// CheckIntake is added by the capture layer (admission needs the
-	// capture ledger): an intake file the deliverer could not admit.
+	// capture ledger and the Hub): an intake file the deliverer could not
+	// admit.
 	CheckIntake = "intake"
 )
 
@@ -145,11 +147,29 @@ func checkHealth(dir string, o HealthOptions) Health {
 	}
 	h.Add(Check{Name: CheckLimits, OK: true})
 
+	// Recovery's scan: the fixed files present, every directory listed
+	// within the scan bound, a compaction index.
 	st, pendingIndex, err := s.listEvidence(lim)
+	if err == nil {
+		for _, n := range rootFiles {
+			if _, lerr := os.Lstat(filepath.Join(dir, n)); lerr != nil {
+				err = fmt.Errorf("%w: %s: %v", ErrDamaged, n, lerr)
+				break
+			}
+		}
+	}
+	if err == nil && st.index.name == "" {
+		err = fmt.Errorf("%w: no compaction index", ErrDamaged)
+	}
 	if err != nil {
-		h.Add(Check{Name: CheckCompaction, Problem: err.Error(), Fix: "agentscm change-capture compact --spool " + dir})
+		fix := "none: agentscm never repairs a damaged layout; export the spool (change-capture export) and enable capture with a new spool"
+		if errors.Is(err, ErrScanBound) {
+			fix = "none known: the spool holds more entries than recovery scans; remove the files that are not agentscm's"
+		}
+		h.Add(Check{Name: CheckRecovery, Problem: err.Error() + "; every lock holder stops", Fix: fix})
 		return h
 	}
+	h.Add(Check{Name: CheckRecovery, OK: true})
 	if pendingIndex != "" {
 		// recoverIndex completes it under the next full acquisition, but
 		// that acquisition's delivery meets the markers the cleanup
@@ -258,6 +278,9 @@ func (s *Spool) listEvidence(lim Limits) (*state, string, error) {
 		}
 		return !idx[i].pending && idx[j].pending
 	})
+	if len(idx) > 0 {
+		st.index = idx[len(idx)-1]
+	}
 	pending := ""
 	// recoverIndex's rule: the newest generation's .pending index is an
 	// interrupted compaction unless a committed index of that generation
