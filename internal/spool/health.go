@@ -109,23 +109,27 @@ func CheckHealthWith(dir string, o HealthOptions) Health {
 func checkHealth(dir string, o HealthOptions) Health {
 	h := Health{Healthy: true, Checks: []Check{}}
 	repair := fmt.Sprintf("agentscm change-capture repair --spool %s", dir)
-	c, sum, err := readCommit(dir)
-	if err != nil {
-		h.Add(Check{Name: CheckCommit, Problem: err.Error(), Path: filepath.Join(dir, commitFile),
+	c, sum, cerr := readCommit(dir)
+	if cerr != nil {
+		h.Add(Check{Name: CheckCommit, Problem: cerr.Error(), Path: filepath.Join(dir, commitFile),
 			Fix: "none: agentscm never repairs or migrates a spool without its commit; enable capture with a new spool (change-capture enable --root ROOT --spool NEW)"})
-		return h
+	} else {
+		h.Add(Check{Name: CheckCommit, OK: true})
 	}
-	h.Add(Check{Name: CheckCommit, OK: true})
 	s := &Spool{dir: dir, readOnly: true, commit: c, commitSum: sum}
 
 	// Authority: what opening the spool (checkRetainedFiles) and every
-	// lock acquisition (revalidate: checkPrivateDirs) check.
+	// lock acquisition (revalidate: checkPrivateDirs) check. It is checked
+	// (and reported) without a commit too.
 	if err := checkPrivateDirs(dir); err != nil {
 		h.Add(authorityCheck(CheckAuthority, dir, err))
-	} else if err := s.checkRetainedFiles(); err != nil {
+	} else if err := s.checkRetainedFiles(); err != nil && cerr == nil {
 		h.Add(authorityCheck(CheckAuthority, dir, err))
 	} else {
 		h.Add(Check{Name: CheckAuthority, OK: true})
+	}
+	if cerr != nil {
+		return h
 	}
 
 	lock, err := os.Lstat(filepath.Join(dir, spoolLockFile))

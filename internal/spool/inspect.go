@@ -131,38 +131,15 @@ func Inspect(dir string, limit int) (*Report, error) {
 	if cerr == nil {
 		r.Committed, r.FormatVersion, r.SpoolID = true, c.Version, c.SpoolID
 		s.commit = c
-		r.IdentityMatches = true
-		for _, x := range []struct {
-			name string
-			id   FileID
-		}{{"", c.Root}, {spoolLockFile, c.SpoolLock}, {captureLockFile, c.CaptureLock}} {
-			fi, err := os.Lstat(filepath.Join(dir, x.name))
-			if err != nil || fileID(fi) != x.id {
-				r.IdentityMatches = false
-				problem("identity: %s is not the file the commit binds", filepath.Join(dir, x.name))
-			}
-		}
 	} else {
 		problem("%v", cerr)
 	}
-	if err := fsutil.CheckPrivateDir(dir); err != nil {
-		r.AuthoritySafe = false
-		problem("authority: %v", err)
-	}
-	for _, d := range operationalDirs {
-		if err := fsutil.CheckPrivateDir(filepath.Join(dir, d)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			r.AuthoritySafe = false
-			problem("authority: %v", err)
-		}
-	}
+	// Identity and authority are the health checks' (SetHealth), the very
+	// functions the delivery path calls.
 	for _, n := range rootFiles {
 		if fi, err := os.Lstat(filepath.Join(dir, n)); err == nil {
 			r.Usage.Records++
 			r.Usage.Bytes += fi.Size()
-			if err := checkPrivateInfo(filepath.Join(dir, n), fi); err != nil {
-				r.AuthoritySafe = false
-				problem("authority: %v", err)
-			}
 		}
 	}
 	lim, lerr := s.readLimits()
@@ -369,6 +346,16 @@ func Inspect(dir string, limit int) (*Report, error) {
 // summary's view and intake admission.
 func (r *Report) SetHealth(h Health) {
 	r.Health = h
+	r.IdentityMatches = r.Committed
+	for _, c := range h.Checks {
+		switch {
+		case c.OK:
+		case c.Name == CheckIdentity:
+			r.IdentityMatches = false
+		case c.Name == CheckAuthority || c.Name == CheckEvidence:
+			r.AuthoritySafe = false
+		}
+	}
 	kept := r.Problems[:0]
 	for _, p := range r.Problems {
 		if !strings.HasPrefix(p, deliveryStoppedProblem) {
@@ -381,9 +368,6 @@ func (r *Report) SetHealth(h Health) {
 		return
 	}
 	r.DeliveryStopped = true
-	if f.Name == CheckAuthority || f.Name == CheckEvidence {
-		r.AuthoritySafe = false
-	}
 	if f.Name != CheckCommit {
 		r.Problems = append(r.Problems, deliveryStoppedProblem+f.String())
 	}
