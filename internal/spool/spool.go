@@ -716,8 +716,8 @@ func (s *Spool) revalidate(lf *os.File) error {
 	if fileID(fi) != s.commit.SpoolLock {
 		return fmt.Errorf("%s: %w: the spool lock file was replaced", s.dir, ErrIdentityChanged)
 	}
-	if err := fsutil.CheckPrivateDir(s.dir); err != nil {
-		return checkPrivateDirs(s.dir) // the same check, naming the directory
+	if err := checkPrivateDirs(s.dir); err != nil {
+		return err
 	}
 	if err := checkIdentities(s.dir, s.commit, fi); err != nil {
 		return err
@@ -726,7 +726,7 @@ func (s *Spool) revalidate(lf *os.File) error {
 	if err != nil || sum != s.commitSum || c.SpoolID != s.commit.SpoolID {
 		return fmt.Errorf("%s: %w: the format commit changed", s.dir, ErrIdentityChanged)
 	}
-	return checkPrivateDirs(s.dir)
+	return nil
 }
 
 // lockPath opens an existing lock file (never creating it) and locks it.
