@@ -225,6 +225,9 @@ type SpoolSummary struct {
 	Problems       []string             `json:"problems,omitempty"`
 	Compaction     *CompactionPolicy    `json:"compaction_policy"`
 	ReplayIndex    map[string]int64     `json:"replay_index"`
+	// Health is the delivery path's checks (spool.Health; with the
+	// intake admission check when read through Store.SummarizeSpool).
+	Health spool.Health `json:"health"`
 }
 
 // DeferredSummary counts deferred facts.
@@ -243,12 +246,17 @@ type DeferredReason struct {
 }
 
 // SummarizeSpool reads the spool of b without locking or changing it.
-func SummarizeSpool(b *Binding) (*SpoolSummary, error) {
+func SummarizeSpool(b *Binding) (*SpoolSummary, error) { return Store{}.SummarizeSpool(b) }
+
+// SummarizeSpool is the package function with the capture layer's health
+// checks of this config directory (intake admission) too.
+func (s Store) SummarizeSpool(b *Binding) (*SpoolSummary, error) {
 	rep, err := spool.Inspect(b.Spool, 1)
 	if err != nil {
 		return nil, err
 	}
-	out := &SpoolSummary{Usage: rep.Usage, Paused: rep.Paused, Problems: rep.Problems, Compaction: b.Compaction,
+	s.CheckSpool(b.Spool, rep)
+	out := &SpoolSummary{Usage: rep.Usage, Paused: rep.Paused, Problems: rep.Problems, Compaction: b.Compaction, Health: rep.Health,
 		Compactions: rep.Compaction.Runs, Unacknowledged: rep.Pending.Total + rep.Deferred.Total}
 	if rep.Limits != nil {
 		out.Limits = *rep.Limits
