@@ -397,56 +397,73 @@ func TestIntakeOutageKeepsTargetAtReceipt(t *testing.T) {
 // the Work over 0.3 s later, before A's deliverer admitted them: they are
 // accounted for under generation 1 (a capture_interrupted gap carrying
 // A's exact target there, since the Hub keeps no events of an older
-// generation), never under generation 2 and never unassociated; so is an
-// event A receives after the takeover, before it learns of it.
+// generation), never under a later generation and never unassociated; so
+// is an event A receives after the takeover, before it learns of it. With
+// A taking the Work back (generation 3) before its deliverer runs, the
+// later generation, which now resolves for A's session, absorbs none of
+// them either.
 func TestIntakeTakeoverKeepsGenerationAtReceipt(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binaries and runs a Hub")
 	}
 	bin := build(t)
-	h := startHub(t, bin)
-	a := hubFixture(t, bin, h, true)
-	b := hubFixture(t, bin, h, false)
-	w := a.startWork(t)
-	const s = "takeover-session"
-	a.send(t, s, `"hook_event_name":"SessionStart","source":"startup"`)
-	a.send(t, s, `"hook_event_name":"UserPromptSubmit","prompt":"read it"`)
-	a.drain(t)
+	for _, back := range []bool{false, true} {
+		t.Run(fmt.Sprintf("back=%v", back), func(t *testing.T) {
+			h := startHub(t, bin)
+			a := hubFixture(t, bin, h, true)
+			b := hubFixture(t, bin, h, false)
+			w := a.startWork(t)
+			const s = "takeover-session"
+			a.send(t, s, `"hook_event_name":"SessionStart","source":"startup"`)
+			a.send(t, s, `"hook_event_name":"UserPromptSubmit","prompt":"read it"`)
+			a.drain(t)
 
-	release := a.holdDeliverLock(t)
-	ids := a.toolCalls(t, s, "t", 3)
-	time.Sleep(300 * time.Millisecond)
+			release := a.holdDeliverLock(t)
+			ids := a.toolCalls(t, s, "t", 3)
+			time.Sleep(300 * time.Millisecond)
+			takeover(t, b, w.ID, 2)
+			ids = append(ids, a.toolCalls(t, s, "late", 1)...)
+			if back {
+				takeover(t, a, w.ID, 3)
+			}
+			release()
+			if err := a.deliver(t); err != nil {
+				t.Fatal(err)
+			}
+			a.waitDeliverer(t)
+			if n := a.intakeFiles(t); n != 0 {
+				t.Fatalf("%d intake files left", n)
+			}
+			rec := a.record(t, w.ID)
+			events, gapped := accounted(t, a, rec, 1, ids)
+			t.Logf("%d records delivered as events, %d inside gaps under generation 1", events, gapped)
+			if gapped != 2*len(ids) {
+				t.Errorf("%d of %d records are inside a gap under generation 1", gapped, 2*len(ids))
+			}
+			for _, e := range rec.Events {
+				if e.Generation != 1 {
+					t.Errorf("event %s %s under generation %d", e.Kind, e.ToolUseID, e.Generation)
+				}
+			}
+			dep, err := capture.ListDeferred(a.spool, 1000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, fact := range dep.Facts {
+				if fact.Association != "copied" || fact.Target == nil || fact.Target.Generation != 1 {
+					t.Errorf("deferred fact %+v does not carry generation 1", fact)
+				}
+			}
+		})
+	}
+}
+
+// takeover runs `work takeover` of work from c's checkout and checks the
+// generation it won.
+func takeover(t *testing.T, c *fixture, work string, gen int64) {
+	t.Helper()
 	var tw api.Work
-	if err := json.Unmarshal([]byte(b.agentscm(t, "work", "takeover", "--root", b.root, "--work-id", w.ID, "--format", "json")), &tw); err != nil || tw.Generation != 2 {
-		t.Fatalf("takeover: %+v %v", tw, err)
-	}
-	ids = append(ids, a.toolCalls(t, s, "late", 1)...)
-	release()
-	if err := a.deliver(t); err != nil {
-		t.Fatal(err)
-	}
-	a.waitDeliverer(t)
-	if n := a.intakeFiles(t); n != 0 {
-		t.Fatalf("%d intake files left", n)
-	}
-	rec := a.record(t, w.ID)
-	events, gapped := accounted(t, a, rec, 1, ids)
-	t.Logf("%d records delivered as events, %d inside gaps under generation 1", events, gapped)
-	if gapped != 2*len(ids) {
-		t.Errorf("%d of %d records are inside a gap under generation 1", gapped, 2*len(ids))
-	}
-	for _, e := range rec.Events {
-		if e.Generation != 1 {
-			t.Errorf("event %s %s under generation %d", e.Kind, e.ToolUseID, e.Generation)
-		}
-	}
-	var dep capture.DeferredReport
-	if err := json.Unmarshal([]byte(a.agentscm(t, "change-capture", "deferred", "--spool", a.spool, "--format", "json")), &dep); err != nil {
-		t.Fatal(err)
-	}
-	for _, fact := range dep.Facts {
-		if fact.Association != "copied" || fact.Target == nil || fact.Target.Generation != 1 {
-			t.Errorf("deferred fact %+v does not carry generation 1", fact)
-		}
+	if err := json.Unmarshal([]byte(c.agentscm(t, "work", "takeover", "--root", c.root, "--work-id", work, "--format", "json")), &tw); err != nil || tw.Generation != gen {
+		t.Fatalf("takeover: %+v %v, want generation %d", tw, err, gen)
 	}
 }
