@@ -174,9 +174,9 @@ func (s Store) warnOnce(spoolDir, session, kind string, res *HookResult, msg str
 const (
 	DeferHubUnreachable = "hub_unreachable"
 	DeferHubRefused     = "hub_refused"
-	// DeferTargetChanged: the Hub resolves the session to another target
-	// (a later generation, another Work) than the one the hook received
-	// the event under; the fact keeps the target at receipt.
+	// DeferTargetChanged: the Hub resolves the session to a later
+	// generation of the Work the hook received the event under; the fact
+	// keeps the target at receipt.
 	DeferTargetChanged = "target_changed"
 )
 
@@ -205,7 +205,7 @@ func DescribeDeferReason(r string) string {
 	case r == api.ReasonNoCurrentWork:
 		return "no current Work for this worktree (agentscm work start)"
 	case r == DeferTargetChanged:
-		return "the session's Work or generation changed after the hook received the event; it keeps the target it was received under"
+		return "the Work was taken over after the hook received the event; it keeps the generation it was received under"
 	case r == "unrecorded":
 		return "kept before agentscm recorded deferral reasons"
 	case strings.HasPrefix(r, DeferHubRefused):

@@ -195,10 +195,14 @@ func admitIntake(ctx context.Context, store Store, led *Ledger, ss *spool.Sessio
 //   - the Hub confirms the target at receipt: exact;
 //   - the Hub cannot be reached: the target at receipt stands (appended
 //     under it, delivered when the Hub is back, which still judges it);
+//   - the Hub resolves the session to another Work now (this checkout
+//     started one since): the target at receipt stands too; that Work may
+//     still accept it, and the Hub judges it on delivery;
 //   - the Hub refuses it (a takeover, a finished or handed over Work) or
-//     resolves the session to another target (a later generation): a
-//     deferred fact copying the target at receipt; refused is true, and
-//     the caller makes the hole visible under that target at once.
+//     resolves the session to a later generation of its Work: a deferred
+//     fact copying the target at receipt (the Hub keeps no events of an
+//     older generation); refused is true, and the caller makes the hole
+//     visible under that target at once.
 func receiptTargetAt(ir *intakeRecord, t Target, err error) (refused bool) {
 	at, ok := ir.AtReceipt.target()
 	switch {
@@ -208,14 +212,14 @@ func receiptTargetAt(ir *intakeRecord, t Target, err error) (refused bool) {
 			ir.Target, ir.Record.DeferredReason = Target{}, DeferReason(err)
 		}
 		return false
-	case err == nil && t == at, err != nil && !targetRefused(err):
+	case err == nil && t.WorkID == at.WorkID && t.Generation > at.Generation:
+		ir.Target, ir.Resolved, ir.Record.DeferredReason = at, false, DeferTargetChanged
+		return true
+	case err == nil, !targetRefused(err):
 		ir.Target, ir.Resolved = at, true
 		return false
-	case err == nil:
-		ir.Target, ir.Resolved, ir.Record.DeferredReason = at, false, DeferTargetChanged
-	default:
-		ir.Target, ir.Resolved, ir.Record.DeferredReason = at, false, DeferReason(err)
 	}
+	ir.Target, ir.Resolved, ir.Record.DeferredReason = at, false, DeferReason(err)
 	return true
 }
 

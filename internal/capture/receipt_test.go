@@ -19,7 +19,10 @@ import (
 func TestSessionRecordKeepsTargetAtReceipt(t *testing.T) {
 	dir := t.TempDir()
 	s := Store{Dir: filepath.Join(dir, "config")}
-	b := &Binding{Spool: filepath.Join(dir, "spool"), CaptureMode: event.ModeMetadataOnly}
+	b := &Binding{Root: filepath.Join(dir, "repo"), Spool: filepath.Join(dir, "spool"), CaptureMode: event.ModeMetadataOnly, Enabled: true}
+	if err := s.Update(func(c *Config) (bool, error) { c.Bindings = append(c.Bindings, *b); return true, nil }); err != nil {
+		t.Fatal(err)
+	}
 	gen1 := Target{WorkID: "wrk_1", Generation: 1, Session: "default"}
 	gen2 := Target{WorkID: "wrk_1", Generation: 2, Session: "s"}
 
@@ -45,6 +48,20 @@ func TestSessionRecordKeepsTargetAtReceipt(t *testing.T) {
 		if !ok || got != want || obs.StartedLate || obs.Mode != event.ModeMetadataOnly {
 			t.Fatalf("observation %+v (target %+v), want target %+v", obs, got, want)
 		}
+	}
+	// This checkout started or took over a Work: the kept target is not
+	// the session's any more until a lock holder resolves it again.
+	if err := s.NoteWorkChanged(b.Root); err != nil {
+		t.Fatal(err)
+	}
+	if obs, err := s.Observe(b, "s", "PreToolUse", ""); err != nil || obs.target != nil {
+		t.Fatalf("after a work change: %+v %v", obs.target, err)
+	}
+	if err := s.rememberTarget(b, "s", gen2); err != nil {
+		t.Fatal(err)
+	}
+	if obs, err := s.Observe(b, "s", "PreToolUse", ""); err != nil || obs.target == nil {
+		t.Fatalf("resolved again after a work change: %+v %v", obs.target, err)
 	}
 	p, _ := s.sessionPath(b.Spool, "s")
 	data, err := fsutil.ReadFileNoFollow(p, 4096)
@@ -109,6 +126,7 @@ func TestReceiptTargetAt(t *testing.T) {
 		{"Hub failing", &gen1, Target{}, unavailable, gen1, true, "", false},
 		{"taken over", &gen1, Target{}, stale, gen1, false, api.ReasonStaleGeneration, true},
 		{"later generation", &gen1, gen3, nil, gen1, false, DeferTargetChanged, true},
+		{"another Work now", &gen1, Target{WorkID: "wrk_2", Generation: 1, Session: "default"}, nil, gen1, true, "", false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,6 +1,7 @@
 package capture
 
 import (
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -34,6 +35,62 @@ type sessionRecord struct {
 	// before the session's first resolution (and in records written
 	// before it was kept).
 	Target *receiptTarget `json:"target,omitempty"`
+	// WorkEpoch is the spool's current-work epoch (workEpoch) when Target
+	// was recorded: a Target recorded before this checkout started or
+	// took over a Work since is not the session's target any more.
+	WorkEpoch string `json:"work_epoch,omitempty"`
+}
+
+// workEpochName is the file, in a spool's session-record directory, whose
+// content changes each time this checkout gets a new current Work or
+// generation (NoteWorkChanged). No session id can name it: ids have no
+// space.
+const workEpochName = "current work"
+
+// workEpoch returns the spool's current-work epoch: "" before any change
+// was noted, "?" when it cannot be read (which no record's epoch matches).
+func (s Store) workEpoch(spoolDir string) string {
+	sum := sha256.Sum256([]byte(spoolDir))
+	b, err := fsutil.ReadFileNoFollow(filepath.Join(s.Dir, sessionsDir, hex.EncodeToString(sum[:8]), workEpochName), 64)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return ""
+	case err != nil || len(b) == 0:
+		return "?"
+	}
+	return string(b)
+}
+
+// NoteWorkChanged tells capture that the checkout at root got a new
+// current Work or generation (agentscm work start, work takeover from this
+// checkout): the targets its sessions' records keep are then no longer
+// what their next events belong to, so the intake hook records none at
+// receipt (admission resolves those events) until a lock holder resolves
+// each session again. It writes a new random epoch for every binding of
+// root, enabled or not.
+func (s Store) NoteWorkChanged(root string) error {
+	cfg, err := s.Load()
+	if err != nil {
+		return err
+	}
+	for _, b := range cfg.Bindings {
+		if b.Root != root {
+			continue
+		}
+		sum := sha256.Sum256([]byte(b.Spool))
+		dir := filepath.Join(s.Dir, sessionsDir, hex.EncodeToString(sum[:8]))
+		if err := fsutil.MkdirPrivate(dir); err != nil {
+			return err
+		}
+		var epoch [16]byte
+		if _, err := rand.Read(epoch[:]); err != nil {
+			return err
+		}
+		if err := fsutil.WriteAtomic(filepath.Join(dir, workEpochName), []byte(hex.EncodeToString(epoch[:])), fsutil.FileMode); err != nil {
+			return fmt.Errorf("capture: note the new current Work: %w", err)
+		}
+	}
+	return nil
 }
 
 // receiptTarget is a Target as the session record and the intake record
@@ -132,7 +189,7 @@ func (s Store) Observe(b *Binding, session, hookEvent, source string) (Observati
 	if b.CaptureMode == event.ModeSharedConversation && rec.Mode != event.ModeSharedConversation {
 		obs.Mode = event.ModeLocalConversation
 	}
-	if _, ok := rec.Target.target(); ok {
+	if _, ok := rec.Target.target(); ok && rec.WorkEpoch == s.workEpoch(b.Spool) {
 		obs.target = rec.Target
 	}
 	return obs, nil
@@ -161,10 +218,13 @@ func (s Store) rememberTarget(b *Binding, session string, t Target) error {
 	if err := json.Unmarshal(data, &rec); err != nil {
 		return fmt.Errorf("session record %s: %w", p, err)
 	}
-	if cur, ok := rec.Target.target(); ok && cur == t {
+	epoch := s.workEpoch(b.Spool)
+	if cur, ok := rec.Target.target(); ok && cur == t && rec.WorkEpoch == epoch {
 		return nil
 	}
-	rec.Target = toReceiptTarget(t)
+	// The epoch is read before the write: a change noted in between makes
+	// this target look stale (none at receipt), never a stale one current.
+	rec.Target, rec.WorkEpoch = toReceiptTarget(t), epoch
 	enc, err := json.Marshal(rec)
 	if err != nil {
 		return err
