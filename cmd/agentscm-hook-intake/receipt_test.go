@@ -139,6 +139,28 @@ func (f *fixture) send(t *testing.T, session, payload string) {
 	}
 }
 
+// toolCallsWarned is toolCalls for hooks that may warn (delivery pending
+// while the Hub is down).
+func (f *fixture) toolCallsWarned(t *testing.T, session, prefix string, n int) []string {
+	t.Helper()
+	var ids []string
+	for i := range n {
+		id := fmt.Sprintf("toolu_%s%02d", prefix, i)
+		in := `"tool_name":"Read","tool_use_id":"` + id + `","tool_input":{"file_path":"/etc/hostname"}`
+		for _, p := range []string{`"hook_event_name":"PreToolUse",` + in, `"hook_event_name":"PostToolUse",` + in + `,"tool_response":{"ok":true}`} {
+			cmd := exec.Command(filepath.Join(f.bin, "agentscm-hook-intake"), "change-capture", "hook-claude")
+			cmd.Env = f.env()
+			cmd.Stdin = strings.NewReader(`{"session_id":"` + session + `","cwd":"` + f.root + `",` + p + `}`)
+			if out, err := cmd.Output(); err != nil || len(out) > 0 {
+				t.Fatalf("hook %s: %v, stdout %q", p, err, out)
+			}
+		}
+		f.waitDeliverer(t)
+		ids = append(ids, id)
+	}
+	return ids
+}
+
 // toolCalls runs n tool calls (PreToolUse, PostToolUse) of session and
 // returns their tool_use_ids.
 func (f *fixture) toolCalls(t *testing.T, session, prefix string, n int) []string {
@@ -362,22 +384,30 @@ func TestIntakeOutageKeepsTargetAtReceipt(t *testing.T) {
 			t.Log("deliver with the Hub down exited 0")
 		}
 	}
+	// Received while the Hub is known to be down (the last deliverer
+	// failed): no exact target at receipt, a deferred fact copying the
+	// session's target, made visible by the next hook that reaches the
+	// Hub (the seed's outage).
+	down := f.toolCallsWarned(t, s, "down", 1)
 	h.start(t)
+	after := f.toolCallsWarned(t, s, "after", 1)
+	f.waitDeliverer(t)
 	if err := f.deliver(t); err != nil {
 		t.Fatal(err)
 	}
 
-	events, gapped := accounted(t, f, f.record(t, w.ID), 1, ids)
+	events, gapped := accounted(t, f, f.record(t, w.ID), 1, append(append(append([]string(nil), ids...), down...), after...))
 	t.Logf("%d records delivered as events, %d inside gaps", events, gapped)
-	if events != 2*len(ids) {
-		t.Errorf("%d of %d records reached the Hub as events; received while the Hub was up, each keeps its target", events, 2*len(ids))
+	if events != 2*len(ids)+2*len(after) || gapped != 2*len(down) {
+		t.Errorf("%d records reached the Hub as events, %d inside gaps; want the %d received before the outage and the %d after it as events, the %d received during it in a gap",
+			events, gapped, 2*len(ids), 2*len(after), 2*len(down))
 	}
 	dep, err := capture.ListDeferred(f.spool, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, fact := range dep.Facts {
-		if fact.Session != fresh {
+		if fact.Session != fresh && !strings.HasPrefix(fact.ToolUseID, "toolu_down") {
 			t.Errorf("deferred fact of session %s: %+v", fact.Session, fact)
 		}
 	}

@@ -88,6 +88,13 @@ func (s Store) openHookSpool(dir string) (*spool.Spool, error) {
 func writeIntake(ctx context.Context, store Store, sp *spool.Spool, bd *Binding, p *claude.Payload, rec *event.Record, obs Observation, now time.Time) (string, error) {
 	ir := intakeRecord{Version: intakeVersion, Observed: p.SessionID, Fingerprint: PhaseFingerprint(p, rec),
 		Record: *rec, Observation: obs, AtReceipt: obs.target, Facts: factsOf(p), ReceivedAt: now.UTC()}
+	if ir.AtReceipt != nil && store.hubDownAtReceipt(bd.Spool) {
+		// As far as this machine knows the Hub is unreachable now: no
+		// exact authorized target at receipt, so admission resolves the
+		// event (a deferred fact copying the session's target while the
+		// Hub stays down), as a hook resolving at receipt would have.
+		ir.AtReceipt = nil
+	}
 	if _, ok := ruleFor(bd, rec.ToolName); ok && (rec.Kind == event.ToolStart || rec.Kind == event.ToolFinish) {
 		// The source a start binds (or a deferred start keeps) is the one
 		// at receipt, before the tool runs, not the one at admission.
@@ -102,6 +109,14 @@ func writeIntake(ctx context.Context, store Store, sp *spool.Spool, bd *Binding,
 		return "", err
 	}
 	return sp.WriteIntake(b, now)
+}
+
+// hubDownAtReceipt reports whether the spool's last deliverer run could not
+// reach or use the Hub (outcome "failed" or "error", or a status that
+// cannot be read): the latest this machine knows of the Hub.
+func (s Store) hubDownAtReceipt(spoolDir string) bool {
+	st, err := s.DeliverStatus(spoolDir)
+	return err != nil || (st != nil && (st.Outcome == "failed" || st.Outcome == "error"))
 }
 
 // admitIntake admits waiting intake records in receipt order under the held
