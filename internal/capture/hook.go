@@ -488,8 +488,8 @@ func HandleAgentPayload(ctx context.Context, store Store, hubs HubOpener, a adap
 		rec.DeferredReason = DeferReason(rerr)
 	}
 	cerr := captureOccurrence(led, ss, bd, p.SessionID, PhaseFingerprint(p, rec), rec, obs, t, rerr == nil, res)
-	if cerr == nil && rerr != nil && targetRefused(rerr) && rec.Association == AssocCopied {
-		// The copied target is refused for good: show its hole now.
+	if cerr == nil && superseded(rerr) && rec.Association == AssocCopied {
+		// The copied target's generation is superseded: show its hole now.
 		cerr = publishRefusedOutages(ss, led, rec, Target{WorkID: rec.WorkID, Generation: rec.Generation, Session: rec.CanonicalSession})
 	}
 	if cerr == nil {
@@ -722,12 +722,13 @@ func appendOutageGap(ss *spool.Session, led *Ledger, rec *event.Record, o Outage
 	return nil
 }
 
-// publishRefusedOutages makes every outage under t visible at once: the
-// Hub refused t (a takeover moved its Work to a newer generation, the Work
-// was finished or handed over, the worktree has no current Work), so no
-// later event can ever expose the hole under t directly, and no later
-// resolution of another target may absorb it. The gap names t; the Hub
-// keeps a gap of an older generation where the hole is.
+// publishRefusedOutages makes every outage under t visible at once: a
+// takeover moved t's Work to a newer generation, so no later event can
+// ever expose the hole under t, and no later resolution may absorb it. The
+// gap names t; the Hub keeps a gap of an older generation where the hole
+// is. (Outages of a target refused otherwise, a handed-over or finished
+// Work, wait as before for the next resolved event: the Hub would refuse
+// their gap while the generation is still current.)
 func publishRefusedOutages(ss *spool.Session, led *Ledger, rec *event.Record, t Target) error {
 	var done []Outage
 	for _, o := range led.Outages() {
@@ -749,6 +750,13 @@ func publishRefusedOutages(ss *spool.Session, led *Ledger, rec *event.Record, t 
 func targetRefused(err error) bool {
 	ae, ok := api.AsError(err)
 	return ok && ae.Code == api.CodeTargetRefused
+}
+
+// superseded reports whether a resolution error says a takeover moved the
+// Work to a newer generation (stale_generation).
+func superseded(err error) bool {
+	ae, ok := api.AsError(err)
+	return ok && ae.Code == api.CodeTargetRefused && ae.Reason == api.ReasonStaleGeneration
 }
 
 // deliver replays up to page (at most DeliveryPageSize) pending envelopes in

@@ -216,8 +216,10 @@ func admitIntake(ctx context.Context, store Store, led *Ledger, ss *spool.Sessio
 //   - the Hub refuses it (a takeover, a finished or handed over Work) or
 //     resolves the session to a later generation of its Work: a deferred
 //     fact copying the target at receipt (the Hub keeps no events of an
-//     older generation); refused is true, and the caller makes the hole
-//     visible under that target at once.
+//     older generation); refused is true when the generation is
+//     superseded, and the caller then makes the hole visible under that
+//     target at once (otherwise the outage waits, as the locked path's,
+//     for the next resolved event).
 func receiptTargetAt(ir *intakeRecord, t Target, err error) (refused bool) {
 	at, ok := ir.AtReceipt.target()
 	switch {
@@ -235,7 +237,7 @@ func receiptTargetAt(ir *intakeRecord, t Target, err error) (refused bool) {
 		return false
 	}
 	ir.Target, ir.Resolved, ir.Record.DeferredReason = at, false, DeferReason(err)
-	return true
+	return superseded(err)
 }
 
 func admitOne(ctx context.Context, store Store, led *Ledger, ss *spool.Session, sp *spool.Spool, bd *Binding, ir *intakeRecord) error {

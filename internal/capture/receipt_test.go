@@ -126,6 +126,7 @@ func TestReceiptTargetAt(t *testing.T) {
 		{"Hub failing", &gen1, Target{}, unavailable, gen1, true, "", false},
 		{"taken over", &gen1, Target{}, stale, gen1, false, api.ReasonStaleGeneration, true},
 		{"later generation", &gen1, gen3, nil, gen1, false, DeferTargetChanged, true},
+		{"handed over", &gen1, Target{}, api.Refusef(api.ReasonWorkNotAccepting, "handover"), gen1, false, api.ReasonWorkNotAccepting, false},
 		{"another Work now", &gen1, Target{WorkID: "wrk_2", Generation: 1, Session: "default"}, nil, gen1, true, "", false},
 	}
 	for _, tc := range cases {
