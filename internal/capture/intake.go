@@ -180,10 +180,14 @@ func admitIntake(ctx context.Context, store Store, led *Ledger, ss *spool.Sessio
 		}
 		err := admitOne(ctx, store, led, ss, sp, bd, &ir)
 		if err == nil && refused {
-			// The target at receipt is refused for good: its hole is shown
-			// now, under that target, not when some later event of it
-			// resolves (none will).
-			err = publishRefusedOutages(ss, led, &ir.Record, ir.Target)
+			// The copied target's generation is superseded: its hole is
+			// shown now, under that target, not when some later event of
+			// it resolves (none will).
+			t := ir.Target
+			if t.WorkID == "" {
+				t, _ = led.LastTarget(ir.Observed) // what RouteFor copied
+			}
+			err = publishRefusedOutages(ss, led, &ir.Record, t)
 		}
 		if err != nil &&
 			!errors.Is(err, ErrOccurrenceConflict) && !errors.Is(err, ErrActionConflict) && !errors.Is(err, spool.ErrCapturePaused) &&
@@ -206,7 +210,8 @@ func admitIntake(ctx context.Context, store Store, led *Ledger, ss *spool.Sessio
 //
 //   - no target at receipt (the session's first events): the Hub's answer,
 //     as the locked path decides (deferred, unassociated or copying the
-//     session's last exact target, with the Hub's reason when it fails);
+//     session's last exact target, with the Hub's reason when it fails;
+//     refused when that is stale_generation);
 //   - the Hub confirms the target at receipt: exact;
 //   - the Hub cannot be reached: the target at receipt stands (appended
 //     under it, delivered when the Hub is back, which still judges it);
@@ -228,7 +233,7 @@ func receiptTargetAt(ir *intakeRecord, t Target, err error) (refused bool) {
 		if err != nil {
 			ir.Target, ir.Record.DeferredReason = Target{}, DeferReason(err)
 		}
-		return false
+		return superseded(err)
 	case err == nil && t.WorkID == at.WorkID && t.Generation > at.Generation:
 		ir.Target, ir.Resolved, ir.Record.DeferredReason = at, false, DeferTargetChanged
 		return true

@@ -120,7 +120,8 @@ func TestReceiptTargetAt(t *testing.T) {
 	}{
 		{"no target at receipt, resolved", nil, gen3, nil, gen3, true, "", false},
 		{"no target at receipt, Hub down", nil, Target{}, unreachable, Target{}, false, DeferHubUnreachable, false},
-		{"no target at receipt, refused", nil, Target{}, stale, Target{}, false, api.ReasonStaleGeneration, false},
+		{"no target at receipt, refused", nil, Target{}, stale, Target{}, false, api.ReasonStaleGeneration, true},
+		{"no target at receipt, handed over", nil, Target{}, api.Refusef(api.ReasonWorkNotAccepting, "handover"), Target{}, false, api.ReasonWorkNotAccepting, false},
 		{"confirmed", &gen1, gen1, nil, gen1, true, "", false},
 		{"Hub down", &gen1, Target{}, unreachable, gen1, true, "", false},
 		{"Hub failing", &gen1, Target{}, unavailable, gen1, true, "", false},
