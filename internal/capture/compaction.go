@@ -174,6 +174,10 @@ func (s Store) warnOnce(spoolDir, session, kind string, res *HookResult, msg str
 const (
 	DeferHubUnreachable = "hub_unreachable"
 	DeferHubRefused     = "hub_refused"
+	// DeferTargetChanged: the Hub resolves the session to a later
+	// generation of the Work the hook received the event under; the fact
+	// keeps the target at receipt.
+	DeferTargetChanged = "target_changed"
 )
 
 // DeferReason classifies why no exact target resolved: the Hub's refusal
@@ -200,6 +204,8 @@ func DescribeDeferReason(r string) string {
 		return "the Hub was unreachable when the event was captured"
 	case r == api.ReasonNoCurrentWork:
 		return "no current Work for this worktree (agentscm work start)"
+	case r == DeferTargetChanged:
+		return "the Work was taken over after the hook received the event; it keeps the generation it was received under"
 	case r == "unrecorded":
 		return "kept before agentscm recorded deferral reasons"
 	case strings.HasPrefix(r, DeferHubRefused):
