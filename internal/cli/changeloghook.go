@@ -37,7 +37,7 @@ func runChangelogHook(ctx context.Context, env *Env) int {
 }
 
 func runChangelogEnable(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "agentscm changelog enable", "--root ABS [--extra-root NAME=ABS]... [--include-ignored] [--no-transcript-root] [--claude-settings REL] [--force] [--format text|json]", `
+	fs := newFlags(env, "agentscm changelog enable", "[--root PATH] [--extra-root NAME=ABS]... [--include-ignored] [--no-transcript-root] [--claude-settings REL] [--force] [--format text|json]", `
 Turn on the per-tool-call changelog of a checkout: the capture roots are
 recorded (the checkout without .git and, by default, without git-ignored
 paths; the checkout's Claude Code transcript directory
@@ -61,11 +61,8 @@ Refused with exit status 5 while a turn runs.`)
 	noTranscript := fs.Bool("no-transcript-root", false, "do not capture the checkout's Claude Code transcript directory (root claude-transcript)")
 	agent := fs.String("agent", "", agentFlagHelp+"; for codex the hooks go to .codex/hooks.json and no transcript root is recorded (the rollout is append-only)")
 	format := formatFlag(fs)
-	if err := parseFlags(fs, args, false); err != nil {
+	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
-	}
-	if rf.root == "" {
-		return usagef("--root is required")
 	}
 	rf.transcript, rf.home = transcriptOn, env.Getenv("HOME")
 	if *noTranscript {
@@ -204,7 +201,7 @@ func (up uploadPlan) describe() string {
 }
 
 func runChangelogDisable(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "agentscm changelog disable", "--root ABS [--claude-settings REL] [--force]", `
+	fs := newFlags(env, "agentscm changelog disable", "[--root PATH] [--claude-settings REL] [--force]", `
 Remove only the changelog's part of the marked hooks from the checkout's
 Claude settings file: its own entries go, and an entry that runs change
 capture and the changelog becomes the capture's alone. Stored increments
@@ -215,7 +212,7 @@ with exit status 5 while a turn runs.`)
 	settings := fs.String("claude-settings", capture.DefaultClaudeSettings, "Claude settings file holding the hooks, relative to the root")
 	force := fs.Bool("force", false, "disable even though a turn marker says a turn is running")
 	agent := fs.String("agent", "", "claude-code (default), codex or gemini: whose changelog hooks to remove (codex: from .codex/hooks.json, gemini: from .gemini/settings.json)")
-	if err := parseFlags(fs, args, false); err != nil {
+	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
 	}
 	ad, err := adapter.For(*agent)
@@ -224,9 +221,6 @@ with exit status 5 while a turn runs.`)
 	}
 	if ad.Name() != claude.AgentName && !settingsSet(fs) {
 		*settings = ad.HookFile()
-	}
-	if rf.root == "" {
-		return usagef("--root is required")
 	}
 	c, err := openChangelog(env, &rf, false)
 	if err != nil {

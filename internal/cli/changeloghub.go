@@ -59,9 +59,6 @@ type hubApply struct {
 // openHubCheckout opens the connection of --root for a --from-hub command
 // and returns the Work to read (--work, else the checkout's current Work).
 func openHubCheckout(ctx context.Context, env *Env, rootFlag, work string) (client.Connection, client.Conn, string, error) {
-	if rootFlag == "" {
-		return client.Connection{}, nil, "", usagef("--root is required")
-	}
 	c, conn, err := openCheckout(ctx, env, rootFlag)
 	if err != nil {
 		return c, nil, "", fmt.Errorf("--from-hub needs the checkout's client connection: %w", err)
@@ -121,9 +118,6 @@ func runChangelogListFromHub(ctx context.Context, env *Env, root, work, format s
 // each against its digest and applies them: onto a root with a changelog
 // through ApplyFiles (undoable), onto an empty root by replaying them.
 func runChangelogApplyFromHub(ctx context.Context, env *Env, rf *rootFlags, req hubApply) error {
-	if rf.root == "" {
-		return usagef("--root is required")
-	}
 	if !filepath.IsAbs(rf.root) {
 		return usagef("--root %q is not an absolute path", rf.root)
 	}

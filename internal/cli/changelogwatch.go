@@ -83,7 +83,7 @@ func runChangelogWatchServe(ctx context.Context, env *Env, args []string) error 
 }
 
 func runChangelogStatus(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "agentscm changelog status", "--root ABS [--format text|json]", `
+	fs := newFlags(env, "agentscm changelog status", "[--root PATH] [--format text|json]", `
 Say how the next tool call of a checkout will be captured: the increments
 stored, and whether the changelog's filesystem watcher vouches for what
 changed since the last capture (then only the directories it saw change
@@ -93,11 +93,8 @@ changed directories, the watcher turned off). Starts nothing.`)
 	var rf rootFlags
 	rf.register(fs, false)
 	format := formatFlag(fs)
-	if err := parseFlags(fs, args, false); err != nil {
+	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
-	}
-	if rf.root == "" {
-		return usagef("--root is required")
 	}
 	c, err := openChangelog(env, &rf, false)
 	if err != nil {
@@ -128,7 +125,7 @@ changed directories, the watcher turned off). Starts nothing.`)
 }
 
 func runChangelogWatch(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "agentscm changelog watch", "--root ABS on|off|stop", `
+	fs := newFlags(env, "agentscm changelog watch", "[--root PATH] on|off|stop", `
 Set whether the changelog hook of a checkout uses the filesystem watcher
 (on, the default: a per-changelog server, started on demand, tells each
 capture which directories changed), or turn it off (off: every capture
@@ -137,11 +134,11 @@ running server only (the next tool call starts a new one). The environment
 variable `+WatchEnv+`=0 turns the watcher off for every changelog.`)
 	var rf rootFlags
 	rf.register(fs, false)
-	if err := parseFlags(fs, args, true); err != nil {
+	if err := parseFlags(env, fs, args, true); err != nil {
 		return err
 	}
-	if rf.root == "" || fs.NArg() != 1 {
-		return usagef("want --root ABS and one of on, off, stop")
+	if fs.NArg() != 1 {
+		return usagef("want one of on, off, stop")
 	}
 	if a := fs.Arg(0); a != "on" && a != "off" && a != "stop" {
 		return usagef("want one of on, off, stop, not %q", a)
