@@ -351,9 +351,12 @@ func runChangelogUpload(ctx context.Context, env *Env, args []string) error {
 Upload the stored increments the checkout's Hub does not hold yet, oldest
 first, under the checkout's current Work and within its grant: what the
 hooks do after each tool call, for the positions still pending (the Hub was
-unreachable, or had no current Work for the checkout). A position the grant
-refuses is merged into the next increment uploaded; changelog list says
-where each position went.`)
+unreachable, or had no current Work for the checkout). It first compares
+with the Hub's list: the grant is read afresh (after work grant raised it,
+positions refused before are uploaded each on its own) and positions the
+Hub's sequence lacks are uploaded again. A position the grant refuses is
+merged into the next increment uploaded; changelog list says where each
+position went, changelog status what the Hub holds.`)
 	var rf rootFlags
 	rf.register(fs, false)
 	format := formatFlag(fs)
@@ -382,7 +385,7 @@ where each position went.`)
 	if err != nil {
 		return err
 	}
-	out, err := c.Upload(ctx, r, changelog.UploadOptions{Through: next - 1})
+	out, err := c.Upload(ctx, r, changelog.UploadOptions{Through: next - 1, Reconcile: true})
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/changelog"
+	"github.com/agentscm/agentscm/internal/changelog/hubremote"
 	"github.com/agentscm/agentscm/internal/client"
 	"github.com/agentscm/agentscm/internal/fsutil"
 	"github.com/agentscm/agentscm/internal/hub/api"
@@ -480,4 +481,74 @@ func conversationNotShared(target *changelog.Meta) string {
 		}
 	}
 	return "the increments hold no conversation (the changelog was enabled without a transcript root); the files are restored, there is no conversation to resume"
+}
+
+// hubView is what changelog status says the Hub holds of a checkout's
+// sequence of next positions (0..next-1).
+type hubView struct {
+	Connected bool   `json:"connected"`
+	Hub       string `json:"hub,omitempty"`
+	WorkID    string `json:"work_id,omitempty"`
+	// Next is the first position the Hub lacks (it holds 0..Next-1, or
+	// has them merged into a later held position).
+	Next  int              `json:"next"`
+	Local int              `json:"local_next"`
+	Grant *changelog.Grant `json:"grant,omitempty"`
+	Used  *changelog.Usage `json:"used,omitempty"`
+	// Error is why the Hub's holding is unknown (unreachable, no current
+	// Work).
+	Error string `json:"error,omitempty"`
+}
+
+// hubHolding asks the checkout's Hub, within statusTimeout, what it holds
+// of the checkout's changelog under the current Work.
+func hubHolding(ctx context.Context, env *Env, root string, next int) hubView {
+	v := hubView{Local: next}
+	cfg, err := configDir(env)
+	if err != nil {
+		v.Error = err.Error()
+		return v
+	}
+	ctx, cancel := context.WithTimeout(ctx, statusTimeout)
+	defer cancel()
+	c, err := client.Lookup(cfg, root)
+	if errors.Is(err, client.ErrNoConnection) {
+		return v
+	}
+	v.Connected, v.Hub = true, c.Hub
+	if err != nil {
+		v.Error = err.Error()
+		return v
+	}
+	r, closeRemote, err := hubremote.ForCheckout(cfg)(ctx, root)
+	if err != nil || r == nil {
+		v.Error = fmt.Sprintf("the Hub does not answer: %v", err)
+		return v
+	}
+	defer closeRemote()
+	h, err := r.(changelog.Lister).Holding(ctx)
+	if err != nil {
+		v.Error = err.Error()
+		return v
+	}
+	v.WorkID, v.Next, v.Grant, v.Used = h.WorkID, h.Next, &h.Grant, &h.Used
+	return v
+}
+
+func (v hubView) describe() string {
+	switch {
+	case !v.Connected:
+		return "none: the checkout has no client connection, so increments stay in the changelog directory"
+	case v.Error != "":
+		return fmt.Sprintf("%s: unknown: %s", v.Hub, oneLine(v.Error))
+	}
+	held := "holds none"
+	if v.Next > 0 {
+		held = fmt.Sprintf("holds positions 0..%d", v.Next-1)
+	}
+	s := fmt.Sprintf("%s of %d under work %s (%d of %d objects, %d of %d bytes granted)", held, v.Local, v.WorkID, v.Used.Objects, v.Grant.MaxObjects, v.Used.Bytes, v.Grant.MaxBytes)
+	if v.Next < v.Local {
+		s += fmt.Sprintf("; lacks %d..%d: agentscm changelog upload sends them (changelog list says why each waits)", v.Next, v.Local-1)
+	}
+	return s
 }

@@ -558,3 +558,80 @@ func TestChangelogUploadCommand(t *testing.T) {
 		t.Fatalf("second upload: %s", s)
 	}
 }
+
+// After the grant refused positions 3..5 and work grant raised it,
+// changelog upload compares the queue with the Hub's list and uploads what
+// the Hub lacks, each position on its own (issue 28 item 6); changelog
+// status says what the Hub holds before and after.
+func TestChangelogUploadAfterGrantRaised(t *testing.T) {
+	base := t.TempDir()
+	env := map[string]string{"HOME": filepath.Join(base, "home")}
+	a := filepath.Join(base, "a")
+	os.MkdirAll(a, 0o755)
+	if out, err := exec.Command("git", "-C", a, "init", "-q").CombinedOutput(); err != nil {
+		t.Fatalf("git init: %v %s", err, out)
+	}
+	must := func(args ...string) string {
+		t.Helper()
+		r := runMain(t, env, "", args...)
+		if r.code != 0 {
+			t.Fatalf("%v: %d %s", args, r.code, r.stderr)
+		}
+		return r.stdout
+	}
+	must("client", "setup", "--root", a, "--local", "--repository", "proj")
+	must("work", "start", "--root", a, "--changelog-max-objects", "3")
+	must("changelog", "enable", "--root", a, "--no-transcript-root")
+	for i := range 6 {
+		os.WriteFile(filepath.Join(a, fmt.Sprintf("f%d.txt", i)), []byte(fmt.Sprint(i)), 0o644)
+		p := fmt.Sprintf(`{"session_id":"native-1","cwd":%q,"hook_event_name":"PostToolUse","tool_name":"Write","tool_use_id":"toolu_%d"}`, a, i)
+		if r := runMain(t, env, p, "changelog", "hook-claude"); r.code != 0 || (i >= 3) != strings.Contains(r.stderr, "refused") {
+			t.Fatalf("hook %d: %d %q", i, r.code, r.stderr)
+		}
+	}
+	hubPositions := func() string {
+		var hub api.IncrementList
+		json.Unmarshal([]byte(must("changelog", "list", "--root", a, "--from-hub", "--format", "json")), &hub)
+		var ps []string
+		for _, in := range hub.Increments {
+			ps = append(ps, fmt.Sprint(in.Position))
+		}
+		return strings.Join(ps, ",")
+	}
+	if got := hubPositions(); got != "0,1,2" {
+		t.Fatalf("Hub before the grant change: %s", got)
+	}
+	if s := must("changelog", "status", "--root", a); !strings.Contains(s, "hub:           holds positions 0..2 of 6") || !strings.Contains(s, "lacks 3..5") {
+		t.Fatalf("status before:\n%s", s)
+	}
+	// Still refused: the upload says so and uploads nothing.
+	if r := runMain(t, env, "", "changelog", "upload", "--root", a); !strings.Contains(r.stdout, "refused by the grant") {
+		t.Fatalf("upload under the old grant: %d %s %s", r.code, r.stdout, r.stderr)
+	}
+	must("work", "grant", "--root", a, "--max-objects", "10")
+	var out changelog.UploadOutcome
+	if err := json.Unmarshal([]byte(must("changelog", "upload", "--root", a, "--format", "json")), &out); err != nil || fmt.Sprint(out.Uploaded) != "[3 4 5]" || out.Pending != 0 || len(out.Refused) != 0 {
+		t.Fatalf("upload after the grant change: %+v %v", out, err)
+	}
+	if got := hubPositions(); got != "0,1,2,3,4,5" {
+		t.Fatalf("Hub after the upload: %s", got)
+	}
+	if s := must("changelog", "status", "--root", a); !strings.Contains(s, "hub:           holds positions 0..5 of 6") || strings.Contains(s, "lacks") {
+		t.Fatalf("status after:\n%s", s)
+	}
+	if s := must("changelog", "upload", "--root", a); !strings.Contains(s, "uploaded nothing; 0 pending") {
+		t.Fatalf("second upload: %s", s)
+	}
+	// A new current Work holds nothing: the next upload, with no new tool
+	// call, sends it the whole sequence.
+	must("work", "start", "--root", a)
+	if s := must("changelog", "status", "--root", a); !strings.Contains(s, "holds none of 6") || !strings.Contains(s, "lacks 0..5") {
+		t.Fatalf("status in the new Work:\n%s", s)
+	}
+	if err := json.Unmarshal([]byte(must("changelog", "upload", "--root", a, "--format", "json")), &out); err != nil || fmt.Sprint(out.Uploaded) != "[0 1 2 3 4 5]" {
+		t.Fatalf("upload to the new Work: %+v %v", out, err)
+	}
+	if got := hubPositions(); got != "0,1,2,3,4,5" {
+		t.Fatalf("new Work on the Hub: %s", got)
+	}
+}

@@ -109,8 +109,9 @@ changed directories, the watcher turned off). Starts nothing.`)
 	if err != nil {
 		return err
 	}
+	hub := hubHolding(ctx, env, c.Roots()[0].Path, next)
 	if *format == "json" {
-		return writeJSON(env.Stdout, map[string]any{"dir": c.Dir(), "root": c.Roots()[0].Path, "next_position": next, "watch": rep})
+		return writeJSON(env.Stdout, map[string]any{"dir": c.Dir(), "root": c.Roots()[0].Path, "next_position": next, "watch": rep, "hub": hub})
 	}
 	fmt.Fprintf(env.Stdout, "changelog of %s (%s)\n  next position: %d\n", c.Roots()[0].Path, c.Dir(), next)
 	switch {
@@ -121,6 +122,7 @@ changed directories, the watcher turned off). Starts nothing.`)
 	default:
 		fmt.Fprintf(env.Stdout, "  watch:         does not vouch: %s\n", rep.Reason)
 	}
+	fmt.Fprintf(env.Stdout, "  hub:           %s\n", hub.describe())
 	return nil
 }
 
