@@ -261,9 +261,11 @@ func runChangelogApplyFromHub(ctx context.Context, env *Env, rf *rootFlags, req 
 		out["merged"] = merged
 	}
 	stored, err := changelog.LoadRoots(dir)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		// No changelog: nothing could undo an apply, so only an empty root.
+	if errors.Is(err, fs.ErrNotExist) {
+		// No changelog: nothing could undo an apply over files, so only
+		// an empty root, which gets a changelog of its own: the apply is
+		// then its pre-apply (the empty root) and its result, so it can
+		// be undone and a second apply into the directory works too.
 		ents, err := os.ReadDir(root)
 		if err != nil {
 			return err
@@ -274,15 +276,18 @@ func runChangelogApplyFromHub(ctx context.Context, env *Env, rf *rootFlags, req 
 		if req.dryRun {
 			return usagef("--dry-run with --from-hub needs a checkout with a changelog (agentscm changelog enable --root %s); onto the empty %s the apply only creates paths", root, root)
 		}
-		if err := changelog.Replay(ctx, paths, roots); err != nil {
-			return archiveExit(err)
-		}
-		if err := after(ctx, roots); err != nil {
+		c, err := changelog.Open(dir, changelog.Options{Roots: roots, Exclude: []string{cfg}})
+		if err != nil {
 			return err
 		}
-	case err != nil:
+		if err := c.SaveRoots(); err != nil {
+			return err
+		}
+		stored = roots
+	} else if err != nil {
 		return err
-	default:
+	}
+	{ // a block of its own (c, res), kept as it was to keep the diff small
 		if stored[0].Path != root {
 			return fmt.Errorf("changelog %s belongs to %s, not %s", dir, stored[0].Path, root)
 		}

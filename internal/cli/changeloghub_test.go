@@ -131,15 +131,33 @@ func TestChangelogApplyFromHub(t *testing.T) {
 	if got := files(t, b); fmt.Sprint(got) != fmt.Sprint(after1) {
 		t.Fatalf("B after apply --from-hub --to 1: %v, want %v", got, after1)
 	}
-	// B is no longer empty and has no changelog: a second apply is refused.
-	r = runMain(t, env, "", "changelog", "apply", "--root", b, "--to", "2", "--from-hub", "--work", w.ID)
-	if r.code != 1 || !strings.Contains(r.stderr, "is not empty and has no changelog") {
-		t.Fatalf("second apply: %d %s", r.code, r.stderr)
+	// The apply into the fresh B left a changelog: a second apply into B
+	// works and is undoable (issue 28 item 6), back to the first's result.
+	var second struct {
+		Undo int `json:"undo_position"`
 	}
-	// With a changelog it is undoable. Nothing of B was captured yet, so
-	// the files the apply would delete or change count as changed since
-	// the newest capture: refused with status 6 unless --force.
-	must("changelog", "enable", "--root", b)
+	if err := json.Unmarshal([]byte(must("changelog", "apply", "--root", b, "--to", "2", "--from-hub", "--work", w.ID, "--format", "json")), &second); err != nil {
+		t.Fatal(err)
+	}
+	if got := files(t, b); fmt.Sprint(got) != fmt.Sprint(files(t, a)) {
+		t.Fatalf("B after the second apply --to 2: %v", got)
+	}
+	must("changelog", "apply", "--root", b, "--to", fmt.Sprint(second.Undo))
+	if got := files(t, b); fmt.Sprint(got) != fmt.Sprint(after1) {
+		t.Fatalf("B after undoing the second apply: %v, want %v", got, after1)
+	}
+	// The first apply is undoable too: its undo point is the empty B.
+	if out := must("changelog", "list", "--root", b); !strings.Contains(out, "pre-apply") {
+		t.Fatalf("B's changelog:\n%s", out)
+	}
+	must("changelog", "apply", "--root", b, "--to", "0")
+	if got := files(t, b); len(got) != 0 {
+		t.Fatalf("B after undoing the first apply: %v", got)
+	}
+	// A file changed in B since its newest capture is refused with
+	// status 6 unless --force.
+	must("changelog", "apply", "--root", b, "--to", "1", "--from-hub", "--work", w.ID)
+	os.WriteFile(filepath.Join(b, "one.txt"), []byte("mine"), 0o644)
 	r = runMain(t, env, "", "changelog", "apply", "--root", b, "--to", "2", "--from-hub", "--work", w.ID)
 	if r.code != ExitChangedSinceCapture || !strings.Contains(r.stderr, filepath.Join(b, "one.txt")) {
 		t.Fatalf("apply over uncaptured files: %d %s", r.code, r.stderr)
