@@ -51,7 +51,7 @@ func changelogCommand() *Command {
 				if len(args) > 0 {
 					return usagef("hook-codex takes no arguments")
 				}
-				runChangelogHook(ctx, env)
+				runChangelogHookCodex(ctx, env)
 				return nil
 			}},
 			{Name: "hook-gemini", Summary: "the Gemini CLI changelog hook (reads one hook payload on stdin)", Run: func(ctx context.Context, env *Env, args []string) error {

@@ -104,8 +104,7 @@ func Main(ctx context.Context, env *Env, args []string) int {
 		case "change-capture":
 			return runHookCodex(ctx, env)
 		case "changelog":
-			// Codex payloads decode as the changelog hook reads them.
-			return runChangelogHook(ctx, env)
+			return runChangelogHookCodex(ctx, env)
 		}
 	}
 	if len(args) == 3 && args[0] == "change-capture" && args[1] == "hook-claude" && args[2] == "--changelog" {
