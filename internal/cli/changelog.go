@@ -94,7 +94,7 @@ type rootFlags struct {
 
 func (rf *rootFlags) register(fs *flag.FlagSet, extraRoots bool) {
 	fs.StringVar(&rf.root, "root", "", rootHelp)
-	fs.StringVar(&rf.dir, "dir", "", "changelog directory (default: one per checkout under the agentscm config directory)")
+	fs.StringVar(&rf.dir, "dir", "", "changelog directory (default: the checkout's, one per checkout under the agentscm config directory, or where changelog enable --dir put it)")
 	if extraRoots {
 		fs.Var(&rf.extra, "extra-root", "another capture root as NAME=ABSPATH, e.g. transcripts=/home/u/.claude/projects/x (repeatable)")
 		fs.BoolVar(&rf.includeIgnored, "include-ignored", false, "capture git-ignored paths of the checkout too")
@@ -132,7 +132,7 @@ func (rf *rootFlags) changelogDir(env *Env, root string) (string, error) {
 	if err := fsutil.MkdirPrivate(filepath.Join(cfg, "changelog")); err != nil {
 		return "", err
 	}
-	return changelog.DefaultDir(cfg, root), nil
+	return changelog.DirFor(cfg, root), nil
 }
 
 // openChangelog opens the checkout's changelog. With capture set, the roots

@@ -52,7 +52,10 @@ UserPromptSubmit, Stop and SessionEnd (which keep the running-turn marker):
 capture is on too, its one entry 'agentscm-hook change-capture hook-claude
 --changelog', one process that captures and then takes the increment (an
 older install with two entries per event is upgraded). Other settings and
-hooks are kept.
+hooks are kept. With --dir the changelog lives there: the checkout's default
+directory then holds only location.json naming it, which the hooks and every
+command without --dir follow (refused while the checkout's changelog lives
+in another directory).
 Refused with exit status 5 while a turn runs.`)
 	var rf rootFlags
 	rf.register(fs, true)
@@ -82,6 +85,9 @@ Refused with exit status 5 while a turn runs.`)
 	}
 	if !filepath.IsAbs(env.Executable) {
 		return fmt.Errorf("cannot install hooks: agentscm executable path %q is not absolute", env.Executable)
+	}
+	if err := rf.saveLocation(env); err != nil {
+		return err
 	}
 	c, err := openChangelog(env, &rf, true)
 	if err != nil {
@@ -342,4 +348,28 @@ func settingsSet(fs *flag.FlagSet) bool {
 		}
 	})
 	return set
+}
+
+// saveLocation makes --dir, when given, the directory the hooks find the
+// checkout's changelog in (changelog.SaveLocation), before anything is
+// created there; a checkout whose changelog lives elsewhere is refused.
+func (rf *rootFlags) saveLocation(env *Env) error {
+	if rf.dir == "" {
+		return nil
+	}
+	_, root, err := rf.roots()
+	if err != nil {
+		return err
+	}
+	cfg, err := capture.ConfigDir(env.Getenv)
+	if err != nil {
+		return err
+	}
+	if err := changelog.SaveLocation(cfg, root, filepath.Clean(rf.dir)); err != nil {
+		if errors.Is(err, changelog.ErrOtherLocation) {
+			return usagef("%v", err)
+		}
+		return err
+	}
+	return nil
 }

@@ -248,7 +248,7 @@ func runChangelogApplyFromHub(ctx context.Context, env *Env, rf *rootFlags, req 
 	if err != nil {
 		return err
 	}
-	dir := changelog.DefaultDir(cfg, root)
+	dir := changelog.DirFor(cfg, root)
 	if rf.dir != "" {
 		dir = filepath.Clean(rf.dir)
 	}

@@ -139,7 +139,7 @@ increments, the newest), the time of the last captured event, and warnings
 			}
 		}
 	}
-	if cl := changelog.DefaultDir(dir, root); cl != "" {
+	if cl := changelog.DirFor(dir, root); cl != "" {
 		if roots, err := changelog.LoadRoots(cl); err == nil {
 			if c, err := changelog.Open(cl, changelog.Options{Roots: roots, Exclude: configExclude(env)}); err == nil {
 				if list, err := c.List(); err == nil {

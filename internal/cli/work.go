@@ -379,7 +379,7 @@ increment. Lowering the grant keeps what is stored.`)
 		// This checkout's hook refuses from the grant it last read: give it
 		// the new one at once.
 		if cfg, err := configDir(env); err == nil {
-			res := &changelog.Reservation{Path: filepath.Join(changelog.DefaultDir(cfg, c.Root), changelog.ReservationFile)}
+			res := &changelog.Reservation{Path: filepath.Join(changelog.DirFor(cfg, c.Root), changelog.ReservationFile)}
 			if u, err := res.Used(); err == nil && u.WorkID == wid {
 				_ = res.Sync(wid, changelog.Grant(view.Grant), changelog.Usage{Objects: view.Used.Objects, Bytes: view.Used.Bytes}, env.Now())
 			}
@@ -413,7 +413,7 @@ func forgetGrant(env *Env, root string) {
 	if err != nil {
 		return
 	}
-	path := filepath.Join(changelog.DefaultDir(cfg, root), changelog.ReservationFile)
+	path := filepath.Join(changelog.DirFor(cfg, root), changelog.ReservationFile)
 	if _, err := os.Lstat(path); err == nil {
 		_ = (&changelog.Reservation{Path: path}).Forget()
 	}
