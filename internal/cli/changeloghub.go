@@ -276,6 +276,9 @@ func runChangelogApplyFromHub(ctx context.Context, env *Env, rf *rootFlags, req 
 		if req.dryRun {
 			return usagef("--dry-run with --from-hub needs a checkout with a changelog (agentscm changelog enable --root %s); onto the empty %s the apply only creates paths", root, root)
 		}
+		if err := rf.saveLocation(env); err != nil { // --dir: where the hooks and later commands find it
+			return err
+		}
 		c, err := changelog.Open(dir, changelog.Options{Roots: roots, Exclude: []string{cfg}})
 		if err != nil {
 			return err
@@ -531,7 +534,12 @@ func hubHolding(ctx context.Context, env *Env, root string, next int) hubView {
 		return v
 	}
 	defer closeRemote()
-	h, err := r.(changelog.Lister).Holding(ctx)
+	l, ok := r.(changelog.Lister)
+	if !ok {
+		v.Error = "this connection cannot list the Hub's increments"
+		return v
+	}
+	h, err := l.Holding(ctx)
 	if err != nil {
 		v.Error = err.Error()
 		return v
