@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/agentscm/agentscm/internal/changelog"
 	"github.com/agentscm/agentscm/internal/client"
+	"github.com/agentscm/agentscm/internal/hub"
 	"github.com/agentscm/agentscm/internal/hub/api"
 )
 
@@ -582,6 +584,11 @@ func TestChangelogUploadCommand(t *testing.T) {
 // the Hub lacks, each position on its own (issue 28 item 6); changelog
 // status says what the Hub holds before and after.
 func TestChangelogUploadAfterGrantRaised(t *testing.T) {
+	t.Run("embedded Hub", func(t *testing.T) { testUploadAfterGrantRaised(t, false) })
+	t.Run("HTTP Hub on loopback", func(t *testing.T) { testUploadAfterGrantRaised(t, true) })
+}
+
+func testUploadAfterGrantRaised(t *testing.T, served bool) {
 	base := t.TempDir()
 	env := map[string]string{"HOME": filepath.Join(base, "home")}
 	a := filepath.Join(base, "a")
@@ -597,7 +604,23 @@ func TestChangelogUploadAfterGrantRaised(t *testing.T) {
 		}
 		return r.stdout
 	}
-	must("client", "setup", "--root", a, "--local", "--repository", "proj")
+	if served {
+		data := filepath.Join(base, "hub")
+		must("hub", "admin", "human", "create", "--data", data, "--name", "alice")
+		must("hub", "admin", "repository", "create", "--data", data, "--name", "proj")
+		tok := filepath.Join(base, "token")
+		must("hub", "admin", "token", "create", "--data", data, "--human", "alice", "--repository", "proj", "--output", tok)
+		svc, err := hub.Open(context.Background(), data, hub.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer svc.Close()
+		srv := httptest.NewServer(hub.NewHandler(svc, nil))
+		defer srv.Close()
+		must("client", "setup", "--root", a, "--hub", srv.URL, "--repository", "proj", "--token-file", tok)
+	} else {
+		must("client", "setup", "--root", a, "--local", "--repository", "proj")
+	}
 	must("work", "start", "--root", a, "--changelog-max-objects", "3")
 	must("changelog", "enable", "--root", a, "--no-transcript-root")
 	for i := range 6 {
