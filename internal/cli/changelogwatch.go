@@ -89,7 +89,10 @@ stored, and whether the changelog's filesystem watcher vouches for what
 changed since the last capture (then only the directories it saw change
 are listed), its pid, and why not when it does not (then every directory
 is listed: no server yet, a restart, lost events, a watch limit, too many
-changed directories, the watcher turned off). Starts nothing.`)
+changed directories, the watcher turned off), and, for a checkout with a
+client connection, what the Hub holds of the changelog under the current
+Work (asked with a 2-second bound): the positions, the grant's use, and the
+positions it lacks (changelog upload sends them). Starts nothing.`)
 	var rf rootFlags
 	rf.register(fs, false)
 	format := formatFlag(fs)
