@@ -208,7 +208,8 @@ func newFlags(e *env, name, synopsis string) *flag.FlagSet {
 // parse parses args: flags anywhere among the positional arguments ("--"
 // ends them), except for run, whose first positional argument starts the
 // wrapped command's argv. A parse error is one line; --root is made
-// absolute against the working directory.
+// absolute against the working directory, and an unset --root becomes the
+// project enclosing it (projectRoot).
 func parse(fs *flag.FlagSet, args []string) error {
 	if err := cliflag.Parse(fs, args, fs.Name() != "agentdiff run"); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -216,25 +217,42 @@ func parse(fs *flag.FlagSet, args []string) error {
 		}
 		return &exitError{code: exitUsage, err: err}
 	}
+	if f := fs.Lookup("root"); f != nil {
+		if v, ok := f.Value.(*pathValue); ok && v.p == "" {
+			// run starts a project where it runs; doctor checks the
+			// machine: both may work in a plain directory.
+			p, err := projectRoot(v.wd, fs.Name() == "agentdiff run" || fs.Name() == "agentdiff doctor")
+			if err != nil {
+				return &exitError{code: exitUsage, err: err}
+			}
+			v.p = p
+		}
+	}
 	return nil
 }
 
 // projectRoot is where agentdiff keeps capsules for the working directory
-// wd: the nearest directory at or above wd holding .agentdiff, else the top
-// of the enclosing git worktree, else wd itself.
-func projectRoot(wd string) string {
+// wd (cliflag.DefaultRoot): the nearest directory at or above wd holding
+// .agentdiff, else the top of the enclosing git worktree; else wd itself
+// when orHere, else an error saying to pass --root.
+func projectRoot(wd string, orHere bool) (string, error) {
+	var bound []string
 	if d, ok := cliflag.FindUp(wd, ".agentdiff"); ok {
-		return d
+		bound = append(bound, d)
 	}
-	if d, ok := cliflag.GitTop(wd); ok {
-		return d
+	root, err := cliflag.DefaultRoot(wd, bound...)
+	if err != nil && orHere && wd != "" {
+		return wd, nil
 	}
-	return wd
+	if err != nil {
+		return "", fmt.Errorf("--root not given, no .agentdiff at or above the working directory, and %w", err)
+	}
+	return root, nil
 }
 
 func rootFlag(fs *flag.FlagSet, e *env) *string {
-	v := &pathValue{wd: e.wd, p: projectRoot(e.wd)}
-	fs.Var(v, "root", "project root, relative to the working directory or absolute (default: the nearest directory holding .agentdiff, else the git worktree's top, else the working directory)")
+	v := &pathValue{wd: e.wd}
+	fs.Var(v, "root", "project root, relative to the working directory or absolute (default: the nearest directory holding .agentdiff, else the git worktree's top; run and doctor: else the working directory)")
 	return &v.p
 }
 

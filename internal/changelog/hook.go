@@ -79,11 +79,12 @@ func serializeTurn(ctx context.Context, dir, session string, now time.Time) erro
 }
 
 // FindDir returns the changelog directory of the checkout that contains
-// cwd: the deepest ancestor with a changelog under configDir.
+// cwd: the deepest ancestor with a changelog under configDir (DirFor: where
+// `changelog enable --dir` put it).
 func FindDir(configDir, cwd string) (dir, root string, ok bool) {
 	p := filepath.Clean(cwd)
 	for {
-		d := DefaultDir(configDir, p)
+		d := DirFor(configDir, p)
 		if _, err := os.Lstat(filepath.Join(d, configFile)); err == nil {
 			return d, p, true
 		}

@@ -37,7 +37,7 @@ func runChangelogHook(ctx context.Context, env *Env) int {
 }
 
 func runChangelogEnable(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "agentscm changelog enable", "--root ABS [--extra-root NAME=ABS]... [--include-ignored] [--no-transcript-root] [--claude-settings REL] [--force] [--format text|json]", `
+	fs := newFlags(env, "agentscm changelog enable", "[--root PATH] [--extra-root NAME=ABS]... [--include-ignored] [--no-transcript-root] [--claude-settings REL] [--force] [--format text|json]", `
 Turn on the per-tool-call changelog of a checkout: the capture roots are
 recorded (the checkout without .git and, by default, without git-ignored
 paths; the checkout's Claude Code transcript directory
@@ -52,7 +52,10 @@ UserPromptSubmit, Stop and SessionEnd (which keep the running-turn marker):
 capture is on too, its one entry 'agentscm-hook change-capture hook-claude
 --changelog', one process that captures and then takes the increment (an
 older install with two entries per event is upgraded). Other settings and
-hooks are kept.
+hooks are kept. With --dir the changelog lives there: the checkout's default
+directory then holds only location.json naming it, which the hooks and every
+command without --dir follow (refused while the checkout's changelog lives
+in another directory).
 Refused with exit status 5 while a turn runs.`)
 	var rf rootFlags
 	rf.register(fs, true)
@@ -61,11 +64,8 @@ Refused with exit status 5 while a turn runs.`)
 	noTranscript := fs.Bool("no-transcript-root", false, "do not capture the checkout's Claude Code transcript directory (root claude-transcript)")
 	agent := fs.String("agent", "", agentFlagHelp+"; for codex the hooks go to .codex/hooks.json and no transcript root is recorded (the rollout is append-only)")
 	format := formatFlag(fs)
-	if err := parseFlags(fs, args, false); err != nil {
+	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
-	}
-	if rf.root == "" {
-		return usagef("--root is required")
 	}
 	rf.transcript, rf.home = transcriptOn, env.Getenv("HOME")
 	if *noTranscript {
@@ -85,6 +85,9 @@ Refused with exit status 5 while a turn runs.`)
 	}
 	if !filepath.IsAbs(env.Executable) {
 		return fmt.Errorf("cannot install hooks: agentscm executable path %q is not absolute", env.Executable)
+	}
+	if err := rf.saveLocation(env); err != nil {
+		return err
 	}
 	c, err := openChangelog(env, &rf, true)
 	if err != nil {
@@ -204,7 +207,7 @@ func (up uploadPlan) describe() string {
 }
 
 func runChangelogDisable(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "agentscm changelog disable", "--root ABS [--claude-settings REL] [--force]", `
+	fs := newFlags(env, "agentscm changelog disable", "[--root PATH] [--claude-settings REL] [--force]", `
 Remove only the changelog's part of the marked hooks from the checkout's
 Claude settings file: its own entries go, and an entry that runs change
 capture and the changelog becomes the capture's alone. Stored increments
@@ -215,7 +218,7 @@ with exit status 5 while a turn runs.`)
 	settings := fs.String("claude-settings", capture.DefaultClaudeSettings, "Claude settings file holding the hooks, relative to the root")
 	force := fs.Bool("force", false, "disable even though a turn marker says a turn is running")
 	agent := fs.String("agent", "", "claude-code (default), codex or gemini: whose changelog hooks to remove (codex: from .codex/hooks.json, gemini: from .gemini/settings.json)")
-	if err := parseFlags(fs, args, false); err != nil {
+	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
 	}
 	ad, err := adapter.For(*agent)
@@ -224,9 +227,6 @@ with exit status 5 while a turn runs.`)
 	}
 	if ad.Name() != claude.AgentName && !settingsSet(fs) {
 		*settings = ad.HookFile()
-	}
-	if rf.root == "" {
-		return usagef("--root is required")
 	}
 	c, err := openChangelog(env, &rf, false)
 	if err != nil {
@@ -348,4 +348,28 @@ func settingsSet(fs *flag.FlagSet) bool {
 		}
 	})
 	return set
+}
+
+// saveLocation makes --dir, when given, the directory the hooks find the
+// checkout's changelog in (changelog.SaveLocation), before anything is
+// created there; a checkout whose changelog lives elsewhere is refused.
+func (rf *rootFlags) saveLocation(env *Env) error {
+	if rf.dir == "" {
+		return nil
+	}
+	_, root, err := rf.roots()
+	if err != nil {
+		return err
+	}
+	cfg, err := capture.ConfigDir(env.Getenv)
+	if err != nil {
+		return err
+	}
+	if err := changelog.SaveLocation(cfg, root, filepath.Clean(rf.dir)); err != nil {
+		if errors.Is(err, changelog.ErrOtherLocation) {
+			return usagef("%v", err)
+		}
+		return err
+	}
+	return nil
 }

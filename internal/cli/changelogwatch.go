@@ -83,21 +83,21 @@ func runChangelogWatchServe(ctx context.Context, env *Env, args []string) error 
 }
 
 func runChangelogStatus(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "agentscm changelog status", "--root ABS [--format text|json]", `
+	fs := newFlags(env, "agentscm changelog status", "[--root PATH] [--format text|json]", `
 Say how the next tool call of a checkout will be captured: the increments
 stored, and whether the changelog's filesystem watcher vouches for what
 changed since the last capture (then only the directories it saw change
 are listed), its pid, and why not when it does not (then every directory
 is listed: no server yet, a restart, lost events, a watch limit, too many
-changed directories, the watcher turned off). Starts nothing.`)
+changed directories, the watcher turned off), and, for a checkout with a
+client connection, what the Hub holds of the changelog under the current
+Work (asked with a 2-second bound): the positions, the grant's use, and the
+positions it lacks (changelog upload sends them). Starts nothing.`)
 	var rf rootFlags
 	rf.register(fs, false)
 	format := formatFlag(fs)
-	if err := parseFlags(fs, args, false); err != nil {
+	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
-	}
-	if rf.root == "" {
-		return usagef("--root is required")
 	}
 	c, err := openChangelog(env, &rf, false)
 	if err != nil {
@@ -112,8 +112,9 @@ changed directories, the watcher turned off). Starts nothing.`)
 	if err != nil {
 		return err
 	}
+	hub := hubHolding(ctx, env, c.Roots()[0].Path, next)
 	if *format == "json" {
-		return writeJSON(env.Stdout, map[string]any{"dir": c.Dir(), "root": c.Roots()[0].Path, "next_position": next, "watch": rep})
+		return writeJSON(env.Stdout, map[string]any{"dir": c.Dir(), "root": c.Roots()[0].Path, "next_position": next, "watch": rep, "hub": hub})
 	}
 	fmt.Fprintf(env.Stdout, "changelog of %s (%s)\n  next position: %d\n", c.Roots()[0].Path, c.Dir(), next)
 	switch {
@@ -124,11 +125,12 @@ changed directories, the watcher turned off). Starts nothing.`)
 	default:
 		fmt.Fprintf(env.Stdout, "  watch:         does not vouch: %s\n", rep.Reason)
 	}
+	fmt.Fprintf(env.Stdout, "  hub:           %s\n", hub.describe())
 	return nil
 }
 
 func runChangelogWatch(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "agentscm changelog watch", "--root ABS on|off|stop", `
+	fs := newFlags(env, "agentscm changelog watch", "[--root PATH] on|off|stop", `
 Set whether the changelog hook of a checkout uses the filesystem watcher
 (on, the default: a per-changelog server, started on demand, tells each
 capture which directories changed), or turn it off (off: every capture
@@ -137,11 +139,11 @@ running server only (the next tool call starts a new one). The environment
 variable `+WatchEnv+`=0 turns the watcher off for every changelog.`)
 	var rf rootFlags
 	rf.register(fs, false)
-	if err := parseFlags(fs, args, true); err != nil {
+	if err := parseFlags(env, fs, args, true); err != nil {
 		return err
 	}
-	if rf.root == "" || fs.NArg() != 1 {
-		return usagef("want --root ABS and one of on, off, stop")
+	if fs.NArg() != 1 {
+		return usagef("want one of on, off, stop")
 	}
 	if a := fs.Arg(0); a != "on" && a != "off" && a != "stop" {
 		return usagef("want one of on, off, stop, not %q", a)

@@ -111,7 +111,7 @@ func repositoryName(ctx context.Context, root string) string {
 }
 
 func runClientSetup(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "agentscm client setup", "--root ABS (--hub URL --repository NAME --token-file PATH | --local [--repository NAME]) [--format text|json]",
+	fs := newFlags(env, "agentscm client setup", "[--root PATH] (--hub URL --repository NAME --token-file PATH | --local [--repository NAME]) [--format text|json]",
 		`Connect a checkout to a Hub repository. With --hub the token in --token-file
 is checked with GET /v1/hub/whoami first and kept in the connections file
 (mode 0600). With --local the checkout uses the embedded Hub under the user's
@@ -119,17 +119,14 @@ config directory (SQLite, in-process, no server), creating the local human and
 the repository (named after the checkout's repository unless --repository is
 given), so one command sets a solo user up. A new connection gets a random
 worktree id; reconnecting the same Hub and repository keeps it.`)
-	rootF := fs.String("root", "", "path of the checkout (required; a relative path is resolved)")
+	rootF := fs.String("root", "", rootHelp)
 	hubURL := fs.String("hub", "", "the Hub's base URL, e.g. https://hub.example:8420")
 	repo := fs.String("repository", "", "the Hub repository")
 	tokenFile := fs.String("token-file", "", "file holding the bearer token (first line)")
 	local := fs.Bool("local", false, "use the embedded local Hub")
 	format := formatFlag(fs)
-	if err := parseFlags(fs, args, false); err != nil {
+	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
-	}
-	if *rootF == "" {
-		return usagef("--root is required")
 	}
 	if *local == (*hubURL != "") {
 		return usagef("give either --hub URL --repository NAME --token-file PATH, or --local")
@@ -213,7 +210,7 @@ func isLoopback(host string) bool {
 }
 
 func runClientStatus(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "agentscm client status", "[--root ABS] [--check] [--format text|json]",
+	fs := newFlags(env, "agentscm client status", "[--root PATH] [--check] [--format text|json]",
 		`Show the client connection of a checkout, or every connection. --check asks
 each connection's Hub GET /v1/hub/whoami (at most 5 s each) and reports the
 answer as hub_check, with shared_conversation_retention_days when it is valid;
@@ -221,7 +218,7 @@ the command then exits 1 if any check failed.`)
 	rootF := fs.String("root", "", "path of a checkout (default: every connection)")
 	check := fs.Bool("check", false, "check each connection with its Hub")
 	format := formatFlag(fs)
-	if err := parseFlags(fs, args, false); err != nil {
+	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
 	}
 	dir, err := configDir(env)
@@ -262,7 +259,7 @@ the command then exits 1 if any check failed.`)
 		}
 	} else {
 		if len(views) == 0 {
-			fmt.Fprintln(env.Stdout, "no client connections; run agentscm client setup --root ABS --local")
+			fmt.Fprintln(env.Stdout, "no client connections; run agentscm client setup --root PATH --local")
 		}
 		for _, v := range views {
 			fmt.Fprintf(env.Stdout, "%s\n  hub:         %s\n  repository:  %s\n  worktree id: %s\n", v.Root, v.Hub, v.Repository, v.WorktreeID)
@@ -311,16 +308,13 @@ func checkConnection(ctx context.Context, env *Env, c client.Connection) *hubChe
 }
 
 func runClientRemove(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "agentscm client remove", "--root ABS [--format text|json]",
+	fs := newFlags(env, "agentscm client remove", "[--root PATH] [--format text|json]",
 		`Remove a checkout's client connection. Nothing on the Hub is deleted.
 The root is matched as given when the checkout no longer exists.`)
-	rootF := fs.String("root", "", "path of the checkout (required; a relative path is resolved)")
+	rootF := fs.String("root", "", rootHelp)
 	format := formatFlag(fs)
-	if err := parseFlags(fs, args, false); err != nil {
+	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
-	}
-	if *rootF == "" {
-		return usagef("--root is required")
 	}
 	given, err := filepath.Abs(*rootF)
 	if err != nil {

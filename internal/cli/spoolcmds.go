@@ -36,7 +36,7 @@ func spoolArgs(env *Env, cmdline, synopsis, description string, args []string, w
 	if extra != nil {
 		extra(fs)
 	}
-	if err := parseFlags(fs, args, allowPos); err != nil {
+	if err := parseFlags(env, fs, args, allowPos); err != nil {
 		return "", "", nil, err
 	}
 	if *d == "" {

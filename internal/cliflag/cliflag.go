@@ -13,11 +13,13 @@ package cliflag
 import (
 	"errors"
 	"flag"
-	"github.com/agentscm/agentscm/internal/buildinfo"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/agentscm/agentscm/internal/buildinfo"
 )
 
 // Parse parses args into fs. With intersperse, flags may follow positional
@@ -147,6 +149,34 @@ func FindUp(dir string, names ...string) (string, bool) {
 // `git rev-parse --show-toplevel` without starting git and without
 // resolving symbolic links.
 func GitTop(dir string) (string, bool) { return FindUp(dir, ".git") }
+
+// ErrNoCheckout reports a working directory that no checkout encloses.
+var ErrNoCheckout = errors.New("not inside a checkout")
+
+// DefaultRoot is the --root a command takes when none is given: the deepest
+// of bound (the roots of checkouts the tool keeps state for that hold wd;
+// "" entries are skipped), else the top of the git worktree enclosing wd.
+// Outside both it returns an error wrapping ErrNoCheckout that says to pass
+// --root. Every command of agentscm and agentdiff that takes --root defaults
+// it through here.
+func DefaultRoot(wd string, bound ...string) (string, error) {
+	best := ""
+	for _, b := range bound {
+		if len(b) > len(best) {
+			best = b
+		}
+	}
+	if best != "" {
+		return best, nil
+	}
+	if top, ok := GitTop(wd); ok {
+		return top, nil
+	}
+	if wd == "" {
+		return "", fmt.Errorf("%w: the working directory is unknown; pass --root PATH", ErrNoCheckout)
+	}
+	return "", fmt.Errorf("%w: no git worktree holds %s; run the command inside a checkout or pass --root PATH", ErrNoCheckout, wd)
+}
 
 // Version describes the running binary (buildinfo.Version).
 func Version(prog string) string { return buildinfo.Version(prog) }

@@ -172,3 +172,41 @@ func TestOtherShells(t *testing.T) {
 		t.Fatal("tcsh accepted")
 	}
 }
+
+// TestDefaultRoot: the deepest bound checkout wins over the git top; without
+// one the git top; outside both an error wrapping ErrNoCheckout that says to
+// pass --root.
+func TestDefaultRoot(t *testing.T) {
+	dir := t.TempDir()
+	repo := filepath.Join(dir, "repo")
+	sub := filepath.Join(repo, "a", "b")
+	if err := os.MkdirAll(filepath.Join(repo, ".git"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		wd    string
+		bound []string
+		want  string
+	}{
+		{sub, nil, repo},
+		{sub, []string{""}, repo},
+		{sub, []string{filepath.Join(repo, "a")}, filepath.Join(repo, "a")},
+		{sub, []string{repo, filepath.Join(repo, "a")}, filepath.Join(repo, "a")},
+		{dir, nil, ""},
+		{"", nil, ""},
+	} {
+		got, err := DefaultRoot(tc.wd, tc.bound...)
+		if tc.want == "" {
+			if !errors.Is(err, ErrNoCheckout) || !strings.Contains(err.Error(), "pass --root PATH") {
+				t.Errorf("DefaultRoot(%q) = %q, %v; want ErrNoCheckout", tc.wd, got, err)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("DefaultRoot(%q, %q) = %q, %v; want %q", tc.wd, tc.bound, got, err, tc.want)
+		}
+	}
+}
