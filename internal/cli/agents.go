@@ -155,7 +155,7 @@ func runChangelogHookGemini(ctx context.Context, env *Env) int {
 	}
 	e := *env
 	e.Stdin = bytes.NewReader(nb)
-	return runChangelogHook(ctx, &e)
+	return runChangelogHook(ctx, &e, adapter.Gemini{})
 }
 
 // resumeGemini binds the Gemini conversation of the rewound call (its

@@ -89,7 +89,11 @@ stored, and whether the changelog's filesystem watcher vouches for what
 changed since the last capture (then only the directories it saw change
 are listed), its pid, and why not when it does not (then every directory
 is listed: no server yet, a restart, lost events, a watch limit, too many
-changed directories, the watcher turned off). Starts nothing.`)
+changed directories, the watcher turned off). It also lists the sessions'
+turns: running ones (they refuse a rewind, a snapshot load and changelog
+enable with exit status 5) and stale ones (their agent process is gone or
+their lease expired: the next such command sets them aside), and whether
+parallel sessions are on. Starts nothing, changes nothing.`)
 	var rf rootFlags
 	rf.register(fs, false)
 	format := formatFlag(fs)
@@ -112,9 +116,18 @@ changed directories, the watcher turned off). Starts nothing.`)
 	if err != nil {
 		return err
 	}
-	if *format == "json" {
-		return writeJSON(env.Stdout, map[string]any{"dir": c.Dir(), "root": c.Roots()[0].Path, "next_position": next, "watch": rep})
+	turns, err := changelog.Turns(c.Dir(), env.Now())
+	if err != nil {
+		return err
 	}
+	if turns == nil {
+		turns = []changelog.TurnStatus{}
+	}
+	parallel := changelog.ParallelSessions(c.Dir())
+	if *format == "json" {
+		return writeJSON(env.Stdout, map[string]any{"dir": c.Dir(), "root": c.Roots()[0].Path, "next_position": next, "watch": rep, "turns": turns, "parallel_sessions": parallel})
+	}
+	defer printTurns(env, turns, parallel)
 	fmt.Fprintf(env.Stdout, "changelog of %s (%s)\n  next position: %d\n", c.Roots()[0].Path, c.Dir(), next)
 	switch {
 	case rep.Vouches:
@@ -125,6 +138,25 @@ changed directories, the watcher turned off). Starts nothing.`)
 		fmt.Fprintf(env.Stdout, "  watch:         does not vouch: %s\n", rep.Reason)
 	}
 	return nil
+}
+
+// printTurns lists the sessions' turns for changelog status.
+func printTurns(env *Env, turns []changelog.TurnStatus, parallel bool) {
+	if parallel {
+		fmt.Fprintln(env.Stdout, "  sessions:      parallel (several sessions' turns may run at once)")
+	} else {
+		fmt.Fprintln(env.Stdout, "  sessions:      one at a time")
+	}
+	if len(turns) == 0 {
+		fmt.Fprintln(env.Stdout, "  turns:         none running")
+	}
+	for _, t := range turns {
+		if t.Running {
+			fmt.Fprintf(env.Stdout, "  turn running:  %s\n", t.Describe())
+		} else {
+			fmt.Fprintf(env.Stdout, "  turn stale:    %s: %s (set aside by the next rewind, snapshot load or enable)\n", t.Describe(), t.Stale)
+		}
+	}
 }
 
 func runChangelogWatch(ctx context.Context, env *Env, args []string) error {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/agentscm/agentscm/internal/agent/adapter"
 	"io"
 	"os"
 	"sort"
@@ -99,7 +100,7 @@ func Main(ctx context.Context, env *Env, args []string) int {
 			return runHookCodex(ctx, env)
 		case "changelog":
 			// Codex payloads decode as the changelog hook reads them.
-			return runChangelogHook(ctx, env)
+			return runChangelogHook(ctx, env, adapter.Codex{})
 		}
 	}
 	if len(args) == 3 && args[0] == "change-capture" && args[1] == "hook-claude" && args[2] == "--changelog" {
@@ -110,7 +111,7 @@ func Main(ctx context.Context, env *Env, args []string) int {
 		case "change-capture":
 			return runHookClaude(ctx, env)
 		case "changelog":
-			return runChangelogHook(ctx, env)
+			return runChangelogHook(ctx, env, adapter.Claude{})
 		}
 	}
 	if len(args) == 1 && (args[0] == "--version" || args[0] == "-version") {
