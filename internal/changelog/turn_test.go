@@ -187,8 +187,11 @@ func TestFindHost(t *testing.T) {
 	for range 200 {
 		b, _ := os.ReadFile("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/task/" + strconv.Itoa(cmd.Process.Pid) + "/children")
 		if f := strings.Fields(string(b)); len(f) > 0 {
-			child, _ = strconv.Atoi(f[0])
-			break
+			// Once it runs sleep (before, the fork is still "claude").
+			if comm, _ := os.ReadFile("/proc/" + f[0] + "/comm"); string(comm) == "sleep\n" {
+				child, _ = strconv.Atoi(f[0])
+				break
+			}
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
