@@ -5,6 +5,7 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +17,10 @@ import (
 	"github.com/agentscm/agentscm/internal/changelog"
 	"github.com/agentscm/agentscm/test/e2e/scriptedapi"
 )
+
+// waitCmd is a shell command that takes n seconds (Claude Code's Bash tool
+// refuses a plain long sleep).
+func waitCmd(n int) string { return fmt.Sprintf("timeout %d tail -f /dev/null", n) }
 
 // bgClaude is a Claude Code session running in the background.
 type bgClaude struct {
@@ -124,7 +129,7 @@ func TestChangelogSecondSessionRefused(t *testing.T) {
 	c := newCheckout(t)
 	c.agentscm("changelog", "enable", "--root", c.root)
 	c.runTurn([]scriptedapi.ToolCall{write(filepath.Join(c.root, "one.txt"), "1\n")})
-	a := c.startClaude(scriptedapi.Turn{Marker: "SCENARIO-A", Steps: [][]scriptedapi.ToolCall{{bash("sleep 28; echo a > a.txt")}}, FinalText: "ok"})
+	a := c.startClaude(scriptedapi.Turn{Marker: "SCENARIO-A", Steps: [][]scriptedapi.ToolCall{{bash(waitCmd(28) + "; echo a > a.txt")}}, FinalText: "ok"})
 	ta := c.waitRunningCall(a, "")
 	if ta.Agent != "claude-code" || ta.Host == nil || ta.Host.PID != a.cmd.Process.Pid {
 		t.Fatalf("A's turn %+v: want the claude process %d as its host", ta, a.cmd.Process.Pid)
@@ -138,7 +143,7 @@ func TestChangelogSecondSessionRefused(t *testing.T) {
 	}
 
 	start := time.Now()
-	b := c.startClaude(scriptedapi.Turn{Marker: "SCENARIO-B", Steps: [][]scriptedapi.ToolCall{{write(filepath.Join(c.root, "b.txt"), "b\n")}}, FinalText: "ok"})
+	b := c.startClaude(scriptedapi.Turn{Marker: "SCENARIO-B", Steps: [][]scriptedapi.ToolCall{{write(filepath.Join(c.root, "bee.txt"), "b\n")}}, FinalText: "ok"})
 	select {
 	case err := <-b.done:
 		b.done <- err // for the cleanup
@@ -156,8 +161,8 @@ func TestChangelogSecondSessionRefused(t *testing.T) {
 			t.Fatalf("B's prompt reached the model: %s", r.Body)
 		}
 	}
-	if exists(t, filepath.Join(c.root, "b.txt")) {
-		t.Fatal("B wrote b.txt")
+	if exists(t, filepath.Join(c.root, "bee.txt")) {
+		t.Fatal("B wrote bee.txt")
 	}
 	if !strings.Contains(out, "session "+ta.SessionID+" (claude-code) is running a turn in "+c.root) || !strings.Contains(out, "git worktree add") {
 		t.Fatalf("B's output does not carry the refusal naming A and a worktree:\n%s", out)
@@ -188,10 +193,10 @@ func TestChangelogParallelSessions(t *testing.T) {
 	if !strings.Contains(out, "sessions:   parallel") {
 		t.Fatalf("enable output:\n%s", out)
 	}
-	a := c.startClaude(scriptedapi.Turn{Marker: "SCENARIO-A", Steps: [][]scriptedapi.ToolCall{{bash("sleep 25; echo a > a.txt")}}, FinalText: "ok"})
+	a := c.startClaude(scriptedapi.Turn{Marker: "SCENARIO-A", Steps: [][]scriptedapi.ToolCall{{bash(waitCmd(25) + "; echo a > a.txt")}}, FinalText: "ok"})
 	ta := c.waitRunningCall(a, "")
-	bres := c.startClaude(scriptedapi.Turn{Marker: "SCENARIO-B", Steps: [][]scriptedapi.ToolCall{{write(filepath.Join(c.root, "b.txt"), "b\n")}}, FinalText: "ok"}).wait(t)
-	if !exists(t, filepath.Join(c.root, "b.txt")) {
+	bres := c.startClaude(scriptedapi.Turn{Marker: "SCENARIO-B", Steps: [][]scriptedapi.ToolCall{{write(filepath.Join(c.root, "bee.txt"), "b\n")}}, FinalText: "ok"}).wait(t)
+	if !exists(t, filepath.Join(c.root, "bee.txt")) {
 		t.Fatal("B did not run beside A")
 	}
 	code, stdout, stderr := c.agentscmExit("rewind", "--root", c.root, "--to", "0")
@@ -216,7 +221,7 @@ func TestChangelogParallelSessions(t *testing.T) {
 	if code != 0 || !strings.Contains(stderr, "was taken while the turn of session "+ta.SessionID+" was running") {
 		t.Fatalf("rewind to B's position: exit %d\n%s\n%s", code, stdout, stderr)
 	}
-	if exists(t, filepath.Join(c.root, "a.txt")) || !exists(t, filepath.Join(c.root, "b.txt")) {
+	if exists(t, filepath.Join(c.root, "a.txt")) || !exists(t, filepath.Join(c.root, "bee.txt")) {
 		t.Fatal("the rewind to B's position")
 	}
 }
@@ -229,7 +234,7 @@ func TestChangelogKilledHostTurnSetAside(t *testing.T) {
 	c.agentscm("changelog", "enable", "--root", c.root)
 	c.runTurn([]scriptedapi.ToolCall{write(filepath.Join(c.root, "one.txt"), "1\n")})
 	// The call writes nothing: only the turn is left behind.
-	a := c.startClaude(scriptedapi.Turn{Marker: "SCENARIO-A", Steps: [][]scriptedapi.ToolCall{{bash("sleep 20")}}, FinalText: "ok"})
+	a := c.startClaude(scriptedapi.Turn{Marker: "SCENARIO-A", Steps: [][]scriptedapi.ToolCall{{bash(waitCmd(60))}}, FinalText: "ok"})
 	ta := c.waitRunningCall(a, "")
 	if code, _, stderr := c.agentscmExit("rewind", "--root", c.root, "--to", "0"); code != 5 {
 		t.Fatalf("rewind during the turn: exit %d %s", code, stderr)
