@@ -250,7 +250,7 @@ func (e *TurnsRunningError) Error() string {
 	for i, t := range e.Running {
 		names[i] = t.Describe()
 	}
-	return fmt.Sprintf("%s: %s; wait for it to end (`agentscm changelog status` lists the turns; a turn whose agent process is gone is set aside by itself)",
+	return fmt.Sprintf("%s: %s; wait for it to end (a turn whose agent process is gone is set aside by itself; a turn you interrupted ends with `agentscm changelog end-turn --session ID`)",
 		ErrTurnRunning, strings.Join(names, "; "))
 }
 
@@ -476,4 +476,31 @@ func SetParallelSessions(dir string, on bool) error {
 		return fmt.Errorf("changelog sessions setting: %w", err)
 	}
 	return nil
+}
+
+// ErrNoTurn reports that a session has no turn marker.
+var ErrNoTurn = errors.New("no turn of that session is recorded")
+
+// SetTurnAside removes session's turn marker on the user's word (an
+// interrupted turn: the host fires no turn end for it) and returns the turn
+// as it was judged at now.
+func SetTurnAside(dir, session string, now time.Time) (TurnStatus, error) {
+	if err := fsutil.MkdirPrivate(filepath.Join(dir, turnsDir)); err != nil {
+		return TurnStatus{}, err
+	}
+	lk, err := fsutil.LockFile(filepath.Join(dir, turnsDir, turnsLockFile))
+	if err != nil {
+		return TurnStatus{}, err
+	}
+	defer lk.Unlock()
+	ts, err := Turns(dir, now)
+	if err != nil {
+		return TurnStatus{}, err
+	}
+	for _, t := range ts {
+		if t.SessionID == session {
+			return t, EndTurn(dir, session)
+		}
+	}
+	return TurnStatus{}, fmt.Errorf("%w: session %s", ErrNoTurn, session)
 }

@@ -215,3 +215,22 @@ func TestFindHost(t *testing.T) {
 		t.Fatal("isHost")
 	}
 }
+
+// SetTurnAside ends one named session's turn on the user's word.
+func TestSetTurnAside(t *testing.T) {
+	dir := t.TempDir()
+	now := time.Now()
+	self := selfHost(t)
+	BeginTurn(dir, Turn{SessionID: "interrupted", StartedAt: now, Host: &self})
+	BeginTurn(dir, Turn{SessionID: "other", StartedAt: now, Host: &self})
+	if _, err := SetTurnAside(dir, "nobody", now); !errors.Is(err, ErrNoTurn) {
+		t.Fatalf("err = %v", err)
+	}
+	got, err := SetTurnAside(dir, "interrupted", now)
+	if err != nil || !got.Running || got.SessionID != "interrupted" {
+		t.Fatalf("%+v %v", got, err)
+	}
+	if ts, _ := Turns(dir, now); len(ts) != 1 || ts[0].SessionID != "other" {
+		t.Fatalf("turns %+v", ts)
+	}
+}

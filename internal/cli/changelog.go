@@ -45,7 +45,8 @@ func changelogCommand() *Command {
 				return nil
 			}},
 			{Name: "watch-serve", Summary: "the on-demand filesystem watcher of a changelog (started by the hook)", Run: runChangelogWatchServe},
-			{Name: "status", Summary: "the next position and whether the filesystem watcher vouches for the next capture", Run: runChangelogStatus},
+			{Name: "status", Summary: "the next position, the sessions' running and stale turns, and whether the filesystem watcher vouches for the next capture", Run: runChangelogStatus},
+			{Name: "end-turn", Summary: "declare a session's turn over (an interrupted turn whose agent still runs)", Run: runChangelogEndTurn},
 			{Name: "watch", Summary: "turn the changelog's filesystem watcher on or off, or stop its server", Run: runChangelogWatch},
 			{Name: "hook-codex", Summary: "the Codex CLI changelog hook (reads one hook payload on stdin)", Run: func(ctx context.Context, env *Env, args []string) error {
 				if len(args) > 0 {

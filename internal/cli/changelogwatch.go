@@ -140,6 +140,40 @@ parallel sessions are on. Starts nothing, changes nothing.`)
 	return nil
 }
 
+func runChangelogEndTurn(ctx context.Context, env *Env, args []string) error {
+	fs := newFlags(env, "agentscm changelog end-turn", "--root ABS --session ID", `
+Declare the turn of session ID over: its marker is removed, so a rewind,
+snapshot load or changelog enable no longer waits for it. For a turn the
+agent will not end by itself: Claude Code fires no turn end when you
+interrupt it (Esc), and its process still runs, so the turn stays
+running until its next prompt ends. A turn whose agent process is gone
+needs nothing: it is set aside by itself. If the agent is in fact still
+working, its writes will mix with what you do next.`)
+	var rf rootFlags
+	rf.register(fs, false)
+	session := fs.String("session", "", "the session whose turn is over (changelog status lists them)")
+	if err := parseFlags(fs, args, false); err != nil {
+		return err
+	}
+	if rf.root == "" || *session == "" {
+		return usagef("want --root ABS and --session ID")
+	}
+	c, err := openChangelog(env, &rf, false)
+	if err != nil {
+		return err
+	}
+	t, err := changelog.SetTurnAside(c.Dir(), *session, env.Now())
+	if err != nil {
+		return err
+	}
+	state := "running"
+	if !t.Running {
+		state = "stale: " + t.Stale
+	}
+	fmt.Fprintf(env.Stdout, "ended the turn of %s (it was %s)\n", t.Describe(), state)
+	return nil
+}
+
 // printTurns lists the sessions' turns for changelog status.
 func printTurns(env *Env, turns []changelog.TurnStatus, parallel bool) {
 	if parallel {
