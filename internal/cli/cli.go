@@ -208,7 +208,7 @@ const exitStatusHelp = `Exit status:
   1  error (the command failed; the message says why)
   2  bad usage: an unknown command or flag, a missing or bad value
   4  changelog apply, rewind, snapshot load: an unreadable or hostile archive
-  5  changelog apply, rewind, snapshot load: an agent turn is running
+  5  changelog apply, rewind, snapshot load, changelog enable/disable: a live session's agent turn is running (each is named; nothing overrides it)
   6  changelog apply, rewind, snapshot load: paths changed since the newest capture (--force overrides)
   7  work takeover or another checkpoint: the Work is at another generation than expected
   The hooks (hook-claude, hook-codex, hook-gemini, agentscm-hook) always exit 0;
