@@ -30,6 +30,9 @@ type HookResult struct {
 	Refused *PromptRefusal
 	// SetAside lists the stale turns a prompt set aside.
 	SetAside []TurnStatus
+	// TurnWarning says what failed about the turn's marker when the
+	// increment was stored all the same.
+	TurnWarning string
 }
 
 // HookOptions configure HandleClaudeHookWith.
@@ -182,10 +185,10 @@ func HandlePayload(ctx context.Context, configDir string, p *claude.Payload, now
 	if err != nil {
 		return res, err
 	}
-	if renewErr != nil {
-		return res, fmt.Errorf("increment %d stored; renew the turn's lease: %w", inc.Position, renewErr)
-	}
 	res.Increment = inc
+	if renewErr != nil {
+		res.TurnWarning = "renew the turn's lease: " + renewErr.Error()
+	}
 	if opts.Remote == nil {
 		return res, nil
 	}

@@ -166,8 +166,20 @@ func runChangelog(ctx context.Context, configDir string, p *claude.Payload, now 
 	return changelogWarning(res, err), refused
 }
 
-// changelogWarning is what `agentscm changelog hook-claude` has always said.
+// changelogWarning is what `agentscm changelog hook-claude` has always said,
+// and what failed about the turn's marker.
 func changelogWarning(res *changelog.HookResult, err error) string {
+	w := incrementWarning(res, err)
+	if err == nil && res != nil && res.TurnWarning != "" {
+		if w != "" {
+			w += "; "
+		}
+		w += "changelog: " + OneLine(res.TurnWarning)
+	}
+	return w
+}
+
+func incrementWarning(res *changelog.HookResult, err error) string {
 	switch {
 	case err != nil:
 		// The increment was not stored: its writes go to the next one.
