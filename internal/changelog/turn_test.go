@@ -234,3 +234,26 @@ func TestSetTurnAside(t *testing.T) {
 		t.Fatalf("turns %+v", ts)
 	}
 }
+
+// BenchmarkToolCallTurnWork is what the turns add to each tool call's hook:
+// renewing the session's lease and naming the other running turns, with
+// two sessions' markers (one on a live agent process, one on a lease).
+func BenchmarkToolCallTurnWork(b *testing.B) {
+	dir := b.TempDir()
+	pi, err := readProc("/proc", os.Getpid())
+	if err != nil || !pi.exists {
+		b.Skip("no procfs")
+	}
+	now := time.Now()
+	BeginTurn(dir, Turn{SessionID: "a", StartedAt: now, Host: &Host{PID: os.Getpid(), Start: pi.start}})
+	BeginTurn(dir, Turn{SessionID: "b", StartedAt: now})
+	b.ResetTimer()
+	for range b.N {
+		if err := RenewTurn(dir, "a", now); err != nil {
+			b.Fatal(err)
+		}
+		if got := otherRunningTurns(dir, "a", now); len(got) != 1 {
+			b.Fatal(got)
+		}
+	}
+}
