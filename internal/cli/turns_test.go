@@ -102,3 +102,44 @@ func fileExists(p string) bool {
 	_, err := os.Lstat(p)
 	return err == nil
 }
+
+// --parallel-sessions is recorded in the changelog, kept by an enable
+// without the flag, and turned off by --parallel-sessions=false.
+func TestEnableParallelSessions(t *testing.T) {
+	base := t.TempDir()
+	home, repo := filepath.Join(base, "home"), filepath.Join(base, "repo")
+	os.MkdirAll(repo, 0o755)
+	if out, err := exec.Command("git", "-C", repo, "init", "-q").CombinedOutput(); err != nil {
+		t.Fatalf("git init: %v %s", err, out)
+	}
+	env := map[string]string{"HOME": home}
+	parallel := func(args ...string) bool {
+		t.Helper()
+		r := runMain(t, env, "", append([]string{"changelog", "enable", "--root", repo, "--agent", "claude-code", "--format", "json"}, args...)...)
+		if r.code != 0 {
+			t.Fatalf("enable %v: %d %s", args, r.code, r.stderr)
+		}
+		var out struct {
+			Parallel bool `json:"parallel_sessions"`
+		}
+		if err := json.Unmarshal([]byte(r.stdout), &out); err != nil {
+			t.Fatal(err)
+		}
+		r = runMain(t, env, "", "changelog", "status", "--root", repo, "--format", "json")
+		var st struct {
+			Parallel bool `json:"parallel_sessions"`
+		}
+		if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || st.Parallel != out.Parallel {
+			t.Fatalf("status %s %v, enable said %v", r.stdout, err, out.Parallel)
+		}
+		return out.Parallel
+	}
+	for _, step := range []struct {
+		args []string
+		want bool
+	}{{nil, false}, {[]string{"--parallel-sessions"}, true}, {nil, true}, {[]string{"--parallel-sessions=false"}, false}} {
+		if got := parallel(step.args...); got != step.want {
+			t.Fatalf("enable %v: parallel %v, want %v", step.args, got, step.want)
+		}
+	}
+}
