@@ -184,8 +184,9 @@ func (c *Changelog) storeLocked(ctx context.Context, sc *walked, req CaptureRequ
 	start := sc.start
 	meta := &Meta{
 		Version: 1, Position: req.Position, SessionID: req.SessionID, ToolUseID: req.ToolUseID, Tool: req.Tool, Failed: req.Failed,
-		ConcurrentSessions: req.ConcurrentSessions, Kind: kind, CreatedAt: start.UTC(), RemovedRoots: sc.removed, AppliedTo: appliedTo,
+		Kind: kind, CreatedAt: start.UTC(), RemovedRoots: sc.removed, AppliedTo: appliedTo,
 	}
+	meta.ConcurrentSessions = req.ConcurrentSessions
 	next = &captureState{LastPosition: req.Position, token: sc.token}
 	plans := sc.plans
 	var changes changeList

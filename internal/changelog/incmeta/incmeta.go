@@ -31,16 +31,12 @@ type Meta struct {
 	SessionID string `json:"session_id,omitempty"`
 	// ToolUseID is the host's id of the tool call, used to cut a resumed
 	// transcript right after that call's result.
-	ToolUseID string `json:"tool_use_id,omitempty"`
-	Tool      string `json:"tool,omitempty"`
-	Failed    bool   `json:"failed,omitempty"`
-	// ConcurrentSessions names the other sessions whose turn was running
-	// when this position was taken (only with parallel sessions): their
-	// writes may be mixed into it. Absent in older increments.
-	ConcurrentSessions []string  `json:"concurrent_sessions,omitempty"`
-	Kind               string    `json:"kind"` // KindCall, KindPreApply or KindApply
-	Full               bool      `json:"full,omitempty"`
-	CreatedAt          time.Time `json:"created_at"`
+	ToolUseID string    `json:"tool_use_id,omitempty"`
+	Tool      string    `json:"tool,omitempty"`
+	Failed    bool      `json:"failed,omitempty"`
+	Kind      string    `json:"kind"` // KindCall, KindPreApply or KindApply
+	Full      bool      `json:"full,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
 	// Roots lists every configured capture root at capture time.
 	Roots []Root `json:"roots"`
 	// RemovedRoots names (by Name) the capture roots removed since the last
@@ -81,6 +77,10 @@ type Meta struct {
 	// uploaded sequence, and the ranges run without a hole up to Position-1.
 	// Only uploaded increments have it.
 	Merged []Merged `json:"merged,omitempty"`
+	// ConcurrentSessions names the other sessions whose turn was running
+	// when this position was taken (parallel sessions): their writes may
+	// be mixed into it. Absent in older increments.
+	ConcurrentSessions []string `json:"concurrent_sessions,omitempty"`
 }
 
 // Values of Meta.Conversation.
