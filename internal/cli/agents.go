@@ -138,7 +138,7 @@ func runHookGemini(ctx context.Context, env *Env) int {
 // as PostToolUseFailure) and handed to the changelog hook as the decoded
 // form it reads. It fails open.
 func runChangelogHookGemini(ctx context.Context, env *Env) int {
-	return runChangelogHookAs(ctx, env, func(b []byte) (*claude.Payload, error) {
+	return runChangelogHookAs(ctx, env, adapter.Gemini{}, func(b []byte) (*claude.Payload, error) {
 		cfg, err := capture.ConfigDir(env.Getenv)
 		if err != nil {
 			return nil, err
@@ -152,13 +152,14 @@ func runChangelogHookGemini(ctx context.Context, env *Env) int {
 // the rollout), a failed call as PostToolUseFailure, handed to the
 // changelog hook. It fails open.
 func runChangelogHookCodex(ctx context.Context, env *Env) int {
-	return runChangelogHookAs(ctx, env, codex.Decode)
+	return runChangelogHookAs(ctx, env, adapter.Codex{}, codex.Decode)
 }
 
 // runChangelogHookAs decodes the host's payload with decode, marks a
 // failed tool call (failedFinish) and runs the changelog hook on the
-// decoded form. It fails open.
-func runChangelogHookAs(ctx context.Context, env *Env, decode func([]byte) (*claude.Payload, error)) int {
+// decoded form, as host a (whose answer a refused prompt gets). It fails
+// open.
+func runChangelogHookAs(ctx context.Context, env *Env, a adapter.Adapter, decode func([]byte) (*claude.Payload, error)) int {
 	b, err := fsutil.ReadBounded(env.Stdin, claude.MaxPayloadBytes)
 	var p *claude.Payload
 	if err == nil {
@@ -175,7 +176,7 @@ func runChangelogHookAs(ctx context.Context, env *Env, decode func([]byte) (*cla
 	}
 	e := *env
 	e.Stdin = bytes.NewReader(nb)
-	return runChangelogHook(ctx, &e)
+	return runChangelogHook(ctx, &e, a)
 }
 
 // failedFinish makes a tool finish whose host reported a non-zero exit

@@ -41,11 +41,12 @@ func changelogCommand() *Command {
 				if len(args) > 0 {
 					return usagef("hook-claude takes no arguments")
 				}
-				runChangelogHook(ctx, env)
+				runChangelogHook(ctx, env, adapter.Claude{})
 				return nil
 			}},
 			{Name: "watch-serve", Summary: "the on-demand filesystem watcher of a changelog (started by the hook)", Run: runChangelogWatchServe},
-			{Name: "status", Summary: "the next position and whether the filesystem watcher vouches for the next capture", Run: runChangelogStatus},
+			{Name: "status", Summary: "the next position, the sessions' running and stale turns, and whether the filesystem watcher vouches for the next capture", Run: runChangelogStatus},
+			{Name: "end-turn", Summary: "declare a session's turn over (an interrupted turn whose agent still runs)", Run: runChangelogEndTurn},
 			{Name: "watch", Summary: "turn the changelog's filesystem watcher on or off, or stop its server", Run: runChangelogWatch},
 			{Name: "hook-codex", Summary: "the Codex CLI changelog hook (reads one hook payload on stdin)", Run: func(ctx context.Context, env *Env, args []string) error {
 				if len(args) > 0 {
@@ -259,8 +260,22 @@ connected Hub, with its grant and usage.`)
 	tw := tabwriter.NewWriter(&rows, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "POSITION\tKIND\tTOOL\tCREATED\tMODIFIED\tDELETED\tBYTES\tSIZE\tHUB\tNOTE")
 	pathLines := make([][]string, len(list))
+	// With several sessions in the sequence (parallel sessions), each
+	// position names its session.
+	sessions := map[string]bool{}
+	for _, in := range list {
+		if in.Kind == changelog.KindCall {
+			sessions[in.Session] = true
+		}
+	}
 	for k, in := range list {
 		var notes []string
+		if len(sessions) > 1 && in.Session != "" {
+			notes = append(notes, "session "+cell(in.Session))
+		}
+		if len(in.Concurrent) > 0 {
+			notes = append(notes, "taken while the turn of session "+cell(strings.Join(in.Concurrent, ", "))+" ran: its writes may be mixed in")
+		}
 		switch {
 		case in.Err != "":
 			notes = append(notes, "unreadable: "+oneLine(in.Err))
@@ -467,9 +482,12 @@ refused with exit status 4 before anything changes), the current state is
 stored as its own increment (apply --to that position undoes the rewind),
 the increments are extracted in order with their deletions and removed
 roots, capture hooks restored into .claude/settings*.json are dropped, and
-the result is stored as the next increment. While an agent turn runs in the
-checkout it is refused with exit status 5 (--force overrides a stale turn
-marker).
+the result is stored as the next increment. While any live session's
+agent turn runs in the checkout it is refused with exit status 5, naming
+each (nothing overrides that); a turn whose agent process is gone, or
+whose lease expired, is set aside and named on stderr. A rewind to a
+position taken while another session's turn ran (parallel sessions) warns
+that that session's writes are mixed in.
 
 Safe rewind: before anything changes, every path the rewind would create,
 modify or delete is compared with its state at the newest captured
@@ -483,7 +501,7 @@ directory, everything git ignores) are never deleted or changed.`)
 	var rf rootFlags
 	rf.register(fs, false)
 	to := fs.Int("to", -1, "the position to rewind to (required)")
-	force := fs.Bool("force", false, "rewind even though paths it changes were changed after the newest captured position (the undo point still holds them), or a turn marker says a turn is running (its session is gone)")
+	force := fs.Bool("force", false, "rewind even though paths it changes were changed after the newest captured position (the undo point still holds them); a running turn is never overridden")
 	dryRun := fs.Bool("dry-run", false, "print what the rewind would create, modify and delete, and change nothing")
 	resume := fs.Bool("resume-conversation", false, "also bind the conversation, cut right after the target call's result, to a fresh session id and print the claude --resume command")
 	agent := fs.String("agent", "", "with --resume-conversation: claude-code, codex or gemini (default: the one agent whose hook file holds changelog hooks); codex cuts the session's rollout under $CODEX_HOME/sessions and prints codex exec resume <id>, gemini cuts its chat under ~/.gemini/tmp and prints gemini --resume <id>")
@@ -518,10 +536,12 @@ directory, everything git ignores) are never deleted or changed.`)
 	if err != nil {
 		return err
 	}
-	if !*force && !*dryRun {
-		if err := turnExit(changelog.RefuseDuringTurn(c.Dir())); err != nil {
+	if !*dryRun {
+		g, err := holdTurns(env, c.Dir())
+		if err != nil {
 			return err
 		}
+		defer g.Release()
 	}
 	after, err := dropRestoredHooks(c.Roots()[0].Path)
 	if err != nil {
@@ -552,6 +572,7 @@ directory, everything git ignores) are never deleted or changed.`)
 	if err != nil {
 		return applyExit(env, c.Roots(), *format, err)
 	}
+	warnMixed(env, res.Target)
 	if res.DryRun {
 		return printDryRun(env, c.Roots(), *format, fmt.Sprintf("rewinding to position %d", *to), res)
 	}

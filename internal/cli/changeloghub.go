@@ -303,15 +303,18 @@ func runChangelogApplyFromHub(ctx context.Context, env *Env, rf *rootFlags, req 
 		if err != nil {
 			return err
 		}
-		if !req.force && !req.dryRun {
-			if err := turnExit(changelog.RefuseDuringTurn(c.Dir())); err != nil {
+		if !req.dryRun {
+			g, err := holdTurns(env, c.Dir())
+			if err != nil {
 				return err
 			}
+			defer g.Release()
 		}
 		res, err := c.ApplyChain(ctx, paths, positions, changelog.ApplyRequest{To: req.to, AfterExtract: after, Force: req.force, DryRun: req.dryRun})
 		if err != nil {
 			return applyExit(env, stored, req.format, err)
 		}
+		warnMixed(env, res.Target)
 		if res.DryRun {
 			return printDryRun(env, stored, req.format, fmt.Sprintf("applying increments 0..%d of work %s", req.to, work), res)
 		}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/agentscm/agentscm/internal/agent/adapter"
 	"io"
 	"os"
 	"sort"
@@ -115,7 +116,7 @@ func Main(ctx context.Context, env *Env, args []string) int {
 		case "change-capture":
 			return runHookClaude(ctx, env)
 		case "changelog":
-			return runChangelogHook(ctx, env)
+			return runChangelogHook(ctx, env, adapter.Claude{})
 		}
 	}
 	if len(args) == 1 && (args[0] == "--version" || args[0] == "-version") {
@@ -212,7 +213,7 @@ const exitStatusHelp = `Exit status:
   1  error (the command failed; the message says why)
   2  bad usage: an unknown command or flag, a missing or bad value
   4  changelog apply, rewind, snapshot load: an unreadable or hostile archive
-  5  changelog apply, rewind, snapshot load: an agent turn is running
+  5  changelog apply, rewind, snapshot load, changelog enable/disable: a live session's agent turn is running (each is named; nothing overrides it)
   6  changelog apply, rewind, snapshot load: paths changed since the newest capture (--force overrides)
   7  work takeover or another checkpoint: the Work is at another generation than expected
   The hooks (hook-claude, hook-codex, hook-gemini, agentscm-hook) always exit 0;

@@ -132,12 +132,13 @@ is deleted (except .git, .agentdiff, the changelog directory and ignored
 paths, which are never touched), capture hooks restored into
 .claude/settings*.json are dropped, and the result is stored too.
 --dry-run lists what would change and changes nothing. Refused with exit
-status 5 while an agent turn runs. 'snapshot load [flags] FILE.tgz' is the
+status 5 while any live session's agent turn runs (stale turns are set
+aside and named). 'snapshot load [flags] FILE.tgz' is the
 older form of --file.`)
 	var rf rootFlags
 	rf.register(fs, true)
 	file := fs.String("file", "", "the snapshot file to load (required)")
-	force := fs.Bool("force", false, "load even though paths it changes were changed after the newest captured position (the undo point still holds them), or a turn marker says a turn is running")
+	force := fs.Bool("force", false, "load even though paths it changes were changed after the newest captured position (the undo point still holds them); a running turn is never overridden")
 	dryRun := fs.Bool("dry-run", false, "print what the load would create, modify and delete, and change nothing")
 	format := formatFlag(fs)
 	if err := parseFlags(env, fs, args, true); err != nil {
@@ -194,10 +195,12 @@ older form of --file.`)
 			return err
 		}
 	}
-	if !*force && !*dryRun {
-		if err := turnExit(changelog.RefuseDuringTurn(c.Dir())); err != nil {
+	if !*dryRun {
+		g, err := holdTurns(env, c.Dir())
+		if err != nil {
 			return err
 		}
+		defer g.Release()
 	}
 	after, err := dropRestoredHooks(root)
 	if err != nil {

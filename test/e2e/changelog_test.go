@@ -146,7 +146,7 @@ func TestChangelogRefusedWhileTurnRuns(t *testing.T) {
 		cmd := exec.Command(h.agentscm, args...)
 		cmd.Env = c.env()
 		out, err := cmd.CombinedOutput()
-		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 5 || !strings.Contains(string(out), "an agent turn is running (session s-live") {
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 5 || !strings.Contains(string(out), "an agent turn is running: session s-live (claude-code") {
 			t.Fatalf("%v during a turn: %v %s", args, err, out)
 		}
 	}
