@@ -1,0 +1,197 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+
+	"github.com/agentscm/agentscm/internal/hub/api"
+	"github.com/agentscm/agentscm/internal/spool"
+)
+
+// newLossFixture is newBurstFixture with extra configure arguments (a
+// capture mode, limits, rules).
+func newLossFixture(t *testing.T, detached bool, configure ...string) *burstFixture {
+	dir := t.TempDir()
+	f := &burstFixture{dir: dir, root: filepath.Join(dir, "repo"), spool: filepath.Join(dir, "spool"),
+		vars: map[string]string{"XDG_CONFIG_HOME": filepath.Join(dir, "config")}, detached: detached}
+	if err := os.MkdirAll(f.root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f.agentscm(t, "client", "setup", "--root", f.root, "--local")
+	f.agentscm(t, append([]string{"change-capture", "configure", "--root", f.root, "--spool", f.spool}, configure...)...)
+	f.agentscm(t, "work", "start", "--root", f.root, "--title", "losses")
+	return f
+}
+
+// runHook runs one real hook process with payload and extra environment
+// and returns its combined output; a hook always exits 0.
+func (f *burstFixture) runHook(t *testing.T, payload string, env ...string) string {
+	t.Helper()
+	cmd := f.hookCmd(payload)
+	cmd.Env = append(cmd.Env, env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("hook: %v %s", err, out)
+	}
+	return string(out)
+}
+
+// settle delivers everything: the detached deliverer (and one more hook if
+// needed) or, in-process, `change-capture deliver`.
+func (f *burstFixture) settle(t *testing.T) {
+	t.Helper()
+	if f.detached {
+		f.waitDelivered(t)
+		return
+	}
+	f.agentscm(t, "change-capture", "deliver", "--spool", f.spool)
+}
+
+// holdSpoolLock takes the spool lock the way another holder would (an
+// exclusive flock on spool.lock through its own open file description)
+// and returns its release.
+func holdSpoolLock(t *testing.T, dir string) func() {
+	t.Helper()
+	fh, err := os.OpenFile(filepath.Join(dir, "spool.lock"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Flock(int(fh.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	return func() { fh.Close() }
+}
+
+// hubRecord is the Hub's change record of the checkout's current Work.
+func (f *burstFixture) hubRecord(t *testing.T) api.ChangeRecord {
+	t.Helper()
+	var rec api.ChangeRecord
+	if err := json.Unmarshal([]byte(f.agentscm(t, "change-capture", "show", "--root", f.root, "--record")), &rec); err != nil {
+		t.Fatal(err)
+	}
+	return rec
+}
+
+// coveredHoles checks the Hub's account of one session: every sequence
+// number of each of its streams that the Hub does not hold is covered by a
+// capture_interrupted gap of that stream, and reason's gaps cover at least
+// lost numbers. It returns the numbers reason's gaps cover.
+func coveredHoles(t *testing.T, rec api.ChangeRecord, session string, reason string, lost int) int64 {
+	t.Helper()
+	var sr *api.SessionRecord
+	for i := range rec.Sessions {
+		for _, n := range rec.Sessions[i].NativeSessionIDs {
+			if n == session {
+				sr = &rec.Sessions[i]
+			}
+		}
+	}
+	if sr == nil {
+		t.Fatalf("session %s is not on the Hub: %+v", session, rec.Sessions)
+	}
+	held := map[string]map[int64]bool{}
+	for _, e := range rec.Events {
+		if e.Session == sr.Session && e.Generation == sr.Generation {
+			if held[e.Stream] == nil {
+				held[e.Stream] = map[int64]bool{}
+			}
+			held[e.Stream][e.Seq] = true
+		}
+	}
+	covers := func(stream string, seq int64) bool {
+		for _, g := range rec.Gaps {
+			if g.Session == sr.Session && g.Generation == sr.Generation && g.Stream == stream && g.Kind == "capture_interrupted" &&
+				g.FromSeq <= seq && seq <= g.ToSeq {
+				return true
+			}
+		}
+		return false
+	}
+	for _, st := range sr.Streams {
+		for seq := int64(1); seq <= st.LastSeq; seq++ {
+			if !held[st.Stream][seq] && !covers(st.Stream, seq) {
+				t.Fatalf("session %s stream %s: sequence %d never reached the Hub and no gap covers it (missing %d; gaps %+v)", session, st.Stream, seq, st.MissingSeqs, rec.Gaps)
+			}
+		}
+	}
+	var named int64
+	for _, g := range rec.Gaps {
+		if g.Session == sr.Session && g.Generation == sr.Generation && g.Kind == "capture_interrupted" && g.Reason == reason {
+			if g.FromSeq < 1 || g.ToSeq < g.FromSeq {
+				t.Fatalf("the %s gap names no sequence range: %+v", reason, g)
+			}
+			named += g.ToSeq - g.FromSeq + 1
+		}
+	}
+	if named < int64(lost) {
+		t.Fatalf("session %s: %d events lost, the Hub's %s gaps cover %d numbers: %+v", session, lost, reason, named, rec.Gaps)
+	}
+	return named
+}
+
+// The spool lock stays busy (another holder) while the intake cannot take
+// an event: a prompt over the intake's 256 KiB bound, or an intake write
+// that fails with ENOSPC. The hook waits for the lock, gives up and notes
+// the loss under the session's target at receipt; the next holder
+// publishes a capture_interrupted gap over sequences it reserves for the
+// lost events, under that target, and the Hub shows it: every number it is
+// missing is covered. On main the note had no target (a local-only gap the
+// Hub never saw) and no sequence (the Hub showed missing 0).
+func TestBusyLockLossesReachTheHub(t *testing.T) {
+	big := strings.Repeat("x", 300<<10)
+	for _, tc := range []struct {
+		name, reason string
+		detached     bool
+		payload      func(f *burstFixture, session string, i int) string
+		env          []string
+	}{
+		{"large prompt, agentscm-hook", "lock_timeout", true, func(f *burstFixture, s string, i int) string {
+			return `{"session_id":"` + s + `","cwd":"` + f.root + `","hook_event_name":"UserPromptSubmit","prompt":"` + big + fmt.Sprint(i) + `"}`
+		}, nil},
+		{"large prompt, change-capture hook-claude", "lock_timeout", false, func(f *burstFixture, s string, i int) string {
+			return `{"session_id":"` + s + `","cwd":"` + f.root + `","hook_event_name":"UserPromptSubmit","prompt":"` + big + fmt.Sprint(i) + `"}`
+		}, nil},
+		{"enospc, agentscm-hook", "no_space", true, func(f *burstFixture, s string, i int) string {
+			return f.pre(s, fmt.Sprintf("toolu_lost_%d", i))
+		}, []string{spool.FailpointEnv + "=intake=enospc"}},
+		{"enospc, change-capture hook-claude", "no_space", false, func(f *burstFixture, s string, i int) string {
+			return f.pre(s, fmt.Sprintf("toolu_lost_%d", i))
+		}, []string{spool.FailpointEnv + "=intake=enospc"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newLossFixture(t, tc.detached, "--capture-mode", "local-conversation")
+			session := "busy-lost"
+			f.runHook(t, `{"session_id":"`+session+`","cwd":"`+f.root+`","hook_event_name":"SessionStart","source":"startup"}`)
+			f.runHook(t, f.pre(session, "toolu_before"))
+			f.settle(t)
+			release := holdSpoolLock(t, f.spool)
+			const lost = 3
+			var wg sync.WaitGroup
+			outs := make([]string, lost)
+			for i := range lost {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					outs[i] = f.runHook(t, tc.payload(f, session, i), tc.env...)
+				}()
+			}
+			wg.Wait()
+			release()
+			for _, out := range outs {
+				if strings.Count(out, "\n") != 1 || !strings.Contains(out, "capture_interrupted") {
+					t.Fatalf("a lost event warned %q, want one line naming the capture_interrupted gap to come", out)
+				}
+			}
+			f.runHook(t, f.pre(session, "toolu_after"))
+			f.settle(t)
+			coveredHoles(t, f.hubRecord(t), session, tc.reason, lost)
+		})
+	}
+}
