@@ -195,3 +195,38 @@ func TestBusyLockLossesReachTheHub(t *testing.T) {
 		})
 	}
 }
+
+// A PostToolUse whose PreToolUse was lost (here: ENOSPC on every write of
+// its hook) under a Bash execution rule: the finish is recorded alone and
+// the Hub lists the action as finish_without_start, beside the no_space gap
+// of the lost Pre; on main the action vanished (the Hub's
+// finish_without_start could never appear).
+func TestFinishWithoutStartReachesTheHub(t *testing.T) {
+	for _, detached := range []bool{true, false} {
+		t.Run(fmt.Sprintf("detached=%v", detached), func(t *testing.T) {
+			t.Parallel()
+			f := newLossFixture(t, detached, "--action-rule", "Bash=execution:partial:process_exit_code")
+			session := "orphan-finish"
+			bash := func(event, id string) string {
+				return `{"session_id":"` + session + `","cwd":"` + f.root + `","hook_event_name":"` + event + `","tool_name":"Bash","tool_use_id":"` + id +
+					`","tool_input":{"command":"true"},"tool_response":{"stdout":"","stderr":"","interrupted":false}}`
+			}
+			f.runHook(t, `{"session_id":"`+session+`","cwd":"`+f.root+`","hook_event_name":"SessionStart","source":"startup"}`)
+			if out := f.runHook(t, bash("PreToolUse", "toolu_lost"), spool.FailpointEnv+"=intake=enospc,append.envelope=enospc,append.gap=enospc"); !strings.Contains(out, "capture_interrupted") {
+				t.Fatalf("the lost Pre warned %q", out)
+			}
+			if f.detached {
+				f.waitDeliverer(t)
+			}
+			if out := f.runHook(t, bash("PostToolUse", "toolu_lost")); out != "" {
+				t.Fatalf("the Post warned %q", out)
+			}
+			f.settle(t)
+			rec := f.hubRecord(t)
+			if len(rec.Actions) != 1 || rec.Actions[0].Status != "finish_without_start" || rec.Actions[0].Finish == nil || rec.Actions[0].Finish.Result != "unknown" {
+				t.Fatalf("hub actions %+v", rec.Actions)
+			}
+			coveredHoles(t, rec, session, "no_space", 1)
+		})
+	}
+}
