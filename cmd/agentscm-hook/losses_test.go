@@ -230,3 +230,82 @@ func TestFinishWithoutStartReachesTheHub(t *testing.T) {
 		})
 	}
 }
+
+// Record quotas: a spool at 60 records fills up with one session's events,
+// then a second session starts. Every admission (the intake's included)
+// keeps the spool within its limit, and every event the quota refused is
+// named: after the limit is raised, the next hooks publish a
+// capture_interrupted gap (record_limit) under each session's own target
+// over the numbers it lost, so the Hub's holes are all covered. On main the
+// second session's first events vanished with no gap anywhere (the one
+// pause gap named the first session) and the intake let the spool run past
+// its limit.
+func TestQuotaLossesNamedPerSession(t *testing.T) {
+	for _, detached := range []bool{true, false} {
+		t.Run(fmt.Sprintf("detached=%v", detached), func(t *testing.T) {
+			t.Parallel()
+			f := newLossFixture(t, detached, "--max-records", "60")
+			usage := func() int64 {
+				t.Helper()
+				rep, err := spool.Inspect(f.spool, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if rep.Usage.Records > 60 {
+					t.Fatalf("the spool holds %d records, over its 60-record limit (%d in the intake)", rep.Usage.Records, rep.Intake)
+				}
+				return rep.Usage.Records
+			}
+			hook := func(payload string) {
+				t.Helper()
+				f.runHook(t, payload)
+				if f.detached {
+					f.waitDeliverer(t)
+				}
+				usage()
+			}
+			sent := map[string]int{}
+			start := func(s string) {
+				hook(`{"session_id":"` + s + `","cwd":"` + f.root + `","hook_event_name":"SessionStart","source":"startup"}`)
+				sent[s]++
+			}
+			pre := func(s, id string) {
+				hook(f.pre(s, id))
+				sent[s]++
+			}
+			start("quota-a")
+			for i := range 40 {
+				pre("quota-a", fmt.Sprintf("toolu_a%d", i))
+			}
+			start("quota-b")
+			for i := range 3 {
+				pre("quota-b", fmt.Sprintf("toolu_b%d", i))
+			}
+			f.agentscm(t, "change-capture", "enable", "--root", f.root, "--max-records", "400")
+			pre("quota-a", "toolu_a_after")
+			pre("quota-b", "toolu_b_after")
+			f.settle(t)
+			rec := f.hubRecord(t)
+			for _, s := range []string{"quota-a", "quota-b"} {
+				var canonical string
+				for _, sr := range rec.Sessions {
+					for _, n := range sr.NativeSessionIDs {
+						if n == s {
+							canonical = sr.Session
+						}
+					}
+				}
+				held := 0
+				for _, e := range rec.Events {
+					if e.Session == canonical {
+						held++
+					}
+				}
+				if held == sent[s] {
+					t.Fatalf("session %s: all %d events reached the Hub; the quota lost none", s, held)
+				}
+				coveredHoles(t, rec, s, "record_limit", sent[s]-held)
+			}
+		})
+	}
+}
