@@ -33,10 +33,10 @@ const (
 type admission int
 
 const (
-	admitOrdinary    admission = iota // events and action starts
-	admitPriority                     // finishes and gaps: the headroom but its maintenance part
-	admitAck                          // acknowledgement markers: all but the index reserve
-	admitCompaction                   // the compaction index: the whole limit
+	admitOrdinary   admission = iota // events and action starts
+	admitPriority                    // finishes and gaps: the headroom but its maintenance part
+	admitAck                         // acknowledgement markers: all but the index reserve
+	admitCompaction                  // the compaction index: the whole limit
 )
 
 // Limits are a spool's operator-configured bounds. Every admission counts
