@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/hub/api"
 	"github.com/agentscm/agentscm/internal/spool"
 )
@@ -305,6 +306,36 @@ func TestQuotaLossesNamedPerSession(t *testing.T) {
 					t.Fatalf("session %s: all %d events reached the Hub; the quota lost none", s, held)
 				}
 				coveredHoles(t, rec, s, "record_limit", sent[s]-held)
+			}
+		})
+	}
+}
+
+// Capture turned off and on again in the middle of a session
+// (unconfigure, then enable): the session's next event is preceded by a
+// capture_interrupted gap with reason capture_disabled under its target,
+// which the Hub receives; on main the record read as contiguous and never
+// mentioned the window.
+func TestCaptureDisabledWindowReachesTheHub(t *testing.T) {
+	for _, detached := range []bool{true, false} {
+		t.Run(fmt.Sprintf("detached=%v", detached), func(t *testing.T) {
+			t.Parallel()
+			f := newLossFixture(t, detached)
+			session := "disabled-window"
+			f.runHook(t, `{"session_id":"`+session+`","cwd":"`+f.root+`","hook_event_name":"SessionStart","source":"startup"}`)
+			f.runHook(t, f.pre(session, "toolu_before"))
+			f.settle(t)
+			f.agentscm(t, "change-capture", "unconfigure", "--root", f.root)
+			f.runHook(t, f.pre(session, "toolu_unobserved"))
+			f.agentscm(t, "change-capture", "enable", "--root", f.root)
+			f.runHook(t, f.pre(session, "toolu_after"))
+			f.settle(t)
+			rec := f.hubRecord(t)
+			coveredHoles(t, rec, session, event.GapReasonCaptureDisabled, 1)
+			for _, g := range rec.Gaps {
+				if g.Reason == event.GapReasonCaptureDisabled && rec.Coverage.State == "complete" {
+					t.Fatalf("coverage %+v with a capture_disabled gap", rec.Coverage)
+				}
 			}
 		})
 	}

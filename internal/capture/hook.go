@@ -631,6 +631,9 @@ func captureOccurrence(led *Ledger, ss *spool.Session, bd *Binding, observed, fi
 		if published, err = publishOutages(ss, led, rec, observed, t); err != nil {
 			return err
 		}
+		if err := publishDisabled(ss, led, rec, observed, rec.ObservedAt); err != nil { // disabled.go
+			return err
+		}
 	}
 	if lateGap {
 		gap := &event.Record{

@@ -270,6 +270,9 @@ kept; nothing captured is deleted.`)
 		return writeJSON(env.Stdout, res)
 	}
 	fmt.Fprintf(env.Stdout, "capture disabled for %s\n  hooks removed from: %s\n  spool retained:     %s\n", res.Root, res.ClaudeSettings, res.Spool)
+	if res.Warning != "" {
+		fmt.Fprintf(env.Stderr, "agentscm: warning: %s\n", res.Warning)
+	}
 	return nil
 }
 

@@ -73,9 +73,11 @@ var reasonText = map[string]string{
 		"(change-capture deliver, then change-capture compact; or a larger spool: change-capture enable --max-records N --max-bytes N)",
 	"artifact_limit":     "a body was larger than the spool's per-artifact limit, so it was not kept",
 	"order_ledger_limit": "the spool's ledger of open action starts was full; the start was kept as an ordinary event",
-	"no_space":           "the disk was full when the event was written",
-	"write_failed":       "writing the event to the private spool failed",
-	"io_error":           "the disk reported an I/O error when the event was written",
+	"capture_disabled": "capture was turned off (change-capture unconfigure) while the session was open and turned on again later; " +
+		"what the session did in between was not observed",
+	"no_space":     "the disk was full when the event was written",
+	"write_failed": "writing the event to the private spool failed",
+	"io_error":     "the disk reported an I/O error when the event was written",
 	"lock_timeout": "another hook held the spool for the whole wait and the intake could not take this event (full, or the event too large), " +
 		"so it could not be written; the next hook recorded this gap",
 	"target_unavailable": "no current Work could be resolved for these events (no Work started, the Hub was unreachable, " +
