@@ -406,6 +406,15 @@ func configureLocked(ctx context.Context, store Store, root string, lin Lineage,
 		return nil, err
 	}
 	b := p.b
+	// The hook's spool summary, so the first hooks can use the intake
+	// (which refuses while no summary of this boot says what the spool
+	// holds); best effort: without it the first hook takes the lock and
+	// writes it.
+	if hs, err := store.openHookSpool(b.Spool); err == nil {
+		if ss, err := hs.Begin(ctx); err == nil {
+			ss.Close()
+		}
+	}
 	settings := b.SettingsPath()
 	_, statErr := os.Lstat(settings)
 	ad, err := adapter.For(b.Agent)
