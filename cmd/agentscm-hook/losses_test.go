@@ -340,3 +340,59 @@ func TestCaptureDisabledWindowReachesTheHub(t *testing.T) {
 		})
 	}
 }
+
+// A spool at the 48-record floor, with the Hub reachable: hooks fill it
+// until capture pauses (record_limit), more events are lost while paused;
+// the advice the quota gap gives, change-capture compact, works when
+// followed, capture resumes, and the Hub's holes are all covered by the
+// gaps naming the losses. On main gaps could spend the whole headroom, so
+// acknowledgement and compaction were refused at the limit.
+func TestFloorAdviceWorks(t *testing.T) {
+	f := newLossFixture(t, false, "--max-records", "48", "--action-rule", "Bash=execution:partial:process_exit_code")
+	session := "floor"
+	prompt := func(i int) string {
+		return `{"session_id":"` + session + `","cwd":"` + f.root + `","hook_event_name":"UserPromptSubmit","prompt":"p` + fmt.Sprint(i) + `"}`
+	}
+	f.runHook(t, `{"session_id":"`+session+`","cwd":"`+f.root+`","hook_event_name":"SessionStart","source":"startup"}`)
+	paused := false
+	for i := range 40 {
+		f.runHook(t, prompt(i))
+		rep, err := spool.Inspect(f.spool, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Usage.Records > 48 {
+			t.Fatalf("%d records in a 48-record spool", rep.Usage.Records)
+		}
+		paused = paused || rep.Paused
+	}
+	if !paused {
+		t.Fatal("capture never paused at the floor")
+	}
+	f.agentscm(t, "change-capture", "deliver", "--spool", f.spool)
+	f.agentscm(t, "change-capture", "compact", "--spool", f.spool)
+	for i := 40; i < 43; i++ {
+		f.runHook(t, prompt(i))
+	}
+	f.agentscm(t, "change-capture", "deliver", "--spool", f.spool)
+	rec := f.hubRecord(t)
+	held := 0
+	for _, e := range rec.Events {
+		if e.Kind == "prompt_submit" && e.Generation == rec.Sessions[0].Generation {
+			held++
+		}
+	}
+	if held == 43 || held < 3 {
+		t.Fatalf("%d of 43 prompts on the Hub", held)
+	}
+	t.Logf("%d of 43 prompts on the Hub; session %+v; gaps %d", held, rec.Sessions[0], len(rec.Gaps))
+	coveredHoles(t, rec, session, "record_limit", 1)
+	// The last prompts came after the compaction: capture resumed.
+	last := int64(0)
+	for _, e := range rec.Events {
+		last = max(last, e.Seq)
+	}
+	if last != rec.Sessions[0].LastSeq {
+		t.Fatalf("last event seq %d, session last %d", last, rec.Sessions[0].LastSeq)
+	}
+}
