@@ -229,7 +229,7 @@ is visible.`)
 	for _, s := range list {
 		o := statusOut{Setting: s}
 		if b := cfg.Find(s.Root); b != nil {
-			if sum, err := capture.SummarizeSpool(b); err != nil {
+			if sum, err := store.SummarizeSpool(b); err != nil {
 				o.SpoolError = err.Error()
 			} else {
 				o.SpoolStatus = sum

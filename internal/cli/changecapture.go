@@ -92,7 +92,8 @@ func configStore(env *Env) (capture.Store, error) {
 	return capture.Store{Dir: dir}, nil
 }
 
-// runHookClaude is the hook entry point: it always exits 0 with empty stdout.
+// runHookClaude is the hook entry point: it always exits 0, and prints on
+// stdout only an answer the host reads (SessionStart's recipe guidance).
 // The lean agentscm-hook binary runs the same hookrun.ClaudeCapture.
 func runHookClaude(ctx context.Context, env *Env) int {
 	return hookrun.ClaudeCaptureOut(ctx, env.Stdin, env.Stdout, env.Stderr, env.Getenv, env.Now())
@@ -269,11 +270,23 @@ kept; nothing captured is deleted.`)
 	if *format == "json" {
 		return writeJSON(env.Stdout, res)
 	}
-	fmt.Fprintf(env.Stdout, "capture disabled for %s\n  hooks removed from: %s\n  spool retained:     %s\n", res.Root, res.ClaudeSettings, res.Spool)
+	fmt.Fprintf(env.Stdout, "capture disabled for %s\n  %s\n  spool retained:     %s\n", res.Root, unconfigureHooksLine(res), res.Spool)
 	if res.Warning != "" {
 		fmt.Fprintf(env.Stderr, "agentscm: warning: %s\n", res.Warning)
 	}
 	return nil
+}
+
+// unconfigureHooksLine says what happened to the hooks, and only that.
+func unconfigureHooksLine(res *capture.UnconfigureResult) string {
+	switch {
+	case res.HooksRemoved:
+		return "hooks removed from: " + res.ClaudeSettings
+	case !res.CheckoutExists:
+		return "hooks untouched:    the checkout no longer exists, so " + res.ClaudeSettings + " was not read or changed"
+	default:
+		return "hooks untouched:    " + res.ClaudeSettings + " held no agentscm capture hooks"
+	}
 }
 
 // inspectSession is one session of the inspect output.

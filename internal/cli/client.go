@@ -44,7 +44,14 @@ type connectionView struct {
 	CreatedAt  time.Time  `json:"created_at"`
 	HubCheck   *hubCheck  `json:"hub_check,omitempty"`
 	Replaced   *replacedC `json:"replaced,omitempty"`
+	// CaptureModeLowered is set when the change lowered the checkout's
+	// shared-conversation capture to metadata-only.
+	CaptureModeLowered bool `json:"capture_mode_lowered,omitempty"`
 }
+
+// loweredNote is the line that tells the user sharing stopped.
+const loweredNote = "  capture mode lowered from shared-conversation to metadata-only: conversation bodies no longer leave this machine;\n" +
+	"  to share again, confirm with change-capture set-mode --root %s --mode shared-conversation\n"
 
 type replacedC struct {
 	Hub        string `json:"hub"`
@@ -177,9 +184,11 @@ worktree id; reconnecting the same Hub and repository keeps it.`)
 	if prev != nil && (prev.Hub != c.Hub || prev.Repository != c.Repository) {
 		v.Replaced = &replacedC{Hub: prev.Hub, Repository: prev.Repository}
 		// A replaced connection never carries sharing over.
-		if _, err := capture.LowerForConnectionChange(capture.Store{Dir: dir}, c.Root); err != nil {
+		lowered, err := capture.LowerForConnectionChange(capture.Store{Dir: dir}, c.Root)
+		if err != nil {
 			return fmt.Errorf("connection replaced, but lowering the capture mode failed: %w", err)
 		}
+		v.CaptureModeLowered = lowered
 	}
 	if *format == "json" {
 		return writeJSON(env.Stdout, v)
@@ -187,6 +196,9 @@ worktree id; reconnecting the same Hub and repository keeps it.`)
 	fmt.Fprintf(env.Stdout, "connected %s\n  hub:         %s\n  repository:  %s\n  worktree id: %s\n", c.Root, c.Hub, c.Repository, c.WorktreeID)
 	if v.Replaced != nil {
 		fmt.Fprintf(env.Stdout, "  replaced the connection to repository %s on %s\n", prev.Repository, prev.Hub)
+	}
+	if v.CaptureModeLowered {
+		fmt.Fprintf(env.Stdout, loweredNote, c.Root)
 	}
 	fmt.Fprintf(env.Stdout, "next: agentscm work start --root %s\n", c.Root)
 	return nil
@@ -331,12 +343,18 @@ The root is matched as given when the checkout no longer exists.`)
 	}
 	// A removed connection lowers a shared-conversation binding to
 	// metadata-only, so reconnecting never resumes sharing unconfirmed.
-	if _, err := capture.LowerForConnectionChange(capture.Store{Dir: dir}, c.Root); err != nil {
+	lowered, err := capture.LowerForConnectionChange(capture.Store{Dir: dir}, c.Root)
+	if err != nil {
 		return fmt.Errorf("connection removed, but lowering the capture mode failed: %w", err)
 	}
+	v := viewOf(c)
+	v.CaptureModeLowered = lowered
 	if *format == "json" {
-		return writeJSON(env.Stdout, viewOf(c))
+		return writeJSON(env.Stdout, v)
 	}
 	fmt.Fprintf(env.Stdout, "removed the connection of %s to repository %s on %s\n", c.Root, c.Repository, c.Hub)
+	if lowered {
+		fmt.Fprintf(env.Stdout, loweredNote, c.Root)
+	}
 	return nil
 }

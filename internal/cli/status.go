@@ -132,7 +132,7 @@ increments, the newest), the time of the last captured event, and warnings
 	}
 	if cfg, err := store.Load(); err == nil {
 		if b := cfg.Find(root); b != nil {
-			if sum, err := capture.SummarizeSpool(b); err != nil {
+			if sum, err := store.SummarizeSpool(b); err != nil {
 				warn("spool unreadable: %v", err)
 			} else {
 				st.Spool = sum

@@ -119,6 +119,7 @@ canonical session named by --session-alias (default "default").`)
 		return err
 	}
 	forgetGrant(env, c.Root)
+	noteWorkChanged(env, c.Root)
 	if *format == "json" {
 		return writeJSON(env.Stdout, w)
 	}
@@ -334,6 +335,7 @@ Of concurrent takeovers exactly one wins each generation.`, ExitGenerationChange
 	}
 	if action == api.CheckpointTakeover {
 		forgetGrant(env, c.Root)
+		noteWorkChanged(env, c.Root)
 	}
 	if *format == "json" {
 		return writeJSON(env.Stdout, w)
@@ -402,6 +404,20 @@ increment. Lowering the grant keeps what is stored.`)
 	}
 	fmt.Fprintf(env.Stdout, "work %s changelog grant: %d of %d objects, %d of %d bytes used\n", view.WorkID, view.Used.Objects, view.Grant.MaxObjects, view.Used.Bytes, view.Grant.MaxBytes)
 	return nil
+}
+
+// noteWorkChanged tells capture that the checkout's current Work or
+// generation changed (capture.Store.NoteWorkChanged), so that the events
+// of its running sessions are no longer recorded under the former one at
+// receipt. A failure is a warning: the Work changed all the same.
+func noteWorkChanged(env *Env, root string) {
+	store, err := configStore(env)
+	if err == nil {
+		err = store.NoteWorkChanged(root)
+	}
+	if err != nil {
+		fmt.Fprintf(env.Stderr, "warning: %v; events of sessions already running in this checkout may be held to the former Work until the next one is delivered\n", err)
+	}
 }
 
 // forgetGrant drops the Hub grant the checkout's changelog hook last read:

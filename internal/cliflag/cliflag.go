@@ -13,11 +13,10 @@ package cliflag
 import (
 	"errors"
 	"flag"
-	"fmt"
+	"github.com/agentscm/agentscm/internal/buildinfo"
 	"io"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"strings"
 )
 
@@ -149,49 +148,8 @@ func FindUp(dir string, names ...string) (string, bool) {
 // resolving symbolic links.
 func GitTop(dir string) (string, bool) { return FindUp(dir, ".git") }
 
-// Version describes the running binary from its build information: the
-// module version, the VCS revision and time, and whether the tree was
-// modified.
-func Version(prog string) string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return prog + " (no build information)"
-	}
-	return versionOf(prog, bi)
-}
-
-func versionOf(prog string, bi *debug.BuildInfo) string {
-	v := bi.Main.Version
-	if v == "" {
-		v = "(devel)"
-	}
-	var rev, when, modified string
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.time":
-			when = s.Value
-		case "vcs.modified":
-			if s.Value == "true" {
-				modified = " (modified)"
-			}
-		}
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s %s", prog, v)
-	if rev != "" {
-		fmt.Fprintf(&b, " commit %s%s", rev, modified)
-	}
-	if when != "" {
-		fmt.Fprintf(&b, " (committed %s)", when)
-	}
-	fmt.Fprintf(&b, " %s", bi.GoVersion)
-	if rev == "" {
-		b.WriteString(" (no VCS stamp: built with -buildvcs=false or outside a checkout)")
-	}
-	return b.String()
-}
+// Version describes the running binary (buildinfo.Version).
+func Version(prog string) string { return buildinfo.Version(prog) }
 
 // FlagNames lists fs's flags as they are typed ("--name").
 func FlagNames(fs *flag.FlagSet) []string {

@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"testing"
@@ -171,17 +170,5 @@ func TestOtherShells(t *testing.T) {
 	}
 	if _, err := Completion("tcsh", testTree()); err == nil {
 		t.Fatal("tcsh accepted")
-	}
-}
-
-func TestVersion(t *testing.T) {
-	bi := &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "v0.3.0"}, Settings: []debug.BuildSetting{
-		{Key: "vcs.revision", Value: "abc123"}, {Key: "vcs.time", Value: "2026-12-01T10:00:00Z"}, {Key: "vcs.modified", Value: "true"}}}
-	if got, want := versionOf("agentscm", bi), "agentscm v0.3.0 commit abc123 (modified) (committed 2026-12-01T10:00:00Z) go1.26.8"; got != want {
-		t.Fatalf("versionOf = %q, want %q", got, want)
-	}
-	bi = &debug.BuildInfo{GoVersion: "go1.26.8"}
-	if got := versionOf("agentdiff", bi); !strings.HasPrefix(got, "agentdiff (devel) go1.26.8 (no VCS stamp") {
-		t.Fatalf("versionOf = %q", got)
 	}
 }

@@ -412,9 +412,13 @@ func action(a api.ActionRecord) Action {
 		out.ResultWhy = "Claude Code reported that the tool failed (PostToolUseFailure)"
 	case f.Result == "incomplete":
 		out.ResultWhy = "the run did not complete (a timeout, a signal, the output bound, or a spawn or I/O failure)"
+	case f.Result == "unknown" && f.ExitCode == nil && !exitCodeTool(out.Tool):
+		// process_exit_code is accepted only for tools that report an exit
+		// code, so any other tool's rule is unverified.
+		out.ResultWhy = "the action rule's result source is unverified: the host reported that the call returned, and the rule takes no result from that"
 	case f.Result == "unknown" && f.ExitCode == nil:
-		out.ResultWhy = "the action rule reads the result from the process exit code, and the host's PostToolUse response carried none " +
-			"(the tool call itself returned; only the exit status is unknown)"
+		out.ResultWhy = "no exit code was taken: the host's PostToolUse response carried none, or the action rule's result source is unverified " +
+			"(the tool call itself returned; only its result is unknown)"
 	case f.Result == "unknown":
 		out.ResultWhy = "the action rule does not take a result from this host's report"
 	default:
@@ -428,6 +432,10 @@ func action(a api.ActionRecord) Action {
 	}
 	return out
 }
+
+// exitCodeTool reports the tools whose hook payload can carry a process
+// exit code (the only ones a process_exit_code rule is accepted for).
+func exitCodeTool(tool string) bool { return tool == "Bash" || tool == "PowerShell" }
 
 // DescribeSource says in words which source an action started on.
 func DescribeSource(s *api.SourceBinding) string {

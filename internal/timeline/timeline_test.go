@@ -273,3 +273,30 @@ func TestExplainEveryReason(t *testing.T) {
 		t.Errorf("an unknown reason reads %q", why)
 	}
 }
+
+// TestResultWhyNamesTheRule checks that an unknown result is explained by
+// what the rule can take for its tool: a Write rule is unverified (only
+// Bash and PowerShell accept process_exit_code), so its explanation must
+// not claim the rule reads an exit code.
+func TestResultWhyNamesTheRule(t *testing.T) {
+	code := 3
+	for _, tc := range []struct {
+		tool   string
+		result string
+		exit   *int
+		want   string
+		reject string
+	}{
+		{"Write", "unknown", nil, "result source is unverified", "exit code"},
+		{"Edit", "unknown", nil, "result source is unverified", "exit code"},
+		{"Bash", "unknown", nil, "no exit code was taken", ""},
+		{"Bash", "unknown", &code, "does not take a result", ""},
+		{"Bash", "failed", &code, "exited with status 3", ""},
+	} {
+		a := action(api.ActionRecord{ActionID: "a", Start: &api.ActionStart{ActionID: "a", Tool: tc.tool, Class: "execution"},
+			Finish: &api.ActionFinish{ActionID: "a", Result: tc.result, Verification: "unknown", ExitCode: tc.exit}})
+		if !strings.Contains(a.ResultWhy, tc.want) || (tc.reject != "" && strings.Contains(a.ResultWhy, tc.reject)) {
+			t.Errorf("%s %s: why %q, want %q without %q", tc.tool, tc.result, a.ResultWhy, tc.want, tc.reject)
+		}
+	}
+}
