@@ -387,7 +387,7 @@ func HandleAgentPayload(ctx context.Context, store Store, hubs HubOpener, a adap
 				reason = event.GapReasonWriteFailed
 			}
 			detail := "intake: " + ierr.Error() + "; spool lock: " + err.Error()
-			if nerr := store.noteLostAtReceipt(bd.Spool, rec, p.SessionID, reason, detail, now); nerr == nil {
+			if nerr := store.noteLostAtReceipt(bd.Spool, rec, p.SessionID, obs.target, reason, detail, now); nerr == nil {
 				return nil, fmt.Errorf("%w; the intake write failed too (%v), so the next hook records a capture_interrupted gap (%s) for this event", err, ierr, reason)
 			}
 			return nil, fmt.Errorf("%w; the intake write failed too: %v", err, ierr)

@@ -72,38 +72,14 @@ func lossReason(err error) string {
 	return ""
 }
 
-// receiptTarget returns the observed session's last exact target as the
-// capture ledger last recorded it, read without the ledger lock (the fast
-// copy of this boot when it is readable, else the durable copy): what a
-// hook that cannot take the spool lock knows, at receipt, about where its
-// event belongs. ok is false when the session never had an exact target.
-func (s Store) receiptTarget(spoolDir, observed string) (Target, bool) {
-	dir := s.ledgerDir(spoolDir)
-	var st ledgerState
-	read := func(name string) bool {
-		b, err := fsutil.ReadFileNoFollow(filepath.Join(dir, name), maxLedgerBytes)
-		return err == nil && decodeLedger(b, &st) == nil
-	}
-	if !read(ledgerFastFile) || st.BootID == "" || st.BootID != bootID() {
-		st = ledgerState{}
-		if !read(ledgerFile) {
-			return Target{}, false
-		}
-	}
-	if o := st.Sessions[observed]; o != nil && o.Target != nil && o.Target.WorkID != "" {
-		return *o.Target, true
-	}
-	return Target{}, false
-}
-
 // noteLostAtReceipt notes the loss of a record that was never given a
 // sequence (its hook could not take the spool lock, or could not write
-// the intake): under the observed session's target at receipt when it had
-// one (receiptTarget), so that the gap publishLost makes of it reaches the
-// Hub under that target with sequences reserved then; unassociated
-// otherwise.
-func (s Store) noteLostAtReceipt(spoolDir string, rec *event.Record, observed, reason, detail string, at time.Time) error {
-	t, ok := s.receiptTarget(spoolDir, observed)
+// the intake): under the session's target at receipt when it had one (its
+// session record's, as an intake record would have carried it), so that
+// the gap publishLost makes of it reaches the Hub under that target over
+// sequences reserved then; unassociated otherwise.
+func (s Store) noteLostAtReceipt(spoolDir string, rec *event.Record, observed string, atReceipt *receiptTarget, reason, detail string, at time.Time) error {
+	t, ok := atReceipt.target()
 	return noteLost(s.ledgerDir(spoolDir), rec, observed, t, ok, reason, detail, at)
 }
 
