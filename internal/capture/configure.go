@@ -406,6 +406,15 @@ func configureLocked(ctx context.Context, store Store, root string, lin Lineage,
 		return nil, err
 	}
 	b := p.b
+	// The hook's spool summary, so the first hooks can use the intake
+	// (which refuses while no summary of this boot says what the spool
+	// holds); best effort: without it the first hook takes the lock and
+	// writes it.
+	if hs, err := store.openHookSpool(b.Spool); err == nil {
+		if ss, err := hs.Begin(ctx); err == nil {
+			ss.Close()
+		}
+	}
 	settings := b.SettingsPath()
 	_, statErr := os.Lstat(settings)
 	ad, err := adapter.For(b.Agent)
@@ -458,6 +467,9 @@ type UnconfigureResult struct {
 	HooksRemoved   bool   `json:"hooks_removed"`
 	CheckoutExists bool   `json:"checkout_exists"`
 	SpoolRetained  bool   `json:"spool_retained"`
+	// Warning says what unconfigure could not do besides (noting the
+	// capture_disabled window, disabled.go).
+	Warning string `json:"warning,omitempty"`
 }
 
 // Unconfigure removes the marked hooks of a checkout (from the settings file
@@ -486,6 +498,11 @@ func Unconfigure(ctx context.Context, store Store, root string) (*UnconfigureRes
 		return nil, err
 	}
 	res := &UnconfigureResult{Root: b.Root, Spool: b.Spool, ClaudeSettings: b.SettingsPath(), SpoolRetained: true}
+	// The sessions open now get a capture_disabled gap if they come back
+	// after a re-enable (disabled.go).
+	if err := store.noteCaptureDisabled(b.Spool, time.Now()); err != nil {
+		res.Warning = "capture is off, but when it was turned off could not be noted, so a re-enable will not name the window in the record: " + err.Error()
+	}
 	if fi, err := os.Stat(b.Root); err == nil && fi.IsDir() {
 		res.CheckoutExists = true
 		ad, err := adapter.For(b.Agent)

@@ -621,7 +621,7 @@ func withSession(ctx context.Context, store Store, sp *spool.Spool, bd *Binding,
 	// Records a hook could not append become capture_interrupted gaps here
 	// too: with intake-first hooks (hook.go) most hooks never hold the
 	// spool lock, so the deliverer may be the next holder.
-	if _, err := publishLost(store.ledgerDir(bd.Spool), ss, time.Now()); err != nil && res.DeliveryErr == nil {
+	if _, err := publishLost(store.ledgerDir(bd.Spool), ss, led, time.Now()); err != nil && res.DeliveryErr == nil {
 		res.DeliveryErr = err
 	}
 	if _, err := admitIntake(ctx, store, led, ss, sp, bd, hub, adm, res); err != nil && res.DeliveryErr == nil {

@@ -370,24 +370,27 @@ func HandleAgentPayload(ctx context.Context, store Store, hubs HubOpener, a adap
 			followUp()
 			return res, nil
 		}
-		if !errors.Is(ierr, spool.ErrIntakeFull) && !intakeFirst {
-			if reason := lossReason(ierr); reason != "" {
-				if nerr := noteLost(store.ledgerDir(bd.Spool), rec, p.SessionID, Target{}, false, reason, ierr.Error(), now); nerr == nil {
-					return nil, fmt.Errorf("the spool lock is busy and the intake write failed (%w); the next hook records a capture_interrupted gap", ierr)
-				}
-			}
-			return nil, fmt.Errorf("the spool lock is busy and the intake write failed: %w", ierr)
-		}
-		// A full intake, or (intake-first) any failed intake write: take
-		// the locked path, which records the event, or its loss with its
-		// reserved sequence, as without the intake.
+		// The intake is full or could not take this record (too large, no
+		// space, an I/O error): take the locked path, which records the
+		// event, or its loss with its reserved sequence, as without the
+		// intake.
 		ss, err = sp.Begin(ctx)
-		if lockWaitExpired(err) {
-			// The intake is full and the lock stayed held for the whole
-			// wait: the event is lost, but not silently.
-			if nerr := noteLost(store.ledgerDir(bd.Spool), rec, p.SessionID, Target{}, false, "lock_timeout", err.Error(), now); nerr == nil {
-				return nil, fmt.Errorf("%w; the intake is full, so the next hook records a capture_interrupted gap (lock_timeout) for this event", err)
+		if err != nil {
+			// Neither the intake nor the lock: the event is lost, but not
+			// silently. The loss is noted under the session's target at
+			// receipt, and the next lock holder publishes it there as a
+			// capture_interrupted gap over sequences it reserves for it.
+			reason := lossReason(ierr) // no space, an I/O error, a quota
+			if reason == "" && lockWaitExpired(err) {
+				reason = "lock_timeout"
+			} else if reason == "" {
+				reason = event.GapReasonWriteFailed
 			}
+			detail := "intake: " + ierr.Error() + "; spool lock: " + err.Error()
+			if nerr := store.noteLostAtReceipt(bd.Spool, rec, p.SessionID, obs.target, reason, detail, now); nerr == nil {
+				return nil, fmt.Errorf("%w; the intake write failed too (%v), so the next hook records a capture_interrupted gap (%s) for this event", err, ierr, reason)
+			}
+			return nil, fmt.Errorf("%w; the intake write failed too: %v", err, ierr)
 		}
 	}
 	if writeSession != nil {
@@ -459,7 +462,7 @@ func HandleAgentPayload(ctx context.Context, store Store, hubs HubOpener, a adap
 	ss.SetStream(stream)
 	// Records an earlier hook could not append (disk full, I/O error)
 	// become capture_interrupted gaps naming their reserved sequences.
-	if _, err := publishLost(store.ledgerDir(bd.Spool), ss, now); err != nil {
+	if _, err := publishLost(store.ledgerDir(bd.Spool), ss, led, now); err != nil {
 		res.DeliveryErr = err
 	}
 	// Earlier events waiting in the intake go first (receipt order). When
@@ -501,7 +504,11 @@ func HandleAgentPayload(ctx context.Context, store Store, hubs HubOpener, a adap
 		res.Action, aerr = recordAction(ctx, actionEnv{ss: ss, sp: sp, configDir: store.Dir, bd: bd, p: p, rec: rec, now: now})
 		cerr = aerr
 	}
-	if reason := lossReason(cerr); reason != "" && res.Seq == 0 && !res.Duplicate &&
+	reason := lossReason(cerr)
+	if reason == "" && errors.Is(cerr, spool.ErrGapNotRecorded) {
+		reason = event.GapReasonWriteFailed
+	}
+	if reason != "" && res.Seq == 0 && !res.Duplicate &&
 		(errors.Is(cerr, spool.ErrGapNotRecorded) || !errors.Is(cerr, spool.ErrCapturePaused)) {
 		// Neither the record nor the spool's own gap is retained: keep the
 		// loss where no new block is needed, for the next hook to publish.
@@ -634,6 +641,9 @@ func captureOccurrence(led *Ledger, ss *spool.Session, bd *Binding, observed, fi
 	if resolved {
 		var err error
 		if published, err = publishOutages(ss, led, rec, observed, t); err != nil {
+			return err
+		}
+		if err := publishDisabled(ss, led, rec, observed, rec.ObservedAt); err != nil { // disabled.go
 			return err
 		}
 	}

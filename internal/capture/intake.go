@@ -249,6 +249,17 @@ func admitOne(ctx context.Context, store Store, led *Ledger, ss *spool.Session, 
 	rec := ir.Record
 	sub := &HookResult{}
 	if err := captureOccurrence(led, ss, bd, ir.Observed, ir.Fingerprint, &rec, ir.Observation, ir.Target, ir.Resolved, sub); err != nil {
+		if errors.Is(err, spool.ErrCapturePaused) && errors.Is(err, spool.ErrGapNotRecorded) && sub.Seq == 0 {
+			// The file is done (admitIntake) and no spool gap names the
+			// record: keep its loss for a gap under its target (lost.go).
+			reason := lossReason(err)
+			if reason == "" {
+				reason = event.GapReasonWriteFailed
+			}
+			if nerr := noteLost(store.ledgerDir(bd.Spool), &rec, ir.Observed, ir.Target, ir.Resolved, reason, err.Error(), ir.ReceivedAt); nerr != nil {
+				return fmt.Errorf("%w; noting its loss failed too: %v", err, nerr)
+			}
+		}
 		return err
 	}
 	env := actionEnv{ss: ss, sp: sp, configDir: store.Dir, bd: bd, rec: &rec, now: ir.ReceivedAt, facts: &ir.Facts}

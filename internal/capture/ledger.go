@@ -547,6 +547,28 @@ func (l *Ledger) Reserve(observed string, r *Route) error {
 	return nil
 }
 
+// ReserveRange reserves n consecutive sequences of target t's stream in
+// memory (Flush makes them durable) and returns the range, for records that
+// were lost before any sequence was reserved for them (publishLost): the
+// holes the Hub then sees are the ones their gap names. No outage is
+// recorded: the caller's gap is the visibility.
+func (l *Ledger) ReserveRange(t Target, n int) (from, to uint64, err error) {
+	if n < 1 {
+		n = 1
+	}
+	for i := range n {
+		r := Route{Target: t, Association: AssocExact}
+		if err := l.Reserve("", &r); err != nil {
+			return 0, 0, err
+		}
+		if i == 0 {
+			from = r.SharedSeq
+		}
+		to = r.SharedSeq
+	}
+	return from, to, nil
+}
+
 func targetLess(a, b *targetSeq) bool {
 	if a.WorkID != b.WorkID {
 		return a.WorkID < b.WorkID

@@ -268,6 +268,9 @@ kept; nothing captured is deleted.`)
 		return writeJSON(env.Stdout, res)
 	}
 	fmt.Fprintf(env.Stdout, "capture disabled for %s\n  %s\n  spool retained:     %s\n", res.Root, unconfigureHooksLine(res), res.Spool)
+	if res.Warning != "" {
+		fmt.Fprintf(env.Stderr, "agentscm: warning: %s\n", res.Warning)
+	}
 	return nil
 }
 
