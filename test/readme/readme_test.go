@@ -45,7 +45,7 @@ func readBlocks(t *testing.T, path string) []block {
 		case cur != nil:
 			if k := len(cur.lines); k > 0 && strings.HasSuffix(cur.lines[k-1], "\\") {
 				cur.lines[k-1] = strings.TrimSuffix(cur.lines[k-1], "\\") + " " + strings.TrimSpace(l)
-			} else if strings.TrimSpace(l) != "" {
+			} else if t := strings.TrimSpace(l); t != "" && !strings.HasPrefix(t, "#") {
 				cur.lines = append(cur.lines, l)
 			}
 		}
@@ -170,7 +170,7 @@ func TestREADMECommands(t *testing.T) {
 		case strings.Contains(first, "--store-file /etc/agentscm/hub.dsn"):
 			handled++
 			t.Logf("README line %d: skipped the PostgreSQL + S3 block: it needs a PostgreSQL server and an S3 bucket (internal/cli TestHubOnPostgresAndS3 runs the same commands against real ones)", b.start)
-		case strings.HasPrefix(first, "agentscm changelog enable --root \"$PWD\""):
+		case strings.HasPrefix(first, "agentscm changelog enable"):
 			handled++
 			r.rewind(b)
 		case strings.HasPrefix(first, "agentdiff run"):
@@ -236,7 +236,11 @@ func (r *runner) teamHub(b block) {
 // rewind runs the rewinding block after giving the checkout twelve
 // increments (positions 0..11) with changelog capture, the hook's own step.
 func (r *runner) rewind(b block) {
-	r.must(r.checkout, b.lines[0])
+	// The block runs inside the checkout, from a subdirectory, as its
+	// comment says: --root defaults to the enclosing checkout.
+	sub := filepath.Join(r.checkout, "sub")
+	os.MkdirAll(sub, 0o755)
+	r.must(sub, b.lines[0])
 	for i := 0; i < 12; i++ {
 		r.must(r.checkout, fmt.Sprintf("echo %d > f%d.txt && agentscm changelog capture --root \"$PWD\" >/dev/null", i, i))
 	}
@@ -245,7 +249,7 @@ func (r *runner) rewind(b block) {
 			r.t.Logf("README line %d: skipped %q: it needs a Claude Code session transcript (test/e2e runs it with the real Claude Code)", b.start, l)
 			continue
 		}
-		r.must(r.checkout, l)
+		r.must(sub, l)
 	}
 }
 
