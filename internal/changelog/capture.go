@@ -33,7 +33,20 @@ type CaptureRequest struct {
 	// Failed marks a tool call that failed (PostToolUseFailure): it still
 	// takes its own position.
 	Failed bool
+	// Kind is the increment's kind: "" or KindCall for a tool call,
+	// KindOutside for CaptureOutside.
+	Kind string
+	// Outside describes a KindOutside capture.
+	Outside *Outside
+
+	// holes are the recorded positions whose increments were not stored
+	// (see holes.go), loaded by Capture.
+	holes []Held
 }
+
+// errNothingOutside ends an outside capture that found no change outside
+// the conversation roots: nothing is stored.
+var errNothingOutside = errors.New("no change outside the conversation roots")
 
 // ErrPosition reports a capture at a position not past the last stored one.
 var ErrPosition = errors.New("position is not past the last stored increment")
@@ -68,11 +81,63 @@ func (c *Changelog) Capture(ctx context.Context, req CaptureRequest) (*Increment
 		return nil, err
 	}
 	defer lk.Unlock()
-	if inc, ok, err := c.captureFast(ctx, req); ok {
-		return inc, err
+	if req.Kind == "" {
+		req.Kind = KindCall
 	}
-	inc, _, err := c.captureLocked(ctx, req, KindCall, nil, nil)
+	req.holes = c.loadHoles()
+	inc, ok, err := c.captureFast(ctx, req)
+	if !ok {
+		inc, _, err = c.captureLocked(ctx, req, req.Kind, nil, nil)
+	}
+	switch {
+	case errors.Is(err, errNothingOutside):
+		return nil, nil
+	case err != nil && !errors.Is(err, ErrPosition):
+		// The call keeps its position: the next increment carries its
+		// writes and says so.
+		pos := req.Position
+		if pos < 0 {
+			if pos, err2 := c.nextFreePosition(req.holes); err2 == nil {
+				req.Position = pos
+			}
+		}
+		if req.Position >= 0 {
+			h := Held{Position: req.Position, Kind: req.Kind, Tool: req.Tool, Error: err.Error()}
+			if herr := c.addHole(h); herr != nil {
+				return nil, fmt.Errorf("%w (and position %d could not be kept for it: %v)", err, req.Position, herr)
+			}
+			return nil, &HoleError{Position: req.Position, Err: err}
+		}
+		return nil, err
+	case err == nil && len(inc.Meta.Holds) > 0:
+		c.clearHoles()
+	}
 	return inc, err
+}
+
+// HoleError reports a capture whose increment could not be stored: its
+// position stays taken and the next stored increment carries its writes.
+type HoleError struct {
+	Position int
+	Err      error
+}
+
+func (e *HoleError) Error() string {
+	return fmt.Sprintf("increment %d not stored (the next increment carries its writes and keeps position %d for it): %v", e.Position, e.Position, e.Err)
+}
+
+func (e *HoleError) Unwrap() error { return e.Err }
+
+// CaptureOutside stores the changes made under the capture roots since the
+// last stored increment, when any lies outside the conversation roots, as
+// an increment of kind KindOutside: work done between tool calls (by the
+// user or any other process) that the next call's increment must not
+// claim. It returns nil, storing nothing, when only conversation roots
+// (the host's transcript) changed. The hooks call it before a tool call
+// starts (PreToolUse) and before a turn (UserPromptSubmit).
+func (c *Changelog) CaptureOutside(ctx context.Context, req CaptureRequest) (*Increment, error) {
+	req.Kind, req.Failed, req.ToolUseID, req.Tool = KindOutside, false, "", ""
+	return c.Capture(ctx, req)
 }
 
 // stateForCapture loads the state, falling back to a full capture after the
@@ -172,8 +237,9 @@ func (c *Changelog) scanLocked(ctx context.Context, st *captureState) (*walked, 
 // state from sc.st.
 func (c *Changelog) storeLocked(ctx context.Context, sc *walked, req CaptureRequest, kind string, appliedTo *int) (_ *Increment, next *captureState, _ error) {
 	st := sc.st
+	holds := pendingHoles(req.holes, st.LastPosition)
 	if req.Position < 0 {
-		req.Position = st.LastPosition + 1
+		req.Position = max(st.LastPosition, lastHole(holds)) + 1
 	}
 	if req.Position <= st.LastPosition || req.Position > 999999 {
 		return nil, nil, fmt.Errorf("%w: position %d, last stored %d", ErrPosition, req.Position, st.LastPosition)
@@ -181,7 +247,12 @@ func (c *Changelog) storeLocked(ctx context.Context, sc *walked, req CaptureRequ
 	start := sc.start
 	meta := &Meta{
 		Version: 1, Position: req.Position, SessionID: req.SessionID, ToolUseID: req.ToolUseID, Tool: req.Tool, Failed: req.Failed,
-		Kind: kind, CreatedAt: start.UTC(), RemovedRoots: sc.removed, AppliedTo: appliedTo,
+		Kind: kind, CreatedAt: start.UTC(), RemovedRoots: sc.removed, AppliedTo: appliedTo, Outside: req.Outside,
+	}
+	for _, h := range holds {
+		if h.Position < req.Position {
+			meta.Holds = append(meta.Holds, h)
+		}
 	}
 	next = &captureState{LastPosition: req.Position, token: sc.token}
 	plans := sc.plans
@@ -190,6 +261,7 @@ func (c *Changelog) storeLocked(ctx context.Context, sc *walked, req CaptureRequ
 	if st.LastPosition < 0 {
 		baseline = c.loadBaseline()
 	}
+	outside, seen := false, 0 // a change outside the conversation roots; changes counted so far
 	for i, p := range plans {
 		r := c.opts.Roots[i]
 		old := st.root(r.Name)
@@ -222,6 +294,13 @@ func (c *Changelog) storeLocked(ctx context.Context, sc *walked, req CaptureRequ
 			}
 		}
 		next.Roots = append(next.Roots, p.state)
+		if !p.conv && changes.count() != seen {
+			outside = true
+		}
+		seen = changes.count()
+	}
+	if kind == KindOutside && !outside {
+		return nil, nil, errNothingOutside
 	}
 	meta.Roots = sc.mroots
 	meta.Full = sc.full
@@ -262,6 +341,10 @@ func (c *Changelog) storeLocked(ctx context.Context, sc *walked, req CaptureRequ
 		}
 	}
 	final := c.incrementPath(req.Position)
+	if err := c.failpoint("store", req.Position); err != nil {
+		release()
+		return nil, nil, err
+	}
 	if err := os.Link(tmpName, final); err != nil {
 		release()
 		return nil, nil, fmt.Errorf("store increment %d: %w", req.Position, err)

@@ -49,6 +49,8 @@ type Options struct {
 	// are listed. When it cannot vouch, or fails, the capture lists every
 	// directory. nil always lists every directory.
 	Watch ChangeSource
+	// Failpoint, for failure tests, is FailpointEnv's value ("" none).
+	Failpoint string
 }
 
 // ChangeSource reports what changed below capture roots since a token.

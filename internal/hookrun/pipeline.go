@@ -99,7 +99,7 @@ func ClaudeHook(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			lw = runChangelog(ctx, dir, &pc, now, changelog.HookOptions{Watch: watch,
+			lw = runChangelog(ctx, dir, &pc, now, changelog.HookOptions{Watch: watch, Failpoint: getenv(changelog.FailpointEnv),
 				Remote: hubremote.ForCheckout(dir), Sharing: func(root string) changelog.SharingPolicy { return CheckoutSharing(dir, root) }})
 		}()
 	}
