@@ -445,9 +445,16 @@ func (c *Changelog) scanRoot(ctx context.Context, r Root, old *rootState, start 
 	classifyFull := gd && (!useOld || old.Stamp != stamp)
 	for attempt := 0; attempt < 2; attempt++ {
 		var ignored map[string]bool
+		var kept []string
 		if classifyFull {
 			if ignored, err = listIgnored(ctx, c.opts.Git, r.Path); err != nil {
 				return nil, err
+			}
+			if useOld {
+				// A captured path stays captured until it is deleted, even
+				// once an ignore rule matches it: otherwise a rewind could
+				// neither restore nor remove it.
+				kept = keepCaptured(ignored, old.Entries)
 			}
 		} else if useOld {
 			ignored = map[string]bool{}
@@ -464,6 +471,13 @@ func (c *Changelog) scanRoot(ctx context.Context, r Root, old *rootState, start 
 		entries, err := walkRoot(ctx, r, ignored, fixed, fi, hint)
 		if err != nil {
 			return nil, err
+		}
+		if len(kept) > 0 {
+			// Below a captured directory that git now ignores, what is
+			// new is classified path by path.
+			if entries, err = classifyBelow(ctx, c.opts.Git, r.Path, old.Entries, entries, kept); err != nil {
+				return nil, err
+			}
 		}
 		if gd && !classifyFull {
 			// Paths new since the last capture are classified now; a changed
@@ -536,6 +550,44 @@ func walkRoot(ctx context.Context, r Root, ignored, fixed map[string]bool, rootI
 		entries[i] = entry{Path: s.Path, Type: s.Type, Mode: s.Mode, Size: s.Size, MTime: s.MTime, CTime: s.CTime, Dev: s.Dev, Ino: s.Ino, Target: s.Target}
 	}
 	return entries, nil
+}
+
+// keepCaptured removes from ignored every path the state old captured (not
+// excluded there) and returns the removed directories.
+func keepCaptured(ignored map[string]bool, old []entry) []string {
+	var dirs []string
+	for p := range ignored {
+		if e := findEntry(old, p); e != nil && !e.Excluded && e.Path != "" {
+			delete(ignored, p)
+			if e.Type == scan.Dir {
+				dirs = append(dirs, p)
+			}
+		}
+	}
+	return dirs
+}
+
+// classifyBelow asks git which paths of entries below the directories dirs
+// that old lacks are ignored, and marks them excluded.
+func classifyBelow(ctx context.Context, git, root string, old, entries []entry, dirs []string) ([]entry, error) {
+	var fresh []string
+	for i := range entries {
+		e := &entries[i]
+		if e.Excluded || findEntry(old, e.Path) != nil {
+			continue
+		}
+		for _, d := range dirs {
+			if strings.HasPrefix(e.Path, d+"/") {
+				fresh = append(fresh, e.Path)
+				break
+			}
+		}
+	}
+	ign, err := checkIgnored(ctx, git, root, fresh)
+	if err != nil || len(ign) == 0 {
+		return entries, err
+	}
+	return applyIgnored(entries, ign), nil
 }
 
 // applyIgnored marks entries that git ignores as excluded and drops the

@@ -267,6 +267,15 @@ connected Hub, with its grant and usage.`)
 		case in.Failed:
 			notes = append(notes, "failed call")
 		}
+		if o := in.Outside; o != nil {
+			notes = append(notes, outsideNote(o))
+		}
+		for _, h := range in.Holds {
+			notes = append(notes, heldNote(h))
+		}
+		if in.Reverted != nil {
+			notes = append(notes, fmt.Sprintf("reverted call %d", *in.Reverted))
+		}
 		if len(in.Removed) > 0 {
 			notes = append(notes, "removed roots: "+strings.Join(in.Removed, ","))
 		}
@@ -330,6 +339,28 @@ connected Hub, with its grant and usage.`)
 		}
 	}
 	return nil
+}
+
+// outsideNote says where an outside increment's work was found.
+func outsideNote(o *changelog.Outside) string {
+	switch {
+	case o.Event == "UserPromptSubmit":
+		return "work done outside the agent, found before a prompt of session " + cell(o.SessionID)
+	case o.BeforeTool != "":
+		return "work done outside the agent, found before the " + cell(o.BeforeTool) + " call " + cell(o.BeforeToolUseID)
+	}
+	return "work done outside the agent"
+}
+
+// heldNote says which lost position an increment carries.
+func heldNote(h changelog.Held) string {
+	what := "call"
+	if h.Kind == changelog.KindOutside {
+		what = "outside work"
+	} else if h.Tool != "" {
+		what = cell(h.Tool) + " call"
+	}
+	return fmt.Sprintf("also holds the %s of position %d, whose increment was not stored (%s)", what, h.Position, oneLine(h.Error))
 }
 
 // cell renders a value as one table cell: one line, no tabs.
