@@ -262,7 +262,7 @@ type Info struct {
 	// stored and whose writes this increment carries.
 	Holds []Held `json:"holds,omitempty"`
 	// Reverted is the tool call a revert increment undid.
-	Reverted *int `json:"reverted,omitempty"`
+	Reverted *int   `json:"reverted,omitempty"`
 	Err      string `json:"error,omitempty"`
 }
 
