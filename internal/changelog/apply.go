@@ -43,6 +43,13 @@ type ApplyRequest struct {
 	// DryRun computes what the rewind would create, modify and delete
 	// (ApplyResult.Effects) and changes nothing: no increment is stored.
 	DryRun bool
+	// DiscardOutsideEdits rewinds although it changes or deletes work done
+	// outside the agent after the target position (outside increments;
+	// the undo point still holds it).
+	DiscardOutsideEdits bool
+
+	// later are the increments after the target (Apply reads them).
+	later []laterIncrement
 }
 
 // ApplyResult reports a rewind.
@@ -61,6 +68,10 @@ type ApplyResult struct {
 	// that the rewind changes (with Force it went ahead; without it, the
 	// rewind was refused with a *ChangedError).
 	Conflicts []PathChange
+	// Outside is the work done outside the agent after the target (see
+	// CaptureOutside) that the rewind changes (with DiscardOutsideEdits it
+	// went ahead; without it, the rewind was refused).
+	Outside []PathChange
 	// Effects, for a dry run, lists every path the rewind would create,
 	// modify or delete.
 	Effects []PathChange
@@ -91,7 +102,20 @@ func (c *Changelog) Apply(ctx context.Context, req ApplyRequest) (*ApplyResult, 
 	found := false
 	for _, p := range pos {
 		if p > req.To {
-			break
+			m, err := ReadMeta(c.incrementPath(p))
+			if err != nil {
+				return nil, fmt.Errorf("increment %d: %w: %v", p, ErrUnreadableArchive, err)
+			}
+			if !found {
+				for _, h := range m.Holds {
+					if h.Position == req.To {
+						return nil, fmt.Errorf("%w: %d (its increment was not stored: %s; increment %d carries its writes together with its own)", ErrNoIncrement, req.To, h.Error, p)
+					}
+				}
+				return nil, fmt.Errorf("%w: %d", ErrNoIncrement, req.To)
+			}
+			req.later = append(req.later, laterIncrement{Position: p, Kind: m.Kind, Changes: m.Changes})
+			continue
 		}
 		paths = append(paths, c.incrementPath(p))
 		applied = append(applied, p)
@@ -190,7 +214,15 @@ func (c *Changelog) applyLocked(ctx context.Context, paths []string, applied []i
 	if err != nil {
 		return nil, err
 	}
-	res := &ApplyResult{Applied: applied, Target: target, Conflicts: conflicts}
+	var names []string
+	for _, r := range c.opts.Roots {
+		names = append(names, r.Name)
+	}
+	outside, err := rp.outsideConflicts(sc, planOutside(req.later, names))
+	if err != nil {
+		return nil, err
+	}
+	res := &ApplyResult{Applied: applied, Target: target, Conflicts: conflicts, Outside: outside}
 	if req.DryRun {
 		res.DryRun = true
 		if res.Effects, err = rp.effects(sc); err != nil {
@@ -198,8 +230,15 @@ func (c *Changelog) applyLocked(ctx context.Context, paths []string, applied []i
 		}
 		return res, nil
 	}
+	refused := &ChangedError{Position: st.LastPosition, Target: req.To}
 	if len(conflicts) > 0 && !req.Force {
-		return nil, &ChangedError{Position: st.LastPosition, Paths: conflicts}
+		refused.Paths = conflicts
+	}
+	if len(outside) > 0 && !req.DiscardOutsideEdits {
+		refused.Outside = outside
+	}
+	if len(refused.Paths)+len(refused.Outside) > 0 {
+		return nil, refused
 	}
 	if req.BeforeExtract != nil {
 		if err := req.BeforeExtract(ctx, target); err != nil {

@@ -181,9 +181,13 @@ type PathChange struct {
 	// Kind is the path's kind after the rewind (before it, for a deletion):
 	// file, dir, symlink or other.
 	Kind string `json:"kind"`
-	// Since, for a path changed after the newest captured position, says
-	// how: created, modified or deleted.
+	// Since, for a path changed after the newest captured position (or,
+	// with OutsideAt, by outside work), says how: created, modified or
+	// deleted.
 	Since string `json:"since,omitempty"`
+	// OutsideAt is the outside increment that recorded the work done
+	// outside the agent that the rewind would change (see CaptureOutside).
+	OutsideAt *int `json:"outside_position,omitempty"`
 }
 
 // ErrChangedSinceCapture reports a rewind refused because paths it would
@@ -191,15 +195,39 @@ type PathChange struct {
 // another session or any uncaptured process).
 var ErrChangedSinceCapture = errors.New("paths the rewind would change were changed after the newest captured position")
 
-// ChangedError lists the paths of a refusal with ErrChangedSinceCapture.
+// ErrOutsideWork reports a rewind refused because it would change or
+// delete work done outside the agent (an outside increment's) after its
+// target position.
+var ErrOutsideWork = errors.New("the rewind would change work done outside the agent after its target")
+
+// ChangedError lists the paths of a refusal with ErrChangedSinceCapture
+// (Paths) and ErrOutsideWork (Outside).
 type ChangedError struct {
 	// Position is the newest captured position (-1: none yet).
 	Position int
 	Paths    []PathChange
+	// Target is the position rewound to; Outside the outside work after
+	// it that the rewind would change.
+	Target  int
+	Outside []PathChange
 }
 
 func (e *ChangedError) Error() string {
 	var b strings.Builder
+	if len(e.Paths) == 0 {
+		fmt.Fprintf(&b, "%v (position %d): ", ErrOutsideWork, e.Target)
+		for i, p := range e.Outside {
+			if i == 8 {
+				fmt.Fprintf(&b, ", and %d more", len(e.Outside)-i)
+				break
+			}
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "%s:%s (%s outside, would be %s)", p.Root, p.Path, p.Since, p.Change)
+		}
+		return b.String()
+	}
 	fmt.Fprintf(&b, "%v (position %d): ", ErrChangedSinceCapture, e.Position)
 	for i, p := range e.Paths {
 		if i == 8 {
@@ -214,7 +242,64 @@ func (e *ChangedError) Error() string {
 	return b.String()
 }
 
-func (e *ChangedError) Is(target error) bool { return target == ErrChangedSinceCapture }
+func (e *ChangedError) Is(target error) bool {
+	return (target == ErrChangedSinceCapture && len(e.Paths) > 0) || (target == ErrOutsideWork && len(e.Outside) > 0)
+}
+
+// outsideConflicts returns the outside work (planOutside's paths) that the
+// replay would change, in root and walk order. Conversation roots are
+// never checked. An unnamed entry makes every change the replay makes
+// outside the conversation roots suspect.
+func (rp *replay) outsideConflicts(sc *walked, work []OutsidePath) ([]PathChange, error) {
+	var out []PathChange
+	seen := map[[2]string]bool{}
+	plan := func(root string) *rootPlan {
+		for _, pl := range sc.plans {
+			if pl.root.Name == root {
+				return pl
+			}
+		}
+		return nil
+	}
+	for _, w := range work {
+		at := w.Position
+		if w.Unnamed {
+			effects, err := rp.effects(sc)
+			if err != nil {
+				return nil, err
+			}
+			for _, e := range effects {
+				if pl := plan(e.Root); pl == nil || pl.conv || seen[[2]string{e.Root, e.Path}] {
+					continue
+				}
+				seen[[2]string{e.Root, e.Path}] = true
+				e.Since, e.OutsideAt = ChangeModified, &at
+				out = append(out, e)
+			}
+			continue
+		}
+		pl := plan(w.Root)
+		if pl == nil || pl.conv || seen[[2]string{w.Root, w.Rel}] {
+			continue
+		}
+		var cur *entry
+		if pl.state.Exists {
+			if e := findEntry(pl.state.Entries, w.Rel); e != nil && !e.Excluded {
+				cur = e
+			}
+		}
+		change, kind, err := rp.effect(w.Root, w.Rel, cur)
+		if err != nil {
+			return nil, err
+		}
+		if change == "" {
+			continue
+		}
+		seen[[2]string{w.Root, w.Rel}] = true
+		out = append(out, PathChange{Root: w.Root, Path: w.Rel, Change: change, Kind: kind.String(), Since: w.How, OutsideAt: &at})
+	}
+	return out, nil
+}
 
 // sinceChange is one path changed after the captured state.
 type sinceChange struct {

@@ -506,8 +506,12 @@ Safe rewind: before anything changes, every path the rewind would create,
 modify or delete is compared with its state at the newest captured
 position. If any was changed since (by you, another session or any process
 the changelog did not capture), the rewind is refused with exit status 6
-and the list of those paths; --force rewinds anyway (the undo point, which
-holds them, is still stored first). --dry-run prints what would be
+and the list of those paths; --discard-uncaptured-edits rewinds anyway (the
+undo point, which holds them, is still stored first; --force is its
+deprecated alias). Work done outside the agent between tool calls is
+captured as its own "outside" position; a rewind that would change or
+delete outside work recorded after POSITION is refused with exit status 6
+too, listing it, unless --discard-outside-edits (the undo point holds it). --dry-run prints what would be
 created, modified and deleted and changes nothing. The Claude transcript
 root is not checked. Excluded paths (.git, .agentdiff, the changelog
 directory, everything git ignores) are never deleted or changed.`)
@@ -515,6 +519,8 @@ directory, everything git ignores) are never deleted or changed.`)
 	rf.register(fs, false)
 	to := fs.Int("to", -1, "the position to rewind to (required)")
 	force := fs.Bool("force", false, "rewind even though paths it changes were changed after the newest captured position (the undo point still holds them), or a turn marker says a turn is running (its session is gone)")
+	var discard discardFlags
+	discard.register(fs)
 	dryRun := fs.Bool("dry-run", false, "print what the rewind would create, modify and delete, and change nothing")
 	resume := fs.Bool("resume-conversation", false, "also bind the conversation, cut right after the target call's result, to a fresh session id and print the claude --resume command")
 	agent := fs.String("agent", "", "with --resume-conversation: claude-code, codex or gemini (default: the one agent whose hook file holds changelog hooks); codex cuts the session's rollout under $CODEX_HOME/sessions and prints codex exec resume <id>, gemini cuts its chat under ~/.gemini/tmp and prints gemini --resume <id>")
@@ -567,7 +573,8 @@ directory, everything git ignores) are never deleted or changed.`)
 	if *resume && !isCodex && !filepath.IsAbs(home) {
 		return usagef("--resume-conversation needs an absolute HOME (where Claude Code keeps transcripts)")
 	}
-	req := changelog.ApplyRequest{To: *to, AfterExtract: after, Force: *force, DryRun: *dryRun}
+	uncaptured, outside := discard.resolve(env, *force)
+	req := changelog.ApplyRequest{To: *to, AfterExtract: after, Force: uncaptured, DiscardOutsideEdits: outside, DryRun: *dryRun}
 	// With the transcript directory a capture root, the rewind restores the
 	// transcript as the hook saw it (before the host appended the call's
 	// result): the live copy, read first, supplies the result.
