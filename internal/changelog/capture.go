@@ -42,6 +42,8 @@ type CaptureRequest struct {
 	// holes are the recorded positions whose increments were not stored
 	// (see holes.go), loaded by Capture.
 	holes []Held
+	// reverted is the call a KindRevert increment undid.
+	reverted *int
 }
 
 // errNothingOutside ends an outside capture that found no change outside
@@ -248,6 +250,7 @@ func (c *Changelog) storeLocked(ctx context.Context, sc *walked, req CaptureRequ
 	meta := &Meta{
 		Version: 1, Position: req.Position, SessionID: req.SessionID, ToolUseID: req.ToolUseID, Tool: req.Tool, Failed: req.Failed,
 		Kind: kind, CreatedAt: start.UTC(), RemovedRoots: sc.removed, AppliedTo: appliedTo, Outside: req.Outside,
+		Reverted: req.reverted,
 	}
 	for _, h := range holds {
 		if h.Position < req.Position {

@@ -1,6 +1,7 @@
 package changelog
 
 import (
+	"fmt"
 	"strings"
 )
 
@@ -131,4 +132,149 @@ func splitChangePath(p string, roots []string) (root, rel string, dir bool) {
 		return root, strings.TrimSuffix(p, "/"), true
 	}
 	return root, p, false
+}
+
+// RevertPath is one path a tool call changed, as planRevert needs it: its
+// kind before the call, right after it, and now ("file", "dir",
+// "symlink", "gone" or "other"), whether its current state equals its
+// state right after the call (kind and content), and, for a directory now,
+// its current children (relative to the root, excluded ones included).
+type RevertPath struct {
+	Root           string
+	Rel            string
+	Before, After  string
+	Current        string
+	CurrentIsAfter bool
+	Children       []string
+	// ParentCurrent is the current kind of the path's directory.
+	ParentCurrent string
+}
+
+// RevertAction is what a revert does to one path: Change is created,
+// modified or deleted and Kind the path's kind afterwards (before, for a
+// deletion).
+type RevertAction struct {
+	Root   string `json:"root"`
+	Path   string `json:"path"`
+	Change string `json:"change"`
+	Kind   string `json:"kind"`
+	// from is the path's current kind (what the executor removes first).
+	from string
+}
+
+// RevertConflict is a path a revert leaves alone, and why.
+type RevertConflict struct {
+	Root   string `json:"root"`
+	Path   string `json:"path"`
+	Reason string `json:"reason"`
+	// Current is the path's kind now.
+	Current string `json:"current"`
+}
+
+const kindGone = "gone"
+
+// planRevert decides, path by path, what undoing one tool call does, under
+// the recovery rule: a path is changed back to its state before the call
+// only when its current state equals its state right after the call; any
+// other path is a conflict and stays as it is. A directory the call created
+// is removed only when everything in it now is removed too (else it holds
+// later work); a path is restored only into a directory that is (or is
+// restored as) a directory. Actions come shallow paths first.
+func planRevert(paths []RevertPath) ([]RevertAction, []RevertConflict) {
+	sorted := append([]RevertPath(nil), paths...)
+	// Shallow first: a parent's fate is known before its children's.
+	sortPaths := func(ps []RevertPath) {
+		for i := 1; i < len(ps); i++ {
+			for j := i; j > 0 && (ps[j-1].Root > ps[j].Root || (ps[j-1].Root == ps[j].Root && comparePaths(ps[j-1].Rel, ps[j].Rel) > 0)); j-- {
+				ps[j-1], ps[j] = ps[j], ps[j-1]
+			}
+		}
+	}
+	sortPaths(sorted)
+	type key = [2]string
+	byKey := map[key]*RevertPath{}
+	for i := range sorted {
+		byKey[key{sorted[i].Root, sorted[i].Rel}] = &sorted[i]
+	}
+	conflict := map[key]string{}
+	// final is a path's kind once the revert ran, as far as decided.
+	final := func(root, rel string) (string, bool) {
+		p, ok := byKey[key{root, rel}]
+		if !ok {
+			return "", false
+		}
+		if _, bad := conflict[key{root, rel}]; bad {
+			return p.Current, true
+		}
+		return p.Before, true
+	}
+	for _, p := range sorted {
+		k := key{p.Root, p.Rel}
+		if !p.CurrentIsAfter {
+			conflict[k] = fmt.Sprintf("changed after the call (the call left it %s, it is %s now)", kindWord(p.After), kindWord(p.Current))
+			continue
+		}
+		if p.Before != kindGone && p.Rel != "" {
+			par := parentOf(p.Rel)
+			kind, ok := final(p.Root, par)
+			if !ok {
+				kind = p.ParentCurrent
+			}
+			if kind != "dir" {
+				conflict[k] = fmt.Sprintf("its directory %s is not restored", showRel(par))
+			}
+		}
+	}
+	// Deepest first: a directory goes only once all it holds goes.
+	for i := len(sorted) - 1; i >= 0; i-- {
+		p := sorted[i]
+		k := key{p.Root, p.Rel}
+		if _, bad := conflict[k]; bad || p.Current != "dir" || p.Before == "dir" {
+			continue
+		}
+		for _, c := range p.Children {
+			cp, ok := byKey[key{p.Root, c}]
+			_, bad := conflict[key{p.Root, c}]
+			if !ok || bad || cp.Before != kindGone {
+				conflict[k] = fmt.Sprintf("it holds %s, which the revert does not remove", showRel(c))
+				break
+			}
+		}
+	}
+	var actions []RevertAction
+	var conflicts []RevertConflict
+	for _, p := range sorted {
+		k := key{p.Root, p.Rel}
+		if why, bad := conflict[k]; bad {
+			conflicts = append(conflicts, RevertConflict{Root: p.Root, Path: p.Rel, Reason: why, Current: p.Current})
+			continue
+		}
+		a := RevertAction{Root: p.Root, Path: p.Rel, Kind: p.Before, from: p.Current}
+		switch {
+		case p.Before == p.Current && p.Before == "dir":
+			continue // a directory stays a directory
+		case p.Before == kindGone:
+			a.Change, a.Kind = ChangeDeleted, p.Current
+		case p.Current == kindGone:
+			a.Change = ChangeCreated
+		default:
+			a.Change = ChangeModified
+		}
+		actions = append(actions, a)
+	}
+	return actions, conflicts
+}
+
+func kindWord(k string) string {
+	if k == kindGone {
+		return "deleted"
+	}
+	return "a " + k
+}
+
+func showRel(rel string) string {
+	if rel == "" {
+		return "the root"
+	}
+	return rel
 }
