@@ -13,6 +13,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -242,6 +243,12 @@ func (c *Changelog) storeLocked(ctx context.Context, sc *walked, req CaptureRequ
 	holds := pendingHoles(req.holes, st.LastPosition)
 	if req.Position < 0 {
 		req.Position = max(st.LastPosition, lastHole(holds)) + 1
+	}
+	if kind == KindOutside && slices.ContainsFunc(holds, func(h Held) bool { return h.Kind != KindOutside }) {
+		// A call's writes are still uncaptured (its store failed): they
+		// cannot be told from outside work, so the next call's increment
+		// carries both and says it holds that call.
+		return nil, nil, errNothingOutside
 	}
 	if req.Position <= st.LastPosition || req.Position > 999999 {
 		return nil, nil, fmt.Errorf("%w: position %d, last stored %d", ErrPosition, req.Position, st.LastPosition)

@@ -115,6 +115,11 @@ func TestFailedStoreKeepsItsPosition(t *testing.T) {
 				t.Fatalf("failed store: %v", err)
 			}
 			s.c.opts.Failpoint = ""
+			// The lost call's writes cannot be told from outside work: the
+			// outside capture before the next call stores nothing.
+			if out, err := s.c.CaptureOutside(context.Background(), CaptureRequest{Position: -1, Outside: &Outside{Event: "PreToolUse"}}); err != nil || out != nil {
+				t.Fatalf("outside capture after a lost call: %+v %v", out, err)
+			}
 			writeFile(t, filepath.Join(s.checkout, "two.txt"), "2\n")
 			inc := mustCapture(t, s.c, -1)
 			if inc.Position != 2 {
