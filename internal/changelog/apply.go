@@ -225,7 +225,7 @@ func (c *Changelog) applyLocked(ctx context.Context, paths []string, applied []i
 	res := &ApplyResult{Applied: applied, Target: target, Conflicts: conflicts, Outside: outside}
 	if req.DryRun {
 		res.DryRun = true
-		if res.Effects, err = rp.effects(sc); err != nil {
+		if res.Effects, err = rp.dryEffects(ctx, sc, c.opts.Roots, staged, rewoundSession(target)); err != nil {
 			return nil, err
 		}
 		return res, nil
@@ -319,6 +319,9 @@ type replay struct {
 	disk *scanDisk
 	// sim is the simulated result, once simulate ran.
 	sim *overlay
+	// only, when set, limits an extraction to these roots (a dry run
+	// extracts the staged conversation roots alone).
+	only map[string]bool
 }
 
 func (rp *replay) close() {
@@ -712,6 +715,9 @@ type dirTime struct {
 
 func (rp *replay) extractOne(ctx context.Context, ra *replayArchive) error {
 	for _, name := range ra.a.Meta.RemovedRoots {
+		if rp.only != nil && !rp.only[name] {
+			continue
+		}
 		if rp.prot.holds(name, "") {
 			if err := rp.emptyRoot(name); err != nil {
 				return fmt.Errorf("empty capture root %s: %w", name, err)
@@ -780,7 +786,7 @@ func (rp *replay) extractOne(ctx context.Context, ra *replayArchive) error {
 				return fmt.Errorf("%w: archive changed while being applied", ErrUnreadableArchive)
 			}
 		}
-		if rp.prot.skips(m) {
+		if rp.prot.skips(m) || (rp.only != nil && !rp.only[m.Root]) {
 			continue
 		}
 		root, err := openRoot(m.Root)

@@ -3,6 +3,7 @@ package changelog
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -489,12 +490,59 @@ func (rp *replay) conflicts(sc *walked) ([]PathChange, error) {
 	return out, nil
 }
 
+// dryEffects is what a dry run lists: effects for the roots extracted in
+// place and, for the staged conversation roots, what merging them would
+// create or modify (a merge never deletes), found by extracting them into
+// their staging directories (in the changelog directory, not the
+// workspace) and merging without writing. Each path is listed once, in
+// root and walk order, as the rewind then changes it.
+func (rp *replay) dryEffects(ctx context.Context, sc *walked, roots []Root, staged map[string]string, session string) ([]PathChange, error) {
+	out, err := rp.effects(sc)
+	if err != nil || len(staged) == 0 {
+		return out, err
+	}
+	rp.only = map[string]bool{}
+	for name := range staged {
+		rp.only[name] = true
+	}
+	defer func() { rp.only = nil }()
+	if err := rp.extract(ctx); err != nil {
+		return nil, err
+	}
+	conv := map[string][]PathChange{}
+	err = mergeConversationsAs(roots, staged, session, func(root, rel, change, kind string) {
+		conv[root] = append(conv[root], PathChange{Root: root, Path: rel, Change: change, Kind: kind})
+	})
+	if err != nil {
+		return nil, err
+	}
+	var all []PathChange
+	for _, r := range roots {
+		if _, ok := staged[r.Name]; ok {
+			list := conv[r.Name]
+			slices.SortFunc(list, func(a, b PathChange) int { return comparePaths(a.Path, b.Path) })
+			all = append(all, list...)
+			continue
+		}
+		for _, pc := range out {
+			if pc.Root == r.Name {
+				all = append(all, pc)
+			}
+		}
+	}
+	return all, nil
+}
+
 // effects lists every path the replay creates, modifies or deletes, in root
-// and walk order.
+// and walk order (conversation roots, which are merged, not replayed in
+// place, aside: see dryEffects).
 func (rp *replay) effects(sc *walked) ([]PathChange, error) {
 	var out []PathChange
 	for _, pl := range sc.plans {
 		name := pl.root.Name
+		if pl.conv {
+			continue
+		}
 		var ents []entry
 		if pl.state.Exists {
 			ents = pl.state.Entries
