@@ -72,6 +72,11 @@ type ApplyResult struct {
 	// CaptureOutside) that the rewind changes (with DiscardOutsideEdits it
 	// went ahead; without it, the rewind was refused).
 	Outside []PathChange
+	// Unrestorable lists what the rewind cannot restore to its state at
+	// the target (the rewind is then partial): a symlink whose target lies
+	// outside every capture root, a conversation root withheld from the
+	// Hub, a transcript part that does not chain.
+	Unrestorable []Unrestorable
 	// Effects, for a dry run, lists every path the rewind would create,
 	// modify or delete.
 	Effects []PathChange
@@ -222,7 +227,7 @@ func (c *Changelog) applyLocked(ctx context.Context, paths []string, applied []i
 	if err != nil {
 		return nil, err
 	}
-	res := &ApplyResult{Applied: applied, Target: target, Conflicts: conflicts, Outside: outside}
+	res := &ApplyResult{Applied: applied, Target: target, Conflicts: conflicts, Outside: outside, Unrestorable: rp.unrestorable(c.opts.Roots)}
 	if req.DryRun {
 		res.DryRun = true
 		if res.Effects, err = rp.dryEffects(ctx, sc, c.opts.Roots, staged, rewoundSession(target)); err != nil {

@@ -103,3 +103,39 @@ func TestDryRunMatchesTheRewind(t *testing.T) {
 	}
 	check("its undo", res.PreApply.Position)
 }
+
+// A symlink whose target lies outside every capture root is restored as a
+// link, but what it points to is not: the dry run and the rewind both list
+// it; links inside the roots are not listed.
+func TestRewindListsWhatItCannotRestore(t *testing.T) {
+	s := newScenario(t)
+	ctx := context.Background()
+	outside := filepath.Join(s.base, "shared.conf")
+	writeFile(t, outside, "v0\n")
+	if err := os.Symlink(outside, filepath.Join(s.checkout, "conf")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("README", filepath.Join(s.checkout, "readme-link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("../../elsewhere", filepath.Join(s.checkout, "up")); err != nil {
+		t.Fatal(err)
+	}
+	mustCapture(t, s.c, -1)
+	writeFile(t, outside, "v1, written through the link\n")
+	writeFile(t, filepath.Join(s.checkout, "a.txt"), "a\n")
+	mustCapture(t, s.c, -1)
+	for _, dry := range []bool{true, false} {
+		res, err := s.c.Apply(ctx, ApplyRequest{To: 0, DryRun: dry})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, u := range res.Unrestorable {
+			got = append(got, u.Root+":"+u.Path)
+		}
+		if want := []string{"checkout:conf", "checkout:up"}; !slices.Equal(got, want) {
+			t.Errorf("dry=%v: unrestorable %q, want %q", dry, got, want)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -595,4 +596,73 @@ func findEntry(ents []entry, rel string) *entry {
 		return nil
 	}
 	return &ents[i]
+}
+
+// Unrestorable is a path a rewind cannot bring back to its state at the
+// target, and why.
+type Unrestorable struct {
+	Root string `json:"root"`
+	// Path is relative to the root ("" for the whole root).
+	Path   string `json:"path"`
+	Reason string `json:"reason"`
+}
+
+// unrestorable lists what the simulated replay cannot restore: symlinks of
+// the result whose target lies outside every capture root (the link is
+// restored, what it points to is not captured), conversation roots an
+// uploaded increment withheld, and transcript parts that do not chain. roots
+// are the live roots (the replay's conversation roots are staged).
+func (rp *replay) unrestorable(roots []Root) []Unrestorable {
+	var out []Unrestorable
+	live := map[string]Root{}
+	for _, r := range roots {
+		live[r.Name] = r
+	}
+	withheld := map[string]bool{}
+	for _, ra := range rp.archives {
+		for _, name := range ra.a.Meta.WithheldRoots {
+			if !withheld[name] {
+				withheld[name] = true
+				out = append(out, Unrestorable{Root: name, Reason: "withheld from the Hub (the checkout did not share its conversation when it was uploaded): not restored"})
+			}
+		}
+		for mi := range ra.a.Members {
+			if m := &ra.a.Members[mi]; m.Type == typeAppend && m.skip {
+				out = append(out, Unrestorable{Root: m.Root, Path: m.Rel, Reason: "its uploaded parts do not chain (sharing was turned off and on again): left as the sequence last held it"})
+			}
+		}
+	}
+	if rp.sim == nil {
+		return out
+	}
+	var links []Unrestorable
+	for k, ref := range rp.sim.src {
+		if ref.m.Type != tar.TypeSymlink {
+			continue
+		}
+		root, rel, _ := strings.Cut(k, "\x00")
+		r, ok := live[root]
+		if !ok || IsConversationRoot(r.Name, r.Path) || rp.sim.lookup(root, rel) != vSymlink {
+			continue
+		}
+		target := ref.m.Linkname
+		if !filepath.IsAbs(target) {
+			target = filepath.Join(filepath.Dir(filepath.Join(r.Path, filepath.FromSlash(rel))), target)
+		}
+		target = filepath.Clean(target)
+		inside := false
+		for _, lr := range roots {
+			inside = inside || within(target, lr.Path)
+		}
+		if !inside {
+			links = append(links, Unrestorable{Root: root, Path: rel, Reason: fmt.Sprintf("a symlink to %s, outside the capture roots: the link is restored, what it points to is not", ref.m.Linkname)})
+		}
+	}
+	slices.SortFunc(links, func(a, b Unrestorable) int {
+		if a.Root != b.Root {
+			return strings.Compare(a.Root, b.Root)
+		}
+		return comparePaths(a.Path, b.Path)
+	})
+	return append(out, links...)
 }

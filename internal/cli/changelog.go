@@ -511,7 +511,11 @@ undo point, which holds them, is still stored first; --force is its
 deprecated alias). Work done outside the agent between tool calls is
 captured as its own "outside" position; a rewind that would change or
 delete outside work recorded after POSITION is refused with exit status 6
-too, listing it, unless --discard-outside-edits (the undo point holds it). --dry-run prints what would be
+too, listing it, unless --discard-outside-edits (the undo point holds it).
+What a rewind cannot restore (a symlink whose target lies outside every
+capture root, a conversation root withheld from the Hub) is listed by the
+rewind, its --dry-run and --format json, and the exit status is then 8
+(partial: everything else was rewound). --dry-run prints what would be
 created, modified and deleted and changes nothing. The Claude transcript
 root is not checked. Excluded paths (.git, .agentdiff, the changelog
 directory, everything git ignores) are never deleted or changed.`)
@@ -611,7 +615,11 @@ directory, everything git ignores) are never deleted or changed.`)
 		}
 	}
 	if *format == "json" {
-		return writeJSON(env.Stdout, map[string]any{"to": *to, "applied": res.Applied, "undo_position": res.PreApply.Position, "result_position": res.Result.Position, "resumed": resumed, "forced": jsonChanges(res.Conflicts)})
+		if err := writeJSON(env.Stdout, map[string]any{"to": *to, "applied": res.Applied, "undo_position": res.PreApply.Position, "result_position": res.Result.Position, "resumed": resumed, "forced": jsonChanges(res.Conflicts),
+			"discarded_outside_work": jsonChanges(res.Outside), "unrestorable": jsonUnrestorable(c.Roots(), res.Unrestorable), "partial": len(res.Unrestorable) > 0}); err != nil {
+			return err
+		}
+		return partialExit(env, c.Roots(), res)
 	}
 	fmt.Fprintf(env.Stdout, "rewound to position %d (applied %d increments); undo with: agentscm changelog apply --root %s --to %d\n",
 		*to, len(res.Applied), c.Roots()[0].Path, res.PreApply.Position)
@@ -622,5 +630,5 @@ directory, everything git ignores) are never deleted or changed.`)
 		}
 		fmt.Fprintf(env.Stdout, "conversation of session %s bound to %s (%s); continue it with:\n  %s\n", resumed.FromSession, resumed.SessionID, note, resumed.Command)
 	}
-	return nil
+	return partialExit(env, c.Roots(), res)
 }

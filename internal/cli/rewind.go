@@ -145,6 +145,8 @@ func printDryRun(env *Env, roots []changelog.Root, format, what string, res *cha
 			"changed_since_capture": jsonChangesOf(roots, res.Conflicts),
 			"outside_work":          jsonChangesOf(roots, res.Outside),
 			"would_refuse":          len(res.Conflicts) > 0 || len(res.Outside) > 0,
+			"unrestorable":          jsonUnrestorable(roots, res.Unrestorable),
+			"partial":               len(res.Unrestorable) > 0,
 		})
 	}
 	fmt.Fprintf(env.Stdout, "dry run: %s would create %d, modify %d and delete %d paths (nothing was changed)\n", what,
@@ -157,6 +159,12 @@ func printDryRun(env *Env, roots []changelog.Root, format, what string, res *cha
 			ExitChangedSinceCapture, len(res.Conflicts), plural(len(res.Conflicts), "was", "were"))
 		for _, pc := range res.Conflicts {
 			fmt.Fprintf(env.Stdout, "  %-8s since  %s\n", pc.Since, displayPath(roots, pc))
+		}
+	}
+	if len(res.Unrestorable) > 0 {
+		fmt.Fprintf(env.Stdout, "it would be partial (exit status %d): %d %s cannot be restored:\n", ExitPartial, len(res.Unrestorable), plural(len(res.Unrestorable), "path", "paths"))
+		for _, u := range res.Unrestorable {
+			fmt.Fprintf(env.Stdout, "  %s: %s\n", unrestorablePath(roots, u), u.Reason)
 		}
 	}
 	if len(res.Outside) > 0 {
@@ -208,4 +216,32 @@ func (d *discardFlags) resolve(env *Env, force bool) (uncaptured, outside bool) 
 		fmt.Fprintln(env.Stderr, "agentscm: warning: --force is deprecated for paths changed since the newest capture: use --discard-uncaptured-edits")
 	}
 	return *d.uncaptured || force, *d.outside
+}
+
+// jsonUnrestorable is the unrestorable list with absolute paths, for
+// --format json (an empty list, not null).
+func jsonUnrestorable(roots []changelog.Root, list []changelog.Unrestorable) []map[string]string {
+	out := []map[string]string{}
+	for _, u := range list {
+		out = append(out, map[string]string{"root": u.Root, "path": u.Path, "abs_path": unrestorablePath(roots, u), "reason": u.Reason})
+	}
+	return out
+}
+
+func unrestorablePath(roots []changelog.Root, u changelog.Unrestorable) string {
+	return displayPath(roots, changelog.PathChange{Root: u.Root, Path: u.Path})
+}
+
+// partialExit says on stderr what a rewind that went through could not
+// restore, and returns its exit status (ExitPartial), nil when nothing.
+func partialExit(env *Env, roots []changelog.Root, res *changelog.ApplyResult) error {
+	if len(res.Unrestorable) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "the rewind is partial: %d %s could not be restored:", len(res.Unrestorable), plural(len(res.Unrestorable), "path", "paths"))
+	for _, u := range res.Unrestorable {
+		fmt.Fprintf(&b, "\n  %s: %s", unrestorablePath(roots, u), u.Reason)
+	}
+	return &ExitCodeError{Code: ExitPartial, Err: errors.New(b.String())}
 }
