@@ -109,7 +109,12 @@ func (c *Changelog) Apply(ctx context.Context, req ApplyRequest) (*ApplyResult, 
 		if p > req.To {
 			m, err := ReadMeta(c.incrementPath(p))
 			if err != nil {
-				return nil, fmt.Errorf("increment %d: %w: %v", p, ErrUnreadableArchive, err)
+				// A later increment is not replayed; without its metadata
+				// it names no outside work (list shows it unreadable).
+				if !found {
+					return nil, fmt.Errorf("%w: %d", ErrNoIncrement, req.To)
+				}
+				continue
 			}
 			if !found {
 				for _, h := range m.Holds {
