@@ -365,6 +365,30 @@ func TestChangelogIgnoreRuleAddedLater(t *testing.T) {
 	}
 	after := treeOf(t, c.root)
 	to := fmt.Sprint(calls[0])
+	// The dry run lists each path once (the live transcript too: never
+	// created and modified, never deleted).
+	var plan map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(c.agentscm("rewind", "--root", c.root, "--to", to, "--dry-run", "--format", "json")), &plan); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]string{}
+	for _, change := range []string{"created", "modified", "deleted"} {
+		var list []struct {
+			Root string `json:"root"`
+			Path string `json:"path"`
+		}
+		json.Unmarshal(plan[change], &list)
+		for _, p := range list {
+			k := p.Root + ":" + p.Path
+			if prev, ok := seen[k]; ok {
+				t.Errorf("the dry run lists %s as %s and %s", k, prev, change)
+			}
+			seen[k] = change
+			if p.Root == changelog.TranscriptRootName && change == "deleted" {
+				t.Errorf("the dry run deletes the transcript %s", p.Path)
+			}
+		}
+	}
 	dry := c.agentscm("rewind", "--root", c.root, "--to", to, "--dry-run")
 	for _, s := range []string{"modified file    " + cfg, "deleted  file    " + gi} {
 		if !strings.Contains(dry, s) {
