@@ -143,3 +143,31 @@ func TestFailedStoreKeepsItsPosition(t *testing.T) {
 		})
 	}
 }
+
+// The hook stores outside work before a tool call and before a prompt,
+// and nothing when nothing changed.
+func TestHookCapturesOutsideWork(t *testing.T) {
+	for _, tc := range []struct {
+		event string
+		want  string // "" none
+	}{{"PreToolUse", KindOutside}, {"UserPromptSubmit", KindOutside}} {
+		t.Run(tc.event, func(t *testing.T) {
+			cfg, root, _ := hookFixture(t)
+			os.WriteFile(filepath.Join(root, "a"), []byte("agent"), 0o644)
+			if _, err := runHook(t, cfg, root, "PostToolUse", "s1"); err != nil {
+				t.Fatal(err)
+			}
+			if r, err := runHook(t, cfg, root, tc.event, "s1"); err != nil || r.Increment != nil {
+				t.Fatalf("nothing changed: %+v %v", r, err)
+			}
+			os.WriteFile(filepath.Join(root, "a"), []byte("the user's"), 0o644)
+			r, err := runHook(t, cfg, root, tc.event, "s1")
+			if err != nil || r.Increment == nil || r.Increment.Meta.Kind != tc.want || r.Increment.Meta.Outside.Event != tc.event {
+				t.Fatalf("after the user's edit: %+v %v", r, err)
+			}
+			if tc.event == "PreToolUse" && r.Increment.Meta.Outside.BeforeToolUseID != "toolu_x" {
+				t.Errorf("outside %+v", r.Increment.Meta.Outside)
+			}
+		})
+	}
+}
