@@ -605,6 +605,9 @@ type Unrestorable struct {
 	// Path is relative to the root ("" for the whole root).
 	Path   string `json:"path"`
 	Reason string `json:"reason"`
+	// Withheld marks a conversation root left off the Hub by the
+	// checkout's sharing choice: listed, but a choice, not a failure.
+	Withheld bool `json:"withheld,omitempty"`
 }
 
 // unrestorable lists what the simulated replay cannot restore: symlinks of
@@ -623,7 +626,7 @@ func (rp *replay) unrestorable(roots []Root) []Unrestorable {
 		for _, name := range ra.a.Meta.WithheldRoots {
 			if !withheld[name] {
 				withheld[name] = true
-				out = append(out, Unrestorable{Root: name, Reason: "withheld from the Hub (the checkout did not share its conversation when it was uploaded): not restored"})
+				out = append(out, Unrestorable{Root: name, Withheld: true, Reason: "withheld from the Hub (the checkout did not share its conversation when it was uploaded): not restored"})
 			}
 		}
 		for mi := range ra.a.Members {

@@ -616,7 +616,7 @@ directory, everything git ignores) are never deleted or changed.`)
 	}
 	if *format == "json" {
 		if err := writeJSON(env.Stdout, map[string]any{"to": *to, "applied": res.Applied, "undo_position": res.PreApply.Position, "result_position": res.Result.Position, "resumed": resumed, "forced": jsonChanges(res.Conflicts),
-			"discarded_outside_work": jsonChanges(res.Outside), "unrestorable": jsonUnrestorable(c.Roots(), res.Unrestorable), "partial": len(res.Unrestorable) > 0}); err != nil {
+			"discarded_outside_work": jsonChanges(res.Outside), "unrestorable": jsonUnrestorable(c.Roots(), res.Unrestorable), "partial": isPartial(res)}); err != nil {
 			return err
 		}
 		return partialExit(env, c.Roots(), res)

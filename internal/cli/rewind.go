@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/agentscm/agentscm/internal/capture"
@@ -146,7 +147,7 @@ func printDryRun(env *Env, roots []changelog.Root, format, what string, res *cha
 			"outside_work":          jsonChangesOf(roots, res.Outside),
 			"would_refuse":          len(res.Conflicts) > 0 || len(res.Outside) > 0,
 			"unrestorable":          jsonUnrestorable(roots, res.Unrestorable),
-			"partial":               len(res.Unrestorable) > 0,
+			"partial":               isPartial(res),
 		})
 	}
 	fmt.Fprintf(env.Stdout, "dry run: %s would create %d, modify %d and delete %d paths (nothing was changed)\n", what,
@@ -162,7 +163,11 @@ func printDryRun(env *Env, roots []changelog.Root, format, what string, res *cha
 		}
 	}
 	if len(res.Unrestorable) > 0 {
-		fmt.Fprintf(env.Stdout, "it would be partial (exit status %d): %d %s cannot be restored:\n", ExitPartial, len(res.Unrestorable), plural(len(res.Unrestorable), "path", "paths"))
+		what := fmt.Sprintf("it would be partial (exit status %d)", ExitPartial)
+		if !isPartial(res) {
+			what = "note"
+		}
+		fmt.Fprintf(env.Stdout, "%s: %d %s cannot be restored:\n", what, len(res.Unrestorable), plural(len(res.Unrestorable), "path", "paths"))
 		for _, u := range res.Unrestorable {
 			fmt.Fprintf(env.Stdout, "  %s: %s\n", unrestorablePath(roots, u), u.Reason)
 		}
@@ -234,14 +239,30 @@ func unrestorablePath(roots []changelog.Root, u changelog.Unrestorable) string {
 
 // partialExit says on stderr what a rewind that went through could not
 // restore, and returns its exit status (ExitPartial), nil when nothing.
+// A conversation root withheld from the Hub by the checkout's sharing
+// choice is only noted: it does not make the rewind partial.
 func partialExit(env *Env, roots []changelog.Root, res *changelog.ApplyResult) error {
-	if len(res.Unrestorable) == 0 {
+	var failed []changelog.Unrestorable
+	for _, u := range res.Unrestorable {
+		if u.Withheld {
+			fmt.Fprintf(env.Stderr, "agentscm: note: %s: %s\n", unrestorablePath(roots, u), u.Reason)
+			continue
+		}
+		failed = append(failed, u)
+	}
+	if len(failed) == 0 {
 		return nil
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "the rewind is partial: %d %s could not be restored:", len(res.Unrestorable), plural(len(res.Unrestorable), "path", "paths"))
-	for _, u := range res.Unrestorable {
+	fmt.Fprintf(&b, "the rewind is partial: %d %s could not be restored:", len(failed), plural(len(failed), "path", "paths"))
+	for _, u := range failed {
 		fmt.Fprintf(&b, "\n  %s: %s", unrestorablePath(roots, u), u.Reason)
 	}
 	return &ExitCodeError{Code: ExitPartial, Err: errors.New(b.String())}
+}
+
+// isPartial reports whether res leaves something unrestored that makes
+// the rewind partial.
+func isPartial(res *changelog.ApplyResult) bool {
+	return slices.ContainsFunc(res.Unrestorable, func(u changelog.Unrestorable) bool { return !u.Withheld })
 }
