@@ -255,9 +255,14 @@ func (c *Changelog) applyLocked(ctx context.Context, paths []string, applied []i
 			return nil, err
 		}
 	}
-	pre, st, err := c.storeLocked(ctx, sc, CaptureRequest{Position: st.LastPosition + 1, SessionID: req.SessionID, Tool: tool}, KindPreApply, nil)
+	// The undo point takes the next free position: after a lost call's
+	// too, whose writes it then carries (and says so).
+	pre, st, err := c.storeLocked(ctx, sc, CaptureRequest{Position: -1, SessionID: req.SessionID, Tool: tool, holes: c.loadHoles()}, KindPreApply, nil)
 	if err != nil {
 		return nil, fmt.Errorf("capture the state before the rewind: %w", err)
+	}
+	if len(pre.Meta.Holds) > 0 {
+		c.clearHoles()
 	}
 	res.PreApply = pre
 	err = rp.extract(ctx)

@@ -135,6 +135,20 @@ func TestFailedStoreKeepsItsPosition(t *testing.T) {
 			if next.Position != 3 || len(next.Meta.Holds) != 0 {
 				t.Fatalf("the next increment: position %d holds %+v", next.Position, next.Meta.Holds)
 			}
+			// A rewind's undo point never takes a lost call's number.
+			s.c.opts.Failpoint = "store:4"
+			writeFile(t, filepath.Join(s.checkout, "four.txt"), "4\n")
+			if _, err := s.c.Capture(context.Background(), CaptureRequest{Position: -1, Tool: "Bash"}); !errors.As(err, &he) || he.Position != 4 {
+				t.Fatalf("failed store 4: %v", err)
+			}
+			s.c.opts.Failpoint = ""
+			res, err := s.c.Apply(context.Background(), ApplyRequest{To: 3, Force: true}) // four.txt is uncaptured
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.PreApply.Position != 5 || len(res.PreApply.Meta.Holds) != 1 || res.PreApply.Meta.Holds[0].Position != 4 || res.Result.Position != 6 {
+				t.Fatalf("undo point %d holds %+v, result %d", res.PreApply.Position, res.PreApply.Meta.Holds, res.Result.Position)
+			}
 			// A rewind to the lost position says where its writes are.
 			_, err = s.c.Apply(context.Background(), ApplyRequest{To: 1})
 			if !errors.Is(err, ErrNoIncrement) {

@@ -112,9 +112,12 @@ func (c *Changelog) Revert(ctx context.Context, req RevertRequest) (*RevertResul
 	if req.DryRun || len(actions) == 0 {
 		return res, nil
 	}
-	pre, st, err := c.storeLocked(ctx, sc, CaptureRequest{Position: st.LastPosition + 1, SessionID: req.SessionID, Tool: "agentscm revert"}, KindPreApply, nil)
+	pre, st, err := c.storeLocked(ctx, sc, CaptureRequest{Position: -1, SessionID: req.SessionID, Tool: "agentscm revert", holes: c.loadHoles()}, KindPreApply, nil)
 	if err != nil {
 		return nil, fmt.Errorf("capture the state before the revert: %w", err)
+	}
+	if len(pre.Meta.Holds) > 0 {
+		c.clearHoles()
 	}
 	res.PreApply = pre
 	if err := executeRevert(ctx, rp.roots, actions, before.sim); err != nil {
