@@ -346,8 +346,8 @@ func configureLocked(ctx context.Context, store Store, root string, lin Lineage,
 				return false, err
 			}
 			if cur.Hub != "" && (cur.Hub != lin.Hub || cur.Repository != lin.Repository) {
-				return false, fmt.Errorf("the binding of %s was saved for %s on %s, but the checkout is now connected to %s on %s; run change-capture forget --root %s to start fresh",
-					root, cur.Repository, cur.Hub, lin.Repository, lin.Hub, root)
+				return false, fmt.Errorf("the binding of %s was saved for %s on %s, but the checkout is now connected to %s on %s; %s",
+					root, cur.Repository, cur.Hub, lin.Repository, lin.Hub, startFreshAdvice(cur))
 			}
 			if cur.WorktreeID != "" && cur.WorktreeID != p.b.WorktreeID {
 				return false, fmt.Errorf("the spool of %s is bound to worktree %s, not %s", root, cur.WorktreeID, p.b.WorktreeID)
@@ -508,6 +508,15 @@ func Unconfigure(ctx context.Context, store Store, root string) (*UnconfigureRes
 		res.HooksRemoved = removed
 	}
 	return res, nil
+}
+
+// startFreshAdvice says how to drop a binding saved for another Hub or
+// repository: forget refuses an enabled binding, so unconfigure comes first.
+func startFreshAdvice(b *Binding) string {
+	if b.Enabled {
+		return fmt.Sprintf("to start fresh, run change-capture unconfigure --root %s, then change-capture forget --root %s (the spool is kept)", b.Root, b.Root)
+	}
+	return fmt.Sprintf("to start fresh, run change-capture forget --root %s (the spool is kept)", b.Root)
 }
 
 // randomHex returns n random bytes in hex.

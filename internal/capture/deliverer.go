@@ -13,7 +13,6 @@ import (
 
 	"github.com/agentscm/agentscm/internal/fsutil"
 	"github.com/agentscm/agentscm/internal/spool"
-	"github.com/agentscm/agentscm/internal/transcript"
 )
 
 // The background deliverer takes delivery off the hook's critical path.
@@ -508,7 +507,7 @@ func deliverRound(ctx context.Context, store Store, sp *spool.Spool, bd *Binding
 	defer cancel()
 	for i := range envs {
 		env := &envs[i]
-		if env.Record.Deferred || env.Record.WorkID == "" || transcript.LocalOnly(&env.Record) {
+		if !Deliverable(&env.Record) {
 			trailing = env
 			continue
 		}

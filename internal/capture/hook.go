@@ -13,6 +13,7 @@ import (
 	"github.com/agentscm/agentscm/internal/agent/claude"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/fsutil"
+	"github.com/agentscm/agentscm/internal/hub/api"
 	"github.com/agentscm/agentscm/internal/spool"
 	"github.com/agentscm/agentscm/internal/transcript"
 )
@@ -411,6 +412,13 @@ func HandleAgentPayload(ctx context.Context, store Store, hubs HubOpener, a adap
 	rctx, cancel := context.WithTimeout(ctx, ResolveTimeout)
 	t, rerr := hub.Resolve(rctx, bd.WorktreeID, p.SessionID)
 	cancel()
+	if rerr != nil {
+		t = Target{} // deferred: the route copies the session's last exact target
+	} else if werr := store.rememberTarget(bd, p.SessionID, t); werr != nil {
+		// Later intake-first hooks of the session then record an older
+		// target (or none) at receipt; the event itself is unaffected.
+		res.Warning = joinWarning(res.Warning, werr.Error())
+	}
 	if rerr != nil && rec.Kind == event.ToolStart {
 		if _, ok := ruleFor(bd, rec.ToolName); ok {
 			// An unresolved PreToolUse of a ruled tool keeps the source it
@@ -480,6 +488,10 @@ func HandleAgentPayload(ctx context.Context, store Store, hubs HubOpener, a adap
 		rec.DeferredReason = DeferReason(rerr)
 	}
 	cerr := captureOccurrence(led, ss, bd, p.SessionID, PhaseFingerprint(p, rec), rec, obs, t, rerr == nil, res)
+	if cerr == nil && superseded(rerr) && rec.Association == AssocCopied {
+		// The copied target's generation is superseded: show its hole now.
+		cerr = publishRefusedOutages(ss, led, rec, Target{WorkID: rec.WorkID, Generation: rec.Generation, Session: rec.CanonicalSession})
+	}
 	if cerr == nil {
 		// Actions from execution rules (action.go): the action start or
 		// finish of this tool call, appended in the same spool Session
@@ -684,21 +696,67 @@ func publishOutages(ss *spool.Session, led *Ledger, rec *event.Record, observed 
 		// event's stream.
 		direct := o.Observed == observed && o.Target == t && observed == t.Session && o.Stream == led.Stream()
 		if !direct {
-			gap := &event.Record{
-				Agent: rec.Agent, SessionID: o.Observed, Kind: event.KindGap, HookEvent: "outage",
-				ObservedAt: rec.ObservedAt, CaptureMode: rec.CaptureMode,
-				WorkID: o.Target.WorkID, Generation: o.Target.Generation, CanonicalSession: o.Target.Session,
-				Association: AssocCopied, Sequenced: true, SharedSeq: o.From, Stream: o.Stream,
-				Gap: &event.GapInfo{Kind: event.GapCaptureInterrupted, Reason: "target_unavailable", FromSeq: o.From, ToSeq: o.To,
-					Detail: "no exact target resolved for these occurrences; only sanitized local facts were kept"},
-			}
-			if _, err := appendInStream(ss, led, gap); err != nil {
-				return done, fmt.Errorf("publish the outage gap of session %s: %w", o.Observed, err)
+			if err := appendOutageGap(ss, led, rec, o); err != nil {
+				return done, err
 			}
 		}
 		done = append(done, o)
 	}
 	return done, nil
+}
+
+// appendOutageGap appends the deterministic capture_interrupted gap of one
+// outage under its copied target.
+func appendOutageGap(ss *spool.Session, led *Ledger, rec *event.Record, o Outage) error {
+	gap := &event.Record{
+		Agent: rec.Agent, SessionID: o.Observed, Kind: event.KindGap, HookEvent: "outage",
+		ObservedAt: rec.ObservedAt, CaptureMode: rec.CaptureMode,
+		WorkID: o.Target.WorkID, Generation: o.Target.Generation, CanonicalSession: o.Target.Session,
+		Association: AssocCopied, Sequenced: true, SharedSeq: o.From, Stream: o.Stream,
+		Gap: &event.GapInfo{Kind: event.GapCaptureInterrupted, Reason: "target_unavailable", FromSeq: o.From, ToSeq: o.To,
+			Detail: "no exact target resolved for these occurrences; only sanitized local facts were kept"},
+	}
+	if _, err := appendInStream(ss, led, gap); err != nil {
+		return fmt.Errorf("publish the outage gap of session %s: %w", o.Observed, err)
+	}
+	return nil
+}
+
+// publishRefusedOutages makes every outage under t visible at once: a
+// takeover moved t's Work to a newer generation, so no later event can
+// ever expose the hole under t, and no later resolution may absorb it. The
+// gap names t; the Hub keeps a gap of an older generation where the hole
+// is. (Outages of a target refused otherwise, a handed-over or finished
+// Work, wait as before for the next resolved event: the Hub would refuse
+// their gap while the generation is still current.)
+func publishRefusedOutages(ss *spool.Session, led *Ledger, rec *event.Record, t Target) error {
+	var done []Outage
+	for _, o := range led.Outages() {
+		if o.Target != t {
+			continue
+		}
+		if err := appendOutageGap(ss, led, rec, o); err != nil {
+			return err
+		}
+		done = append(done, o)
+	}
+	led.ClearOutages(done)
+	return led.Flush()
+}
+
+// targetRefused reports whether a resolution error is the Hub's refusal of
+// the target (stale_generation, work_not_accepting, no_current_work, ...),
+// as opposed to a Hub that could not answer.
+func targetRefused(err error) bool {
+	ae, ok := api.AsError(err)
+	return ok && ae.Code == api.CodeTargetRefused
+}
+
+// superseded reports whether a resolution error says a takeover moved the
+// Work to a newer generation (stale_generation).
+func superseded(err error) bool {
+	ae, ok := api.AsError(err)
+	return ok && ae.Code == api.CodeTargetRefused && ae.Reason == api.ReasonStaleGeneration
 }
 
 // deliver replays up to page (at most DeliveryPageSize) pending envelopes in

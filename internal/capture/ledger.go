@@ -489,12 +489,17 @@ func (l *Ledger) SetExact(observed string, t Target) {
 }
 
 // RouteFor returns the route of an occurrence of the observed session given
-// the current resolution: the exact target, else a deferred copy of the
+// the current resolution: the exact target, else a deferred copy of t when
+// the caller names one (the session's target when the hook received the
+// event, which the Hub no longer accepts), else a deferred copy of the
 // session's last exact target, else an unassociated deferred route. No
 // sequence is reserved.
 func (l *Ledger) RouteFor(observed string, t Target, resolved bool) Route {
 	if resolved {
 		return Route{Target: t, Association: AssocExact}
+	}
+	if t.WorkID != "" {
+		return Route{Target: t, Association: AssocCopied, Deferred: true}
 	}
 	if last, ok := l.LastTarget(observed); ok {
 		return Route{Target: last, Association: AssocCopied, Deferred: true}

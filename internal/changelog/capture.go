@@ -34,6 +34,9 @@ type CaptureRequest struct {
 	// Failed marks a tool call that failed (PostToolUseFailure): it still
 	// takes its own position.
 	Failed bool
+	// ConcurrentSessions names the other sessions whose turn ran when the
+	// position was taken (parallel sessions): their writes may be in it.
+	ConcurrentSessions []string
 	// Kind is the increment's kind: "" or KindCall for a tool call,
 	// KindOutside for CaptureOutside.
 	Kind string
@@ -264,6 +267,7 @@ func (c *Changelog) storeLocked(ctx context.Context, sc *walked, req CaptureRequ
 			meta.Holds = append(meta.Holds, h)
 		}
 	}
+	meta.ConcurrentSessions = req.ConcurrentSessions
 	next = &captureState{LastPosition: req.Position, token: sc.token}
 	plans := sc.plans
 	var changes changeList

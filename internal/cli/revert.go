@@ -18,7 +18,7 @@ func revertCommand() *Command {
 }
 
 func runRevert(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "agentscm revert", "--root ABS --call N [--dry-run] [--format text|json]", `
+	fs := newFlags(env, "agentscm revert", "[--root ABS] --call N [--dry-run] [--format text|json]", `
 Undo only tool call N's changes (N is its position in agentscm changelog
 list), keeping every later call's and your own work: each path the call
 created, modified or deleted is set back to its state before the call
@@ -38,7 +38,7 @@ agent turn runs.`)
 	call := fs.Int("call", -1, "the position of the tool call to undo (required)")
 	dryRun := fs.Bool("dry-run", false, "print what the revert would change and the conflicts, and change nothing")
 	format := formatFlag(fs)
-	if err := parseFlags(fs, args, false); err != nil {
+	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
 	}
 	if *call < 0 {

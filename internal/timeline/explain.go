@@ -85,10 +85,54 @@ var reasonText = map[string]string{
 	"body_redacted": "shared-conversation mode redacts every body before it is kept; this body needed it",
 }
 
-// ResultText explains the words of a tool call's result.
+// ResultText explains the words of a tool call's result, as Claude Code
+// reports them (ResultWhy: as each agent does).
 var ResultText = map[string]string{
 	"succeeded": "Claude Code reported that the tool returned (PostToolUse)",
 	"failed":    "Claude Code reported that the tool failed (PostToolUseFailure)",
+}
+
+// Agent names of the hosts whose sessions a record holds (the capture's
+// adapter names).
+const (
+	AgentClaude = "claude-code"
+	AgentCodex  = "codex"
+	AgentGemini = "gemini"
+)
+
+// agentText is how the texts name each agent.
+var agentText = map[string]string{AgentClaude: "Claude Code", AgentCodex: "Codex CLI", AgentGemini: "Gemini CLI"}
+
+// resultText is ResultText for the agents with hook events of their own.
+var resultText = map[string]map[string]string{
+	AgentCodex: {
+		"succeeded": "Codex CLI reported that the tool returned (PostToolUse; for a shell call, exit code 0 in its rollout file)",
+		"failed":    "Codex CLI reported that the call failed (PostToolUse with a non-zero exit code in its rollout file, or a failed patch)",
+	},
+	AgentGemini: {
+		"succeeded": "Gemini CLI reported that the tool returned (AfterTool)",
+		"failed":    "Gemini CLI reported that the tool failed (AfterTool with an error, or a shell result stating a non-zero exit code)",
+	},
+}
+
+// ResultWhy explains the result word of a call of a session of agent
+// ("" or unknown: as Claude Code reports it).
+func ResultWhy(agent, result string) string {
+	if t, ok := resultText[agent][result]; ok {
+		return t
+	}
+	return ResultText[result]
+}
+
+// ExplainFor is Explain for a gap of a session of agent: the texts name
+// that agent where they name the host ("" or unknown: Claude Code).
+func ExplainFor(agent, kind, reason string) (meaning, why string) {
+	meaning, why = Explain(kind, reason)
+	if name, ok := agentText[agent]; ok && agent != AgentClaude {
+		meaning = strings.ReplaceAll(meaning, "Claude Code", name)
+		why = strings.ReplaceAll(why, "Claude Code", name)
+	}
+	return meaning, why
 }
 
 // driftWhy explains an action's source drift.
