@@ -43,6 +43,13 @@ type ApplyRequest struct {
 	// DryRun computes what the rewind would create, modify and delete
 	// (ApplyResult.Effects) and changes nothing: no increment is stored.
 	DryRun bool
+	// DiscardOutsideEdits rewinds although it changes or deletes work done
+	// outside the agent after the target position (outside increments;
+	// the undo point still holds it).
+	DiscardOutsideEdits bool
+
+	// later are the increments after the target (Apply reads them).
+	later []laterIncrement
 }
 
 // ApplyResult reports a rewind.
@@ -61,6 +68,15 @@ type ApplyResult struct {
 	// that the rewind changes (with Force it went ahead; without it, the
 	// rewind was refused with a *ChangedError).
 	Conflicts []PathChange
+	// Outside is the work done outside the agent after the target (see
+	// CaptureOutside) that the rewind changes (with DiscardOutsideEdits it
+	// went ahead; without it, the rewind was refused).
+	Outside []PathChange
+	// Unrestorable lists what the rewind cannot restore to its state at
+	// the target (the rewind is then partial): a symlink whose target lies
+	// outside every capture root, a conversation root withheld from the
+	// Hub, a transcript part that does not chain.
+	Unrestorable []Unrestorable
 	// Effects, for a dry run, lists every path the rewind would create,
 	// modify or delete.
 	Effects []PathChange
@@ -91,7 +107,25 @@ func (c *Changelog) Apply(ctx context.Context, req ApplyRequest) (*ApplyResult, 
 	found := false
 	for _, p := range pos {
 		if p > req.To {
-			break
+			m, err := ReadMeta(c.incrementPath(p))
+			if err != nil {
+				// A later increment is not replayed; without its metadata
+				// it names no outside work (list shows it unreadable).
+				if !found {
+					return nil, fmt.Errorf("%w: %d", ErrNoIncrement, req.To)
+				}
+				continue
+			}
+			if !found {
+				for _, h := range m.Holds {
+					if h.Position == req.To {
+						return nil, fmt.Errorf("%w: %d (its increment was not stored: %s; increment %d carries its writes together with its own)", ErrNoIncrement, req.To, h.Error, p)
+					}
+				}
+				return nil, fmt.Errorf("%w: %d", ErrNoIncrement, req.To)
+			}
+			req.later = append(req.later, laterIncrement{Position: p, Kind: m.Kind, Changes: m.Changes})
+			continue
 		}
 		paths = append(paths, c.incrementPath(p))
 		applied = append(applied, p)
@@ -190,25 +224,45 @@ func (c *Changelog) applyLocked(ctx context.Context, paths []string, applied []i
 	if err != nil {
 		return nil, err
 	}
-	res := &ApplyResult{Applied: applied, Target: target, Conflicts: conflicts}
+	var names []string
+	for _, r := range c.opts.Roots {
+		names = append(names, r.Name)
+	}
+	outside, err := rp.outsideConflicts(sc, planOutside(req.later, names))
+	if err != nil {
+		return nil, err
+	}
+	res := &ApplyResult{Applied: applied, Target: target, Conflicts: conflicts, Outside: outside, Unrestorable: rp.unrestorable(c.opts.Roots)}
 	if req.DryRun {
 		res.DryRun = true
-		if res.Effects, err = rp.effects(sc); err != nil {
+		if res.Effects, err = rp.dryEffects(ctx, sc, c.opts.Roots, staged, rewoundSession(target)); err != nil {
 			return nil, err
 		}
 		return res, nil
 	}
+	refused := &ChangedError{Position: st.LastPosition, Target: req.To}
 	if len(conflicts) > 0 && !req.Force {
-		return nil, &ChangedError{Position: st.LastPosition, Paths: conflicts}
+		refused.Paths = conflicts
+	}
+	if len(outside) > 0 && !req.DiscardOutsideEdits {
+		refused.Outside = outside
+	}
+	if len(refused.Paths)+len(refused.Outside) > 0 {
+		return nil, refused
 	}
 	if req.BeforeExtract != nil {
 		if err := req.BeforeExtract(ctx, target); err != nil {
 			return nil, err
 		}
 	}
-	pre, st, err := c.storeLocked(ctx, sc, CaptureRequest{Position: st.LastPosition + 1, SessionID: req.SessionID, Tool: tool}, KindPreApply, nil)
+	// The undo point takes the next free position: after a lost call's
+	// too, whose writes it then carries (and says so).
+	pre, st, err := c.storeLocked(ctx, sc, CaptureRequest{Position: -1, SessionID: req.SessionID, Tool: tool, holes: c.loadHoles()}, KindPreApply, nil)
 	if err != nil {
 		return nil, fmt.Errorf("capture the state before the rewind: %w", err)
+	}
+	if len(pre.Meta.Holds) > 0 {
+		c.clearHoles()
 	}
 	res.PreApply = pre
 	err = rp.extract(ctx)
@@ -280,6 +334,9 @@ type replay struct {
 	disk *scanDisk
 	// sim is the simulated result, once simulate ran.
 	sim *overlay
+	// only, when set, limits an extraction to these roots (a dry run
+	// extracts the staged conversation roots alone).
+	only map[string]bool
 }
 
 func (rp *replay) close() {
@@ -673,6 +730,9 @@ type dirTime struct {
 
 func (rp *replay) extractOne(ctx context.Context, ra *replayArchive) error {
 	for _, name := range ra.a.Meta.RemovedRoots {
+		if rp.only != nil && !rp.only[name] {
+			continue
+		}
 		if rp.prot.holds(name, "") {
 			if err := rp.emptyRoot(name); err != nil {
 				return fmt.Errorf("empty capture root %s: %w", name, err)
@@ -741,7 +801,7 @@ func (rp *replay) extractOne(ctx context.Context, ra *replayArchive) error {
 				return fmt.Errorf("%w: archive changed while being applied", ErrUnreadableArchive)
 			}
 		}
-		if rp.prot.skips(m) {
+		if rp.prot.skips(m) || (rp.only != nil && !rp.only[m.Root]) {
 			continue
 		}
 		root, err := openRoot(m.Root)

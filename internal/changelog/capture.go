@@ -13,6 +13,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -36,7 +37,22 @@ type CaptureRequest struct {
 	// ConcurrentSessions names the other sessions whose turn ran when the
 	// position was taken (parallel sessions): their writes may be in it.
 	ConcurrentSessions []string
+	// Kind is the increment's kind: "" or KindCall for a tool call,
+	// KindOutside for CaptureOutside.
+	Kind string
+	// Outside describes a KindOutside capture.
+	Outside *Outside
+
+	// holes are the recorded positions whose increments were not stored
+	// (see holes.go), loaded by Capture.
+	holes []Held
+	// reverted is the call a KindRevert increment undid.
+	reverted *int
 }
+
+// errNothingOutside ends an outside capture that found no change outside
+// the conversation roots: nothing is stored.
+var errNothingOutside = errors.New("no change outside the conversation roots")
 
 // ErrPosition reports a capture at a position not past the last stored one.
 var ErrPosition = errors.New("position is not past the last stored increment")
@@ -71,11 +87,63 @@ func (c *Changelog) Capture(ctx context.Context, req CaptureRequest) (*Increment
 		return nil, err
 	}
 	defer lk.Unlock()
-	if inc, ok, err := c.captureFast(ctx, req); ok {
-		return inc, err
+	if req.Kind == "" {
+		req.Kind = KindCall
 	}
-	inc, _, err := c.captureLocked(ctx, req, KindCall, nil, nil)
+	req.holes = c.loadHoles()
+	inc, ok, err := c.captureFast(ctx, req)
+	if !ok {
+		inc, _, err = c.captureLocked(ctx, req, req.Kind, nil, nil)
+	}
+	switch {
+	case errors.Is(err, errNothingOutside):
+		return nil, nil
+	case err != nil && !errors.Is(err, ErrPosition):
+		// The call keeps its position: the next increment carries its
+		// writes and says so.
+		pos := req.Position
+		if pos < 0 {
+			if pos, err2 := c.nextFreePosition(req.holes); err2 == nil {
+				req.Position = pos
+			}
+		}
+		if req.Position >= 0 {
+			h := Held{Position: req.Position, Kind: req.Kind, Tool: req.Tool, Error: err.Error()}
+			if herr := c.addHole(h); herr != nil {
+				return nil, fmt.Errorf("%w (and position %d could not be kept for it: %v)", err, req.Position, herr)
+			}
+			return nil, &HoleError{Position: req.Position, Err: err}
+		}
+		return nil, err
+	case err == nil && len(inc.Meta.Holds) > 0:
+		c.clearHoles()
+	}
 	return inc, err
+}
+
+// HoleError reports a capture whose increment could not be stored: its
+// position stays taken and the next stored increment carries its writes.
+type HoleError struct {
+	Position int
+	Err      error
+}
+
+func (e *HoleError) Error() string {
+	return fmt.Sprintf("increment %d not stored (the next increment carries its writes and keeps position %d for it): %v", e.Position, e.Position, e.Err)
+}
+
+func (e *HoleError) Unwrap() error { return e.Err }
+
+// CaptureOutside stores the changes made under the capture roots since the
+// last stored increment, when any lies outside the conversation roots, as
+// an increment of kind KindOutside: work done between tool calls (by the
+// user or any other process) that the next call's increment must not
+// claim. It returns nil, storing nothing, when only conversation roots
+// (the host's transcript) changed. The hooks call it before a tool call
+// starts (PreToolUse) and before a turn (UserPromptSubmit).
+func (c *Changelog) CaptureOutside(ctx context.Context, req CaptureRequest) (*Increment, error) {
+	req.Kind, req.Failed, req.ToolUseID, req.Tool = KindOutside, false, "", ""
+	return c.Capture(ctx, req)
 }
 
 // stateForCapture loads the state, falling back to a full capture after the
@@ -175,8 +243,15 @@ func (c *Changelog) scanLocked(ctx context.Context, st *captureState) (*walked, 
 // state from sc.st.
 func (c *Changelog) storeLocked(ctx context.Context, sc *walked, req CaptureRequest, kind string, appliedTo *int) (_ *Increment, next *captureState, _ error) {
 	st := sc.st
+	holds := pendingHoles(req.holes, st.LastPosition)
 	if req.Position < 0 {
-		req.Position = st.LastPosition + 1
+		req.Position = max(st.LastPosition, lastHole(holds)) + 1
+	}
+	if kind == KindOutside && slices.ContainsFunc(holds, func(h Held) bool { return h.Kind != KindOutside }) {
+		// A call's writes are still uncaptured (its store failed): they
+		// cannot be told from outside work, so the next call's increment
+		// carries both and says it holds that call.
+		return nil, nil, errNothingOutside
 	}
 	if req.Position <= st.LastPosition || req.Position > 999999 {
 		return nil, nil, fmt.Errorf("%w: position %d, last stored %d", ErrPosition, req.Position, st.LastPosition)
@@ -184,7 +259,13 @@ func (c *Changelog) storeLocked(ctx context.Context, sc *walked, req CaptureRequ
 	start := sc.start
 	meta := &Meta{
 		Version: 1, Position: req.Position, SessionID: req.SessionID, ToolUseID: req.ToolUseID, Tool: req.Tool, Failed: req.Failed,
-		Kind: kind, CreatedAt: start.UTC(), RemovedRoots: sc.removed, AppliedTo: appliedTo,
+		Kind: kind, CreatedAt: start.UTC(), RemovedRoots: sc.removed, AppliedTo: appliedTo, Outside: req.Outside,
+		Reverted: req.reverted,
+	}
+	for _, h := range holds {
+		if h.Position < req.Position {
+			meta.Holds = append(meta.Holds, h)
+		}
 	}
 	meta.ConcurrentSessions = req.ConcurrentSessions
 	next = &captureState{LastPosition: req.Position, token: sc.token}
@@ -194,6 +275,7 @@ func (c *Changelog) storeLocked(ctx context.Context, sc *walked, req CaptureRequ
 	if st.LastPosition < 0 {
 		baseline = c.loadBaseline()
 	}
+	outside, seen := false, 0 // a change outside the conversation roots; changes counted so far
 	for i, p := range plans {
 		r := c.opts.Roots[i]
 		old := st.root(r.Name)
@@ -226,6 +308,13 @@ func (c *Changelog) storeLocked(ctx context.Context, sc *walked, req CaptureRequ
 			}
 		}
 		next.Roots = append(next.Roots, p.state)
+		if !p.conv && changes.count() != seen {
+			outside = true
+		}
+		seen = changes.count()
+	}
+	if kind == KindOutside && !outside {
+		return nil, nil, errNothingOutside
 	}
 	meta.Roots = sc.mroots
 	meta.Full = sc.full
@@ -266,6 +355,10 @@ func (c *Changelog) storeLocked(ctx context.Context, sc *walked, req CaptureRequ
 		}
 	}
 	final := c.incrementPath(req.Position)
+	if err := c.failpoint("store", req.Position); err != nil {
+		release()
+		return nil, nil, err
+	}
 	if err := os.Link(tmpName, final); err != nil {
 		release()
 		return nil, nil, fmt.Errorf("store increment %d: %w", req.Position, err)
@@ -366,9 +459,16 @@ func (c *Changelog) scanRoot(ctx context.Context, r Root, old *rootState, start 
 	classifyFull := gd && (!useOld || old.Stamp != stamp)
 	for attempt := 0; attempt < 2; attempt++ {
 		var ignored map[string]bool
+		var kept []string
 		if classifyFull {
 			if ignored, err = listIgnored(ctx, c.opts.Git, r.Path); err != nil {
 				return nil, err
+			}
+			if useOld {
+				// A captured path stays captured until it is deleted, even
+				// once an ignore rule matches it: otherwise a rewind could
+				// neither restore nor remove it.
+				kept = keepCaptured(ignored, old.Entries)
 			}
 		} else if useOld {
 			ignored = map[string]bool{}
@@ -385,6 +485,13 @@ func (c *Changelog) scanRoot(ctx context.Context, r Root, old *rootState, start 
 		entries, err := walkRoot(ctx, r, ignored, fixed, fi, hint)
 		if err != nil {
 			return nil, err
+		}
+		if len(kept) > 0 {
+			// Below a captured directory that git now ignores, what is
+			// new is classified path by path.
+			if entries, err = classifyBelow(ctx, c.opts.Git, r.Path, old.Entries, entries, kept); err != nil {
+				return nil, err
+			}
 		}
 		if gd && !classifyFull {
 			// Paths new since the last capture are classified now; a changed
@@ -457,6 +564,44 @@ func walkRoot(ctx context.Context, r Root, ignored, fixed map[string]bool, rootI
 		entries[i] = entry{Path: s.Path, Type: s.Type, Mode: s.Mode, Size: s.Size, MTime: s.MTime, CTime: s.CTime, Dev: s.Dev, Ino: s.Ino, Target: s.Target}
 	}
 	return entries, nil
+}
+
+// keepCaptured removes from ignored every path the state old captured (not
+// excluded there) and returns the removed directories.
+func keepCaptured(ignored map[string]bool, old []entry) []string {
+	var dirs []string
+	for p := range ignored {
+		if e := findEntry(old, p); e != nil && !e.Excluded && e.Path != "" {
+			delete(ignored, p)
+			if e.Type == scan.Dir {
+				dirs = append(dirs, p)
+			}
+		}
+	}
+	return dirs
+}
+
+// classifyBelow asks git which paths of entries below the directories dirs
+// that old lacks are ignored, and marks them excluded.
+func classifyBelow(ctx context.Context, git, root string, old, entries []entry, dirs []string) ([]entry, error) {
+	var fresh []string
+	for i := range entries {
+		e := &entries[i]
+		if e.Excluded || findEntry(old, e.Path) != nil {
+			continue
+		}
+		for _, d := range dirs {
+			if strings.HasPrefix(e.Path, d+"/") {
+				fresh = append(fresh, e.Path)
+				break
+			}
+		}
+	}
+	ign, err := checkIgnored(ctx, git, root, fresh)
+	if err != nil || len(ign) == 0 {
+		return entries, err
+	}
+	return applyIgnored(entries, ign), nil
 }
 
 // applyIgnored marks entries that git ignores as excluded and drops the

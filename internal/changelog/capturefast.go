@@ -136,7 +136,7 @@ func (c *Changelog) captureFast(ctx context.Context, req CaptureRequest) (_ *Inc
 		p.prefix = sc.mroots[i].Prefix
 		sc.plans = append(sc.plans, p)
 	}
-	inc, _, err := c.storeLocked(ctx, sc, req, KindCall, nil)
+	inc, _, err := c.storeLocked(ctx, sc, req, req.Kind, nil)
 	if err == nil {
 		c.fastCaptures++
 		c.hintedRoots += hinted

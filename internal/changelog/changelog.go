@@ -49,6 +49,8 @@ type Options struct {
 	// are listed. When it cannot vouch, or fails, the capture lists every
 	// directory. nil always lists every directory.
 	Watch ChangeSource
+	// Failpoint, for failure tests, is FailpointEnv's value ("" none).
+	Failpoint string
 }
 
 // ChangeSource reports what changed below capture roots since a token.
@@ -256,7 +258,15 @@ type Info struct {
 	// Hub is what the checkout's Hub holds of the position, as the upload
 	// queue last heard (nil when nothing was ever uploaded).
 	Hub *HubStatus `json:"hub,omitempty"`
-	Err string     `json:"error,omitempty"`
+	// Outside, on an increment of kind "outside", says where the work
+	// done outside the agent was found (see CaptureOutside).
+	Outside *Outside `json:"outside,omitempty"`
+	// Holds lists the earlier positions whose increments could not be
+	// stored and whose writes this increment carries.
+	Holds []Held `json:"holds,omitempty"`
+	// Reverted is the tool call a revert increment undid.
+	Reverted *int   `json:"reverted,omitempty"`
+	Err      string `json:"error,omitempty"`
 }
 
 // List reads the metadata of every stored increment, in position order. An
@@ -280,6 +290,7 @@ func (c *Changelog) List() ([]Info, error) {
 			inf.Kind, inf.Session, inf.Tool, inf.Failed = m.Kind, m.SessionID, m.Tool, m.Failed
 			inf.Files, inf.Deleted, inf.Bytes, inf.Removed, inf.CreatedAt = m.Files, m.Deleted, m.Bytes, m.RemovedRoots, m.CreatedAt
 			inf.Changes, inf.ToolUseID, inf.Concurrent = m.Changes, m.ToolUseID, m.ConcurrentSessions
+			inf.Outside, inf.Holds, inf.Reverted = m.Outside, m.Holds, m.Reverted
 		}
 		out = append(out, inf)
 	}

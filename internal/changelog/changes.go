@@ -198,6 +198,12 @@ func (l *changeList) transcript(old, cur []entry) {
 	})
 }
 
+// count is the number of paths listed so far (named or omitted).
+func (l *changeList) count() int {
+	ch := &l.ch
+	return len(ch.Created) + len(ch.Modified) + len(ch.Deleted) + ch.CreatedOmitted + ch.ModifiedOmitted + ch.DeletedOmitted
+}
+
 // result returns the accumulated Changes with empty lists (not null).
 func (l *changeList) result() *Changes {
 	ch := l.ch

@@ -68,7 +68,19 @@ const (
 	KindCall     = "call"      // a tool call's writes and deletions
 	KindPreApply = "pre-apply" // the state captured before a rewind, to undo it
 	KindApply    = "apply"     // the state a rewind produced
+	// KindOutside holds changes made between tool calls by the user or any
+	// other process (see CaptureOutside); it is never a tool call's.
+	KindOutside = "outside"
+	// KindRevert is the state a revert of one tool call produced (Revert);
+	// its undo point is a KindPreApply increment.
+	KindRevert = "revert"
 )
+
+// Outside describes an outside increment (see incmeta.Outside).
+type Outside = incmeta.Outside
+
+// Held is a position whose increment could not be stored (see incmeta.Held).
+type Held = incmeta.Held
 
 // dumpEntry is one line of a GNU dumpdir.
 type dumpEntry struct {

@@ -13,7 +13,8 @@ import (
 )
 
 // HookEvents are the Claude Code events the changelog hook needs: the two
-// tool finishes take an increment; prompt submission and the turn's or
+// tool finishes take an increment; a tool call's start and prompt
+// submission capture outside work; prompt submission and the turn's or
 // session's end keep the running-turn marker.
 var HookEvents = claude.ChangelogEvents[:]
 
@@ -56,6 +57,8 @@ type HookOptions struct {
 	FindHost func(agent string) (Host, bool)
 	// TurnWait overrides TurnWait (tests).
 	TurnWait time.Duration
+	// Failpoint is FailpointEnv's value in the hook's environment.
+	Failpoint string
 }
 
 // TurnWait bounds how long a prompt waits for another session's turn to
@@ -105,6 +108,39 @@ func FindDir(configDir, cwd string) (dir, root string, ok bool) {
 	}
 }
 
+// openForHook opens the changelog directory dir of the checkout at root
+// with its recorded roots.
+func openForHook(configDir, dir, root string, opts HookOptions) (*Changelog, error) {
+	roots, err := LoadRoots(dir)
+	if err != nil {
+		return nil, err
+	}
+	if len(roots) == 0 || roots[0].Path != root {
+		return nil, fmt.Errorf("changelog %s does not belong to %s", dir, root)
+	}
+	copts := Options{Roots: roots, Exclude: []string{configDir}, Failpoint: opts.Failpoint}
+	if opts.Watch != nil {
+		copts.Watch = opts.Watch(dir)
+	}
+	return Open(dir, copts)
+}
+
+// captureOutsideFor stores, before the tool call or the turn of payload p
+// starts, what changed outside the conversation roots since the last
+// increment as an outside increment (nil when nothing did).
+func captureOutsideFor(ctx context.Context, configDir, dir, root string, p *claude.Payload, opts HookOptions) (*Increment, error) {
+	c, err := openForHook(configDir, dir, root, opts)
+	if err != nil {
+		return nil, err
+	}
+	tool := p.ToolName
+	if len(tool) > 256 {
+		tool = tool[:256]
+	}
+	out := &Outside{Event: p.HookEventName, SessionID: p.SessionID, BeforeToolUseID: p.ToolUseID, BeforeTool: tool}
+	return c.CaptureOutside(ctx, CaptureRequest{Position: -1, SessionID: p.SessionID, Outside: out})
+}
+
 // HandleClaudeHook reads one Claude Code hook payload and keeps the
 // changelog of the checkout containing its cwd: after each tool call,
 // returned or failed, the call's writes and deletions become the next
@@ -146,7 +182,18 @@ func HandlePayload(ctx context.Context, configDir string, p *claude.Payload, now
 	var renewErr error
 	switch p.HookEventName {
 	case "UserPromptSubmit":
-		return res, promptTurn(ctx, dir, root, p, now, opts, res)
+		if err := promptTurn(ctx, dir, root, p, now, opts, res); err != nil || res.Refused != nil {
+			return res, err
+		}
+		// What changed since the last call (the user's edits while no
+		// turn ran) is outside work, never the turn's first call's.
+		inc, err := captureOutsideFor(ctx, configDir, dir, root, p, opts)
+		res.Increment = inc
+		return res, err
+	case "PreToolUse":
+		inc, err := captureOutsideFor(ctx, configDir, dir, root, p, opts)
+		res.Increment = inc
+		return res, err
 	case "Stop", "SessionEnd":
 		return res, EndTurn(dir, p.SessionID)
 	case "PostToolUse", "PostToolUseFailure":
@@ -158,18 +205,7 @@ func HandlePayload(ctx context.Context, configDir string, p *claude.Payload, now
 		res.Ignored = true
 		return res, nil
 	}
-	roots, err := LoadRoots(dir)
-	if err != nil {
-		return nil, err
-	}
-	if len(roots) == 0 || roots[0].Path != root {
-		return nil, fmt.Errorf("changelog %s does not belong to %s", dir, root)
-	}
-	copts := Options{Roots: roots, Exclude: []string{configDir}}
-	if opts.Watch != nil {
-		copts.Watch = opts.Watch(dir)
-	}
-	c, err := Open(dir, copts)
+	c, err := openForHook(configDir, dir, root, opts)
 	if err != nil {
 		return nil, err
 	}

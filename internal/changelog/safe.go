@@ -3,10 +3,12 @@ package changelog
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -181,9 +183,13 @@ type PathChange struct {
 	// Kind is the path's kind after the rewind (before it, for a deletion):
 	// file, dir, symlink or other.
 	Kind string `json:"kind"`
-	// Since, for a path changed after the newest captured position, says
-	// how: created, modified or deleted.
+	// Since, for a path changed after the newest captured position (or,
+	// with OutsideAt, by outside work), says how: created, modified or
+	// deleted.
 	Since string `json:"since,omitempty"`
+	// OutsideAt is the outside increment that recorded the work done
+	// outside the agent that the rewind would change (see CaptureOutside).
+	OutsideAt *int `json:"outside_position,omitempty"`
 }
 
 // ErrChangedSinceCapture reports a rewind refused because paths it would
@@ -191,15 +197,39 @@ type PathChange struct {
 // another session or any uncaptured process).
 var ErrChangedSinceCapture = errors.New("paths the rewind would change were changed after the newest captured position")
 
-// ChangedError lists the paths of a refusal with ErrChangedSinceCapture.
+// ErrOutsideWork reports a rewind refused because it would change or
+// delete work done outside the agent (an outside increment's) after its
+// target position.
+var ErrOutsideWork = errors.New("the rewind would change work done outside the agent after its target")
+
+// ChangedError lists the paths of a refusal with ErrChangedSinceCapture
+// (Paths) and ErrOutsideWork (Outside).
 type ChangedError struct {
 	// Position is the newest captured position (-1: none yet).
 	Position int
 	Paths    []PathChange
+	// Target is the position rewound to; Outside the outside work after
+	// it that the rewind would change.
+	Target  int
+	Outside []PathChange
 }
 
 func (e *ChangedError) Error() string {
 	var b strings.Builder
+	if len(e.Paths) == 0 {
+		fmt.Fprintf(&b, "%v (position %d): ", ErrOutsideWork, e.Target)
+		for i, p := range e.Outside {
+			if i == 8 {
+				fmt.Fprintf(&b, ", and %d more", len(e.Outside)-i)
+				break
+			}
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "%s:%s (%s outside, would be %s)", p.Root, p.Path, p.Since, p.Change)
+		}
+		return b.String()
+	}
 	fmt.Fprintf(&b, "%v (position %d): ", ErrChangedSinceCapture, e.Position)
 	for i, p := range e.Paths {
 		if i == 8 {
@@ -214,7 +244,64 @@ func (e *ChangedError) Error() string {
 	return b.String()
 }
 
-func (e *ChangedError) Is(target error) bool { return target == ErrChangedSinceCapture }
+func (e *ChangedError) Is(target error) bool {
+	return (target == ErrChangedSinceCapture && len(e.Paths) > 0) || (target == ErrOutsideWork && len(e.Outside) > 0)
+}
+
+// outsideConflicts returns the outside work (planOutside's paths) that the
+// replay would change, in root and walk order. Conversation roots are
+// never checked. An unnamed entry makes every change the replay makes
+// outside the conversation roots suspect.
+func (rp *replay) outsideConflicts(sc *walked, work []OutsidePath) ([]PathChange, error) {
+	var out []PathChange
+	seen := map[[2]string]bool{}
+	plan := func(root string) *rootPlan {
+		for _, pl := range sc.plans {
+			if pl.root.Name == root {
+				return pl
+			}
+		}
+		return nil
+	}
+	for _, w := range work {
+		at := w.Position
+		if w.Unnamed {
+			effects, err := rp.effects(sc)
+			if err != nil {
+				return nil, err
+			}
+			for _, e := range effects {
+				if pl := plan(e.Root); pl == nil || pl.conv || seen[[2]string{e.Root, e.Path}] {
+					continue
+				}
+				seen[[2]string{e.Root, e.Path}] = true
+				e.Since, e.OutsideAt = ChangeModified, &at
+				out = append(out, e)
+			}
+			continue
+		}
+		pl := plan(w.Root)
+		if pl == nil || pl.conv || seen[[2]string{w.Root, w.Rel}] {
+			continue
+		}
+		var cur *entry
+		if pl.state.Exists {
+			if e := findEntry(pl.state.Entries, w.Rel); e != nil && !e.Excluded {
+				cur = e
+			}
+		}
+		change, kind, err := rp.effect(w.Root, w.Rel, cur)
+		if err != nil {
+			return nil, err
+		}
+		if change == "" {
+			continue
+		}
+		seen[[2]string{w.Root, w.Rel}] = true
+		out = append(out, PathChange{Root: w.Root, Path: w.Rel, Change: change, Kind: kind.String(), Since: w.How, OutsideAt: &at})
+	}
+	return out, nil
+}
 
 // sinceChange is one path changed after the captured state.
 type sinceChange struct {
@@ -404,12 +491,59 @@ func (rp *replay) conflicts(sc *walked) ([]PathChange, error) {
 	return out, nil
 }
 
+// dryEffects is what a dry run lists: effects for the roots extracted in
+// place and, for the staged conversation roots, what merging them would
+// create or modify (a merge never deletes), found by extracting them into
+// their staging directories (in the changelog directory, not the
+// workspace) and merging without writing. Each path is listed once, in
+// root and walk order, as the rewind then changes it.
+func (rp *replay) dryEffects(ctx context.Context, sc *walked, roots []Root, staged map[string]string, session string) ([]PathChange, error) {
+	out, err := rp.effects(sc)
+	if err != nil || len(staged) == 0 {
+		return out, err
+	}
+	rp.only = map[string]bool{}
+	for name := range staged {
+		rp.only[name] = true
+	}
+	defer func() { rp.only = nil }()
+	if err := rp.extract(ctx); err != nil {
+		return nil, err
+	}
+	conv := map[string][]PathChange{}
+	err = mergeConversationsAs(roots, staged, session, func(root, rel, change, kind string) {
+		conv[root] = append(conv[root], PathChange{Root: root, Path: rel, Change: change, Kind: kind})
+	})
+	if err != nil {
+		return nil, err
+	}
+	var all []PathChange
+	for _, r := range roots {
+		if _, ok := staged[r.Name]; ok {
+			list := conv[r.Name]
+			slices.SortFunc(list, func(a, b PathChange) int { return comparePaths(a.Path, b.Path) })
+			all = append(all, list...)
+			continue
+		}
+		for _, pc := range out {
+			if pc.Root == r.Name {
+				all = append(all, pc)
+			}
+		}
+	}
+	return all, nil
+}
+
 // effects lists every path the replay creates, modifies or deletes, in root
-// and walk order.
+// and walk order (conversation roots, which are merged, not replayed in
+// place, aside: see dryEffects).
 func (rp *replay) effects(sc *walked) ([]PathChange, error) {
 	var out []PathChange
 	for _, pl := range sc.plans {
 		name := pl.root.Name
+		if pl.conv {
+			continue
+		}
 		var ents []entry
 		if pl.state.Exists {
 			ents = pl.state.Entries
@@ -462,4 +596,76 @@ func findEntry(ents []entry, rel string) *entry {
 		return nil
 	}
 	return &ents[i]
+}
+
+// Unrestorable is a path a rewind cannot bring back to its state at the
+// target, and why.
+type Unrestorable struct {
+	Root string `json:"root"`
+	// Path is relative to the root ("" for the whole root).
+	Path   string `json:"path"`
+	Reason string `json:"reason"`
+	// Withheld marks a conversation root left off the Hub by the
+	// checkout's sharing choice: listed, but a choice, not a failure.
+	Withheld bool `json:"withheld,omitempty"`
+}
+
+// unrestorable lists what the simulated replay cannot restore: symlinks of
+// the result whose target lies outside every capture root (the link is
+// restored, what it points to is not captured), conversation roots an
+// uploaded increment withheld, and transcript parts that do not chain. roots
+// are the live roots (the replay's conversation roots are staged).
+func (rp *replay) unrestorable(roots []Root) []Unrestorable {
+	var out []Unrestorable
+	live := map[string]Root{}
+	for _, r := range roots {
+		live[r.Name] = r
+	}
+	withheld := map[string]bool{}
+	for _, ra := range rp.archives {
+		for _, name := range ra.a.Meta.WithheldRoots {
+			if !withheld[name] {
+				withheld[name] = true
+				out = append(out, Unrestorable{Root: name, Withheld: true, Reason: "withheld from the Hub (the checkout did not share its conversation when it was uploaded): not restored"})
+			}
+		}
+		for mi := range ra.a.Members {
+			if m := &ra.a.Members[mi]; m.Type == typeAppend && m.skip {
+				out = append(out, Unrestorable{Root: m.Root, Path: m.Rel, Reason: "its uploaded parts do not chain (sharing was turned off and on again): left as the sequence last held it"})
+			}
+		}
+	}
+	if rp.sim == nil {
+		return out
+	}
+	var links []Unrestorable
+	for k, ref := range rp.sim.src {
+		if ref.m.Type != tar.TypeSymlink {
+			continue
+		}
+		root, rel, _ := strings.Cut(k, "\x00")
+		r, ok := live[root]
+		if !ok || IsConversationRoot(r.Name, r.Path) || rp.sim.lookup(root, rel) != vSymlink {
+			continue
+		}
+		target := ref.m.Linkname
+		if !filepath.IsAbs(target) {
+			target = filepath.Join(filepath.Dir(filepath.Join(r.Path, filepath.FromSlash(rel))), target)
+		}
+		target = filepath.Clean(target)
+		inside := false
+		for _, lr := range roots {
+			inside = inside || within(target, lr.Path)
+		}
+		if !inside {
+			links = append(links, Unrestorable{Root: root, Path: rel, Reason: fmt.Sprintf("a symlink to %s, outside the capture roots: the link is restored, what it points to is not", ref.m.Linkname)})
+		}
+	}
+	slices.SortFunc(links, func(a, b Unrestorable) int {
+		if a.Root != b.Root {
+			return strings.Compare(a.Root, b.Root)
+		}
+		return comparePaths(a.Path, b.Path)
+	})
+	return append(out, links...)
 }

@@ -417,9 +417,21 @@ func stageConversation(roots []Root, parent string) ([]Root, map[string]string, 
 // root (see stageConversation); session is the rewound session ("" for
 // none: an undo, or a rewind to a position that is not a tool call).
 func mergeConversations(roots []Root, staged map[string]string, session string) error {
+	return mergeConversationsAs(roots, staged, session, nil)
+}
+
+// mergeConversationsAs is mergeConversations; with dry set, nothing is
+// written and dry is told each path the merge would create or modify (a
+// merge never deletes), with its kind.
+func mergeConversationsAs(roots []Root, staged map[string]string, session string, dry func(root, rel, change, kind string)) error {
 	for _, r := range roots {
 		if s, ok := staged[r.Name]; ok {
-			if err := mergeConversation(s, r.Path, session); err != nil {
+			var report func(rel, change, kind string)
+			if dry != nil {
+				name := r.Name
+				report = func(rel, change, kind string) { dry(name, rel, change, kind) }
+			}
+			if err := mergeConversation(s, r.Path, session, report); err != nil {
 				return fmt.Errorf("restore the conversation root %s: %w", r.Name, err)
 			}
 		}
@@ -433,11 +445,12 @@ func inSession(rel, session string) bool {
 	return session != "" && (rel == session+".jsonl" || strings.HasPrefix(rel, session+"/"))
 }
 
-func mergeConversation(staged, live, session string) error {
+func mergeConversation(staged, live, session string, dry func(rel, change, kind string)) error {
 	if fi, err := os.Lstat(staged); err != nil || !fi.IsDir() {
 		return nil // the root did not exist at the target: nothing is removed
 	}
 	var lr *os.Root
+	liveGone := false
 	defer func() {
 		if lr != nil {
 			lr.Close()
@@ -452,23 +465,39 @@ func mergeConversation(staged, live, session string) error {
 			return err
 		}
 		rel = filepath.ToSlash(rel)
-		if lr == nil {
-			if err := os.MkdirAll(live, 0o700); err != nil {
+		if lr == nil && !liveGone {
+			if dry != nil {
+				if fi, err := os.Lstat(live); err != nil || !fi.IsDir() {
+					liveGone = true // the merge would create the root and everything
+				}
+			} else if err := os.MkdirAll(live, 0o700); err != nil {
 				return err
 			}
-			if lr, err = os.OpenRoot(live); err != nil {
-				return err
+			if !liveGone {
+				if lr, err = os.OpenRoot(live); err != nil {
+					return err
+				}
 			}
 		}
 		if rel == "." {
 			return nil
 		}
+		lstat := func(rel string) (fs.FileInfo, error) {
+			if liveGone {
+				return nil, fs.ErrNotExist
+			}
+			return lr.Lstat(rel)
+		}
 		if d.IsDir() {
-			fi, err := lr.Lstat(rel)
+			fi, err := lstat(rel)
 			if err == nil && !fi.IsDir() {
 				return filepath.SkipDir // a live non-directory stays
 			}
 			if err != nil {
+				if dry != nil {
+					dry(rel, ChangeCreated, "dir")
+					return nil
+				}
 				return lr.Mkdir(rel, 0o700)
 			}
 			return nil
@@ -480,7 +509,8 @@ func mergeConversation(staged, live, session string) error {
 		if err != nil {
 			return err
 		}
-		fi, err := lr.Lstat(rel)
+		change := ChangeCreated
+		fi, err := lstat(rel)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
 		case err != nil:
@@ -497,6 +527,11 @@ func mergeConversation(staged, live, session string) error {
 			if same || !(extends || inSession(rel, session)) {
 				return nil
 			}
+			change = ChangeModified
+		}
+		if dry != nil {
+			dry(rel, change, "file")
+			return nil
 		}
 		sfi, err := d.Info()
 		if err != nil {

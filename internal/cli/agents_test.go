@@ -132,8 +132,12 @@ func TestChangelogFlagsGeminiFailedCalls(t *testing.T) {
 		{"run_shell_command", shell(3)},
 		{"replace", `{"error":{"message":"no match","type":"edit_no_occurrence_found"}}`},
 	} {
-		os.WriteFile(filepath.Join(repo, fmt.Sprintf("f%d", i)), []byte("x"), 0o644)
 		for _, ev := range []string{"BeforeTool", "AfterTool"} {
+			if ev == "AfterTool" {
+				// The call's write, between its hooks (a write before
+				// BeforeTool is outside work: a position of its own).
+				os.WriteFile(filepath.Join(repo, fmt.Sprintf("f%d", i)), []byte("x"), 0o644)
+			}
 			p := fmt.Sprintf(`{"session_id":"g1","cwd":%q,"hook_event_name":%q,"tool_name":%q,"tool_response":%s}`, repo, ev, call.tool, call.resp)
 			if r := runMain(t, env, p, "changelog", "hook-gemini"); r.code != 0 || r.stdout != "" || r.stderr != "" {
 				t.Fatalf("hook %d %s: %d %q %q", i, ev, r.code, r.stdout, r.stderr)

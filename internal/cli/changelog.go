@@ -282,6 +282,15 @@ connected Hub, with its grant and usage.`)
 		case in.Failed:
 			notes = append(notes, "failed call")
 		}
+		if o := in.Outside; o != nil {
+			notes = append(notes, outsideNote(o))
+		}
+		for _, h := range in.Holds {
+			notes = append(notes, heldNote(h))
+		}
+		if in.Reverted != nil {
+			notes = append(notes, fmt.Sprintf("reverted call %d", *in.Reverted))
+		}
 		if len(in.Removed) > 0 {
 			notes = append(notes, "removed roots: "+strings.Join(in.Removed, ","))
 		}
@@ -345,6 +354,28 @@ connected Hub, with its grant and usage.`)
 		}
 	}
 	return nil
+}
+
+// outsideNote says where an outside increment's work was found.
+func outsideNote(o *changelog.Outside) string {
+	switch {
+	case o.Event == "UserPromptSubmit":
+		return "work done outside the agent, found before a prompt of session " + cell(o.SessionID)
+	case o.BeforeTool != "":
+		return "work done outside the agent, found before the " + cell(o.BeforeTool) + " call " + cell(o.BeforeToolUseID)
+	}
+	return "work done outside the agent"
+}
+
+// heldNote says which lost position an increment carries.
+func heldNote(h changelog.Held) string {
+	what := "call"
+	if h.Kind == changelog.KindOutside {
+		what = "outside work"
+	} else if h.Tool != "" {
+		what = cell(h.Tool) + " call"
+	}
+	return fmt.Sprintf("also holds the %s of position %d, whose increment was not stored (%s)", what, h.Position, oneLine(h.Error))
 }
 
 // cell renders a value as one table cell: one line, no tabs.
@@ -493,15 +524,25 @@ Safe rewind: before anything changes, every path the rewind would create,
 modify or delete is compared with its state at the newest captured
 position. If any was changed since (by you, another session or any process
 the changelog did not capture), the rewind is refused with exit status 6
-and the list of those paths; --force rewinds anyway (the undo point, which
-holds them, is still stored first). --dry-run prints what would be
+and the list of those paths; --discard-uncaptured-edits rewinds anyway (the
+undo point, which holds them, is still stored first; --force is its
+deprecated alias). Work done outside the agent between tool calls is
+captured as its own "outside" position; a rewind that would change or
+delete outside work recorded after POSITION is refused with exit status 6
+too, listing it, unless --discard-outside-edits (the undo point holds it).
+What a rewind cannot restore (a symlink whose target lies outside every
+capture root, a conversation root withheld from the Hub) is listed by the
+rewind, its --dry-run and --format json, and the exit status is then 8
+(partial: everything else was rewound). --dry-run prints what would be
 created, modified and deleted and changes nothing. The Claude transcript
 root is not checked. Excluded paths (.git, .agentdiff, the changelog
 directory, everything git ignores) are never deleted or changed.`)
 	var rf rootFlags
 	rf.register(fs, false)
 	to := fs.Int("to", -1, "the position to rewind to (required)")
-	force := fs.Bool("force", false, "rewind even though paths it changes were changed after the newest captured position (the undo point still holds them); a running turn is never overridden")
+	force := fs.Bool("force", false, "deprecated: the same as --discard-uncaptured-edits (a running turn is never overridden)")
+	var discard discardFlags
+	discard.register(fs)
 	dryRun := fs.Bool("dry-run", false, "print what the rewind would create, modify and delete, and change nothing")
 	resume := fs.Bool("resume-conversation", false, "also bind the conversation, cut right after the target call's result, to a fresh session id and print the claude --resume command")
 	agent := fs.String("agent", "", "with --resume-conversation: claude-code, codex or gemini (default: the one agent whose hook file holds changelog hooks); codex cuts the session's rollout under $CODEX_HOME/sessions and prints codex exec resume <id>, gemini cuts its chat under ~/.gemini/tmp and prints gemini --resume <id>")
@@ -556,7 +597,8 @@ directory, everything git ignores) are never deleted or changed.`)
 	if *resume && !isCodex && !filepath.IsAbs(home) {
 		return usagef("--resume-conversation needs an absolute HOME (where Claude Code keeps transcripts)")
 	}
-	req := changelog.ApplyRequest{To: *to, AfterExtract: after, Force: *force, DryRun: *dryRun}
+	uncaptured, outside := discard.resolve(env, *force)
+	req := changelog.ApplyRequest{To: *to, AfterExtract: after, Force: uncaptured, DiscardOutsideEdits: outside, DryRun: *dryRun}
 	// With the transcript directory a capture root, the rewind restores the
 	// transcript as the hook saw it (before the host appended the call's
 	// result): the live copy, read first, supplies the result.
@@ -594,7 +636,11 @@ directory, everything git ignores) are never deleted or changed.`)
 		}
 	}
 	if *format == "json" {
-		return writeJSON(env.Stdout, map[string]any{"to": *to, "applied": res.Applied, "undo_position": res.PreApply.Position, "result_position": res.Result.Position, "resumed": resumed, "forced": jsonChanges(res.Conflicts)})
+		if err := writeJSON(env.Stdout, map[string]any{"to": *to, "applied": res.Applied, "undo_position": res.PreApply.Position, "result_position": res.Result.Position, "resumed": resumed, "forced": jsonChanges(res.Conflicts),
+			"discarded_outside_work": jsonChanges(res.Outside), "unrestorable": jsonUnrestorable(c.Roots(), res.Unrestorable), "partial": isPartial(res)}); err != nil {
+			return err
+		}
+		return partialExit(env, c.Roots(), res)
 	}
 	fmt.Fprintf(env.Stdout, "rewound to position %d (applied %d increments); undo with: agentscm changelog apply --root %s --to %d\n",
 		*to, len(res.Applied), c.Roots()[0].Path, res.PreApply.Position)
@@ -605,5 +651,5 @@ directory, everything git ignores) are never deleted or changed.`)
 		}
 		fmt.Fprintf(env.Stdout, "conversation of session %s bound to %s (%s); continue it with:\n  %s\n", resumed.FromSession, resumed.SessionID, note, resumed.Command)
 	}
-	return nil
+	return partialExit(env, c.Roots(), res)
 }

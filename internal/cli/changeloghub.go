@@ -261,6 +261,7 @@ func runChangelogApplyFromHub(ctx context.Context, env *Env, rf *rootFlags, req 
 		out["merged"] = merged
 	}
 	stored, err := changelog.LoadRoots(dir)
+	partial := func() error { return nil } // exit 8 when the apply could not restore everything
 	if errors.Is(err, fs.ErrNotExist) {
 		// No changelog: nothing could undo an apply over files, so only
 		// an empty root, which gets a changelog of its own: the apply is
@@ -319,6 +320,8 @@ func runChangelogApplyFromHub(ctx context.Context, env *Env, rf *rootFlags, req 
 			return printDryRun(env, stored, req.format, fmt.Sprintf("applying increments 0..%d of work %s", req.to, work), res)
 		}
 		warnForced(env, stored, res)
+		out["unrestorable"], out["partial"] = jsonUnrestorable(stored, res.Unrestorable), isPartial(res)
+		partial = func() error { return partialExit(env, stored, res) }
 		out["undo_position"] = res.PreApply.Position
 		out["result_position"] = res.Result.Position
 	}
@@ -381,7 +384,10 @@ func runChangelogApplyFromHub(ctx context.Context, env *Env, rf *rootFlags, req 
 		}
 	}
 	if req.format == "json" {
-		return writeJSON(env.Stdout, out)
+		if err := writeJSON(env.Stdout, out); err != nil {
+			return err
+		}
+		return partial()
 	}
 	fmt.Fprintf(env.Stdout, "applied increments 0..%d of work %s from the Hub onto %s (%d bytes, digests verified)\n", req.to, work, root, total)
 	for _, m := range merged {
@@ -402,7 +408,7 @@ func runChangelogApplyFromHub(ctx context.Context, env *Env, rf *rootFlags, req 
 		}
 		fmt.Fprintf(env.Stdout, "conversation of session %s bound to %s; continue it with:\n  %s\n", resumed.FromSession, resumed.SessionID, resumed.Command)
 	}
-	return nil
+	return partial()
 }
 
 // laterResult downloads the increments after the target in order, only as

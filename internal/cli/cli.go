@@ -214,8 +214,9 @@ const exitStatusHelp = `Exit status:
   2  bad usage: an unknown command or flag, a missing or bad value
   4  changelog apply, rewind, snapshot load: an unreadable or hostile archive
   5  changelog apply, rewind, snapshot load, changelog enable/disable: a live session's agent turn is running (each is named; nothing overrides it)
-  6  changelog apply, rewind, snapshot load: paths changed since the newest capture (--force overrides)
+  6  changelog apply, rewind, snapshot load: paths changed since the newest capture (--discard-uncaptured-edits overrides), or work done outside the agent after the target would change (--discard-outside-edits overrides)
   7  work takeover or another checkpoint: the Work is at another generation than expected
+  8  rewind, changelog apply: partial (the listed paths could not be restored); revert: conflicts were left alone
   The hooks (hook-claude, hook-codex, hook-gemini, agentscm-hook) always exit 0;
   change-capture run-recipe exits with the recipe's own status when it failed.
 `

@@ -6,7 +6,7 @@ func rootCommands() []*Command {
 	return []*Command{
 		changeCaptureCommand(),
 		hubCommand(), clientCommand(), workCommand(),
-		changelogCommand(), snapshotCommand(), rewindCommand(),
+		changelogCommand(), snapshotCommand(), rewindCommand(), revertCommand(),
 		uiCommand(),
 	}
 }

@@ -29,7 +29,7 @@ func TestExitStatusTable(t *testing.T) {
 	if len(readme) == 0 || strings.Join(readme, "\n") != strings.Join(inHelp, "\n") {
 		t.Fatalf("README table:\n%s\n--help table:\n%s", strings.Join(readme, "\n"), strings.Join(inHelp, "\n"))
 	}
-	for _, code := range []int{ExitOK, ExitError, ExitUsage, ExitUnreadableArchive, ExitTurnRunning, ExitChangedSinceCapture, ExitGenerationChanged} {
+	for _, code := range []int{ExitOK, ExitError, ExitUsage, ExitUnreadableArchive, ExitTurnRunning, ExitChangedSinceCapture, ExitGenerationChanged, ExitPartial} {
 		if !regexp.MustCompile(`(?m)^  ` + strconv.Itoa(code) + `  `).MatchString(exitStatusHelp) {
 			t.Errorf("exit status %d is returned but not documented", code)
 		}

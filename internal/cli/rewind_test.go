@@ -62,7 +62,7 @@ func TestRewindSafetyAndSnapshotFlags(t *testing.T) {
 		check  func(t *testing.T, stdout string)
 	}{
 		{name: "refused", args: []string{"rewind", "--root", repo, "--to", "0"}, code: ExitChangedSinceCapture,
-			stderr: []string{"refused: 2 paths", "modified since, would be modified  " + at("a.txt"), "created  since, would be deleted   " + at("mine.txt"), "--force"}},
+			stderr: []string{"refused: 2 paths", "modified since, would be modified  " + at("a.txt"), "created  since, would be deleted   " + at("mine.txt"), "--discard-uncaptured-edits"}},
 		{name: "refused json", args: []string{"changelog", "apply", "--root", repo, "--to", "0", "--format", "json"}, code: ExitChangedSinceCapture,
 			check: func(t *testing.T, stdout string) {
 				var out struct {
@@ -95,7 +95,7 @@ func TestRewindSafetyAndSnapshotFlags(t *testing.T) {
 				}
 			}},
 		{name: "dry run cannot resume", args: []string{"rewind", "--root", repo, "--to", "0", "--dry-run", "--resume-conversation"}, code: ExitUsage},
-		{name: "help names the exit status", args: []string{"rewind", "--help"}, stdout: []string{"exit status 6", "--dry-run", "--force"}},
+		{name: "help names the exit status", args: []string{"rewind", "--help"}, stdout: []string{"exit status 6", "--dry-run", "--force", "--discard-uncaptured-edits", "--discard-outside-edits"}},
 		{name: "snapshot inside the checkout", args: []string{"snapshot", "save", "--root", repo, "--file", at("snap.tgz")}, code: ExitUsage,
 			stderr: []string{"lies inside the capture root checkout"}},
 		{name: "snapshot inside the checkout, older flag", args: []string{"snapshot", "save", "--root", repo, "--out", at("sub/snap.tgz")}, code: ExitUsage},
@@ -129,9 +129,10 @@ func TestRewindSafetyAndSnapshotFlags(t *testing.T) {
 		t.Errorf("a refused snapshot save left its file")
 	}
 
-	// --force rewinds; the undo restores the user's edit and file.
+	// --force (the deprecated alias of --discard-uncaptured-edits)
+	// rewinds; the undo restores the user's edit and file.
 	r := runMain(t, env, "", "rewind", "--root", repo, "--to", "0", "--force", "--format", "json")
-	if r.code != 0 || !strings.Contains(r.stderr, "--force: 2 paths") {
+	if r.code != 0 || !strings.Contains(r.stderr, "--discard-uncaptured-edits: 2 paths") || !strings.Contains(r.stderr, "--force is deprecated") {
 		t.Fatalf("forced rewind: %d %s %s", r.code, r.stdout, r.stderr)
 	}
 	var res struct {

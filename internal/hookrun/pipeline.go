@@ -112,7 +112,7 @@ func ClaudeHook(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			lw, refused = runChangelog(ctx, dir, &pc, now, changelog.HookOptions{Watch: watch, Agent: agent.Name(), TurnWait: o.TurnWait,
+			lw, refused = runChangelog(ctx, dir, &pc, now, changelog.HookOptions{Watch: watch, Failpoint: getenv(changelog.FailpointEnv), Agent: agent.Name(), TurnWait: o.TurnWait,
 				Remote: hubremote.ForCheckout(dir), Sharing: func(root string) changelog.SharingPolicy { return CheckoutSharing(dir, root) }})
 		}()
 	}

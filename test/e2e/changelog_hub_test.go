@@ -86,8 +86,10 @@ func TestChangelogApplyFromServedHub(t *testing.T) {
 	url, tok, _ := c.serveHub()
 	c.agentscm("client", "setup", "--root", c.root, "--hub", url, "--repository", "proj", "--token-file", tok)
 	work := c.startWork("changelog to the Hub")
-	c.agentscm("changelog", "enable", "--root", c.root)
+	// Made before the changelog is on: made after it, it would be work
+	// done outside the agent (an outside position before the turn).
 	os.MkdirAll(filepath.Join(c.root, "src"), 0o755)
+	c.agentscm("changelog", "enable", "--root", c.root)
 	one := filepath.Join(c.root, "src", "one.txt")
 	c.runTurn(
 		[]scriptedapi.ToolCall{write(one, "1\n")},

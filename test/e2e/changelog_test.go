@@ -222,3 +222,38 @@ func TestChangelogResumeConversation(t *testing.T) {
 		t.Fatalf("resuming at call 1 is not cut right after its result:\n%.3000s", body)
 	}
 }
+
+// TestChangelogFailedStoreKeepsItsOrdinal: the second call's increment
+// cannot be stored (a failpoint in its hook). That call keeps its
+// position: the third call takes the next one, carries the second call's
+// writes and says it holds them; a rewind to the lost position says where
+// its writes went.
+func TestChangelogFailedStoreKeepsItsOrdinal(t *testing.T) {
+	c := newCheckout(t)
+	c.agentscm("changelog", "enable", "--root", c.root)
+	c.claudeEnv = []string{changelog.FailpointEnv + "=store:1"}
+	one, two, three := filepath.Join(c.root, "one.txt"), filepath.Join(c.root, "two.txt"), filepath.Join(c.root, "three.txt")
+	c.runTurn([]scriptedapi.ToolCall{write(one, "1\n")}, []scriptedapi.ToolCall{write(two, "2\n")}, []scriptedapi.ToolCall{write(three, "3\n")})
+	list := c.changelogList()
+	if len(list) != 2 || list[0].Position != 0 || list[1].Position != 2 || list[1].Tool != "Write" {
+		t.Fatalf("increments %+v: want positions 0 and 2", list)
+	}
+	h := list[1].Holds
+	if len(h) != 1 || h[0].Position != 1 || h[0].Tool != "Write" || !strings.Contains(h[0].Error, "failpoint") {
+		t.Fatalf("increment 2 holds %+v, want the lost call 1", h)
+	}
+	if got := strings.Join(list[1].Changes.Created, ","); got != "three.txt,two.txt" {
+		t.Fatalf("increment 2 names %q, want both calls' files", got)
+	}
+	if text := c.agentscm("changelog", "list", "--root", c.root); !strings.Contains(text, "also holds the Write call of position 1") {
+		t.Errorf("changelog list does not say what increment 2 holds:\n%s", text)
+	}
+	code, _, stderr := c.agentscmExit("rewind", "--root", c.root, "--to", "1")
+	if code == 0 || !strings.Contains(stderr, "increment 2 carries its writes") {
+		t.Fatalf("rewind to the lost position: exit %d\n%s", code, stderr)
+	}
+	c.agentscm("rewind", "--root", c.root, "--to", "0")
+	if !exists(t, one) || exists(t, two) || exists(t, three) {
+		t.Fatal("rewind to 0 kept a later call's write")
+	}
+}

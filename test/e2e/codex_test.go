@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -290,5 +291,45 @@ func TestCodexCaptureRewindResume(t *testing.T) {
 	// Its start under the new id was never observed: one late-start gap.
 	if strings.Join(starts, ",") != "resume" || late != 1 {
 		t.Fatalf("resumed session starts %v, %d adapter_started_late gaps", starts, late)
+	}
+}
+
+// TestCodexOutsideEditBetweenCalls: with the real Codex CLI, the user's
+// edit between two shell calls is its own outside position (before the
+// second call), never the second call's, and a rewind to the first call
+// refuses (status 6) to undo it.
+func TestCodexOutsideEditBetweenCalls(t *testing.T) {
+	ensureCodex(t)
+	c := newCheckout(t)
+	c.agentscm("changelog", "enable", "--root", c.root, "--agent", "codex")
+	api, err := scriptedresponses.Start(scriptedresponses.Turn{Marker: "CODEX-OUT", FinalText: "done",
+		Steps: [][]scriptedresponses.Call{{{Shell: "echo 1 > one.txt"}}, {{Shell: "echo 2 > two.txt"}}},
+		OnStep: func(step int) {
+			if step == 1 {
+				os.WriteFile(filepath.Join(c.root, "README.md"), []byte("the user's edit\n"), 0o644)
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer api.Close()
+	c.configureCodex(api)
+	c.runCodex("Run CODEX-OUT please.")
+	list := c.changelogList()
+	var kinds []string
+	for _, in := range list {
+		kinds = append(kinds, in.Kind)
+		if in.Kind == "call" && in.Changes != nil && slices.Contains(in.Changes.Modified, "README.md") {
+			t.Errorf("call %d claims the user's edit: %+v", in.Position, in.Changes)
+		}
+	}
+	if strings.Join(kinds, ",") != "call,outside,call" {
+		t.Fatalf("kinds %v, want call,outside,call: %+v", kinds, list)
+	}
+	if ch := list[1].Changes; ch == nil || strings.Join(ch.Modified, ",") != "README.md" {
+		t.Fatalf("the outside position: %+v", ch)
+	}
+	if code, _, stderr := c.agentscmExit("rewind", "--root", c.root, "--to", fmt.Sprint(list[0].Position)); code != 6 || !strings.Contains(stderr, "outside") {
+		t.Fatalf("rewind over the user's edit: exit %d\n%s", code, stderr)
 	}
 }

@@ -6,9 +6,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -198,5 +200,45 @@ func TestGeminiCaptureRewindResume(t *testing.T) {
 	}
 	if !strings.Contains(main, "GEMINI-RESUMED") || !strings.Contains(main, `"replace"`) || strings.Contains(main, "rm b.txt") {
 		t.Fatalf("the resumed conversation is not cut after call 2:\n%.4000s", main)
+	}
+}
+
+// TestGeminiOutsideEditBetweenCalls: with the real Gemini CLI, the user's
+// edit between two calls is its own outside position (found by the
+// BeforeTool hook), never the second call's, and a rewind to the first
+// call refuses (status 6) to undo it.
+func TestGeminiOutsideEditBetweenCalls(t *testing.T) {
+	ensureGemini(t)
+	c := newCheckout(t)
+	c.agentscm("changelog", "enable", "--root", c.root, "--agent", "gemini")
+	c.configureGemini()
+	api, err := scriptedgemini.Start(scriptedgemini.Turn{Marker: "GEMINI-OUT", FinalText: "done",
+		Steps: [][]scriptedgemini.Call{
+			{{Name: "write_file", Args: map[string]any{"file_path": filepath.Join(c.root, "one.txt"), "content": "1\n"}}},
+			{{Name: "write_file", Args: map[string]any{"file_path": filepath.Join(c.root, "two.txt"), "content": "2\n"}}},
+		},
+		OnStep: func(step int) {
+			if step == 1 {
+				os.WriteFile(filepath.Join(c.root, "README.md"), []byte("the user's edit\n"), 0o644)
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer api.Close()
+	c.runGemini(api, "-p", "Run GEMINI-OUT please.")
+	list := c.changelogList()
+	var kinds []string
+	for _, in := range list {
+		kinds = append(kinds, in.Kind)
+		if in.Kind == "call" && in.Changes != nil && slices.Contains(in.Changes.Modified, "README.md") {
+			t.Errorf("call %d claims the user's edit: %+v", in.Position, in.Changes)
+		}
+	}
+	if strings.Join(kinds, ",") != "call,outside,call" {
+		t.Fatalf("kinds %v, want call,outside,call: %+v", kinds, list)
+	}
+	if code, _, stderr := c.agentscmExit("rewind", "--root", c.root, "--to", fmt.Sprint(list[0].Position)); code != 6 || !strings.Contains(stderr, "outside") {
+		t.Fatalf("rewind over the user's edit: exit %d\n%s", code, stderr)
 	}
 }

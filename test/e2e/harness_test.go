@@ -132,6 +132,9 @@ type checkout struct {
 	home   string
 	config string
 	spool  string
+	// claudeEnv is added to the Claude Code CLI's environment (its hooks
+	// inherit it).
+	claudeEnv []string
 }
 
 func newCheckout(t *testing.T) *checkout {
@@ -237,6 +240,7 @@ func (c *checkout) runClaude(api *scriptedapi.Server, args ...string) claudeResu
 		"DISABLE_AUTOUPDATER=1",
 		"DISABLE_TELEMETRY=1",
 	)
+	cmd.Env = append(cmd.Env, c.claudeEnv...)
 	cmd.Stdin = nil
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentscm/agentscm/internal/changelog"
 	"github.com/agentscm/agentscm/test/e2e/scriptedapi"
 )
 
@@ -242,4 +243,210 @@ func TestChangelogSubdirectoryCheckoutKeepsIgnored(t *testing.T) {
 	undo := strings.TrimSpace(out[strings.LastIndex(out, "--to")+len("--to"):])
 	c.agentscm("changelog", "apply", "--root", sub, "--to", undo)
 	sameTree(t, "the undo of the rewind", before, treeOf(t, sub))
+}
+
+// runScripted runs one turn of the real Claude Code CLI against turn.
+func (c *checkout) runScripted(turn scriptedapi.Turn) {
+	c.t.Helper()
+	api, err := scriptedapi.Start(turn)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer api.Close()
+	c.runClaude(api, "-p", "Run "+turn.Marker+".")
+}
+
+// positionsOf returns the positions of the increments of kind.
+func positionsOf(list []changelog.Info, kind string) []int {
+	var out []int
+	for _, in := range list {
+		if in.Kind == kind {
+			out = append(out, in.Position)
+		}
+	}
+	return out
+}
+
+// TestChangelogOutsideEditBetweenCalls: the user edits a file and creates
+// one while the agent is thinking between its two calls. The changelog
+// stores that work as its own outside position, never under the next call;
+// a rewind to the first call refuses (status 6) and lists it;
+// --discard-outside-edits rewinds, and its undo restores the state before
+// it byte for byte.
+func TestChangelogOutsideEditBetweenCalls(t *testing.T) {
+	c := newCheckout(t)
+	c.agentscm("changelog", "enable", "--root", c.root)
+	one, two := filepath.Join(c.root, "one.txt"), filepath.Join(c.root, "two.txt")
+	c.runScripted(scriptedapi.Turn{Marker: "SCENARIO-OUT", FinalText: "ok",
+		Steps: [][]scriptedapi.ToolCall{{write(one, "1\n")}, {write(two, "2\n")}},
+		OnStep: func(step int) {
+			if step == 1 { // call 0 returned; call 1 not started
+				os.WriteFile(filepath.Join(c.root, "README.md"), []byte("the user's edit\n"), 0o644)
+				os.WriteFile(filepath.Join(c.root, "mine.txt"), []byte("the user's own file\n"), 0o644)
+			}
+		}})
+	list := c.changelogList()
+	calls, outside := positionsOf(list, changelog.KindCall), positionsOf(list, changelog.KindOutside)
+	if len(calls) != 2 || len(outside) != 1 || !(calls[0] < outside[0] && outside[0] < calls[1]) {
+		t.Fatalf("positions %+v: want call, outside, call", list)
+	}
+	byPos := map[int]changelog.Info{}
+	for _, in := range list {
+		byPos[in.Position] = in
+	}
+	out, second := byPos[outside[0]], byPos[calls[1]]
+	if out.Outside == nil || out.Outside.BeforeTool != "Write" || out.Changes == nil ||
+		strings.Join(out.Changes.Created, ",") != "mine.txt" || strings.Join(out.Changes.Modified, ",") != "README.md" {
+		t.Fatalf("the outside position %+v %+v", out, out.Changes)
+	}
+	if second.Changes == nil || strings.Join(second.Changes.Created, ",") != "two.txt" || len(second.Changes.Modified) != 0 {
+		t.Fatalf("the second call's position claims the user's work: %+v", second.Changes)
+	}
+	text := c.agentscm("changelog", "list", "--root", c.root)
+	if !strings.Contains(text, "outside") || !strings.Contains(text, "work done outside the agent") {
+		t.Errorf("changelog list does not show the outside position:\n%s", text)
+	}
+	userState := treeOf(t, c.root)
+
+	to := fmt.Sprint(calls[0])
+	code, stdout, stderr := c.agentscmExit("rewind", "--root", c.root, "--to", to, "--format", "json")
+	if code != 6 {
+		t.Fatalf("rewind over outside work: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	var refusal struct {
+		Refused string `json:"refused"`
+		Outside []struct {
+			Path   string `json:"path"`
+			Since  string `json:"since"`
+			Change string `json:"change"`
+			At     *int   `json:"outside_position"`
+		} `json:"outside_work"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &refusal); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range refusal.Outside {
+		if p.At == nil || *p.At != outside[0] {
+			t.Errorf("%s: outside position %v, want %d", p.Path, p.At, outside[0])
+		}
+		got = append(got, p.Since+">"+p.Change+" "+p.Path)
+	}
+	if want := []string{"modified>modified README.md", "created>deleted mine.txt"}; refusal.Refused != "outside_work" || strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("refusal %q lists %v, want %v\n%s", refusal.Refused, got, want, stderr)
+	}
+	if !strings.Contains(stderr, "--discard-outside-edits") || !strings.Contains(stderr, filepath.Join(c.root, "mine.txt")) {
+		t.Errorf("the refusal on stderr:\n%s", stderr)
+	}
+	sameTree(t, "the refused rewind changed the checkout", userState, treeOf(t, c.root))
+
+	res := c.agentscm("rewind", "--root", c.root, "--to", to, "--discard-outside-edits")
+	if b, _ := os.ReadFile(filepath.Join(c.root, "README.md")); string(b) != "scratch checkout\n" || exists(t, two) || exists(t, filepath.Join(c.root, "mine.txt")) || !exists(t, one) {
+		t.Fatalf("after the rewind: README %q, two %v", b, exists(t, two))
+	}
+	undo := strings.TrimSpace(res[strings.LastIndex(res, "--to")+len("--to"):])
+	c.agentscm("changelog", "apply", "--root", c.root, "--to", undo)
+	sameTree(t, "the undo of the rewind over outside work", userState, treeOf(t, c.root))
+}
+
+// TestChangelogIgnoreRuleAddedLater: call 0 writes cfg.txt, call 1 adds it
+// to .gitignore, call 2 rewrites it. The rewind to call 0 restores both
+// exactly (the captured cfg.txt stays captured), its dry run says so, and
+// the undo brings call 2's state back.
+func TestChangelogIgnoreRuleAddedLater(t *testing.T) {
+	c := newCheckout(t)
+	c.agentscm("changelog", "enable", "--root", c.root)
+	cfg, gi := filepath.Join(c.root, "cfg.txt"), filepath.Join(c.root, ".gitignore")
+	c.runTurn([]scriptedapi.ToolCall{write(cfg, "call 0\n")}, []scriptedapi.ToolCall{bash("echo cfg.txt >> .gitignore")},
+		[]scriptedapi.ToolCall{write(cfg, "call 2 rewrote it\n")})
+	calls := positionsOf(c.changelogList(), changelog.KindCall)
+	if len(calls) != 3 {
+		t.Fatalf("calls at %v", calls)
+	}
+	after := treeOf(t, c.root)
+	to := fmt.Sprint(calls[0])
+	// The dry run lists each path once (the live transcript too: never
+	// created and modified, never deleted).
+	var plan map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(c.agentscm("rewind", "--root", c.root, "--to", to, "--dry-run", "--format", "json")), &plan); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]string{}
+	for _, change := range []string{"created", "modified", "deleted"} {
+		var list []struct {
+			Root string `json:"root"`
+			Path string `json:"path"`
+		}
+		json.Unmarshal(plan[change], &list)
+		for _, p := range list {
+			k := p.Root + ":" + p.Path
+			if prev, ok := seen[k]; ok {
+				t.Errorf("the dry run lists %s as %s and %s", k, prev, change)
+			}
+			seen[k] = change
+			if p.Root == changelog.TranscriptRootName && change == "deleted" {
+				t.Errorf("the dry run deletes the transcript %s", p.Path)
+			}
+		}
+	}
+	dry := c.agentscm("rewind", "--root", c.root, "--to", to, "--dry-run")
+	for _, s := range []string{"modified file    " + cfg, "deleted  file    " + gi} {
+		if !strings.Contains(dry, s) {
+			t.Errorf("dry run lacks %q:\n%s", s, dry)
+		}
+	}
+	out := c.agentscm("rewind", "--root", c.root, "--to", to)
+	if b, _ := os.ReadFile(cfg); string(b) != "call 0\n" || exists(t, gi) {
+		t.Fatalf("after the rewind: cfg.txt %q, .gitignore %v", b, exists(t, gi))
+	}
+	undo := strings.TrimSpace(out[strings.LastIndex(out, "--to")+len("--to"):])
+	c.agentscm("changelog", "apply", "--root", c.root, "--to", undo)
+	sameTree(t, "the undo of the rewind", after, treeOf(t, c.root))
+}
+
+// TestRevertOneCall: agentscm revert --call N undoes call N alone, keeping
+// the later call's work; after the user edits the file call N wrote, the
+// revert leaves it alone, lists it as a conflict and exits 8.
+func TestRevertOneCall(t *testing.T) {
+	c := newCheckout(t)
+	c.agentscm("changelog", "enable", "--root", c.root)
+	a, b, d := filepath.Join(c.root, "a.txt"), filepath.Join(c.root, "b.txt"), filepath.Join(c.root, "c.txt")
+	c.runTurn([]scriptedapi.ToolCall{write(a, "a0\n")}, []scriptedapi.ToolCall{write(b, "b1\n")}, []scriptedapi.ToolCall{write(d, "c2\n")})
+	calls := positionsOf(c.changelogList(), changelog.KindCall)
+	if len(calls) != 3 {
+		t.Fatalf("calls at %v", calls)
+	}
+	call := fmt.Sprint(calls[1])
+	before := treeOf(t, c.root)
+	dry := c.agentscm("revert", "--root", c.root, "--call", call, "--dry-run")
+	if !strings.Contains(dry, "modified file    "+b) || !strings.Contains(dry, "0 conflicts") {
+		t.Fatalf("dry run:\n%s", dry)
+	}
+	sameTree(t, "the dry run changed the checkout", before, treeOf(t, c.root))
+	out := c.agentscm("revert", "--root", c.root, "--call", call)
+	if got, _ := os.ReadFile(b); string(got) != "to be deleted\n" || !exists(t, a) || !exists(t, d) {
+		t.Fatalf("after the revert: b.txt %q, a %v, c %v\n%s", got, exists(t, a), exists(t, d), out)
+	}
+	undo := strings.TrimSpace(out[strings.LastIndex(out, "--to")+len("--to"):])
+	c.agentscm("changelog", "apply", "--root", c.root, "--to", undo)
+	sameTree(t, "the undo of the revert", before, treeOf(t, c.root))
+
+	c.write("b.txt", "the user's later edit\n")
+	edited := treeOf(t, c.root)
+	code, stdout, stderr := c.agentscmExit("revert", "--root", c.root, "--call", call, "--format", "json")
+	var res struct {
+		Reverted  []struct{ Path string } `json:"reverted"`
+		Conflicts []struct {
+			Path   string `json:"path"`
+			Reason string `json:"reason"`
+		} `json:"conflicts"`
+		Partial bool `json:"partial"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &res); err != nil {
+		t.Fatalf("%v\n%s", err, stdout)
+	}
+	if code != 8 || len(res.Reverted) != 0 || len(res.Conflicts) != 1 || res.Conflicts[0].Path != "b.txt" || !res.Partial {
+		t.Fatalf("revert over a later edit: exit %d %+v\n%s", code, res, stderr)
+	}
+	sameTree(t, "the revert changed the conflicting edit", edited, treeOf(t, c.root))
 }

@@ -14,9 +14,11 @@ import (
 const CombinedSubcommand = HookSubcommand + " --changelog"
 
 // ChangelogEvents are the Claude Code events the changelog hook needs
-// (changelog.HookEvents): the two tool finishes take an increment; prompt
-// submission and the turn's or session's end keep the running-turn marker.
-var ChangelogEvents = [...]string{"PostToolUse", "PostToolUseFailure", "UserPromptSubmit", "Stop", "SessionEnd"}
+// (changelog.HookEvents): the two tool finishes take an increment; a tool
+// call's start and prompt submission capture the work done outside the
+// agent since the last increment; prompt submission and the turn's or
+// session's end keep the running-turn marker.
+var ChangelogEvents = [...]string{"PreToolUse", "PostToolUse", "PostToolUseFailure", "UserPromptSubmit", "Stop", "SessionEnd"}
 
 // Parts are the agentscm parts a settings file's Claude Code hooks run.
 type Parts struct {

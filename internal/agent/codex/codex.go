@@ -46,10 +46,11 @@ const HookFile = ".codex/hooks.json"
 // HookEvents are the Codex hook events the capture hook takes.
 var HookEvents = []string{"SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop", "SessionEnd"}
 
-// ChangelogEvents are the Codex hook events the changelog hook takes (Codex
-// has no PostToolUseFailure: a failing command fires PostToolUse, a patch
+// ChangelogEvents are the Codex hook events the changelog hook takes
+// (PreToolUse and UserPromptSubmit capture work done outside the agent;
+// Codex has no PostToolUseFailure: a failing command fires PostToolUse, a patch
 // that fails to apply fires PreToolUse only and changes nothing).
-var ChangelogEvents = []string{"PostToolUse", "UserPromptSubmit", "Stop", "SessionEnd"}
+var ChangelogEvents = []string{"PreToolUse", "PostToolUse", "UserPromptSubmit", "Stop", "SessionEnd"}
 
 // Exit-code sources of a tool finish (Payload.ExitCodeSource).
 const (

@@ -49,8 +49,9 @@ const HookTimeoutMillis = 20000
 // PreCompress and Notification are not installed.
 var HookEvents = []string{"SessionStart", "BeforeAgent", "BeforeTool", "AfterTool", "AfterAgent", "SessionEnd"}
 
-// ChangelogEvents are the events the changelog hook takes.
-var ChangelogEvents = []string{"AfterTool", "BeforeAgent", "AfterAgent", "SessionEnd"}
+// ChangelogEvents are the events the changelog hook takes (BeforeTool and
+// BeforeAgent capture work done outside the agent).
+var ChangelogEvents = []string{"BeforeTool", "AfterTool", "BeforeAgent", "AfterAgent", "SessionEnd"}
 
 // claudeEvent is the decoded-form event of each Gemini event.
 var claudeEvent = map[string]string{

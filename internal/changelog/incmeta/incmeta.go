@@ -34,7 +34,7 @@ type Meta struct {
 	ToolUseID string    `json:"tool_use_id,omitempty"`
 	Tool      string    `json:"tool,omitempty"`
 	Failed    bool      `json:"failed,omitempty"`
-	Kind      string    `json:"kind"` // KindCall, KindPreApply or KindApply
+	Kind      string    `json:"kind"` // call, pre-apply, apply, outside or revert
 	Full      bool      `json:"full,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
 	// Roots lists every configured capture root at capture time.
@@ -81,6 +81,43 @@ type Meta struct {
 	// when this position was taken (parallel sessions): their writes may
 	// be mixed into it. Absent in older increments.
 	ConcurrentSessions []string `json:"concurrent_sessions,omitempty"`
+	// Holds lists, in order, the earlier positions whose increments could
+	// not be stored locally (the capture failed) and whose writes this
+	// increment therefore carries: a tool call keeps its position even
+	// when its increment is lost, and the next stored increment says so.
+	Holds []Held `json:"holds,omitempty"`
+	// Outside, on an increment of kind "outside", says where the changes
+	// made outside the agent were found: before which tool call (or
+	// prompt) of which session they were captured.
+	Outside *Outside `json:"outside,omitempty"`
+	// Reverted is the position of the tool call an increment of kind
+	// "revert" undid (see agentscm revert).
+	Reverted *int `json:"reverted,omitempty"`
+}
+
+// Held is a position whose increment could not be stored, carried by a
+// later increment.
+type Held struct {
+	Position int    `json:"position"`
+	Kind     string `json:"kind"`
+	Tool     string `json:"tool,omitempty"`
+	// Error is why its increment was not stored.
+	Error string `json:"error,omitempty"`
+}
+
+// Outside describes an increment of kind "outside": the changes under the
+// capture roots (the conversation roots aside) found between two tool
+// calls, made by the user or any other process, never by the agent's call.
+type Outside struct {
+	// Event is the hook event that found them: "PreToolUse" (before the
+	// tool call BeforeToolUseID) or "UserPromptSubmit" (before a turn).
+	Event string `json:"event"`
+	// SessionID is the session whose hook found them.
+	SessionID string `json:"session_id,omitempty"`
+	// BeforeToolUseID and BeforeTool name the tool call that was about
+	// to start; that call's increment is the next one of its session.
+	BeforeToolUseID string `json:"before_tool_use_id,omitempty"`
+	BeforeTool      string `json:"before_tool,omitempty"`
 }
 
 // Values of Meta.Conversation.

@@ -30,6 +30,10 @@ type Turn struct {
 	Marker    string
 	Steps     [][]ToolCall
 	FinalText string
+	// OnStep, when set, runs before the reply of step i (len(Steps) for
+	// the final text) is sent: the model is "thinking", the previous
+	// step's tool calls have all returned. It runs with the server locked.
+	OnStep func(step int)
 }
 
 // Request is a recorded Messages API request.
@@ -223,6 +227,9 @@ func (s *Server) reply(msgs []message) ([]outBlock, string) {
 		}
 	}
 	t := s.turns[turn]
+	if t.OnStep != nil {
+		t.OnStep(min(step, len(t.Steps)))
+	}
 	if step >= len(t.Steps) {
 		text := t.FinalText
 		if text == "" {

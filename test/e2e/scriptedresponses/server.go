@@ -30,6 +30,10 @@ type Turn struct {
 	Marker    string
 	Steps     [][]Call
 	FinalText string
+	// OnStep, when set, runs before the reply of step i (len(Steps) for
+	// the final text) is sent, with the server locked: the previous
+	// step's calls have all returned.
+	OnStep func(step int)
 }
 
 // Request is one recorded request.
@@ -130,6 +134,9 @@ func (s *Server) reply(body []byte) []map[string]any {
 		}
 		n := s.step[t.Marker]
 		s.step[t.Marker] = n + 1
+		if t.OnStep != nil {
+			t.OnStep(min(n, len(t.Steps)))
+		}
 		if n < len(t.Steps) {
 			var out []map[string]any
 			for i, c := range t.Steps[n] {
