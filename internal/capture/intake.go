@@ -84,7 +84,11 @@ func writeIntake(ctx context.Context, store Store, sp *spool.Spool, bd *Binding,
 		// at receipt, before the tool runs, not the one at admission.
 		rs := openActionReceipts(store.Dir, sp)
 		ir.SourceTaken = true
-		if sb, err := captureSource(ctx, bd.Root, sourceOptions{treeCache: filepath.Join(rs.dir, "trees"), noTree: rec.Kind == event.ToolFinish, baseRef: bd.BaseRef}); err == nil {
+		so := sourceOptions{treeCache: filepath.Join(rs.dir, "trees"), noTree: rec.Kind == event.ToolFinish, baseRef: bd.BaseRef}
+		if rec.Kind == event.ToolStart {
+			so.stage = sp // the bytes it binds, staged without the lock
+		}
+		if sb, err := captureSource(ctx, bd.Root, so); err == nil {
 			ir.Source = sb
 		}
 	}
@@ -136,6 +140,9 @@ func admitIntake(ctx context.Context, store Store, led *Ledger, ss *spool.Sessio
 				return false, qerr
 			}
 			continue
+		}
+		if ir.SourceTaken {
+			ir.Source = admitStagedSource(ss, ir.Source)
 		}
 		// Resolve the exact current target now, once per session per hook.
 		r, ok := resolved[ir.Observed]

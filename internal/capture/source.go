@@ -21,6 +21,10 @@ type sourceOptions struct {
 	// bytes and manifest in the spool (under the held lock); nil: digest
 	// only, and the binding names bytes_not_retained.
 	store *spool.Session
+	// stage, when set (and store is not), writes those bytes without the
+	// lock into the spool's staging directory (the intake path); the
+	// admitting lock holder retains them (admitStagedSource).
+	stage *spool.Spool
 }
 
 // CaptureSource binds the source of the checkout at root (source.CaptureSource).
@@ -32,8 +36,18 @@ func captureSource(ctx context.Context, root string, o sourceOptions) (*event.So
 	so := source.Options{TreeCache: o.treeCache, NoTree: o.noTree, BaseRef: o.baseRef}
 	if o.store != nil {
 		so.Store = o.store
+	} else if o.stage != nil {
+		so.Store = o.stage.Staging()
 	}
 	return source.Capture(ctx, root, so)
 }
 
 func sourceDrift(start, now *event.SourceBinding) string { return source.Drift(start, now) }
+
+// admitStagedSource retains, under the held lock, the working bytes an
+// intake hook staged for the binding it took at receipt, and returns the
+// binding to record (source.Admit: a limit's refusal or a lost blob is
+// named in it, never claimed retained).
+func admitStagedSource(ss *spool.Session, sb *event.SourceBinding) *event.SourceBinding {
+	return source.Admit(ss, sb)
+}

@@ -218,7 +218,7 @@ func (s *Spool) countIntakeDir(st *state, budget *int) error {
 	for i, n := range other {
 		st.countIntake(n, sizes[i])
 	}
-	return nil
+	return s.countStagedDir(st, budget)
 }
 
 // listIntake lists the intake directory: parsed entries in receipt order,
@@ -281,6 +281,12 @@ func (ss *Session) Intake(max int) ([]IntakeFile, error) {
 	}
 	for i, n := range other {
 		st.countIntake(n, sizes[i])
+	}
+	if len(es) == 0 && len(other) == 0 {
+		// No record waits that could name a staged blob.
+		if err := s.reclaimStaged(st); err != nil {
+			return nil, err
+		}
 	}
 	completed := false
 	for _, n := range other {

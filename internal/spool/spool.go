@@ -647,9 +647,12 @@ func (s *Spool) revalidate(lf *os.File) error {
 			return fmt.Errorf("%w: %v", ErrUnsafeAuthority, err)
 		}
 	}
-	// The intake directory is optional (created on first use).
-	if err := fsutil.CheckPrivateDir(filepath.Join(s.dir, intakeDir)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("%w: %v", ErrUnsafeAuthority, err)
+	// The intake and staged-blob directories are optional (created on
+	// first use).
+	for _, d := range [...]string{intakeDir, stagedDir} {
+		if err := fsutil.CheckPrivateDir(filepath.Join(s.dir, d)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("%w: %v", ErrUnsafeAuthority, err)
+		}
 	}
 	return nil
 }
