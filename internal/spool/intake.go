@@ -265,7 +265,7 @@ func (ss *Session) Intake(max int) ([]IntakeFile, error) {
 	s, st := ss.s, ss.g.st
 	dir := filepath.Join(s.dir, intakeDir)
 	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
+		return nil, s.reclaimStaged(st) // no record waits that could name a staged blob
 	}
 	if err := fsutil.CheckPrivateDir(dir); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnsafeAuthority, err)
