@@ -244,7 +244,6 @@ func (f *fixture) checkOutputs(rc *recipe.Receipt, stdout, stderr string) {
 	}
 }
 
-
 // managedDir is the directory of the markers and run receipts.
 func (f *fixture) managedDir() string {
 	f.t.Helper()
