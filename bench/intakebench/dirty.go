@@ -238,7 +238,12 @@ func printDirty(rs []map[string]float64) {
 	fmt.Println()
 	for _, kind := range []string{"clean", "dirty", "edited"} {
 		if m, n := med("main "+kind), med("new "+kind); m > 0 && n > 0 {
-			fmt.Printf("dirty: %s new/main %.2fx (fsyncref %.2f ms)\n", kind, n/m, med("fsyncref"))
+			var ratios []float64
+			for _, r := range rs {
+				ratios = append(ratios, r["new "+kind]/r["main "+kind])
+			}
+			fmt.Printf("dirty: %s new/main: ratio of the medians %.2fx, median of the runs' ratios %.2fx (runs %.2f) (fsyncref %.2f ms)\n",
+				kind, n/m, median(ratios), ratios, med("fsyncref"))
 		}
 	}
 }

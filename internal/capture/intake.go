@@ -141,7 +141,7 @@ func admitIntake(ctx context.Context, store Store, led *Ledger, ss *spool.Sessio
 			}
 			continue
 		}
-		if ir.SourceTaken {
+		if ir.SourceTaken && ir.Record.Kind == event.ToolStart {
 			ir.Source = admitStagedSource(ss, ir.Source)
 		}
 		// Resolve the exact current target now, once per session per hook.

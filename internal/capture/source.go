@@ -39,7 +39,11 @@ func captureSource(ctx context.Context, root string, o sourceOptions) (*event.So
 	} else if o.stage != nil {
 		so.Store = o.stage.Staging()
 	}
-	return source.Capture(ctx, root, so)
+	sb, err := source.Capture(ctx, root, so)
+	if o.store == nil && o.stage != nil {
+		sb = source.Staged(sb) // retained once admitted (admitStagedSource)
+	}
+	return sb, err
 }
 
 func sourceDrift(start, now *event.SourceBinding) string { return source.Drift(start, now) }

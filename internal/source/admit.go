@@ -15,34 +15,47 @@ type Admitter interface {
 	AdmitStaged(refs []event.ArtifactRef) error
 }
 
-// Admit retains, under the spool lock, the working bytes and the manifest
-// that a capture with a staging store (spool.Staging, no lock) wrote, and
-// returns the binding the action start records. A binding that retained
-// nothing is returned unchanged. When the spool's limits refuse a blob the
-// result is what a capture under the lock gives: stopped with
-// spool_refused, no manifest identity. When a staged blob is missing or
-// does not verify (or the manifest cannot be read) the result keeps the
-// manifest identity, is not retained and names bytes_not_retained. Either
-// way the binding is partial and never claims bytes the spool lacks.
-func Admit(ss Admitter, sb *event.SourceBinding) *event.SourceBinding {
-	if sb == nil || !sb.Retained || sb.ManifestDigest == "" {
+// Staged is the binding a capture through a staging store (spool.Staging,
+// no lock) records until a lock holder admits its bytes: not retained yet,
+// naming bytes_not_retained, partial. A reader that never admits it (an
+// older binary) thus records nothing it cannot show.
+func Staged(sb *event.SourceBinding) *event.SourceBinding {
+	if sb == nil || !sb.Retained {
 		return sb
 	}
 	out := *sb
-	out.Omissions = slices.Clone(sb.Omissions)
-	err := admitManifest(ss, sb)
-	switch {
-	case err == nil:
-		return sb
-	case errors.Is(err, spool.ErrBlobRefused):
-		out.Stopped, out.ManifestDigest, out.ManifestBytes = StopSpoolRefused, "", 0
-	default:
-		if !slices.Contains(out.Omissions, OmissionNotRetained) {
-			out.Omissions = append(out.Omissions, OmissionNotRetained)
-			slices.Sort(out.Omissions)
-		}
-	}
 	out.Retained, out.Partial = false, true
+	out.Omissions = append(slices.Clone(sb.Omissions), OmissionNotRetained)
+	slices.Sort(out.Omissions)
+	return &out
+}
+
+// Admit retains, under the spool lock, the working bytes and the manifest
+// a binding names but has not retained (Staged, or a digest-only capture
+// whose bytes the spool holds), and returns the binding the action start
+// records: retained, without bytes_not_retained, when the manifest and
+// every working file it names are admitted; stopped with spool_refused and
+// no manifest identity (what a capture under the lock gives) when a limit
+// refused one; unchanged (bytes_not_retained) when a blob is missing or does
+// not verify. It never claims bytes the spool lacks.
+func Admit(ss Admitter, sb *event.SourceBinding) *event.SourceBinding {
+	if sb == nil || sb.Retained || sb.ManifestDigest == "" || sb.Stopped != "" || !slices.Contains(sb.Omissions, OmissionNotRetained) {
+		return sb
+	}
+	err := admitManifest(ss, sb)
+	if err != nil && !errors.Is(err, spool.ErrBlobRefused) {
+		return sb
+	}
+	out := *sb
+	out.Omissions = slices.DeleteFunc(slices.Clone(sb.Omissions), func(o string) bool { return o == OmissionNotRetained })
+	if len(out.Omissions) == 0 {
+		out.Omissions = nil
+	}
+	if err != nil {
+		out.Stopped, out.ManifestDigest, out.ManifestBytes, out.Partial = StopSpoolRefused, "", 0, true
+		return &out
+	}
+	out.Retained, out.Partial = true, len(out.Omissions) > 0
 	return &out
 }
 

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -46,6 +47,11 @@ func stagedKey(name string) string { return stagedDir + "/" + name }
 // (the frame header's length depends on the body length only).
 func artifactFileSize(hexsum string, n int64) int64 {
 	return int64(len(encodeFrame(typeArtifact, hexsum, nil))) + n - 1 + int64(len(strconv.FormatInt(n, 10)))
+}
+
+type stagedItem struct {
+	name  string
+	frame []byte
 }
 
 // Staging is a content-addressed store that writes without the spool lock
@@ -86,12 +92,8 @@ func (s *Spool) StageBlobs(blobs []Blob) ([]event.ArtifactRef, error) {
 	if err != nil {
 		return nil, err
 	}
-	type item struct {
-		name  string
-		frame []byte
-	}
 	refs := make([]event.ArtifactRef, 0, len(blobs))
-	var todo []item
+	var todo []stagedItem
 	var need Usage
 	seen := map[string]bool{}
 	now := time.Now()
@@ -113,7 +115,7 @@ func (s *Spool) StageBlobs(blobs []Blob) ([]event.ArtifactRef, error) {
 			_ = os.Chtimes(p, now, now)
 			continue
 		}
-		todo = append(todo, item{name: name, frame: encodeFrame(typeArtifact, hexsum, b.Data)})
+		todo = append(todo, stagedItem{name: name, frame: encodeFrame(typeArtifact, hexsum, b.Data)})
 		need.Records++
 		need.Bytes += size
 	}
@@ -136,13 +138,15 @@ func (s *Spool) StageBlobs(blobs []Blob) ([]event.ArtifactRef, error) {
 			return nil, fmt.Errorf("%w: %w", ErrBlobRefused, err)
 		}
 	}
-	for _, it := range todo {
-		tmp, err := s.writeTemp(dir, it.frame, "stage.blob")
-		if err != nil {
-			return nil, fmt.Errorf("stage blob: %w", err)
-		}
-		if err := os.Rename(tmp, filepath.Join(dir, it.name)); err != nil {
-			os.Remove(tmp)
+	tmps, err := s.writeTemps(dir, todo)
+	if err != nil {
+		return nil, err
+	}
+	for i, it := range todo {
+		if err := os.Rename(tmps[i], filepath.Join(dir, it.name)); err != nil {
+			for _, t := range tmps[i:] {
+				os.Remove(t)
+			}
 			return nil, fmt.Errorf("stage blob: %w", err)
 		}
 		s.fail("stage.blob.renamed")
@@ -152,6 +156,56 @@ func (s *Spool) StageBlobs(blobs []Blob) ([]event.ArtifactRef, error) {
 	}
 	s.fail("stage.synced")
 	return refs, nil
+}
+
+// writeTemps writes each item to its own temporary file in dir and fsyncs
+// them concurrently (a filesystem commits concurrent fsyncs together), so
+// that a hook staging a changed file and its manifest waits for about one
+// sync, not two. On an error every temporary file is removed.
+func (s *Spool) writeTemps(dir string, todo []stagedItem) ([]string, error) {
+	files := make([]*os.File, 0, len(todo))
+	names := make([]string, 0, len(todo))
+	fail := func(err error) ([]string, error) {
+		for i, f := range files {
+			f.Close()
+			os.Remove(names[i])
+		}
+		return nil, fmt.Errorf("stage blob: %w", err)
+	}
+	if err := s.injected("stage.blob"); err != nil {
+		return fail(err)
+	}
+	for _, it := range todo {
+		name := filepath.Join(dir, fsutil.TempPrefix+randomHex(8))
+		f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, fsutil.FileMode)
+		if err != nil {
+			return fail(err)
+		}
+		files, names = append(files, f), append(names, name)
+		if _, err := f.Write(it.frame); err != nil {
+			return fail(err)
+		}
+	}
+	s.fail("stage.blob.temp-written")
+	if !s.noSync {
+		errs := make([]error, len(files))
+		var wg sync.WaitGroup
+		for i, f := range files {
+			wg.Add(1)
+			go func() { defer wg.Done(); errs[i] = f.Sync() }()
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return fail(err)
+		}
+	}
+	for _, f := range files {
+		if err := f.Close(); err != nil {
+			return fail(err) // closing a closed file again is harmless
+		}
+	}
+	s.fail("stage.blob.temp-synced")
+	return names, nil
 }
 
 // hasSize reports whether path is a regular file of exactly size bytes.
