@@ -591,3 +591,36 @@ func TestIntakeHookKilledDuringBlobWrite(t *testing.T) {
 		})
 	}
 }
+
+// A dirty file above the spool's per-artifact limit: the intake hook's
+// start names the refusal (stopped spool_refused, no manifest identity,
+// partial), nothing is staged, and show says capture stopped, never that
+// bytes are kept.
+func TestIntakeHookBlobRefusedByLimit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binaries")
+	}
+	bin := build(t)
+	f, work := newDirtyFixture(t, bin)
+	sp, err := spool.Open(f.spool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sp.SetLimits(context.Background(), spool.Limits{ArtifactBytes: 4096}); err != nil {
+		t.Fatal(err)
+	}
+	f.write(t, "tracked.txt", strings.Repeat("too large for the per-artifact limit\n", 200))
+	f.bash(t, filepath.Join(bin, "agentscm-hook-intake"), "toolu_big", false)
+	sb := f.starts(t)["toolu_big"]
+	b, _ := json.Marshal(sb)
+	if sb == nil || sb.Stopped != source.StopSpoolRefused || sb.ManifestDigest != "" || sb.Retained || !sb.Partial {
+		t.Fatalf("the refused start: %s", b)
+	}
+	if names, _ := os.ReadDir(filepath.Join(f.spool, "intake-blobs")); len(names) != 0 {
+		t.Errorf("%d staged files after a refusal", len(names))
+	}
+	text := f.agentscm(t, "change-capture", "show", "--root", f.root, "--work-id", work)
+	if !strings.Contains(text, "capture stopped: spool_refused") || strings.Contains(text, "kept in the private spool") {
+		t.Errorf("show does not name the refusal:\n%s", text)
+	}
+}
