@@ -79,6 +79,7 @@ func (s Store) openHookSpool(dir string) (*spool.Spool, error) {
 func writeIntake(ctx context.Context, store Store, sp *spool.Spool, bd *Binding, p *claude.Payload, rec *event.Record, obs Observation, now time.Time) (string, error) {
 	ir := intakeRecord{Version: intakeVersion, Observed: p.SessionID, Fingerprint: PhaseFingerprint(p, rec),
 		Record: *rec, Observation: obs, Facts: factsOf(p), ReceivedAt: now.UTC()}
+	var stage *spool.Staging
 	if _, ok := ruleFor(bd, rec.ToolName); ok && (rec.Kind == event.ToolStart || rec.Kind == event.ToolFinish) {
 		// The source a start binds (or a deferred start keeps) is the one
 		// at receipt, before the tool runs, not the one at admission.
@@ -86,7 +87,10 @@ func writeIntake(ctx context.Context, store Store, sp *spool.Spool, bd *Binding,
 		ir.SourceTaken = true
 		so := sourceOptions{treeCache: filepath.Join(rs.dir, "trees"), noTree: rec.Kind == event.ToolFinish, baseRef: bd.BaseRef}
 		if rec.Kind == event.ToolStart {
-			so.stage = sp // the bytes it binds, staged without the lock
+			// The bytes it binds, staged without the lock; their directory
+			// sync overlaps the intake write below.
+			stage = sp.DeferredStaging()
+			so.stage = stage
 		}
 		if sb, err := captureSource(ctx, bd.Root, so); err == nil {
 			ir.Source = sb
@@ -95,6 +99,9 @@ func writeIntake(ctx context.Context, store Store, sp *spool.Spool, bd *Binding,
 	b, err := json.Marshal(&ir)
 	if err != nil {
 		return "", err
+	}
+	if stage != nil {
+		return sp.WriteIntakeAfter(b, now, stage.Sync)
 	}
 	return sp.WriteIntake(b, now)
 }

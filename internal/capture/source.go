@@ -24,7 +24,7 @@ type sourceOptions struct {
 	// stage, when set (and store is not), writes those bytes without the
 	// lock into the spool's staging directory (the intake path); the
 	// admitting lock holder retains them (admitStagedSource).
-	stage *spool.Spool
+	stage *spool.Staging
 }
 
 // CaptureSource binds the source of the checkout at root (source.CaptureSource).
@@ -37,7 +37,7 @@ func captureSource(ctx context.Context, root string, o sourceOptions) (*event.So
 	if o.store != nil {
 		so.Store = o.store
 	} else if o.stage != nil {
-		so.Store = o.stage.Staging()
+		so.Store = o.stage
 	}
 	sb, err := source.Capture(ctx, root, so)
 	if o.store == nil && o.stage != nil {

@@ -56,13 +56,41 @@ type stagedItem struct {
 
 // Staging is a content-addressed store that writes without the spool lock
 // (StageBlobs); its blobs are retained once a lock holder admits them.
-type Staging struct{ s *Spool }
+type Staging struct {
+	s *Spool
+	// deferred: PutBlobs leaves the directory sync to Sync; dirty: a
+	// rename waits for it.
+	deferred, dirty bool
+}
 
-// Staging returns the spool's lock-free blob store.
+// Staging returns the spool's lock-free blob store (StageBlobs per call).
 func (s *Spool) Staging() *Staging { return &Staging{s: s} }
 
-// PutBlobs is StageBlobs.
-func (g *Staging) PutBlobs(blobs []Blob) ([]event.ArtifactRef, error) { return g.s.StageBlobs(blobs) }
+// DeferredStaging is Staging whose calls leave the staging directory's
+// fsync to Sync, which the caller runs before anything naming the blobs
+// becomes durable (WriteIntakeAfter overlaps it with the intake write).
+func (s *Spool) DeferredStaging() *Staging { return &Staging{s: s, deferred: true} }
+
+// PutBlobs stages blobs (StageBlobs; deferred: without the directory sync).
+func (g *Staging) PutBlobs(blobs []Blob) ([]event.ArtifactRef, error) {
+	refs, wrote, err := g.s.stageBlobs(blobs, !g.deferred)
+	g.dirty = g.dirty || wrote
+	return refs, err
+}
+
+// Sync makes the names of every blob this store staged durable (one fsync
+// of the staging directory, none when it staged nothing new).
+func (g *Staging) Sync() error {
+	if g == nil || !g.dirty {
+		return nil
+	}
+	if err := g.s.syncDir(filepath.Join(g.s.dir, stagedDir)); err != nil {
+		return fmt.Errorf("sync staged blobs: %w", err)
+	}
+	g.dirty = false
+	g.s.fail("stage.synced")
+	return nil
+}
 
 // StageBlobs durably writes each blob that is neither retained nor staged
 // yet into the staging directory, without the spool lock, and returns the
@@ -73,8 +101,15 @@ func (g *Staging) PutBlobs(blobs []Blob) ([]event.ArtifactRef, error) { return g
 // A blob already staged gets a fresh modification time, so the reclamation
 // grace counts from its last use.
 func (s *Spool) StageBlobs(blobs []Blob) ([]event.ArtifactRef, error) {
+	refs, _, err := s.stageBlobs(blobs, true)
+	return refs, err
+}
+
+// stageBlobs is StageBlobs, with the directory sync when sync is set; it
+// reports whether it renamed a new blob into place.
+func (s *Spool) stageBlobs(blobs []Blob, sync bool) ([]event.ArtifactRef, bool, error) {
 	if s.readOnly {
-		return nil, ErrReadOnly
+		return nil, false, ErrReadOnly
 	}
 	var lim Limits
 	var use Usage
@@ -84,13 +119,13 @@ func (s *Spool) StageBlobs(blobs []Blob) ([]event.ArtifactRef, error) {
 	} else {
 		l, err := s.readLimits()
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		lim = l
 	}
 	dir, err := s.ensurePrivateSubdir(stagedDir)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	refs := make([]event.ArtifactRef, 0, len(blobs))
 	var todo []stagedItem
@@ -99,7 +134,7 @@ func (s *Spool) StageBlobs(blobs []Blob) ([]event.ArtifactRef, error) {
 	now := time.Now()
 	for i, b := range blobs {
 		if int64(len(b.Data)) > lim.ArtifactBytes {
-			return nil, fmt.Errorf("%w: blob %d is %d bytes, above the per-artifact limit of %d bytes (%s)", ErrBlobRefused, i, len(b.Data), lim.ArtifactBytes, event.GapReasonArtifactLimit)
+			return nil, false, fmt.Errorf("%w: blob %d is %d bytes, above the per-artifact limit of %d bytes (%s)", ErrBlobRefused, i, len(b.Data), lim.ArtifactBytes, event.GapReasonArtifactLimit)
 		}
 		sum := sha256.Sum256(b.Data)
 		hexsum := hex.EncodeToString(sum[:])
@@ -120,13 +155,13 @@ func (s *Spool) StageBlobs(blobs []Blob) ([]event.ArtifactRef, error) {
 		need.Bytes += size
 	}
 	if len(todo) == 0 {
-		return refs, nil
+		return refs, false, nil
 	}
 	if haveUse {
 		budget := MaxIntakeFiles*2 + 256
 		names, err := listBounded(dir, &budget)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrBlobRefused, err)
+			return nil, false, fmt.Errorf("%w: %v", ErrBlobRefused, err)
 		}
 		for _, n := range names {
 			use.Records++
@@ -135,27 +170,29 @@ func (s *Spool) StageBlobs(blobs []Blob) ([]event.ArtifactRef, error) {
 			}
 		}
 		if err := admit(lim, use, need, false); err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrBlobRefused, err)
+			return nil, false, fmt.Errorf("%w: %w", ErrBlobRefused, err)
 		}
 	}
 	tmps, err := s.writeTemps(dir, todo)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	for i, it := range todo {
 		if err := os.Rename(tmps[i], filepath.Join(dir, it.name)); err != nil {
 			for _, t := range tmps[i:] {
 				os.Remove(t)
 			}
-			return nil, fmt.Errorf("stage blob: %w", err)
+			return nil, false, fmt.Errorf("stage blob: %w", err)
 		}
 		s.fail("stage.blob.renamed")
 	}
-	if err := s.syncDir(dir); err != nil {
-		return nil, fmt.Errorf("sync staged blobs: %w", err)
+	if sync {
+		if err := s.syncDir(dir); err != nil {
+			return nil, true, fmt.Errorf("sync staged blobs: %w", err)
+		}
+		s.fail("stage.synced")
 	}
-	s.fail("stage.synced")
-	return refs, nil
+	return refs, true, nil
 }
 
 // writeTemps writes each item to its own temporary file in dir and fsyncs

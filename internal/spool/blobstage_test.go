@@ -313,3 +313,25 @@ func TestCrashStageBlobs(t *testing.T) {
 		})
 	}
 }
+
+// TestWriteIntakeAfter: the intake file is installed only after the
+// overlapped step succeeded; its failure leaves no intake file.
+func TestWriteIntakeAfter(t *testing.T) {
+	sp := mustInit(t, Limits{})
+	g := sp.DeferredStaging()
+	if _, err := g.PutBlobs(stageTestBlobs()); err != nil {
+		t.Fatal(err)
+	}
+	ran := false
+	if _, err := sp.WriteIntakeAfter([]byte("names the blobs"), time.Now(), func() error { ran = true; return g.Sync() }); err != nil || !ran {
+		t.Fatalf("%v (ran %v)", err, ran)
+	}
+	boom := errors.New("the staging directory could not be synced")
+	if _, err := sp.WriteIntakeAfter([]byte("second"), time.Now(), func() error { return boom }); !errors.Is(err, boom) {
+		t.Fatalf("a failed step: %v", err)
+	}
+	if n, err := sp.WaitingIntake(); err != nil || n != 1 {
+		t.Fatalf("%d intake files (%v), want only the first", n, err)
+	}
+	noTemps(t, filepath.Join(sp.dir, intakeDir))
+}

@@ -123,6 +123,16 @@ func (s *Spool) ensureIntakeDir() (string, error) {
 // MaxIntakeFiles files or when the spool's last recorded usage plus the
 // backlog leaves no room under the ordinary (non-headroom) limits.
 func (s *Spool) WriteIntake(data []byte, receivedAt time.Time) (string, error) {
+	return s.WriteIntakeAfter(data, receivedAt, nil)
+}
+
+// WriteIntakeAfter is WriteIntake that runs before (when set) concurrently
+// with writing and syncing the intake file and installs the file only
+// after before succeeded: e.g. the staging directory's sync
+// (Staging.Sync), so that the record never becomes durable before the
+// blobs it names while the two syncs overlap. An error from before fails
+// the write and leaves no intake file.
+func (s *Spool) WriteIntakeAfter(data []byte, receivedAt time.Time, before func() error) (string, error) {
 	if s.readOnly {
 		return "", ErrReadOnly
 	}
@@ -166,6 +176,20 @@ func (s *Spool) WriteIntake(data []byte, receivedAt time.Time) (string, error) {
 	if err := s.injected("intake"); err != nil {
 		return "", err
 	}
+	var beforeErr chan error
+	if before != nil {
+		beforeErr = make(chan error, 1)
+		go func() { beforeErr <- before() }()
+	}
+	wait := func() error {
+		if beforeErr == nil {
+			return nil
+		}
+		err := <-beforeErr
+		beforeErr = nil
+		return err
+	}
+	defer wait() // every return waits for it
 	tmp := filepath.Join(dir, fsutil.TempPrefix+randomHex(8))
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, fsutil.FileMode)
 	if err != nil {
@@ -190,6 +214,10 @@ func (s *Spool) WriteIntake(data []byte, receivedAt time.Time) (string, error) {
 		}
 	}
 	s.fail("intake.temp-synced")
+	if err := wait(); err != nil {
+		os.Remove(tmp)
+		return "", err
+	}
 	name := intakeName(ns, pid, rnd, size)
 	if err := os.Link(tmp, filepath.Join(dir, name)); err != nil {
 		os.Remove(tmp)
