@@ -55,7 +55,20 @@ type intakeRecord struct {
 	Facts       payloadFacts         `json:"facts"`
 	Source      *event.SourceBinding `json:"source,omitempty"`
 	SourceTaken bool                 `json:"source_taken,omitempty"`
+	// Blobs are new bytes the source binds (changed working files, the
+	// manifest) kept in the record itself, so they are durable with it at
+	// no cost of their own; larger ones are staged in the spool beside it.
+	// The admitting holder retains them (source.Admit). Optional: a record
+	// without it, or a reader that ignores it, keeps the binding's
+	// bytes_not_retained.
+	Blobs []intakeBlob `json:"blobs,omitempty"`
 	ReceivedAt  time.Time            `json:"received_at"`
+}
+
+// intakeBlob is one blob kept in an intake record.
+type intakeBlob struct {
+	MediaType string `json:"media_type"`
+	Data      []byte `json:"data"`
 }
 
 // openHookSpool opens the binding's spool for the hook with its summary
