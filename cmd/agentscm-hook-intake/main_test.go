@@ -499,6 +499,9 @@ func TestIntakeHookRetainsDirtySource(t *testing.T) {
 	const secret = "DIRTY-BYTES-5c1e-retained"
 	f.write(t, "tracked.txt", "edited "+secret+"\n")
 	f.write(t, "notes/untracked.txt", "untracked "+secret+"\n")
+	// Too large for the intake record: staged as a file of its own, by
+	// every concurrent hook at once.
+	f.write(t, "notes/large.txt", strings.Repeat("large "+secret+"\n", 4000))
 
 	f.bash(t, intake, "toolu_d0", false)
 	f.bash(t, intake, "toolu_d0", true)
@@ -538,8 +541,8 @@ func TestIntakeHookRetainsDirtySource(t *testing.T) {
 			exported++
 		}
 	}
-	if exported != 2 {
-		t.Errorf("the export holds %d artifacts with the dirty bytes, want 2 (of %d)", exported, len(arts))
+	if exported != 3 {
+		t.Errorf("the export holds %d artifacts with the dirty bytes, want 3 (of %d)", exported, len(arts))
 	}
 }
 
@@ -558,7 +561,8 @@ func TestIntakeHookKilledDuringBlobWrite(t *testing.T) {
 		t.Run(fp, func(t *testing.T) {
 			f, _ := newDirtyFixture(t, bin)
 			secret := "KILLED-" + fp
-			f.write(t, "tracked.txt", "edited "+secret+"\n")
+			// Large enough to be staged, not kept in the intake record.
+			f.write(t, "tracked.txt", strings.Repeat("edited "+secret+"\n", 4000))
 			if _, killed := f.bash(t, intake, "toolu_killed", false, spool.FailpointEnv+"="+fp); !killed {
 				t.Fatalf("the hook was not killed at %s", fp)
 			}

@@ -92,7 +92,7 @@ func (s Store) openHookSpool(dir string) (*spool.Spool, error) {
 func writeIntake(ctx context.Context, store Store, sp *spool.Spool, bd *Binding, p *claude.Payload, rec *event.Record, obs Observation, now time.Time) (string, error) {
 	ir := intakeRecord{Version: intakeVersion, Observed: p.SessionID, Fingerprint: PhaseFingerprint(p, rec),
 		Record: *rec, Observation: obs, Facts: factsOf(p), ReceivedAt: now.UTC()}
-	var stage *spool.Staging
+	var stage *intakeStore
 	if _, ok := ruleFor(bd, rec.ToolName); ok && (rec.Kind == event.ToolStart || rec.Kind == event.ToolFinish) {
 		// The source a start binds (or a deferred start keeps) is the one
 		// at receipt, before the tool runs, not the one at admission.
@@ -102,19 +102,31 @@ func writeIntake(ctx context.Context, store Store, sp *spool.Spool, bd *Binding,
 		if rec.Kind == event.ToolStart {
 			// The bytes it binds, staged without the lock; their directory
 			// sync overlaps the intake write below.
-			stage = sp.DeferredStaging()
+			stage = newIntakeStore(sp)
 			so.stage = stage
 		}
 		if sb, err := captureSource(ctx, bd.Root, so); err == nil {
 			ir.Source = sb
 		}
 	}
+	if stage != nil {
+		ir.Blobs = stage.inline
+	}
 	b, err := json.Marshal(&ir)
 	if err != nil {
 		return "", err
 	}
+	if stage != nil && len(ir.Blobs) > 0 && len(b) > spool.MaxIntakeBytes {
+		// Too large with its blobs: stage them as files instead (a failure
+		// leaves them out: admission then names bytes_not_retained).
+		_ = stage.spill()
+		ir.Blobs = nil
+		if b, err = json.Marshal(&ir); err != nil {
+			return "", err
+		}
+	}
 	if stage != nil {
-		return sp.WriteIntakeAfter(b, now, stage.Sync)
+		return sp.WriteIntakeAfter(b, now, stage.stage.Sync)
 	}
 	return sp.WriteIntake(b, now)
 }
@@ -162,7 +174,7 @@ func admitIntake(ctx context.Context, store Store, led *Ledger, ss *spool.Sessio
 			continue
 		}
 		if ir.SourceTaken && ir.Record.Kind == event.ToolStart {
-			ir.Source = admitStagedSource(ss, ir.Source)
+			ir.Source = admitStagedSource(ss, ir.Source, ir.Blobs)
 		}
 		// Resolve the exact current target now, once per session per hook.
 		r, ok := resolved[ir.Observed]

@@ -11,6 +11,7 @@ import (
 
 // Admitter admits staged blobs under the spool lock: *spool.Session.
 type Admitter interface {
+	PutBlobs(blobs []spool.Blob) ([]event.ArtifactRef, error)
 	ReadStaged(ref event.ArtifactRef) ([]byte, error)
 	AdmitStaged(refs []event.ArtifactRef) error
 }
@@ -38,11 +39,21 @@ func Staged(sb *event.SourceBinding) *event.SourceBinding {
 // no manifest identity (what a capture under the lock gives) when a limit
 // refused one; unchanged (bytes_not_retained) when a blob is missing or does
 // not verify. It never claims bytes the spool lacks.
-func Admit(ss Admitter, sb *event.SourceBinding) *event.SourceBinding {
+//
+// inline are bytes the capture kept with the binding instead of staging
+// them (the intake record's own blobs): they are retained first, against
+// the same limits.
+func Admit(ss Admitter, sb *event.SourceBinding, inline []spool.Blob) *event.SourceBinding {
 	if sb == nil || sb.Retained || sb.ManifestDigest == "" || sb.Stopped != "" || !slices.Contains(sb.Omissions, OmissionNotRetained) {
 		return sb
 	}
-	err := admitManifest(ss, sb)
+	var err error
+	if len(inline) > 0 {
+		_, err = ss.PutBlobs(inline)
+	}
+	if err == nil {
+		err = admitManifest(ss, sb)
+	}
 	if err != nil && !errors.Is(err, spool.ErrBlobRefused) {
 		return sb
 	}

@@ -94,7 +94,7 @@ func TestStagedCaptureAdmitted(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := Admit(ss, staged)
+			got := Admit(ss, staged, nil)
 			ss.Close()
 			tc.check(t, sp, staged, got)
 			if got.Retained {
@@ -117,7 +117,7 @@ func TestAdmitDigestOnly(t *testing.T) {
 		t.Fatalf("%+v %v", sb, err)
 	}
 	_, ss := newStore(t, spool.Limits{})
-	if got := Admit(ss, sb); got != sb {
+	if got := Admit(ss, sb, nil); got != sb {
 		t.Fatalf("%+v", got)
 	}
 }

@@ -92,6 +92,36 @@ func (g *Staging) Sync() error {
 	return nil
 }
 
+// HasBlob reports, without the lock, whether the spool already holds
+// data as an artifact or a staged blob (a staged one gets a fresh
+// modification time, so the reclamation grace counts from this use).
+func (s *Spool) HasBlob(data []byte) bool {
+	sum := sha256.Sum256(data)
+	hexsum := hex.EncodeToString(sum[:])
+	size := artifactFileSize(hexsum, int64(len(data)))
+	name := artifactName(hexsum, size)
+	if hasSize(filepath.Join(s.dir, artifactsDir, name), size) {
+		return true
+	}
+	p := filepath.Join(s.dir, stagedDir, name)
+	if !hasSize(p, size) {
+		return false
+	}
+	now := time.Now()
+	_ = os.Chtimes(p, now, now)
+	return true
+}
+
+// ArtifactLimit is the spool's per-artifact limit as the last lock holder
+// recorded it, else as its limits file says.
+func (s *Spool) ArtifactLimit() (int64, error) {
+	if sr, ok := s.readSummaryUnlocked(); ok {
+		return sr.Limits.ArtifactBytes, nil
+	}
+	l, err := s.readLimits()
+	return l.ArtifactBytes, err
+}
+
 // StageBlobs durably writes each blob that is neither retained nor staged
 // yet into the staging directory, without the spool lock, and returns the
 // identities (availability retained: valid once admitted). A blob above
