@@ -61,8 +61,8 @@ type intakeRecord struct {
 	// The admitting holder retains them (source.Admit). Optional: a record
 	// without it, or a reader that ignores it, keeps the binding's
 	// bytes_not_retained.
-	Blobs []intakeBlob `json:"blobs,omitempty"`
-	ReceivedAt  time.Time            `json:"received_at"`
+	Blobs      []intakeBlob `json:"blobs,omitempty"`
+	ReceivedAt time.Time    `json:"received_at"`
 }
 
 // intakeBlob is one blob kept in an intake record.
