@@ -125,7 +125,7 @@ func writeIntake(ctx context.Context, store Store, sp *spool.Spool, bd *Binding,
 			return "", err
 		}
 	}
-	if stage != nil {
+	if stage != nil && stage.stage.Pending() {
 		return sp.WriteIntakeAfter(b, now, stage.stage.Sync)
 	}
 	return sp.WriteIntake(b, now)

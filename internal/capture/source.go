@@ -49,16 +49,21 @@ type intakeStore struct {
 	seen   map[[32]byte]bool
 }
 
+// newIntakeStore is an intake store of sp; a clean checkout never calls
+// it, so it reads nothing until the first blob.
 func newIntakeStore(sp *spool.Spool) *intakeStore {
-	limit, err := sp.ArtifactLimit()
-	if err != nil {
-		limit = 0 // everything goes to the staging store, which says why
-	}
-	return &intakeStore{sp: sp, stage: sp.DeferredStaging(), limit: limit, budget: inlineBlobBytes, seen: map[[32]byte]bool{}}
+	return &intakeStore{sp: sp, stage: sp.DeferredStaging(), limit: -1, budget: inlineBlobBytes, seen: map[[32]byte]bool{}}
 }
 
 // PutBlobs keeps blobs (source.Store); the identities are not used.
 func (s *intakeStore) PutBlobs(blobs []spool.Blob) ([]event.ArtifactRef, error) {
+	if s.limit < 0 {
+		limit, err := s.sp.ArtifactLimit()
+		if err != nil {
+			limit = 0 // everything goes to the staging store, which says why
+		}
+		s.limit = limit
+	}
 	var rest []spool.Blob
 	for _, b := range blobs {
 		sum := sha256.Sum256(b.Data)

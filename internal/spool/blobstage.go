@@ -78,6 +78,9 @@ func (g *Staging) PutBlobs(blobs []Blob) ([]event.ArtifactRef, error) {
 	return refs, err
 }
 
+// Pending reports whether a staged name waits for Sync.
+func (g *Staging) Pending() bool { return g != nil && g.dirty }
+
 // Sync makes the names of every blob this store staged durable (one fsync
 // of the staging directory, none when it staged nothing new).
 func (g *Staging) Sync() error {
