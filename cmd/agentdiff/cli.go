@@ -31,7 +31,7 @@ const (
 	exitTimedOut   = 14
 	exitLaunchErr  = 15
 	exitUnverified = 20 // verify failed, or rollback refused an unverifiable capsule
-	exitPartial    = 21 // rollback left conflicts or unrecoverable paths
+	exitPartial    = 21 // rollback left conflicts or unrecoverable paths; cleanup left processes
 )
 
 // statusExit maps a run status to its exit code under --fail-on.
@@ -117,9 +117,10 @@ func commands() []command {
 		{"verify", "verify [--root PATH] [--format text|json] RUN_ID", "check a capsule against its sealed SHA-256 manifest", cmdVerify},
 		{"inspect", "inspect [--root PATH] [--format text|json] RUN_ID", "show a capsule's verification, result and rollbacks", cmdInspect},
 		{"runs", "runs [--root PATH] [--limit N] [--format text|json]", "list capsules, newest first", cmdRuns},
-		{"rollback", "rollback [--root PATH] [--path P]... [--format text|json] RUN_ID", "restore before-state of paths whose current state equals the post-run state", cmdRollback},
+		{"rollback", "rollback [--root PATH] [--path P]... [--safe-only] [--format text|json] RUN_ID", "restore before-state of paths whose current state equals the post-run state", cmdRollback},
 		{"policy", "policy init|validate|explain PATH", "write, check or explain a version-1 policy file", cmdPolicy},
 		{"doctor", "doctor [--root PATH] [--format text|json]", "report what agentdiff can and cannot do here", cmdDoctor},
+		{"cleanup", "cleanup [--root PATH] [--grace DUR] [--format text|json] RUN_ID", "signal the processes a run recorded as surviving its cleanup, if still the same processes", cmdCleanup},
 	}
 }
 
@@ -160,6 +161,11 @@ func run(ctx context.Context, e *env, args []string) int {
 			return exitOK
 		}
 		fmt.Fprintf(e.stderr, "agentdiff %s: %v\n", c.name, err)
+		if errors.Is(err, capsule.ErrStateSymlink) {
+			// A symlinked or replaced .agentdiff, runs/ or capsule
+			// directory: the capsule cannot be trusted or written.
+			return exitUnverified
+		}
 		return exitInternal
 	}
 	fmt.Fprintf(e.stderr, "agentdiff: unknown command %q\n", args[0])
@@ -202,7 +208,8 @@ func newFlags(e *env, name, synopsis string) *flag.FlagSet {
 // parse parses args: flags anywhere among the positional arguments ("--"
 // ends them), except for run, whose first positional argument starts the
 // wrapped command's argv. A parse error is one line; --root is made
-// absolute against the working directory.
+// absolute against the working directory, and an unset --root becomes the
+// project enclosing it (projectRoot).
 func parse(fs *flag.FlagSet, args []string) error {
 	if err := cliflag.Parse(fs, args, fs.Name() != "agentdiff run"); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -210,25 +217,42 @@ func parse(fs *flag.FlagSet, args []string) error {
 		}
 		return &exitError{code: exitUsage, err: err}
 	}
+	if f := fs.Lookup("root"); f != nil {
+		if v, ok := f.Value.(*pathValue); ok && v.p == "" {
+			// run starts a project where it runs; doctor checks the
+			// machine: both may work in a plain directory.
+			p, err := projectRoot(v.wd, fs.Name() == "agentdiff run" || fs.Name() == "agentdiff doctor")
+			if err != nil {
+				return &exitError{code: exitUsage, err: err}
+			}
+			v.p = p
+		}
+	}
 	return nil
 }
 
 // projectRoot is where agentdiff keeps capsules for the working directory
-// wd: the nearest directory at or above wd holding .agentdiff, else the top
-// of the enclosing git worktree, else wd itself.
-func projectRoot(wd string) string {
+// wd (cliflag.DefaultRoot): the nearest directory at or above wd holding
+// .agentdiff, else the top of the enclosing git worktree; else wd itself
+// when orHere, else an error saying to pass --root.
+func projectRoot(wd string, orHere bool) (string, error) {
+	var bound []string
 	if d, ok := cliflag.FindUp(wd, ".agentdiff"); ok {
-		return d
+		bound = append(bound, d)
 	}
-	if d, ok := cliflag.GitTop(wd); ok {
-		return d
+	root, err := cliflag.DefaultRoot(wd, bound...)
+	if err != nil && orHere && wd != "" {
+		return wd, nil
 	}
-	return wd
+	if err != nil {
+		return "", fmt.Errorf("--root not given, no .agentdiff at or above the working directory, and %w", err)
+	}
+	return root, nil
 }
 
 func rootFlag(fs *flag.FlagSet, e *env) *string {
-	v := &pathValue{wd: e.wd, p: projectRoot(e.wd)}
-	fs.Var(v, "root", "project root, relative to the working directory or absolute (default: the nearest directory holding .agentdiff, else the git worktree's top, else the working directory)")
+	v := &pathValue{wd: e.wd}
+	fs.Var(v, "root", "project root, relative to the working directory or absolute (default: the nearest directory holding .agentdiff, else the git worktree's top; run and doctor: else the working directory)")
 	return &v.p
 }
 
@@ -271,7 +295,10 @@ func oneRunID(fs *flag.FlagSet) (string, error) {
 	return id, nil
 }
 
-// loadPolicy reads a policy file (bounded, no-follow) or returns the default.
+// loadPolicy reads a policy file (bounded, no-follow; YAML when its name
+// ends in .yaml or .yml, else JSON) or returns the built-in default. The
+// bytes returned are what policy.json records: the file's own for JSON, the
+// canonical JSON for YAML.
 func loadPolicy(path string) (*capsule.Policy, []byte, string, error) {
 	if path == "" {
 		p := capsule.DefaultPolicy()
@@ -281,19 +308,37 @@ func loadPolicy(path string) (*capsule.Policy, []byte, string, error) {
 	if err != nil {
 		return nil, nil, "", &exitError{code: exitBadPolicy, err: fmt.Errorf("read policy: %w", err)}
 	}
-	p, err := capsule.ParsePolicy(b)
+	parse := capsule.ParsePolicy
+	if capsule.IsYAMLPolicy(path) {
+		parse = capsule.ParsePolicyYAML
+	}
+	p, err := parse(b)
 	if err != nil {
 		return nil, nil, "", &exitError{code: exitBadPolicy, err: fmt.Errorf("%s: %w", path, err)}
 	}
+	if capsule.IsYAMLPolicy(path) {
+		b = p.Marshal()
+	}
 	abs, _ := filepath.Abs(path)
 	return p, b, abs, nil
+}
+
+// projectPolicy is the policy file run reads without --policy: the root's
+// agentdiff.yaml when there is one (even a broken one, which is refused,
+// never silently replaced by the default), else "" for the built-in.
+func projectPolicy(root string) string {
+	p := filepath.Join(root, capsule.DefaultPolicyFile)
+	if _, err := os.Lstat(p); err == nil {
+		return p
+	}
+	return ""
 }
 
 func cmdRun(ctx context.Context, e *env, args []string) error {
 	syn := commands()[0].synopsis
 	fs := newFlags(e, "run", syn)
 	root := rootFlag(fs, e)
-	policy := fs.String("policy", "", "version-1 policy file (default: the built-in default policy)")
+	policy := fs.String("policy", "", "version-1 policy file, JSON or YAML (.yaml/.yml) (default: agentdiff.yaml at the root when present, else the built-in default policy)")
 	task := fs.String("task", "", "what the command is for (stored redacted)")
 	timeout := fs.Duration("timeout", 0, "kill the command's process group after this long (0: no timeout)")
 	fullListing := fs.Bool("full-listing", false, "list the whole tree for the after manifest instead of only the directories the inotify watch saw change")
@@ -314,6 +359,9 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	argv := fs.Args()
 	if len(argv) == 0 {
 		return usagef("no command: put it after --")
+	}
+	if *policy == "" {
+		*policy = projectPolicy(*root)
 	}
 	pol, polBytes, src, err := loadPolicy(*policy)
 	if err != nil {
@@ -376,7 +424,7 @@ func printResult(w io.Writer, r *capsule.Result, dir string) {
 		if !c.Recovery.Available {
 			rec = "none: " + c.Recovery.Reason
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t[%s]\trecovery: %s\n", c.Change, c.Type, c.Decision, c.Path, prov, rec)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t[%s]\trecovery: %s\n", c.Change, c.Type, c.Decision, capsule.QuoteName(c.Path), prov, rec)
 	}
 	tw.Flush()
 	for _, v := range r.LimitViolations {
@@ -384,6 +432,9 @@ func printResult(w io.Writer, r *capsule.Result, dir string) {
 	}
 	for _, x := range r.ObservationWarnings {
 		fmt.Fprintf(w, "  warning: %s: %s\n", x.Code, x.Message)
+	}
+	for _, x := range r.MachineObservations {
+		fmt.Fprintf(w, "  machine: %s: %s\n", x.Code, x.Message)
 	}
 	fmt.Fprintf(w, "  capsule: %s\n", dir)
 }
@@ -477,7 +528,7 @@ func cmdInspect(ctx context.Context, e *env, args []string) error {
 		for i, a := range in.Rollback.Attempts {
 			fmt.Fprintf(e.stdout, "rollback %d at %s: %s\n", i+1, a.FinishedAt.Format(time.RFC3339), a.Status)
 			for _, it := range a.Items {
-				fmt.Fprintf(e.stdout, "  %s %s: %s %s\n", it.Outcome, it.Path, it.Action, it.Reason)
+				fmt.Fprintf(e.stdout, "  %s %s: %s %s\n", it.Outcome, capsule.QuoteName(it.Path), it.Action, it.Reason)
 			}
 		}
 	}
@@ -529,6 +580,7 @@ func cmdRollback(ctx context.Context, e *env, args []string) error {
 	root := rootFlag(fs, e)
 	var paths multiFlag
 	fs.Var(&paths, "path", "roll back only this root-relative path (or the changes below this directory); repeatable")
+	safeOnly := fs.Bool("safe-only", false, "roll back only the changes the run's policy decided review or deny; allowed work stays")
 	format := formatFlag(fs, "text")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -540,7 +592,7 @@ func cmdRollback(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	att, rep, err := capsule.Rollback(ctx, *root, id, capsule.RollbackOptions{Paths: paths})
+	att, rep, err := capsule.Rollback(ctx, *root, id, capsule.RollbackOptions{Paths: paths, SafeOnly: *safeOnly})
 	if err != nil {
 		if errors.Is(err, capsule.ErrUnverified) {
 			if rep != nil {
@@ -562,7 +614,7 @@ func cmdRollback(ctx context.Context, e *env, args []string) error {
 		}
 		tw := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
 		for _, it := range att.Items {
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", it.Outcome, it.Change, it.Path, it.Action, it.Reason)
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", it.Outcome, it.Change, capsule.QuoteName(it.Path), it.Action, it.Reason)
 		}
 		tw.Flush()
 	}
@@ -748,4 +800,47 @@ func runCompletion(e *env, args []string) int {
 	}
 	io.WriteString(e.stdout, script)
 	return exitOK
+}
+
+func cmdCleanup(ctx context.Context, e *env, args []string) error {
+	fs := newFlags(e, "cleanup", commands()[7].synopsis)
+	root := rootFlag(fs, e)
+	grace := fs.Duration("grace", 2*time.Second, "how long each process has to exit after SIGTERM before SIGKILL")
+	format := formatFlag(fs, "text")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := checkFormat(*format, "text", "json"); err != nil {
+		return err
+	}
+	if *grace < 0 {
+		return usagef("--grace must not be negative")
+	}
+	id, err := oneRunID(fs)
+	if err != nil {
+		return err
+	}
+	rep, err := capsule.Cleanup(ctx, *root, id, *grace)
+	if err != nil {
+		if errors.Is(err, capsule.ErrUnverified) {
+			return &exitError{code: exitUnverified, err: err}
+		}
+		return err
+	}
+	if *format == "json" {
+		writeJSON(e.stdout, rep)
+	} else {
+		if len(rep.Processes) == 0 {
+			fmt.Fprintf(e.stdout, "cleanup %s: the run recorded no process that survived its cleanup; nothing to do\n", id)
+		} else {
+			fmt.Fprintf(e.stdout, "cleanup %s:\n", id)
+			for _, p := range rep.Processes {
+				fmt.Fprintf(e.stdout, "  pid %d (%s): %s\n", p.PID, p.Comm, p.Outcome)
+			}
+		}
+	}
+	if !rep.Complete {
+		return &exitError{code: exitPartial, err: errors.New("")}
+	}
+	return nil
 }

@@ -190,3 +190,135 @@ func TestJSONStdoutIsOnlyTheResult(t *testing.T) {
 		t.Fatalf("summary mode: child stdout should pass through first: %q", r.stdout)
 	}
 }
+
+// A symlinked runs/ or capsule directory is an unverifiable capsule: every
+// command that meets one exits 20 (docs/agentdiff.md), never 1.
+func TestSymlinkedStateExits20(t *testing.T) {
+	root := tree(t)
+	r := agentdiff(t, root, "run", "--", "true")
+	if r.code != 0 {
+		t.Fatalf("run: %+v", r)
+	}
+	id := strings.Fields(strings.SplitN(r.stdout, "run ", 2)[1])[0]
+	runs := filepath.Join(root, ".agentdiff", "runs")
+	moved := filepath.Join(t.TempDir(), id)
+	if err := os.Rename(filepath.Join(runs, id), moved); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(moved, filepath.Join(runs, id)); err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range []string{"verify", "inspect", "rollback"} {
+		if v := agentdiff(t, root, cmd, id); v.code != exitUnverified || !strings.Contains(v.stderr, "symlinks are refused") {
+			t.Errorf("%s of a symlinked capsule: %+v", cmd, v)
+		}
+	}
+	other := tree(t)
+	os.MkdirAll(filepath.Join(other, ".agentdiff"), 0o700)
+	if err := os.Symlink(t.TempDir(), filepath.Join(other, ".agentdiff", "runs")); err != nil {
+		t.Fatal(err)
+	}
+	if v := agentdiff(t, other, "run", "--", "true"); v.code != exitUnverified || !strings.Contains(v.stderr, "symlinks are refused") {
+		t.Errorf("run with a symlinked runs/: %+v", v)
+	}
+}
+
+const yamlPolicy = `# agentdiff policy, version 1, in YAML
+version: 1
+description: allow edits to a.txt, review the rest
+paths:
+  default: review
+  rules:
+    - pattern: a.txt
+      decision: allow
+      reason: the file this task edits
+commands:
+  default: allow
+  rules: []
+limits:
+  max_files_changed: 1000
+  max_files_deleted: 100
+  max_bytes_written: 268435456
+  max_duration: 1h
+backups:
+  max_file_bytes: 8388608
+  max_total_bytes: 268435456
+  max_files: 100000
+`
+
+// agentdiff.yaml at the root is the policy run reads by default; a broken
+// one is refused (exit 3), never replaced by the built-in default; and
+// rollback --safe-only reverts the review/deny changes, keeping allowed work.
+func TestYAMLPolicyAndSafeOnlyRollback(t *testing.T) {
+	root := tree(t)
+	if err := os.WriteFile(filepath.Join(root, "agentdiff.yaml"), []byte(yamlPolicy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if v := agentdiff(t, root, "policy", "validate", filepath.Join(root, "agentdiff.yaml")); v.code != 0 || !strings.Contains(v.stdout, "1 path rules") {
+		t.Fatalf("validate: %+v", v)
+	}
+	r := agentdiff(t, root, "run", "--format", "json", "--", "sh", "-c", "echo edited > a.txt; echo n > new.txt")
+	if r.code != 0 {
+		t.Fatalf("run: %+v", r)
+	}
+	var res struct {
+		RunID   string `json:"run_id"`
+		Changes []struct {
+			Path     string `json:"path"`
+			Decision string `json:"decision"`
+		} `json:"changes"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
+		t.Fatal(err)
+	}
+	dec := map[string]string{}
+	for _, c := range res.Changes {
+		dec[c.Path] = c.Decision
+	}
+	if dec["a.txt"] != "allow" || dec["new.txt"] != "review" {
+		t.Fatalf("decisions %v: agentdiff.yaml was not applied", dec)
+	}
+	pol, err := os.ReadFile(filepath.Join(root, ".agentdiff", "runs", res.RunID, "policy.json"))
+	if err != nil || !json.Valid(pol) || !strings.Contains(string(pol), `"a.txt"`) {
+		t.Fatalf("policy.json %s %v", pol, err)
+	}
+	rb := agentdiff(t, root, "rollback", "--safe-only", res.RunID)
+	if rb.code != 0 {
+		t.Fatalf("rollback --safe-only: %+v", rb)
+	}
+	if _, err := os.Stat(filepath.Join(root, "new.txt")); !os.IsNotExist(err) {
+		t.Fatalf("new.txt (review) kept: %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(root, "a.txt")); string(b) != "edited\n" {
+		t.Fatalf("a.txt (allow) rolled back: %q", b)
+	}
+	// A broken agentdiff.yaml is refused, not silently replaced.
+	for name, text := range map[string]string{
+		"unknown key":   strings.Replace(yamlPolicy, "description:", "descripton:", 1),
+		"duplicate key": yamlPolicy + "version: 1\n",
+		"two documents": yamlPolicy + "---\nversion: 1\n",
+	} {
+		os.WriteFile(filepath.Join(root, "agentdiff.yaml"), []byte(text), 0o644)
+		if v := agentdiff(t, root, "run", "--", "true"); v.code != exitBadPolicy {
+			t.Errorf("%s: %+v", name, v)
+		}
+	}
+}
+
+// cleanup of a run whose process group left nothing behind has nothing to
+// do; of a tampered capsule it refuses with 20.
+func TestCleanupCommand(t *testing.T) {
+	root := tree(t)
+	r := agentdiff(t, root, "run", "--", "true")
+	id := strings.Fields(strings.SplitN(r.stdout, "run ", 2)[1])[0]
+	if c := agentdiff(t, root, "cleanup", id); c.code != 0 || !strings.Contains(c.stdout, "nothing to do") {
+		t.Fatalf("cleanup: %+v", c)
+	}
+	if c := agentdiff(t, root, "cleanup", "--format", "json", id); c.code != 0 || !strings.Contains(c.stdout, `"complete": true`) {
+		t.Fatalf("cleanup json: %+v", c)
+	}
+	os.WriteFile(filepath.Join(root, ".agentdiff", "runs", id, "runtime.json"), []byte("{}"), 0o600)
+	if c := agentdiff(t, root, "cleanup", id); c.code != exitUnverified {
+		t.Fatalf("cleanup of a tampered capsule: %+v", c)
+	}
+}

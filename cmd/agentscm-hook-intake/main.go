@@ -17,10 +17,12 @@ import (
 	"time"
 
 	"github.com/agentscm/agentscm/internal/agent/claude"
+	"github.com/agentscm/agentscm/internal/buildinfo"
 	"github.com/agentscm/agentscm/internal/hookcore"
 )
 
 const usage = `Usage:
+  agentscm-hook-intake --version
   agentscm-hook-intake change-capture hook-claude < payload.json
 
 The Claude Code capture hook, exactly as 'agentscm-hook change-capture
@@ -49,6 +51,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	switch {
 	case len(args) == 2 && args[0] == "change-capture" && args[1] == "hook-claude":
 		return hookcore.IntakeHook(ctx, stdin, stdout, stderr, getenv, now(), full)
+	case len(args) == 1 && args[0] == "--version":
+		fmt.Fprintln(stdout, buildinfo.Version("agentscm-hook-intake"))
+		return 0
 	case len(args) == 1 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help"):
 		fmt.Fprint(stdout, usage)
 		return 0

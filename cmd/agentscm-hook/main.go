@@ -14,10 +14,12 @@ import (
 	"time"
 
 	"github.com/agentscm/agentscm/internal/agent/adapter"
+	"github.com/agentscm/agentscm/internal/buildinfo"
 	"github.com/agentscm/agentscm/internal/hookrun"
 )
 
 const usage = `Usage:
+  agentscm-hook --version
   agentscm-hook change-capture hook-claude [--changelog] < payload.json
   agentscm-hook changelog hook-claude < payload.json
   agentscm-hook change-capture hook-codex < payload.json
@@ -70,6 +72,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return hookrun.AgentCapture(ctx, adapter.Gemini{}, stdin, stderr, getenv, now())
 	case len(args) >= 2 && args[0] == "change-capture" && args[1] == "deliver-spool":
 		return hookrun.DeliverSpool(ctx, args[2:], stderr)
+	case len(args) == 1 && args[0] == "--version":
+		fmt.Fprintln(stdout, buildinfo.Version("agentscm-hook"))
+		return 0
 	case len(args) == 1 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help"):
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -50,8 +50,14 @@ const (
 	// kept and no action envelope is made.
 	Deferred = "deferred"
 	// NoStart: a completion without a retained start (the start was
-	// deferred, had no rule or was refused); nothing is recorded for it.
+	// deferred, had no rule, was refused or lost) and without an exact
+	// target: nothing is recorded for it (a retry with a target records
+	// it as FinishWithoutStart).
 	NoStart = "no_retained_start"
+	// FinishWithoutStart: a completion without a retained start under an
+	// exact target: its finish is recorded alone (the Hub lists the action
+	// as finish_without_start), so the missing start is visible.
+	FinishWithoutStart = "finish_without_start"
 	// ReceiptLimit: the receipt bound was reached; a capture_interrupted
 	// gap records the unrecorded start.
 	ReceiptLimit = "receipt_limit"
@@ -333,8 +339,8 @@ func finish(ctx context.Context, e Env) (string, error) {
 	id := ID(rec.Agent, rec.SessionID, rec.ToolUseID)
 	st, startPending, err := rs.Read(id + ".s")
 	if errors.Is(err, fs.ErrNotExist) {
-		if _, ok := RuleFor(e.Rules, rec.ToolName); ok {
-			return NoStart, nil
+		if rule, ok := RuleFor(e.Rules, rec.ToolName); ok {
+			return finishWithoutStart(e, rule, id)
 		}
 		return "", nil
 	}
@@ -409,4 +415,55 @@ func finish(ctx context.Context, e Env) (string, error) {
 		return "", err
 	}
 	return Finished, nil
+}
+
+// finishWithoutStart records the finish of an action whose start was never
+// retained (a PreToolUse that was lost, deferred, refused or captured
+// before the rule existed): the finish alone, under the completion's own
+// exact target, with the rule's class and result and unknown drift (no
+// source was bound at start). The Hub lists it as finish_without_start, so
+// the missing start is named instead of the whole action vanishing. Its
+// receipt makes a retry a duplicate and a changed result a conflict.
+func finishWithoutStart(e Env, rule Rule, id string) (string, error) {
+	rec, rs := e.Record, e.Receipts
+	if rec.Deferred || rec.WorkID == "" {
+		return NoStart, nil
+	}
+	code, field := e.Facts.ExitCode, e.Facts.ExitCodeField
+	canon, _ := json.Marshal(finishCanon{startCanon: e.startCanon(), HookEvent: rec.HookEvent, Outcome: rec.Outcome, ExitCode: code, ExitCodeField: field})
+	if err := rs.Ensure(); err != nil {
+		return "", err
+	}
+	prev, pending, err := rs.Read(id + ".f")
+	switch {
+	case err == nil:
+		if !bytes.Equal(prev.Canon, canon) {
+			return Conflict, fmt.Errorf("%w: action %s (tool_use_id %s) already finished with another typed result; the retained finish stands", ErrConflict, id, rec.ToolUseID)
+		}
+		if !pending {
+			return FinishDuplicate, nil
+		}
+		return FinishWithoutStart, AppendReceipt(e.Session, rs, id+".f", prev)
+	case !errors.Is(err, fs.ErrNotExist):
+		return "", err
+	}
+	result, verification := Result(rule, rec.HookEvent, code)
+	fin := event.Action{ID: id, Class: rule.Kind, Coverage: rule.Coverage, ResultSource: rule.ResultSource,
+		Result: result, Verification: verification, ExitCode: code, Drift: "unknown",
+		SetupDigest: e.SetupDigest, CompletionSetupDigest: e.SetupDigest, ObservationScope: e.Spool.ObservationScope(),
+		FinishedAt: e.Now.UTC().Truncate(time.Second)}
+	fr := event.Record{
+		Agent: rec.Agent, SessionID: rec.SessionID, Kind: event.ActionFinish, HookEvent: rec.HookEvent,
+		ToolName: rec.ToolName, ToolUseID: rec.ToolUseID, Outcome: rec.Outcome,
+		WorkID: rec.WorkID, Generation: rec.Generation, CanonicalSession: rec.CanonicalSession,
+		ObservedAt: rec.ObservedAt, CaptureMode: rec.CaptureMode, Action: &fin,
+	}
+	r := &Receipt{Version: ReceiptVersion, SpoolID: rs.SpoolID(), Canon: canon, Record: fr}
+	if err := rs.WritePending(id+".f", r); err != nil {
+		return "", err
+	}
+	if err := AppendReceipt(e.Session, rs, id+".f", r); err != nil {
+		return "", err
+	}
+	return FinishWithoutStart, nil
 }

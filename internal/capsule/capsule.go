@@ -282,7 +282,7 @@ func StateDirs(root string) (state, runs string, err error) {
 	state = filepath.Join(root, StateDir)
 	for _, d := range []string{state, filepath.Join(state, "runs")} {
 		if fi, err := os.Lstat(d); err == nil && !fi.IsDir() {
-			return "", "", fmt.Errorf("%s exists and is not a directory (symlinks are refused)", d)
+			return "", "", fmt.Errorf("%s exists and %w", d, ErrStateSymlink)
 		}
 		if err := fsutil.MkdirPrivate(d); err != nil {
 			return "", "", err
@@ -519,11 +519,9 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 		before.Base = &ManifestBase{File: FileBase, SHA256: baseSum, Entries: nBase}
 		before.Changes, before.Removed = derefAll(bs.changes), bs.removed
 	}
+	before.RawNames = rawNamesOf(before)
 	if err := w.writeCompact(FileBefore, before); err != nil {
 		return nil, dir, err
-	}
-	for reason, n := range bs.skipped {
-		warnings = append(warnings, Warning{Code: "backup_" + reason, Message: fmt.Sprintf("%d regular files have no before-state backup (%s)", n, strings.ReplaceAll(reason, "_", " "))})
 	}
 	w.event("before_manifest", map[string]any{"entries": len(bs.entries), "changes_to_base": len(bs.changes) + len(bs.removed), "new_base": newBase})
 	phase("write_before")
@@ -684,6 +682,7 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 		c.Decision, c.Provenance = d.Decision, d.Provenance
 		c.Recovery = recoveryFor(*c, bi[c.Path], ai[c.Path], verified)
 	}
+	warnings = append(warnings, unbackedWarnings(changes, bi, pol.Backups)...)
 	if len(tamperedObjects) > 0 {
 		warnings = append(warnings, Warning{Code: "capsule_tampered", Message: fmt.Sprintf("%d before-state backup objects changed during the run; their paths have no recovery evidence", len(tamperedObjects))})
 	}
@@ -696,16 +695,20 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 	if rt.Cleanup != nil && rt.Cleanup.Remaining > 0 {
 		warnings = append(warnings, Warning{Code: "descendants_remaining", Message: fmt.Sprintf("%d processes of the command's process group survived cleanup", rt.Cleanup.Remaining)})
 	}
-	if len(rt.Ports.Opened) > 0 {
-		msg := "listening TCP sockets appeared during the run (machine-wide, not attributed): " + strings.Join(rt.Ports.Opened, ", ")
-		if len(rt.Ports.GroupListeners) > 0 {
-			var held []string
-			for _, g := range rt.Ports.GroupListeners {
-				held = append(held, fmt.Sprintf("%s (pid %d %s)", g.Addr, g.PID, g.Comm))
-			}
-			msg += "; held by the command's process group: " + strings.Join(held, ", ")
+	// Only the sockets the command's own process group held are the
+	// command's: they warn and count in the blast radius. The others are
+	// machine-wide point-in-time observations (seed 001), reported without
+	// raising either.
+	var machine []Warning
+	if len(rt.Ports.GroupListeners) > 0 {
+		var held []string
+		for _, g := range rt.Ports.GroupListeners {
+			held = append(held, fmt.Sprintf("%s (pid %d %s)", g.Addr, g.PID, g.Comm))
 		}
-		warnings = append(warnings, Warning{Code: "listening_ports_opened", Message: msg})
+		warnings = append(warnings, Warning{Code: "listening_ports_opened", Message: "the command's process group held listening TCP sockets during the run: " + strings.Join(held, ", ")})
+	}
+	if others := portsOutsideGroup(rt.Ports); len(others) > 0 {
+		machine = append(machine, Warning{Code: "listening_ports_opened_elsewhere", Message: "listening TCP sockets appeared on the machine during the run, not held by the command's process group (machine-wide, not attributed): " + strings.Join(others, ", ")})
 	}
 	if rt.Cancelled {
 		warnings = append(warnings, Warning{Code: "cancelled", Message: "agentdiff was interrupted while the command ran and killed its process group"})
@@ -714,6 +717,7 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 		warnings = append(warnings, Warning{Code: "port_observation_incomplete", Message: rt.Ports.Error})
 	}
 
+	after.RawNames = rawNamesOf(after)
 	if err := w.writeCompact(FileAfter, after); err != nil {
 		return nil, dir, err
 	}
@@ -727,6 +731,16 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 		warnings = append(warnings, Warning{Code: "capsule_tampered", Message: "capsule files changed on disk while the command ran: " + strings.Join(tampered, ", ") + "; the seal covers what agentdiff wrote, so verify reports them"})
 	}
 	nTamper := len(tampered) + len(tamperedObjects)
+	// A command that moved its own capsule directory, or put something else
+	// in its place, did not stop the capsule: every write went through the
+	// held directory, which is sealed where it now is, and the result and
+	// events say where that is and why.
+	moved := ""
+	if held != dir && sameDir(dirf, dir) != nil {
+		moved = heldLocation(held)
+		warnings = append(warnings, Warning{Code: "capsule_moved", Message: fmt.Sprintf("the capsule directory %s was moved or replaced during the run; agentdiff kept writing to it and sealed it at %s", dir, moved)})
+		nTamper++
+	}
 
 	outcome := Allow
 	if cmdDec.Decision == Review {
@@ -746,8 +760,8 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 	}
 	res := &Result{
 		SchemaVersion: SchemaVersion, RunID: id, SafetyOutcome: outcome, CommandDecision: cmdDec,
-		Changes: changes, LimitViolations: violations, ObservationWarnings: warnings,
-		BlastRadius: blastRadius(changes, written, len(violations), len(rt.Cleanup.Descendants), len(rt.Ports.Opened), nTamper),
+		Changes: changes, LimitViolations: violations, ObservationWarnings: warnings, MachineObservations: machine,
+		BlastRadius: blastRadius(changes, written, len(violations), len(rt.Cleanup.Descendants), len(rt.Ports.GroupListeners), nTamper),
 		Runtime: RuntimeSummary{Launched: rt.Launched, Exit: rt.Exit, DurationMS: rt.DurationMS,
 			Descendants: len(rt.Cleanup.Descendants), PortsOpened: rt.Ports.Opened, PortsClosed: rt.Ports.Closed},
 	}
@@ -756,19 +770,34 @@ func Run(ctx context.Context, o RunOptions) (*Result, string, error) {
 		res.ExecutionError = &msg
 	}
 	res.Status = finalStatus(blocked, execErr, rt.Exit, outcome, len(warnings))
+	setRawPaths(res.Changes)
 	if _, err := w.writeJSON(FileResult, res); err != nil {
 		return nil, dir, err
 	}
 	if err := w.event("run_finished", map[string]any{"status": res.Status, "safety_outcome": string(outcome), "changes": len(changes)}); err != nil {
 		return nil, dir, err
 	}
-	if err := sameDir(dirf, dir); err != nil {
+	if moved != "" {
+		if err := w.event("capsule_moved", map[string]any{"from": dir, "to": moved}); err != nil {
+			return nil, dir, err
+		}
+		dir = moved
+	} else if err := sameDir(dirf, dir); err != nil {
 		return nil, dir, err
 	}
 	if err := seal(w, id); err != nil {
 		return nil, dir, err
 	}
 	return res, dir, nil
+}
+
+// heldLocation is where the directory held open as /proc/self/fd/N is now.
+func heldLocation(held string) string {
+	p, err := os.Readlink(held)
+	if err != nil {
+		return held
+	}
+	return p
 }
 
 // watchedRelist returns the directories the after manifest re-lists, or nil

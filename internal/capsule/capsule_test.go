@@ -109,15 +109,6 @@ func TestStatuses(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			root := project(t)
 			out := runArgv(t, root, tc.pol, tc.timeout, tc.argv...)
-			// Port differences are machine-wide (seed 001): a listener that
-			// another process (a parallel test package) opened during the run
-			// raises the blast radius of a passing run (none of these commands
-			// opens one). Such a run is repeated, in a fresh project, a few times.
-			for try := 0; try < 3 && tc.status == StatusPassed && out.res.Status == StatusReview && len(out.res.Runtime.PortsOpened) > 0; try++ {
-				t.Logf("machine-wide listening ports opened during the run %v: running again", out.res.Runtime.PortsOpened)
-				root = project(t)
-				out = runArgv(t, root, tc.pol, tc.timeout, tc.argv...)
-			}
 			if out.res.Status != tc.status || out.res.SafetyOutcome != tc.outcome {
 				t.Fatalf("status %s outcome %s, want %s %s; result %+v", out.res.Status, out.res.SafetyOutcome, tc.status, tc.outcome, out.res)
 			}
@@ -270,8 +261,21 @@ func TestPortObservation(t *testing.T) {
 	if !slices.Contains(out.res.Runtime.PortsOpened, want) {
 		t.Fatalf("ports opened %q, want %q", out.res.Runtime.PortsOpened, want)
 	}
-	if out.res.Status != StatusReview {
-		t.Fatalf("status %s", out.res.Status)
+	// The listener is this test process's, outside the command's process
+	// group: a machine-wide observation that neither demotes the run nor
+	// raises its blast radius (seed 001).
+	if out.res.Status != StatusPassed {
+		t.Fatalf("status %s, warnings %+v", out.res.Status, out.res.ObservationWarnings)
+	}
+	if !slices.ContainsFunc(out.res.MachineObservations, func(w Warning) bool {
+		return w.Code == "listening_ports_opened_elsewhere" && strings.Contains(w.Message, want)
+	}) {
+		t.Fatalf("machine observations %+v, want %s", out.res.MachineObservations, want)
+	}
+	for _, c := range out.res.BlastRadius.Components {
+		if c.Name == "listening_ports_opened" && c.Count != 0 {
+			t.Fatalf("blast radius counts another process's listener: %+v", c)
+		}
 	}
 }
 
@@ -654,19 +658,6 @@ func TestStateDirSymlinkRefused(t *testing.T) {
 func fmtSscan(s string, v *int) (int, error) { return fmt.Sscan(strings.TrimSpace(s), v) }
 func itoa(i int) string                      { return strconv.Itoa(i) }
 
-func TestNonUTF8NameRefusesLaunch(t *testing.T) {
-	root := project(t)
-	write(t, filepath.Join(root, "caf\xe9"), "x")
-	out := runIn(t, root, allowAll(), 0, "touch launched")
-	if out.res.Status != StatusError || out.res.ExecutionError == nil || !strings.Contains(*out.res.ExecutionError, `"caf\xe9"`) {
-		t.Fatalf("status %s err %v", out.res.Status, out.res.ExecutionError)
-	}
-	if _, err := os.Stat(filepath.Join(root, "launched")); err == nil {
-		t.Fatal("launched without a before manifest")
-	}
-	verifyOK(t, out.dir)
-}
-
 func TestCancelledRunIsSealed(t *testing.T) {
 	root := project(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
@@ -758,21 +749,42 @@ func TestStatCache(t *testing.T) {
 	}
 }
 
-// A child that moves the capsule directory and plants a symlink in its place
-// cannot redirect agentdiff's writes; the run fails loudly instead of sealing.
-func TestChildSwapsCapsuleDir(t *testing.T) {
-	root := project(t)
-	elsewhere := t.TempDir()
-	_, dir, err := Run(context.Background(), RunOptions{Root: root, Policy: allowAll(), Env: os.Environ(),
-		Argv: []string{"sh", "-c", `for d in .agentdiff/runs/*; do mv "$d" "$d.moved"; ln -s ` + elsewhere + ` "$d"; done`}})
-	if err == nil || !strings.Contains(err.Error(), "moved or replaced") {
-		t.Fatalf("err %v", err)
-	}
-	if ents, _ := os.ReadDir(elsewhere); len(ents) != 0 {
-		t.Fatalf("writes were redirected through the symlink: %v", ents)
-	}
-	if _, err := os.Stat(filepath.Join(dir+".moved", FileAfter)); err != nil {
-		t.Fatalf("writes did not follow the held directory: %v", err)
+// A child that moves the capsule directory (and plants a symlink in its
+// place, or moves it out of the root) cannot redirect agentdiff's writes,
+// nor lose the evidence: the capsule is sealed where the directory went,
+// and its result and events say so.
+func TestChildMovesCapsuleDir(t *testing.T) {
+	away := t.TempDir()
+	for _, tc := range []struct{ name, script, suffix string }{
+		{"swapped for a symlink", `for d in .agentdiff/runs/*; do mv "$d" "$d.moved"; ln -s ` + away + ` "$d"; done; echo x > new.txt`, ".moved"},
+		{"moved out of the root", `mkdir -p ` + away + `/stolen; mv .agentdiff/runs/* ` + away + `/stolen/; echo x > new.txt`, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := project(t)
+			res, dir, err := Run(context.Background(), RunOptions{Root: root, Policy: allowAll(), Env: os.Environ(),
+				Argv: []string{"sh", "-c", tc.script}})
+			if err != nil {
+				t.Fatalf("err %v", err)
+			}
+			if strings.HasPrefix(dir, filepath.Join(root, StateDir)) && tc.suffix == "" || !strings.HasSuffix(dir, tc.suffix) {
+				t.Fatalf("sealed at %s", dir)
+			}
+			if ents, _ := os.ReadDir(away); tc.suffix != "" && len(ents) != 0 {
+				t.Fatalf("writes were redirected through the symlink: %v", ents)
+			}
+			if res.SafetyOutcome != Deny || !slices.ContainsFunc(res.ObservationWarnings, func(w Warning) bool {
+				return w.Code == "capsule_moved" && strings.Contains(w.Message, dir)
+			}) || len(res.Changes) != 1 {
+				t.Fatalf("result %+v", res)
+			}
+			if rep, err := Verify(context.Background(), dir, res.RunID); err != nil || !rep.OK {
+				t.Fatalf("verify %+v %v", rep, err)
+			}
+			ev, err := os.ReadFile(filepath.Join(dir, FileEvents))
+			if err != nil || !strings.Contains(string(ev), `"capsule_moved"`) {
+				t.Fatalf("events %s %v", ev, err)
+			}
+		})
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/bits"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -34,7 +35,9 @@ type Recovery struct {
 
 // Change is one classified change.
 type Change struct {
-	Path       string     `json:"path"`
+	Path string `json:"path"`
+	// PathRaw holds Path byte-exact when it is not valid UTF-8 (names.go).
+	PathRaw    []byte     `json:"path_raw,omitempty"`
 	Change     string     `json:"change"` // created, modified, deleted
 	Type       string     `json:"type"`   // type after the run (before for deleted)
 	BeforeType string     `json:"before_type,omitempty"`
@@ -68,9 +71,13 @@ type Result struct {
 	Changes             []Change         `json:"changes"`
 	LimitViolations     []LimitViolation `json:"limit_violations"`
 	ObservationWarnings []Warning        `json:"observation_warnings"`
-	BlastRadius         BlastRadius      `json:"blast_radius"`
-	Runtime             RuntimeSummary   `json:"runtime"`
-	ExecutionError      *string          `json:"execution_error"`
+	// MachineObservations are facts about the machine during the run that
+	// are not attributed to the command (listening sockets of other
+	// processes): reported, never a reason for review or blast radius.
+	MachineObservations []Warning      `json:"machine_observations,omitempty"`
+	BlastRadius         BlastRadius    `json:"blast_radius"`
+	Runtime             RuntimeSummary `json:"runtime"`
+	ExecutionError      *string        `json:"execution_error"`
 }
 
 // RuntimeSummary is the runtime part of result.json (runtime.json has the detail).
@@ -184,6 +191,35 @@ func recoveryFor(c Change, b, a *ManifestEntry, verified map[string]bool) Recove
 		return Recovery{Available: true, Method: "restore_backup"}
 	}
 	return Recovery{Method: "none"}
+}
+
+// unbackedWarnings names the changed files (modified or deleted regular
+// files whose content changed) that have no before-state backup, by reason.
+// An unchanged file without a backup is no reason to warn: nothing of it
+// needs recovering, and before.json counts it under backup_skipped.
+func unbackedWarnings(changes []Change, before map[string]*ManifestEntry, bounds BackupBounds) []Warning {
+	n := map[string]int{}
+	for _, c := range changes {
+		b := before[c.Path]
+		if b == nil || b.Type != "file" || b.Backup || c.Change == Created {
+			continue
+		}
+		if c.Change == Modified && !containsStr(c.Aspects, "content") && !containsStr(c.Aspects, "type") {
+			continue
+		}
+		reason := "budget_exhausted"
+		if b.Size > bounds.MaxFileBytes {
+			reason = "too_large"
+		}
+		n[reason]++
+	}
+	var out []Warning
+	for _, reason := range []string{"too_large", "budget_exhausted"} {
+		if n[reason] > 0 {
+			out = append(out, Warning{Code: "backup_" + reason, Message: fmt.Sprintf("%d changed regular files have no before-state backup (%s)", n[reason], strings.ReplaceAll(reason, "_", " "))})
+		}
+	}
+	return out
 }
 
 // BlastRadius is the documented deterministic score.

@@ -225,6 +225,15 @@ func TestBackgroundServerPortObserved(t *testing.T) {
 	if rt.Ports.Samples < 1 || res.Runtime.Descendants < 1 {
 		t.Fatalf("samples %d, descendants %d", rt.Ports.Samples, res.Runtime.Descendants)
 	}
+	// The command's own listener is the command's: it warns and counts.
+	if res.Status != StatusReview || !slices.ContainsFunc(res.ObservationWarnings, func(w Warning) bool {
+		return w.Code == "listening_ports_opened" && strings.Contains(w.Message, want)
+	}) {
+		t.Fatalf("status %s, warnings %+v", res.Status, res.ObservationWarnings)
+	}
+	if !slices.ContainsFunc(res.BlastRadius.Components, func(c Component) bool { return c.Name == "listening_ports_opened" && c.Count >= 1 }) {
+		t.Fatalf("blast radius %+v", res.BlastRadius.Components)
+	}
 	verifyOK(t, dir)
 }
 

@@ -15,7 +15,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/agentscm/agentscm/internal/fsutil"
 	"github.com/agentscm/agentscm/internal/scan"
@@ -66,7 +65,10 @@ type Manifest struct {
 	Base          *ManifestBase   `json:"base,omitempty"`
 	Changes       []ManifestEntry `json:"changes,omitempty"`
 	Removed       []string        `json:"removed,omitempty"`
-	Total         int             `json:"total,omitempty"`
+	// RawNames holds, byte-exact, the names of Changes and Removed that
+	// are not valid UTF-8 (names.go).
+	RawNames []RawName `json:"raw_names,omitempty"`
+	Total    int       `json:"total,omitempty"`
 	// BackupSkipped counts regular files without stored before-state content,
 	// by reason (too_large, budget_exhausted).
 	BackupSkipped map[string]int64 `json:"backup_skipped,omitempty"`
@@ -135,9 +137,6 @@ func (l *lister) list(ctx context.Context, prune func(rel string) bool) ([]scan.
 	for _, s := range st[1:] {
 		if s.Skipped && s.Path == StateDir {
 			continue
-		}
-		if !utf8.ValidString(s.Path) {
-			return nil, &scan.PathError{Op: "walk", Path: s.Path, Err: scan.ErrNotUTF8}
 		}
 		out = append(out, s)
 	}
@@ -250,7 +249,10 @@ func (l *lister) takeBefore(ctx context.Context, base []ManifestEntry, cache *st
 // before builds the before manifest from a listing (see takeBefore).
 func (l *lister) before(ctx context.Context, list []scan.Stat, base []ManifestEntry, cache *statCache, bounds BackupBounds, backup bool) (*beforeState, error) {
 	bs := &beforeState{entries: make([]*ManifestEntry, 0, len(list))}
-	var total, files int64
+	var plan map[int]string
+	if backup {
+		plan = planBackups(list, bounds)
+	}
 	skip := func(reason string) {
 		if bs.skipped == nil {
 			bs.skipped = map[string]int64{}
@@ -277,10 +279,8 @@ func (l *lister) before(ctx context.Context, list []scan.Stat, base []ManifestEn
 			wantBackup := false
 			switch {
 			case !backup:
-			case e.Size > bounds.MaxFileBytes:
-				skip("too_large")
-			case total+e.Size > bounds.MaxTotalBytes || files+1 > bounds.MaxFiles:
-				skip("budget_exhausted")
+			case plan[i] != "":
+				skip(plan[i])
 			default:
 				wantBackup = true
 			}
@@ -299,10 +299,6 @@ func (l *lister) before(ctx context.Context, list []scan.Stat, base []ManifestEn
 				b.refreshed = true
 				bs.refreshed++
 			}
-			if e.Backup {
-				total += e.Size
-				files++
-			}
 		}
 		if b != nil && sameEntry(b, &e) {
 			bs.entries = append(bs.entries, b)
@@ -317,6 +313,53 @@ func (l *lister) before(ctx context.Context, list []scan.Stat, base []ManifestEn
 		bs.removed = append(bs.removed, base[j].Path)
 	}
 	return bs, nil
+}
+
+// planBackups decides, before any file is read, which regular files of a
+// listing get before-state content within bounds, and returns the skip
+// reason (too_large, budget_exhausted) by listing index for the others.
+// The budget goes to the files a command most likely changes: files
+// outside any .git directory first, the most recently modified first, and
+// .git's own files last, so a large repository's history never spends the
+// budget that the one file a command edits needs.
+func planBackups(list []scan.Stat, bounds BackupBounds) map[int]string {
+	plan := map[int]string{}
+	var order []int
+	for i := range list {
+		s := &list[i]
+		if s.Type != scan.File || s.Skipped {
+			continue
+		}
+		if s.Size > bounds.MaxFileBytes {
+			plan[i] = "too_large"
+			continue
+		}
+		order = append(order, i)
+	}
+	sort.SliceStable(order, func(x, y int) bool {
+		a, b := &list[order[x]], &list[order[y]]
+		if va, vb := inGitDir(a.Path), inGitDir(b.Path); va != vb {
+			return vb
+		}
+		return a.MTime > b.MTime
+	})
+	var total, files int64
+	for _, i := range order {
+		size := list[i].Size
+		if total+size > bounds.MaxTotalBytes || files+1 > bounds.MaxFiles {
+			plan[i] = "budget_exhausted"
+			continue
+		}
+		total += size
+		files++
+	}
+	return plan
+}
+
+// inGitDir reports whether a slash-separated relative path lies inside a
+// .git directory (the repository's own or a nested one).
+func inGitDir(p string) bool {
+	return strings.HasPrefix(p, ".git/") || strings.Contains(p, "/.git/")
 }
 
 // afterChange pairs a changed or new entry of the after manifest with its
@@ -725,6 +768,9 @@ func (m *Manifest) resolve(dir string, before *Manifest) error {
 	case ManifestSchemaV2:
 	default:
 		return fmt.Errorf("manifest schema_version %d unsupported", m.SchemaVersion)
+	}
+	if err := m.applyRawNames(); err != nil {
+		return err
 	}
 	if m.Entries != nil {
 		return errors.New("a version 2 manifest lists entries instead of changes")

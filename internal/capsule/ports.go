@@ -220,3 +220,19 @@ func socketInodes(pid int) []uint64 {
 	}
 	return out
 }
+
+// portsOutsideGroup lists the opened listening addresses that no process of
+// the command's group was seen holding.
+func portsOutsideGroup(p PortObservation) []string {
+	held := map[string]bool{}
+	for _, g := range p.GroupListeners {
+		held[g.Addr] = true
+	}
+	var out []string
+	for _, a := range p.Opened {
+		if !held[a] {
+			out = append(out, a)
+		}
+	}
+	return out
+}

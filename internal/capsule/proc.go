@@ -24,6 +24,10 @@ type Descendant struct {
 	PPID   int    `json:"ppid"`
 	Comm   string `json:"comm"`
 	Reaped bool   `json:"reaped"` // gone after the group was killed
+	// StartTicks is the process's start time (clock ticks after boot,
+	// /proc/PID/stat field 22): with the pid, its identity, so a later
+	// cleanup never signals a process that reused the pid.
+	StartTicks uint64 `json:"start_ticks,omitempty"`
 }
 
 // ProcessCleanup reports what happened to the command's process group.
@@ -280,7 +284,8 @@ func scanGroup(pgid, self int, reap bool) []Descendant {
 			continue
 		}
 		ppid, _ := strconv.Atoi(f[1])
-		out = append(out, Descendant{PID: pid, PPID: ppid, Comm: s[open+1 : close]})
+		start, _ := statStartTicks(f)
+		out = append(out, Descendant{PID: pid, PPID: ppid, Comm: s[open+1 : close], StartTicks: start})
 	}
 	return out
 }
@@ -349,4 +354,34 @@ func diffSorted(before, after []string) (added, removed []string) {
 		}
 	}
 	return added, removed
+}
+
+// statStartTicks reads the start time from the fields of /proc/PID/stat
+// after the command name (state is the first; starttime is field 22 of the
+// whole line, the 20th after the name).
+func statStartTicks(f []string) (uint64, bool) {
+	if len(f) < 20 {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(f[19], 10, 64)
+	return v, err == nil
+}
+
+// procIdentity reads a live process's start time; ok is false when the pid
+// names no process (or a zombie).
+func procIdentity(pid int) (start uint64, ok bool) {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return 0, false
+	}
+	s := string(b)
+	c := strings.LastIndexByte(s, ')')
+	if c < 0 {
+		return 0, false
+	}
+	f := strings.Fields(s[c+1:])
+	if len(f) == 0 || f[0] == "Z" || f[0] == "X" {
+		return 0, false
+	}
+	return statStartTicks(f)
 }

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/agentscm/agentscm/internal/fsutil"
 	"github.com/agentscm/agentscm/internal/scan"
@@ -35,7 +36,9 @@ const (
 
 // RollbackItem is the outcome for one path.
 type RollbackItem struct {
-	Path    string `json:"path"`
+	Path string `json:"path"`
+	// PathRaw holds Path byte-exact when it is not valid UTF-8 (names.go).
+	PathRaw []byte `json:"path_raw,omitempty"`
 	Change  string `json:"change"`
 	Action  string `json:"action"`
 	Outcome string `json:"outcome"`
@@ -44,11 +47,13 @@ type RollbackItem struct {
 
 // RollbackAttempt is one rollback invocation.
 type RollbackAttempt struct {
-	StartedAt  time.Time      `json:"started_at"`
-	FinishedAt time.Time      `json:"finished_at"`
-	Selected   []string       `json:"selected_paths"` // --path arguments; empty means all
-	Status     string         `json:"status"`
-	Items      []RollbackItem `json:"items"`
+	StartedAt  time.Time `json:"started_at"`
+	FinishedAt time.Time `json:"finished_at"`
+	Selected   []string  `json:"selected_paths"` // --path arguments; empty means all
+	// SafeOnly: only the changes decided review or deny were selected.
+	SafeOnly bool           `json:"safe_only,omitempty"`
+	Status   string         `json:"status"`
+	Items    []RollbackItem `json:"items"`
 	// ClearedTemporaries names the temporary copies an earlier, interrupted
 	// rollback left in .agentdiff/tmp, removed before this one started.
 	ClearedTemporaries []string `json:"cleared_temporaries,omitempty"`
@@ -90,6 +95,9 @@ func checkCapsule(dir string) (before, after *Manifest, res *Result, err error) 
 			return nil, nil, nil, err
 		}
 	}
+	if err := res.applyRawPaths(); err != nil {
+		return nil, nil, nil, err
+	}
 	if err := before.resolve(dir, nil); err != nil {
 		return nil, nil, nil, fmt.Errorf("before.json: %w", err)
 	}
@@ -121,6 +129,9 @@ func checkCapsule(dir string) (before, after *Manifest, res *Result, err error) 
 // changes below are selected); empty selects every change.
 type RollbackOptions struct {
 	Paths []string
+	// SafeOnly keeps only the changes the run's policy decided review or
+	// deny (result.json), leaving allowed work in place.
+	SafeOnly bool
 }
 
 // Rollback restores the before-state of a verified capsule's changes. A path
@@ -142,7 +153,7 @@ func Rollback(ctx context.Context, root, id string, o RollbackOptions) (*Rollbac
 	// swapped in for .agentdiff or .agentdiff/runs cannot redirect a write.
 	stateDir, err := scan.OpenDir(root, StateDir)
 	if err != nil {
-		return nil, nil, fmt.Errorf("open %s (symlinks are refused): %w", StateDir, err)
+		return nil, nil, fmt.Errorf("open %s: %w: %w", StateDir, ErrStateSymlink, err)
 	}
 	defer stateDir.Close()
 	capDir, err := scan.OpenDir(root, StateDir+"/runs/"+id)
@@ -150,7 +161,7 @@ func Rollback(ctx context.Context, root, id string, o RollbackOptions) (*Rollbac
 		return nil, nil, fmt.Errorf("capsule %s not found (or not a directory)", id)
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("open capsule %s (symlinks are refused): %w", id, err)
+		return nil, nil, fmt.Errorf("open capsule %s: %w: %w", id, ErrStateSymlink, err)
 	}
 	defer capDir.Close()
 	state, dir := heldPath(stateDir), heldPath(capDir)
@@ -171,7 +182,7 @@ func Rollback(ctx context.Context, root, id string, o RollbackOptions) (*Rollbac
 	if !rep.OK {
 		return nil, rep, fmt.Errorf("%w: refusing to roll back (run agentdiff verify %s)", ErrUnverified, id)
 	}
-	before, after, _, err := loadCapsule(dir)
+	before, after, res, err := loadCapsule(dir)
 	if err != nil {
 		return nil, rep, fmt.Errorf("%w: %w", ErrUnverified, err)
 	}
@@ -184,6 +195,9 @@ func Rollback(ctx context.Context, root, id string, o RollbackOptions) (*Rollbac
 		prior = RollbackResult{SchemaVersion: SchemaVersion, RunID: id, Attempts: []RollbackAttempt{}}
 	}
 	changes := diff(before, after)
+	if o.SafeOnly {
+		changes = notAllowed(changes, res.Changes)
+	}
 	sel, err := selectChanges(changes, o.Paths)
 	if err != nil {
 		return nil, rep, err
@@ -193,9 +207,14 @@ func Rollback(ctx context.Context, root, id string, o RollbackOptions) (*Rollbac
 		return nil, rep, err
 	}
 	defer tmp.Close()
-	att := &RollbackAttempt{StartedAt: time.Now().UTC(), Selected: append([]string{}, o.Paths...), Items: []RollbackItem{}, ClearedTemporaries: cleared}
+	att := &RollbackAttempt{StartedAt: time.Now().UTC(), Selected: append([]string{}, o.Paths...), SafeOnly: o.SafeOnly, Items: []RollbackItem{}, ClearedTemporaries: cleared}
 	rb := &roller{root: root, dir: dir, id: id, tmp: tmp, bi: before.index(), ai: after.index()}
 	att.Items = rb.run(ctx, sel)
+	for i := range att.Items {
+		if !utf8.ValidString(att.Items[i].Path) {
+			att.Items[i].PathRaw = []byte(att.Items[i].Path)
+		}
+	}
 	att.FinishedAt = time.Now().UTC()
 	att.Status = RollbackComplete
 	for _, it := range att.Items {
@@ -220,6 +239,22 @@ func heldPath(d *os.File) string {
 		return d.Name()
 	}
 	return p
+}
+
+// notAllowed keeps the changes whose recorded decision (result.json, which
+// checkCapsule has matched to the manifests path by path) is review or deny.
+func notAllowed(changes, recorded []Change) []Change {
+	decided := make(map[string]Decision, len(recorded))
+	for _, c := range recorded {
+		decided[c.Path] = c.Decision
+	}
+	var out []Change
+	for _, c := range changes {
+		if d := decided[c.Path]; d == Review || d == Deny {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 func selectChanges(changes []Change, paths []string) ([]Change, error) {

@@ -100,6 +100,8 @@ func Inspect(ctx context.Context, root, id string) (*Inspection, error) {
 	var r Result
 	if err := readJSON(dir, FileResult, &r); err != nil {
 		in.Problems = append(in.Problems, err.Error())
+	} else if err := r.applyRawPaths(); err != nil {
+		in.Problems = append(in.Problems, err.Error())
 	} else {
 		in.Result = &r
 	}

@@ -51,8 +51,8 @@ func CapsuleDir(root, id string) (string, error) {
 	return filepath.Join(root, StateDir, "runs", id), nil
 }
 
-// ErrStateSymlink reports a .agentdiff or .agentdiff/runs that is a symlink
-// or another non-directory.
+// ErrStateSymlink reports a .agentdiff, .agentdiff/runs or capsule
+// directory that is a symlink or another non-directory.
 var ErrStateSymlink = errors.New("is not a directory (symlinks are refused)")
 
 // checkStateDirs refuses a .agentdiff or .agentdiff/runs below root that
@@ -147,8 +147,10 @@ func verifyCapsule(ctx context.Context, dir, id string) (*VerifyReport, error) {
 	if strings.HasPrefix(dir, "/proc/self/fd/") {
 		stat = os.Stat // a directory rollback holds open (heldPath)
 	}
-	if fi, err := stat(dir); err != nil || !fi.IsDir() {
-		return nil, fmt.Errorf("capsule %s not found (or not a directory)", id)
+	if fi, err := stat(dir); err != nil {
+		return nil, fmt.Errorf("capsule %s not found: %w", id, err)
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("capsule %s %w", id, ErrStateSymlink)
 	}
 	seals := map[string]bool{}
 	in, raw, err := readSeal(dir, FileIntegrity)

@@ -26,7 +26,10 @@ const (
 	ActionNoToolUseID     = action.NoToolUseID
 	ActionDeferred        = action.Deferred
 	ActionNoStart         = action.NoStart
-	ActionReceiptLimit    = action.ReceiptLimit
+	// ActionFinishWithoutStart: a completion under an exact target whose
+	// start was never retained, recorded alone (finish_without_start).
+	ActionFinishWithoutStart = action.FinishWithoutStart
+	ActionReceiptLimit       = action.ReceiptLimit
 )
 
 // ErrActionConflict reports a changed tool input or typed result under an

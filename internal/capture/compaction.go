@@ -174,6 +174,10 @@ func (s Store) warnOnce(spoolDir, session, kind string, res *HookResult, msg str
 const (
 	DeferHubUnreachable = "hub_unreachable"
 	DeferHubRefused     = "hub_refused"
+	// DeferTargetChanged: the Hub resolves the session to a later
+	// generation of the Work the hook received the event under; the fact
+	// keeps the target at receipt.
+	DeferTargetChanged = "target_changed"
 )
 
 // DeferReason classifies why no exact target resolved: the Hub's refusal
@@ -200,6 +204,8 @@ func DescribeDeferReason(r string) string {
 		return "the Hub was unreachable when the event was captured"
 	case r == api.ReasonNoCurrentWork:
 		return "no current Work for this worktree (agentscm work start)"
+	case r == DeferTargetChanged:
+		return "the Work was taken over after the hook received the event; it keeps the generation it was received under"
 	case r == "unrecorded":
 		return "kept before agentscm recorded deferral reasons"
 	case strings.HasPrefix(r, DeferHubRefused):
@@ -225,6 +231,9 @@ type SpoolSummary struct {
 	Problems       []string             `json:"problems,omitempty"`
 	Compaction     *CompactionPolicy    `json:"compaction_policy"`
 	ReplayIndex    map[string]int64     `json:"replay_index"`
+	// Health is the delivery path's checks (spool.Health; with the
+	// intake admission check when read through Store.SummarizeSpool).
+	Health spool.Health `json:"health"`
 }
 
 // DeferredSummary counts deferred facts.
@@ -243,12 +252,17 @@ type DeferredReason struct {
 }
 
 // SummarizeSpool reads the spool of b without locking or changing it.
-func SummarizeSpool(b *Binding) (*SpoolSummary, error) {
+func SummarizeSpool(b *Binding) (*SpoolSummary, error) { return Store{}.SummarizeSpool(b) }
+
+// SummarizeSpool is the package function with the capture layer's health
+// checks of this config directory (intake admission) too.
+func (s Store) SummarizeSpool(b *Binding) (*SpoolSummary, error) {
 	rep, err := spool.Inspect(b.Spool, 1)
 	if err != nil {
 		return nil, err
 	}
-	out := &SpoolSummary{Usage: rep.Usage, Paused: rep.Paused, Problems: rep.Problems, Compaction: b.Compaction,
+	s.CheckSpool(b.Spool, rep)
+	out := &SpoolSummary{Usage: rep.Usage, Paused: rep.Paused, Problems: rep.Problems, Compaction: b.Compaction, Health: rep.Health,
 		Compactions: rep.Compaction.Runs, Unacknowledged: rep.Pending.Total + rep.Deferred.Total}
 	if rep.Limits != nil {
 		out.Limits = *rep.Limits

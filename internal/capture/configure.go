@@ -346,8 +346,8 @@ func configureLocked(ctx context.Context, store Store, root string, lin Lineage,
 				return false, err
 			}
 			if cur.Hub != "" && (cur.Hub != lin.Hub || cur.Repository != lin.Repository) {
-				return false, fmt.Errorf("the binding of %s was saved for %s on %s, but the checkout is now connected to %s on %s; run change-capture forget --root %s to start fresh",
-					root, cur.Repository, cur.Hub, lin.Repository, lin.Hub, root)
+				return false, fmt.Errorf("the binding of %s was saved for %s on %s, but the checkout is now connected to %s on %s; %s",
+					root, cur.Repository, cur.Hub, lin.Repository, lin.Hub, startFreshAdvice(cur))
 			}
 			if cur.WorktreeID != "" && cur.WorktreeID != p.b.WorktreeID {
 				return false, fmt.Errorf("the spool of %s is bound to worktree %s, not %s", root, cur.WorktreeID, p.b.WorktreeID)
@@ -406,6 +406,15 @@ func configureLocked(ctx context.Context, store Store, root string, lin Lineage,
 		return nil, err
 	}
 	b := p.b
+	// The hook's spool summary, so the first hooks can use the intake
+	// (which refuses while no summary of this boot says what the spool
+	// holds); best effort: without it the first hook takes the lock and
+	// writes it.
+	if hs, err := store.openHookSpool(b.Spool); err == nil {
+		if ss, err := hs.Begin(ctx); err == nil {
+			ss.Close()
+		}
+	}
 	settings := b.SettingsPath()
 	_, statErr := os.Lstat(settings)
 	ad, err := adapter.For(b.Agent)
@@ -458,6 +467,9 @@ type UnconfigureResult struct {
 	HooksRemoved   bool   `json:"hooks_removed"`
 	CheckoutExists bool   `json:"checkout_exists"`
 	SpoolRetained  bool   `json:"spool_retained"`
+	// Warning says what unconfigure could not do besides (noting the
+	// capture_disabled window, disabled.go).
+	Warning string `json:"warning,omitempty"`
 }
 
 // Unconfigure removes the marked hooks of a checkout (from the settings file
@@ -486,6 +498,11 @@ func Unconfigure(ctx context.Context, store Store, root string) (*UnconfigureRes
 		return nil, err
 	}
 	res := &UnconfigureResult{Root: b.Root, Spool: b.Spool, ClaudeSettings: b.SettingsPath(), SpoolRetained: true}
+	// The sessions open now get a capture_disabled gap if they come back
+	// after a re-enable (disabled.go).
+	if err := store.noteCaptureDisabled(b.Spool, time.Now()); err != nil {
+		res.Warning = "capture is off, but when it was turned off could not be noted, so a re-enable will not name the window in the record: " + err.Error()
+	}
 	if fi, err := os.Stat(b.Root); err == nil && fi.IsDir() {
 		res.CheckoutExists = true
 		ad, err := adapter.For(b.Agent)
@@ -508,6 +525,15 @@ func Unconfigure(ctx context.Context, store Store, root string) (*UnconfigureRes
 		res.HooksRemoved = removed
 	}
 	return res, nil
+}
+
+// startFreshAdvice says how to drop a binding saved for another Hub or
+// repository: forget refuses an enabled binding, so unconfigure comes first.
+func startFreshAdvice(b *Binding) string {
+	if b.Enabled {
+		return fmt.Sprintf("to start fresh, run change-capture unconfigure --root %s, then change-capture forget --root %s (the spool is kept)", b.Root, b.Root)
+	}
+	return fmt.Sprintf("to start fresh, run change-capture forget --root %s (the spool is kept)", b.Root)
 }
 
 // randomHex returns n random bytes in hex.

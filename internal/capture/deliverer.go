@@ -13,7 +13,6 @@ import (
 
 	"github.com/agentscm/agentscm/internal/fsutil"
 	"github.com/agentscm/agentscm/internal/spool"
-	"github.com/agentscm/agentscm/internal/transcript"
 )
 
 // The background deliverer takes delivery off the hook's critical path.
@@ -508,7 +507,7 @@ func deliverRound(ctx context.Context, store Store, sp *spool.Spool, bd *Binding
 	defer cancel()
 	for i := range envs {
 		env := &envs[i]
-		if env.Record.Deferred || env.Record.WorkID == "" || transcript.LocalOnly(&env.Record) {
+		if !Deliverable(&env.Record) {
 			trailing = env
 			continue
 		}
@@ -622,7 +621,7 @@ func withSession(ctx context.Context, store Store, sp *spool.Spool, bd *Binding,
 	// Records a hook could not append become capture_interrupted gaps here
 	// too: with intake-first hooks (hook.go) most hooks never hold the
 	// spool lock, so the deliverer may be the next holder.
-	if _, err := publishLost(store.ledgerDir(bd.Spool), ss, time.Now()); err != nil && res.DeliveryErr == nil {
+	if _, err := publishLost(store.ledgerDir(bd.Spool), ss, led, time.Now()); err != nil && res.DeliveryErr == nil {
 		res.DeliveryErr = err
 	}
 	if _, err := admitIntake(ctx, store, led, ss, sp, bd, hub, adm, res); err != nil && res.DeliveryErr == nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/agentscm/agentscm/internal/agent/claude"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/fsutil"
+	"github.com/agentscm/agentscm/internal/hub/api"
 	"github.com/agentscm/agentscm/internal/spool"
 	"github.com/agentscm/agentscm/internal/transcript"
 )
@@ -369,24 +370,27 @@ func HandleAgentPayload(ctx context.Context, store Store, hubs HubOpener, a adap
 			followUp()
 			return res, nil
 		}
-		if !errors.Is(ierr, spool.ErrIntakeFull) && !intakeFirst {
-			if reason := lossReason(ierr); reason != "" {
-				if nerr := noteLost(store.ledgerDir(bd.Spool), rec, p.SessionID, Target{}, false, reason, ierr.Error(), now); nerr == nil {
-					return nil, fmt.Errorf("the spool lock is busy and the intake write failed (%w); the next hook records a capture_interrupted gap", ierr)
-				}
-			}
-			return nil, fmt.Errorf("the spool lock is busy and the intake write failed: %w", ierr)
-		}
-		// A full intake, or (intake-first) any failed intake write: take
-		// the locked path, which records the event, or its loss with its
-		// reserved sequence, as without the intake.
+		// The intake is full or could not take this record (too large, no
+		// space, an I/O error): take the locked path, which records the
+		// event, or its loss with its reserved sequence, as without the
+		// intake.
 		ss, err = sp.Begin(ctx)
-		if lockWaitExpired(err) {
-			// The intake is full and the lock stayed held for the whole
-			// wait: the event is lost, but not silently.
-			if nerr := noteLost(store.ledgerDir(bd.Spool), rec, p.SessionID, Target{}, false, "lock_timeout", err.Error(), now); nerr == nil {
-				return nil, fmt.Errorf("%w; the intake is full, so the next hook records a capture_interrupted gap (lock_timeout) for this event", err)
+		if err != nil {
+			// Neither the intake nor the lock: the event is lost, but not
+			// silently. The loss is noted under the session's target at
+			// receipt, and the next lock holder publishes it there as a
+			// capture_interrupted gap over sequences it reserves for it.
+			reason := lossReason(ierr) // no space, an I/O error, a quota
+			if reason == "" && lockWaitExpired(err) {
+				reason = "lock_timeout"
+			} else if reason == "" {
+				reason = event.GapReasonWriteFailed
 			}
+			detail := "intake: " + ierr.Error() + "; spool lock: " + err.Error()
+			if nerr := store.noteLostAtReceipt(bd.Spool, rec, p.SessionID, obs.target, reason, detail, now); nerr == nil {
+				return nil, fmt.Errorf("%w; the intake write failed too (%v), so the next hook records a capture_interrupted gap (%s) for this event", err, ierr, reason)
+			}
+			return nil, fmt.Errorf("%w; the intake write failed too: %v", err, ierr)
 		}
 	}
 	if writeSession != nil {
@@ -411,6 +415,13 @@ func HandleAgentPayload(ctx context.Context, store Store, hubs HubOpener, a adap
 	rctx, cancel := context.WithTimeout(ctx, ResolveTimeout)
 	t, rerr := hub.Resolve(rctx, bd.WorktreeID, p.SessionID)
 	cancel()
+	if rerr != nil {
+		t = Target{} // deferred: the route copies the session's last exact target
+	} else if werr := store.rememberTarget(bd, p.SessionID, t); werr != nil {
+		// Later intake-first hooks of the session then record an older
+		// target (or none) at receipt; the event itself is unaffected.
+		res.Warning = joinWarning(res.Warning, werr.Error())
+	}
 	if rerr != nil && rec.Kind == event.ToolStart {
 		if _, ok := ruleFor(bd, rec.ToolName); ok {
 			// An unresolved PreToolUse of a ruled tool keeps the source it
@@ -451,7 +462,7 @@ func HandleAgentPayload(ctx context.Context, store Store, hubs HubOpener, a adap
 	ss.SetStream(stream)
 	// Records an earlier hook could not append (disk full, I/O error)
 	// become capture_interrupted gaps naming their reserved sequences.
-	if _, err := publishLost(store.ledgerDir(bd.Spool), ss, now); err != nil {
+	if _, err := publishLost(store.ledgerDir(bd.Spool), ss, led, now); err != nil {
 		res.DeliveryErr = err
 	}
 	// Earlier events waiting in the intake go first (receipt order). When
@@ -480,6 +491,10 @@ func HandleAgentPayload(ctx context.Context, store Store, hubs HubOpener, a adap
 		rec.DeferredReason = DeferReason(rerr)
 	}
 	cerr := captureOccurrence(led, ss, bd, p.SessionID, PhaseFingerprint(p, rec), rec, obs, t, rerr == nil, res)
+	if cerr == nil && superseded(rerr) && rec.Association == AssocCopied {
+		// The copied target's generation is superseded: show its hole now.
+		cerr = publishRefusedOutages(ss, led, rec, Target{WorkID: rec.WorkID, Generation: rec.Generation, Session: rec.CanonicalSession})
+	}
 	if cerr == nil {
 		// Actions from execution rules (action.go): the action start or
 		// finish of this tool call, appended in the same spool Session
@@ -489,7 +504,11 @@ func HandleAgentPayload(ctx context.Context, store Store, hubs HubOpener, a adap
 		res.Action, aerr = recordAction(ctx, actionEnv{ss: ss, sp: sp, configDir: store.Dir, bd: bd, p: p, rec: rec, now: now})
 		cerr = aerr
 	}
-	if reason := lossReason(cerr); reason != "" && res.Seq == 0 && !res.Duplicate &&
+	reason := lossReason(cerr)
+	if reason == "" && errors.Is(cerr, spool.ErrGapNotRecorded) {
+		reason = event.GapReasonWriteFailed
+	}
+	if reason != "" && res.Seq == 0 && !res.Duplicate &&
 		(errors.Is(cerr, spool.ErrGapNotRecorded) || !errors.Is(cerr, spool.ErrCapturePaused)) {
 		// Neither the record nor the spool's own gap is retained: keep the
 		// loss where no new block is needed, for the next hook to publish.
@@ -624,6 +643,9 @@ func captureOccurrence(led *Ledger, ss *spool.Session, bd *Binding, observed, fi
 		if published, err = publishOutages(ss, led, rec, observed, t); err != nil {
 			return err
 		}
+		if err := publishDisabled(ss, led, rec, observed, rec.ObservedAt); err != nil { // disabled.go
+			return err
+		}
 	}
 	if lateGap {
 		gap := &event.Record{
@@ -684,21 +706,67 @@ func publishOutages(ss *spool.Session, led *Ledger, rec *event.Record, observed 
 		// event's stream.
 		direct := o.Observed == observed && o.Target == t && observed == t.Session && o.Stream == led.Stream()
 		if !direct {
-			gap := &event.Record{
-				Agent: rec.Agent, SessionID: o.Observed, Kind: event.KindGap, HookEvent: "outage",
-				ObservedAt: rec.ObservedAt, CaptureMode: rec.CaptureMode,
-				WorkID: o.Target.WorkID, Generation: o.Target.Generation, CanonicalSession: o.Target.Session,
-				Association: AssocCopied, Sequenced: true, SharedSeq: o.From, Stream: o.Stream,
-				Gap: &event.GapInfo{Kind: event.GapCaptureInterrupted, Reason: "target_unavailable", FromSeq: o.From, ToSeq: o.To,
-					Detail: "no exact target resolved for these occurrences; only sanitized local facts were kept"},
-			}
-			if _, err := appendInStream(ss, led, gap); err != nil {
-				return done, fmt.Errorf("publish the outage gap of session %s: %w", o.Observed, err)
+			if err := appendOutageGap(ss, led, rec, o); err != nil {
+				return done, err
 			}
 		}
 		done = append(done, o)
 	}
 	return done, nil
+}
+
+// appendOutageGap appends the deterministic capture_interrupted gap of one
+// outage under its copied target.
+func appendOutageGap(ss *spool.Session, led *Ledger, rec *event.Record, o Outage) error {
+	gap := &event.Record{
+		Agent: rec.Agent, SessionID: o.Observed, Kind: event.KindGap, HookEvent: "outage",
+		ObservedAt: rec.ObservedAt, CaptureMode: rec.CaptureMode,
+		WorkID: o.Target.WorkID, Generation: o.Target.Generation, CanonicalSession: o.Target.Session,
+		Association: AssocCopied, Sequenced: true, SharedSeq: o.From, Stream: o.Stream,
+		Gap: &event.GapInfo{Kind: event.GapCaptureInterrupted, Reason: "target_unavailable", FromSeq: o.From, ToSeq: o.To,
+			Detail: "no exact target resolved for these occurrences; only sanitized local facts were kept"},
+	}
+	if _, err := appendInStream(ss, led, gap); err != nil {
+		return fmt.Errorf("publish the outage gap of session %s: %w", o.Observed, err)
+	}
+	return nil
+}
+
+// publishRefusedOutages makes every outage under t visible at once: a
+// takeover moved t's Work to a newer generation, so no later event can
+// ever expose the hole under t, and no later resolution may absorb it. The
+// gap names t; the Hub keeps a gap of an older generation where the hole
+// is. (Outages of a target refused otherwise, a handed-over or finished
+// Work, wait as before for the next resolved event: the Hub would refuse
+// their gap while the generation is still current.)
+func publishRefusedOutages(ss *spool.Session, led *Ledger, rec *event.Record, t Target) error {
+	var done []Outage
+	for _, o := range led.Outages() {
+		if o.Target != t {
+			continue
+		}
+		if err := appendOutageGap(ss, led, rec, o); err != nil {
+			return err
+		}
+		done = append(done, o)
+	}
+	led.ClearOutages(done)
+	return led.Flush()
+}
+
+// targetRefused reports whether a resolution error is the Hub's refusal of
+// the target (stale_generation, work_not_accepting, no_current_work, ...),
+// as opposed to a Hub that could not answer.
+func targetRefused(err error) bool {
+	ae, ok := api.AsError(err)
+	return ok && ae.Code == api.CodeTargetRefused
+}
+
+// superseded reports whether a resolution error says a takeover moved the
+// Work to a newer generation (stale_generation).
+func superseded(err error) bool {
+	ae, ok := api.AsError(err)
+	return ok && ae.Code == api.CodeTargetRefused && ae.Reason == api.ReasonStaleGeneration
 }
 
 // deliver replays up to page (at most DeliveryPageSize) pending envelopes in

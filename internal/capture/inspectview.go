@@ -52,6 +52,7 @@ type InspectView struct {
 // locking either. A spool with no ledger (never hooked, or another config
 // directory's) lists no refusals; an unreadable one sets LedgerError.
 func (s Store) Inspect(dir string, rep *spool.Report) *InspectView {
+	s.CheckSpool(dir, rep)
 	v := &InspectView{Report: rep, Refused: RefusalReport{Refusals: []Refusal{}}, PendingOutcomes: []PendingOutcome{}}
 	if s.Dir == "" {
 		v.LedgerError = "no config directory"

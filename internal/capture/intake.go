@@ -49,7 +49,14 @@ type intakeRecord struct {
 	Fingerprint string       `json:"fingerprint"`
 	Record      event.Record `json:"record"`
 	Observation Observation  `json:"observation"`
-	// Target and Resolved are filled in at admission.
+	// AtReceipt is the session's exact target when the hook received the
+	// event, as its session record kept it (rememberTarget), read without
+	// the Hub or the spool lock; absent before the session's first
+	// resolution and in records written before it was kept. Admission
+	// holds the event to it (admitIntake).
+	AtReceipt *receiptTarget `json:"target_at_receipt,omitempty"`
+	// Target and Resolved are decided at admission from AtReceipt and the
+	// Hub's answer.
 	Target      Target               `json:"-"`
 	Resolved    bool                 `json:"-"`
 	Facts       payloadFacts         `json:"facts"`
@@ -86,12 +93,21 @@ func (s Store) openHookSpool(dir string) (*spool.Spool, error) {
 	return sp, nil
 }
 
-// writeIntake writes this invocation's event into the spool's intake. The
-// target is resolved when the record is admitted (the hook that leaves its
-// event in the intake does not open the Hub).
+// writeIntake writes this invocation's event into the spool's intake,
+// with the session's exact target at receipt when the session has one
+// (obs.target, from its session record): the hook that leaves its event in
+// the intake does not open the Hub, and admission holds the event to the
+// target it was received under (admitIntake).
 func writeIntake(ctx context.Context, store Store, sp *spool.Spool, bd *Binding, p *claude.Payload, rec *event.Record, obs Observation, now time.Time) (string, error) {
 	ir := intakeRecord{Version: intakeVersion, Observed: p.SessionID, Fingerprint: PhaseFingerprint(p, rec),
-		Record: *rec, Observation: obs, Facts: factsOf(p), ReceivedAt: now.UTC()}
+		Record: *rec, Observation: obs, AtReceipt: obs.target, Facts: factsOf(p), ReceivedAt: now.UTC()}
+	if ir.AtReceipt != nil && store.hubDownAtReceipt(bd.Spool) {
+		// As far as this machine knows the Hub is unreachable now: no
+		// exact authorized target at receipt, so admission resolves the
+		// event (a deferred fact copying the session's target while the
+		// Hub stays down), as a hook resolving at receipt would have.
+		ir.AtReceipt = nil
+	}
 	var stage *intakeStore
 	if _, ok := ruleFor(bd, rec.ToolName); ok && (rec.Kind == event.ToolStart || rec.Kind == event.ToolFinish) {
 		// The source a start binds (or a deferred start keeps) is the one
@@ -129,6 +145,14 @@ func writeIntake(ctx context.Context, store Store, sp *spool.Spool, bd *Binding,
 		return sp.WriteIntakeAfter(b, now, stage.stage.Sync)
 	}
 	return sp.WriteIntake(b, now)
+}
+
+// hubDownAtReceipt reports whether the spool's last deliverer run could not
+// reach or use the Hub (outcome "failed" or "error", or a status that
+// cannot be read): the latest this machine knows of the Hub.
+func (s Store) hubDownAtReceipt(spoolDir string) bool {
+	st, err := s.DeliverStatus(spoolDir)
+	return err != nil || (st != nil && (st.Outcome == "failed" || st.Outcome == "error"))
 }
 
 // admitIntake admits waiting intake records in receipt order under the held
@@ -182,13 +206,29 @@ func admitIntake(ctx context.Context, store Store, led *Ledger, ss *spool.Sessio
 			rctx, cancel := context.WithTimeout(ctx, ResolveTimeout)
 			r.t, r.err = hub.Resolve(rctx, bd.WorktreeID, ir.Observed)
 			cancel()
+			if r.err == nil {
+				// Best effort: without it the session's next hooks record
+				// an older target (or none) at receipt.
+				_ = store.rememberTarget(bd, ir.Observed, r.t)
+			}
 			resolved[ir.Observed] = r
 		}
-		ir.Target, ir.Resolved = r.t, r.err == nil
+		refused := receiptTargetAt(&ir, r.t, r.err)
 		if !ir.Resolved && ir.Record.Kind == event.ToolStart && ir.SourceTaken {
 			ir.Record.DeferredSource = ir.Source
 		}
-		if err := admitOne(ctx, store, led, ss, sp, bd, &ir); err != nil &&
+		err := admitOne(ctx, store, led, ss, sp, bd, &ir)
+		if err == nil && refused {
+			// The copied target's generation is superseded: its hole is
+			// shown now, under that target, not when some later event of
+			// it resolves (none will).
+			t := ir.Target
+			if t.WorkID == "" {
+				t, _ = led.LastTarget(ir.Observed) // what RouteFor copied
+			}
+			err = publishRefusedOutages(ss, led, &ir.Record, t)
+		}
+		if err != nil &&
 			!errors.Is(err, ErrOccurrenceConflict) && !errors.Is(err, ErrActionConflict) && !errors.Is(err, spool.ErrCapturePaused) &&
 			!errors.Is(err, errTranscriptAtAdmission) {
 			return false, fmt.Errorf("admit intake %s: %w", f.Name, err)
@@ -201,10 +241,64 @@ func admitIntake(ctx context.Context, store Store, led *Ledger, ss *spool.Sessio
 	return false, nil
 }
 
+// receiptTargetAt decides the target an intake record is admitted under,
+// from the session's target at receipt (ir.AtReceipt) and the Hub's answer
+// now (t, err), and sets ir.Target, ir.Resolved and, when deferred, the
+// record's deferral reason. An event belongs to the target it was received
+// under, never to what the Hub resolves later:
+//
+//   - no target at receipt (the session's first events): the Hub's answer,
+//     as the locked path decides (deferred, unassociated or copying the
+//     session's last exact target, with the Hub's reason when it fails;
+//     refused when that is stale_generation);
+//   - the Hub confirms the target at receipt: exact;
+//   - the Hub cannot be reached: the target at receipt stands (appended
+//     under it, delivered when the Hub is back, which still judges it);
+//   - the Hub resolves the session to another Work now (this checkout
+//     started one since): the target at receipt stands too; that Work may
+//     still accept it, and the Hub judges it on delivery;
+//   - the Hub refuses it (a takeover, a finished or handed over Work) or
+//     resolves the session to a later generation of its Work: a deferred
+//     fact copying the target at receipt (the Hub keeps no events of an
+//     older generation); refused is true when the generation is
+//     superseded, and the caller then makes the hole visible under that
+//     target at once (otherwise the outage waits, as the locked path's,
+//     for the next resolved event).
+func receiptTargetAt(ir *intakeRecord, t Target, err error) (refused bool) {
+	at, ok := ir.AtReceipt.target()
+	switch {
+	case !ok:
+		ir.Target, ir.Resolved = t, err == nil
+		if err != nil {
+			ir.Target, ir.Record.DeferredReason = Target{}, DeferReason(err)
+		}
+		return superseded(err)
+	case err == nil && t.WorkID == at.WorkID && t.Generation > at.Generation:
+		ir.Target, ir.Resolved, ir.Record.DeferredReason = at, false, DeferTargetChanged
+		return true
+	case err == nil, !targetRefused(err):
+		ir.Target, ir.Resolved = at, true
+		return false
+	}
+	ir.Target, ir.Resolved, ir.Record.DeferredReason = at, false, DeferReason(err)
+	return superseded(err)
+}
+
 func admitOne(ctx context.Context, store Store, led *Ledger, ss *spool.Session, sp *spool.Spool, bd *Binding, ir *intakeRecord) error {
 	rec := ir.Record
 	sub := &HookResult{}
 	if err := captureOccurrence(led, ss, bd, ir.Observed, ir.Fingerprint, &rec, ir.Observation, ir.Target, ir.Resolved, sub); err != nil {
+		if errors.Is(err, spool.ErrCapturePaused) && errors.Is(err, spool.ErrGapNotRecorded) && sub.Seq == 0 {
+			// The file is done (admitIntake) and no spool gap names the
+			// record: keep its loss for a gap under its target (lost.go).
+			reason := lossReason(err)
+			if reason == "" {
+				reason = event.GapReasonWriteFailed
+			}
+			if nerr := noteLost(store.ledgerDir(bd.Spool), &rec, ir.Observed, ir.Target, ir.Resolved, reason, err.Error(), ir.ReceivedAt); nerr != nil {
+				return fmt.Errorf("%w; noting its loss failed too: %v", err, nerr)
+			}
+		}
 		return err
 	}
 	env := actionEnv{ss: ss, sp: sp, configDir: store.Dir, bd: bd, rec: &rec, now: ir.ReceivedAt, facts: &ir.Facts}

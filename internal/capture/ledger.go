@@ -489,12 +489,17 @@ func (l *Ledger) SetExact(observed string, t Target) {
 }
 
 // RouteFor returns the route of an occurrence of the observed session given
-// the current resolution: the exact target, else a deferred copy of the
+// the current resolution: the exact target, else a deferred copy of t when
+// the caller names one (the session's target when the hook received the
+// event, which the Hub no longer accepts), else a deferred copy of the
 // session's last exact target, else an unassociated deferred route. No
 // sequence is reserved.
 func (l *Ledger) RouteFor(observed string, t Target, resolved bool) Route {
 	if resolved {
 		return Route{Target: t, Association: AssocExact}
+	}
+	if t.WorkID != "" {
+		return Route{Target: t, Association: AssocCopied, Deferred: true}
 	}
 	if last, ok := l.LastTarget(observed); ok {
 		return Route{Target: last, Association: AssocCopied, Deferred: true}
@@ -540,6 +545,28 @@ func (l *Ledger) Reserve(observed string, r *Route) error {
 		l.addOutage(observed, r.Target, r.SharedSeq)
 	}
 	return nil
+}
+
+// ReserveRange reserves n consecutive sequences of target t's stream in
+// memory (Flush makes them durable) and returns the range, for records that
+// were lost before any sequence was reserved for them (publishLost): the
+// holes the Hub then sees are the ones their gap names. No outage is
+// recorded: the caller's gap is the visibility.
+func (l *Ledger) ReserveRange(t Target, n int) (from, to uint64, err error) {
+	if n < 1 {
+		n = 1
+	}
+	for i := range n {
+		r := Route{Target: t, Association: AssocExact}
+		if err := l.Reserve("", &r); err != nil {
+			return 0, 0, err
+		}
+		if i == 0 {
+			from = r.SharedSeq
+		}
+		to = r.SharedSeq
+	}
+	return from, to, nil
 }
 
 func targetLess(a, b *targetSeq) bool {

@@ -46,14 +46,19 @@ type lostRun struct {
 	LastAt      time.Time `json:"last_at"`
 	Reason      string    `json:"reason"`
 	Detail      string    `json:"detail,omitempty"`
+	// Stream is the ledger stream of a sequenced run's range (empty in
+	// notes written before it: the publishing Session's stream).
+	Stream string `json:"stream,omitempty"`
 }
 
 type lostNote struct {
 	Runs []lostRun `json:"runs"`
 }
 
-// lossReason classifies err: no_space, io_error, or "" (not a disk loss).
+// lossReason classifies err: no_space, io_error, record_limit or
+// byte_limit (a quota refusal), or "" (not a loss this file names).
 func lossReason(err error) string {
+	var qe *spool.QuotaError
 	switch {
 	case err == nil:
 		return ""
@@ -61,8 +66,21 @@ func lossReason(err error) string {
 		return event.GapReasonNoSpace
 	case errors.Is(err, syscall.EIO):
 		return event.GapReasonIOError
+	case errors.As(err, &qe):
+		return qe.Bound
 	}
 	return ""
+}
+
+// noteLostAtReceipt notes the loss of a record that was never given a
+// sequence (its hook could not take the spool lock, or could not write
+// the intake): under the session's target at receipt when it had one (its
+// session record's, as an intake record would have carried it), so that
+// the gap publishLost makes of it reaches the Hub under that target over
+// sequences reserved then; unassociated otherwise.
+func (s Store) noteLostAtReceipt(spoolDir string, rec *event.Record, observed string, atReceipt *receiptTarget, reason, detail string, at time.Time) error {
+	t, ok := atReceipt.target()
+	return noteLost(s.ledgerDir(spoolDir), rec, observed, t, ok, reason, detail, at)
 }
 
 // ensureLostSlot creates the slot when it is missing (while there is space).
@@ -164,7 +182,7 @@ func noteLost(dir string, rec *event.Record, observed string, t Target, resolved
 	if rec.Sequenced {
 		r.Target = Target{WorkID: rec.WorkID, Generation: rec.Generation, Session: rec.CanonicalSession}
 		r.Association, r.Deferred, r.Sequenced = rec.Association, rec.Deferred, true
-		r.From, r.To = rec.SharedSeq, rec.SharedSeq
+		r.From, r.To, r.Stream = rec.SharedSeq, rec.SharedSeq, rec.Stream
 	} else if resolved {
 		r.Target, r.Association = t, AssocExact
 	}
@@ -175,7 +193,7 @@ func noteLost(dir string, rec *event.Record, observed string, t Target, resolved
 	merged := false
 	for i := range n.Runs {
 		o := &n.Runs[i]
-		if o.Target == r.Target && o.Observed == r.Observed && o.Reason == r.Reason && o.Sequenced == r.Sequenced {
+		if o.Target == r.Target && o.Observed == r.Observed && o.Reason == r.Reason && o.Sequenced == r.Sequenced && o.Stream == r.Stream {
 			o.Count++
 			o.LastAt = r.LastAt
 			if r.Sequenced {
@@ -197,8 +215,16 @@ func noteLost(dir string, rec *event.Record, observed string, t Target, resolved
 }
 
 // publishLost appends the capture_interrupted gaps of the noted losses under
-// the held spool lock and clears the slot once they are durable.
-func publishLost(dir string, ss *spool.Session, now time.Time) (int, error) {
+// the held spool lock and clears the slot once they are durable. A run
+// that was noted with a target but without sequences (the record never
+// reached the ledger) first gets its count of sequences reserved in that
+// target's stream, so the Hub sees the holes and the gap covering them; the
+// reservation is written into the slot before the gap is appended, so a
+// crash in between publishes the same range again, never a hole without a
+// gap. While ordinary capture has no room (quota pressure), nothing is
+// published: the gaps would spend the headroom that acknowledgement and
+// compaction need (the slot keeps the runs, merging them when full).
+func publishLost(dir string, ss *spool.Session, led *Ledger, now time.Time) (int, error) {
 	f, err := openLostSlot(dir)
 	if err != nil {
 		return 0, nil // no slot: nothing noted
@@ -210,6 +236,30 @@ func publishLost(dir string, ss *spool.Session, now time.Time) (int, error) {
 	n, err := readLostSlot(f)
 	if err != nil || len(n.Runs) == 0 {
 		return 0, err
+	}
+	if !ss.OrdinaryRoom(len(n.Runs)) {
+		return 0, nil
+	}
+	reserved := false
+	for i := range n.Runs {
+		r := &n.Runs[i]
+		if r.Sequenced || r.Target.WorkID == "" || led == nil || led.Stream() == "" {
+			continue
+		}
+		from, to, err := led.ReserveRange(r.Target, r.Count)
+		if err != nil {
+			return 0, fmt.Errorf("reserve the sequences of lost records: %w", err)
+		}
+		r.Sequenced, r.From, r.To, r.Stream = true, from, to, led.Stream()
+		reserved = true
+	}
+	if reserved {
+		if err := led.Flush(); err != nil {
+			return 0, err
+		}
+		if err := writeLostSlot(f, n); err != nil {
+			return 0, err
+		}
 	}
 	for _, r := range n.Runs {
 		detail := fmt.Sprintf("%d record(s) received %s..%s could not be appended (%s)", r.Count,
@@ -225,9 +275,11 @@ func publishLost(dir string, ss *spool.Session, now time.Time) (int, error) {
 			Gap: &event.GapInfo{Kind: event.GapCaptureInterrupted, Reason: r.Reason, Detail: detail},
 		}
 		if r.Sequenced {
-			gap.Sequenced, gap.SharedSeq = true, r.From
+			gap.Sequenced, gap.SharedSeq, gap.Stream = true, r.From, r.Stream
 			gap.Gap.FromSeq, gap.Gap.ToSeq = r.From, r.To
 		}
+		// A run's own stream, else (a note from before streams were noted)
+		// the Session's.
 		if _, err := ss.Append(gap); err != nil {
 			return 0, fmt.Errorf("publish the capture_interrupted gap of lost records: %w", err)
 		}

@@ -147,6 +147,10 @@ func TestMoveSpoolLegacyBinding(t *testing.T) {
 	if err := f.store.Update(func(c *Config) (bool, error) { c.Bindings[0].SpoolIdentity = nil; return true, nil }); err != nil {
 		t.Fatal(err)
 	}
+	// Such a binding's configure wrote no hook summary either.
+	if err := os.Remove(filepath.Join(f.store.ledgerDir(f.spool), summaryName)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
 	to := f.spool + "-moved"
 	if err := os.Rename(f.spool, to); err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package capture
 
 import (
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -16,8 +17,9 @@ import (
 )
 
 // sessionsDir holds, per spool, one small record per observed native
-// session: the capture mode it started under (sharing follows it) and
-// whether its original start was observed.
+// session: the capture mode it started under (sharing follows it), whether
+// its original start was observed, and its exact target as last resolved
+// (what an intake-first hook records as the event's target at receipt).
 const sessionsDir = "capture-sessions"
 
 // sessionRecord is what the adapter remembers of a native session.
@@ -26,6 +28,89 @@ type sessionRecord struct {
 	// OriginalStart is true when a startup SessionStart was the session's
 	// first observed event.
 	OriginalStart bool `json:"original_start"`
+	// Target is the session's exact target as a lock holder last resolved
+	// it (rememberTarget): the Work, generation and canonical session the
+	// session's next event belongs to as far as this machine knows, read
+	// by the hook at receipt without the Hub or the spool lock. Absent
+	// before the session's first resolution (and in records written
+	// before it was kept).
+	Target *receiptTarget `json:"target,omitempty"`
+	// WorkEpoch is the spool's current-work epoch (workEpoch) when Target
+	// was recorded: a Target recorded before this checkout started or
+	// took over a Work since is not the session's target any more.
+	WorkEpoch string `json:"work_epoch,omitempty"`
+}
+
+// workEpochName is the file, in a spool's session-record directory, whose
+// content changes each time this checkout gets a new current Work or
+// generation (NoteWorkChanged). No session id can name it: ids have no
+// space.
+const workEpochName = "current work"
+
+// workEpoch returns the spool's current-work epoch: "" before any change
+// was noted, "?" when it cannot be read (which no record's epoch matches).
+func (s Store) workEpoch(spoolDir string) string {
+	sum := sha256.Sum256([]byte(spoolDir))
+	b, err := fsutil.ReadFileNoFollow(filepath.Join(s.Dir, sessionsDir, hex.EncodeToString(sum[:8]), workEpochName), 64)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return ""
+	case err != nil || len(b) == 0:
+		return "?"
+	}
+	return string(b)
+}
+
+// NoteWorkChanged tells capture that the checkout at root got a new
+// current Work or generation (agentscm work start, work takeover from this
+// checkout): the targets its sessions' records keep are then no longer
+// what their next events belong to, so the intake hook records none at
+// receipt (admission resolves those events) until a lock holder resolves
+// each session again. It writes a new random epoch for every binding of
+// root, enabled or not.
+func (s Store) NoteWorkChanged(root string) error {
+	cfg, err := s.Load()
+	if err != nil {
+		return err
+	}
+	for _, b := range cfg.Bindings {
+		if b.Root != root {
+			continue
+		}
+		sum := sha256.Sum256([]byte(b.Spool))
+		dir := filepath.Join(s.Dir, sessionsDir, hex.EncodeToString(sum[:8]))
+		if err := fsutil.MkdirPrivate(dir); err != nil {
+			return err
+		}
+		var epoch [16]byte
+		if _, err := rand.Read(epoch[:]); err != nil {
+			return err
+		}
+		if err := fsutil.WriteAtomic(filepath.Join(dir, workEpochName), []byte(hex.EncodeToString(epoch[:])), fsutil.FileMode); err != nil {
+			return fmt.Errorf("capture: note the new current Work: %w", err)
+		}
+	}
+	return nil
+}
+
+// receiptTarget is a Target as the session record and the intake record
+// keep it.
+type receiptTarget struct {
+	WorkID     string `json:"work_id"`
+	Generation int64  `json:"generation"`
+	Session    string `json:"session"`
+}
+
+// target returns the Target, false when it is absent or incomplete.
+func (r *receiptTarget) target() (Target, bool) {
+	if r == nil || r.WorkID == "" || r.Generation < 1 || r.Session == "" {
+		return Target{}, false
+	}
+	return Target{WorkID: r.WorkID, Generation: r.Generation, Session: r.Session}, true
+}
+
+func toReceiptTarget(t Target) *receiptTarget {
+	return &receiptTarget{WorkID: t.WorkID, Generation: t.Generation, Session: t.Session}
 }
 
 // Observation is how one event of a session is to be captured.
@@ -38,6 +123,11 @@ type Observation struct {
 	StartedLate bool
 	// Reason explains StartedLate.
 	Reason string
+	// target is the session's exact target recorded in its session record
+	// (nil before its first resolution): the target at receipt. It is not
+	// part of the intake record's observation (unexported); the intake
+	// record keeps it in its own field.
+	target *receiptTarget
 }
 
 // sessionPath returns the record of one native session of a spool. Session
@@ -99,7 +189,50 @@ func (s Store) Observe(b *Binding, session, hookEvent, source string) (Observati
 	if b.CaptureMode == event.ModeSharedConversation && rec.Mode != event.ModeSharedConversation {
 		obs.Mode = event.ModeLocalConversation
 	}
+	if _, ok := rec.Target.target(); ok && rec.WorkEpoch == s.workEpoch(b.Spool) {
+		obs.target = rec.Target
+	}
 	return obs, nil
+}
+
+// rememberTarget records t, the exact target a lock holder just resolved
+// for session, in the session's record, so that the session's next events
+// carry it from receipt (writeIntake). It writes only when the record
+// holds another target (once per session and generation), atomically and
+// durably, and never creates a record (Observe decides what a new one
+// says). Callers hold the spool lock, which serialises the writers;
+// readers see the old or the new record whole.
+func (s Store) rememberTarget(b *Binding, session string, t Target) error {
+	p, ok := s.sessionPath(b.Spool, session)
+	if !ok {
+		return nil
+	}
+	data, err := fsutil.ReadFileNoFollow(p, 4096)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var rec sessionRecord
+	if err := json.Unmarshal(data, &rec); err != nil {
+		return fmt.Errorf("session record %s: %w", p, err)
+	}
+	epoch := s.workEpoch(b.Spool)
+	if cur, ok := rec.Target.target(); ok && cur == t && rec.WorkEpoch == epoch {
+		return nil
+	}
+	// The epoch is read before the write: a change noted in between makes
+	// this target look stale (none at receipt), never a stale one current.
+	rec.Target, rec.WorkEpoch = toReceiptTarget(t), epoch
+	enc, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	if err := fsutil.WriteAtomic(p, enc, fsutil.FileMode); err != nil {
+		return fmt.Errorf("session record %s: %w", p, err)
+	}
+	return nil
 }
 
 // observeStart is Observe for an intake-first hook: when the event is a

@@ -208,8 +208,8 @@ func EnableCapture(ctx context.Context, store Store, conns Connections, o Enable
 			}
 		default:
 			if cur.Hub != "" && !sameRepo(lin, cur.lineage()) {
-				return fmt.Errorf("the capture binding of this checkout was saved for %s, but it is now connected to %s; run change-capture forget --root %s to start fresh",
-					describeLineage(cur.lineage()), describeLineage(lin), root)
+				return fmt.Errorf("the capture binding of this checkout was saved for %s, but it is now connected to %s; %s",
+					describeLineage(cur.lineage()), describeLineage(lin), startFreshAdvice(cur))
 			}
 			if have, err := adapter.For(cur.Agent); err != nil {
 				return err

@@ -33,6 +33,9 @@ type CaptureRequest struct {
 	// Failed marks a tool call that failed (PostToolUseFailure): it still
 	// takes its own position.
 	Failed bool
+	// ConcurrentSessions names the other sessions whose turn ran when the
+	// position was taken (parallel sessions): their writes may be in it.
+	ConcurrentSessions []string
 }
 
 // ErrPosition reports a capture at a position not past the last stored one.
@@ -183,6 +186,7 @@ func (c *Changelog) storeLocked(ctx context.Context, sc *walked, req CaptureRequ
 		Version: 1, Position: req.Position, SessionID: req.SessionID, ToolUseID: req.ToolUseID, Tool: req.Tool, Failed: req.Failed,
 		Kind: kind, CreatedAt: start.UTC(), RemovedRoots: sc.removed, AppliedTo: appliedTo,
 	}
+	meta.ConcurrentSessions = req.ConcurrentSessions
 	next = &captureState{LastPosition: req.Position, token: sc.token}
 	plans := sc.plans
 	var changes changeList

@@ -250,6 +250,9 @@ type Info struct {
 	Changes *Changes `json:"changes,omitempty"`
 	// ToolUseID is the host's id of the tool call that made the increment.
 	ToolUseID string `json:"tool_use_id,omitempty"`
+	// Concurrent names the other sessions whose turn ran when the position
+	// was taken (parallel sessions): their writes may be mixed into it.
+	Concurrent []string `json:"concurrent_sessions,omitempty"`
 	// Hub is what the checkout's Hub holds of the position, as the upload
 	// queue last heard (nil when nothing was ever uploaded).
 	Hub *HubStatus `json:"hub,omitempty"`
@@ -276,7 +279,7 @@ func (c *Changelog) List() ([]Info, error) {
 		} else {
 			inf.Kind, inf.Session, inf.Tool, inf.Failed = m.Kind, m.SessionID, m.Tool, m.Failed
 			inf.Files, inf.Deleted, inf.Bytes, inf.Removed, inf.CreatedAt = m.Files, m.Deleted, m.Bytes, m.RemovedRoots, m.CreatedAt
-			inf.Changes, inf.ToolUseID = m.Changes, m.ToolUseID
+			inf.Changes, inf.ToolUseID, inf.Concurrent = m.Changes, m.ToolUseID, m.ConcurrentSessions
 		}
 		out = append(out, inf)
 	}

@@ -2,7 +2,6 @@ package changelog
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -26,6 +25,14 @@ type HookResult struct {
 	// Upload says what the upload queue did when the checkout has a
 	// remote (nil without one).
 	Upload *UploadOutcome
+	// Refused is a prompt refused because another session's turn runs
+	// (the hook answers the host with its blocking answer).
+	Refused *PromptRefusal
+	// SetAside lists the stale turns a prompt set aside.
+	SetAside []TurnStatus
+	// TurnWarning says what failed about the turn's marker when the
+	// increment was stored all the same.
+	TurnWarning string
 }
 
 // HookOptions configure HandleClaudeHookWith.
@@ -41,49 +48,52 @@ type HookOptions struct {
 	// directory dir (see WatchSource): a capture then lists only the
 	// directories a watcher saw change. Nil lists every directory.
 	Watch func(dir string) ChangeSource
+	// Agent is the host whose hook this is (claude-code, codex, gemini;
+	// empty: claude-code): its process is the turn's.
+	Agent string
+	// FindHost finds the agent's own process for a turn marker; nil walks
+	// up from the hook's parent (FindHost).
+	FindHost func(agent string) (Host, bool)
+	// TurnWait overrides TurnWait (tests).
+	TurnWait time.Duration
 }
 
 // TurnWait bounds how long a prompt waits for another session's turn to
-// end, inside the host's 20-second hook timeout.
+// end, inside the host's 20-second hook timeout; then it is refused.
 const TurnWait = 15 * time.Second
 
-// ErrTurnWait reports a prompt that started although another session's
-// turn had not ended within TurnWait.
-var ErrTurnWait = errors.New("another session's turn did not end in time; this turn's increments may interleave with it")
-
-// serializeTurn starts session's turn once no other session's turn runs,
-// so two contexts never interleave in one sequence. It waits at most
-// TurnWait, then starts anyway and reports ErrTurnWait (the hook fails open).
-func serializeTurn(ctx context.Context, dir, session string, now time.Time) error {
-	deadline := time.Now().Add(TurnWait)
-	for {
-		t, err := RunningTurn(dir)
-		if err != nil {
-			return err
-		}
-		if t == nil || t.SessionID == session {
-			return BeginTurn(dir, session, now)
-		}
-		if time.Now().After(deadline) {
-			if err := BeginTurn(dir, session, now); err != nil {
-				return err
-			}
-			return fmt.Errorf("%w (session %s)", ErrTurnWait, t.SessionID)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
+// promptTurn starts the prompt's turn: at once with parallel sessions,
+// otherwise once no other live session's turn runs, waiting at most
+// TurnWait; then the prompt is refused (res.Refused).
+func promptTurn(ctx context.Context, dir, root string, p *claude.Payload, now time.Time, opts HookOptions, res *HookResult) error {
+	agent := opts.Agent
+	if agent == "" {
+		agent = claude.AgentName
 	}
+	mine := Turn{SessionID: p.SessionID, StartedAt: now, Agent: agent}
+	find := opts.FindHost
+	if find == nil {
+		find = func(agent string) (Host, bool) { return FindHost(agent, os.Getppid()) }
+	}
+	if h, ok := find(agent); ok {
+		mine.Host = &h
+	}
+	wait := opts.TurnWait
+	if wait <= 0 {
+		wait = TurnWait
+	}
+	ref, setAside, err := startTurn(ctx, dir, root, mine, ParallelSessions(dir), wait)
+	res.Refused, res.SetAside = ref, setAside
+	return err
 }
 
 // FindDir returns the changelog directory of the checkout that contains
-// cwd: the deepest ancestor with a changelog under configDir.
+// cwd: the deepest ancestor with a changelog under configDir (DirFor: where
+// `changelog enable --dir` put it).
 func FindDir(configDir, cwd string) (dir, root string, ok bool) {
 	p := filepath.Clean(cwd)
 	for {
-		d := DefaultDir(configDir, p)
+		d := DirFor(configDir, p)
 		if _, err := os.Lstat(filepath.Join(d, configFile)); err == nil {
 			return d, p, true
 		}
@@ -133,12 +143,17 @@ func HandlePayload(ctx context.Context, configDir string, p *claude.Payload, now
 		return &HookResult{Ignored: true}, nil
 	}
 	res := &HookResult{Dir: dir}
+	var renewErr error
 	switch p.HookEventName {
 	case "UserPromptSubmit":
-		return res, serializeTurn(ctx, dir, p.SessionID, now)
+		return res, promptTurn(ctx, dir, root, p, now, opts, res)
 	case "Stop", "SessionEnd":
 		return res, EndTurn(dir, p.SessionID)
 	case "PostToolUse", "PostToolUseFailure":
+		// A turn without a known agent process lives on a lease that
+		// every hook of the turn renews; a failed renewal does not stop
+		// the capture.
+		renewErr = RenewTurn(dir, p.SessionID, now)
 	default:
 		res.Ignored = true
 		return res, nil
@@ -164,11 +179,17 @@ func HandlePayload(ctx context.Context, configDir string, p *claude.Payload, now
 	}
 	// Local first: the increment is stored (and its position fixed) in
 	// the changelog directory before anything goes to the Hub.
-	inc, err := c.Capture(ctx, CaptureRequest{Position: -1, SessionID: p.SessionID, ToolUseID: p.ToolUseID, Tool: tool, Failed: p.HookEventName == "PostToolUseFailure"})
+	// Decided now: which other sessions' turns run while this position is
+	// taken (their writes may be in it).
+	concurrent := otherRunningTurns(dir, p.SessionID, now)
+	inc, err := c.Capture(ctx, CaptureRequest{Position: -1, SessionID: p.SessionID, ToolUseID: p.ToolUseID, Tool: tool, Failed: p.HookEventName == "PostToolUseFailure", ConcurrentSessions: concurrent})
 	if err != nil {
 		return res, err
 	}
 	res.Increment = inc
+	if renewErr != nil {
+		res.TurnWarning = "renew the turn's lease: " + renewErr.Error()
+	}
 	if opts.Remote == nil {
 		return res, nil
 	}

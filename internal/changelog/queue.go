@@ -171,6 +171,13 @@ type UploadOptions struct {
 	// Sharing decides what of the conversation roots an upload may carry
 	// (see UploadForm); nil shares no conversation.
 	Sharing SharingPolicy
+	// Reconcile, for a remote that is a Lister, first compares the queue
+	// with what the remote holds (changelog upload does; the hook does
+	// not, to spare a request per tool call): the grant is read afresh,
+	// positions refused under an older grant are retried each on its own,
+	// and positions the remote's sequence lacks (another Work, a lost
+	// increment) are uploaded again.
+	Reconcile bool
 }
 
 // Upload runs the upload queue: the stored positions the Hub does not hold
@@ -201,6 +208,22 @@ func (c *Changelog) Upload(ctx context.Context, r Remote, opts UploadOptions) (*
 	}
 	out := &UploadOutcome{Uploaded: []int{}}
 	res := &Reservation{Path: filepath.Join(c.dir, ReservationFile)}
+	if l, ok := r.(Lister); ok && opts.Reconcile {
+		h, err := l.Holding(ctx)
+		if errors.Is(err, ErrNoDestination) {
+			q.LocalOnly = err.Error()
+			out.LocalOnly, out.Pending = q.LocalOnly, c.countPending(q, opts.Through)
+			return out, c.saveUploads(q)
+		}
+		if err != nil {
+			q.LastError, q.LastErrorAt = fmt.Sprintf("list the Hub's increments: %v", err), now().UTC()
+			out.Err, out.Pending = q.LastError, c.countPending(q, opts.Through)
+			return out, c.saveUploads(q)
+		}
+		if err := c.reconcile(q, res, h, now()); err != nil {
+			return nil, err
+		}
+	}
 	rebased := false
 	for {
 		positions, err := c.storedBetween(q.Next, opts.Through)
@@ -347,6 +370,47 @@ func (c *Changelog) Upload(ctx context.Context, r Remote, opts UploadOptions) (*
 		}
 	}
 	return out, nil
+}
+
+// reconcile brings the queue in line with what the remote holds: its
+// grant and usage as the reservation's, no refusal carried over from an
+// older grant (the refused positions are retried, each on its own, and
+// merge again only if the grant still refuses them), and the sequence
+// resumed where the remote's ends when that is before the queue's Next
+// or the remote's Work is another.
+func (c *Changelog) reconcile(q *uploadState, res *Reservation, h Holding, now time.Time) error {
+	if err := res.Sync(h.WorkID, h.Grant, h.Used, now); err != nil {
+		return err
+	}
+	q.Refused = nil
+	if h.Next < q.Next || (q.WorkID != "" && h.WorkID != q.WorkID) {
+		q.Next = h.Next
+		keep := q.Merged[:0]
+		for _, mr := range q.Merged {
+			if mr.To < h.Next && mr.WorkID == h.WorkID {
+				keep = append(keep, mr)
+			}
+		}
+		q.Merged = keep
+	}
+	q.WorkID, q.LocalOnly = h.WorkID, ""
+	return c.saveUploads(q)
+}
+
+// countPending counts the stored positions from q.Next to through that
+// wait for an upload (not refused).
+func (c *Changelog) countPending(q *uploadState, through int) int {
+	positions, err := c.storedBetween(q.Next, through)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, p := range positions {
+		if q.Refused == nil || p >= q.Refused.To {
+			n++
+		}
+	}
+	return n
 }
 
 // refuseAt records that the Hub refused position p; at, when not zero, is

@@ -19,6 +19,23 @@ type Remote interface {
 	Upload(ctx context.Context, inc RemoteIncrement) (RemoteResult, error)
 }
 
+// Holding is what a remote holds of a checkout's sequence under its current
+// Work, as its list says.
+type Holding struct {
+	WorkID string
+	// Next is the first position the remote lacks: every position below
+	// it is held there, or merged into a later held position.
+	Next  int
+	Grant Grant
+	Used  Usage
+}
+
+// Lister is a Remote that can list what it holds; an upload with
+// UploadOptions.Reconcile compares the queue with it first.
+type Lister interface {
+	Holding(ctx context.Context) (Holding, error)
+}
+
 // RemoteIncrement is one increment to upload.
 type RemoteIncrement struct {
 	Position int

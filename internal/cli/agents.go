@@ -134,19 +134,40 @@ func runHookGemini(ctx context.Context, env *Env) int {
 }
 
 // runChangelogHookGemini is `agentscm changelog hook-gemini`: the Gemini
-// payload normalised (events renamed, the call's order id) and handed to the
-// changelog hook as the decoded form it reads. It fails open.
+// payload normalised (events renamed, the call's order id, a failed call
+// as PostToolUseFailure) and handed to the changelog hook as the decoded
+// form it reads. It fails open.
 func runChangelogHookGemini(ctx context.Context, env *Env) int {
+	return runChangelogHookAs(ctx, env, adapter.Gemini{}, func(b []byte) (*claude.Payload, error) {
+		cfg, err := capture.ConfigDir(env.Getenv)
+		if err != nil {
+			return nil, err
+		}
+		return gemini.Orderer{Dir: filepath.Join(cfg, "agent-state", "gemini-changelog")}.Decode(b)
+	})
+}
+
+// runChangelogHookCodex is `agentscm changelog hook-codex`: the Codex
+// payload decoded as the capture decodes it (the call's exit code from
+// the rollout), a failed call as PostToolUseFailure, handed to the
+// changelog hook. It fails open.
+func runChangelogHookCodex(ctx context.Context, env *Env) int {
+	return runChangelogHookAs(ctx, env, adapter.Codex{}, codex.Decode)
+}
+
+// runChangelogHookAs decodes the host's payload with decode, marks a
+// failed tool call (failedFinish) and runs the changelog hook on the
+// decoded form, as host a (whose answer a refused prompt gets). It fails
+// open.
+func runChangelogHookAs(ctx context.Context, env *Env, a adapter.Adapter, decode func([]byte) (*claude.Payload, error)) int {
 	b, err := fsutil.ReadBounded(env.Stdin, claude.MaxPayloadBytes)
 	var p *claude.Payload
 	if err == nil {
-		var cfg string
-		if cfg, err = capture.ConfigDir(env.Getenv); err == nil {
-			p, err = gemini.Orderer{Dir: filepath.Join(cfg, "agent-state", "gemini-changelog")}.Decode(b)
-		}
+		p, err = decode(b)
 	}
 	var nb []byte
 	if err == nil {
+		failedFinish(p)
 		nb, err = json.Marshal(p)
 	}
 	if err != nil {
@@ -155,7 +176,24 @@ func runChangelogHookGemini(ctx context.Context, env *Env) int {
 	}
 	e := *env
 	e.Stdin = bytes.NewReader(nb)
-	return runChangelogHook(ctx, &e)
+	return runChangelogHook(ctx, &e, a)
+}
+
+// failedFinish makes a tool finish whose host reported a non-zero exit
+// code (Codex: read from its rollout; Gemini: from the shell tool's result
+// text) a PostToolUseFailure, as Claude Code's own hook reports a failed
+// call, so the changelog flags the call as failed. Codex and Gemini have no
+// failure event of their own (a Gemini error already decodes as one).
+func failedFinish(p *claude.Payload) {
+	if p.HookEventName != "PostToolUse" || p.ExitCodeSource == "" {
+		return
+	}
+	var v struct {
+		ExitCode *int `json:"exit_code"`
+	}
+	if json.Unmarshal(p.ToolResponse, &v) == nil && v.ExitCode != nil && *v.ExitCode != 0 {
+		p.HookEventName = "PostToolUseFailure"
+	}
 }
 
 // resumeGemini binds the Gemini conversation of the rewound call (its

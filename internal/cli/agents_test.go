@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -111,5 +113,48 @@ func TestRewindAgentFlag(t *testing.T) {
 		if r.code != tc.code || !strings.Contains(r.stderr, tc.msg) {
 			t.Fatalf("%v: exit %d %s", tc.args, r.code, r.stderr)
 		}
+	}
+}
+
+// TestChangelogFlagsGeminiFailedCalls: real changelog hook runs of Gemini
+// CLI payloads: a shell call whose result states a non-zero exit code and a
+// tool error are flagged failed in changelog list, a zero exit code is not
+// (Codex's exit code from its rollout: test/e2e TestCodexCaptureRewindResume).
+func TestChangelogFlagsGeminiFailedCalls(t *testing.T) {
+	repo := gitRepo(t, "repo")
+	env := map[string]string{"HOME": filepath.Join(filepath.Dir(repo), "home")}
+	mustRun(t, env, "changelog", "enable", "--root", repo, "--agent", "gemini")
+	shell := func(code int) string {
+		return fmt.Sprintf(`{"llmContent":"<untrusted_context>\nOutput: x\nExit Code: %d\nProcess Group PGID: 1\n</untrusted_context>"}`, code)
+	}
+	for i, call := range []struct{ tool, resp string }{
+		{"run_shell_command", shell(0)},
+		{"run_shell_command", shell(3)},
+		{"replace", `{"error":{"message":"no match","type":"edit_no_occurrence_found"}}`},
+	} {
+		os.WriteFile(filepath.Join(repo, fmt.Sprintf("f%d", i)), []byte("x"), 0o644)
+		for _, ev := range []string{"BeforeTool", "AfterTool"} {
+			p := fmt.Sprintf(`{"session_id":"g1","cwd":%q,"hook_event_name":%q,"tool_name":%q,"tool_response":%s}`, repo, ev, call.tool, call.resp)
+			if r := runMain(t, env, p, "changelog", "hook-gemini"); r.code != 0 || r.stdout != "" || r.stderr != "" {
+				t.Fatalf("hook %d %s: %d %q %q", i, ev, r.code, r.stdout, r.stderr)
+			}
+		}
+	}
+	var list struct {
+		Increments []struct {
+			Position int
+			Tool     string
+			Failed   bool
+		} `json:"increments"`
+	}
+	if err := json.Unmarshal([]byte(mustRun(t, env, "changelog", "list", "--root", repo, "--format", "json").stdout), &list); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, in := range list.Increments {
+		got = append(got, fmt.Sprintf("%d %s %v", in.Position, in.Tool, in.Failed))
+	}
+	if want := "0 run_shell_command false,1 run_shell_command true,2 replace true"; strings.Join(got, ",") != want {
+		t.Fatalf("changelog list: %s, want %s", strings.Join(got, ","), want)
 	}
 }

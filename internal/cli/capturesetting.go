@@ -25,7 +25,7 @@ func expectLineage(repo, hub string) (*capture.Lineage, error) {
 }
 
 func runEnable(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "agentscm change-capture enable", "--root ABS [--mode MODE] [--max-records N] [--max-bytes N] [--max-artifact-bytes N] [--max-replay-entries N] [--max-replay-bytes N] [--auto-compact PERCENT | --no-auto-compact] [--expect-repository NAME --expect-hub HUB] [--format text|json]",
+	fs := newFlags(env, "agentscm change-capture enable", "[--root PATH] [--mode MODE] [--max-records N] [--max-bytes N] [--max-artifact-bytes N] [--max-replay-entries N] [--max-replay-bytes N] [--auto-compact PERCENT | --no-auto-compact] [--expect-repository NAME --expect-hub HUB] [--format text|json]",
 		`One-step capture setup for a checkout with a current client connection.
 With no binding it creates one through the configure code path with the
 defaults: a private spool under <config>/agentscm/capture-spools/<random>,
@@ -51,7 +51,7 @@ that has no client connection is first connected to the embedded local Hub
 (as 'agentscm client setup --local' does), so one command sets a solo user
 up; without it such a checkout is refused with "no client connection for
 this checkout".`)
-	root := fs.String("root", "", "path of the checkout")
+	root := fs.String("root", "", rootHelp)
 	mode := fs.String("mode", "", "metadata-only, local-conversation or shared-conversation")
 	local := fs.Bool("local", false, "connect the checkout to the embedded local Hub first when it has no client connection")
 	agent := fs.String("agent", "", agentFlagHelp)
@@ -66,11 +66,8 @@ this checkout".`)
 	fs.Int64Var(&lim.ReplayBytes, "max-replay-bytes", 0, "bound of the compaction replay index in bytes (default: an eighth of the byte limit, at most 8 MiB)")
 	compactionFlags(fs, &pol)
 	format := formatFlag(fs)
-	if err := parseFlags(fs, args, false); err != nil {
+	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
-	}
-	if *root == "" {
-		return usagef("--root is required")
 	}
 	if pol.Set != 0 && pol.Clear {
 		return usagef("--auto-compact and --no-auto-compact exclude each other")
@@ -142,22 +139,22 @@ func connectLocalIfMissing(ctx context.Context, env *Env, dir, rootFlag string) 
 }
 
 func runSetMode(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "agentscm change-capture set-mode", "--root ABS --mode MODE [--expect-repository NAME --expect-hub HUB] [--format text|json]",
+	fs := newFlags(env, "agentscm change-capture set-mode", "[--root PATH] --mode MODE [--expect-repository NAME --expect-hub HUB] [--format text|json]",
 		`Change only the stored capture mode of an enabled binding (run configure
 first). Hooks and the spool are untouched and nothing is deleted locally or on
 the Hub. Lowering the mode (to metadata-only, or from shared-conversation to
 local-conversation) needs no client connection; raising it needs a current
 connection to the repository and Hub the binding was saved for.`)
-	root := fs.String("root", "", "path of the checkout")
+	root := fs.String("root", "", rootHelp)
 	mode := fs.String("mode", "", "metadata-only, local-conversation or shared-conversation")
 	expRepo := fs.String("expect-repository", "", "repository the person confirmed")
 	expHub := fs.String("expect-hub", "", "Hub the person confirmed")
 	format := formatFlag(fs)
-	if err := parseFlags(fs, args, false); err != nil {
+	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
 	}
-	if *root == "" || *mode == "" {
-		return usagef("--root and --mode are required")
+	if *mode == "" {
+		return usagef("--mode is required")
 	}
 	expect, err := expectLineage(*expRepo, *expHub)
 	if err != nil {
@@ -192,7 +189,7 @@ type statusOut struct {
 }
 
 func runStatus(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "agentscm change-capture status", "[--root ABS] [--format text|json]",
+	fs := newFlags(env, "agentscm change-capture status", "[--root PATH] [--format text|json]",
 		`Show the capture setting of a checkout (configured, enabled, capture_mode,
 state, lineage_mismatch) or, without --root, of every bound checkout. States:
 Not set up, Off, Metadata only, Local only, Shared with Hub. For a bound
@@ -202,9 +199,9 @@ a fraction of each limit, the compaction policy and the last compaction
 many facts stayed local as deferred facts and why (the Hub was unreachable,
 no current Work, a refused target), so a session that never reached the Hub
 is visible.`)
-	root := fs.String("root", "", "path of the checkout")
+	root := fs.String("root", "", "path of a checkout (default: every bound checkout)")
 	format := formatFlag(fs)
-	if err := parseFlags(fs, args, false); err != nil {
+	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
 	}
 	store, conns, err := captureDeps(env)
@@ -229,7 +226,7 @@ is visible.`)
 	for _, s := range list {
 		o := statusOut{Setting: s}
 		if b := cfg.Find(s.Root); b != nil {
-			if sum, err := capture.SummarizeSpool(b); err != nil {
+			if sum, err := store.SummarizeSpool(b); err != nil {
 				o.SpoolError = err.Error()
 			} else {
 				o.SpoolStatus = sum
@@ -318,20 +315,17 @@ func printSpoolSummary(env *Env, sum *capture.SpoolSummary) {
 }
 
 func runForget(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "agentscm change-capture forget", "--root ABS [--format text|json]",
+	fs := newFlags(env, "agentscm change-capture forget", "[--root PATH] [--format text|json]",
 		`Remove a disabled capture binding (after unconfigure) from the capture
 config. The private spool is never deleted: its path is printed so you can
 export or delete it yourself. Exclude lines that enable added for the
 checkout's settings file are removed unless another binding of the same
 repository uses that settings path. Works on a deleted checkout given the
 absolute path it was saved with. The next enable creates a new spool.`)
-	root := fs.String("root", "", "path of the checkout as it was saved")
+	root := fs.String("root", "", rootHelp+"; as it was saved")
 	format := formatFlag(fs)
-	if err := parseFlags(fs, args, false); err != nil {
+	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
-	}
-	if *root == "" {
-		return usagef("--root is required")
 	}
 	store, err := configStore(env)
 	if err != nil {

@@ -92,7 +92,8 @@ func configStore(env *Env) (capture.Store, error) {
 	return capture.Store{Dir: dir}, nil
 }
 
-// runHookClaude is the hook entry point: it always exits 0 with empty stdout.
+// runHookClaude is the hook entry point: it always exits 0, and prints on
+// stdout only an answer the host reads (SessionStart's recipe guidance).
 // The lean agentscm-hook binary runs the same hookrun.ClaudeCapture.
 func runHookClaude(ctx context.Context, env *Env) int {
 	return hookrun.ClaudeCaptureOut(ctx, env.Stdin, env.Stdout, env.Stderr, env.Getenv, env.Now())
@@ -118,7 +119,7 @@ func captureDeps(env *Env) (capture.Store, delivery.Connections, error) {
 
 func runConfigure(ctx context.Context, env *Env, args []string) error {
 	fs := newFlags(env, "agentscm change-capture configure",
-		"--root ABS --spool ABS [--worktree-id ID] [--base-ref REF] [--setup-digest SHA256] [--claude-history-root ABS] [--capture-mode MODE] [--action-rule TOOL=execution:COVERAGE:RESULT_SOURCE]... [--recipe-file ABS]... [--max-records N] [--max-bytes N] [--max-artifact-bytes N] [--max-replay-entries N] [--max-replay-bytes N] [--auto-compact PERCENT | --no-auto-compact] [--claude-settings REL] [--format text|json]",
+		"[--root PATH] --spool ABS [--worktree-id ID] [--base-ref REF] [--setup-digest SHA256] [--claude-history-root ABS] [--capture-mode MODE] [--action-rule TOOL=execution:COVERAGE:RESULT_SOURCE]... [--recipe-file ABS]... [--max-records N] [--max-bytes N] [--max-artifact-bytes N] [--max-replay-entries N] [--max-replay-bytes N] [--auto-compact PERCENT | --no-auto-compact] [--claude-settings REL] [--format text|json]",
 		`Bind a checkout that has a current client connection (see 'agentscm client
 setup') to a private spool, and install the marked agentscm hook for the
 eleven Claude Code lifecycle events (each with a 20-second timeout) in
@@ -159,7 +160,7 @@ client connection it fails with "no client connection for this checkout"
 and changes nothing.`)
 	var o capture.ConfigureOptions
 	var rules, recipes multiFlag
-	fs.StringVar(&o.Root, "root", "", "path of the checkout (must exist)")
+	fs.StringVar(&o.Root, "root", "", rootHelp+"; it must exist")
 	fs.StringVar(&o.Spool, "spool", "", "path of the private spool directory (created when missing)")
 	fs.StringVar(&o.WorktreeID, "worktree-id", "", "worktree namespace on the Hub (default: the client connection's)")
 	fs.StringVar(&o.BaseRef, "base-ref", "", "the base ref source bindings compare against, e.g. origin/main")
@@ -177,11 +178,11 @@ and changes nothing.`)
 	fs.StringVar(&o.ClaudeSettings, "claude-settings", "", "Claude settings file for the hooks, relative to the root (default .claude/settings.local.json; for --agent codex .codex/hooks.json, gemini .gemini/settings.json)")
 	fs.StringVar(&o.Agent, "agent", "", "claude-code (default), codex or gemini: whose hooks to install (docs/agents.md)")
 	format := formatFlag(fs)
-	if err := parseFlags(fs, args, false); err != nil {
+	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
 	}
-	if o.Root == "" || o.Spool == "" {
-		return usagef("--root and --spool are required")
+	if o.Spool == "" {
+		return usagef("--spool is required")
 	}
 	if o.Compaction.Set != 0 && o.Compaction.Clear {
 		return usagef("--auto-compact and --no-auto-compact exclude each other")
@@ -246,17 +247,14 @@ func printConfigure(env *Env, title string, res *capture.ConfigureResult) {
 }
 
 func runUnconfigure(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "agentscm change-capture unconfigure", "--root ABS [--format text|json]",
+	fs := newFlags(env, "agentscm change-capture unconfigure", "[--root PATH] [--format text|json]",
 		`Remove only the marked agentscm hooks from the checkout's Claude settings
 file and disable its capture binding. The binding and the private spool are
 kept; nothing captured is deleted.`)
-	root := fs.String("root", "", "path of the checkout as it was configured")
+	root := fs.String("root", "", rootHelp+"; as it was configured")
 	format := formatFlag(fs)
-	if err := parseFlags(fs, args, false); err != nil {
+	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
-	}
-	if *root == "" {
-		return usagef("--root is required")
 	}
 	store, err := configStore(env)
 	if err != nil {
@@ -269,8 +267,23 @@ kept; nothing captured is deleted.`)
 	if *format == "json" {
 		return writeJSON(env.Stdout, res)
 	}
-	fmt.Fprintf(env.Stdout, "capture disabled for %s\n  hooks removed from: %s\n  spool retained:     %s\n", res.Root, res.ClaudeSettings, res.Spool)
+	fmt.Fprintf(env.Stdout, "capture disabled for %s\n  %s\n  spool retained:     %s\n", res.Root, unconfigureHooksLine(res), res.Spool)
+	if res.Warning != "" {
+		fmt.Fprintf(env.Stderr, "agentscm: warning: %s\n", res.Warning)
+	}
 	return nil
+}
+
+// unconfigureHooksLine says what happened to the hooks, and only that.
+func unconfigureHooksLine(res *capture.UnconfigureResult) string {
+	switch {
+	case res.HooksRemoved:
+		return "hooks removed from: " + res.ClaudeSettings
+	case !res.CheckoutExists:
+		return "hooks untouched:    the checkout no longer exists, so " + res.ClaudeSettings + " was not read or changed"
+	default:
+		return "hooks untouched:    " + res.ClaudeSettings + " held no agentscm capture hooks"
+	}
 }
 
 // inspectSession is one session of the inspect output.
@@ -294,7 +307,7 @@ lock and never changes it. For the spool's health, pending delivery and
 quarantine use 'change-capture inspect'.`)
 	spoolDir := fs.String("spool", "", "path of the spool")
 	format := formatFlag(fs)
-	if err := parseFlags(fs, args, false); err != nil {
+	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
 	}
 	if *spoolDir == "" {

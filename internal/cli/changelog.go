@@ -41,17 +41,18 @@ func changelogCommand() *Command {
 				if len(args) > 0 {
 					return usagef("hook-claude takes no arguments")
 				}
-				runChangelogHook(ctx, env)
+				runChangelogHook(ctx, env, adapter.Claude{})
 				return nil
 			}},
 			{Name: "watch-serve", Summary: "the on-demand filesystem watcher of a changelog (started by the hook)", Run: runChangelogWatchServe},
-			{Name: "status", Summary: "the next position and whether the filesystem watcher vouches for the next capture", Run: runChangelogStatus},
+			{Name: "status", Summary: "the next position, the sessions' running and stale turns, and whether the filesystem watcher vouches for the next capture", Run: runChangelogStatus},
+			{Name: "end-turn", Summary: "declare a session's turn over (an interrupted turn whose agent still runs)", Run: runChangelogEndTurn},
 			{Name: "watch", Summary: "turn the changelog's filesystem watcher on or off, or stop its server", Run: runChangelogWatch},
 			{Name: "hook-codex", Summary: "the Codex CLI changelog hook (reads one hook payload on stdin)", Run: func(ctx context.Context, env *Env, args []string) error {
 				if len(args) > 0 {
 					return usagef("hook-codex takes no arguments")
 				}
-				runChangelogHook(ctx, env)
+				runChangelogHookCodex(ctx, env)
 				return nil
 			}},
 			{Name: "hook-gemini", Summary: "the Gemini CLI changelog hook (reads one hook payload on stdin)", Run: func(ctx context.Context, env *Env, args []string) error {
@@ -93,8 +94,8 @@ type rootFlags struct {
 }
 
 func (rf *rootFlags) register(fs *flag.FlagSet, extraRoots bool) {
-	fs.StringVar(&rf.root, "root", "", "path of the checkout (default: the git worktree enclosing the working directory)")
-	fs.StringVar(&rf.dir, "dir", "", "changelog directory (default: one per checkout under the agentscm config directory)")
+	fs.StringVar(&rf.root, "root", "", rootHelp)
+	fs.StringVar(&rf.dir, "dir", "", "changelog directory (default: the checkout's, one per checkout under the agentscm config directory, or where changelog enable --dir put it)")
 	if extraRoots {
 		fs.Var(&rf.extra, "extra-root", "another capture root as NAME=ABSPATH, e.g. transcripts=/home/u/.claude/projects/x (repeatable)")
 		fs.BoolVar(&rf.includeIgnored, "include-ignored", false, "capture git-ignored paths of the checkout too")
@@ -132,7 +133,7 @@ func (rf *rootFlags) changelogDir(env *Env, root string) (string, error) {
 	if err := fsutil.MkdirPrivate(filepath.Join(cfg, "changelog")); err != nil {
 		return "", err
 	}
-	return changelog.DefaultDir(cfg, root), nil
+	return changelog.DirFor(cfg, root), nil
 }
 
 // openChangelog opens the checkout's changelog. With capture set, the roots
@@ -179,7 +180,7 @@ func openChangelog(env *Env, rf *rootFlags, capture bool) (*changelog.Changelog,
 }
 
 func runChangelogCapture(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "agentscm changelog capture", "--root ABS [flags]", `
+	fs := newFlags(env, "agentscm changelog capture", "[--root PATH] [flags]", `
 Store the writes and deletions under the capture roots since the last stored
 increment as increment <position:06d>.tgz (GNU incremental tar, gzip). The
 capture hook does this after every tool call; this command does it by hand.`)
@@ -190,7 +191,7 @@ capture hook does this after every tool call; this command does it by hand.`)
 	tool := fs.String("tool", "", "the tool's name")
 	failed := fs.Bool("failed", false, "the tool call failed (it still takes its position)")
 	format := formatFlag(fs)
-	if err := parseFlags(fs, args, false); err != nil {
+	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
 	}
 	c, err := openChangelog(env, &rf, true)
@@ -218,7 +219,7 @@ capture hook does this after every tool call; this command does it by hand.`)
 }
 
 func runChangelogList(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "agentscm changelog list", "--root ABS [flags]", `
+	fs := newFlags(env, "agentscm changelog list", "[--root PATH] [flags]", `
 List the stored increments of a checkout: position, kind, tool, the paths
 the call created (+), modified (~) and deleted (-) with their counts (at
 most 100 paths of each kind are named), the bytes the call changed (created
@@ -233,7 +234,7 @@ connected Hub, with its grant and usage.`)
 	fromHub := fs.Bool("from-hub", false, "list the increments a Work holds on the checkout's connected Hub instead")
 	work := fs.String("work", "", "with --from-hub: the Work (default: the checkout's current Work)")
 	format := formatFlag(fs)
-	if err := parseFlags(fs, args, false); err != nil {
+	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
 	}
 	if *fromHub {
@@ -259,8 +260,22 @@ connected Hub, with its grant and usage.`)
 	tw := tabwriter.NewWriter(&rows, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "POSITION\tKIND\tTOOL\tCREATED\tMODIFIED\tDELETED\tBYTES\tSIZE\tHUB\tNOTE")
 	pathLines := make([][]string, len(list))
+	// With several sessions in the sequence (parallel sessions), each
+	// position names its session.
+	sessions := map[string]bool{}
+	for _, in := range list {
+		if in.Kind == changelog.KindCall {
+			sessions[in.Session] = true
+		}
+	}
 	for k, in := range list {
 		var notes []string
+		if len(sessions) > 1 && in.Session != "" {
+			notes = append(notes, "session "+cell(in.Session))
+		}
+		if len(in.Concurrent) > 0 {
+			notes = append(notes, "taken while the turn of session "+cell(strings.Join(in.Concurrent, ", "))+" ran: its writes may be mixed in")
+		}
 		switch {
 		case in.Err != "":
 			notes = append(notes, "unreadable: "+oneLine(in.Err))
@@ -347,21 +362,21 @@ func showPath(p string) string {
 }
 
 func runChangelogUpload(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "agentscm changelog upload", "--root ABS [--format text|json]", `
+	fs := newFlags(env, "agentscm changelog upload", "[--root PATH] [--format text|json]", `
 Upload the stored increments the checkout's Hub does not hold yet, oldest
 first, under the checkout's current Work and within its grant: what the
 hooks do after each tool call, for the positions still pending (the Hub was
-unreachable, or had no current Work for the checkout). A position the grant
-refuses is merged into the next increment uploaded; changelog list says
-where each position went.`)
+unreachable, or had no current Work for the checkout). It first compares
+with the Hub's list: the grant is read afresh (after work grant raised it,
+positions refused before are uploaded each on its own) and positions the
+Hub's sequence lacks are uploaded again. A position the grant refuses is
+merged into the next increment uploaded; changelog list says where each
+position went, changelog status what the Hub holds.`)
 	var rf rootFlags
 	rf.register(fs, false)
 	format := formatFlag(fs)
-	if err := parseFlags(fs, args, false); err != nil {
+	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
-	}
-	if rf.root == "" {
-		return usagef("--root is required")
 	}
 	c, err := openChangelog(env, &rf, false)
 	if err != nil {
@@ -385,7 +400,7 @@ where each position went.`)
 	if err != nil {
 		return err
 	}
-	out, err := c.Upload(ctx, r, changelog.UploadOptions{Through: next - 1})
+	out, err := c.Upload(ctx, r, changelog.UploadOptions{Through: next - 1, Reconcile: true})
 	if err != nil {
 		return err
 	}
@@ -460,16 +475,19 @@ func archiveExit(err error) error {
 const ExitChangedSinceCapture = 6
 
 func runChangelogApply(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "agentscm changelog apply", "--root ABS --to POSITION [flags]", `
+	fs := newFlags(env, "agentscm changelog apply", "[--root PATH] --to POSITION [flags]", `
 Rewind the capture roots to the state after tool call POSITION: the
 increments 0..POSITION are validated (an unreadable or hostile one is
 refused with exit status 4 before anything changes), the current state is
 stored as its own increment (apply --to that position undoes the rewind),
 the increments are extracted in order with their deletions and removed
 roots, capture hooks restored into .claude/settings*.json are dropped, and
-the result is stored as the next increment. While an agent turn runs in the
-checkout it is refused with exit status 5 (--force overrides a stale turn
-marker).
+the result is stored as the next increment. While any live session's
+agent turn runs in the checkout it is refused with exit status 5, naming
+each (nothing overrides that); a turn whose agent process is gone, or
+whose lease expired, is set aside and named on stderr. A rewind to a
+position taken while another session's turn ran (parallel sessions) warns
+that that session's writes are mixed in.
 
 Safe rewind: before anything changes, every path the rewind would create,
 modify or delete is compared with its state at the newest captured
@@ -483,7 +501,7 @@ directory, everything git ignores) are never deleted or changed.`)
 	var rf rootFlags
 	rf.register(fs, false)
 	to := fs.Int("to", -1, "the position to rewind to (required)")
-	force := fs.Bool("force", false, "rewind even though paths it changes were changed after the newest captured position (the undo point still holds them), or a turn marker says a turn is running (its session is gone)")
+	force := fs.Bool("force", false, "rewind even though paths it changes were changed after the newest captured position (the undo point still holds them); a running turn is never overridden")
 	dryRun := fs.Bool("dry-run", false, "print what the rewind would create, modify and delete, and change nothing")
 	resume := fs.Bool("resume-conversation", false, "also bind the conversation, cut right after the target call's result, to a fresh session id and print the claude --resume command")
 	agent := fs.String("agent", "", "with --resume-conversation: claude-code, codex or gemini (default: the one agent whose hook file holds changelog hooks); codex cuts the session's rollout under $CODEX_HOME/sessions and prints codex exec resume <id>, gemini cuts its chat under ~/.gemini/tmp and prints gemini --resume <id>")
@@ -492,7 +510,7 @@ directory, everything git ignores) are never deleted or changed.`)
 	worktree := fs.String("worktree", "", "with --from-hub: whose changelog, when the Work holds several checkouts' (after a takeover)")
 	fs.Var(&rf.extra, "extra-root", "with --from-hub: where another capture root of the increments goes, as NAME=ABSPATH (repeatable; claude-transcript defaults to this machine's Claude Code project directory of --root)")
 	format := formatFlag(fs)
-	if err := parseFlags(fs, args, false); err != nil {
+	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
 	}
 	if *to < 0 {
@@ -518,10 +536,12 @@ directory, everything git ignores) are never deleted or changed.`)
 	if err != nil {
 		return err
 	}
-	if !*force && !*dryRun {
-		if err := turnExit(changelog.RefuseDuringTurn(c.Dir())); err != nil {
+	if !*dryRun {
+		g, err := holdTurns(env, c.Dir())
+		if err != nil {
 			return err
 		}
+		defer g.Release()
 	}
 	after, err := dropRestoredHooks(c.Roots()[0].Path)
 	if err != nil {
@@ -552,6 +572,7 @@ directory, everything git ignores) are never deleted or changed.`)
 	if err != nil {
 		return applyExit(env, c.Roots(), *format, err)
 	}
+	warnMixed(env, res.Target)
 	if res.DryRun {
 		return printDryRun(env, c.Roots(), *format, fmt.Sprintf("rewinding to position %d", *to), res)
 	}

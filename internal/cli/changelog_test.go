@@ -239,3 +239,62 @@ func TestChangelogTranscriptRootDefault(t *testing.T) {
 		t.Errorf("undo did not restore the transcript:\n%s", live)
 	}
 }
+
+// TestChangelogEnableDir: changelog enable --dir X is honoured by the
+// hooks (a real hook run stores its increment in X, found through the
+// location file in the checkout's default directory), every command
+// without --dir finds X, and a second --dir elsewhere is refused while X
+// holds the changelog (issue 28 item 6).
+func TestChangelogEnableDir(t *testing.T) {
+	repo := gitRepo(t, "repo")
+	base := filepath.Dir(repo)
+	env := map[string]string{"HOME": filepath.Join(base, "home")}
+	x := filepath.Join(base, "elsewhere", "cl")
+	out := mustRun(t, env, "changelog", "enable", "--root", repo, "--dir", x, "--no-transcript-root", "--format", "json").stdout
+	var en struct {
+		Dir string `json:"dir"`
+	}
+	if err := json.Unmarshal([]byte(out), &en); err != nil || en.Dir != x {
+		t.Fatalf("enable: %s %v", out, err)
+	}
+	sub := filepath.Join(repo, "sub")
+	os.MkdirAll(sub, 0o755)
+	for i, tool := range []string{"Write", "Bash"} {
+		os.WriteFile(filepath.Join(sub, fmt.Sprintf("f%d", i)), []byte("x"), 0o644)
+		p := fmt.Sprintf(`{"session_id":"s1","cwd":%q,"hook_event_name":"PostToolUse","tool_name":%q,"tool_use_id":"toolu_%d"}`, sub, tool, i)
+		if r := runMain(t, env, p, "changelog", "hook-claude"); r.code != 0 || r.stdout != "" || r.stderr != "" {
+			t.Fatalf("hook %d: %d %q %q", i, r.code, r.stdout, r.stderr)
+		}
+	}
+	for _, name := range []string{"000000.tgz", "000001.tgz"} {
+		if _, err := os.Stat(filepath.Join(x, "increments", name)); err != nil {
+			t.Fatalf("the hook did not store %s in --dir: %v", name, err)
+		}
+	}
+	def := changelog.DefaultDir(filepath.Join(env["HOME"], ".config", "agentscm"), repo)
+	if ents, _ := os.ReadDir(def); len(ents) != 1 || ents[0].Name() != changelog.LocationFile {
+		t.Fatalf("the default directory holds %v, want only %s", ents, changelog.LocationFile)
+	}
+	if l := mustRun(t, env, "changelog", "list", "--root", repo).stdout; !strings.Contains(l, "Write") || !strings.Contains(l, "Bash") {
+		t.Fatalf("list without --dir:\n%s", l)
+	}
+	if s := mustRun(t, env, "changelog", "status", "--root", repo).stdout; !strings.Contains(s, "("+x+")") || !strings.Contains(s, "next position: 2") {
+		t.Fatalf("status without --dir:\n%s", s)
+	}
+	mustRun(t, env, "rewind", "--root", repo, "--to", "0")
+	if _, err := os.Stat(filepath.Join(sub, "f1")); err == nil {
+		t.Fatal("the rewind to 0 left f1")
+	}
+	r := runMain(t, env, "", "changelog", "enable", "--root", repo, "--dir", filepath.Join(base, "third"))
+	if r.code != ExitUsage || !strings.Contains(r.stderr, x+" holds the changelog of "+repo) {
+		t.Fatalf("enable --dir elsewhere: %d %s", r.code, r.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(base, "third")); err == nil {
+		t.Fatal("the refused enable created its --dir")
+	}
+	// Enabling again without --dir keeps X.
+	mustRun(t, env, "changelog", "enable", "--root", repo, "--no-transcript-root")
+	if s := mustRun(t, env, "changelog", "status", "--root", repo).stdout; !strings.Contains(s, "("+x+")") {
+		t.Fatalf("status after enable without --dir:\n%s", s)
+	}
+}

@@ -28,16 +28,44 @@ func turnExit(err error) error {
 	return err
 }
 
+// holdTurns refuses with exit status 5 (the seed's 409) while any live
+// session's turn runs in the changelog directory dir, naming each; the
+// stale turns (their agent process is gone, or their lease expired) are set
+// aside with a note on stderr. The caller releases the gate once the
+// workspace is changed: prompts submitted meanwhile wait, then are refused.
+// A turn check has no override (--force is not one).
+func holdTurns(env *Env, dir string) (*changelog.TurnGate, error) {
+	g, err := changelog.HoldTurns(dir, env.Now())
+	if err != nil {
+		return nil, turnExit(err)
+	}
+	for _, t := range g.SetAside {
+		fmt.Fprintf(env.Stderr, "agentscm: set aside the stale turn of %s: %s\n", t.Describe(), t.Stale)
+	}
+	return g, nil
+}
+
+// warnMixed warns that the position rewound to was taken while other
+// sessions' turns ran (parallel sessions): their writes are mixed into it.
+func warnMixed(env *Env, target changelog.Meta) {
+	if len(target.ConcurrentSessions) == 0 {
+		return
+	}
+	fmt.Fprintf(env.Stderr, "agentscm: warning: position %d (session %s) was taken while the turn of session %s was running: that session's writes up to then are mixed into it\n",
+		target.Position, target.SessionID, strings.Join(target.ConcurrentSessions, ", "))
+}
+
 // runChangelogHook is the changelog hook alone (a checkout with only
-// `changelog enable`): the one hook pipeline with the changelog part; always
-// exit 0, empty stdout.
-func runChangelogHook(ctx context.Context, env *Env) int {
+// `changelog enable`) of agent a's host: the one hook pipeline with the
+// changelog part; always exit 0, empty stdout but for the host's blocking
+// answer to a refused prompt.
+func runChangelogHook(ctx context.Context, env *Env, a adapter.Adapter) int {
 	return hookrun.ClaudeHook(ctx, env.Stdin, env.Stdout, env.Stderr, env.Getenv, env.Now(),
-		hookrun.Options{Parts: hookrun.Parts{Changelog: true}, Exe: "", Watch: changelogWatchSource(env)})
+		hookrun.Options{Parts: hookrun.Parts{Changelog: true}, Exe: "", Watch: changelogWatchSource(env), Agent: a})
 }
 
 func runChangelogEnable(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "agentscm changelog enable", "--root ABS [--extra-root NAME=ABS]... [--include-ignored] [--no-transcript-root] [--claude-settings REL] [--force] [--format text|json]", `
+	fs := newFlags(env, "agentscm changelog enable", "[--root PATH] [--extra-root NAME=ABS]... [--include-ignored] [--no-transcript-root] [--claude-settings REL] [--parallel-sessions[=false]] [--format text|json]", `
 Turn on the per-tool-call changelog of a checkout: the capture roots are
 recorded (the checkout without .git and, by default, without git-ignored
 paths; the checkout's Claude Code transcript directory
@@ -52,20 +80,31 @@ UserPromptSubmit, Stop and SessionEnd (which keep the running-turn marker):
 capture is on too, its one entry 'agentscm-hook change-capture hook-claude
 --changelog', one process that captures and then takes the increment (an
 older install with two entries per event is upgraded). Other settings and
-hooks are kept.
-Refused with exit status 5 while a turn runs.`)
+hooks are kept. With --dir the changelog lives there: the checkout's default
+directory then holds only location.json naming it, which the hooks and every
+command without --dir follow (refused while the checkout's changelog lives
+in another directory).
+Refused with exit status 5 while any live session's turn runs (a turn
+whose agent process is gone is set aside and named).
+One session at a time: once the changelog is on, a second session's prompt
+waits for the running turn (up to 15 seconds) and is then refused by its
+prompt hook, pointing to a separate worktree (git worktree add), so one
+sequence holds one conversation. --parallel-sessions lets several
+sessions' turns run in the checkout at once (recorded in the changelog;
+--parallel-sessions=false turns it off again, and without the flag the
+setting is kept): every position names its session and the sessions whose
+turns ran beside it, and a rewind to such a position warns that their
+writes are mixed in.`)
 	var rf rootFlags
 	rf.register(fs, true)
 	settings := fs.String("claude-settings", capture.DefaultClaudeSettings, "Claude settings file for the hooks, relative to the root")
-	force := fs.Bool("force", false, "enable even though a turn marker says a turn is running (its session is gone)")
+	fs.Bool("force", false, "no longer used: a running turn is never overridden (a turn whose agent process is gone is set aside by itself)")
+	parallel := fs.Bool("parallel-sessions", false, "let several sessions' turns run in this checkout at once (each position then names its session); =false: one session at a time again (the default)")
 	noTranscript := fs.Bool("no-transcript-root", false, "do not capture the checkout's Claude Code transcript directory (root claude-transcript)")
 	agent := fs.String("agent", "", agentFlagHelp+"; for codex the hooks go to .codex/hooks.json and no transcript root is recorded (the rollout is append-only)")
 	format := formatFlag(fs)
-	if err := parseFlags(fs, args, false); err != nil {
+	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
-	}
-	if rf.root == "" {
-		return usagef("--root is required")
 	}
 	rf.transcript, rf.home = transcriptOn, env.Getenv("HOME")
 	if *noTranscript {
@@ -86,12 +125,20 @@ Refused with exit status 5 while a turn runs.`)
 	if !filepath.IsAbs(env.Executable) {
 		return fmt.Errorf("cannot install hooks: agentscm executable path %q is not absolute", env.Executable)
 	}
+	if err := rf.saveLocation(env); err != nil {
+		return err
+	}
 	c, err := openChangelog(env, &rf, true)
 	if err != nil {
 		return err
 	}
-	if !*force {
-		if err := turnExit(changelog.RefuseDuringTurn(c.Dir())); err != nil {
+	g, err := holdTurns(env, c.Dir())
+	if err != nil {
+		return err
+	}
+	defer g.Release()
+	if flagSet(fs, "parallel-sessions") {
+		if err := changelog.SetParallelSessions(c.Dir(), *parallel); err != nil {
 			return err
 		}
 	}
@@ -122,7 +169,8 @@ Refused with exit status 5 while a turn runs.`)
 		return err
 	}
 	up := uploadPlanFor(cfg, root, c.Roots())
-	out := map[string]any{"root": root, "dir": c.Dir(), "agent": ad.Name(), "claude_settings": path, "hook_events": events, "settings_changed": changed, "roots": c.Roots(), "upload": up}
+	parallelOn := changelog.ParallelSessions(c.Dir())
+	out := map[string]any{"root": root, "dir": c.Dir(), "agent": ad.Name(), "claude_settings": path, "hook_events": events, "settings_changed": changed, "roots": c.Roots(), "upload": up, "parallel_sessions": parallelOn}
 	if *format == "json" {
 		return writeJSON(env.Stdout, out)
 	}
@@ -135,6 +183,11 @@ Refused with exit status 5 while a turn runs.`)
 	}
 	for _, r := range c.Roots()[1:] {
 		fmt.Fprintf(env.Stdout, "  extra root: %s=%s\n", r.Name, r.Path)
+	}
+	if parallelOn {
+		fmt.Fprintln(env.Stdout, "  sessions:   parallel: several sessions' turns may run at once; each position names its session and those whose turns ran beside it")
+	} else {
+		fmt.Fprintln(env.Stdout, "  sessions:   one at a time: another session's prompt waits for the running turn, then is refused (use a separate worktree)")
 	}
 	fmt.Fprintln(env.Stdout, up.describe())
 	return nil
@@ -204,7 +257,7 @@ func (up uploadPlan) describe() string {
 }
 
 func runChangelogDisable(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "agentscm changelog disable", "--root ABS [--claude-settings REL] [--force]", `
+	fs := newFlags(env, "agentscm changelog disable", "[--root PATH] [--claude-settings REL] [--force]", `
 Remove only the changelog's part of the marked hooks from the checkout's
 Claude settings file: its own entries go, and an entry that runs change
 capture and the changelog becomes the capture's alone. Stored increments
@@ -213,9 +266,9 @@ with exit status 5 while a turn runs.`)
 	var rf rootFlags
 	rf.register(fs, false)
 	settings := fs.String("claude-settings", capture.DefaultClaudeSettings, "Claude settings file holding the hooks, relative to the root")
-	force := fs.Bool("force", false, "disable even though a turn marker says a turn is running")
+	fs.Bool("force", false, "no longer used: a running turn is never overridden (a turn whose agent process is gone is set aside by itself)")
 	agent := fs.String("agent", "", "claude-code (default), codex or gemini: whose changelog hooks to remove (codex: from .codex/hooks.json, gemini: from .gemini/settings.json)")
-	if err := parseFlags(fs, args, false); err != nil {
+	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
 	}
 	ad, err := adapter.For(*agent)
@@ -225,18 +278,15 @@ with exit status 5 while a turn runs.`)
 	if ad.Name() != claude.AgentName && !settingsSet(fs) {
 		*settings = ad.HookFile()
 	}
-	if rf.root == "" {
-		return usagef("--root is required")
-	}
 	c, err := openChangelog(env, &rf, false)
 	if err != nil {
 		return err
 	}
-	if !*force {
-		if err := turnExit(changelog.RefuseDuringTurn(c.Dir())); err != nil {
-			return err
-		}
+	g, err := holdTurns(env, c.Dir())
+	if err != nil {
+		return err
 	}
+	defer g.Release()
 	root := c.Roots()[0].Path
 	path := filepath.Join(root, filepath.FromSlash(*settings))
 	if _, err := os.Stat(path); err != nil {
@@ -340,12 +390,39 @@ func checkoutSharing(configDir, root string) changelog.SharingPolicy {
 }
 
 // settingsSet reports whether --claude-settings was given explicitly.
-func settingsSet(fs *flag.FlagSet) bool {
+func settingsSet(fs *flag.FlagSet) bool { return flagSet(fs, "claude-settings") }
+
+// flagSet reports whether the flag name was given explicitly.
+func flagSet(fs *flag.FlagSet, name string) bool {
 	set := false
 	fs.Visit(func(f *flag.Flag) {
-		if f.Name == "claude-settings" {
+		if f.Name == name {
 			set = true
 		}
 	})
 	return set
+}
+
+// saveLocation makes --dir, when given, the directory the hooks find the
+// checkout's changelog in (changelog.SaveLocation), before anything is
+// created there; a checkout whose changelog lives elsewhere is refused.
+func (rf *rootFlags) saveLocation(env *Env) error {
+	if rf.dir == "" {
+		return nil
+	}
+	_, root, err := rf.roots()
+	if err != nil {
+		return err
+	}
+	cfg, err := capture.ConfigDir(env.Getenv)
+	if err != nil {
+		return err
+	}
+	if err := changelog.SaveLocation(cfg, root, filepath.Clean(rf.dir)); err != nil {
+		if errors.Is(err, changelog.ErrOtherLocation) {
+			return usagef("%v", err)
+		}
+		return err
+	}
+	return nil
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/changelog"
+	"github.com/agentscm/agentscm/internal/changelog/hubremote"
 	"github.com/agentscm/agentscm/internal/client"
 	"github.com/agentscm/agentscm/internal/fsutil"
 	"github.com/agentscm/agentscm/internal/hub/api"
@@ -59,9 +60,6 @@ type hubApply struct {
 // openHubCheckout opens the connection of --root for a --from-hub command
 // and returns the Work to read (--work, else the checkout's current Work).
 func openHubCheckout(ctx context.Context, env *Env, rootFlag, work string) (client.Connection, client.Conn, string, error) {
-	if rootFlag == "" {
-		return client.Connection{}, nil, "", usagef("--root is required")
-	}
 	c, conn, err := openCheckout(ctx, env, rootFlag)
 	if err != nil {
 		return c, nil, "", fmt.Errorf("--from-hub needs the checkout's client connection: %w", err)
@@ -121,9 +119,6 @@ func runChangelogListFromHub(ctx context.Context, env *Env, root, work, format s
 // each against its digest and applies them: onto a root with a changelog
 // through ApplyFiles (undoable), onto an empty root by replaying them.
 func runChangelogApplyFromHub(ctx context.Context, env *Env, rf *rootFlags, req hubApply) error {
-	if rf.root == "" {
-		return usagef("--root is required")
-	}
 	if !filepath.IsAbs(rf.root) {
 		return usagef("--root %q is not an absolute path", rf.root)
 	}
@@ -253,7 +248,7 @@ func runChangelogApplyFromHub(ctx context.Context, env *Env, rf *rootFlags, req 
 	if err != nil {
 		return err
 	}
-	dir := changelog.DefaultDir(cfg, root)
+	dir := changelog.DirFor(cfg, root)
 	if rf.dir != "" {
 		dir = filepath.Clean(rf.dir)
 	}
@@ -266,9 +261,11 @@ func runChangelogApplyFromHub(ctx context.Context, env *Env, rf *rootFlags, req 
 		out["merged"] = merged
 	}
 	stored, err := changelog.LoadRoots(dir)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		// No changelog: nothing could undo an apply, so only an empty root.
+	if errors.Is(err, fs.ErrNotExist) {
+		// No changelog: nothing could undo an apply over files, so only
+		// an empty root, which gets a changelog of its own: the apply is
+		// then its pre-apply (the empty root) and its result, so it can
+		// be undone and a second apply into the directory works too.
 		ents, err := os.ReadDir(root)
 		if err != nil {
 			return err
@@ -279,15 +276,21 @@ func runChangelogApplyFromHub(ctx context.Context, env *Env, rf *rootFlags, req 
 		if req.dryRun {
 			return usagef("--dry-run with --from-hub needs a checkout with a changelog (agentscm changelog enable --root %s); onto the empty %s the apply only creates paths", root, root)
 		}
-		if err := changelog.Replay(ctx, paths, roots); err != nil {
-			return archiveExit(err)
-		}
-		if err := after(ctx, roots); err != nil {
+		if err := rf.saveLocation(env); err != nil { // --dir: where the hooks and later commands find it
 			return err
 		}
-	case err != nil:
+		c, err := changelog.Open(dir, changelog.Options{Roots: roots, Exclude: []string{cfg}})
+		if err != nil {
+			return err
+		}
+		if err := c.SaveRoots(); err != nil {
+			return err
+		}
+		stored = roots
+	} else if err != nil {
 		return err
-	default:
+	}
+	{ // a block of its own (c, res), kept as it was to keep the diff small
 		if stored[0].Path != root {
 			return fmt.Errorf("changelog %s belongs to %s, not %s", dir, stored[0].Path, root)
 		}
@@ -300,15 +303,18 @@ func runChangelogApplyFromHub(ctx context.Context, env *Env, rf *rootFlags, req 
 		if err != nil {
 			return err
 		}
-		if !req.force && !req.dryRun {
-			if err := turnExit(changelog.RefuseDuringTurn(c.Dir())); err != nil {
+		if !req.dryRun {
+			g, err := holdTurns(env, c.Dir())
+			if err != nil {
 				return err
 			}
+			defer g.Release()
 		}
 		res, err := c.ApplyChain(ctx, paths, positions, changelog.ApplyRequest{To: req.to, AfterExtract: after, Force: req.force, DryRun: req.dryRun})
 		if err != nil {
 			return applyExit(env, stored, req.format, err)
 		}
+		warnMixed(env, res.Target)
 		if res.DryRun {
 			return printDryRun(env, stored, req.format, fmt.Sprintf("applying increments 0..%d of work %s", req.to, work), res)
 		}
@@ -486,4 +492,79 @@ func conversationNotShared(target *changelog.Meta) string {
 		}
 	}
 	return "the increments hold no conversation (the changelog was enabled without a transcript root); the files are restored, there is no conversation to resume"
+}
+
+// hubView is what changelog status says the Hub holds of a checkout's
+// sequence of next positions (0..next-1).
+type hubView struct {
+	Connected bool   `json:"connected"`
+	Hub       string `json:"hub,omitempty"`
+	WorkID    string `json:"work_id,omitempty"`
+	// Next is the first position the Hub lacks (it holds 0..Next-1, or
+	// has them merged into a later held position).
+	Next  int              `json:"next"`
+	Local int              `json:"local_next"`
+	Grant *changelog.Grant `json:"grant,omitempty"`
+	Used  *changelog.Usage `json:"used,omitempty"`
+	// Error is why the Hub's holding is unknown (unreachable, no current
+	// Work).
+	Error string `json:"error,omitempty"`
+}
+
+// hubHolding asks the checkout's Hub, within statusTimeout, what it holds
+// of the checkout's changelog under the current Work.
+func hubHolding(ctx context.Context, env *Env, root string, next int) hubView {
+	v := hubView{Local: next}
+	cfg, err := configDir(env)
+	if err != nil {
+		v.Error = err.Error()
+		return v
+	}
+	ctx, cancel := context.WithTimeout(ctx, statusTimeout)
+	defer cancel()
+	c, err := client.Lookup(cfg, root)
+	if errors.Is(err, client.ErrNoConnection) {
+		return v
+	}
+	v.Connected, v.Hub = true, c.Hub
+	if err != nil {
+		v.Error = err.Error()
+		return v
+	}
+	r, closeRemote, err := hubremote.ForCheckout(cfg)(ctx, root)
+	if err != nil || r == nil {
+		v.Error = fmt.Sprintf("the Hub does not answer: %v", err)
+		return v
+	}
+	defer closeRemote()
+	l, ok := r.(changelog.Lister)
+	if !ok {
+		v.Error = "this connection cannot list the Hub's increments"
+		return v
+	}
+	h, err := l.Holding(ctx)
+	if err != nil {
+		v.Error = err.Error()
+		return v
+	}
+	v.WorkID, v.Next, v.Grant, v.Used = h.WorkID, h.Next, &h.Grant, &h.Used
+	return v
+}
+
+func (v hubView) describe() string {
+	switch {
+	case !v.Connected:
+		return "none: the checkout has no client connection, so increments stay in the changelog directory"
+	case v.Error != "":
+		return fmt.Sprintf("%s: unknown: %s", v.Hub, oneLine(v.Error))
+	}
+	held := "holds none"
+	if v.Next > 0 {
+		held = fmt.Sprintf("holds positions 0..%d", v.Next-1)
+	}
+	s := fmt.Sprintf("%s of %d under work %s (%d of %d objects, %d of %d bytes granted)", held, v.Local, v.WorkID, v.Used.Objects, v.Grant.MaxObjects, v.Used.Bytes, v.Grant.MaxBytes)
+	if v.Next < v.Local {
+		s += fmt.Sprintf("; lacks %d..%d: agentscm changelog upload sends them (changelog list says why each waits)", v.Next, v.Local-1)
+	}
+	return s
 }

@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/agentscm/agentscm/internal/changelog"
 	"github.com/agentscm/agentscm/internal/client"
+	"github.com/agentscm/agentscm/internal/hub"
 	"github.com/agentscm/agentscm/internal/hub/api"
 )
 
@@ -131,15 +133,33 @@ func TestChangelogApplyFromHub(t *testing.T) {
 	if got := files(t, b); fmt.Sprint(got) != fmt.Sprint(after1) {
 		t.Fatalf("B after apply --from-hub --to 1: %v, want %v", got, after1)
 	}
-	// B is no longer empty and has no changelog: a second apply is refused.
-	r = runMain(t, env, "", "changelog", "apply", "--root", b, "--to", "2", "--from-hub", "--work", w.ID)
-	if r.code != 1 || !strings.Contains(r.stderr, "is not empty and has no changelog") {
-		t.Fatalf("second apply: %d %s", r.code, r.stderr)
+	// The apply into the fresh B left a changelog: a second apply into B
+	// works and is undoable (issue 28 item 6), back to the first's result.
+	var second struct {
+		Undo int `json:"undo_position"`
 	}
-	// With a changelog it is undoable. Nothing of B was captured yet, so
-	// the files the apply would delete or change count as changed since
-	// the newest capture: refused with status 6 unless --force.
-	must("changelog", "enable", "--root", b)
+	if err := json.Unmarshal([]byte(must("changelog", "apply", "--root", b, "--to", "2", "--from-hub", "--work", w.ID, "--format", "json")), &second); err != nil {
+		t.Fatal(err)
+	}
+	if got := files(t, b); fmt.Sprint(got) != fmt.Sprint(files(t, a)) {
+		t.Fatalf("B after the second apply --to 2: %v", got)
+	}
+	must("changelog", "apply", "--root", b, "--to", fmt.Sprint(second.Undo))
+	if got := files(t, b); fmt.Sprint(got) != fmt.Sprint(after1) {
+		t.Fatalf("B after undoing the second apply: %v, want %v", got, after1)
+	}
+	// The first apply is undoable too: its undo point is the empty B.
+	if out := must("changelog", "list", "--root", b); !strings.Contains(out, "pre-apply") {
+		t.Fatalf("B's changelog:\n%s", out)
+	}
+	must("changelog", "apply", "--root", b, "--to", "0")
+	if got := files(t, b); len(got) != 0 {
+		t.Fatalf("B after undoing the first apply: %v", got)
+	}
+	// A file changed in B since its newest capture is refused with
+	// status 6 unless --force.
+	must("changelog", "apply", "--root", b, "--to", "1", "--from-hub", "--work", w.ID)
+	os.WriteFile(filepath.Join(b, "one.txt"), []byte("mine"), 0o644)
 	r = runMain(t, env, "", "changelog", "apply", "--root", b, "--to", "2", "--from-hub", "--work", w.ID)
 	if r.code != ExitChangedSinceCapture || !strings.Contains(r.stderr, filepath.Join(b, "one.txt")) {
 		t.Fatalf("apply over uncaptured files: %d %s", r.code, r.stderr)
@@ -556,5 +576,103 @@ func TestChangelogUploadCommand(t *testing.T) {
 	}
 	if s := must("changelog", "upload", "--root", a); !strings.Contains(s, "uploaded nothing; 0 pending") {
 		t.Fatalf("second upload: %s", s)
+	}
+}
+
+// After the grant refused positions 3..5 and work grant raised it,
+// changelog upload compares the queue with the Hub's list and uploads what
+// the Hub lacks, each position on its own (issue 28 item 6); changelog
+// status says what the Hub holds before and after.
+func TestChangelogUploadAfterGrantRaised(t *testing.T) {
+	t.Run("embedded Hub", func(t *testing.T) { testUploadAfterGrantRaised(t, false) })
+	t.Run("HTTP Hub on loopback", func(t *testing.T) { testUploadAfterGrantRaised(t, true) })
+}
+
+func testUploadAfterGrantRaised(t *testing.T, served bool) {
+	base := t.TempDir()
+	env := map[string]string{"HOME": filepath.Join(base, "home")}
+	a := filepath.Join(base, "a")
+	os.MkdirAll(a, 0o755)
+	if out, err := exec.Command("git", "-C", a, "init", "-q").CombinedOutput(); err != nil {
+		t.Fatalf("git init: %v %s", err, out)
+	}
+	must := func(args ...string) string {
+		t.Helper()
+		r := runMain(t, env, "", args...)
+		if r.code != 0 {
+			t.Fatalf("%v: %d %s", args, r.code, r.stderr)
+		}
+		return r.stdout
+	}
+	if served {
+		data := filepath.Join(base, "hub")
+		must("hub", "admin", "human", "create", "--data", data, "--name", "alice")
+		must("hub", "admin", "repository", "create", "--data", data, "--name", "proj")
+		tok := filepath.Join(base, "token")
+		must("hub", "admin", "token", "create", "--data", data, "--human", "alice", "--repository", "proj", "--output", tok)
+		svc, err := hub.Open(context.Background(), data, hub.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer svc.Close()
+		srv := httptest.NewServer(hub.NewHandler(svc, nil))
+		defer srv.Close()
+		must("client", "setup", "--root", a, "--hub", srv.URL, "--repository", "proj", "--token-file", tok)
+	} else {
+		must("client", "setup", "--root", a, "--local", "--repository", "proj")
+	}
+	must("work", "start", "--root", a, "--changelog-max-objects", "3")
+	must("changelog", "enable", "--root", a, "--no-transcript-root")
+	for i := range 6 {
+		os.WriteFile(filepath.Join(a, fmt.Sprintf("f%d.txt", i)), []byte(fmt.Sprint(i)), 0o644)
+		p := fmt.Sprintf(`{"session_id":"native-1","cwd":%q,"hook_event_name":"PostToolUse","tool_name":"Write","tool_use_id":"toolu_%d"}`, a, i)
+		if r := runMain(t, env, p, "changelog", "hook-claude"); r.code != 0 || (i >= 3) != strings.Contains(r.stderr, "refused") {
+			t.Fatalf("hook %d: %d %q", i, r.code, r.stderr)
+		}
+	}
+	hubPositions := func() string {
+		var hub api.IncrementList
+		json.Unmarshal([]byte(must("changelog", "list", "--root", a, "--from-hub", "--format", "json")), &hub)
+		var ps []string
+		for _, in := range hub.Increments {
+			ps = append(ps, fmt.Sprint(in.Position))
+		}
+		return strings.Join(ps, ",")
+	}
+	if got := hubPositions(); got != "0,1,2" {
+		t.Fatalf("Hub before the grant change: %s", got)
+	}
+	if s := must("changelog", "status", "--root", a); !strings.Contains(s, "hub:           holds positions 0..2 of 6") || !strings.Contains(s, "lacks 3..5") {
+		t.Fatalf("status before:\n%s", s)
+	}
+	// Still refused: the upload says so and uploads nothing.
+	if r := runMain(t, env, "", "changelog", "upload", "--root", a); !strings.Contains(r.stdout, "refused by the grant") {
+		t.Fatalf("upload under the old grant: %d %s %s", r.code, r.stdout, r.stderr)
+	}
+	must("work", "grant", "--root", a, "--max-objects", "10")
+	var out changelog.UploadOutcome
+	if err := json.Unmarshal([]byte(must("changelog", "upload", "--root", a, "--format", "json")), &out); err != nil || fmt.Sprint(out.Uploaded) != "[3 4 5]" || out.Pending != 0 || len(out.Refused) != 0 {
+		t.Fatalf("upload after the grant change: %+v %v", out, err)
+	}
+	if got := hubPositions(); got != "0,1,2,3,4,5" {
+		t.Fatalf("Hub after the upload: %s", got)
+	}
+	if s := must("changelog", "status", "--root", a); !strings.Contains(s, "hub:           holds positions 0..5 of 6") || strings.Contains(s, "lacks") {
+		t.Fatalf("status after:\n%s", s)
+	}
+	if s := must("changelog", "upload", "--root", a); !strings.Contains(s, "uploaded nothing; 0 pending") {
+		t.Fatalf("second upload: %s", s)
+	}
+	// A new current Work holds nothing: the next upload, with no new tool
+	// call, sends it the whole sequence.
+	must("work", "start", "--root", a)
+	if s := must("changelog", "status", "--root", a); !strings.Contains(s, "holds none of 6") || !strings.Contains(s, "lacks 0..5") {
+		t.Fatalf("status in the new Work:\n%s", s)
+	}
+	if err := json.Unmarshal([]byte(must("changelog", "upload", "--root", a, "--format", "json")), &out); err != nil || fmt.Sprint(out.Uploaded) != "[0 1 2 3 4 5]" {
+		t.Fatalf("upload to the new Work: %+v %v", out, err)
+	}
+	if got := hubPositions(); got != "0,1,2,3,4,5" {
+		t.Fatalf("new Work on the Hub: %s", got)
 	}
 }

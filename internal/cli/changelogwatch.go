@@ -83,21 +83,25 @@ func runChangelogWatchServe(ctx context.Context, env *Env, args []string) error 
 }
 
 func runChangelogStatus(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "agentscm changelog status", "--root ABS [--format text|json]", `
+	fs := newFlags(env, "agentscm changelog status", "[--root PATH] [--format text|json]", `
 Say how the next tool call of a checkout will be captured: the increments
 stored, and whether the changelog's filesystem watcher vouches for what
 changed since the last capture (then only the directories it saw change
 are listed), its pid, and why not when it does not (then every directory
 is listed: no server yet, a restart, lost events, a watch limit, too many
-changed directories, the watcher turned off). Starts nothing.`)
+changed directories, the watcher turned off); for a checkout with a
+client connection, what the Hub holds of the changelog under the current
+Work (asked with a 2-second bound): the positions, the grant's use, and the
+positions it lacks (changelog upload sends them); and the sessions' turns:
+running ones (they refuse a rewind, a snapshot load and changelog enable
+with exit status 5) and stale ones (their agent process is gone or their
+lease expired: the next such command sets them aside), and whether
+parallel sessions are on. Starts nothing, changes nothing.`)
 	var rf rootFlags
 	rf.register(fs, false)
 	format := formatFlag(fs)
-	if err := parseFlags(fs, args, false); err != nil {
+	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
-	}
-	if rf.root == "" {
-		return usagef("--root is required")
 	}
 	c, err := openChangelog(env, &rf, false)
 	if err != nil {
@@ -112,9 +116,19 @@ changed directories, the watcher turned off). Starts nothing.`)
 	if err != nil {
 		return err
 	}
-	if *format == "json" {
-		return writeJSON(env.Stdout, map[string]any{"dir": c.Dir(), "root": c.Roots()[0].Path, "next_position": next, "watch": rep})
+	hub := hubHolding(ctx, env, c.Roots()[0].Path, next)
+	turns, err := changelog.Turns(c.Dir(), env.Now())
+	if err != nil {
+		return err
 	}
+	if turns == nil {
+		turns = []changelog.TurnStatus{}
+	}
+	parallel := changelog.ParallelSessions(c.Dir())
+	if *format == "json" {
+		return writeJSON(env.Stdout, map[string]any{"dir": c.Dir(), "root": c.Roots()[0].Path, "next_position": next, "watch": rep, "hub": hub, "turns": turns, "parallel_sessions": parallel})
+	}
+	defer printTurns(env, turns, parallel)
 	fmt.Fprintf(env.Stdout, "changelog of %s (%s)\n  next position: %d\n", c.Roots()[0].Path, c.Dir(), next)
 	switch {
 	case rep.Vouches:
@@ -124,11 +138,65 @@ changed directories, the watcher turned off). Starts nothing.`)
 	default:
 		fmt.Fprintf(env.Stdout, "  watch:         does not vouch: %s\n", rep.Reason)
 	}
+	fmt.Fprintf(env.Stdout, "  hub:           %s\n", hub.describe())
 	return nil
 }
 
+func runChangelogEndTurn(ctx context.Context, env *Env, args []string) error {
+	fs := newFlags(env, "agentscm changelog end-turn", "[--root PATH] --session ID", `
+Declare the turn of session ID over: its marker is removed, so a rewind,
+snapshot load or changelog enable no longer waits for it. For a turn the
+agent will not end by itself: Claude Code fires no turn end when you
+interrupt it (Esc), and its process still runs, so the turn stays
+running until its next prompt ends. A turn whose agent process is gone
+needs nothing: it is set aside by itself. If the agent is in fact still
+working, its writes will mix with what you do next.`)
+	var rf rootFlags
+	rf.register(fs, false)
+	session := fs.String("session", "", "the session whose turn is over (changelog status lists them)")
+	if err := parseFlags(env, fs, args, false); err != nil {
+		return err
+	}
+	if *session == "" {
+		return usagef("want --session ID (changelog status lists the sessions' turns)")
+	}
+	c, err := openChangelog(env, &rf, false)
+	if err != nil {
+		return err
+	}
+	t, err := changelog.SetTurnAside(c.Dir(), *session, env.Now())
+	if err != nil {
+		return err
+	}
+	state := "running"
+	if !t.Running {
+		state = "stale: " + t.Stale
+	}
+	fmt.Fprintf(env.Stdout, "ended the turn of %s (it was %s)\n", t.Describe(), state)
+	return nil
+}
+
+// printTurns lists the sessions' turns for changelog status.
+func printTurns(env *Env, turns []changelog.TurnStatus, parallel bool) {
+	if parallel {
+		fmt.Fprintln(env.Stdout, "  sessions:      parallel (several sessions' turns may run at once)")
+	} else {
+		fmt.Fprintln(env.Stdout, "  sessions:      one at a time")
+	}
+	if len(turns) == 0 {
+		fmt.Fprintln(env.Stdout, "  turns:         none running")
+	}
+	for _, t := range turns {
+		if t.Running {
+			fmt.Fprintf(env.Stdout, "  turn running:  %s\n", t.Describe())
+		} else {
+			fmt.Fprintf(env.Stdout, "  turn stale:    %s: %s (set aside by the next rewind, snapshot load or enable)\n", t.Describe(), t.Stale)
+		}
+	}
+}
+
 func runChangelogWatch(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "agentscm changelog watch", "--root ABS on|off|stop", `
+	fs := newFlags(env, "agentscm changelog watch", "[--root PATH] on|off|stop", `
 Set whether the changelog hook of a checkout uses the filesystem watcher
 (on, the default: a per-changelog server, started on demand, tells each
 capture which directories changed), or turn it off (off: every capture
@@ -137,11 +205,11 @@ running server only (the next tool call starts a new one). The environment
 variable `+WatchEnv+`=0 turns the watcher off for every changelog.`)
 	var rf rootFlags
 	rf.register(fs, false)
-	if err := parseFlags(fs, args, true); err != nil {
+	if err := parseFlags(env, fs, args, true); err != nil {
 		return err
 	}
-	if rf.root == "" || fs.NArg() != 1 {
-		return usagef("want --root ABS and one of on, off, stop")
+	if fs.NArg() != 1 {
+		return usagef("want one of on, off, stop")
 	}
 	if a := fs.Arg(0); a != "on" && a != "off" && a != "stop" {
 		return usagef("want one of on, off, stop, not %q", a)

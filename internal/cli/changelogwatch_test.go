@@ -15,7 +15,7 @@ func TestChangelogStatusAndWatchSetting(t *testing.T) {
 	repo := gitRepo(t, "repo")
 	env := map[string]string{"HOME": filepath.Join(filepath.Dir(repo), "home")}
 	for _, args := range [][]string{
-		{"changelog", "status"},
+		{"changelog", "status", "--root", repo, "--format", "xml"},
 		{"changelog", "watch", "--root", repo},
 		{"changelog", "watch", "--root", repo, "sideways"},
 	} {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/agentscm/agentscm/internal/agent/adapter"
 	"io"
 	"os"
 	"sort"
@@ -15,6 +16,8 @@ import (
 	"time"
 
 	"github.com/agentscm/agentscm/internal/capture"
+	"github.com/agentscm/agentscm/internal/changelog"
+	"github.com/agentscm/agentscm/internal/client"
 	"github.com/agentscm/agentscm/internal/cliflag"
 )
 
@@ -34,6 +37,10 @@ type Env struct {
 	// onFlags, when set, sees every FlagSet a command creates (completion
 	// reads the flags of each leaf through it).
 	onFlags func(*flag.FlagSet)
+	// onParsed, when set, sees every FlagSet once parseFlags has parsed and
+	// defaulted it; an error it returns is parseFlags' (tests stop a command
+	// there to read its flags).
+	onParsed func(*flag.FlagSet) error
 }
 
 // OSEnv returns an Env bound to the real process.
@@ -98,8 +105,7 @@ func Main(ctx context.Context, env *Env, args []string) int {
 		case "change-capture":
 			return runHookCodex(ctx, env)
 		case "changelog":
-			// Codex payloads decode as the changelog hook reads them.
-			return runChangelogHook(ctx, env)
+			return runChangelogHookCodex(ctx, env)
 		}
 	}
 	if len(args) == 3 && args[0] == "change-capture" && args[1] == "hook-claude" && args[2] == "--changelog" {
@@ -110,7 +116,7 @@ func Main(ctx context.Context, env *Env, args []string) int {
 		case "change-capture":
 			return runHookClaude(ctx, env)
 		case "changelog":
-			return runChangelogHook(ctx, env)
+			return runChangelogHook(ctx, env, adapter.Claude{})
 		}
 	}
 	if len(args) == 1 && (args[0] == "--version" || args[0] == "-version") {
@@ -207,7 +213,7 @@ const exitStatusHelp = `Exit status:
   1  error (the command failed; the message says why)
   2  bad usage: an unknown command or flag, a missing or bad value
   4  changelog apply, rewind, snapshot load: an unreadable or hostile archive
-  5  changelog apply, rewind, snapshot load: an agent turn is running
+  5  changelog apply, rewind, snapshot load, changelog enable/disable: a live session's agent turn is running (each is named; nothing overrides it)
   6  changelog apply, rewind, snapshot load: paths changed since the newest capture (--force overrides)
   7  work takeover or another checkpoint: the Work is at another generation than expected
   The hooks (hook-claude, hook-codex, hook-gemini, agentscm-hook) always exit 0;
@@ -241,8 +247,8 @@ func newFlags(env *Env, cmdline, synopsis, description string) *flag.FlagSet {
 // Flags may come anywhere among the positional arguments, "--" ends them;
 // a parse error is one line (report adds the pointer at --help). Every path
 // flag is made absolute against the working directory (pathFlag), and an
-// unset --root defaults to the enclosing git worktree's top (defaultRoot).
-func parseFlags(fs *flag.FlagSet, args []string, allowPos bool) error {
+// unset --root defaults to the checkout enclosing it (enclosingCheckout).
+func parseFlags(env *Env, fs *flag.FlagSet, args []string, allowPos bool) error {
 	if err := cliflag.Parse(fs, args, true); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return errHelp
@@ -252,7 +258,8 @@ func parseFlags(fs *flag.FlagSet, args []string, allowPos bool) error {
 	if !allowPos && fs.NArg() > 0 {
 		return usagef("unexpected argument %q", fs.Arg(0))
 	}
-	absPathFlags(fs, cliflag.Getwd())
+	wd := cliflag.Getwd()
+	absPathFlags(fs, wd)
 	// A bad capture mode is bad usage, refused before anything changes.
 	for _, name := range []string{"mode", "capture-mode"} {
 		if f := fs.Lookup(name); f != nil && f.Value.String() != "" && !capture.ValidMode(f.Value.String()) {
@@ -261,7 +268,15 @@ func parseFlags(fs *flag.FlagSet, args []string, allowPos bool) error {
 	}
 	// Every command that registers --format gets it checked here.
 	if f := fs.Lookup("format"); f != nil {
-		return checkFormat(f.Value.String())
+		if err := checkFormat(f.Value.String()); err != nil {
+			return err
+		}
+	}
+	if err := defaultRootFlag(env, fs, wd); err != nil {
+		return err
+	}
+	if env.onParsed != nil {
+		return env.onParsed(fs)
 	}
 	return nil
 }
@@ -279,8 +294,8 @@ func pathFlag(name string) bool {
 }
 
 // absPathFlags is the one place relative paths become absolute: every set
-// path flag of fs against wd, NAME=PATH values of --extra-root on their
-// PATH, and an unset --root defaulted to the git worktree enclosing wd.
+// path flag of fs against wd, and NAME=PATH values of --extra-root on their
+// PATH.
 func absPathFlags(fs *flag.FlagSet, wd string) {
 	abs := func(name, v string) string {
 		if name == "objects" && strings.Contains(v, "://") {
@@ -294,9 +309,7 @@ func absPathFlags(fs *flag.FlagSet, wd string) {
 		}
 		return cliflag.Abs(v, wd)
 	}
-	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) {
-		set[f.Name] = true
 		if !pathFlag(f.Name) {
 			return
 		}
@@ -310,24 +323,53 @@ func absPathFlags(fs *flag.FlagSet, wd string) {
 			_ = f.Value.Set(abs(f.Name, v))
 		}
 	})
-	// A command with a default of its own (e.g. "the checkout containing
-	// the working directory", which also finds a checkout that is a
-	// subdirectory of its repository) keeps it.
-	if f := fs.Lookup("root"); f != nil && !set["root"] && f.DefValue == "" && !strings.Contains(f.Usage, "default:") && defaultRoot(fs.Name()) {
-		if top, ok := cliflag.GitTop(wd); ok {
-			_ = f.Value.Set(top)
-		}
-	}
 }
 
-// defaultRoot says whether the command's unset --root means the enclosing
-// worktree (every command but those for which no --root means "all").
-func defaultRoot(cmdline string) bool {
+// rootHelp is the usage of --root for every command that defaults it.
+const rootHelp = "path of the checkout, relative or absolute (default: the checkout enclosing the working directory: the deepest connected or changelog-enabled checkout holding it, else its git worktree top)"
+
+// defaultRootFlag sets an unset --root of every command but those for
+// which no --root means "every checkout" (rootMeansAll) to the checkout
+// enclosing wd, and refuses, as bad usage, outside any checkout.
+func defaultRootFlag(env *Env, fs *flag.FlagSet, wd string) error {
+	f := fs.Lookup("root")
+	if f == nil || f.Value.String() != "" || rootMeansAll(fs.Name()) {
+		return nil
+	}
+	root, err := enclosingCheckout(env, wd)
+	if err != nil {
+		return usagef("--root not given and %v", err)
+	}
+	return f.Value.Set(root)
+}
+
+// enclosingCheckout is the checkout holding the working directory wd: the
+// deepest checkout with a client connection or a changelog that holds it
+// (a checkout may be a subdirectory of its repository), else the top of
+// its git worktree (cliflag.DefaultRoot).
+func enclosingCheckout(env *Env, wd string) (string, error) {
+	var bound []string
+	if canon, err := canonicalRoot(wd); wd != "" && err == nil {
+		if cfg, err := configDir(env); err == nil {
+			if c, err := client.LookupContaining(cfg, canon); err == nil {
+				bound = append(bound, c.Root)
+			}
+			if _, root, ok := changelog.FindDir(cfg, canon); ok {
+				bound = append(bound, root)
+			}
+		}
+	}
+	return cliflag.DefaultRoot(wd, bound...)
+}
+
+// rootMeansAll says whether the command's unset --root means every
+// checkout rather than the enclosing one.
+func rootMeansAll(cmdline string) bool {
 	switch cmdline {
 	case "agentscm client status", "agentscm change-capture status":
-		return false
+		return true
 	}
-	return true
+	return false
 }
 
 // multiFlag collects a repeated string flag.

@@ -74,7 +74,7 @@ func TestUsageAndHelp(t *testing.T) {
 		{[]string{"--help"}, ExitOK, "change-capture", ""},
 		{[]string{"nope"}, ExitUsage, "", `unknown command "nope"`},
 		{[]string{"change-capture", "configure", "--help"}, ExitOK, "--capture-mode", ""},
-		{[]string{"change-capture", "configure"}, ExitUsage, "", "--root and --spool are required"},
+		{[]string{"change-capture", "configure"}, ExitUsage, "", "--spool is required"},
 		{[]string{"change-capture", "configure", "--root", "/x", "--spool", "/y", "--format", "xml"}, ExitUsage, "", "--format must be text or json"},
 		{[]string{"change-capture", "configure", "--bogus"}, ExitUsage, "", "flag provided but not defined"},
 		{[]string{"change-capture", "configure", "--root", "rel", "--spool", "/y"}, ExitError, "", "internal/cli/rel"},

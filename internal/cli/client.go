@@ -44,7 +44,14 @@ type connectionView struct {
 	CreatedAt  time.Time  `json:"created_at"`
 	HubCheck   *hubCheck  `json:"hub_check,omitempty"`
 	Replaced   *replacedC `json:"replaced,omitempty"`
+	// CaptureModeLowered is set when the change lowered the checkout's
+	// shared-conversation capture to metadata-only.
+	CaptureModeLowered bool `json:"capture_mode_lowered,omitempty"`
 }
+
+// loweredNote is the line that tells the user sharing stopped.
+const loweredNote = "  capture mode lowered from shared-conversation to metadata-only: conversation bodies no longer leave this machine;\n" +
+	"  to share again, confirm with change-capture set-mode --root %s --mode shared-conversation\n"
 
 type replacedC struct {
 	Hub        string `json:"hub"`
@@ -104,7 +111,7 @@ func repositoryName(ctx context.Context, root string) string {
 }
 
 func runClientSetup(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "agentscm client setup", "--root ABS (--hub URL --repository NAME --token-file PATH | --local [--repository NAME]) [--format text|json]",
+	fs := newFlags(env, "agentscm client setup", "[--root PATH] (--hub URL --repository NAME --token-file PATH | --local [--repository NAME]) [--format text|json]",
 		`Connect a checkout to a Hub repository. With --hub the token in --token-file
 is checked with GET /v1/hub/whoami first and kept in the connections file
 (mode 0600). With --local the checkout uses the embedded Hub under the user's
@@ -112,17 +119,14 @@ config directory (SQLite, in-process, no server), creating the local human and
 the repository (named after the checkout's repository unless --repository is
 given), so one command sets a solo user up. A new connection gets a random
 worktree id; reconnecting the same Hub and repository keeps it.`)
-	rootF := fs.String("root", "", "path of the checkout (required; a relative path is resolved)")
+	rootF := fs.String("root", "", rootHelp)
 	hubURL := fs.String("hub", "", "the Hub's base URL, e.g. https://hub.example:8420")
 	repo := fs.String("repository", "", "the Hub repository")
 	tokenFile := fs.String("token-file", "", "file holding the bearer token (first line)")
 	local := fs.Bool("local", false, "use the embedded local Hub")
 	format := formatFlag(fs)
-	if err := parseFlags(fs, args, false); err != nil {
+	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
-	}
-	if *rootF == "" {
-		return usagef("--root is required")
 	}
 	if *local == (*hubURL != "") {
 		return usagef("give either --hub URL --repository NAME --token-file PATH, or --local")
@@ -177,9 +181,11 @@ worktree id; reconnecting the same Hub and repository keeps it.`)
 	if prev != nil && (prev.Hub != c.Hub || prev.Repository != c.Repository) {
 		v.Replaced = &replacedC{Hub: prev.Hub, Repository: prev.Repository}
 		// A replaced connection never carries sharing over.
-		if _, err := capture.LowerForConnectionChange(capture.Store{Dir: dir}, c.Root); err != nil {
+		lowered, err := capture.LowerForConnectionChange(capture.Store{Dir: dir}, c.Root)
+		if err != nil {
 			return fmt.Errorf("connection replaced, but lowering the capture mode failed: %w", err)
 		}
+		v.CaptureModeLowered = lowered
 	}
 	if *format == "json" {
 		return writeJSON(env.Stdout, v)
@@ -187,6 +193,9 @@ worktree id; reconnecting the same Hub and repository keeps it.`)
 	fmt.Fprintf(env.Stdout, "connected %s\n  hub:         %s\n  repository:  %s\n  worktree id: %s\n", c.Root, c.Hub, c.Repository, c.WorktreeID)
 	if v.Replaced != nil {
 		fmt.Fprintf(env.Stdout, "  replaced the connection to repository %s on %s\n", prev.Repository, prev.Hub)
+	}
+	if v.CaptureModeLowered {
+		fmt.Fprintf(env.Stdout, loweredNote, c.Root)
 	}
 	fmt.Fprintf(env.Stdout, "next: agentscm work start --root %s\n", c.Root)
 	return nil
@@ -201,7 +210,7 @@ func isLoopback(host string) bool {
 }
 
 func runClientStatus(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "agentscm client status", "[--root ABS] [--check] [--format text|json]",
+	fs := newFlags(env, "agentscm client status", "[--root PATH] [--check] [--format text|json]",
 		`Show the client connection of a checkout, or every connection. --check asks
 each connection's Hub GET /v1/hub/whoami (at most 5 s each) and reports the
 answer as hub_check, with shared_conversation_retention_days when it is valid;
@@ -209,7 +218,7 @@ the command then exits 1 if any check failed.`)
 	rootF := fs.String("root", "", "path of a checkout (default: every connection)")
 	check := fs.Bool("check", false, "check each connection with its Hub")
 	format := formatFlag(fs)
-	if err := parseFlags(fs, args, false); err != nil {
+	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
 	}
 	dir, err := configDir(env)
@@ -250,7 +259,7 @@ the command then exits 1 if any check failed.`)
 		}
 	} else {
 		if len(views) == 0 {
-			fmt.Fprintln(env.Stdout, "no client connections; run agentscm client setup --root ABS --local")
+			fmt.Fprintln(env.Stdout, "no client connections; run agentscm client setup --root PATH --local")
 		}
 		for _, v := range views {
 			fmt.Fprintf(env.Stdout, "%s\n  hub:         %s\n  repository:  %s\n  worktree id: %s\n", v.Root, v.Hub, v.Repository, v.WorktreeID)
@@ -299,16 +308,13 @@ func checkConnection(ctx context.Context, env *Env, c client.Connection) *hubChe
 }
 
 func runClientRemove(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "agentscm client remove", "--root ABS [--format text|json]",
+	fs := newFlags(env, "agentscm client remove", "[--root PATH] [--format text|json]",
 		`Remove a checkout's client connection. Nothing on the Hub is deleted.
 The root is matched as given when the checkout no longer exists.`)
-	rootF := fs.String("root", "", "path of the checkout (required; a relative path is resolved)")
+	rootF := fs.String("root", "", rootHelp)
 	format := formatFlag(fs)
-	if err := parseFlags(fs, args, false); err != nil {
+	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
-	}
-	if *rootF == "" {
-		return usagef("--root is required")
 	}
 	given, err := filepath.Abs(*rootF)
 	if err != nil {
@@ -331,12 +337,18 @@ The root is matched as given when the checkout no longer exists.`)
 	}
 	// A removed connection lowers a shared-conversation binding to
 	// metadata-only, so reconnecting never resumes sharing unconfirmed.
-	if _, err := capture.LowerForConnectionChange(capture.Store{Dir: dir}, c.Root); err != nil {
+	lowered, err := capture.LowerForConnectionChange(capture.Store{Dir: dir}, c.Root)
+	if err != nil {
 		return fmt.Errorf("connection removed, but lowering the capture mode failed: %w", err)
 	}
+	v := viewOf(c)
+	v.CaptureModeLowered = lowered
 	if *format == "json" {
-		return writeJSON(env.Stdout, viewOf(c))
+		return writeJSON(env.Stdout, v)
 	}
 	fmt.Fprintf(env.Stdout, "removed the connection of %s to repository %s on %s\n", c.Root, c.Repository, c.Hub)
+	if lowered {
+		fmt.Fprintf(env.Stdout, loweredNote, c.Root)
+	}
 	return nil
 }

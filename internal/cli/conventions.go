@@ -25,7 +25,7 @@ and each command's flags) for a shell. Load it with, for example:
   bash: source <(agentscm completion bash)   (or save it in ~/.local/share/bash-completion/completions/agentscm)
   zsh:  agentscm completion zsh > "${fpath[1]}/_agentscm"
   fish: agentscm completion fish > ~/.config/fish/completions/agentscm.fish`)
-	if err := parseFlags(fs, args, true); err != nil {
+	if err := parseFlags(env, fs, args, true); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {

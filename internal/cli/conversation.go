@@ -42,7 +42,7 @@ type conversationBody struct {
 }
 
 func runChangeCaptureConversation(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "agentscm change-capture conversation", "--work-id ID [--digest SHA256 | --delete SHA256 | --upload] [--root ABS] [--format text|json]",
+	fs := newFlags(env, "agentscm change-capture conversation", "--work-id ID [--digest SHA256 | --delete SHA256 | --upload] [--root PATH] [--format text|json]",
 		`Read the shared conversation bodies of a Work on the checkout's Hub: those
 uploaded from checkouts in shared-conversation mode (redacted before they
 were kept). Only the human who shared a body (any of that person's tokens for
@@ -61,13 +61,13 @@ the body exists.
 
 Bodies expire on the Hub after its retention (hub serve
 --shared-conversation-retention-days, 30 days unless changed).`)
-	root := fs.String("root", "", "path of the checkout (default: the checkout containing the working directory)")
+	root := fs.String("root", "", rootHelp)
 	id := fs.String("work-id", "", "the Work (required)")
 	digest := fs.String("digest", "", "print the body with this SHA-256 (64 hex)")
 	del := fs.String("delete", "", "delete the body with this SHA-256 (64 hex) now")
 	upload := fs.Bool("upload", false, "upload this checkout's shared bodies of the Work that the Hub lacks (such as copies whose object it lost)")
 	format := formatFlag(fs)
-	if err := parseFlags(fs, args, false); err != nil {
+	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
 	}
 	if *id == "" {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/delivery"
+	"github.com/agentscm/agentscm/internal/spool"
 )
 
 // runDeliver is `change-capture deliver`: one foreground deliverer run
@@ -21,7 +22,11 @@ deliverable, the Hub fails (the envelopes stay pending) or 20 s pass. It
 takes the spool's deliver lock, so it never runs beside the background
 deliverer the installed hook starts; when that one runs, it waits for it
 (up to 30 s) and reports its last status instead. The enabled capture
-binding whose spool this is names the checkout and its Hub connection.`, args, true, false, nil)
+binding whose spool this is names the checkout and its Hub connection.
+Afterwards it runs the delivery path's checks (the same as inspect) and
+exits non-zero when one fails (it prints the fix), or when deliverable
+envelopes observed before the run, or intake files received before it,
+were not delivered.`, args, true, false, nil)
 	if err != nil {
 		return err
 	}
@@ -44,18 +49,55 @@ binding whose spool this is names the checkout and its Hub connection.`, args, t
 			return errors.New("the background deliverer left no status")
 		}
 	} else if err != nil {
+		// The run could not run: say which of the delivery path's checks
+		// fails, when one does, and what fixes it.
+		if h := store.Health(dir); h.Failing != nil {
+			return fmt.Errorf("%w\ndelivery stopped: %s", err, h.Failing)
+		}
 		return err
 	}
+	out := deliverOut{DeliverReport: rep, Health: store.Health(dir)}
+	und, uerr := store.Undelivered(dir, rep.Started)
+	if uerr != nil {
+		return uerr
+	}
+	out.Undelivered = und
 	if format == "json" {
-		return writeJSON(env.Stdout, rep)
+		if err := writeJSON(env.Stdout, out); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(env.Stdout, "%s: %d delivered, %d failed (%d refused), %d intake files admitted in %d rounds", rep.Outcome, rep.Delivered, rep.Failed, rep.Refused, rep.Admitted, rep.Rounds)
+		if rep.Detail != "" {
+			fmt.Fprintf(env.Stdout, "; %s", rep.Detail)
+		}
+		fmt.Fprintln(env.Stdout)
+		if f := out.Health.Failing; f != nil {
+			fmt.Fprintf(env.Stdout, "delivery stopped: %s: %s\n  fix: %s\n", f.Name, f.Problem, f.Fix)
+		}
+		if und.Envelopes > 0 {
+			fmt.Fprintf(env.Stdout, "not delivered: %d deliverable envelopes (from sequence %d) stay pending\n", und.Envelopes, und.FirstSeq)
+		}
+		if und.Intake > 0 {
+			fmt.Fprintf(env.Stdout, "not admitted: %d intake files wait\n", und.Intake)
+		}
 	}
-	fmt.Fprintf(env.Stdout, "%s: %d delivered, %d failed (%d refused), %d intake files admitted in %d rounds", rep.Outcome, rep.Delivered, rep.Failed, rep.Refused, rep.Admitted, rep.Rounds)
-	if rep.Detail != "" {
-		fmt.Fprintf(env.Stdout, "; %s", rep.Detail)
-	}
-	fmt.Fprintln(env.Stdout)
-	if rep.Outcome == "failed" || rep.Outcome == "error" {
+	switch {
+	case rep.Outcome == "failed" || rep.Outcome == "error":
 		return fmt.Errorf("delivery %s: pending envelopes stay pending", rep.Outcome)
+	case out.Health.Failing != nil:
+		return fmt.Errorf("delivery stopped at the %s check: %s", out.Health.Failing.Name, out.Health.Failing.Fix)
+	case und.Envelopes > 0 || und.Intake > 0:
+		return fmt.Errorf("delivery incomplete: %d envelopes pending, %d intake files waiting (%s)", und.Envelopes, und.Intake, rep.Outcome)
 	}
 	return nil
+}
+
+// deliverOut is change-capture deliver's --format json: the run's report
+// (its fields as before) with the delivery path's checks after it and what
+// it left undelivered.
+type deliverOut struct {
+	*capture.DeliverReport
+	Health      spool.Health        `json:"health"`
+	Undelivered capture.Undelivered `json:"undelivered"`
 }

@@ -51,7 +51,7 @@ Linux only.`)
 	src := fs.String("spool", "", "path of the spool to export")
 	dst := fs.String("destination", "", "path of the new archive directory (must not exist)")
 	format := formatFlag(fs)
-	if err := parseFlags(fs, args, false); err != nil {
+	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
 	}
 	if err := checkFormat(*format); err != nil {
@@ -104,7 +104,7 @@ sha256, and the archive must hold nothing the manifest does not list.
 Read-only.`)
 	dir := fs.String("archive", "", "path of the archive directory")
 	format := formatFlag(fs)
-	if err := parseFlags(fs, args, false); err != nil {
+	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
 	}
 	if err := checkFormat(*format); err != nil {
@@ -127,7 +127,7 @@ Read-only.`)
 }
 
 func runMoveSpool(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "agentscm change-capture move-spool", "--root ABS --spool NEW_ABS [--format text|json]",
+	fs := newFlags(env, "agentscm change-capture move-spool", "[--root PATH] --spool NEW_ABS [--format text|json]",
 		`Apply the offline same-inode move of a checkout's spool and update the
 binding. The binding must be disabled first (change-capture unconfigure),
 so no hook uses the spool while it moves. When the spool is still at the
@@ -141,17 +141,17 @@ replaced. The private capture state kept for the spool under the config
 directory (ledger, session records, transcript offsets, action receipts)
 moves with it, and the binding is saved last. After a crash, run the same
 command again. Then run change-capture enable --root ROOT to capture again.`)
-	root := fs.String("root", "", "path of the checkout")
+	root := fs.String("root", "", rootHelp)
 	to := fs.String("spool", "", "the spool's new absolute path")
 	format := formatFlag(fs)
-	if err := parseFlags(fs, args, false); err != nil {
+	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
 	}
 	if err := checkFormat(*format); err != nil {
 		return err
 	}
-	if *root == "" || *to == "" {
-		return usagef("--root and --spool are required")
+	if *to == "" {
+		return usagef("--spool is required")
 	}
 	store, err := configStore(env)
 	if err != nil {

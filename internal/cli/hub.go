@@ -59,7 +59,7 @@ to read the Works, each Work's timeline and Settings -> Conversation sharing
 	backend := addHubBackendFlags(fs)
 	days := fs.Int("shared-conversation-retention-days", hub.DefaultRetentionDays, "days the Hub keeps an uploaded shared conversation body (1 to 3650)")
 	keyFile := fs.String("page-session-key-file", "", "file (mode 0600, at least 32 random bytes) whose key seals the Hub page's session cookies; give every instance of a multi-instance Hub the same one (default: $"+PageKeyFileEnv+", else a random key per process)")
-	if err := parseFlags(fs, args, false); err != nil {
+	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
 	}
 	pageKey, err := readPageKey(env, *keyFile)
@@ -126,7 +126,7 @@ func runHubAdminHumanCreate(ctx context.Context, env *Env, args []string) error 
 	name := fs.String("name", "", "the human's unique name (required)")
 	admin := fs.Bool("admin", false, "make the human a Hub admin")
 	format := formatFlag(fs)
-	if err := parseFlags(fs, args, false); err != nil {
+	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
 	}
 	if *name == "" {
@@ -152,7 +152,7 @@ func runHubAdminRepositoryCreate(ctx context.Context, env *Env, args []string) e
 	fs, data := adminFlags(env, "repository create", "--name NAME [--format text|json]", "Add a repository to the Hub.")
 	name := fs.String("name", "", "the repository's unique name (required)")
 	format := formatFlag(fs)
-	if err := parseFlags(fs, args, false); err != nil {
+	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
 	}
 	if *name == "" {
@@ -185,7 +185,7 @@ its SHA-256; the secret is shown once: on stdout, or written to a new file
 	label := fs.String("label", "", "a label to recognise the token by")
 	output := fs.String("output", "", "write the secret to this new file instead of stdout")
 	format := formatFlag(fs)
-	if err := parseFlags(fs, args, false); err != nil {
+	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
 	}
 	if *human == "" || *repo == "" {
@@ -233,7 +233,7 @@ its SHA-256; the secret is shown once: on stdout, or written to a new file
 func runHubAdminList(ctx context.Context, env *Env, args []string) error {
 	fs, data := adminFlags(env, "list", "[--format text|json]", "List the Hub's humans, repositories and tokens (never token secrets).")
 	format := formatFlag(fs)
-	if err := parseFlags(fs, args, false); err != nil {
+	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
 	}
 	svc, err := openHubData(ctx, env, data)

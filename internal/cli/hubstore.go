@@ -230,7 +230,7 @@ s3://BUCKET/PREFIX (or $AGENTSCM_HUB_OBJECTS).`)
 	dst := &hubBackend{data: new(string), store: fs.String("store", "", "same as --to"), storeFile: fs.String("store-file", "", "file holding the destination DSN"),
 		objects: fs.String("objects", "", "destination object store: an absolute directory or s3://BUCKET/PREFIX (required)")}
 	format := formatFlag(fs)
-	if err := parseFlags(fs, rest, false); err != nil {
+	if err := parseFlags(env, fs, rest, false); err != nil {
 		return err
 	}
 	if *from == "" || !filepath.IsAbs(*from) {

@@ -54,7 +54,7 @@ cancellation; 1 for a refusal or an error; 2 for bad usage.`
 func runRunRecipe(ctx context.Context, env *Env, args []string) error {
 	fs := newFlags(env, "agentscm change-capture run-recipe", "--id ID", runRecipeHelp)
 	id := fs.String("id", "", "registered recipe id")
-	if err := parseFlags(fs, args, false); err != nil {
+	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
 	}
 	if *id == "" {
@@ -123,22 +123,15 @@ attempt it first rechecks the session's current Work authorization, then:
 It refuses while another recipe caller holds the checkout lock.`
 
 func runReconcileRecipe(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "agentscm change-capture reconcile-recipe", "--id ID [--root ABS] [--format text|json]", reconcileRecipeHelp)
+	fs := newFlags(env, "agentscm change-capture reconcile-recipe", "--id ID [--root PATH] [--format text|json]", reconcileRecipeHelp)
 	id := fs.String("id", "", "recipe id")
-	root := fs.String("root", "", "checkout root (default: the working directory)")
+	root := fs.String("root", "", rootHelp)
 	format := formatFlag(fs)
-	if err := parseFlags(fs, args, false); err != nil {
+	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
 	}
 	if *id == "" {
 		return usagef("--id is required")
-	}
-	if *root == "" {
-		wd, err := os.Getwd()
-		if err != nil {
-			return err
-		}
-		*root = wd
 	}
 	store, err := configStore(env)
 	if err != nil {

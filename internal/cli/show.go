@@ -19,7 +19,7 @@ func changeCaptureShowCommand() *Command {
 }
 
 func runChangeCaptureShow(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "agentscm change-capture show", "[--root ABS] [--work-id ID] [--format text|json | --record]",
+	fs := newFlags(env, "agentscm change-capture show", "[--root PATH] [--work-id ID] [--format text|json | --record]",
 		`Print a Work's timeline from its change record on the checkout's connected
 Hub: the coverage explained in words, each session's start and end, one line
 per tool call with its sequence number, tool, result (succeeded, failed, or
@@ -37,11 +37,11 @@ checkout's, or none here) they come from the increments on the Hub (at most
 bodies are never part of it (read them with change-capture conversation).
 --format json prints the same timeline as JSON; --record prints the Hub's
 change-record projection itself (the JSON of GET .../works/{work}/record).`)
-	root := fs.String("root", "", "path of the checkout (default: the checkout containing the working directory)")
+	root := fs.String("root", "", rootHelp)
 	id := fs.String("work-id", "", "the Work (default: the checkout's current Work)")
 	format := formatFlag(fs)
 	raw := fs.Bool("record", false, "print the Hub's change-record projection as JSON instead of the timeline")
-	if err := parseFlags(fs, args, false); err != nil {
+	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, hubTimeout)

@@ -56,7 +56,7 @@ func insideRoot(p string, roots []changelog.Root) *changelog.Root {
 }
 
 func runSnapshotSave(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "agentscm snapshot save", "--root ABS --file FILE.tgz [flags]", `
+	fs := newFlags(env, "agentscm snapshot save", "[--root PATH] --file FILE.tgz [flags]", `
 Write a full archive of the checkout (without .git, .agentdiff and, by
 default, git-ignored paths) and any extra roots, in the changelog's GNU tar
 format. The file is never replaced, and it may not lie inside a capture
@@ -68,7 +68,7 @@ spelling of --file.`)
 	file := fs.String("file", "", "the snapshot file to create (required; never replaced; outside every capture root)")
 	out := fs.String("out", "", "older spelling of --file")
 	format := formatFlag(fs)
-	if err := parseFlags(fs, args, false); err != nil {
+	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
 	}
 	path, err := snapshotFile(*file, *out, "--out")
@@ -118,7 +118,7 @@ spelling of --file.`)
 }
 
 func runSnapshotLoad(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "agentscm snapshot load", "--root ABS --file FILE.tgz [flags]", `
+	fs := newFlags(env, "agentscm snapshot load", "[--root PATH] --file FILE.tgz [flags]", `
 Restore a snapshot into the checkout (and extra roots, matched by name), as
 a rewind: the snapshot is validated first (an unreadable or hostile one is
 refused with exit status 4 before anything changes); every path it would
@@ -132,15 +132,16 @@ is deleted (except .git, .agentdiff, the changelog directory and ignored
 paths, which are never touched), capture hooks restored into
 .claude/settings*.json are dropped, and the result is stored too.
 --dry-run lists what would change and changes nothing. Refused with exit
-status 5 while an agent turn runs. 'snapshot load [flags] FILE.tgz' is the
+status 5 while any live session's agent turn runs (stale turns are set
+aside and named). 'snapshot load [flags] FILE.tgz' is the
 older form of --file.`)
 	var rf rootFlags
 	rf.register(fs, true)
 	file := fs.String("file", "", "the snapshot file to load (required)")
-	force := fs.Bool("force", false, "load even though paths it changes were changed after the newest captured position (the undo point still holds them), or a turn marker says a turn is running")
+	force := fs.Bool("force", false, "load even though paths it changes were changed after the newest captured position (the undo point still holds them); a running turn is never overridden")
 	dryRun := fs.Bool("dry-run", false, "print what the load would create, modify and delete, and change nothing")
 	format := formatFlag(fs)
-	if err := parseFlags(fs, args, true); err != nil {
+	if err := parseFlags(env, fs, args, true); err != nil {
 		return err
 	}
 	if fs.NArg() > 1 {
@@ -194,10 +195,12 @@ older form of --file.`)
 			return err
 		}
 	}
-	if !*force && !*dryRun {
-		if err := turnExit(changelog.RefuseDuringTurn(c.Dir())); err != nil {
+	if !*dryRun {
+		g, err := holdTurns(env, c.Dir())
+		if err != nil {
 			return err
 		}
+		defer g.Release()
 	}
 	after, err := dropRestoredHooks(root)
 	if err != nil {

@@ -19,6 +19,7 @@ func spoolCommands() []*Command {
 		{Name: "quarantine", Summary: "list a spool's quarantined files (read-only)", Run: runSpoolQuarantine},
 		{Name: "prune-quarantine", Summary: "delete exactly the named quarantined files", Run: runSpoolPrune},
 		{Name: "compact", Summary: "compact acknowledged history into the spool's compaction index", Run: runSpoolCompact},
+		{Name: "repair", Summary: "fix what stops delivery and agentscm may fix: an extra hard link, a malformed acknowledgement, a damaged cursor", Run: runSpoolRepair},
 	}
 }
 
@@ -35,7 +36,7 @@ func spoolArgs(env *Env, cmdline, synopsis, description string, args []string, w
 	if extra != nil {
 		extra(fs)
 	}
-	if err := parseFlags(fs, args, allowPos); err != nil {
+	if err := parseFlags(env, fs, args, allowPos); err != nil {
 		return "", "", nil, err
 	}
 	if *d == "" {
@@ -101,6 +102,7 @@ func printInspect(w io.Writer, r *spool.Report) {
 		fmt.Fprintf(w, "usage: %d records, %d bytes (limits unreadable)\n", r.Usage.Records, r.Usage.Bytes)
 	}
 	fmt.Fprintf(w, "above write cap: %s; capture paused: %s; delivery stopped: %s\n", yesNo(r.AboveCap), yesNo(r.Paused), yesNo(r.DeliveryStopped))
+	printHealth(w, r.Health)
 	fmt.Fprintf(w, "envelopes: %d (acknowledged %d); artifacts: %d; temporary files: %d\n", r.Envelopes, r.Acknowledged, r.Artifacts, r.Temporary)
 	c := r.Compaction
 	fmt.Fprintf(w, "compaction: generation %d, high seq %d, %d digests, %d receipts, %d replay entries, cleanup pending: %s\n",
@@ -223,4 +225,92 @@ removed. A malformed acknowledgement stops compaction.`, args, true, false, nil)
 	fmt.Fprintf(env.Stdout, "compacted into generation %d: %d digests, %d receipts, %d replay entries; %d envelopes kept; replay index %d of %d entries\n",
 		rep.Generation, rep.Digests, rep.Receipts, rep.Replay, rep.Kept, rep.ReplayTotal, rep.ReplayLimit)
 	return nil
+}
+
+// printHealth prints the delivery path's checks: the first failing one
+// with its fix, or that all pass.
+func printHealth(w io.Writer, h spool.Health) {
+	if f := h.Failing; f != nil {
+		fmt.Fprintf(w, "delivery check failing: %s: %s\n  fix: %s\n", f.Name, f.Problem, f.Fix)
+		return
+	}
+	names := make([]string, 0, len(h.Checks))
+	for _, c := range h.Checks {
+		names = append(names, c.Name)
+	}
+	fmt.Fprintf(w, "delivery checks: all %d pass (%s)\n", len(h.Checks), strings.Join(names, ", "))
+}
+
+func runSpoolRepair(ctx context.Context, env *Env, args []string) error {
+	dir, format, _, err := spoolArgs(env, "agentscm change-capture repair", "--spool ABS [--format text|json]",
+		`Fix, under the spool lock, the conditions that stop delivery and that
+agentscm may fix without deciding anything for you: rescan the spool under
+its lock (the hooks' summary, which may remember a marker as malformed, is
+rebuilt from the files by the next lock holder); complete an interrupted
+compaction; replace an envelope, acknowledgement or artifact that has a
+second hard link by a private copy; move a malformed acknowledgement marker
+into the quarantine (its envelope is delivered again; the Hub keeps one copy
+per digest); replace a damaged scheduling cursor by a fresh one (the damaged
+one is kept in the quarantine). It never changes ownership or modes: inspect
+names the chown or chmod for those. Then it runs the delivery path's checks
+and exits non-zero when one still fails.`, args, true, false, nil)
+	if err != nil {
+		return err
+	}
+	sp, err := spool.OpenAppender(dir)
+	if err != nil {
+		return repairRefused(env, dir, err)
+	}
+	rep, err := sp.Repair(ctx)
+	if err != nil {
+		return repairRefused(env, dir, err)
+	}
+	h := spoolHealth(env, dir)
+	if format == "json" {
+		if err := writeJSON(env.Stdout, struct {
+			*spool.RepairReport
+			Health spool.Health `json:"health"`
+		}{rep, h}); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintln(env.Stdout, "rescanned the spool under its lock (the hooks' summary is rebuilt from the files by the next lock holder)")
+		if rep.CompactionsCompleted > 0 {
+			fmt.Fprintf(env.Stdout, "completed %d interrupted compaction(s)\n", rep.CompactionsCompleted)
+		}
+		for _, p := range rep.Relinked {
+			fmt.Fprintf(env.Stdout, "replaced %s by a private copy (it had another hard link)\n", p)
+		}
+		for _, a := range rep.Acknowledgements {
+			fmt.Fprintf(env.Stdout, "moved the malformed acknowledgement %s into the quarantine; its envelope is delivered again\n", a)
+		}
+		if rep.Cursor != "" {
+			fmt.Fprintf(env.Stdout, "replaced the damaged cursor (kept in the quarantine as %s)\n", rep.Cursor)
+		}
+		printHealth(env.Stdout, h)
+	}
+	if h.Failing != nil {
+		return fmt.Errorf("delivery still stops at the %s check: %s", h.Failing.Name, h.Failing.Fix)
+	}
+	return nil
+}
+
+// repairRefused adds the failing check's fix to an error repair could not
+// get past (unsafe authority: agentscm never repairs it).
+func repairRefused(env *Env, dir string, err error) error {
+	if h := spoolHealth(env, dir); h.Failing != nil {
+		return fmt.Errorf("%w\ndelivery stopped: %s", err, h.Failing)
+	}
+	return err
+}
+
+// spoolHealth is the delivery path's checks of the spool at dir: the
+// spool's own and, with a config directory, the capture layer's intake
+// admission check.
+func spoolHealth(env *Env, dir string) spool.Health {
+	store, err := configStore(env)
+	if err != nil {
+		return spool.CheckHealth(dir)
+	}
+	return store.Health(dir)
 }

@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/changelog"
 	"github.com/agentscm/agentscm/internal/client"
-	"github.com/agentscm/agentscm/internal/cliflag"
 	"github.com/agentscm/agentscm/internal/hub/api"
 	"github.com/agentscm/agentscm/internal/spool"
 )
@@ -53,9 +51,9 @@ usage as fractions of its limits, the current Work, the changelog (how many
 increments, the newest), the time of the last captured event, and warnings
 (each names what to run). The same as change-capture status, client status
 --check, work show and changelog list together, read-only.`)
-	rootF := fs.String("root", "", "path of the checkout (default: the connected checkout holding the working directory, else its git worktree top)")
+	rootF := fs.String("root", "", rootHelp)
 	format := formatFlag(fs)
-	if err := parseFlags(fs, args, false); err != nil {
+	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
 	}
 	store, conns, err := captureDeps(env)
@@ -63,23 +61,6 @@ increments, the newest), the time of the last captured event, and warnings
 		return err
 	}
 	dir := store.Dir
-	if *rootF == "" {
-		// The connected checkout holding the working directory (also one
-		// that is a subdirectory of its repository), else the git top.
-		wd, err := os.Getwd()
-		if err != nil {
-			return fmt.Errorf("working directory: %w", err)
-		}
-		*rootF = wd
-		if top, ok := cliflag.GitTop(wd); ok {
-			*rootF = top
-		}
-		if canon, err := canonicalRoot(wd); err == nil {
-			if c, err := client.LookupContaining(dir, canon); err == nil {
-				*rootF = c.Root
-			}
-		}
-	}
 	root, err := capture.CanonicalRoot(*rootF)
 	if err != nil {
 		return err
@@ -132,7 +113,7 @@ increments, the newest), the time of the last captured event, and warnings
 	}
 	if cfg, err := store.Load(); err == nil {
 		if b := cfg.Find(root); b != nil {
-			if sum, err := capture.SummarizeSpool(b); err != nil {
+			if sum, err := store.SummarizeSpool(b); err != nil {
 				warn("spool unreadable: %v", err)
 			} else {
 				st.Spool = sum
@@ -158,7 +139,7 @@ increments, the newest), the time of the last captured event, and warnings
 			}
 		}
 	}
-	if cl := changelog.DefaultDir(dir, root); cl != "" {
+	if cl := changelog.DirFor(dir, root); cl != "" {
 		if roots, err := changelog.LoadRoots(cl); err == nil {
 			if c, err := changelog.Open(cl, changelog.Options{Roots: roots, Exclude: configExclude(env)}); err == nil {
 				if list, err := c.List(); err == nil {

@@ -128,7 +128,7 @@ to apply fires no finish, so complete Codex session capture is never
 claimed.`)
 	agent := fs.String("agent", "", "claude-code, codex or gemini (default: all)")
 	format := formatFlag(fs)
-	if err := parseFlags(fs, args, false); err != nil {
+	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
 	}
 	var decls []capability.Declaration

@@ -54,7 +54,7 @@ off needs no confirmation (as change-capture set-mode --mode metadata-only).
 	addr := fs.String("addr", "127.0.0.1:0", "loopback address to listen on (127.0.0.1:PORT or [::1]:PORT; port 0 picks a free one)")
 	open := fs.Bool("open", false, "open the URL in the default browser")
 	format := formatFlag(fs)
-	if err := parseFlags(fs, args, false); err != nil {
+	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
 	}
 	if err := localui.CheckAddr(*addr); err != nil {

@@ -39,17 +39,9 @@ func workCommand() *Command {
 	}
 }
 
-// openCheckout finds the connection of --root (default: the working
-// directory) and opens it.
+// openCheckout finds the connection of --root (parseFlags defaults it to
+// the checkout enclosing the working directory) and opens it.
 func openCheckout(ctx context.Context, env *Env, rootFlag string) (client.Connection, client.Conn, error) {
-	inside := rootFlag == ""
-	if inside {
-		wd, err := os.Getwd()
-		if err != nil {
-			return client.Connection{}, nil, fmt.Errorf("working directory: %w", err)
-		}
-		rootFlag = wd
-	}
 	root, err := canonicalRoot(rootFlag)
 	if err != nil {
 		return client.Connection{}, nil, err
@@ -58,13 +50,7 @@ func openCheckout(ctx context.Context, env *Env, rootFlag string) (client.Connec
 	if err != nil {
 		return client.Connection{}, nil, err
 	}
-	var c client.Connection
-	if inside {
-		// Without --root, any directory inside a connected checkout will do.
-		c, err = client.LookupContaining(dir, root)
-	} else {
-		c, err = client.Lookup(dir, root)
-	}
+	c, err := client.Lookup(dir, root)
 	if errors.Is(err, client.ErrNoConnection) {
 		return c, nil, fmt.Errorf("%w (%s); run agentscm client setup --root %s --local, or with --hub", err, root, root)
 	}
@@ -79,18 +65,18 @@ func openCheckout(ctx context.Context, env *Env, rootFlag string) (client.Connec
 const hubTimeout = 30 * time.Second
 
 func runWorkStart(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "agentscm work start", "[--root ABS] [--title TEXT] [--session-alias NAME] [--format text|json]",
+	fs := newFlags(env, "agentscm work start", "[--root PATH] [--title TEXT] [--session-alias NAME] [--format text|json]",
 		`Start a Work in the checkout's connected repository and make it the current
 Work of this checkout's worktree: from now on capture in this checkout is
 recorded under it. The first agent session on the worktree joins the
 canonical session named by --session-alias (default "default").`)
-	root := fs.String("root", "", "path of the checkout (default: the working directory)")
+	root := fs.String("root", "", rootHelp)
 	title := fs.String("title", "", "a short title")
 	alias := fs.String("session-alias", "", `canonical session name for the first native session (default "default")`)
 	maxObjects := fs.Int64("changelog-max-objects", 0, fmt.Sprintf("the Work's changelog grant: increments the Hub stores (default %d)", api.DefaultGrantObjects))
 	maxBytes := fs.Int64("changelog-max-bytes", 0, fmt.Sprintf("the Work's changelog grant: increment bytes the Hub stores (default %d)", int64(api.DefaultGrantBytes)))
 	format := formatFlag(fs)
-	if err := parseFlags(fs, args, false); err != nil {
+	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
 	}
 	var grant *api.Grant
@@ -119,6 +105,7 @@ canonical session named by --session-alias (default "default").`)
 		return err
 	}
 	forgetGrant(env, c.Root)
+	noteWorkChanged(env, c.Root)
 	if *format == "json" {
 		return writeJSON(env.Stdout, w)
 	}
@@ -127,10 +114,10 @@ canonical session named by --session-alias (default "default").`)
 }
 
 func runWorkList(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "agentscm work list", "[--root ABS] [--format text|json]", "List the Works of the checkout's connected repository, newest first.")
-	root := fs.String("root", "", "path of the checkout (default: the working directory)")
+	fs := newFlags(env, "agentscm work list", "[--root PATH] [--format text|json]", "List the Works of the checkout's connected repository, newest first.")
+	root := fs.String("root", "", rootHelp)
 	format := formatFlag(fs)
-	if err := parseFlags(fs, args, false); err != nil {
+	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, hubTimeout)
@@ -180,11 +167,11 @@ func workID(ctx context.Context, conn client.Conn, c client.Connection, flag str
 }
 
 func runWorkShow(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "agentscm work show", "[--root ABS] [--work-id ID] [--format text|json]", "Show a Work, its checkpoints and the worktrees it is current for.")
-	root := fs.String("root", "", "path of the checkout (default: the working directory)")
+	fs := newFlags(env, "agentscm work show", "[--root PATH] [--work-id ID] [--format text|json]", "Show a Work, its checkpoints and the worktrees it is current for.")
+	root := fs.String("root", "", rootHelp)
 	id := fs.String("work-id", "", "the Work (default: the checkout's current Work)")
 	format := formatFlag(fs)
-	if err := parseFlags(fs, args, false); err != nil {
+	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, hubTimeout)
@@ -256,12 +243,12 @@ func ts(unix int64) string {
 const ExitGenerationChanged = 7
 
 func runWorkCheckpoint(ctx context.Context, env *Env, action string, args []string) error {
-	synopsis := "[--root ABS] [--work-id ID] [--expect-generation N] [--note TEXT] [--format text|json]"
+	synopsis := "[--root PATH] [--work-id ID] [--expect-generation N] [--note TEXT] [--format text|json]"
 	desc := fmt.Sprintf(`Record a %s checkpoint on a Work (default: the checkout's current Work).
 With --expect-generation N it is recorded only if the Work is still at
 generation N; otherwise it exits %d and changes nothing.`, action, ExitGenerationChanged)
 	if action == api.CheckpointTakeover {
-		synopsis = "[--root ABS] --work-id ID [--expect-generation N] [--note TEXT] [--format text|json]"
+		synopsis = "[--root PATH] --work-id ID [--expect-generation N] [--note TEXT] [--format text|json]"
 		desc = fmt.Sprintf(`Take a Work over into this checkout: its generation increases, it becomes
 the current Work of this checkout's worktree, and capture at any older
 generation (the previous holder's sessions) is refused from now on.
@@ -273,12 +260,12 @@ current for it, and the command exits %d naming the Work's generation now.
 Of concurrent takeovers exactly one wins each generation.`, ExitGenerationChanged)
 	}
 	fs := newFlags(env, "agentscm work "+action, synopsis, desc)
-	root := fs.String("root", "", "path of the checkout (default: the working directory)")
+	root := fs.String("root", "", rootHelp)
 	id := fs.String("work-id", "", "the Work")
 	note := fs.String("note", "", "a note recorded with the checkpoint")
 	expect := fs.Int64("expect-generation", 0, fmt.Sprintf("apply only if the Work is at this generation (1 to %d)", api.MaxGeneration))
 	format := formatFlag(fs)
-	if err := parseFlags(fs, args, false); err != nil {
+	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
 	}
 	if action == api.CheckpointTakeover && *id == "" {
@@ -334,6 +321,7 @@ Of concurrent takeovers exactly one wins each generation.`, ExitGenerationChange
 	}
 	if action == api.CheckpointTakeover {
 		forgetGrant(env, c.Root)
+		noteWorkChanged(env, c.Root)
 	}
 	if *format == "json" {
 		return writeJSON(env.Stdout, w)
@@ -347,18 +335,18 @@ Of concurrent takeovers exactly one wins each generation.`, ExitGenerationChange
 }
 
 func runWorkGrant(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "agentscm work grant", "[--root ABS] [--work-id ID] [--max-objects N] [--max-bytes N] [--format text|json]",
+	fs := newFlags(env, "agentscm work grant", "[--root PATH] [--work-id ID] [--max-objects N] [--max-bytes N] [--format text|json]",
 		`Show a Work's changelog grant and usage (default: the checkout's current
 Work), or set it with --max-objects and --max-bytes: how many increments,
 and how many bytes of them, the Hub stores for the Work. An upload over the
 grant is refused (422 grant_exceeded) and its writes go to the next
 increment. Lowering the grant keeps what is stored.`)
-	root := fs.String("root", "", "path of the checkout (default: the working directory)")
+	root := fs.String("root", "", rootHelp)
 	id := fs.String("work-id", "", "the Work (default: the checkout's current Work)")
 	maxObjects := fs.Int64("max-objects", 0, fmt.Sprintf("increments the Hub stores for the Work (1 to %d)", api.MaxGrantObjects))
 	maxBytes := fs.Int64("max-bytes", 0, fmt.Sprintf("increment bytes the Hub stores for the Work (1 to %d)", int64(api.MaxGrantBytes)))
 	format := formatFlag(fs)
-	if err := parseFlags(fs, args, false); err != nil {
+	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, hubTimeout)
@@ -391,7 +379,7 @@ increment. Lowering the grant keeps what is stored.`)
 		// This checkout's hook refuses from the grant it last read: give it
 		// the new one at once.
 		if cfg, err := configDir(env); err == nil {
-			res := &changelog.Reservation{Path: filepath.Join(changelog.DefaultDir(cfg, c.Root), changelog.ReservationFile)}
+			res := &changelog.Reservation{Path: filepath.Join(changelog.DirFor(cfg, c.Root), changelog.ReservationFile)}
 			if u, err := res.Used(); err == nil && u.WorkID == wid {
 				_ = res.Sync(wid, changelog.Grant(view.Grant), changelog.Usage{Objects: view.Used.Objects, Bytes: view.Used.Bytes}, env.Now())
 			}
@@ -404,6 +392,20 @@ increment. Lowering the grant keeps what is stored.`)
 	return nil
 }
 
+// noteWorkChanged tells capture that the checkout's current Work or
+// generation changed (capture.Store.NoteWorkChanged), so that the events
+// of its running sessions are no longer recorded under the former one at
+// receipt. A failure is a warning: the Work changed all the same.
+func noteWorkChanged(env *Env, root string) {
+	store, err := configStore(env)
+	if err == nil {
+		err = store.NoteWorkChanged(root)
+	}
+	if err != nil {
+		fmt.Fprintf(env.Stderr, "warning: %v; events of sessions already running in this checkout may be held to the former Work until the next one is delivered\n", err)
+	}
+}
+
 // forgetGrant drops the Hub grant the checkout's changelog hook last read:
 // its current Work changed, so the next increment asks the Hub.
 func forgetGrant(env *Env, root string) {
@@ -411,7 +413,7 @@ func forgetGrant(env *Env, root string) {
 	if err != nil {
 		return
 	}
-	path := filepath.Join(changelog.DefaultDir(cfg, root), changelog.ReservationFile)
+	path := filepath.Join(changelog.DirFor(cfg, root), changelog.ReservationFile)
 	if _, err := os.Lstat(path); err == nil {
 		_ = (&changelog.Reservation{Path: path}).Forget()
 	}

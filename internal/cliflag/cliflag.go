@@ -17,8 +17,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"strings"
+
+	"github.com/agentscm/agentscm/internal/buildinfo"
 )
 
 // Parse parses args into fs. With intersperse, flags may follow positional
@@ -149,49 +150,36 @@ func FindUp(dir string, names ...string) (string, bool) {
 // resolving symbolic links.
 func GitTop(dir string) (string, bool) { return FindUp(dir, ".git") }
 
-// Version describes the running binary from its build information: the
-// module version, the VCS revision and time, and whether the tree was
-// modified.
-func Version(prog string) string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return prog + " (no build information)"
-	}
-	return versionOf(prog, bi)
-}
+// ErrNoCheckout reports a working directory that no checkout encloses.
+var ErrNoCheckout = errors.New("not inside a checkout")
 
-func versionOf(prog string, bi *debug.BuildInfo) string {
-	v := bi.Main.Version
-	if v == "" {
-		v = "(devel)"
-	}
-	var rev, when, modified string
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.time":
-			when = s.Value
-		case "vcs.modified":
-			if s.Value == "true" {
-				modified = " (modified)"
-			}
+// DefaultRoot is the --root a command takes when none is given: the deepest
+// of bound (the roots of checkouts the tool keeps state for that hold wd;
+// "" entries are skipped), else the top of the git worktree enclosing wd.
+// Outside both it returns an error wrapping ErrNoCheckout that says to pass
+// --root. Every command of agentscm and agentdiff that takes --root defaults
+// it through here.
+func DefaultRoot(wd string, bound ...string) (string, error) {
+	best := ""
+	for _, b := range bound {
+		if len(b) > len(best) {
+			best = b
 		}
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s %s", prog, v)
-	if rev != "" {
-		fmt.Fprintf(&b, " commit %s%s", rev, modified)
+	if best != "" {
+		return best, nil
 	}
-	if when != "" {
-		fmt.Fprintf(&b, " (committed %s)", when)
+	if top, ok := GitTop(wd); ok {
+		return top, nil
 	}
-	fmt.Fprintf(&b, " %s", bi.GoVersion)
-	if rev == "" {
-		b.WriteString(" (no VCS stamp: built with -buildvcs=false or outside a checkout)")
+	if wd == "" {
+		return "", fmt.Errorf("%w: the working directory is unknown; pass --root PATH", ErrNoCheckout)
 	}
-	return b.String()
+	return "", fmt.Errorf("%w: no git worktree holds %s; run the command inside a checkout or pass --root PATH", ErrNoCheckout, wd)
 }
+
+// Version describes the running binary (buildinfo.Version).
+func Version(prog string) string { return buildinfo.Version(prog) }
 
 // FlagNames lists fs's flags as they are typed ("--name").
 func FlagNames(fs *flag.FlagSet) []string {

@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"testing"
@@ -174,14 +173,40 @@ func TestOtherShells(t *testing.T) {
 	}
 }
 
-func TestVersion(t *testing.T) {
-	bi := &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "v0.3.0"}, Settings: []debug.BuildSetting{
-		{Key: "vcs.revision", Value: "abc123"}, {Key: "vcs.time", Value: "2026-12-01T10:00:00Z"}, {Key: "vcs.modified", Value: "true"}}}
-	if got, want := versionOf("agentscm", bi), "agentscm v0.3.0 commit abc123 (modified) (committed 2026-12-01T10:00:00Z) go1.26.8"; got != want {
-		t.Fatalf("versionOf = %q, want %q", got, want)
+// TestDefaultRoot: the deepest bound checkout wins over the git top; without
+// one the git top; outside both an error wrapping ErrNoCheckout that says to
+// pass --root.
+func TestDefaultRoot(t *testing.T) {
+	dir := t.TempDir()
+	repo := filepath.Join(dir, "repo")
+	sub := filepath.Join(repo, "a", "b")
+	if err := os.MkdirAll(filepath.Join(repo, ".git"), 0o755); err != nil {
+		t.Fatal(err)
 	}
-	bi = &debug.BuildInfo{GoVersion: "go1.26.8"}
-	if got := versionOf("agentdiff", bi); !strings.HasPrefix(got, "agentdiff (devel) go1.26.8 (no VCS stamp") {
-		t.Fatalf("versionOf = %q", got)
+	if err := os.MkdirAll(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		wd    string
+		bound []string
+		want  string
+	}{
+		{sub, nil, repo},
+		{sub, []string{""}, repo},
+		{sub, []string{filepath.Join(repo, "a")}, filepath.Join(repo, "a")},
+		{sub, []string{repo, filepath.Join(repo, "a")}, filepath.Join(repo, "a")},
+		{dir, nil, ""},
+		{"", nil, ""},
+	} {
+		got, err := DefaultRoot(tc.wd, tc.bound...)
+		if tc.want == "" {
+			if !errors.Is(err, ErrNoCheckout) || !strings.Contains(err.Error(), "pass --root PATH") {
+				t.Errorf("DefaultRoot(%q) = %q, %v; want ErrNoCheckout", tc.wd, got, err)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("DefaultRoot(%q, %q) = %q, %v; want %q", tc.wd, tc.bound, got, err, tc.want)
+		}
 	}
 }

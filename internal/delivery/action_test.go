@@ -249,8 +249,10 @@ func TestActionRetries(t *testing.T) {
 }
 
 // TestDeferredStartMakesNoAction: a PreToolUse without an exact target
-// keeps only the sanitized lifecycle fact; no action start is appended, and
-// its completion after a Work exists records no finish either.
+// keeps only the sanitized lifecycle fact; no action start is appended. Its
+// completion after a Work exists is recorded alone: the Hub lists the
+// action as finish_without_start, so the missing start is visible (on
+// main the action vanished without a trace).
 func TestDeferredStartMakesNoAction(t *testing.T) {
 	f := newFixture(t)
 	f.gitRepo(t)
@@ -275,14 +277,18 @@ func TestDeferredStartMakesNoAction(t *testing.T) {
 	}
 	work := f.startWork(t)
 	r = f.hook(t, f.payload("PostToolUse", tool("Bash", "t1", `{"command":"true"}`, "")))
-	if r.Deferred || r.Action != capture.ActionNoStart {
+	if r.Deferred || r.Action != capture.ActionFinishWithoutStart {
 		t.Fatalf("finish without a retained start: %+v", r)
 	}
-	if recs := f.actionRecords(t); len(recs) != 0 {
+	if recs := f.actionRecords(t); len(recs) != 1 || recs[0].Kind != event.ActionFinish || recs[0].Action.Drift != "unknown" {
 		t.Fatalf("action records %+v", recs)
 	}
-	if rec := f.record(t, work); len(rec.Actions) != 0 {
-		t.Fatalf("hub actions %+v", rec.Actions)
+	// A retry is a duplicate.
+	if r = f.hook(t, f.payload("PostToolUse", tool("Bash", "t1", `{"command":"true"}`, ""))); r.Action != capture.ActionFinishDuplicate {
+		t.Fatalf("retried finish without a start: %+v", r)
+	}
+	if rec := f.record(t, work); len(rec.Actions) != 1 || rec.Actions[0].Status != "finish_without_start" || rec.Coverage.State != "partial" {
+		t.Fatalf("hub actions %+v, coverage %+v", rec.Actions, rec.Coverage)
 	}
 }
 

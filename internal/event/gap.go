@@ -42,6 +42,10 @@ const (
 	// GapReasonIOError: a record could not be written because of an I/O
 	// error (EIO).
 	GapReasonIOError = "io_error"
+	// GapReasonCaptureDisabled: capture was turned off (unconfigure) while
+	// the session was open and turned on again; what it did in between was
+	// not observed.
+	GapReasonCaptureDisabled = "capture_disabled"
 )
 
 // GapInfo describes one coverage gap.

@@ -7,10 +7,12 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/agent/adapter"
 	"github.com/agentscm/agentscm/internal/agent/claude"
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/changelog"
@@ -31,7 +33,8 @@ import (
 // increment for the CPU the agent waits on). One fail-open wrapper: whatever fails, at
 // most one warning line on stderr (each part's own message, joined with
 // "; "), exit status 0, and nothing on stdout but a SessionStart's recipe
-// guidance.
+// guidance or, for a prompt the changelog refused (another session's turn
+// runs), the host's blocking answer.
 
 // ChangelogTimeout bounds a hook process that runs the changelog part (the
 // capture part keeps its own Timeout inside it); the host's timeout of an
@@ -57,6 +60,11 @@ type Options struct {
 	// Watch is the changelog's ChangeSource factory (changelog.HookOptions
 	// Watch); nil: WatchFor(Exe, getenv) when the changelog part runs.
 	Watch func(dir string) changelog.ChangeSource
+	// Agent is the host whose hook runs (nil: Claude Code): the turn's
+	// agent, and the form of the blocking answer to a refused prompt.
+	Agent adapter.Adapter
+	// TurnWait overrides changelog.TurnWait (tests).
+	TurnWait time.Duration
 }
 
 // ClaudeHook runs the parts of o on one Claude Code payload read from
@@ -87,6 +95,11 @@ func ClaudeHook(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, 
 		wg      sync.WaitGroup
 	)
 	takeIncrement := o.Changelog && slices.Contains(changelog.HookEvents, p.HookEventName)
+	agent := o.Agent
+	if agent == nil {
+		agent = adapter.Claude{}
+	}
+	var refused *changelog.PromptRefusal
 	if takeIncrement {
 		// The increment runs beside the capture: the two write separate
 		// stores, and two threads keep the parallelism the two processes
@@ -99,7 +112,7 @@ func ClaudeHook(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			lw = runChangelog(ctx, dir, &pc, now, changelog.HookOptions{Watch: watch,
+			lw, refused = runChangelog(ctx, dir, &pc, now, changelog.HookOptions{Watch: watch, Agent: agent.Name(), TurnWait: o.TurnWait,
 				Remote: hubremote.ForCheckout(dir), Sharing: func(root string) changelog.SharingPolicy { return CheckoutSharing(dir, root) }})
 		}()
 	}
@@ -128,27 +141,58 @@ func ClaudeHook(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, 
 		warns.Add(hookcore.Guidance(store, b, stdout))
 	}
 	warns.Add(lw)
+	if refused != nil {
+		// The one answer on stdout: the host's blocking answer, so the
+		// prompt does not run beside another session's turn.
+		if _, err := stdout.Write(agent.BlockPrompt(refused.Reason)); err != nil {
+			warns.Add("changelog hook: write the refusal of the prompt: " + OneLine(err.Error()))
+		}
+	}
 	return 0
 }
 
 // runChangelog is the changelog part: its message (without the prefix),
-// "" when it has nothing to say.
-func runChangelog(ctx context.Context, configDir string, p *claude.Payload, now time.Time, opts changelog.HookOptions) (warn string) {
+// "" when it has nothing to say, and the prompt it refused (nil: none).
+func runChangelog(ctx context.Context, configDir string, p *claude.Payload, now time.Time, opts changelog.HookOptions) (warn string, refused *changelog.PromptRefusal) {
 	defer func() {
 		if r := recover(); r != nil {
-			warn = fmt.Sprintf("changelog hook failed: internal error: %v", r)
+			warn, refused = fmt.Sprintf("changelog hook failed: internal error: %v", r), nil
 		}
 	}()
 	res, err := changelog.HandlePayload(ctx, configDir, p, now, opts)
-	return changelogWarning(res, err)
+	if err == nil && res != nil {
+		refused = res.Refused
+	}
+	return changelogWarning(res, err), refused
 }
 
-// changelogWarning is what `agentscm changelog hook-claude` has always said.
+// changelogWarning is what `agentscm changelog hook-claude` has always said,
+// and what failed about the turn's marker.
 func changelogWarning(res *changelog.HookResult, err error) string {
+	w := incrementWarning(res, err)
+	if err == nil && res != nil && res.TurnWarning != "" {
+		if w != "" {
+			w += "; "
+		}
+		w += "changelog: " + OneLine(res.TurnWarning)
+	}
+	return w
+}
+
+func incrementWarning(res *changelog.HookResult, err error) string {
 	switch {
 	case err != nil:
 		// The increment was not stored: its writes go to the next one.
 		return "changelog hook failed: " + OneLine(err.Error())
+	case res != nil && len(res.SetAside) > 0:
+		var b strings.Builder
+		for i, t := range res.SetAside {
+			if i > 0 {
+				b.WriteString("; ")
+			}
+			fmt.Fprintf(&b, "set aside the stale turn of %s: %s", t.Describe(), t.Stale)
+		}
+		return "changelog: " + OneLine(b.String())
 	case res == nil || res.Increment == nil:
 		return ""
 	case res.Increment.Warning != "":

@@ -3,6 +3,7 @@ package hookrun
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/agentscm/agentscm/internal/capture"
@@ -52,5 +53,18 @@ func TestPartMessages(t *testing.T) {
 		if got := hookcore.CaptureWarning(tc.res, tc.err); got != tc.want {
 			t.Errorf("%s: captureWarning = %q, want %q", tc.name, got, tc.want)
 		}
+	}
+}
+
+// A stale turn set aside by a prompt and a failed lease renewal are said
+// once each.
+func TestTurnMessages(t *testing.T) {
+	st := changelog.TurnStatus{Turn: changelog.Turn{SessionID: "s9", Agent: "codex"}, Stale: "its agent process 7 (codex) is gone"}
+	if got := changelogWarning(&changelog.HookResult{SetAside: []changelog.TurnStatus{st}}, nil); !strings.Contains(got, "set aside the stale turn of session s9 (codex, since") || !strings.Contains(got, "is gone") {
+		t.Fatalf("set aside: %q", got)
+	}
+	got := changelogWarning(&changelog.HookResult{Increment: &changelog.Increment{Position: 2}, TurnWarning: "renew the turn's lease: disk full"}, nil)
+	if got != "changelog: renew the turn's lease: disk full" {
+		t.Fatalf("renewal: %q", got)
 	}
 }

@@ -214,8 +214,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // sameOrigin reports whether a POST came from this origin: the browser's
 // Sec-Fetch-Site when it sends one, else its Origin header, which must
-// name this host. A request with neither (not a browser) passes here and
-// still needs the CSRF token.
+// name this host. A request with neither is refused: every browser the page
+// supports sends one of them on a POST, so a request without both did not
+// come from the page (the CSRF token is the second guard, not the only one).
 func sameOrigin(r *http.Request) bool {
 	switch r.Header.Get("Sec-Fetch-Site") {
 	case "same-origin", "none":
@@ -226,7 +227,7 @@ func sameOrigin(r *http.Request) bool {
 	}
 	o := r.Header.Get("Origin")
 	if o == "" {
-		return true
+		return false
 	}
 	u, err := url.Parse(o)
 	return err == nil && u.Host == r.Host

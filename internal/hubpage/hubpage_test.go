@@ -174,7 +174,20 @@ func client(t *testing.T) *http.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	return &http.Client{Jar: jar, Transport: browserOrigin{}, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+}
+
+// browserOrigin sends a POST with the Origin header a browser sends on a
+// form submission from the page itself, unless the test set one.
+type browserOrigin struct{}
+
+func (browserOrigin) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	if r.Method == http.MethodPost && r.Header.Get("Origin") == "" && r.Header.Get("Sec-Fetch-Site") == "" && r.Header.Get("X-Test-No-Origin") == "" {
+		r.Header.Set("Origin", r.URL.Scheme+"://"+r.URL.Host)
+	}
+	r.Header.Del("X-Test-No-Origin")
+	return http.DefaultTransport.RoundTrip(r)
 }
 
 func get(t *testing.T, c *http.Client, u string) (*http.Response, string) {
@@ -322,6 +335,12 @@ func TestBodiesOnlyThroughTheirAccessCheck(t *testing.T) {
 		"no token": func() *http.Request {
 			r, _ := http.NewRequest("POST", del, strings.NewReader(""))
 			r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			return r
+		},
+		"neither Origin nor Sec-Fetch-Site": func() *http.Request {
+			r, _ := http.NewRequest("POST", del, strings.NewReader("csrf="+csrfOf(t, settings)))
+			r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			r.Header.Set("X-Test-No-Origin", "1")
 			return r
 		},
 		"cross-origin": func() *http.Request {

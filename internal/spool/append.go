@@ -150,7 +150,13 @@ func (s *Spool) appendLocked(st *state, rec *event.Record) (uint64, error) {
 		if art != nil && missing == "" && admit(st.limits, st.usage, need, priority) == nil {
 			missing = qe.Bound
 		} else if !priority {
-			if perr := s.pause(st, rec, qe.Bound, err.Error()); perr != nil {
+			if perr := s.pause(st, rec, qe.Bound, err.Error()); errors.Is(perr, errPausedBefore) {
+				// Capture was already paused (by another record, perhaps
+				// of another target): no gap of this spool names this
+				// record; the caller keeps its loss (capture's interrupted
+				// slot) for a gap under its own target.
+				return 0, fmt.Errorf("%w: %w; capture is already paused, so no new gap names this record (%w)", ErrCapturePaused, err, ErrGapNotRecorded)
+			} else if perr != nil {
 				return 0, fmt.Errorf("%w: %w; recording the capture_interrupted gap failed too (%w): %v", ErrCapturePaused, err, ErrGapNotRecorded, perr)
 			}
 			return 0, fmt.Errorf("%w: %w; a capture_interrupted gap records it", ErrCapturePaused, err)
@@ -238,11 +244,15 @@ func gapRecord(rec *event.Record, kind, reason, detail string) *event.Record {
 	}
 }
 
+// errPausedBefore: pause wrote no gap because capture is already paused.
+var errPausedBefore = errors.New("capture is already paused")
+
 // pause records one capture_interrupted gap unless capture is already
-// paused (a pause marker newer than the last ordinary record).
+// paused (a pause marker newer than the last ordinary record): then it
+// fails with errPausedBefore.
 func (s *Spool) pause(st *state, rec *event.Record, reason, detail string) error {
 	if st.lastPause > st.lastOrdinary {
-		return nil
+		return errPausedBefore
 	}
 	_, err := s.writeRecord(st, gapRecord(rec, event.GapCaptureInterrupted, reason, detail), classPause, true)
 	return err

@@ -166,3 +166,16 @@ func lstatSize(path string) (int64, error) {
 	}
 	return fi.Size(), nil
 }
+
+// OrdinaryRoom reports whether n more ordinary records of about 1 KiB each
+// fit under the held lock without the reserved headroom: capture is not
+// paused by quota pressure. Callers that record losses noted elsewhere
+// (capture's interrupted slot) wait for it, so that their gaps never spend
+// the headroom acknowledgement and compaction need.
+func (ss *Session) OrdinaryRoom(n int) bool {
+	if ss.held() != nil {
+		return false
+	}
+	st := ss.g.st
+	return admit(st.limits, st.usage, Usage{Records: int64(n), Bytes: int64(n) << 10}, false) == nil
+}

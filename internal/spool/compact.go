@@ -440,7 +440,7 @@ func (s *Spool) compactLocked(st *state, o CompactOptions) (*CompactReport, erro
 	if len(data) > maxIndexBytes {
 		return nil, fmt.Errorf("%w: the compaction index would exceed %d bytes", ErrReplayIndexFull, maxIndexBytes)
 	}
-	if err := admit(st.limits, st.usage, Usage{1, int64(len(data))}, true); err != nil {
+	if err := admitAs(st.limits, st.usage, Usage{1, int64(len(data))}, admitCompaction); err != nil {
 		return nil, fmt.Errorf("compaction needs room for its new index: %w", err)
 	}
 	entry := indexEntry{name: indexName(ix.Generation, ix.HighSeq, true), gen: ix.Generation, high: ix.HighSeq, pending: true}

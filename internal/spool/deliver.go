@@ -369,7 +369,7 @@ func (s *Spool) ackLocked(st *state, seq uint64, digest string) error {
 		return fmt.Errorf("acknowledge %d: %w: an existing marker names %s", seq, ErrDigestMismatch, d)
 	}
 	data := encodeFrame(typeAck, fmt.Sprintf("%0*d", recordDigits, seq), []byte(digest))
-	if err := admit(st.limits, st.usage, Usage{1, int64(len(data))}, true); err != nil {
+	if err := admitAs(st.limits, st.usage, Usage{1, int64(len(data))}, admitAck); err != nil {
 		return fmt.Errorf("acknowledge %d: %w", seq, err)
 	}
 	if err := s.writeNew(filepath.Join(s.dir, acksDir), ackName(seq), data, "ack"); err != nil {

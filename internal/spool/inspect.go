@@ -55,6 +55,13 @@ type Report struct {
 	IdentityMatches bool     `json:"identity_matches"`
 	AuthoritySafe   bool     `json:"authority_safe"`
 	Problems        []string `json:"problems"`
+	// Health runs the delivery path's own checks (ownership, modes, link
+	// counts, identities, limits, an interrupted compaction,
+	// acknowledgements, the cursor) and names the first that fails with
+	// the command that fixes it. A failing check sets DeliveryStopped and
+	// adds a problem; an authority or evidence failure clears
+	// AuthoritySafe.
+	Health Health `json:"health"`
 
 	Limits *Limits `json:"limits,omitempty"`
 	Usage  Usage   `json:"usage"`
@@ -124,38 +131,15 @@ func Inspect(dir string, limit int) (*Report, error) {
 	if cerr == nil {
 		r.Committed, r.FormatVersion, r.SpoolID = true, c.Version, c.SpoolID
 		s.commit = c
-		r.IdentityMatches = true
-		for _, x := range []struct {
-			name string
-			id   FileID
-		}{{"", c.Root}, {spoolLockFile, c.SpoolLock}, {captureLockFile, c.CaptureLock}} {
-			fi, err := os.Lstat(filepath.Join(dir, x.name))
-			if err != nil || fileID(fi) != x.id {
-				r.IdentityMatches = false
-				problem("identity: %s is not the file the commit binds", filepath.Join(dir, x.name))
-			}
-		}
 	} else {
 		problem("%v", cerr)
 	}
-	if err := fsutil.CheckPrivateDir(dir); err != nil {
-		r.AuthoritySafe = false
-		problem("authority: %v", err)
-	}
-	for _, d := range operationalDirs {
-		if err := fsutil.CheckPrivateDir(filepath.Join(dir, d)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			r.AuthoritySafe = false
-			problem("authority: %v", err)
-		}
-	}
+	// Identity and authority are the health checks' (SetHealth), the very
+	// functions the delivery path calls.
 	for _, n := range rootFiles {
 		if fi, err := os.Lstat(filepath.Join(dir, n)); err == nil {
 			r.Usage.Records++
 			r.Usage.Bytes += fi.Size()
-			if err := checkPrivateInfo(filepath.Join(dir, n), fi); err != nil {
-				r.AuthoritySafe = false
-				problem("authority: %v", err)
-			}
 		}
 	}
 	lim, lerr := s.readLimits()
@@ -362,5 +346,42 @@ func Inspect(dir string, limit int) (*Report, error) {
 	if r.Compaction.History == nil {
 		r.Compaction.History = []CompactionRun{}
 	}
+	r.SetHealth(CheckHealth(dir))
 	return r, nil
 }
+
+// SetHealth records h as the report's health: a failing check stops
+// delivery, is the report's one "delivery stopped: ..." problem (replacing
+// an earlier one), and an authority or evidence failure makes authority
+// unsafe. The capture layer calls it with the health that includes the hook
+// summary's view and intake admission.
+func (r *Report) SetHealth(h Health) {
+	r.Health = h
+	r.IdentityMatches = r.Committed
+	for _, c := range h.Checks {
+		switch {
+		case c.OK:
+		case c.Name == CheckIdentity:
+			r.IdentityMatches = false
+		case c.Name == CheckAuthority || c.Name == CheckEvidence:
+			r.AuthoritySafe = false
+		}
+	}
+	kept := r.Problems[:0]
+	for _, p := range r.Problems {
+		if !strings.HasPrefix(p, deliveryStoppedProblem) {
+			kept = append(kept, p)
+		}
+	}
+	r.Problems = kept
+	f := h.Failing
+	if f == nil {
+		return
+	}
+	r.DeliveryStopped = true
+	if f.Name != CheckCommit {
+		r.Problems = append(r.Problems, deliveryStoppedProblem+f.String())
+	}
+}
+
+const deliveryStoppedProblem = "delivery stopped: "

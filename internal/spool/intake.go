@@ -143,6 +143,25 @@ func (s *Spool) WriteIntakeAfter(data []byte, receivedAt time.Time, before func(
 	if err != nil {
 		return "", err
 	}
+	// Writers count and claim their place one at a time (a short flock on
+	// the intake directory, held until the temporary file exists and is
+	// counted by the next writer's listing), so concurrent hooks cannot
+	// each find the same last free record and together run the spool past
+	// its limit.
+	dh, err := os.Open(dir)
+	if err != nil {
+		return "", fmt.Errorf("open intake: %w", err)
+	}
+	defer dh.Close()
+	if err := syscall.Flock(int(dh.Fd()), syscall.LOCK_EX); err != nil {
+		return "", fmt.Errorf("lock intake: %w", err)
+	}
+	claimed := false
+	defer func() {
+		if !claimed {
+			syscall.Flock(int(dh.Fd()), syscall.LOCK_UN)
+		}
+	}()
 	budget := MaxIntakeFiles + 64
 	names, err := listBounded(dir, &budget)
 	if err != nil {
@@ -172,6 +191,12 @@ func (s *Spool) WriteIntakeAfter(data []byte, receivedAt time.Time, before func(
 		if err := admit(ix.Limits, use, Usage{1, size}, false); err != nil {
 			return "", fmt.Errorf("%w: %w", ErrIntakeFull, err)
 		}
+	} else if s.summaryPath != "" {
+		// A summary is kept, but none of this boot says what the spool
+		// holds (no lock holder wrote one yet): nothing would bound this
+		// write, so the hook takes the lock, whose holder counts the spool
+		// and writes the summary.
+		return "", fmt.Errorf("%w: no spool usage recorded in this boot yet", ErrIntakeFull)
 	}
 	if err := s.injected("intake"); err != nil {
 		return "", err
@@ -195,6 +220,10 @@ func (s *Spool) WriteIntakeAfter(data []byte, receivedAt time.Time, before func(
 	if err != nil {
 		return "", fmt.Errorf("create intake file: %w", err)
 	}
+	// The temporary file is this write's place in the count: let the next
+	// writer list it.
+	claimed = true
+	syscall.Flock(int(dh.Fd()), syscall.LOCK_UN)
 	defer f.Close() // releases the writer's flock last
 	// Blocking: a lock holder that looks at a young temporary only holds
 	// its flock for a moment (see recoverIntakeTemp).

@@ -16,6 +16,27 @@ const (
 	// pauses when admitting it would leave less than this.
 	HeadroomRecords = 12
 	HeadroomBytes   = 16 << 10
+	// MaintenanceRecords and MaintenanceBytes are the part of the headroom
+	// that only acknowledgement and compaction may use: finishes and gaps
+	// stop before it, so a spool at its limit can always acknowledge what
+	// the Hub accepted and compact it (change-capture compact, the
+	// advice every quota gap gives). The last IndexReserveRecords and
+	// IndexReserveBytes of it are compaction's alone: room for the new
+	// index, written before the old one and the compacted files go.
+	MaintenanceRecords  = 4
+	MaintenanceBytes    = 8 << 10
+	IndexReserveRecords = 1
+	IndexReserveBytes   = 4 << 10
+)
+
+// admission classes of admitAs.
+type admission int
+
+const (
+	admitOrdinary   admission = iota // events and action starts
+	admitPriority                    // finishes and gaps: the headroom but its maintenance part
+	admitAck                         // acknowledgement markers: all but the index reserve
+	admitCompaction                  // the compaction index: the whole limit
 )
 
 // Limits are a spool's operator-configured bounds. Every admission counts
@@ -104,12 +125,28 @@ func (e *QuotaError) Error() string {
 func (e *QuotaError) Unwrap() error { return ErrQuota }
 
 // admit checks that need fits in usage under the limits; priority
-// admissions may use the reserved headroom.
+// admissions (finishes, gaps) may use the reserved headroom except its
+// maintenance part.
 func admit(lim Limits, use, need Usage, priority bool) error {
+	if priority {
+		return admitAs(lim, use, need, admitPriority)
+	}
+	return admitAs(lim, use, need, admitOrdinary)
+}
+
+// admitAs checks that need fits in usage under the capacity of class a.
+func admitAs(lim Limits, use, need Usage, a admission) error {
 	capacity := Usage{Records: lim.Records, Bytes: lim.Bytes}
-	if !priority {
+	switch a {
+	case admitOrdinary:
 		capacity.Records -= HeadroomRecords
 		capacity.Bytes -= HeadroomBytes
+	case admitPriority:
+		capacity.Records -= MaintenanceRecords
+		capacity.Bytes -= MaintenanceBytes
+	case admitAck:
+		capacity.Records -= IndexReserveRecords
+		capacity.Bytes -= IndexReserveBytes
 	}
 	if use.Records+need.Records > capacity.Records {
 		return &QuotaError{Bound: "record_limit", Usage: use, Need: need, Limit: capacity}

@@ -340,3 +340,75 @@ func TestFullFilesystem(t *testing.T) {
 		t.Fatalf("ordinary append on full fs: %v", err)
 	}
 }
+
+// At the 48-record floor a spool whose capture paused keeps taking gaps
+// (other sessions' losses, finishes) until they are refused, yet what the
+// Hub accepted can still be acknowledged and compacted, and capture then
+// resumes: finishes and gaps never spend the maintenance part of the
+// headroom, and acknowledgements never spend compaction's index reserve.
+// On main the gaps spent all 12 reserved records: acknowledgement and
+// compaction were refused (record_limit) and the pause gap's advice,
+// change-capture compact, could not work.
+func TestFloorKeepsRoomToAcknowledgeAndCompact(t *testing.T) {
+	ctx := context.Background()
+	sp, _ := newSpool(t, spool.Config{Limits: spool.Limits{Records: spool.FloorRecords, Bytes: spool.FloorBytes}})
+	fillOrdinary(t, sp, 100)
+	gapsWritten := 0
+	for i := 0; ; i++ {
+		g := rec(event.KindGap, "other")
+		g.Gap = &event.GapInfo{Kind: event.GapCaptureInterrupted, Reason: event.GapReasonRecordLimit}
+		if _, err := sp.Append(g); errors.Is(err, spool.ErrQuota) {
+			break
+		} else if err != nil || i > 48 {
+			t.Fatalf("gap %d: %v", i, err)
+		}
+		gapsWritten++
+	}
+	st, _ := sp.Status(ctx)
+	if st.Usage.Records != spool.FloorRecords-spool.MaintenanceRecords {
+		t.Fatalf("gaps stopped at %d records (%d gaps), want %d", st.Usage.Records, gapsWritten, spool.FloorRecords-spool.MaintenanceRecords)
+	}
+	pend, err := sp.Pending(ctx, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ackSome := func(pend []spool.Envelope) int {
+		acked := 0
+		for _, e := range pend {
+			if err := sp.Ack(ctx, e.Record.Seq, e.Digest); err != nil {
+				if !errors.Is(err, spool.ErrQuota) {
+					t.Fatal(err)
+				}
+				break
+			}
+			acked++
+		}
+		return acked
+	}
+	if acked := ackSome(pend); acked != spool.MaintenanceRecords-spool.IndexReserveRecords {
+		t.Fatalf("%d acknowledgements at the limit, want %d", acked, spool.MaintenanceRecords-spool.IndexReserveRecords)
+	}
+	rep, err := sp.Compact(ctx)
+	if err != nil {
+		t.Fatalf("compaction at the limit: %v", err)
+	}
+	after, _ := sp.Status(ctx)
+	if after.Usage.Records >= st.Usage.Records {
+		t.Fatalf("compaction %+v freed nothing: %d records before, %d after", rep, st.Usage.Records, after.Usage.Records)
+	}
+	// Acknowledging the rest and compacting again makes room for ordinary
+	// capture: it resumes.
+	for range 10 {
+		pend, err := sp.Pending(ctx, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ackSome(pend)
+		if _, err := sp.Compact(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := sp.Append(rec(event.PromptSubmit, "s")); err != nil {
+		t.Fatalf("capture did not resume after acknowledgement and compaction: %v", err)
+	}
+}

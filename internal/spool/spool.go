@@ -532,13 +532,106 @@ func checkPrivateInfo(path string, fi fs.FileInfo) error {
 // once.
 func checkPrivateStat(path string, st *syscall.Stat_t, euid int) error {
 	if st.Mode&syscall.S_IFMT != syscall.S_IFREG {
-		return fmt.Errorf("%w: %s is not a regular file", ErrUnsafeAuthority, path)
+		return &AuthorityError{Path: path, Problem: "is not a regular file"}
 	}
 	if int(st.Uid) != euid {
-		return fmt.Errorf("%w: %s is owned by uid %d, not the effective user %d", ErrUnsafeAuthority, path, st.Uid, euid)
+		return &AuthorityError{Path: path, Problem: fmt.Sprintf("is owned by uid %d, not the effective user %d", st.Uid, euid)}
 	}
 	if perm := fs.FileMode(st.Mode).Perm(); perm&0o077 != 0 {
-		return fmt.Errorf("%w: %s has mode %04o; it must allow no group or other access", ErrUnsafeAuthority, path, perm)
+		return &AuthorityError{Path: path, Problem: fmt.Sprintf("has mode %04o; it must allow no group or other access", perm)}
+	}
+	if st.Nlink > 1 && !linkedByTemp(path, st) {
+		// Another name, possibly outside the spool's private directories,
+		// reaches the file: it would outlive compaction and deletion.
+		return &AuthorityError{Path: path, Problem: fmt.Sprintf("has %d hard links; a spool file must have exactly one", st.Nlink), Links: true}
+	}
+	return nil
+}
+
+// linkedByTemp reports whether the second link of the file at path (stat
+// st) is the temporary name it was installed from (writeNew links the
+// temporary file, then removes it): an install in progress, or crash
+// debris the next recovery removes, not a foreign link.
+func linkedByTemp(path string, st *syscall.Stat_t) bool {
+	if st.Nlink != 2 {
+		return false
+	}
+	dir := filepath.Dir(path)
+	names, err := readNames(dir, 1<<16)
+	if err != nil {
+		return false
+	}
+	for _, n := range names {
+		if !strings.HasPrefix(n, fsutil.TempPrefix) {
+			continue
+		}
+		var t syscall.Stat_t
+		if syscall.Lstat(filepath.Join(dir, n), &t) == nil && t.Dev == st.Dev && t.Ino == st.Ino {
+			return true
+		}
+	}
+	return false
+}
+
+// AuthorityError is a spool file or directory whose ownership, mode, type
+// or link count the spool refuses; it wraps ErrUnsafeAuthority. Path names
+// it, so a health report can say which file and how to fix it.
+type AuthorityError struct {
+	Path    string
+	Problem string
+	// Links: the only problem is a link count above one.
+	Links bool
+}
+
+func (e *AuthorityError) Error() string {
+	return fmt.Sprintf("%v: %s %s", ErrUnsafeAuthority, e.Path, e.Problem)
+}
+
+// Unwrap makes errors.Is(err, ErrUnsafeAuthority) hold.
+func (e *AuthorityError) Unwrap() error { return ErrUnsafeAuthority }
+
+// checkPrivateDirs checks that the spool root, its operational directories
+// and its intake and staged-blob directories (optional: created on first
+// use) are private
+// directories of the effective user. The delivery path (revalidate) and
+// the health report call it.
+func checkPrivateDirs(dir string) error {
+	dirs := []string{dir}
+	for _, d := range operationalDirs {
+		dirs = append(dirs, filepath.Join(dir, d))
+	}
+	for i, d := range append(dirs, filepath.Join(dir, intakeDir), filepath.Join(dir, stagedDir)) {
+		if err := fsutil.CheckPrivateDir(d); err != nil {
+			if i >= len(dirs) && errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			msg, ok := strings.CutPrefix(err.Error(), d+" ")
+			if !ok {
+				msg = "cannot be checked: " + err.Error()
+			}
+			return &AuthorityError{Path: d, Problem: msg}
+		}
+	}
+	return nil
+}
+
+// checkIdentities checks that the root directory and both permanent lock
+// files are the ones commit c binds; lock is the spool lock's stat (the held
+// lock's own, under the lock).
+func checkIdentities(dir string, c commitRecord, lock fs.FileInfo) error {
+	if fileID(lock) != c.SpoolLock {
+		return fmt.Errorf("%s: %w: the spool lock file was replaced", dir, ErrIdentityChanged)
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	if fileID(fi) != c.Root {
+		return fmt.Errorf("%s: %w: the spool root directory was replaced or recreated", dir, ErrIdentityChanged)
+	}
+	fi, err = os.Lstat(filepath.Join(dir, captureLockFile))
+	if err != nil || fileID(fi) != c.CaptureLock {
+		return fmt.Errorf("%s: %w: the managed-capture lock file was replaced", dir, ErrIdentityChanged)
 	}
 	return nil
 }
@@ -624,35 +717,15 @@ func (s *Spool) revalidate(lf *os.File) error {
 	if fileID(fi) != s.commit.SpoolLock {
 		return fmt.Errorf("%s: %w: the spool lock file was replaced", s.dir, ErrIdentityChanged)
 	}
-	if err := fsutil.CheckPrivateDir(s.dir); err != nil {
-		return fmt.Errorf("%w: %v", ErrUnsafeAuthority, err)
-	}
-	fi, err = os.Lstat(s.dir)
-	if err != nil {
+	if err := checkPrivateDirs(s.dir); err != nil {
 		return err
 	}
-	if fileID(fi) != s.commit.Root {
-		return fmt.Errorf("%s: %w: the spool root directory was replaced or recreated", s.dir, ErrIdentityChanged)
-	}
-	fi, err = os.Lstat(filepath.Join(s.dir, captureLockFile))
-	if err != nil || fileID(fi) != s.commit.CaptureLock {
-		return fmt.Errorf("%s: %w: the managed-capture lock file was replaced", s.dir, ErrIdentityChanged)
+	if err := checkIdentities(s.dir, s.commit, fi); err != nil {
+		return err
 	}
 	c, sum, err := readCommit(s.dir)
 	if err != nil || sum != s.commitSum || c.SpoolID != s.commit.SpoolID {
 		return fmt.Errorf("%s: %w: the format commit changed", s.dir, ErrIdentityChanged)
-	}
-	for _, d := range operationalDirs {
-		if err := fsutil.CheckPrivateDir(filepath.Join(s.dir, d)); err != nil {
-			return fmt.Errorf("%w: %v", ErrUnsafeAuthority, err)
-		}
-	}
-	// The intake and staged-blob directories are optional (created on
-	// first use).
-	for _, d := range [...]string{intakeDir, stagedDir} {
-		if err := fsutil.CheckPrivateDir(filepath.Join(s.dir, d)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("%w: %v", ErrUnsafeAuthority, err)
-		}
 	}
 	return nil
 }

@@ -342,6 +342,7 @@ func TestCrashIntake(t *testing.T) {
 			t.Parallel()
 			sp := mustInit(t, Limits{})
 			summary := summaryPath(t)
+			writeFirstSummary(t, sp.dir, summary)
 			want := map[string]bool{}
 			for i := range 3 {
 				tag := fmt.Sprintf("ok-%d", i)
@@ -385,10 +386,23 @@ func TestCrashIntake(t *testing.T) {
 	}
 }
 
+// writeFirstSummary takes and lets go the lock once, as the first hook of a
+// boot does: intake writes are refused until a summary says what the
+// spool holds.
+func writeFirstSummary(t *testing.T, dir, summary string) {
+	t.Helper()
+	ss, err := withSummary(t, dir, summary).Begin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ss.Close()
+}
+
 // Concurrent writers against a held lock lose nothing.
 func TestIntakeConcurrentWriters(t *testing.T) {
 	sp := mustInit(t, Limits{})
 	summary := summaryPath(t)
+	writeFirstSummary(t, sp.dir, summary)
 	var wg sync.WaitGroup
 	errs := make(chan error, 64)
 	for w := range 8 {
@@ -431,6 +445,7 @@ func TestCrashConcurrentBurst(t *testing.T) {
 	}
 	sp := mustInit(t, Limits{})
 	summary := summaryPath(t)
+	writeFirstSummary(t, sp.dir, summary)
 	var mu sync.Mutex
 	kept := map[string]bool{}
 	var wg sync.WaitGroup
@@ -479,4 +494,38 @@ func TestCrashConcurrentBurst(t *testing.T) {
 	}
 	agree(t, withSummary(t, sp.dir, summary))
 	t.Logf("%d processes, %d reported kept, %d distinct events retained", n, len(kept), len(got))
+}
+
+// The intake never runs the spool past its limit: with no summary of this
+// boot a write is refused (the hook takes the lock instead), and
+// concurrent writers each count the others' files, so together they stop
+// at the ordinary capacity. On main a fresh spool's intake took writes
+// with no bound at all and concurrent writers each took the last free
+// place (77 records in a 60-record spool).
+func TestIntakeKeepsTheLimit(t *testing.T) {
+	sp := mustInit(t, Limits{Records: 60})
+	summary := summaryPath(t)
+	if _, err := withSummary(t, sp.dir, summary).WriteIntake([]byte("early"), time.Now()); !errors.Is(err, ErrIntakeFull) {
+		t.Fatalf("an intake write before any summary: %v, want ErrIntakeFull", err)
+	}
+	writeFirstSummary(t, sp.dir, summary)
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := withSummary(t, sp.dir, summary)
+			for i := range 8 {
+				s.WriteIntake([]byte(fmt.Sprintf("w%d-%d", w, i)), time.Now())
+			}
+		}()
+	}
+	wg.Wait()
+	rep, err := Inspect(sp.dir, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Usage.Records > 60-HeadroomRecords || rep.Intake == 0 {
+		t.Fatalf("%d records (%d in the intake), want at most %d and some intake", rep.Usage.Records, rep.Intake, 60-HeadroomRecords)
+	}
 }

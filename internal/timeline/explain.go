@@ -67,15 +67,19 @@ var reasonText = map[string]string{
 	"transcript_foreign_session":  "transcript records of another session were skipped",
 	"transcript_work_changed":     "the session's Work changed while its transcript was read, so the reading started over for the new Work",
 	// capture_interrupted: spool bounds and failures
-	"record_limit":       "the private spool reached its record limit; capture paused until space was made (change-capture compact, or a larger spool)",
-	"byte_limit":         "the private spool reached its byte limit; capture paused until space was made (change-capture compact, or a larger spool)",
+	"record_limit": "the private spool reached its record limit; capture paused until space was made " +
+		"(change-capture deliver, then change-capture compact; or a larger spool: change-capture enable --max-records N --max-bytes N)",
+	"byte_limit": "the private spool reached its byte limit; capture paused until space was made " +
+		"(change-capture deliver, then change-capture compact; or a larger spool: change-capture enable --max-records N --max-bytes N)",
 	"artifact_limit":     "a body was larger than the spool's per-artifact limit, so it was not kept",
 	"order_ledger_limit": "the spool's ledger of open action starts was full; the start was kept as an ordinary event",
-	"no_space":           "the disk was full when the event was written",
-	"write_failed":       "writing the event to the private spool failed",
-	"io_error":           "the disk reported an I/O error when the event was written",
-	"lock_timeout": "another hook held the spool for the whole wait and the intake was full, so this event could not be written; " +
-		"the next hook recorded this gap",
+	"capture_disabled": "capture was turned off (change-capture unconfigure) while the session was open and turned on again later; " +
+		"what the session did in between was not observed",
+	"no_space":     "the disk was full when the event was written",
+	"write_failed": "writing the event to the private spool failed",
+	"io_error":     "the disk reported an I/O error when the event was written",
+	"lock_timeout": "another hook held the spool for the whole wait and the intake could not take this event (full, or the event too large), " +
+		"so it could not be written; the next hook recorded this gap",
 	"target_unavailable": "no current Work could be resolved for these events (no Work started, the Hub was unreachable, " +
 		"or the Work was paused or taken over), so only sanitized local facts were kept",
 	"action_receipt_limit": "the action receipt store was full, so an action start was not recorded",
@@ -85,10 +89,54 @@ var reasonText = map[string]string{
 	"body_redacted": "shared-conversation mode redacts every body before it is kept; this body needed it",
 }
 
-// ResultText explains the words of a tool call's result.
+// ResultText explains the words of a tool call's result, as Claude Code
+// reports them (ResultWhy: as each agent does).
 var ResultText = map[string]string{
 	"succeeded": "Claude Code reported that the tool returned (PostToolUse)",
 	"failed":    "Claude Code reported that the tool failed (PostToolUseFailure)",
+}
+
+// Agent names of the hosts whose sessions a record holds (the capture's
+// adapter names).
+const (
+	AgentClaude = "claude-code"
+	AgentCodex  = "codex"
+	AgentGemini = "gemini"
+)
+
+// agentText is how the texts name each agent.
+var agentText = map[string]string{AgentClaude: "Claude Code", AgentCodex: "Codex CLI", AgentGemini: "Gemini CLI"}
+
+// resultText is ResultText for the agents with hook events of their own.
+var resultText = map[string]map[string]string{
+	AgentCodex: {
+		"succeeded": "Codex CLI reported that the tool returned (PostToolUse; for a shell call, exit code 0 in its rollout file)",
+		"failed":    "Codex CLI reported that the call failed (PostToolUse with a non-zero exit code in its rollout file, or a failed patch)",
+	},
+	AgentGemini: {
+		"succeeded": "Gemini CLI reported that the tool returned (AfterTool)",
+		"failed":    "Gemini CLI reported that the tool failed (AfterTool with an error, or a shell result stating a non-zero exit code)",
+	},
+}
+
+// ResultWhy explains the result word of a call of a session of agent
+// ("" or unknown: as Claude Code reports it).
+func ResultWhy(agent, result string) string {
+	if t, ok := resultText[agent][result]; ok {
+		return t
+	}
+	return ResultText[result]
+}
+
+// ExplainFor is Explain for a gap of a session of agent: the texts name
+// that agent where they name the host ("" or unknown: Claude Code).
+func ExplainFor(agent, kind, reason string) (meaning, why string) {
+	meaning, why = Explain(kind, reason)
+	if name, ok := agentText[agent]; ok && agent != AgentClaude {
+		meaning = strings.ReplaceAll(meaning, "Claude Code", name)
+		why = strings.ReplaceAll(why, "Claude Code", name)
+	}
+	return meaning, why
 }
 
 // driftWhy explains an action's source drift.

@@ -65,6 +65,9 @@ type Session struct {
 	Generation       int64    `json:"generation"`
 	WorktreeID       string   `json:"worktree_id"`
 	NativeSessionIDs []string `json:"native_session_ids"`
+	// Agent is the host that ran the session, as the record shows it
+	// (sessionAgents): claude-code, codex or gemini.
+	Agent string `json:"agent,omitempty"`
 	// Start and End are the receipt times of its first and last events
 	// (unix seconds; 0 when none). Ended is true once its SessionEnd was
 	// observed; an open session may still hold unobserved events.
@@ -212,7 +215,8 @@ type sessKey struct {
 func Build(rec api.ChangeRecord, incs []Increment, src Source) *Timeline {
 	tl := &Timeline{Work: rec.Work, Usage: rec.Usage, Setups: rec.Setups, EventsOmitted: rec.EventsOmitted,
 		Changes: src.Name, ChangesNote: src.Note, Sessions: []Session{}, Actions: []Action{}, Rewinds: []Position{}}
-	tl.Coverage = explainCoverage(rec)
+	agentOf := sessionAgents(rec)
+	tl.Coverage = explainCoverage(rec, agentOf)
 
 	// Sessions, in the record's order, with their gaps.
 	idx := map[sessKey]int{}
@@ -225,7 +229,7 @@ func Build(rec api.ChangeRecord, incs []Increment, src Source) *Timeline {
 			natives[n] = k
 		}
 		tl.Sessions = append(tl.Sessions, Session{Session: s.Session, Generation: s.Generation, WorktreeID: s.WorktreeID,
-			NativeSessionIDs: ns, Events: s.Events, MissingSeqs: s.MissingSeqs, Coverage: "complete", Gaps: []Gap{}, Calls: []Call{}})
+			NativeSessionIDs: ns, Agent: agentOf[k], Events: s.Events, MissingSeqs: s.MissingSeqs, Coverage: "complete", Gaps: []Gap{}, Calls: []Call{}})
 	}
 	session := func(gen int64, name string) *Session {
 		k := sessKey{gen, name}
@@ -234,13 +238,13 @@ func Build(rec api.ChangeRecord, incs []Increment, src Source) *Timeline {
 			// An event of a session the record does not list: keep it.
 			idx[k] = len(tl.Sessions)
 			i = idx[k]
-			tl.Sessions = append(tl.Sessions, Session{Session: name, Generation: gen, NativeSessionIDs: []string{}, Coverage: "complete", Gaps: []Gap{}, Calls: []Call{}})
+			tl.Sessions = append(tl.Sessions, Session{Session: name, Generation: gen, NativeSessionIDs: []string{}, Agent: agentOf[k], Coverage: "complete", Gaps: []Gap{}, Calls: []Call{}})
 		}
 		return &tl.Sessions[i]
 	}
 	for _, g := range rec.Gaps {
 		s := session(g.Generation, g.Session)
-		m, w := Explain(g.Kind, g.Reason)
+		m, w := ExplainFor(s.Agent, g.Kind, g.Reason)
 		s.Gaps = append(s.Gaps, Gap{Kind: g.Kind, Reason: g.Reason, FromSeq: g.FromSeq, ToSeq: g.ToSeq, Derived: g.Derived, Meaning: m, Why: w})
 	}
 
@@ -308,9 +312,9 @@ func Build(rec api.ChangeRecord, incs []Increment, src Source) *Timeline {
 			c.FinishedAt = e.ObservedAt
 			switch e.Outcome {
 			case "returned":
-				c.Result, c.ResultWhy = "succeeded", ResultText["succeeded"]
+				c.Result, c.ResultWhy = "succeeded", ResultWhy(s.Agent, "succeeded")
 			case "failed":
-				c.Result, c.ResultWhy = "failed", ResultText["failed"]
+				c.Result, c.ResultWhy = "failed", ResultWhy(s.Agent, "failed")
 			default:
 				c.Result, c.ResultWhy = "unknown", "the host did not say how the tool ended"
 			}
@@ -322,7 +326,7 @@ func Build(rec api.ChangeRecord, incs []Increment, src Source) *Timeline {
 
 	// Actions, each bound to its call.
 	for _, a := range rec.Actions {
-		ac := action(a)
+		ac := action(a, agentOf[sessKey{a.Generation, a.Session}])
 		tl.Actions = append(tl.Actions, ac)
 		s := session(a.Generation, a.Session)
 		for i := range s.Calls {
@@ -372,6 +376,48 @@ func Build(rec api.ChangeRecord, incs []Increment, src Source) *Timeline {
 	return tl
 }
 
+// geminiHookEvents are Gemini CLI's own hook event names, which its events
+// keep in hook_event (the other hosts share Claude Code's names).
+var geminiHookEvents = map[string]bool{"BeforeTool": true, "AfterTool": true, "BeforeAgent": true, "AfterAgent": true, "PreCompress": true}
+
+// sessionAgents tells each session's host from what the record holds (the
+// Hub does not store it): Gemini CLI's own hook event names, Codex's
+// apply_patch tool, or an action id that one agent's formula gives for a
+// call of the session. A session none of them marks is left out (its
+// texts read as Claude Code's, the default host).
+func sessionAgents(rec api.ChangeRecord) map[sessKey]string {
+	natives := map[sessKey][]string{}
+	for _, s := range rec.Sessions {
+		natives[sessKey{s.Generation, s.Session}] = s.NativeSessionIDs
+	}
+	actions := map[string]bool{}
+	for _, a := range rec.Actions {
+		actions[a.ActionID] = true
+	}
+	out := map[sessKey]string{}
+	for _, e := range rec.Events {
+		k := sessKey{e.Generation, e.Session}
+		if out[k] != "" {
+			continue
+		}
+		switch {
+		case geminiHookEvents[e.HookEvent]:
+			out[k] = AgentGemini
+		case e.ToolName == "apply_patch":
+			out[k] = AgentCodex
+		case e.Kind == kindToolStart && e.ToolUseID != "" && len(actions) > 0:
+			for _, n := range natives[k] {
+				for _, a := range agents {
+					if actions[capture.ActionID(a, n, e.ToolUseID)] {
+						out[k] = a
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
 // actionOf reports whether id is the action of toolUseID in one of the
 // session's native sessions.
 func actionOf(id string, natives []string, toolUseID string) bool {
@@ -385,7 +431,7 @@ func actionOf(id string, natives []string, toolUseID string) bool {
 	return false
 }
 
-func action(a api.ActionRecord) Action {
+func action(a api.ActionRecord, agent string) Action {
 	out := Action{ActionID: a.ActionID, Session: a.Session, Generation: a.Generation, Status: a.Status}
 	if st := a.Start; st != nil {
 		out.Tool, out.Class, out.SourceBinding, out.StartedAt = st.Tool, st.Class, st.Source, st.StartedAt
@@ -409,12 +455,16 @@ func action(a api.ActionRecord) Action {
 	case f.Result == "failed" && f.ExitCode != nil:
 		out.ResultWhy = fmt.Sprintf("the command exited with status %d", *f.ExitCode)
 	case f.Result == "failed":
-		out.ResultWhy = "Claude Code reported that the tool failed (PostToolUseFailure)"
+		out.ResultWhy = ResultWhy(agent, "failed")
 	case f.Result == "incomplete":
 		out.ResultWhy = "the run did not complete (a timeout, a signal, the output bound, or a spawn or I/O failure)"
+	case f.Result == "unknown" && f.ExitCode == nil && !exitCodeTool(out.Tool):
+		// process_exit_code is accepted only for tools that report an exit
+		// code, so any other tool's rule is unverified.
+		out.ResultWhy = "the action rule's result source is unverified: the host reported that the call returned, and the rule takes no result from that"
 	case f.Result == "unknown" && f.ExitCode == nil:
-		out.ResultWhy = "the action rule reads the result from the process exit code, and the host's PostToolUse response carried none " +
-			"(the tool call itself returned; only the exit status is unknown)"
+		out.ResultWhy = "no exit code was taken: the host's PostToolUse response carried none, or the action rule's result source is unverified " +
+			"(the tool call itself returned; only its result is unknown)"
 	case f.Result == "unknown":
 		out.ResultWhy = "the action rule does not take a result from this host's report"
 	default:
@@ -428,6 +478,10 @@ func action(a api.ActionRecord) Action {
 	}
 	return out
 }
+
+// exitCodeTool reports the tools whose hook payload can carry a process
+// exit code (the only ones a process_exit_code rule is accepted for).
+func exitCodeTool(tool string) bool { return tool == "Bash" || tool == "PowerShell" }
 
 // DescribeSource says in words which source an action started on.
 func DescribeSource(s *api.SourceBinding) string {
@@ -571,12 +625,16 @@ func nonNil(s []string) []string {
 	return s
 }
 
-func explainCoverage(rec api.ChangeRecord) Coverage {
+func explainCoverage(rec api.ChangeRecord, agentOf map[sessKey]string) Coverage {
 	cov := Coverage{State: rec.Coverage.State}
 	whys := map[string][]string{}
 	seen := map[string]bool{}
+	agents := map[string]bool{}
+	for _, a := range agentOf {
+		agents[a] = true
+	}
 	for _, g := range rec.Gaps {
-		_, w := Explain(g.Kind, g.Reason)
+		_, w := ExplainFor(agentOf[sessKey{g.Generation, g.Session}], g.Kind, g.Reason)
 		if !seen[g.Kind+"\x00"+w] {
 			seen[g.Kind+"\x00"+w] = true
 			whys[g.Kind] = append(whys[g.Kind], w)
@@ -588,7 +646,15 @@ func explainCoverage(rec api.ChangeRecord) Coverage {
 		var kind string
 		if _, err := fmt.Sscanf(r, "%d %s gaps", &n, &kind); err == nil && strings.HasSuffix(r, " gaps") {
 			ex.Kind = kind
-			ex.Meaning, _ = Explain(kind, "")
+			// A kind's meaning names the host only when one agent ran
+			// every session.
+			agent := ""
+			if len(agents) == 1 {
+				for a := range agents {
+					agent = a
+				}
+			}
+			ex.Meaning, _ = ExplainFor(agent, kind, "")
 			ex.Why = whys[kind]
 		} else {
 			switch {

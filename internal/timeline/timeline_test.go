@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/changelog"
 	"github.com/agentscm/agentscm/internal/hub/api"
 )
@@ -271,5 +272,99 @@ func TestExplainEveryReason(t *testing.T) {
 	}
 	if _, why := Explain("capture_interrupted", "brand_new"); why != "the client named the reason brand_new" {
 		t.Errorf("an unknown reason reads %q", why)
+	}
+}
+
+// TestResultWhyNamesTheRule checks that an unknown result is explained by
+// what the rule can take for its tool: a Write rule is unverified (only
+// Bash and PowerShell accept process_exit_code), so its explanation must
+// not claim the rule reads an exit code.
+func TestResultWhyNamesTheRule(t *testing.T) {
+	code := 3
+	for _, tc := range []struct {
+		tool   string
+		result string
+		exit   *int
+		want   string
+		reject string
+	}{
+		{"Write", "unknown", nil, "result source is unverified", "exit code"},
+		{"Edit", "unknown", nil, "result source is unverified", "exit code"},
+		{"Bash", "unknown", nil, "no exit code was taken", ""},
+		{"Bash", "unknown", &code, "does not take a result", ""},
+		{"Bash", "failed", &code, "exited with status 3", ""},
+	} {
+		a := action(api.ActionRecord{ActionID: "a", Start: &api.ActionStart{ActionID: "a", Tool: tc.tool, Class: "execution"},
+			Finish: &api.ActionFinish{ActionID: "a", Result: tc.result, Verification: "unknown", ExitCode: tc.exit}}, "")
+		if !strings.Contains(a.ResultWhy, tc.want) || (tc.reject != "" && strings.Contains(a.ResultWhy, tc.reject)) {
+			t.Errorf("%s %s: why %q, want %q without %q", tc.tool, tc.result, a.ResultWhy, tc.want, tc.reject)
+		}
+	}
+}
+
+// TestAgentTexts: a session's host is read from the record (Gemini CLI's
+// own hook event names; an action id of Codex's formula) and its gap and
+// result texts name that agent, not Claude Code (issue 28 item 6).
+func TestAgentTexts(t *testing.T) {
+	gemini := map[string]string{"PreToolUse": "BeforeTool", "PostToolUse": "AfterTool", "PostToolUseFailure": "AfterTool", "UserPromptSubmit": "BeforeAgent", "Stop": "AfterAgent"}
+	for _, tc := range []struct {
+		agent, name string
+		mutate      func(r *api.ChangeRecord)
+	}{
+		{AgentClaude, "Claude Code", func(r *api.ChangeRecord) {}},
+		{AgentGemini, "Gemini CLI", func(r *api.ChangeRecord) {
+			for i, e := range r.Events {
+				if g, ok := gemini[e.HookEvent]; ok {
+					r.Events[i].HookEvent = g
+				}
+			}
+			r.Actions = nil
+		}},
+		{AgentCodex, "Codex CLI", func(r *api.ChangeRecord) {
+			for i, a := range r.Actions {
+				for _, e := range r.Events {
+					for _, n := range r.Sessions[0].NativeSessionIDs {
+						if e.ToolUseID != "" && capture.ActionID(AgentClaude, n, e.ToolUseID) == a.ActionID {
+							r.Actions[i].ActionID = capture.ActionID(AgentCodex, n, e.ToolUseID)
+						}
+					}
+				}
+			}
+		}},
+	} {
+		t.Run(tc.agent, func(t *testing.T) {
+			rec, incs := fixture(t)
+			tc.mutate(&rec)
+			tl := Build(rec, incs, Source{Name: "local changelog"})
+			s := tl.Sessions[0]
+			if tc.agent != AgentClaude && s.Agent != tc.agent {
+				t.Fatalf("session agent %q, want %q", s.Agent, tc.agent)
+			}
+			var texts []string
+			for _, g := range s.Gaps {
+				texts = append(texts, g.Meaning, g.Why)
+			}
+			for _, c := range s.Calls {
+				texts = append(texts, c.ResultWhy)
+			}
+			for _, r := range tl.Coverage.Reasons {
+				texts = append(texts, r.Meaning)
+				texts = append(texts, r.Why...)
+			}
+			all := strings.Join(texts, "\n")
+			if !strings.Contains(all, tc.name+"'s hook payload for this event carries no id") || !strings.Contains(all, tc.name+" gave it no identity") {
+				t.Fatalf("gap texts do not name %s:\n%s", tc.name, all)
+			}
+			if tc.agent != AgentClaude && strings.Contains(all, "Claude Code") {
+				t.Fatalf("a %s session's texts name Claude Code:\n%s", tc.name, all)
+			}
+			failed := s.Calls[2]
+			if failed.Result != "failed" {
+				t.Fatalf("call 2: %+v", failed)
+			}
+			if tc.agent == AgentGemini && failed.ResultWhy != ResultWhy(AgentGemini, "failed") {
+				t.Fatalf("the failed call's text: %q", failed.ResultWhy)
+			}
+		})
 	}
 }

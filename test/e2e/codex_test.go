@@ -242,8 +242,9 @@ func TestCodexCaptureRewindResume(t *testing.T) {
 		t.Fatalf("hub sessions %+v", rec.Sessions)
 	}
 
-	// The changelog: one increment per finished call.
-	checkPositions(t, c.changelogList(), []string{"apply_patch", "apply_patch", "Bash", "Bash"}, -1)
+	// The changelog: one increment per finished call; the shell call that
+	// exited 3 is flagged failed (its exit code read from the rollout).
+	checkPositions(t, c.changelogList(), []string{"apply_patch", "apply_patch", "Bash", "Bash"}, 3)
 	states := []string{
 		`a.txt="hello\n" b.txt="to be deleted\n" README.md="scratch checkout\n"`,
 		`a.txt="hello world\n" b.txt="to be deleted\n" README.md="scratch checkout\n"`,

@@ -173,7 +173,9 @@ func TestGeminiCaptureRewindResume(t *testing.T) {
 		}
 	}
 
-	checkPositions(t, c.changelogList(), []string{"write_file", "replace", "run_shell_command", "run_shell_command", "replace"}, 4)
+	// Both failures are flagged: the shell call that exited 3 (from its
+	// result text) and the replace the tool refused (its error field).
+	checkPositions(t, c.changelogList(), []string{"write_file", "replace", "run_shell_command", "run_shell_command", "replace"}, 3, 4)
 	states := []string{
 		`a.txt="hello\n" b.txt="to be deleted\n" README.md="scratch checkout\n"`,
 		`a.txt="hello world\n" b.txt="to be deleted\n" README.md="scratch checkout\n"`,

@@ -79,9 +79,10 @@ func TestSessionDeliveredToHub(t *testing.T) {
 	if err := json.Unmarshal([]byte(c.agentscm("change-capture", "inspect", "--spool", c.spool, "--format", "json")), &rep); err != nil {
 		t.Fatal(err)
 	}
-	if rep.Acknowledged != len(spoolEvents) || rep.Pending.Total != 0 || rep.Quarantine.Total != 0 || !rep.IdentityMatches || !rep.AuthoritySafe {
-		t.Fatalf("inspect: acknowledged %d of %d, pending %d, quarantine %d, identity %v, authority %v",
-			rep.Acknowledged, len(spoolEvents), rep.Pending.Total, rep.Quarantine.Total, rep.IdentityMatches, rep.AuthoritySafe)
+	if rep.Acknowledged != len(spoolEvents) || rep.Pending.Total != 0 || rep.Quarantine.Total != 0 || !rep.IdentityMatches || !rep.AuthoritySafe ||
+		!rep.Health.Healthy || rep.DeliveryStopped {
+		t.Fatalf("inspect: acknowledged %d of %d, pending %d, quarantine %d, identity %v, authority %v, health %+v",
+			rep.Acknowledged, len(spoolEvents), rep.Pending.Total, rep.Quarantine.Total, rep.IdentityMatches, rep.AuthoritySafe, rep.Health.Failing)
 	}
 	// The Hub holds none of the conversation text either.
 	b, _ := json.Marshal(rec)

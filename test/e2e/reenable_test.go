@@ -120,3 +120,61 @@ func TestReEnableMidSession(t *testing.T) {
 	}
 	t.Logf("re-enable: %d events on the Hub in streams %s (%d) and %s (%d)", len(rec.Events), s.Streams[0].Stream, s.Streams[0].Events, s.Streams[1].Stream, s.Streams[1].Events)
 }
+
+// TestUnconfigureEnableMidSessionNamesTheWindow: capture is turned off
+// (unconfigure) and on again (enable, the same spool) while a Claude
+// session goes on. The resumed session's first event is preceded by a
+// capture_interrupted gap with reason capture_disabled under the session's
+// target, which reaches the Hub; every number the Hub is missing is covered
+// by it, and coverage is partial. On main the record read as one
+// contiguous account and never mentioned the window.
+func TestUnconfigureEnableMidSessionNamesTheWindow(t *testing.T) {
+	c := newCheckout(t)
+	c.configure(event.ModeMetadataOnly)
+	work := c.startWork("disabled window")
+	api1, err := scriptedapi.Start(firstTurn(c.root), resumeTurn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer api1.Close()
+	res := c.runClaude(api1, "-p", "Please run SCENARIO-FIRST now. "+promptSecret)
+	c.agentscm("change-capture", "unconfigure", "--root", c.root)
+	c.agentscm("change-capture", "enable", "--root", c.root)
+	c.runClaude(api1, "-p", "--resume", res.SessionID, "Continue with SCENARIO-RESUME.")
+	var rep spool.Report
+	if err := json.Unmarshal([]byte(c.agentscm("change-capture", "inspect", "--spool", c.spool, "--format", "json")), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Pending.Total+rep.Deferred.Total != 0 {
+		t.Fatalf("%d pending, %d attempted and unacknowledged", rep.Pending.Total, rep.Deferred.Total)
+	}
+	rec := c.record(work)
+	if len(rec.Sessions) != 1 || len(rec.Sessions[0].Streams) != 1 {
+		t.Fatalf("sessions %+v", rec.Sessions)
+	}
+	st := rec.Sessions[0].Streams[0]
+	held := map[int64]bool{}
+	for _, e := range rec.Events {
+		held[e.Seq] = true
+	}
+	disabled := 0
+	for _, g := range rec.Gaps {
+		if g.Kind == "capture_interrupted" && g.Reason == event.GapReasonCaptureDisabled && g.Stream == st.Stream && g.FromSeq >= 1 && g.ToSeq == g.FromSeq {
+			disabled++
+		}
+	}
+	for seq := int64(1); seq <= st.LastSeq; seq++ {
+		covered := false
+		for _, g := range rec.Gaps {
+			if g.Kind == "capture_interrupted" && g.Stream == st.Stream && g.FromSeq <= seq && seq <= g.ToSeq {
+				covered = true
+			}
+		}
+		if !held[seq] && !covered {
+			t.Fatalf("sequence %d never reached the Hub and no gap covers it: %+v", seq, rec.Gaps)
+		}
+	}
+	if disabled != 1 || st.MissingSeqs != 1 || rec.Coverage.State != "partial" {
+		t.Fatalf("%d capture_disabled gaps, %d missing, coverage %+v; gaps %+v", disabled, st.MissingSeqs, rec.Coverage, rec.Gaps)
+	}
+}

@@ -34,6 +34,10 @@ type Adapter interface {
 	CaptureSubcommand() string
 	ChangelogSubcommand() string
 	Capabilities() capability.Declaration
+	// BlockPrompt is the host's blocking answer to its prompt-submission
+	// hook (stdout, exit status 0): the prompt does not run and the host
+	// shows reason.
+	BlockPrompt(reason string) []byte
 }
 
 // Claude is the Claude Code adapter.
@@ -50,6 +54,7 @@ func (Claude) ChangelogEvents() []string            { return nil } // changelog.
 func (Claude) CaptureSubcommand() string            { return claude.HookSubcommand }
 func (Claude) ChangelogSubcommand() string          { return claude.ChangelogSubcommand }
 func (Claude) Capabilities() capability.Declaration { return claude.Capabilities() }
+func (Claude) BlockPrompt(reason string) []byte     { return claude.BlockPrompt(reason) }
 
 // Codex is the Codex CLI adapter.
 type Codex struct{}
@@ -65,6 +70,7 @@ func (Codex) ChangelogEvents() []string            { return codex.ChangelogEvent
 func (Codex) CaptureSubcommand() string            { return codex.HookSubcommand }
 func (Codex) ChangelogSubcommand() string          { return codex.ChangelogSubcommand }
 func (Codex) Capabilities() capability.Declaration { return codex.Capabilities() }
+func (Codex) BlockPrompt(reason string) []byte     { return codex.BlockPrompt(reason) }
 
 // Gemini is the Gemini CLI adapter. OrderDir holds the per-session
 // counters that pair tool starts and finishes by order (Gemini CLI carries
@@ -84,6 +90,7 @@ func (Gemini) ChangelogEvents() []string            { return gemini.ChangelogEve
 func (Gemini) CaptureSubcommand() string            { return gemini.HookSubcommand }
 func (Gemini) ChangelogSubcommand() string          { return gemini.ChangelogSubcommand }
 func (Gemini) Capabilities() capability.Declaration { return gemini.Capabilities() }
+func (Gemini) BlockPrompt(reason string) []byte     { return gemini.BlockPrompt(reason) }
 
 // HookTimeout is the timeout value of an installed hook entry of agent a,
 // in its host's unit.

@@ -49,6 +49,33 @@ func (h *Remote) Upload(ctx context.Context, inc changelog.RemoteIncrement) (cha
 	return changelog.RemoteResult{}, err
 }
 
+// Holding lists what the Hub holds of the worktree's sequence under its
+// current Work (no current Work is changelog.ErrNoDestination): its
+// sequence ends after the highest position stored for the worktree, the
+// positions in a gap having been merged into the next stored one.
+func (h *Remote) Holding(ctx context.Context) (changelog.Holding, error) {
+	cur, err := h.conn.CurrentWork(ctx, h.worktree)
+	if e, ok := api.AsError(err); ok && e.Code == api.CodeNotFound {
+		return changelog.Holding{}, fmt.Errorf("%w: %v", changelog.ErrNoDestination, err)
+	}
+	if err != nil {
+		return changelog.Holding{}, err
+	}
+	list, err := h.conn.ListIncrements(ctx, cur.Work.ID)
+	if err != nil {
+		return changelog.Holding{}, err
+	}
+	out := changelog.Holding{WorkID: list.WorkID,
+		Grant: changelog.Grant{MaxObjects: list.Grant.MaxObjects, MaxBytes: list.Grant.MaxBytes},
+		Used:  changelog.Usage{Objects: list.Used.Objects, Bytes: list.Used.Bytes}}
+	for _, in := range list.Increments {
+		if in.WorktreeID == h.worktree && in.Position >= out.Next {
+			out.Next = in.Position + 1
+		}
+	}
+	return out, nil
+}
+
 // New returns the remote of a worktree over conn.
 func New(conn client.Conn, worktreeID string) *Remote {
 	return &Remote{conn: conn, worktree: worktreeID}

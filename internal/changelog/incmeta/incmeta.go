@@ -77,6 +77,10 @@ type Meta struct {
 	// uploaded sequence, and the ranges run without a hole up to Position-1.
 	// Only uploaded increments have it.
 	Merged []Merged `json:"merged,omitempty"`
+	// ConcurrentSessions names the other sessions whose turn was running
+	// when this position was taken (parallel sessions): their writes may
+	// be mixed into it. Absent in older increments.
+	ConcurrentSessions []string `json:"concurrent_sessions,omitempty"`
 }
 
 // Values of Meta.Conversation.

@@ -1,0 +1,60 @@
+// Package buildinfo names the build a binary came from, the same way in
+// every agentscm binary (the hook binaries included, so it links nothing
+// but runtime/debug), so that binaries of one build can be matched.
+package buildinfo
+
+import (
+	"fmt"
+	"runtime/debug"
+	"strings"
+)
+
+// Stamp is set at link time by scripts/install.sh (-ldflags -X) to one
+// value for every binary of one install; empty in a plain go build.
+var Stamp string
+
+// Version describes the running binary: the module version, the install
+// stamp, the VCS revision and time, and whether the tree was modified.
+func Version(prog string) string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return prog + " (no build information)"
+	}
+	return versionOf(prog, Stamp, bi)
+}
+
+func versionOf(prog, stamp string, bi *debug.BuildInfo) string {
+	v := bi.Main.Version
+	if v == "" {
+		v = "(devel)"
+	}
+	var rev, when, modified string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.time":
+			when = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				modified = " (modified)"
+			}
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s", prog, v)
+	if stamp != "" {
+		fmt.Fprintf(&b, " build %s", stamp)
+	}
+	if rev != "" {
+		fmt.Fprintf(&b, " commit %s%s", rev, modified)
+	}
+	if when != "" {
+		fmt.Fprintf(&b, " (committed %s)", when)
+	}
+	fmt.Fprintf(&b, " %s", bi.GoVersion)
+	if rev == "" && stamp == "" {
+		b.WriteString(" (no VCS stamp: built with -buildvcs=false or outside a checkout)")
+	}
+	return b.String()
+}
