@@ -211,11 +211,17 @@ func (s *Spool) stageBlobs(blobs []Blob, sync bool) ([]event.ArtifactRef, bool, 
 		return nil, false, err
 	}
 	for i, it := range todo {
-		if err := os.Rename(tmps[i], filepath.Join(dir, it.name)); err != nil {
-			for _, t := range tmps[i:] {
-				os.Remove(t)
+		// Never replacing a name a concurrent hook (or an export's reader)
+		// already has: the name is the digest, so an existing one holds
+		// these bytes. One link per file, as every spool file has.
+		if err := renameNoReplace(tmps[i], filepath.Join(dir, it.name)); err != nil {
+			if !errors.Is(err, fs.ErrExist) {
+				for _, t := range tmps[i:] {
+					os.Remove(t)
+				}
+				return nil, false, fmt.Errorf("stage blob: %w", err)
 			}
-			return nil, false, fmt.Errorf("stage blob: %w", err)
+			os.Remove(tmps[i])
 		}
 		s.fail("stage.blob.renamed")
 	}
