@@ -43,6 +43,9 @@ import (
 type options struct {
 	n, runs, history, streams, perStream int
 	tool                                 string
+	// dirty budget (dirty.go)
+	baseSrc           string
+	files, dirtyFiles int
 }
 
 func main() {
@@ -53,7 +56,10 @@ func main() {
 	flag.IntVar(&o.streams, "streams", 8, "concurrent streams (throughput budget)")
 	flag.IntVar(&o.perStream, "per-stream", 25, "hook invocations per stream")
 	flag.StringVar(&o.tool, "tool", "Read", "tool of the PreToolUse payloads (Bash also runs the default execution rule)")
-	only := flag.String("only", "history,streams", "which budgets to measure")
+	flag.StringVar(&o.baseSrc, "base-src", "", "dirty budget: also build the binaries from this source tree (e.g. a worktree of main) and measure them in the same run")
+	flag.IntVar(&o.files, "files", 1000, "dirty budget: tracked files of each checkout")
+	flag.IntVar(&o.dirtyFiles, "dirty-files", 10, "dirty budget: modified tracked files (plus one untracked file) of the dirty checkouts")
+	only := flag.String("only", "history,streams", "which budgets to measure: history, streams, dirty")
 	flag.BoolVar(&keep, "keep", false, "keep the work directory (debugging)")
 	bin := flag.String("bin", "installed", "hook executable: installed (the one enable puts on PreToolUse) or full (agentscm-hook)")
 	flag.Parse()
@@ -260,6 +266,13 @@ func run(o options, only string) error {
 		o.n, o.runs, o.history, o.streams, o.perStream, o.tool, which)
 	var fresh, big, ref []float64
 	var tput, tref, drain []float64
+	var dirtyRes []map[string]float64
+	var base *env
+	if strings.Contains(only, "dirty") && o.baseSrc != "" {
+		if base, err = buildFrom(o.baseSrc, filepath.Join(work, "base")); err != nil {
+			return err
+		}
+	}
 	for r := 1; r <= o.runs; r++ {
 		fmt.Printf("== run %d of %d, %s\n", r, o.runs, time.Now().UTC().Format("2006-01-02 15:04:05 UTC"))
 		if strings.Contains(only, "history") {
@@ -276,11 +289,21 @@ func run(o options, only string) error {
 			}
 			tput, tref, drain = append(tput, h), append(tref, x), append(drain, d)
 		}
+		if strings.Contains(only, "dirty") {
+			m, err := dirty(e, base, o, r)
+			if err != nil {
+				return err
+			}
+			dirtyRes = append(dirtyRes, m)
+		}
 	}
 	fmt.Println("== medians over runs")
 	if len(fresh) > 0 {
 		fmt.Printf("history: hook p50 fresh %.2f ms, %d retained %.2f ms (ratio %.2fx, budget <= 1.2x), fsyncref p50 %.2f ms\n",
 			median(fresh), o.history, median(big), median(big)/median(fresh), median(ref))
+	}
+	if len(dirtyRes) > 0 {
+		printDirty(dirtyRes)
 	}
 	if len(tput) > 0 {
 		fmt.Printf("streams: %d hook streams %.1f hooks/s, %d fsyncref streams %.1f processes/s (ratio %.2fx, budget >= 0.5x); intake admitted and delivered %.2f s after the streams\n",

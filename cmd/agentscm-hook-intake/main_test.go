@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -18,6 +20,7 @@ import (
 
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/event"
+	"github.com/agentscm/agentscm/internal/source"
 	"github.com/agentscm/agentscm/internal/spool"
 )
 
@@ -346,5 +349,285 @@ func TestIntakeBurstWithKills(t *testing.T) {
 	t.Logf("%d hooks, %d exited 0", n, len(exited0))
 	if len(exited0) < n/2 {
 		t.Fatalf("only %d of %d hooks exited 0", len(exited0), n)
+	}
+}
+
+// newDirtyFixture is newFixture on a Git checkout with one commit and its
+// Work's id, for the source binding of Bash actions (the rule enable
+// installs).
+func newDirtyFixture(t *testing.T, bin string) (*fixture, string) {
+	dir := t.TempDir()
+	f := &fixture{bin: bin, root: filepath.Join(dir, "repo"), config: filepath.Join(dir, "config")}
+	if err := os.MkdirAll(f.root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f.git(t, "init", "-q", "-b", "main")
+	f.write(t, "tracked.txt", "committed\n")
+	f.git(t, "add", "tracked.txt")
+	f.git(t, "-c", "user.email=t@example.invalid", "-c", "user.name=t", "commit", "-qm", "one")
+	out := f.agentscm(t, "change-capture", "enable", "--root", f.root, "--local", "--format", "json")
+	var res struct {
+		Spool string `json:"spool"`
+	}
+	if i := strings.IndexByte(out, '{'); i < 0 || json.Unmarshal([]byte(out[i:]), &res) != nil || res.Spool == "" {
+		t.Fatalf("enable output: %s", out)
+	}
+	f.spool = res.Spool
+	out = f.agentscm(t, "work", "start", "--root", f.root, "--title", "dirty", "--format", "json")
+	var w struct {
+		WorkID string `json:"id"`
+	}
+	if i := strings.IndexByte(out, '{'); i < 0 || json.Unmarshal([]byte(out[i:]), &w) != nil || w.WorkID == "" {
+		t.Fatalf("work start output: %s", out)
+	}
+	t.Cleanup(func() { f.waitDeliverer(t) })
+	return f, w.WorkID
+}
+
+func (f *fixture) git(t *testing.T, args ...string) {
+	t.Helper()
+	cmd := exec.Command("git", args...)
+	cmd.Dir = f.root
+	cmd.Env = f.env()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("git %v: %v\n%s", args, err, out)
+	}
+}
+
+func (f *fixture) write(t *testing.T, rel, content string) {
+	t.Helper()
+	p := filepath.Join(f.root, rel)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// bash runs exe on the PreToolUse (post false) or PostToolUse of a Bash
+// call id and returns its stderr, failing the test unless the hook exited 0
+// with nothing on stdout (or, when killed, it was killed by SIGKILL).
+func (f *fixture) bash(t *testing.T, exe, id string, post bool, extraEnv ...string) (string, bool) {
+	t.Helper()
+	cmd := exec.Command(exe, "change-capture", "hook-claude")
+	cmd.Env = append(f.env(), extraEnv...)
+	p := `{"session_id":"dirty-test","cwd":"` + f.root + `","hook_event_name":"PreToolUse","tool_name":"Bash","tool_use_id":"` + id + `","tool_input":{"command":"true"}}`
+	if post {
+		p = `{"session_id":"dirty-test","cwd":"` + f.root + `","hook_event_name":"PostToolUse","tool_name":"Bash","tool_use_id":"` + id + `","tool_input":{"command":"true"},"tool_response":{"stdout":"","stderr":"","interrupted":false}}`
+	}
+	cmd.Stdin = strings.NewReader(p)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL {
+		return errb.String(), true
+	}
+	if err != nil || out.Len() > 0 {
+		t.Errorf("hook %s: %v, stdout %q, stderr %q", id, err, out.String(), errb.String())
+	}
+	return errb.String(), false
+}
+
+// starts returns the source binding of each action start in the spool, by
+// tool_use_id.
+func (f *fixture) starts(t *testing.T) map[string]*event.SourceBinding {
+	t.Helper()
+	f.waitDeliverer(t)
+	sp, err := spool.OpenReadOnly(f.spool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err := sp.Events()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]*event.SourceBinding{}
+	for _, e := range evs {
+		if e.Kind == event.ActionStart && e.Action != nil {
+			out[e.ToolUseID] = e.Action.Source
+		}
+	}
+	return out
+}
+
+// checkRetained fails unless sb retained the dirty bytes and every working
+// file of its manifest reads back from the spool, one of them holding want.
+func checkRetained(t *testing.T, spoolDir string, sb *event.SourceBinding, want string) {
+	t.Helper()
+	b, _ := json.Marshal(sb)
+	if sb == nil || !sb.Dirty || !sb.Retained || sb.ManifestDigest == "" || sb.Stopped != "" || slices.Contains(sb.Omissions, source.OmissionNotRetained) {
+		t.Fatalf("the action start did not retain the dirty bytes: %s", b)
+	}
+	sp, err := spool.OpenReadOnly(spoolDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := source.ReadManifest(sp, sb)
+	if err != nil {
+		t.Fatalf("manifest of %s: %v", b, err)
+	}
+	found := false
+	for _, e := range m.Entries {
+		if e.Kind != "file" {
+			continue
+		}
+		body, err := sp.ReadBlob(event.ArtifactRef{Digest: "sha256:" + e.SHA256, Bytes: e.Size})
+		if err != nil {
+			t.Fatalf("%s: %v", e.Path, err)
+		}
+		found = found || strings.Contains(string(body), want)
+	}
+	if !found {
+		t.Fatalf("no retained working file holds %q (manifest %+v)", want, m.Entries)
+	}
+}
+
+// The installed intake hook on a dirty checkout retains the working bytes
+// it binds: the action start says retained (no bytes_not_retained), the
+// manifest and the bytes read back from the spool, show says they are kept
+// in the private spool, and an export of the spool holds them. Concurrent
+// intake hooks binding the same bytes all retain them (the same staged
+// blob); nothing stays staged once they are admitted.
+func TestIntakeHookRetainsDirtySource(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binaries")
+	}
+	bin := build(t)
+	f, work := newDirtyFixture(t, bin)
+	intake := filepath.Join(bin, "agentscm-hook-intake")
+	const secret = "DIRTY-BYTES-5c1e-retained"
+	f.write(t, "tracked.txt", "edited "+secret+"\n")
+	f.write(t, "notes/untracked.txt", "untracked "+secret+"\n")
+	// Too large for the intake record: staged as a file of its own, by
+	// every concurrent hook at once.
+	f.write(t, "notes/large.txt", strings.Repeat("large "+secret+"\n", 4000))
+
+	f.bash(t, intake, "toolu_d0", false)
+	f.bash(t, intake, "toolu_d0", true)
+	var wg sync.WaitGroup
+	for i := 1; i <= 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f.bash(t, intake, fmt.Sprintf("toolu_d%d", i), false)
+		}()
+	}
+	wg.Wait()
+	starts := f.starts(t)
+	for i := 0; i <= 8; i++ {
+		checkRetained(t, f.spool, starts[fmt.Sprintf("toolu_d%d", i)], secret)
+	}
+	if sb := starts["toolu_d0"]; sb.ManifestDigest != starts["toolu_d8"].ManifestDigest {
+		t.Errorf("the same worktree bound to two manifests: %s, %s", sb.ManifestDigest, starts["toolu_d8"].ManifestDigest)
+	}
+	if names, _ := os.ReadDir(filepath.Join(f.spool, "intake-blobs")); len(names) != 0 {
+		t.Errorf("%d staged files left after admission", len(names))
+	}
+
+	text := f.agentscm(t, "change-capture", "show", "--root", f.root, "--work-id", work)
+	if !strings.Contains(text, "kept in the private spool") || strings.Contains(text, source.OmissionNotRetained) {
+		t.Errorf("show does not say the bytes are kept:\n%s", text)
+	}
+	dest := filepath.Join(t.TempDir(), "export")
+	f.agentscm(t, "change-capture", "export", "--spool", f.spool, "--destination", dest)
+	arts, err := filepath.Glob(filepath.Join(dest, "spool", "artifacts", "*.art"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	exported := 0
+	for _, a := range arts {
+		if b, err := os.ReadFile(a); err == nil && bytes.Contains(b, []byte(secret)) {
+			exported++
+		}
+	}
+	if exported != 3 {
+		t.Errorf("the export holds %d artifacts with the dirty bytes, want 3 (of %d)", exported, len(arts))
+	}
+}
+
+// A hook killed at each point of its blob write (temporary file written,
+// synced, renamed, the directory synced) leaves no corrupt blob and no
+// record naming a missing one: the next hook's start retains the same
+// bytes, every retained artifact verifies, and a start of the killed hook,
+// if its intake write had completed, retained its bytes too.
+func TestIntakeHookKilledDuringBlobWrite(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binaries")
+	}
+	bin := build(t)
+	intake := filepath.Join(bin, "agentscm-hook-intake")
+	for _, fp := range []string{"stage.blob.temp-written", "stage.blob.temp-synced", "stage.blob.renamed", "stage.synced"} {
+		t.Run(fp, func(t *testing.T) {
+			f, _ := newDirtyFixture(t, bin)
+			secret := "KILLED-" + fp
+			// Large enough to be staged, not kept in the intake record.
+			f.write(t, "tracked.txt", strings.Repeat("edited "+secret+"\n", 4000))
+			if _, killed := f.bash(t, intake, "toolu_killed", false, spool.FailpointEnv+"="+fp); !killed {
+				t.Fatalf("the hook was not killed at %s", fp)
+			}
+			f.bash(t, intake, "toolu_next", false)
+			starts := f.starts(t)
+			// A killed writer's fully written intake temporary may be
+			// completed once it is old enough; its start then retained
+			// the bytes too, never a reference to a missing blob.
+			if sb, ok := starts["toolu_killed"]; ok {
+				checkRetained(t, f.spool, sb, secret)
+			}
+			checkRetained(t, f.spool, starts["toolu_next"], secret)
+			rep, err := spool.Inspect(f.spool, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rep.Problems) > 0 {
+				t.Errorf("inspect problems %v", rep.Problems)
+			}
+			arts, _ := filepath.Glob(filepath.Join(f.spool, "artifacts", "*"))
+			for _, a := range arts {
+				n := filepath.Base(a)
+				b, err := os.ReadFile(a)
+				if err != nil {
+					t.Fatal(err)
+				}
+				i := bytes.IndexByte(b, '\n')
+				sum := sha256.Sum256(b[i+1:])
+				if i < 0 || !strings.HasPrefix(n, hex.EncodeToString(sum[:])+"-") {
+					t.Errorf("artifact %s does not hold its digest's bytes", n)
+				}
+			}
+		})
+	}
+}
+
+// A dirty file above the spool's per-artifact limit: the intake hook's
+// start names the refusal (stopped spool_refused, no manifest identity,
+// partial), nothing is staged, and show says capture stopped, never that
+// bytes are kept.
+func TestIntakeHookBlobRefusedByLimit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binaries")
+	}
+	bin := build(t)
+	f, work := newDirtyFixture(t, bin)
+	sp, err := spool.Open(f.spool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sp.SetLimits(context.Background(), spool.Limits{ArtifactBytes: 4096}); err != nil {
+		t.Fatal(err)
+	}
+	f.write(t, "tracked.txt", strings.Repeat("too large for the per-artifact limit\n", 200))
+	f.bash(t, filepath.Join(bin, "agentscm-hook-intake"), "toolu_big", false)
+	sb := f.starts(t)["toolu_big"]
+	b, _ := json.Marshal(sb)
+	if sb == nil || sb.Stopped != source.StopSpoolRefused || sb.ManifestDigest != "" || sb.Retained || !sb.Partial {
+		t.Fatalf("the refused start: %s", b)
+	}
+	if names, _ := os.ReadDir(filepath.Join(f.spool, "intake-blobs")); len(names) != 0 {
+		t.Errorf("%d staged files after a refusal", len(names))
+	}
+	text := f.agentscm(t, "change-capture", "show", "--root", f.root, "--work-id", work)
+	if !strings.Contains(text, "capture stopped: spool_refused") || strings.Contains(text, "kept in the private spool") {
+		t.Errorf("show does not name the refusal:\n%s", text)
 	}
 }

@@ -62,7 +62,20 @@ type intakeRecord struct {
 	Facts       payloadFacts         `json:"facts"`
 	Source      *event.SourceBinding `json:"source,omitempty"`
 	SourceTaken bool                 `json:"source_taken,omitempty"`
-	ReceivedAt  time.Time            `json:"received_at"`
+	// Blobs are new bytes the source binds (changed working files, the
+	// manifest) kept in the record itself, so they are durable with it at
+	// no cost of their own; larger ones are staged in the spool beside it.
+	// The admitting holder retains them (source.Admit). Optional: a record
+	// without it, or a reader that ignores it, keeps the binding's
+	// bytes_not_retained.
+	Blobs      []intakeBlob `json:"blobs,omitempty"`
+	ReceivedAt time.Time    `json:"received_at"`
+}
+
+// intakeBlob is one blob kept in an intake record.
+type intakeBlob struct {
+	MediaType string `json:"media_type"`
+	Data      []byte `json:"data"`
 }
 
 // openHookSpool opens the binding's spool for the hook with its summary
@@ -95,18 +108,41 @@ func writeIntake(ctx context.Context, store Store, sp *spool.Spool, bd *Binding,
 		// Hub stays down), as a hook resolving at receipt would have.
 		ir.AtReceipt = nil
 	}
+	var stage *intakeStore
 	if _, ok := ruleFor(bd, rec.ToolName); ok && (rec.Kind == event.ToolStart || rec.Kind == event.ToolFinish) {
 		// The source a start binds (or a deferred start keeps) is the one
 		// at receipt, before the tool runs, not the one at admission.
 		rs := openActionReceipts(store.Dir, sp)
 		ir.SourceTaken = true
-		if sb, err := captureSource(ctx, bd.Root, sourceOptions{treeCache: filepath.Join(rs.dir, "trees"), noTree: rec.Kind == event.ToolFinish, baseRef: bd.BaseRef}); err == nil {
+		so := sourceOptions{treeCache: filepath.Join(rs.dir, "trees"), noTree: rec.Kind == event.ToolFinish, baseRef: bd.BaseRef}
+		if rec.Kind == event.ToolStart {
+			// The bytes it binds, staged without the lock; their directory
+			// sync overlaps the intake write below.
+			stage = newIntakeStore(sp)
+			so.stage = stage
+		}
+		if sb, err := captureSource(ctx, bd.Root, so); err == nil {
 			ir.Source = sb
 		}
+	}
+	if stage != nil {
+		ir.Blobs = stage.inline
 	}
 	b, err := json.Marshal(&ir)
 	if err != nil {
 		return "", err
+	}
+	if stage != nil && len(ir.Blobs) > 0 && len(b) > spool.MaxIntakeBytes {
+		// Too large with its blobs: stage them as files instead (a failure
+		// leaves them out: admission then names bytes_not_retained).
+		_ = stage.spill()
+		ir.Blobs = nil
+		if b, err = json.Marshal(&ir); err != nil {
+			return "", err
+		}
+	}
+	if stage != nil && stage.stage.Pending() {
+		return sp.WriteIntakeAfter(b, now, stage.stage.Sync)
 	}
 	return sp.WriteIntake(b, now)
 }
@@ -160,6 +196,9 @@ func admitIntake(ctx context.Context, store Store, led *Ledger, ss *spool.Sessio
 				return false, qerr
 			}
 			continue
+		}
+		if ir.SourceTaken && ir.Record.Kind == event.ToolStart {
+			ir.Source = admitStagedSource(ss, ir.Source, ir.Blobs)
 		}
 		// Resolve the exact current target now, once per session per hook.
 		r, ok := resolved[ir.Observed]

@@ -480,6 +480,12 @@ func (m *ManagedSpool) Drift(ctx context.Context, start *event.SourceBinding) st
 	return sourceDrift(start, now)
 }
 
+// PutBlobs retains blobs as local-private artifacts of the spool, under its
+// lock and limits (spool.Spool.PutBlobs).
+func (m *ManagedSpool) PutBlobs(ctx context.Context, blobs []spool.Blob) ([]event.ArtifactRef, error) {
+	return m.sp.PutBlobs(ctx, blobs)
+}
+
 // AppendStart durably retains the verification start: its private receipt
 // first, then the spool append (fsynced), then the receipt's commit. A
 // retained start is never written again.

@@ -12,6 +12,7 @@ import (
 	"github.com/agentscm/agentscm/internal/agent/claude"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/source"
+	"github.com/agentscm/agentscm/internal/spool"
 )
 
 // TestConfigureBaseRef: configure refuses a base ref that does not
@@ -83,5 +84,40 @@ func TestActionStartRetainsDirtySource(t *testing.T) {
 	ib, err := captureSource(context.Background(), root, sourceOptions{baseRef: "main"})
 	if err != nil || ib.ManifestDigest != sb.ManifestDigest || !slices.Equal(ib.Omissions, []string{source.OmissionNotRetained}) || !ib.Partial {
 		t.Fatalf("%+v %v", ib, err)
+	}
+}
+
+// TestIntakeStore: at receipt, bytes the spool holds cost nothing, small
+// new ones go into the intake record, large ones (and those past the
+// budget) are staged as files (admission of both: the real intake binary's
+// TestIntakeHookRetainsDirtySource).
+func TestIntakeStore(t *testing.T) {
+	sp, err := spool.Init(filepath.Join(t.TempDir(), "spool"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := []byte("already retained")
+	if _, err := sp.PutBlobs(context.Background(), []spool.Blob{{Data: held}}); err != nil {
+		t.Fatal(err)
+	}
+	st := newIntakeStore(sp)
+	small, large := []byte("small change"), []byte(strings.Repeat("L", inlineBlobBytes+1))
+	if _, err := st.PutBlobs([]spool.Blob{{Data: held}, {Data: small}, {Data: large}, {Data: small}}); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.inline) != 1 || string(st.inline[0].Data) != string(small) {
+		t.Fatalf("inline %d blobs", len(st.inline))
+	}
+	if err := st.stage.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	staged, _ := filepath.Glob(filepath.Join(sp.Dir(), "intake-blobs", "*.art"))
+	if len(staged) != 1 {
+		t.Fatalf("staged %v", staged)
+	}
+	// A second capture of the same bytes adds nothing.
+	st2 := newIntakeStore(sp)
+	if _, err := st2.PutBlobs([]spool.Blob{{Data: held}, {Data: large}}); err != nil || len(st2.inline) != 0 || st2.stage.Sync() != nil {
+		t.Fatalf("%d inline, %v", len(st2.inline), err)
 	}
 }

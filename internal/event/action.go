@@ -47,6 +47,18 @@ type Action struct {
 	CompletionSetupDigest string    `json:"completion_setup_digest,omitempty"`
 	Stale                 bool      `json:"stale,omitempty"`
 	FinishedAt            time.Time `json:"finished_at,omitzero"`
+	// Output names the retained stdout and stderr of a managed recipe run
+	// (local-private artifacts of the spool) on its finish; it stays in the
+	// spool and is not part of the Hub's envelope.
+	Output *ActionOutput `json:"output,omitempty"`
+}
+
+// ActionOutput is the identity of each output stream of a managed run:
+// availability retained when its bytes are an artifact of the spool,
+// missing when the spool's limits refused them.
+type ActionOutput struct {
+	Stdout ArtifactRef `json:"stdout"`
+	Stderr ArtifactRef `json:"stderr"`
 }
 
 // SourceBinding is the source an action started on: the Git HEAD commit,

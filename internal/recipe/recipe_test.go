@@ -203,6 +203,57 @@ func (f *fixture) spoolActions() []event.Record {
 	return out
 }
 
+// checkOutputs: the run's stdout and stderr live in the spool (artifacts
+// read back verified, named by the finish record in the spool and by the
+// run receipt) and nowhere beside the markers; stdout is exactly what was
+// visible, stderr ends with what the child wrote (the runner's summary
+// line follows it on the visible stream).
+func (f *fixture) checkOutputs(rc *recipe.Receipt, stdout, stderr string) {
+	f.t.Helper()
+	sp, err := spool.Open(f.spool)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	var fin *event.Action
+	for _, r := range f.spoolActions() {
+		if r.Kind == event.ActionFinish && r.Action.ID == rc.ActionID {
+			fin = r.Action
+		}
+	}
+	if fin == nil || fin.Output == nil {
+		f.t.Fatalf("the finish in the spool names no output: %+v", fin)
+	}
+	for i, o := range []recipe.Output{rc.Stdout, rc.Stderr} {
+		ref := fin.Output.Stdout
+		if i == 1 {
+			ref = fin.Output.Stderr
+		}
+		if o.Artifact == nil || *o.Artifact != ref || ref.Availability != event.AvailabilityRetained || o.Path != "" || o.NotRetained != "" || ref.Bytes != o.Bytes {
+			f.t.Fatalf("stream %d: receipt %+v, finish %+v", i, o, ref)
+		}
+		b, err := sp.ReadBlob(ref)
+		if err != nil {
+			f.t.Fatalf("stream %d: %v", i, err)
+		}
+		if i == 0 && string(b) != stdout || i == 1 && !strings.HasPrefix(stderr, string(b)) {
+			f.t.Fatalf("stream %d retained %q, visible %q / %q", i, b, stdout, stderr)
+		}
+	}
+	if left, _ := filepath.Glob(filepath.Join(f.managedDir(), rc.ActionID+".std*")); len(left) != 0 {
+		f.t.Fatalf("output copies outside the spool: %v", left)
+	}
+}
+
+// managedDir is the directory of the markers and run receipts.
+func (f *fixture) managedDir() string {
+	f.t.Helper()
+	ms, err := f.store.OpenManaged(f.binding())
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return ms.Dir()
+}
+
 func readSpool(dir string) ([]event.Record, error) {
 	sp, err := spool.Open(dir)
 	if err != nil {
@@ -265,10 +316,7 @@ func TestRunRecipeResults(t *testing.T) {
 			if rc.ActionID != want {
 				t.Fatalf("action id %s, want %s", rc.ActionID, want)
 			}
-			retained, err := os.ReadFile(rc.Stdout.Path)
-			if err != nil || string(retained) != stdout || rc.Stdout.Bytes != int64(len(stdout)) {
-				t.Fatalf("retained stdout %q (%v), visible %q", retained, err, stdout)
-			}
+			f.checkOutputs(rc, stdout, stderr)
 			if tc.id == "env" {
 				got := strings.Fields(strings.TrimSpace(stdout))
 				want := []string{"PATH=/usr/bin:/bin", "HOME=" + f.dir, "LANG=C.UTF-8", "CARGO_HOME=/nonexistent/cargo"}
@@ -577,6 +625,17 @@ func TestCrashThenReconcile(t *testing.T) {
 		if len(got) != 1 || got[0].Outcome != recipe.Finished || got[0].ActionID != id {
 			t.Fatalf("%s: reboot reconcile %+v", fp, got)
 		}
+		// What the killed run streamed moved into the spool with the
+		// finish (the copies exist once the child is spawned).
+		for _, r := range f.spoolActions() {
+			if r.Kind == event.ActionFinish && r.Action.ID == id && (fp == "spawned") != (r.Action.Output != nil &&
+				r.Action.Output.Stdout.Availability == event.AvailabilityRetained && r.Action.Output.Stderr.Availability == event.AvailabilityRetained) {
+				t.Fatalf("%s: the incomplete finish's output %+v", fp, r.Action.Output)
+			}
+		}
+		if left, _ := filepath.Glob(filepath.Join(f.managedDir(), id+".std*")); len(left) != 0 {
+			t.Fatalf("%s: output copies outside the spool after reconcile: %v", fp, left)
+		}
 		// The fence lifted: the waiting occurrence runs now.
 		f.runOK(t, "r")
 		fin := hubActionAfterDelivery(t, f, id)
@@ -800,5 +859,63 @@ func TestRunAdmitsIntake(t *testing.T) {
 	rc, err, _, _ := f.run("ok", nil)
 	if err != nil || rc.ToolUseID != "toolu_intake" || rc.Verification != "passed" {
 		t.Fatalf("run after the intake: %+v, %v", rc, err)
+	}
+}
+
+// TestRunRecipeOutputInSpool: a run's stdout and stderr are admitted into
+// the spool under its limits: a stream above the per-artifact limit is
+// refused and named (availability missing, the reason in the run receipt,
+// a warning), the other is retained, the finish still records the child's
+// result, no copy stays outside the spool, and an export of the spool
+// holds the retained output.
+func TestRunRecipeOutputInSpool(t *testing.T) {
+	f := newFixture(t, recipeDef{"big", []string{"/bin/sh", "-c", "head -c 5000 /dev/zero | tr '\\0' o; echo RETAINED-STDERR >&2"}, 30, 1 << 20})
+	sp, err := spool.Open(f.spool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sp.SetLimits(context.Background(), spool.Limits{ArtifactBytes: 4096}); err != nil {
+		t.Fatal(err)
+	}
+	tu := f.pre(f.command("big"))
+	rc, err, stdout, stderr := f.run("big", nil)
+	if err != nil || rc.Verification != "passed" || len(stdout) != 5000 {
+		t.Fatalf("run: %+v %v (stderr %s)", rc, err, stderr)
+	}
+	f.post(tu, f.command("big"))
+	if o := rc.Stdout; o.Artifact == nil || o.Artifact.Availability != event.AvailabilityMissing || o.Artifact.Bytes != 5000 ||
+		!strings.Contains(o.NotRetained, "per-artifact limit") || o.Path != "" {
+		t.Fatalf("refused stdout %+v", o)
+	}
+	if !strings.Contains(stderr, "agentscm: warning: the recipe's stdout is not retained in the spool") {
+		t.Fatalf("no warning for the refused stream: %q", stderr)
+	}
+	e := rc.Stderr
+	if e.Artifact == nil || e.Artifact.Availability != event.AvailabilityRetained || e.NotRetained != "" {
+		t.Fatalf("retained stderr %+v", e)
+	}
+	if b, err := sp.ReadBlob(*e.Artifact); err != nil || string(b) != "RETAINED-STDERR\n" {
+		t.Fatalf("%q %v", b, err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(f.managedDir(), rc.ActionID+".std*")); len(left) != 0 {
+		t.Fatalf("output copies outside the spool: %v", left)
+	}
+	a := hubAction(t, f.record(), rc.ActionID)
+	if a.Finish == nil || a.Finish.Verification != "passed" {
+		t.Fatalf("hub action %+v", a)
+	}
+	dest := filepath.Join(t.TempDir(), "export")
+	if _, err := spool.Export(context.Background(), spool.ExportOptions{Spool: f.spool, Destination: dest}); err != nil {
+		t.Fatal(err)
+	}
+	arts, _ := filepath.Glob(filepath.Join(dest, "spool", "artifacts", "*.art"))
+	found := false
+	for _, p := range arts {
+		if b, err := os.ReadFile(p); err == nil && strings.HasSuffix(string(b), "\nRETAINED-STDERR\n") {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("the export holds no artifact with the retained stderr (%d artifacts)", len(arts))
 	}
 }

@@ -198,8 +198,13 @@ func Reconcile(ctx context.Context, o ReconcileOptions) ([]Reconciled, error) {
 			ToolName: start.ToolName, ToolUseID: start.ToolUseID, Outcome: event.OutcomeFailed,
 			WorkID: start.WorkID, Generation: start.Generation, CanonicalSession: start.CanonicalSession,
 			ObservedAt: now().UTC(), CaptureMode: start.CaptureMode, Managed: true, Action: &fin}
+		// What the interrupted run streamed moves into the spool too.
+		fin.Output, _ = retainOutputs(ctx, ms, ms.Dir(), a.ActionID)
 		if err := ms.AppendFinish(ctx, finish); err != nil {
 			return out, fmt.Errorf("append the incomplete finish of %s: %w", a.ActionID, err)
+		}
+		if err := dropOutputs(ms.Dir(), a.ActionID); err != nil {
+			return out, err
 		}
 		if err := as.remove(a.FenceKey); err != nil {
 			return out, err

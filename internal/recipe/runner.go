@@ -120,11 +120,17 @@ type Receipt struct {
 	Drift          string    `json:"drift,omitempty"`
 }
 
-// Output is one retained output copy.
+// Output is one output stream of a run: the admitted prefix's size and
+// digest, and its spool artifact (availability retained, or missing with
+// NotRetained saying why: a limit of the spool refused it). Path names the
+// streamed copy beside the markers while the run lasts; it is empty once
+// the copy moved into the spool.
 type Output struct {
-	Path   string `json:"path"`
-	Bytes  int64  `json:"bytes"`
-	SHA256 string `json:"sha256"`
+	Path        string             `json:"path,omitempty"`
+	Bytes       int64              `json:"bytes"`
+	SHA256      string             `json:"sha256"`
+	Artifact    *event.ArtifactRef `json:"artifact,omitempty"`
+	NotRetained string             `json:"not_retained,omitempty"`
 }
 
 // Refusal is a run-recipe refusal before anything was spawned.
@@ -377,6 +383,16 @@ func Run(ctx context.Context, o Options) (*Receipt, error) {
 	fin.FinishedAt = rc.FinishedAt.Truncate(time.Second)
 	fin.Drift = ms.Drift(wctx, start.Action.Source)
 	rc.Drift = fin.Drift
+	// The output moves into the spool (its limits, its export) before the
+	// finish that names it.
+	out, why := retainOutputs(wctx, ms, ms.Dir(), pre.ActionID)
+	fin.Output = out
+	applyOutputs(rc, out, why)
+	for i, w := range why {
+		if out != nil && w != "" {
+			fmt.Fprintf(o.Stderr, "agentscm: warning: the recipe's %s is not retained in the spool: %s\n", outputExts[i][1:], w)
+		}
+	}
 	finish := &event.Record{Agent: pre.Agent, SessionID: pre.Session, Kind: event.ActionFinish, HookEvent: "run-recipe",
 		ToolName: "Bash", ToolUseID: pre.ToolUseID, Outcome: outcomeOf(rc), WorkID: t.WorkID, Generation: t.Generation,
 		CanonicalSession: t.Session, ObservedAt: rc.FinishedAt, CaptureMode: pre.CaptureMode, Managed: true, Action: &fin}
@@ -387,6 +403,9 @@ func Run(ctx context.Context, o Options) (*Receipt, error) {
 		if err := fsutil.WriteNew(filepath.Join(ms.Dir(), pre.ActionID+".run.json"), append(b, '\n'), fsutil.FileMode); err != nil {
 			fmt.Fprintf(o.Stderr, "agentscm: warning: the local run receipt was not written: %v\n", err)
 		}
+	}
+	if err := dropOutputs(ms.Dir(), pre.ActionID); err != nil {
+		fmt.Fprintf(o.Stderr, "agentscm: warning: the output copies beside the markers were not removed: %v\n", err)
 	}
 	o.fail("finished")
 	if err := as.remove(key); err != nil {

@@ -51,7 +51,7 @@ const (
 	OmissionSubmodule   = "submodule"          // submodule contents
 	OmissionUnsupported = "unsupported_type"   // a FIFO, socket, device or nested repository
 	OmissionMergeBase   = "merge_base"         // the configured base ref did not resolve or shares no history
-	OmissionNotRetained = "bytes_not_retained" // the capture had no spool to retain bytes in (digest only)
+	OmissionNotRetained = "bytes_not_retained" // the working bytes are not in the spool (digest only): see Admit
 )
 
 // Stop reasons: why a capture stopped instead of claiming exact source.
@@ -399,9 +399,6 @@ func Capture(ctx context.Context, root string, o Options) (*event.SourceBinding,
 	if !rd.same() {
 		return stopped(stop(StopRootChanged, root, errors.New("the worktree path no longer names the directory that was read")))
 	}
-	if err := flush(); err != nil {
-		return stopped(err)
-	}
 	m.Entries = make([]ManifestEntry, len(list))
 	for i, e := range list {
 		m.Entries[i] = *e
@@ -415,16 +412,19 @@ func Capture(ctx context.Context, root string, o Options) (*event.SourceBinding,
 	if err != nil {
 		return nil, err
 	}
-	sum := sha256.Sum256(b)
-	sb.ManifestDigest, sb.ManifestBytes = hex.EncodeToString(sum[:]), int64(len(b))
 	if o.Store != nil {
-		if _, err := o.Store.PutBlobs([]spool.Blob{{MediaType: ManifestMediaType, Data: b}}); err != nil {
-			return stopped(stop(StopSpoolRefused, "", err))
+		// The last working bytes and the manifest go in one call (one
+		// directory fsync), the manifest last.
+		blobs = append(blobs, spool.Blob{MediaType: ManifestMediaType, Data: b})
+		if err := flush(); err != nil {
+			return stopped(err)
 		}
 		sb.Retained = true
 	} else {
 		omit[OmissionNotRetained] = true
 	}
+	sum := sha256.Sum256(b)
+	sb.ManifestDigest, sb.ManifestBytes = hex.EncodeToString(sum[:]), int64(len(b))
 	sb.Omissions = sortedKeys(omit)
 	sb.Partial = len(sb.Omissions) > 0
 	return sb, nil

@@ -91,6 +91,26 @@ func TestHelperProcess(t *testing.T) {
 			die(err)
 		}
 		fmt.Println("appended")
+	case "stage":
+		// Three blobs staged without the lock, then admitted under it.
+		sp, err := Open(dir)
+		if err != nil {
+			die(err)
+		}
+		refs, err := sp.StageBlobs(stageTestBlobs())
+		if err != nil {
+			die(err)
+		}
+		fmt.Printf("staged %d\n", len(refs))
+		ss, err := sp.Begin(ctx)
+		if err != nil {
+			die(err)
+		}
+		if err := ss.AdmitStaged(refs); err != nil {
+			die(err)
+		}
+		ss.Close()
+		fmt.Println("admitted")
 	case "pause":
 		sp, err := Open(dir)
 		if err != nil {

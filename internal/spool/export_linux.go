@@ -386,8 +386,11 @@ func (r *exportRun) srcPath(rel string) string {
 	return filepath.Join(r.o.Spool, filepath.FromSlash(rel))
 }
 
+// isIntakeTemp: a temporary file of a writer that does not take the spool
+// lock (an intake record, or a staged blob), which may vanish or still be
+// written while the export runs.
 func isIntakeTemp(rel string) bool {
-	return strings.HasPrefix(rel, intakeDir+"/"+fsutil.TempPrefix)
+	return strings.HasPrefix(rel, intakeDir+"/"+fsutil.TempPrefix) || strings.HasPrefix(rel, stagedDir+"/"+fsutil.TempPrefix)
 }
 
 // createAnchor creates the random private anchor in the retained parent and

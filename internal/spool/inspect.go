@@ -317,6 +317,17 @@ func Inspect(dir string, limit int) (*Report, error) {
 			diag("intake/%s: unexpected file (the next lock holder will quarantine it)", n)
 		}
 	}
+	staged := 0
+	for _, n := range list(stagedDir) {
+		if fi, err := os.Lstat(filepath.Join(dir, stagedDir, n)); err == nil {
+			r.Usage.Records++
+			r.Usage.Bytes += fi.Size()
+		}
+		staged++
+	}
+	if staged > 0 {
+		diag("%d staged blob file(s) in %s: bytes hooks wrote for events not admitted yet, or debris the next admission with an empty intake removes", staged, stagedDir)
+	}
 	if r.Intake > 0 {
 		diag("%d event(s) wait in the intake for the deliverer to admit them (change-capture deliver runs it now)", r.Intake)
 	}

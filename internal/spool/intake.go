@@ -123,6 +123,16 @@ func (s *Spool) ensureIntakeDir() (string, error) {
 // MaxIntakeFiles files or when the spool's last recorded usage plus the
 // backlog leaves no room under the ordinary (non-headroom) limits.
 func (s *Spool) WriteIntake(data []byte, receivedAt time.Time) (string, error) {
+	return s.WriteIntakeAfter(data, receivedAt, nil)
+}
+
+// WriteIntakeAfter is WriteIntake that runs before (when set) concurrently
+// with writing and syncing the intake file and installs the file only
+// after before succeeded: e.g. the staging directory's sync
+// (Staging.Sync), so that the record never becomes durable before the
+// blobs it names while the two syncs overlap. An error from before fails
+// the write and leaves no intake file.
+func (s *Spool) WriteIntakeAfter(data []byte, receivedAt time.Time, before func() error) (string, error) {
 	if s.readOnly {
 		return "", ErrReadOnly
 	}
@@ -191,6 +201,20 @@ func (s *Spool) WriteIntake(data []byte, receivedAt time.Time) (string, error) {
 	if err := s.injected("intake"); err != nil {
 		return "", err
 	}
+	var beforeErr chan error
+	if before != nil {
+		beforeErr = make(chan error, 1)
+		go func() { beforeErr <- before() }()
+	}
+	wait := func() error {
+		if beforeErr == nil {
+			return nil
+		}
+		err := <-beforeErr
+		beforeErr = nil
+		return err
+	}
+	defer wait() // every return waits for it
 	tmp := filepath.Join(dir, fsutil.TempPrefix+randomHex(8))
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, fsutil.FileMode)
 	if err != nil {
@@ -219,6 +243,10 @@ func (s *Spool) WriteIntake(data []byte, receivedAt time.Time) (string, error) {
 		}
 	}
 	s.fail("intake.temp-synced")
+	if err := wait(); err != nil {
+		os.Remove(tmp)
+		return "", err
+	}
 	name := intakeName(ns, pid, rnd, size)
 	if err := os.Link(tmp, filepath.Join(dir, name)); err != nil {
 		os.Remove(tmp)
@@ -247,7 +275,7 @@ func (s *Spool) countIntakeDir(st *state, budget *int) error {
 	for i, n := range other {
 		st.countIntake(n, sizes[i])
 	}
-	return nil
+	return s.countStagedDir(st, budget)
 }
 
 // listIntake lists the intake directory: parsed entries in receipt order,
@@ -294,7 +322,7 @@ func (ss *Session) Intake(max int) ([]IntakeFile, error) {
 	s, st := ss.s, ss.g.st
 	dir := filepath.Join(s.dir, intakeDir)
 	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
+		return nil, s.reclaimStaged(st) // no record waits that could name a staged blob
 	}
 	if err := fsutil.CheckPrivateDir(dir); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnsafeAuthority, err)
@@ -310,6 +338,12 @@ func (ss *Session) Intake(max int) ([]IntakeFile, error) {
 	}
 	for i, n := range other {
 		st.countIntake(n, sizes[i])
+	}
+	if len(es) == 0 && len(other) == 0 {
+		// No record waits that could name a staged blob.
+		if err := s.reclaimStaged(st); err != nil {
+			return nil, err
+		}
 	}
 	completed := false
 	for _, n := range other {

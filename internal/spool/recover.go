@@ -246,6 +246,7 @@ func (s *Spool) recoverLocked() (*state, error) {
 		known[n] = true
 	}
 	known[intakeDir] = true
+	known[stagedDir] = true
 
 	for _, n := range names {
 		switch {

@@ -591,7 +591,8 @@ func (e *AuthorityError) Error() string {
 func (e *AuthorityError) Unwrap() error { return ErrUnsafeAuthority }
 
 // checkPrivateDirs checks that the spool root, its operational directories
-// and its intake directory (optional: created on first use) are private
+// and its intake and staged-blob directories (optional: created on first
+// use) are private
 // directories of the effective user. The delivery path (revalidate) and
 // the health report call it.
 func checkPrivateDirs(dir string) error {
@@ -599,9 +600,9 @@ func checkPrivateDirs(dir string) error {
 	for _, d := range operationalDirs {
 		dirs = append(dirs, filepath.Join(dir, d))
 	}
-	for i, d := range append(dirs, filepath.Join(dir, intakeDir)) {
+	for i, d := range append(dirs, filepath.Join(dir, intakeDir), filepath.Join(dir, stagedDir)) {
 		if err := fsutil.CheckPrivateDir(d); err != nil {
-			if i == len(dirs) && errors.Is(err, fs.ErrNotExist) {
+			if i >= len(dirs) && errors.Is(err, fs.ErrNotExist) {
 				continue
 			}
 			msg, ok := strings.CutPrefix(err.Error(), d+" ")

@@ -505,8 +505,11 @@ func DescribeSource(s *api.SourceBinding) string {
 	}
 	if s.Dirty {
 		m := "with uncommitted changes"
-		if s.ManifestDigest != "" {
+		switch {
+		case s.ManifestDigest != "" && s.Retained:
 			m += " (manifest sha256:" + short(s.ManifestDigest) + ", kept in the private spool)"
+		case s.ManifestDigest != "":
+			m += " (manifest sha256:" + short(s.ManifestDigest) + ", digest only: the bytes are not kept)"
 		}
 		parts = append(parts, m)
 	} else {

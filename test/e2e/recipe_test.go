@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/event"
+	"github.com/agentscm/agentscm/internal/spool"
 	"github.com/agentscm/agentscm/test/e2e/scriptedapi"
 )
 
@@ -159,7 +160,8 @@ func TestManagedRecipes(t *testing.T) {
 				Stop       string `json:"stop"`
 				SelectedBy string `json:"selected_by"`
 				Stdout     struct {
-					Bytes int64 `json:"bytes"`
+					Bytes    int64              `json:"bytes"`
+					Artifact *event.ArtifactRef `json:"artifact"`
 				} `json:"stdout"`
 			}
 			rb, _ := os.ReadFile(files[0])
@@ -168,6 +170,16 @@ func TestManagedRecipes(t *testing.T) {
 			}
 			if r.id == "loud" && rr.Stdout.Bytes != 4096 {
 				t.Fatalf("the overflowing child's retained output: %s", rb)
+			}
+			// The output lives in the spool (its limits, its export).
+			a := rr.Stdout.Artifact
+			if a == nil || a.Availability != event.AvailabilityRetained || a.Bytes != rr.Stdout.Bytes {
+				t.Fatalf("recipe %s: stdout not retained in the spool: %s", r.id, rb)
+			}
+			if sp, err := spool.OpenReadOnly(c.spool); err != nil {
+				t.Fatal(err)
+			} else if out, err := sp.ReadBlob(*a); err != nil || int64(len(out)) != a.Bytes {
+				t.Fatalf("recipe %s: the spool's stdout artifact: %v", r.id, err)
 			}
 		}
 		if !found {

@@ -96,17 +96,13 @@ func TestSourceBindingOfDirtyCheckout(t *testing.T) {
 			len(s.ManifestDigest) != 64 || s.ManifestBytes <= 0 || s.Stopped != "" || s.Transformed {
 			t.Fatalf("action source: %s", b)
 		}
-		// Exact when the start retained the bytes; an event admitted from
-		// the intake (the spool lock was busy) names what it lacks.
-		if s.Retained != (len(s.Omissions) == 0) || s.Partial == s.Retained ||
-			!s.Retained && !slices.Equal(s.Omissions, []string{source.OmissionNotRetained}) {
+		// Exact: every start retained the bytes, the intake hook's too
+		// (staged without the spool lock, admitted by the deliverer).
+		if !s.Retained || len(s.Omissions) != 0 || s.Partial {
 			t.Fatalf("action source coverage: %s", b)
 		}
 		drifts[a.ActionID] = a.Finish.Drift
 		t.Logf("action: %s", b)
-		if !s.Retained {
-			continue
-		}
 		m, err := source.ReadManifest(sp, &event.SourceBinding{ManifestDigest: s.ManifestDigest, ManifestBytes: s.ManifestBytes})
 		if err != nil {
 			t.Fatal(err)
@@ -128,6 +124,9 @@ func TestSourceBindingOfDirtyCheckout(t *testing.T) {
 	}
 	// The text form of show names the binding in one line per action.
 	text := c.agentscm("change-capture", "show", "--root", c.root, "--work-id", work)
+	if n := strings.Count(text, ", kept in the private spool)"); n != 2 {
+		t.Fatalf("show says %d bindings are kept in the private spool:\n%s", n, text)
+	}
 	if n := strings.Count(text, "source: commit "+head[:12]+", merge base "+base[:12]+", with uncommitted changes (manifest sha256:"); n != 2 {
 		t.Fatalf("show names %d source bindings:\n%s", n, text)
 	}
@@ -193,15 +192,7 @@ func TestSourceBindingOfTransformedCheckout(t *testing.T) {
 		t.Fatalf("the Hub record names the checkout's content: %s", b)
 	}
 	t.Logf("action: %s", b)
-	if !s.Retained {
-		// The start came through the intake (the spool lock was busy):
-		// digest only, and the binding says so.
-		if !s.Partial || !slices.Equal(s.Omissions, []string{source.OmissionNotRetained}) {
-			t.Fatalf("an unretained binding that does not name it: %s", b)
-		}
-		return
-	}
-	if s.Partial || len(s.Omissions) != 0 {
+	if !s.Retained || s.Partial || len(s.Omissions) != 0 {
 		t.Fatalf("a retained transformed binding with omissions: %s", b)
 	}
 	sp, err := spool.Open(c.spool)
