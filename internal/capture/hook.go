@@ -119,6 +119,10 @@ type HookResult struct {
 	Intake string
 	// Admitted counts the earlier intake files this invocation admitted.
 	Admitted int
+	// Quarantined counts the intake files this invocation moved into the
+	// spool's quarantine after their admission failed maxAdmitAttempts
+	// times (each named by an admission_failed gap; admitmark.go).
+	Quarantined int
 	// Warning is a capacity warning of this invocation (usage past 80%,
 	// automatic compaction refused), given at most once per session and
 	// kind (compaction.go).
@@ -561,14 +565,23 @@ func captureOccurrence(led *Ledger, ss *spool.Session, bd *Binding, observed, fi
 			return err
 		}
 		res.Claim = status.String()
+		if status == ClaimDuplicate && led.resuming() {
+			// The re-admission of an intake file whose admission a crash
+			// cut off after this append (admitmark.go): redo the rest under
+			// the original route; the Session finds what was appended.
+			status = ClaimResumed
+		}
 		switch status {
 		case ClaimDuplicate:
 			// An exact re-run (even after compaction): the original is
 			// retained or was delivered; append nothing new.
 			res.Duplicate, res.Deferred = true, orig.Deferred
-			// The original route, for the action path's retained receipt.
+			// The original route, for the action path's retained receipt,
+			// and the original's spool sequence, which orders an action
+			// start that a crash cut off after the append.
 			rec.Sequenced, rec.Association, rec.Deferred = true, orig.Association, orig.Deferred
 			rec.WorkID, rec.Generation, rec.CanonicalSession = orig.Target.WorkID, orig.Target.Generation, orig.Target.Session
+			rec.Seq = led.appendedSeq(occ)
 			return led.Flush()
 		case ClaimConflict:
 			if err := led.Flush(); err != nil {
@@ -587,11 +600,21 @@ func captureOccurrence(led *Ledger, ss *spool.Session, bd *Binding, observed, fi
 			// its original route and sequence, nothing else.
 			lateGap = false
 		}
+	} else if r := led.reservedRoute(); r != nil {
+		// A re-admission after a crash: the sequence the cut-off attempt
+		// reserved (admitmark.go), not a new one (which would leave a hole).
+		route = *r
+		if !Informational(rec.Kind) {
+			uncertain = "no_provider_identity"
+		}
 	} else {
 		if err := led.Reserve(observed, &route); err != nil {
 			return err
 		}
 		if err := led.Flush(); err != nil {
+			return err
+		}
+		if err := led.noteReserved(route); err != nil {
 			return err
 		}
 		led.fail("capture.reserved")
@@ -643,7 +666,7 @@ func captureOccurrence(led *Ledger, ss *spool.Session, bd *Binding, observed, fi
 		return err
 	}
 	if claimed {
-		if err := led.MarkAppended(occ); err != nil {
+		if err := led.MarkAppended(occ, seq); err != nil {
 			return err
 		}
 	}

@@ -125,6 +125,7 @@ func admitIntake(ctx context.Context, store Store, led *Ledger, ss *spool.Sessio
 	if err != nil {
 		return false, fmt.Errorf("intake: %w", err)
 	}
+	mark := led.readAdmitMark()
 	for _, f := range files {
 		if adm.left <= 0 || time.Now().After(adm.deadline) || ctx.Err() != nil {
 			return true, nil
@@ -136,6 +137,28 @@ func admitIntake(ctx context.Context, store Store, led *Ledger, ss *spool.Sessio
 				return false, qerr
 			}
 			continue
+		}
+		// The admission mark (admitmark.go): a file it names was being
+		// admitted when a crash or an error cut that off; its admission is
+		// resumed above the recorded floor, or, past maxAdmitAttempts, the
+		// file is quarantined with a gap so the files behind it go on.
+		if mark.Intake == f.Name && mark.Attempts >= maxAdmitAttempts {
+			if err := quarantineIntakeFile(led, ss, &ir, f.Name, mark); err != nil {
+				return false, err
+			}
+			res.Quarantined++
+			continue
+		}
+		if mark.Intake != f.Name {
+			floor, err := ss.MaxSeq()
+			if err != nil {
+				return false, err
+			}
+			mark = admitMark{Intake: f.Name, Floor: floor}
+		}
+		mark.Attempts++
+		if err := led.writeAdmitMark(&mark); err != nil {
+			return false, err
 		}
 		// Resolve the exact current target now, once per session per hook.
 		r, ok := resolved[ir.Observed]
@@ -149,10 +172,23 @@ func admitIntake(ctx context.Context, store Store, led *Ledger, ss *spool.Sessio
 		if !ir.Resolved && ir.Record.Kind == event.ToolStart && ir.SourceTaken {
 			ir.Record.DeferredSource = ir.Source
 		}
-		if err := admitOne(ctx, store, led, ss, sp, bd, &ir); err != nil &&
-			!errors.Is(err, ErrOccurrenceConflict) && !errors.Is(err, ErrActionConflict) && !errors.Is(err, spool.ErrCapturePaused) &&
+		if mark.Attempts > 1 {
+			ss.ResumeAfter(mark.Floor)
+		}
+		led.admitting = &mark
+		err := admitOne(ctx, store, led, ss, sp, bd, &ir)
+		led.admitting = nil
+		ss.ResumeAfter(0)
+		if err != nil && !errors.Is(err, ErrOccurrenceConflict) && !errors.Is(err, ErrActionConflict) && !errors.Is(err, spool.ErrCapturePaused) &&
 			!errors.Is(err, errTranscriptAtAdmission) {
-			return false, fmt.Errorf("admit intake %s: %w", f.Name, err)
+			// Kept for the next holder, which resumes it (at most
+			// maxAdmitAttempts times in all).
+			mark.LastError = err.Error()
+			if len(mark.LastError) > 500 {
+				mark.LastError = mark.LastError[:500]
+			}
+			_ = led.writeAdmitMark(&mark)
+			return false, fmt.Errorf("admit intake %s (attempt %d of %d): %w", f.Name, mark.Attempts, maxAdmitAttempts, err)
 		}
 		if err := ss.DoneIntake(f.Name); err != nil {
 			return false, err
