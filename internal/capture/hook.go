@@ -740,6 +740,22 @@ func deliver(ctx context.Context, sp *spool.Session, led *Ledger, hub Hub, now t
 	ctx, cancel := context.WithTimeout(ctx, DeliveryTimeout)
 	defer cancel()
 	page := limit
+	// Refused envelopes are retried with backoff (refusedretry.go).
+	var retries RefusalRetries
+	if led != nil {
+		retries = readRetries(led.dir)
+	}
+	retried := false
+	defer func() {
+		if retried {
+			if err := writeRetries(led.dir, &retries); err != nil && res.DeliveryErr == nil {
+				res.DeliveryErr = err
+			}
+			if err := led.Flush(); err != nil && res.DeliveryErr == nil {
+				res.DeliveryErr = err
+			}
+		}
+	}()
 	for round := 0; ; round++ {
 		envs, err := sp.Pending(page)
 		if err != nil {
@@ -758,6 +774,13 @@ func deliver(ctx context.Context, sp *spool.Session, led *Ledger, hub Hub, now t
 				trailing = env
 				continue
 			}
+			if retries.waiting(env.Record.Seq, env.Digest, now) {
+				// Refused and not yet due for its retry: passed over (its
+				// last attempt stays the refusal); it takes no place in
+				// the page.
+				localOnly++
+				continue
+			}
 			trailing = nil
 			a := spool.Attempt{Seq: env.Record.Seq, Digest: env.Digest, At: now}
 			if status, err := hub.Deliver(ctx, env); err != nil {
@@ -773,6 +796,10 @@ func deliver(ctx context.Context, sp *spool.Session, led *Ledger, hub Hub, now t
 					if herr := handleRefusal(sp, led, env, re, now); herr != nil {
 						res.DeliveryErr = fmt.Errorf("%w; and: %v", err, herr)
 					}
+					if led != nil {
+						retries.refused(env, re.Reason, now, 0)
+						retried = true
+					}
 				}
 			} else {
 				a.Outcome = status
@@ -783,6 +810,11 @@ func deliver(ctx context.Context, sp *spool.Session, led *Ledger, hub Hub, now t
 					}
 				} else {
 					res.Delivered++
+					if led != nil && retries.accepted(env, status, now) {
+						led.clearRefusal(env.Record.Seq, env.Digest)
+						a.Detail = "accepted on a retry after the Hub had refused it"
+						retried = true
+					}
 				}
 			}
 			if len(a.Detail) > 300 {

@@ -166,6 +166,12 @@ func admitIntake(ctx context.Context, store Store, led *Ledger, ss *spool.Sessio
 			rctx, cancel := context.WithTimeout(ctx, ResolveTimeout)
 			r.t, r.err = hub.Resolve(rctx, bd.WorktreeID, ir.Observed)
 			cancel()
+			if r.err != nil && ctx.Err() != nil {
+				// The holder's own bound ended the resolution, not the Hub:
+				// the file waits for the next holder (admitted now it would
+				// become a deferred fact for an outage that never was).
+				return true, nil
+			}
 			resolved[ir.Observed] = r
 		}
 		ir.Target, ir.Resolved = r.t, r.err == nil
