@@ -413,8 +413,9 @@ func DeliverSpool(ctx context.Context, store Store, hubs HubOpener, spoolDir str
 	return rep, err
 }
 
-// held is cleared while the run has let the deliver lock go (it looks
-// once more without it) and set again when it takes it back: only a run
+// deliverSpool is one window of a DeliverSpool run: rounds until idle, a
+// failure or the window's bound, adding to res and rep. held is cleared
+// while the run has let the deliver lock go (it looks once more without it) and set again when it takes it back: only a run
 // that still holds it may go on with another window.
 func deliverSpool(ctx context.Context, store Store, hubs HubOpener, spoolDir string, lock *os.File, b DeliverBounds, rep *DeliverReport, res *HookResult, held *bool) error {
 	cfg, err := store.Load()

@@ -224,3 +224,75 @@ func TestAdmissionFailureQuarantinesWithGap(t *testing.T) {
 		t.Fatalf("gaps %+v, want one admission_failed gap over sequence 2", rec.Gaps)
 	}
 }
+
+// compactionFailpoints are the failpoints of a compaction (grep
+// fail("compact in internal/spool).
+var compactionFailpoints = []string{
+	"compact.index.temp-written", "compact.index.temp-synced", "compact.index.linked",
+	"compact.committed", "compact.mid-cleanup", "compact.cleaned", "compact.renamed",
+}
+
+// TestCompactionCrashDeliveryContinues kills a real deliverer process
+// (SIGKILL) at every compaction failpoint while its automatic compaction
+// runs; then more events arrive through intake-first hooks and a deliverer
+// runs: the interrupted compaction is completed by that next holder and
+// every event reaches the Hub. On main a kill at compact.mid-cleanup
+// stopped delivery ("malformed or unreadable acknowledgement") until a
+// manual compact.
+func TestCompactionCrashDeliveryContinues(t *testing.T) {
+	if os.Getenv("AGENTSCM_TEST_DELIVERER_CHILD") != "" {
+		return
+	}
+	for _, fp := range compactionFailpoints {
+		t.Run(fp, func(t *testing.T) {
+			f := newFixtureWith(t, func(o *capture.EnableOptions) {
+				o.Limits, o.Compaction = spool.Limits{Records: 400}, capture.PolicyChange{Clear: true}
+			})
+			work := f.startWork(t)
+			const before = 70
+			for i := range before {
+				f.hook(t, f.payload("PreToolUse", fmt.Sprintf(`,"tool_name":"Read","tool_use_id":"toolu_c_%d","tool_input":{"file_path":"/etc/hostname"}`, i)))
+			}
+			if n := pendingCount(t, f.spool); n != 0 {
+				t.Fatalf("%d pending before the crash", n)
+			}
+			// Now the operator's policy: the next lock holder compacts.
+			if err := f.store.Update(func(c *capture.Config) (bool, error) {
+				c.Bindings[0].Compaction = &capture.CompactionPolicy{ThresholdPercent: 5, ChosenBy: "test", ChosenAt: time.Now()}
+				return true, nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			intake := func(id string) {
+				t.Helper()
+				res, err := capture.HandleClaudeHook(context.Background(), f.store, noopBG{Opener{f.cfg}}, strings.NewReader(f.payload("PreToolUse",
+					`,"tool_name":"Read","tool_use_id":"`+id+`","tool_input":{"file_path":"/etc/hostname"}`)), time.Now())
+				if err != nil || res.Intake == "" {
+					t.Fatalf("intake-first hook: %+v %v", res, err)
+				}
+			}
+			intake("toolu_during")
+			cmd := exec.Command(os.Args[0], "-test.run=^TestDelivererChild$")
+			cmd.Env = append(os.Environ(), "AGENTSCM_TEST_DELIVERER_CHILD="+f.cfg+"\n"+f.spool, spool.FailpointEnv+"="+fp)
+			out, err := cmd.CombinedOutput()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ProcessState.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+				t.Fatalf("deliverer child at %s: %v, want killed by SIGKILL\n%s", fp, err, out)
+			}
+			intake("toolu_after_1")
+			intake("toolu_after_2")
+			rep, err := capture.DeliverSpool(context.Background(), f.store, Opener{f.cfg}, f.spool, nil, capture.DeliverBounds{})
+			if err != nil || rep.Outcome != "idle" || rep.Detail != "" {
+				t.Fatalf("deliver after the crash at %s: %+v %v", fp, rep, err)
+			}
+			ins, err := spool.Inspect(f.spool, 10)
+			if err != nil || ins.Intake != 0 || ins.Pending.Total != 0 || ins.DeliveryStopped || ins.Compaction.PendingCleanup || ins.Compaction.Runs == 0 {
+				t.Fatalf("after deliver: intake %d pending %d stopped %v cleanup %v runs %d %v", ins.Intake, ins.Pending.Total,
+					ins.DeliveryStopped, ins.Compaction.PendingCleanup, ins.Compaction.Runs, err)
+			}
+			if rec := f.record(t, work); len(rec.Events) != before+3 {
+				t.Fatalf("Hub events %d, want %d", len(rec.Events), before+3)
+			}
+		})
+	}
+}
