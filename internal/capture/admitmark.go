@@ -24,7 +24,8 @@ import (
 // not appended again), under the claim's or the mark's original route and
 // sequence, so the file is admitted exactly once (event, gaps, action
 // receipt). A file whose admission failed maxAdmitAttempts times (a crash
-// each time, or an error) is moved into the spool's quarantine and an
+// each time, or an error; not an attempt its holder's own deadline cut
+// off) is moved into the spool's quarantine and an
 // admission_failed capture_interrupted gap names it, under its target and
 // sequence when known: it never blocks the files behind it.
 //
@@ -49,6 +50,11 @@ type admitMark struct {
 	Intake   string `json:"intake"`
 	Floor    uint64 `json:"floor"`
 	Attempts int    `json:"attempts"`
+	// Failures counts the attempts that crashed or failed (not those the
+	// holder's own bound cut off: Cancelled); at maxAdmitAttempts the file
+	// is quarantined.
+	Failures  int  `json:"failures,omitempty"`
+	Cancelled bool `json:"cancelled,omitempty"`
 	// Route is the route and sequence an event without provider identity
 	// reserved (a provider-identified one has its claim).
 	Route *Route `json:"route,omitempty"`
@@ -121,8 +127,8 @@ func quarantineIntakeFile(led *Ledger, ss *spool.Session, ir *intakeRecord, name
 		Agent: rec.Agent, SessionID: rec.SessionID, Kind: event.KindGap, HookEvent: rec.HookEvent,
 		ObservedAt: rec.ObservedAt, CaptureMode: rec.CaptureMode,
 		Gap: &event.GapInfo{Kind: event.GapCaptureInterrupted, Reason: GapReasonAdmissionFailed, RefusedKind: rec.Kind,
-			Detail: fmt.Sprintf("the intake file %s could not be admitted after %d attempts and is kept in the spool's quarantine (change-capture quarantine); last error: %s",
-				name, m.Attempts, m.LastError)},
+			Detail: fmt.Sprintf("the intake file %s could not be admitted (%d attempts failed) and is kept in the spool's quarantine (change-capture quarantine); last error: %s",
+				name, m.Failures, lastErr(m))},
 	}
 	route := m.Route
 	if occ, ok := ProviderOccurrence(&rec); ok {
@@ -146,4 +152,11 @@ func quarantineIntakeFile(led *Ledger, ss *spool.Session, ir *intakeRecord, name
 		return fmt.Errorf("intake %s quarantined; recording its admission_failed gap failed: %w", name, err)
 	}
 	return nil
+}
+
+func lastErr(m admitMark) string {
+	if m.LastError == "" {
+		return "none recorded (the admitting process was killed)"
+	}
+	return m.LastError
 }

@@ -142,14 +142,21 @@ func admitIntake(ctx context.Context, store Store, led *Ledger, ss *spool.Sessio
 		// admitted when a crash or an error cut that off; its admission is
 		// resumed above the recorded floor, or, past maxAdmitAttempts, the
 		// file is quarantined with a gap so the files behind it go on.
-		if mark.Intake == f.Name && mark.Attempts >= maxAdmitAttempts {
-			if err := quarantineIntakeFile(led, ss, &ir, f.Name, mark); err != nil {
-				return false, err
+		if mark.Intake == f.Name {
+			// The previous attempt crashed or failed, unless the holder's
+			// own bound (its context) cut it off: that one is no failure.
+			if !mark.Cancelled {
+				mark.Failures++
 			}
-			res.Quarantined++
-			continue
-		}
-		if mark.Intake != f.Name {
+			mark.Cancelled = false
+			if mark.Failures >= maxAdmitAttempts {
+				if err := quarantineIntakeFile(led, ss, &ir, f.Name, mark); err != nil {
+					return false, err
+				}
+				res.Quarantined++
+				continue
+			}
+		} else {
 			floor, err := ss.MaxSeq()
 			if err != nil {
 				return false, err
@@ -189,12 +196,12 @@ func admitIntake(ctx context.Context, store Store, led *Ledger, ss *spool.Sessio
 			!errors.Is(err, errTranscriptAtAdmission) {
 			// Kept for the next holder, which resumes it (at most
 			// maxAdmitAttempts times in all).
-			mark.LastError = err.Error()
+			mark.LastError, mark.Cancelled = err.Error(), ctx.Err() != nil
 			if len(mark.LastError) > 500 {
 				mark.LastError = mark.LastError[:500]
 			}
 			_ = led.writeAdmitMark(&mark)
-			return false, fmt.Errorf("admit intake %s (attempt %d of %d): %w", f.Name, mark.Attempts, maxAdmitAttempts, err)
+			return false, fmt.Errorf("admit intake %s (attempt %d, %d failed of at most %d): %w", f.Name, mark.Attempts, mark.Failures+1, maxAdmitAttempts, err)
 		}
 		if err := ss.DoneIntake(f.Name); err != nil {
 			return false, err
