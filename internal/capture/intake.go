@@ -138,6 +138,24 @@ func admitIntake(ctx context.Context, store Store, led *Ledger, ss *spool.Sessio
 			}
 			continue
 		}
+		// Resolve the exact current target now, once per session per hook.
+		r, ok := resolved[ir.Observed]
+		if !ok {
+			rctx, cancel := context.WithTimeout(ctx, ResolveTimeout)
+			r.t, r.err = hub.Resolve(rctx, bd.WorktreeID, ir.Observed)
+			cancel()
+			if r.err != nil && ctx.Err() != nil {
+				// The holder's own bound ended the resolution, not the Hub:
+				// the file waits for the next holder (admitted now it would
+				// become a deferred fact for an outage that never was).
+				return true, nil
+			}
+			resolved[ir.Observed] = r
+		}
+		ir.Target, ir.Resolved = r.t, r.err == nil
+		if !ir.Resolved && ir.Record.Kind == event.ToolStart && ir.SourceTaken {
+			ir.Record.DeferredSource = ir.Source
+		}
 		// The admission mark (admitmark.go): a file it names was being
 		// admitted when a crash or an error cut that off; its admission is
 		// resumed above the recorded floor, or, past maxAdmitAttempts, the
@@ -166,24 +184,6 @@ func admitIntake(ctx context.Context, store Store, led *Ledger, ss *spool.Sessio
 		mark.Attempts++
 		if err := led.writeAdmitMark(&mark); err != nil {
 			return false, err
-		}
-		// Resolve the exact current target now, once per session per hook.
-		r, ok := resolved[ir.Observed]
-		if !ok {
-			rctx, cancel := context.WithTimeout(ctx, ResolveTimeout)
-			r.t, r.err = hub.Resolve(rctx, bd.WorktreeID, ir.Observed)
-			cancel()
-			if r.err != nil && ctx.Err() != nil {
-				// The holder's own bound ended the resolution, not the Hub:
-				// the file waits for the next holder (admitted now it would
-				// become a deferred fact for an outage that never was).
-				return true, nil
-			}
-			resolved[ir.Observed] = r
-		}
-		ir.Target, ir.Resolved = r.t, r.err == nil
-		if !ir.Resolved && ir.Record.Kind == event.ToolStart && ir.SourceTaken {
-			ir.Record.DeferredSource = ir.Source
 		}
 		if mark.Attempts > 1 {
 			ss.ResumeAfter(mark.Floor)
