@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
+	"syscall"
 
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/fsutil"
@@ -29,13 +31,18 @@ import (
 // admission_failed capture_interrupted gap names it, under its target and
 // sequence when known: it never blocks the files behind it.
 //
-// The mark is derived state outside the spool, written by rename without
-// fsync (admitMarkName in the ledger directory, under the ledger lock the
-// holder holds): a machine crash can lose it, and the file is then
-// re-admitted as new (what happened before this mark existed).
+// The mark is derived state outside the spool (admitMarkName in the ledger
+// directory, under the ledger lock the holder holds), rewritten in place:
+// one pwrite of a fixed-size record (its JSON padded with spaces), no
+// rename and no fsync, so it costs microseconds per admitted file where a
+// rename cost about 2 ms on a loaded disk. A process crash cannot tear one
+// small write; a machine crash can lose or tear it, and a mark that does
+// not decode is no mark: the file is then re-admitted as new (what happened
+// before this mark existed).
 const (
 	admitMarkName    = "admission"
 	admitMarkVersion = 1
+	admitMarkSize    = 2048
 	// maxAdmitAttempts is how many admissions of one intake file may fail
 	// before it is quarantined with a gap.
 	maxAdmitAttempts = 3
@@ -67,7 +74,7 @@ type admitMark struct {
 // there is none or it does not decode: the next admission starts anew).
 func (l *Ledger) readAdmitMark() admitMark {
 	var m admitMark
-	b, err := fsutil.ReadFileNoFollow(filepath.Join(l.dir, admitMarkName), 64<<10)
+	b, err := fsutil.ReadFileNoFollow(filepath.Join(l.dir, admitMarkName), admitMarkSize)
 	if err != nil || json.Unmarshal(b, &m) != nil || m.Version != admitMarkVersion {
 		return admitMark{}
 	}
@@ -76,11 +83,29 @@ func (l *Ledger) readAdmitMark() admitMark {
 
 func (l *Ledger) writeAdmitMark(m *admitMark) error {
 	m.Version = admitMarkVersion
+	if len(m.LastError) > 500 {
+		m.LastError = m.LastError[:500]
+	}
 	b, err := json.Marshal(m)
 	if err != nil {
 		return err
 	}
-	if err := writeFast(filepath.Join(l.dir, admitMarkName), b); err != nil {
+	if len(b) > admitMarkSize {
+		return fmt.Errorf("admission mark of %d bytes exceeds %d", len(b), admitMarkSize)
+	}
+	if l.markFile == nil {
+		f, err := os.OpenFile(filepath.Join(l.dir, admitMarkName), os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, fsutil.FileMode)
+		if err != nil {
+			return fmt.Errorf("admission mark: %w", err)
+		}
+		l.markFile = f
+	}
+	buf := make([]byte, admitMarkSize)
+	copy(buf, b)
+	for i := len(b); i < len(buf); i++ {
+		buf[i] = ' '
+	}
+	if _, err := l.markFile.WriteAt(buf, 0); err != nil {
 		return fmt.Errorf("admission mark: %w", err)
 	}
 	return nil

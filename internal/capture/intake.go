@@ -197,9 +197,6 @@ func admitIntake(ctx context.Context, store Store, led *Ledger, ss *spool.Sessio
 			// Kept for the next holder, which resumes it (at most
 			// maxAdmitAttempts times in all).
 			mark.LastError, mark.Cancelled = err.Error(), ctx.Err() != nil
-			if len(mark.LastError) > 500 {
-				mark.LastError = mark.LastError[:500]
-			}
 			_ = led.writeAdmitMark(&mark)
 			return false, fmt.Errorf("admit intake %s (attempt %d, %d failed of at most %d): %w", f.Name, mark.Attempts, mark.Failures+1, maxAdmitAttempts, err)
 		}

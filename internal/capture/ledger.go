@@ -230,8 +230,10 @@ type Ledger struct {
 	boot      string
 	failpoint string
 	// admitting is the admission mark of the intake file being admitted
-	// (admitmark.go), nil outside an intake admission.
+	// (admitmark.go), nil outside an intake admission; markFile is the
+	// mark's file, opened on its first write and closed by Close.
 	admitting *admitMark
+	markFile  *os.File
 }
 
 // seqBlock is how many sequences one durable ceiling raise reserves.
@@ -375,6 +377,10 @@ func decodeLedger(b []byte, st *ledgerState) error {
 func (l *Ledger) Close() error {
 	if l == nil {
 		return nil
+	}
+	if l.markFile != nil {
+		l.markFile.Close()
+		l.markFile = nil
 	}
 	return l.lock.Unlock()
 }
