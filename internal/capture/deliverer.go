@@ -330,8 +330,11 @@ func (s Store) writeDeliverStatus(r *DeliverReport) error {
 // waiting intake files as every lock holder does) until nothing more is
 // deliverable, a transient failure, or a bound; then it lets the lock go
 // and looks once more, so that an event appended while it finished is
-// delivered by it or by the hook that appended it. Its report is also kept
-// as the spool's deliver status.
+// delivered by it or by the hook that appended it. Its bound (MaxRun) ends
+// a window: a window it ended while the run still delivered or admitted is
+// followed by another, up to MaxDrain; a run that stops at a bound with
+// work left sets Resume. Its report is also kept as the spool's deliver
+// status.
 func DeliverSpool(ctx context.Context, store Store, hubs HubOpener, spoolDir string, lock *os.File, b DeliverBounds) (*DeliverReport, error) {
 	rep := &DeliverReport{Spool: spoolDir, Started: time.Now().UTC()}
 	if b.MaxRun <= 0 {
