@@ -27,7 +27,7 @@ func BenchmarkLedger(b *testing.B) {
 			if _, st, err := l.Claim(occ, fp, Route{Target: tgt, Association: AssocExact}); err != nil || st != ClaimNew {
 				b.Fatal(st, err)
 			}
-			if err := l.MarkAppended(occ); err != nil {
+			if err := l.MarkAppended(occ, 0); err != nil {
 				b.Fatal(err)
 			}
 			l.Close()

@@ -41,8 +41,22 @@ const (
 	// that WaitDeliverer can tell when none is left.
 	deliverRunName    = "deliver.run"
 	deliverStatusName = "deliver-status"
-	// DelivererMaxRun bounds one background deliverer's run.
+	// DelivererMaxRun bounds one window of a deliverer's run: a window
+	// that ends at it while it was still delivering or admitting is
+	// followed by another (DeliverBounds.MaxDrain), so the bound ends a
+	// round, not the drain.
 	DelivererMaxRun = 20 * time.Second
+	// DelivererMaxDrain bounds how long a deliverer goes on from window
+	// to window while each makes progress; past it the run ends with
+	// outcome "bound" and Resume set, and the next process resumes it.
+	DelivererMaxDrain = 5 * time.Minute
+	// DelivererRetryFor is how long the background deliverer retries
+	// after a transient delivery failure (the Hub restarting), with a
+	// backoff from deliverRetryFirst doubling to deliverRetryMax,
+	// before it ends with outcome "failed".
+	DelivererRetryFor = 30 * time.Second
+	deliverRetryFirst = 250 * time.Millisecond
+	deliverRetryMax   = 5 * time.Second
 	// delivererPage is how many envelopes one round reads.
 	delivererPage = 4 * DeliveryPageSize
 	// maxQuietRounds bounds the rounds in a row that only move the cursor
@@ -75,6 +89,19 @@ type DeliverBounds struct {
 	SettleFiles       int
 	// RoundTimeout bounds the deliveries of one round (0: DeliveryTimeout).
 	RoundTimeout time.Duration
+	// MaxDrain bounds how long the run goes on with another MaxRun window
+	// after one that ended at MaxRun while still delivering or admitting
+	// (0: DelivererMaxDrain when MaxEnvelopes is 0, else no second
+	// window): a burst's tail is delivered by the deliverer that is
+	// running, not left for a later hook.
+	MaxDrain time.Duration
+	// RetryFor, when > 0, makes a transient delivery failure wait (with
+	// backoff) and try again, for at most RetryFor since the failures
+	// began, instead of ending the run with outcome "failed".
+	RetryFor time.Duration
+	// RefusedRetry is the wait before a refused envelope's first retry
+	// (0: RefusedRetryBase); see refusedretry.go.
+	RefusedRetry time.Duration
 }
 
 // The background deliverer's settle bounds (DeliverBounds.Settle): 50 ms
@@ -140,6 +167,18 @@ type DeliverReport struct {
 	// deliverer holds the lock) or "error" (it could not run).
 	Outcome string `json:"outcome"`
 	Detail  string `json:"detail,omitempty"`
+	// Windows counts the MaxRun windows the run took (see MaxDrain);
+	// Retries the waits after a transient failure (see RetryFor).
+	Windows int `json:"windows,omitempty"`
+	Retries int `json:"retries,omitempty"`
+	// Resume is the durable note that the run ended at a bound with work
+	// left (its drain bound, or a window without progress): the next
+	// process (a hook starts a deliverer; change-capture deliver;
+	// ResumeDelivery) resumes it.
+	Resume bool `json:"resume,omitempty"`
+	// RetryAt is when the earliest refused envelope is due for its next
+	// retry (refusedretry.go); zero when none waits.
+	RetryAt time.Time `json:"retry_at,omitempty"`
 }
 
 // errDelivererBusy is DeliverSpool's answer when another deliverer holds
@@ -290,15 +329,19 @@ func (s Store) writeDeliverStatus(r *DeliverReport) error {
 // waiting intake files as every lock holder does) until nothing more is
 // deliverable, a transient failure, or a bound; then it lets the lock go
 // and looks once more, so that an event appended while it finished is
-// delivered by it or by the hook that appended it. Its report is also kept
-// as the spool's deliver status.
+// delivered by it or by the hook that appended it. Its bound (MaxRun) ends
+// a window: a window it ended while the run still delivered or admitted is
+// followed by another, up to MaxDrain; a run that stops at a bound with
+// work left sets Resume. Its report is also kept as the spool's deliver
+// status.
 func DeliverSpool(ctx context.Context, store Store, hubs HubOpener, spoolDir string, lock *os.File, b DeliverBounds) (*DeliverReport, error) {
 	rep := &DeliverReport{Spool: spoolDir, Started: time.Now().UTC()}
 	if b.MaxRun <= 0 {
 		b.MaxRun = DelivererMaxRun
 	}
-	ctx, cancel := context.WithTimeout(ctx, b.MaxRun)
-	defer cancel()
+	if b.MaxDrain <= 0 && b.MaxEnvelopes == 0 {
+		b.MaxDrain = DelivererMaxDrain
+	}
 	if err := fsutil.MkdirPrivate(store.ledgerDir(spoolDir)); err != nil {
 		return nil, err
 	}
@@ -325,14 +368,41 @@ func DeliverSpool(ctx context.Context, store Store, hubs HubOpener, spoolDir str
 		lock = l
 	}
 	defer lock.Close()
-	err = deliverSpool(ctx, store, hubs, spoolDir, lock, b, rep)
+	res := &HookResult{Spool: spoolDir}
+	start := time.Now()
+	var windowEnded bool
+	for {
+		// One window: at most MaxRun. A window its own bound ended while
+		// it still delivered or admitted is followed by another, up to
+		// MaxDrain: the bound ends a round, not the drain.
+		wctx, cancel := context.WithTimeout(ctx, b.MaxRun)
+		before := res.Delivered + res.Admitted
+		rep.Outcome, rep.Detail = "", ""
+		held := true
+		err = deliverSpool(wctx, store, hubs, spoolDir, lock, b, rep, res, &held)
+		windowEnded = wctx.Err() != nil && ctx.Err() == nil
+		cancel()
+		rep.Windows++
+		progressed := res.Delivered+res.Admitted > before
+		if !windowEnded || b.MaxDrain <= 0 || !held {
+			break
+		}
+		if !progressed || time.Since(start) >= b.MaxDrain {
+			rep.Resume = true
+			break
+		}
+		err = nil
+	}
 	rep.Finished = time.Now().UTC()
 	switch {
-	case err != nil && ctx.Err() != nil:
+	case err != nil && (windowEnded || ctx.Err() != nil):
 		// Its own run bound ended a wait (for the spool lock, the Hub).
 		rep.Outcome, rep.Detail, err = "bound", fmt.Sprintf("stopped after %s (%v); pending envelopes stay pending", b.MaxRun, err), nil
 	case err != nil:
 		rep.Outcome, rep.Detail = "error", err.Error()
+	}
+	if rep.Resume && rep.Outcome == "bound" {
+		rep.Detail += fmt.Sprintf(" (after %d windows of %s); the next hook or change-capture deliver resumes it", rep.Windows, b.MaxRun)
 	}
 	if len(rep.Detail) > 1000 {
 		rep.Detail = rep.Detail[:1000]
@@ -345,7 +415,11 @@ func DeliverSpool(ctx context.Context, store Store, hubs HubOpener, spoolDir str
 	return rep, err
 }
 
-func deliverSpool(ctx context.Context, store Store, hubs HubOpener, spoolDir string, lock *os.File, b DeliverBounds, rep *DeliverReport) error {
+// deliverSpool is one window of a DeliverSpool run: rounds until idle, a
+// failure or the window's bound, adding to res and rep. held is cleared
+// while the run has let the deliver lock go (it looks once more without it) and set again when it takes it back: only a run
+// that still holds it may go on with another window.
+func deliverSpool(ctx context.Context, store Store, hubs HubOpener, spoolDir string, lock *os.File, b DeliverBounds, rep *DeliverReport, res *HookResult, held *bool) error {
 	cfg, err := store.Load()
 	if err != nil {
 		return err
@@ -375,10 +449,12 @@ func deliverSpool(ctx context.Context, store Store, hubs HubOpener, spoolDir str
 	if lin := hub.Lineage(); bd.Hub != "" && !sameRepo(lin, bd.lineage()) {
 		return fmt.Errorf("capture binding of %s was saved for %s, but the checkout is now connected to %s; nothing delivered", bd.Root, describeLineage(bd.lineage()), describeLineage(lin))
 	}
-	res := &HookResult{Spool: bd.Spool}
 	quiet := 0 // consecutive rounds that delivered and admitted nothing
+	var failingSince time.Time
+	backoff := deliverRetryFirst
 	for {
 		before := res.Delivered + res.Admitted
+		transient := res.Failed - res.Refused
 		seen, idle, err := deliverRound(ctx, store, sp, bd, hub, b, res, rep)
 		if res.Delivered+res.Admitted == before {
 			quiet++
@@ -404,7 +480,21 @@ func deliverSpool(ctx context.Context, store Store, hubs HubOpener, spoolDir str
 				rep.Detail += "; a delivery attempt failed before: " + res.DeliveryErr.Error()
 			}
 			return nil
-		case res.Failed > res.Refused:
+		case res.Failed-res.Refused > transient:
+			if failingSince.IsZero() {
+				failingSince = time.Now()
+			}
+			if b.RetryFor > 0 && time.Since(failingSince)+backoff <= b.RetryFor {
+				// A transient failure (the Hub restarting): wait and try
+				// again rather than leave the tail to a later hook.
+				select {
+				case <-ctx.Done():
+				case <-time.After(backoff):
+				}
+				rep.Retries++
+				backoff = min(2*backoff, deliverRetryMax)
+				continue
+			}
 			rep.Outcome = "failed"
 			if res.DeliveryErr != nil {
 				rep.Detail = res.DeliveryErr.Error()
@@ -414,6 +504,11 @@ func deliverSpool(ctx context.Context, store Store, hubs HubOpener, spoolDir str
 			rep.Outcome, rep.Detail = "bound", fmt.Sprintf("stopped after %d delivery attempts; pending envelopes stay pending", b.MaxEnvelopes)
 			return nil
 		case !idle:
+			if res.Delivered+res.Admitted > before && !failingSince.IsZero() {
+				// Recovered after the waits: the failure is not this
+				// run's outcome.
+				failingSince, backoff, res.DeliveryErr = time.Time{}, deliverRetryFirst, nil
+			}
 			continue
 		}
 		rep.Outcome = "idle"
@@ -438,6 +533,7 @@ func deliverSpool(ctx context.Context, store Store, hubs HubOpener, spoolDir str
 		if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_UN); err != nil {
 			return fmt.Errorf("release the deliver lock: %w", err)
 		}
+		*held = false
 		more, err := appendedSince(ctx, sp, seen, waiting)
 		if err != nil || !more {
 			return err
@@ -446,6 +542,7 @@ func deliverSpool(ctx context.Context, store Store, hubs HubOpener, spoolDir str
 			// Another deliverer took over: it delivers what is new.
 			return err
 		}
+		*held = true
 		settleIntake(ctx, sp, b)
 	}
 }
@@ -484,20 +581,33 @@ func deliverRound(ctx context.Context, store Store, sp *spool.Spool, bd *Binding
 	admitted := res.Admitted
 	var envs []spool.Envelope
 	var seen uint64
+	// Refused envelopes whose retry time has not come (refusedretry.go).
+	waiting := map[uint64]bool{}
 	err := withSession(ctx, store, sp, bd, hub, res, func(ss *spool.Session, led *Ledger) error {
 		var err error
 		if seen, err = ss.MaxSeq(); err != nil {
 			return err
 		}
-		envs, err = ss.Pending(delivererPage)
-		return err
+		if envs, err = ss.Pending(delivererPage); err != nil {
+			return err
+		}
+		retries := readRetries(led.dir)
+		for i := range envs {
+			if retries.waiting(envs[i].Record.Seq, envs[i].Digest, now) {
+				waiting[envs[i].Record.Seq] = true
+			}
+		}
+		rep.RetryAt = retries.nextRetry()
+		return nil
 	})
 	if err != nil {
 		return 0, false, err
 	}
 	var tries []attempt
 	var trailing *spool.Envelope
-	cut := false // the round's own time ended it with envelopes left
+	var lastWait *spool.Envelope // the last refused envelope passed over
+	trailingWait := false        // the cursor moves past a page of waiting refused envelopes
+	cut := false                 // the round's own time ended it with envelopes left
 	limit := b.MaxEnvelopes
 	round := b.RoundTimeout
 	if round <= 0 {
@@ -508,7 +618,13 @@ func deliverRound(ctx context.Context, store Store, sp *spool.Spool, bd *Binding
 	for i := range envs {
 		env := &envs[i]
 		if !Deliverable(&env.Record) {
-			trailing = env
+			trailing, trailingWait = env, false
+			continue
+		}
+		if waiting[env.Record.Seq] {
+			// Refused before and not yet due for its retry: passed over
+			// until then (its last attempt stays the refusal).
+			lastWait = env
 			continue
 		}
 		trailing = nil
@@ -529,11 +645,19 @@ func deliverRound(ctx context.Context, store Store, sp *spool.Spool, bd *Binding
 			break // transient: the Hub is down or failing; stop here
 		}
 	}
+	if len(tries) == 0 && trailing == nil && lastWait != nil && len(envs) == delivererPage {
+		// A full page of refused envelopes waiting for their retry (and
+		// local-only records): move the cursor past it, so it never hides
+		// what follows.
+		trailing, trailingWait = lastWait, true
+	}
 	if len(tries) == 0 && trailing == nil && res.Admitted == admitted {
 		return seen, true, nil
 	}
 	delivered := res.Delivered
 	err = withSession(ctx, store, sp, bd, hub, res, func(ss *spool.Session, led *Ledger) error {
+		retries := readRetries(led.dir)
+		retried := false
 		for _, t := range tries {
 			a := spool.Attempt{Seq: t.env.Record.Seq, Digest: t.env.Digest, At: now}
 			if t.err != nil {
@@ -549,6 +673,8 @@ func deliverRound(ctx context.Context, store Store, sp *spool.Spool, bd *Binding
 					if herr := handleRefusal(ss, led, t.env, re, now); herr != nil {
 						res.DeliveryErr = fmt.Errorf("%w; and: %v", t.err, herr)
 					}
+					retries.refused(t.env, re.Reason, now, b.RefusedRetry)
+					retried = true
 				}
 			} else {
 				a.Outcome = t.status
@@ -559,6 +685,13 @@ func deliverRound(ctx context.Context, store Store, sp *spool.Spool, bd *Binding
 					}
 				} else {
 					res.Delivered++
+					if retries.accepted(t.env, t.status, now) {
+						// Refused before, accepted on a retry (an upgraded
+						// Hub, a fixed refusal): no longer listed as refused.
+						led.clearRefusal(t.env.Record.Seq, t.env.Digest)
+						a.Detail = "accepted on a retry after the Hub had refused it"
+						retried = true
+					}
 				}
 			}
 			if len(a.Detail) > 300 {
@@ -568,11 +701,24 @@ func deliverRound(ctx context.Context, store Store, sp *spool.Spool, bd *Binding
 				return err
 			}
 		}
+		if retried {
+			if err := writeRetries(led.dir, &retries); err != nil {
+				return err
+			}
+			if err := led.Flush(); err != nil {
+				return err
+			}
+		}
+		rep.RetryAt = retries.nextRetry()
 		if trailing != nil {
 			// One attempt for the last of the page's trailing run of
-			// local-only records moves the cursor past the whole run.
+			// local-only records (and refused envelopes waiting for their
+			// retry) moves the cursor past the whole run.
 			a := spool.Attempt{Seq: trailing.Record.Seq, Digest: trailing.Digest, At: now, Outcome: "local_only",
 				Detail: "local-only records (deferred facts, transcript conversation records) up to here: never delivered"}
+			if trailingWait {
+				a.Outcome, a.Detail = "retry_wait", "refused envelopes waiting for their retry time (and local-only records) up to here"
+			}
 			if err := ss.RecordAttempt(a); err != nil {
 				return err
 			}
@@ -686,4 +832,41 @@ func (s Store) WaitDeliverers(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// ResumeDelivery is the resume half of the deliverer's durable note, for
+// processes other than hooks (change-capture status and show, the local
+// page): when spoolDir has work a deliverer should take up (intake files
+// waiting, a last run that ended at a bound with Resume set, or a refused
+// envelope whose RetryAt has come) and no deliverer runs, it starts one
+// through bg and reports true. Hooks need none of it: every hook makes
+// sure a deliverer runs (ensureDeliverer).
+func ResumeDelivery(store Store, bg Backgrounder, spoolDir string, now time.Time) (bool, error) {
+	due := false
+	if st, err := store.DeliverStatus(spoolDir); err == nil && st != nil {
+		due = st.Resume || (!st.RetryAt.IsZero() && !now.Before(st.RetryAt))
+	}
+	if !due {
+		sp, err := spool.OpenReadOnly(spoolDir)
+		if err != nil {
+			return false, err
+		}
+		n, err := sp.WaitingIntake()
+		if err != nil {
+			return false, err
+		}
+		due = n > 0
+	}
+	if !due {
+		return false, nil
+	}
+	lock, err := store.tryDeliverLock(spoolDir)
+	if err != nil || lock == nil {
+		return false, err // nil lock: a deliverer runs and takes it up
+	}
+	defer lock.Close()
+	if err := bg.StartDeliverer(lock, spoolDir); err != nil {
+		return false, fmt.Errorf("start a deliverer: %w", err)
+	}
+	return true, nil
 }

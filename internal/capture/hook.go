@@ -120,6 +120,10 @@ type HookResult struct {
 	Intake string
 	// Admitted counts the earlier intake files this invocation admitted.
 	Admitted int
+	// Quarantined counts the intake files this invocation moved into the
+	// spool's quarantine after their admission failed maxAdmitAttempts
+	// times (each named by an admission_failed gap; admitmark.go).
+	Quarantined int
 	// Warning is a capacity warning of this invocation (usage past 80%,
 	// automatic compaction refused), given at most once per session and
 	// kind (compaction.go).
@@ -580,14 +584,23 @@ func captureOccurrence(led *Ledger, ss *spool.Session, bd *Binding, observed, fi
 			return err
 		}
 		res.Claim = status.String()
+		if status == ClaimDuplicate && led.resuming() {
+			// The re-admission of an intake file whose admission a crash
+			// cut off after this append (admitmark.go): redo the rest under
+			// the original route; the Session finds what was appended.
+			status = ClaimResumed
+		}
 		switch status {
 		case ClaimDuplicate:
 			// An exact re-run (even after compaction): the original is
 			// retained or was delivered; append nothing new.
 			res.Duplicate, res.Deferred = true, orig.Deferred
-			// The original route, for the action path's retained receipt.
+			// The original route, for the action path's retained receipt,
+			// and the original's spool sequence, which orders an action
+			// start that a crash cut off after the append.
 			rec.Sequenced, rec.Association, rec.Deferred = true, orig.Association, orig.Deferred
 			rec.WorkID, rec.Generation, rec.CanonicalSession = orig.Target.WorkID, orig.Target.Generation, orig.Target.Session
+			rec.Seq = led.appendedSeq(occ)
 			return led.Flush()
 		case ClaimConflict:
 			if err := led.Flush(); err != nil {
@@ -606,11 +619,21 @@ func captureOccurrence(led *Ledger, ss *spool.Session, bd *Binding, observed, fi
 			// its original route and sequence, nothing else.
 			lateGap = false
 		}
+	} else if r := led.reservedRoute(); r != nil {
+		// A re-admission after a crash: the sequence the cut-off attempt
+		// reserved (admitmark.go), not a new one (which would leave a hole).
+		route = *r
+		if !Informational(rec.Kind) {
+			uncertain = "no_provider_identity"
+		}
 	} else {
 		if err := led.Reserve(observed, &route); err != nil {
 			return err
 		}
 		if err := led.Flush(); err != nil {
+			return err
+		}
+		if err := led.noteReserved(route); err != nil {
 			return err
 		}
 		led.fail("capture.reserved")
@@ -665,7 +688,7 @@ func captureOccurrence(led *Ledger, ss *spool.Session, bd *Binding, observed, fi
 		return err
 	}
 	if claimed {
-		if err := led.MarkAppended(occ); err != nil {
+		if err := led.MarkAppended(occ, seq); err != nil {
 			return err
 		}
 	}
@@ -785,6 +808,22 @@ func deliver(ctx context.Context, sp *spool.Session, led *Ledger, hub Hub, now t
 	ctx, cancel := context.WithTimeout(ctx, DeliveryTimeout)
 	defer cancel()
 	page := limit
+	// Refused envelopes are retried with backoff (refusedretry.go).
+	var retries RefusalRetries
+	if led != nil {
+		retries = readRetries(led.dir)
+	}
+	retried := false
+	defer func() {
+		if retried {
+			if err := writeRetries(led.dir, &retries); err != nil && res.DeliveryErr == nil {
+				res.DeliveryErr = err
+			}
+			if err := led.Flush(); err != nil && res.DeliveryErr == nil {
+				res.DeliveryErr = err
+			}
+		}
+	}()
 	for round := 0; ; round++ {
 		envs, err := sp.Pending(page)
 		if err != nil {
@@ -803,6 +842,13 @@ func deliver(ctx context.Context, sp *spool.Session, led *Ledger, hub Hub, now t
 				trailing = env
 				continue
 			}
+			if retries.waiting(env.Record.Seq, env.Digest, now) {
+				// Refused and not yet due for its retry: passed over (its
+				// last attempt stays the refusal); it takes no place in
+				// the page.
+				localOnly++
+				continue
+			}
 			trailing = nil
 			a := spool.Attempt{Seq: env.Record.Seq, Digest: env.Digest, At: now}
 			if status, err := hub.Deliver(ctx, env); err != nil {
@@ -818,6 +864,10 @@ func deliver(ctx context.Context, sp *spool.Session, led *Ledger, hub Hub, now t
 					if herr := handleRefusal(sp, led, env, re, now); herr != nil {
 						res.DeliveryErr = fmt.Errorf("%w; and: %v", err, herr)
 					}
+					if led != nil {
+						retries.refused(env, re.Reason, now, 0)
+						retried = true
+					}
 				}
 			} else {
 				a.Outcome = status
@@ -828,6 +878,11 @@ func deliver(ctx context.Context, sp *spool.Session, led *Ledger, hub Hub, now t
 					}
 				} else {
 					res.Delivered++
+					if led != nil && retries.accepted(env, status, now) {
+						led.clearRefusal(env.Record.Seq, env.Digest)
+						a.Detail = "accepted on a retry after the Hub had refused it"
+						retried = true
+					}
 				}
 			}
 			if len(a.Detail) > 300 {

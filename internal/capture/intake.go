@@ -185,6 +185,7 @@ func admitIntake(ctx context.Context, store Store, led *Ledger, ss *spool.Sessio
 	if err != nil {
 		return false, fmt.Errorf("intake: %w", err)
 	}
+	mark := led.readAdmitMark()
 	for _, f := range files {
 		if adm.left <= 0 || time.Now().After(adm.deadline) || ctx.Err() != nil {
 			return true, nil
@@ -206,6 +207,12 @@ func admitIntake(ctx context.Context, store Store, led *Ledger, ss *spool.Sessio
 			rctx, cancel := context.WithTimeout(ctx, ResolveTimeout)
 			r.t, r.err = hub.Resolve(rctx, bd.WorktreeID, ir.Observed)
 			cancel()
+			if r.err != nil && ctx.Err() != nil {
+				// The holder's own bound ended the resolution, not the Hub:
+				// the file waits for the next holder (admitted now it would
+				// become a deferred fact for an outage that never was).
+				return true, nil
+			}
 			if r.err == nil {
 				// Best effort: without it the session's next hooks record
 				// an older target (or none) at receipt.
@@ -217,21 +224,60 @@ func admitIntake(ctx context.Context, store Store, led *Ledger, ss *spool.Sessio
 		if !ir.Resolved && ir.Record.Kind == event.ToolStart && ir.SourceTaken {
 			ir.Record.DeferredSource = ir.Source
 		}
+		// The admission mark (admitmark.go): a file it names was being
+		// admitted when a crash or an error cut that off; its admission is
+		// resumed above the recorded floor, or, past maxAdmitAttempts, the
+		// file is quarantined with a gap so the files behind it go on.
+		if mark.Intake == f.Name {
+			// The previous attempt crashed or failed, unless the holder's
+			// own bound (its context) cut it off: that one is no failure.
+			if !mark.Cancelled {
+				mark.Failures++
+			}
+			mark.Cancelled = false
+			if mark.Failures >= maxAdmitAttempts {
+				if err := quarantineIntakeFile(led, ss, &ir, f.Name, mark); err != nil {
+					return false, err
+				}
+				res.Quarantined++
+				continue
+			}
+		} else {
+			floor, err := ss.MaxSeq()
+			if err != nil {
+				return false, err
+			}
+			mark = admitMark{Intake: f.Name, Floor: floor}
+		}
+		mark.Attempts++
+		if err := led.writeAdmitMark(&mark); err != nil {
+			return false, err
+		}
+		if mark.Attempts > 1 {
+			ss.ResumeAfter(mark.Floor)
+		}
+		led.admitting = &mark
 		err := admitOne(ctx, store, led, ss, sp, bd, &ir)
 		if err == nil && refused {
 			// The copied target's generation is superseded: its hole is
 			// shown now, under that target, not when some later event of
-			// it resolves (none will).
+			// it resolves (none will). Inside the admission window, so a
+			// resumed admission matches a gap the cut-off attempt wrote.
 			t := ir.Target
 			if t.WorkID == "" {
 				t, _ = led.LastTarget(ir.Observed) // what RouteFor copied
 			}
 			err = publishRefusedOutages(ss, led, &ir.Record, t)
 		}
-		if err != nil &&
-			!errors.Is(err, ErrOccurrenceConflict) && !errors.Is(err, ErrActionConflict) && !errors.Is(err, spool.ErrCapturePaused) &&
+		led.admitting = nil
+		ss.ResumeAfter(0)
+		if err != nil && !errors.Is(err, ErrOccurrenceConflict) && !errors.Is(err, ErrActionConflict) && !errors.Is(err, spool.ErrCapturePaused) &&
 			!errors.Is(err, errTranscriptAtAdmission) {
-			return false, fmt.Errorf("admit intake %s: %w", f.Name, err)
+			// Kept for the next holder, which resumes it (at most
+			// maxAdmitAttempts times in all).
+			mark.LastError, mark.Cancelled = err.Error(), ctx.Err() != nil
+			_ = led.writeAdmitMark(&mark)
+			return false, fmt.Errorf("admit intake %s (attempt %d, %d failed of at most %d): %w", f.Name, mark.Attempts, mark.Failures+1, maxAdmitAttempts, err)
 		}
 		if err := ss.DoneIntake(f.Name); err != nil {
 			return false, err

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -228,6 +229,11 @@ type Ledger struct {
 	fresh     bool
 	boot      string
 	failpoint string
+	// admitting is the admission mark of the intake file being admitted
+	// (admitmark.go), nil outside an intake admission; markFile is the
+	// mark's file, opened on its first write and closed by Close.
+	admitting *admitMark
+	markFile  *os.File
 }
 
 // seqBlock is how many sequences one durable ceiling raise reserves.
@@ -371,6 +377,10 @@ func decodeLedger(b []byte, st *ledgerState) error {
 func (l *Ledger) Close() error {
 	if l == nil {
 		return nil
+	}
+	if l.markFile != nil {
+		l.markFile.Close()
+		l.markFile = nil
 	}
 	return l.lock.Unlock()
 }
@@ -725,8 +735,11 @@ func (l *Ledger) Claim(occ Occurrence, fingerprint string, route Route) (Route, 
 // the Hub answers as a duplicate.
 const appendedSuffix = ".appended"
 
-// MarkAppended records that a claimed occurrence's record was appended.
-func (l *Ledger) MarkAppended(occ Occurrence) error {
+// MarkAppended records that a claimed occurrence's record was appended,
+// at spool sequence seq (the marker's content, so that a duplicate can
+// still order the action start a crash cut off: appendedSeq). Markers
+// written before they held the sequence are empty.
+func (l *Ledger) MarkAppended(occ Occurrence, seq uint64) error {
 	f, err := os.OpenFile(l.claimPath(occ)+appendedSuffix, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, fsutil.FileMode)
 	if errors.Is(err, fs.ErrExist) {
 		return nil
@@ -734,7 +747,27 @@ func (l *Ledger) MarkAppended(occ Occurrence) error {
 	if err != nil {
 		return fmt.Errorf("occurrence claim marker: %w", err)
 	}
+	if seq != 0 {
+		if _, err := f.WriteString(strconv.FormatUint(seq, 10)); err != nil {
+			f.Close()
+			return fmt.Errorf("occurrence claim marker: %w", err)
+		}
+	}
 	return f.Close()
+}
+
+// appendedSeq is the spool sequence an appended claim's marker holds (0:
+// unknown, a marker written before markers held it).
+func (l *Ledger) appendedSeq(occ Occurrence) uint64 {
+	b, err := fsutil.ReadFileNoFollow(l.claimPath(occ)+appendedSuffix, 32)
+	if err != nil {
+		return 0
+	}
+	n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return 0
+	}
+	return n
 }
 
 // fail is a crash failpoint, inert unless AGENTSCM_SPOOL_FAILPOINT names

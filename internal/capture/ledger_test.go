@@ -143,7 +143,7 @@ func TestLedgerClaimsAndSequences(t *testing.T) {
 	if r, st, _ := l.Claim(occ, fp1, Route{Target: tB, Association: AssocExact}); st != ClaimResumed || r.Target != tA || r.SharedSeq != 1 {
 		t.Fatalf("resume: %+v %v", r, st)
 	}
-	if err := l.MarkAppended(occ); err != nil {
+	if err := l.MarkAppended(occ, 0); err != nil {
 		t.Fatal(err)
 	}
 	// The original route wins even though the current target changed.

@@ -187,7 +187,8 @@ func TestImportDoesNotRaiseFloor(t *testing.T) {
 // (here sequence_taken: another envelope took its number first) is not
 // left pending silently: the hook reports it, the ledger lists it once
 // (change-capture status), and one hub_refused gap marks its place on the
-// Hub however often it is retried.
+// Hub however often it is retried. The two hooks after the refusal pass it
+// over (its retry is due only after RefusedRetryBase: one attempt).
 func TestRefusedEnvelopeIsReported(t *testing.T) {
 	f := newFixture(t)
 	work := f.startWork(t)
@@ -248,7 +249,7 @@ func TestRefusedEnvelopeIsReported(t *testing.T) {
 		}
 	}
 	if outcome == nil || outcome.Refused != "sequence_taken" || outcome.LastOutcome != "refused" || outcome.State != "attempted" ||
-		outcome.Attempts != 3 || !strings.Contains(outcome.LastDetail, "sequence_taken") {
+		outcome.Attempts != 1 || !strings.Contains(outcome.LastDetail, "sequence_taken") {
 		t.Fatalf("outcome of the refused envelope %+v in %+v", outcome, view.PendingOutcomes)
 	}
 	var refusedGaps int

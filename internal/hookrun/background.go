@@ -94,9 +94,13 @@ func DeliverSpool(ctx context.Context, args []string, stderr io.Writer) int {
 			return 0
 		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, capture.DelivererMaxRun+5*time.Second)
+	// Windows of DelivererMaxRun while each makes progress, up to
+	// DelivererMaxDrain (the last window may start just before it), and
+	// retries after a transient failure for DelivererRetryFor.
+	ctx, cancel := context.WithTimeout(ctx, capture.DelivererMaxDrain+capture.DelivererMaxRun+5*time.Second)
 	defer cancel()
 	rep, err := capture.DeliverSpool(ctx, store, delivery.Opener{ConfigDir: configDir}, spoolDir, lock, capture.DeliverBounds{MaxRun: capture.DelivererMaxRun,
+		MaxDrain: capture.DelivererMaxDrain, RetryFor: capture.DelivererRetryFor,
 		Settle: capture.DelivererSettle, SettleMax: capture.DelivererSettleMax, SettleFiles: capture.DelivererSettleFiles})
 	switch {
 	case rep != nil && rep.Outcome == "busy":

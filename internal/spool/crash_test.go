@@ -709,6 +709,24 @@ func TestCrashCompaction(t *testing.T) {
 			t.Parallel()
 			sp, digests := compactFixture(t)
 			mustCrash(t, "compact", sp.dir, fp)
+			// The next holder of any kind completes the interrupted
+			// compaction and delivers in the same acquisition: a hook's or
+			// deliverer's Session (no open-time recovery, a summary that
+			// the crash left dirty) must not stop on a marker the cleanup
+			// removed (ErrMalformedAck).
+			hp, err := OpenAppender(sp.dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			hp.SetSummaryPath(filepath.Join(t.TempDir(), "summary"))
+			ss, err := hp.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pend, err := ss.Pending(10); err != nil || len(pend) != 2 {
+				t.Fatalf("the next holder's pending after a crash at %s: %d %v", fp, len(pend), err)
+			}
+			ss.Close()
 			sp = reopenAndInspect(t, sp.dir)
 			ix, entry, err := sp.currentIndex()
 			if err != nil || entry.pending {

@@ -448,6 +448,10 @@ type Session struct {
 	// stream, when set, is stamped on every appended record that names
 	// none (see SetStream).
 	stream string
+	// resume and resumed make Append idempotent above a floor
+	// (ResumeAfter, resume.go).
+	resume  uint64
+	resumed map[uint64]bool
 }
 
 // SetStream makes every later Append of this Session stamp records that
@@ -479,6 +483,16 @@ func (ss *Session) Append(rec *event.Record) (uint64, error) {
 	}
 	if rec.Stream == "" {
 		rec.Stream = ss.stream
+	}
+	if ss.resume > 0 {
+		seq, ref, ok, err := ss.findRetained(rec)
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			rec.Seq, rec.BodyRef = seq, ref
+			return seq, nil
+		}
 	}
 	return ss.s.appendLocked(ss.g.st, rec)
 }

@@ -270,6 +270,14 @@ func (s *Spool) recoverLocked() (*state, error) {
 		st.usage.Bytes += fi.Size()
 	}
 
+	// Compaction index, before the outbox and the acknowledgements are
+	// listed: completing an interrupted compaction removes envelopes and
+	// markers, and a listing taken before that would name files that are
+	// gone (a marker read later as malformed stopped delivery).
+	if err := s.recoverIndex(st, &budget); err != nil {
+		return nil, err
+	}
+
 	// Outbox.
 	if names, err = listInto(filepath.Join(s.dir, outboxDir), &budget, buf); err != nil {
 		return nil, err
@@ -361,11 +369,6 @@ func (s *Spool) recoverLocked() (*state, error) {
 		} else if err := s.quarantine(st, artifactsDir, n); err != nil {
 			return nil, err
 		}
-	}
-
-	// Compaction index.
-	if err := s.recoverIndex(st, &budget); err != nil {
-		return nil, err
 	}
 
 	// Quarantine (counted against the limits, never deleted here).
