@@ -133,10 +133,14 @@ func TestHubOutageMidSession(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(c.root, "c.txt")); err != nil {
 		t.Fatalf("the resumed run did not run its tool: %v", err)
 	}
+	// The outage's events take one of two truthful routes (issue 27 item
+	// 1): a hook that knew the Hub was down (the last deliverer ended
+	// failed) keeps deferred facts that copy the exact target, and the
+	// first hook after the restart shows that range as one gap; otherwise
+	// the events keep the session's target from receipt and wait, and are
+	// delivered under it once the Hub is back, with no hole at all.
 	dr := c.deferred()
-	if dr.Total == 0 {
-		t.Fatal("no deferred facts during the outage")
-	}
+	outageDeferred := dr.Total > 0
 	var from, to uint64
 	for _, f := range dr.Facts {
 		if f.Association != capture.AssocCopied || f.Target == nil || f.Target.WorkID != work || f.Target.Session != "default" || f.Sequence == nil {
@@ -200,8 +204,12 @@ func TestHubOutageMidSession(t *testing.T) {
 		seen[e.Seq] = true
 	}
 	s := rec.Sessions[0]
-	if s.MissingSeqs != int64(to-from+1) || s.LastSeq != int64(len(delivered))+s.MissingSeqs {
-		t.Fatalf("session %+v, outage %d..%d", s, from, to)
+	wantMissing, wantOutage := int64(0), 0
+	if outageDeferred {
+		wantMissing, wantOutage = int64(to-from+1), 1
+	}
+	if s.MissingSeqs != wantMissing || s.LastSeq != int64(len(delivered))+s.MissingSeqs {
+		t.Fatalf("session %+v, outage %d..%d (deferred: %v)", s, from, to, outageDeferred)
 	}
 	// Exactly the required gaps: the outage, and one identity_uncertain gap
 	// per delivered event without a provider identity.
@@ -216,7 +224,7 @@ func TestHubOutageMidSession(t *testing.T) {
 			t.Fatalf("unexpected gap %+v", g)
 		}
 	}
-	if outage != 1 || uncertain+outage != len(gaps) {
+	if outage != wantOutage || uncertain+outage != len(gaps) {
 		t.Fatalf("gaps: %d outage, %d uncertain, spool %d: %+v", outage, uncertain, len(gaps), rec.Gaps)
 	}
 	if rec.Coverage.State != "partial" {
