@@ -144,6 +144,13 @@ func TestChangelogApplyFromHub(t *testing.T) {
 	if got := files(t, b); fmt.Sprint(got) != fmt.Sprint(after1) {
 		t.Fatalf("B after apply --from-hub --to 1: %v, want %v", got, after1)
 	}
+	// Its dry run says the apply would be partial, and lists the root.
+	if out := must("changelog", "apply", "--root", b, "--to", "2", "--from-hub", "--work", w.ID, "--dry-run"); !strings.Contains(out, fmt.Sprintf("it would be partial (exit status %d): 1 path cannot be restored:\n  %s: withheld from the Hub", ExitPartial, changelog.TranscriptRootName)) {
+		t.Fatalf("apply --from-hub --dry-run:\n%s", out)
+	}
+	if out := must("changelog", "apply", "--root", b, "--to", "2", "--from-hub", "--work", w.ID, "--dry-run", "--format", "json"); !strings.Contains(out, `"partial": true`) || !strings.Contains(out, `"withheld": true`) {
+		t.Fatalf("apply --from-hub --dry-run --format json:\n%s", out)
+	}
 	// The apply into the fresh B left a changelog: a second apply into B
 	// works and is undoable (issue 28 item 6), back to the first's result.
 	var second struct {
