@@ -606,7 +606,7 @@ type Unrestorable struct {
 	Path   string `json:"path"`
 	Reason string `json:"reason"`
 	// Withheld marks a conversation root left off the Hub by the
-	// checkout's sharing choice: listed, but a choice, not a failure.
+	// checkout's sharing choice; it makes a rewind partial like the rest.
 	Withheld bool `json:"withheld,omitempty"`
 }
 

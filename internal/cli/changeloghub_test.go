@@ -89,6 +89,17 @@ func TestChangelogApplyFromHub(t *testing.T) {
 		}
 		return r.stdout
 	}
+	// The checkout shares no conversation (metadata-only), so the Hub's
+	// increments withhold its transcript root: every apply --from-hub
+	// lists it and is partial (exit 8).
+	fromHub := func(args ...string) string {
+		t.Helper()
+		r := runMain(t, env, "", args...)
+		if r.code != ExitPartial || !strings.Contains(r.stderr, "the rewind is partial") || !strings.Contains(r.stderr, changelog.TranscriptRootName+": withheld from the Hub") {
+			t.Fatalf("%v: %d, want %d listing the withheld %s:\n%s", args, r.code, ExitPartial, changelog.TranscriptRootName, r.stderr)
+		}
+		return r.stdout
+	}
 	must("client", "setup", "--root", a, "--local", "--repository", "proj")
 	var w api.Work
 	json.Unmarshal([]byte(must("work", "start", "--root", a, "--changelog-max-objects", "50", "--format", "json")), &w)
@@ -126,20 +137,35 @@ func TestChangelogApplyFromHub(t *testing.T) {
 	if r.code != 1 || !strings.Contains(r.stderr, "has no current work on the Hub; pass --work ID") {
 		t.Fatalf("without --work and no current work: %d %s", r.code, r.stderr)
 	}
-	out := must("changelog", "apply", "--root", b, "--to", "1", "--from-hub", "--work", w.ID)
+	out := fromHub("changelog", "apply", "--root", b, "--to", "1", "--from-hub", "--work", w.ID)
 	if !strings.Contains(out, "digests verified") {
 		t.Fatalf("apply: %s", out)
 	}
 	if got := files(t, b); fmt.Sprint(got) != fmt.Sprint(after1) {
 		t.Fatalf("B after apply --from-hub --to 1: %v, want %v", got, after1)
 	}
+	// Its dry run says the apply would be partial, and lists the root.
+	if out := must("changelog", "apply", "--root", b, "--to", "2", "--from-hub", "--work", w.ID, "--dry-run"); !strings.Contains(out, fmt.Sprintf("it would be partial (exit status %d): 1 path cannot be restored:\n  %s: withheld from the Hub", ExitPartial, changelog.TranscriptRootName)) {
+		t.Fatalf("apply --from-hub --dry-run:\n%s", out)
+	}
+	if out := must("changelog", "apply", "--root", b, "--to", "2", "--from-hub", "--work", w.ID, "--dry-run", "--format", "json"); !strings.Contains(out, `"partial": true`) || !strings.Contains(out, `"withheld": true`) {
+		t.Fatalf("apply --from-hub --dry-run --format json:\n%s", out)
+	}
 	// The apply into the fresh B left a changelog: a second apply into B
 	// works and is undoable (issue 28 item 6), back to the first's result.
 	var second struct {
-		Undo int `json:"undo_position"`
+		Undo         int  `json:"undo_position"`
+		Partial      bool `json:"partial"`
+		Unrestorable []struct {
+			Root     string `json:"root"`
+			Withheld bool   `json:"withheld"`
+		} `json:"unrestorable"`
 	}
-	if err := json.Unmarshal([]byte(must("changelog", "apply", "--root", b, "--to", "2", "--from-hub", "--work", w.ID, "--format", "json")), &second); err != nil {
+	if err := json.Unmarshal([]byte(fromHub("changelog", "apply", "--root", b, "--to", "2", "--from-hub", "--work", w.ID, "--format", "json")), &second); err != nil {
 		t.Fatal(err)
+	}
+	if !second.Partial || len(second.Unrestorable) != 1 || second.Unrestorable[0].Root != changelog.TranscriptRootName || !second.Unrestorable[0].Withheld {
+		t.Fatalf("apply --format json does not list the withheld root as partial: %+v", second)
 	}
 	if got := files(t, b); fmt.Sprint(got) != fmt.Sprint(files(t, a)) {
 		t.Fatalf("B after the second apply --to 2: %v", got)
@@ -158,13 +184,13 @@ func TestChangelogApplyFromHub(t *testing.T) {
 	}
 	// A file changed in B since its newest capture is refused with
 	// status 6 unless --force.
-	must("changelog", "apply", "--root", b, "--to", "1", "--from-hub", "--work", w.ID)
+	fromHub("changelog", "apply", "--root", b, "--to", "1", "--from-hub", "--work", w.ID)
 	os.WriteFile(filepath.Join(b, "one.txt"), []byte("mine"), 0o644)
 	r = runMain(t, env, "", "changelog", "apply", "--root", b, "--to", "2", "--from-hub", "--work", w.ID)
 	if r.code != ExitChangedSinceCapture || !strings.Contains(r.stderr, filepath.Join(b, "one.txt")) {
 		t.Fatalf("apply over uncaptured files: %d %s", r.code, r.stderr)
 	}
-	out = must("changelog", "apply", "--root", b, "--to", "2", "--from-hub", "--work", w.ID, "--force")
+	out = fromHub("changelog", "apply", "--root", b, "--to", "2", "--from-hub", "--work", w.ID, "--force")
 	if got := files(t, b); fmt.Sprint(got) != fmt.Sprint(files(t, a)) || !strings.Contains(out, "undo with") {
 		t.Fatalf("B after apply --to 2: %v (%s)", got, out)
 	}
@@ -367,7 +393,20 @@ func testApplyFromHubResume(t *testing.T, shared bool) {
 		if ents, _ := os.ReadDir(changelog.ClaudeProjectDir(env["HOME"], dst)); len(ents) != 0 {
 			t.Fatalf("the project directory of %s is not empty: %v", dst, ents)
 		}
-		return must("changelog", "apply", "--root", dst, "--to", fmt.Sprint(to), "--from-hub", "--work", w.ID, "--resume-conversation", "--format", format), dst
+		args := []string{"changelog", "apply", "--root", dst, "--to", fmt.Sprint(to), "--from-hub", "--work", w.ID, "--resume-conversation", "--format", format}
+		if shared {
+			return must(args...), dst
+		}
+		// Metadata-only: the transcript root is withheld from the Hub, so
+		// the apply is partial (exit 8) and lists it.
+		r := runMain(t, env, "", args...)
+		if r.code != ExitPartial || !strings.Contains(r.stderr, changelog.TranscriptRootName+": withheld from the Hub") {
+			t.Fatalf("%v: %d, want %d listing the withheld %s:\n%s", args, r.code, ExitPartial, changelog.TranscriptRootName, r.stderr)
+		}
+		if format == "json" && (!strings.Contains(r.stdout, `"partial": true`) || !strings.Contains(r.stdout, `"withheld": true`)) {
+			t.Fatalf("%v: the JSON does not say partial and withheld:\n%s", args, r.stdout)
+		}
+		return r.stdout, dst
 	}
 	var res struct {
 		From     *int               `json:"result_from_position"`

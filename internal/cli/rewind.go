@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	"github.com/agentscm/agentscm/internal/capture"
@@ -164,9 +163,6 @@ func printDryRun(env *Env, roots []changelog.Root, format, what string, res *cha
 	}
 	if len(res.Unrestorable) > 0 {
 		what := fmt.Sprintf("it would be partial (exit status %d)", ExitPartial)
-		if !isPartial(res) {
-			what = "note"
-		}
 		fmt.Fprintf(env.Stdout, "%s: %d %s cannot be restored:\n", what, len(res.Unrestorable), plural(len(res.Unrestorable), "path", "paths"))
 		for _, u := range res.Unrestorable {
 			fmt.Fprintf(env.Stdout, "  %s: %s\n", unrestorablePath(roots, u), u.Reason)
@@ -225,31 +221,32 @@ func (d *discardFlags) resolve(env *Env, force bool) (uncaptured, outside bool) 
 
 // jsonUnrestorable is the unrestorable list with absolute paths, for
 // --format json (an empty list, not null).
-func jsonUnrestorable(roots []changelog.Root, list []changelog.Unrestorable) []map[string]string {
-	out := []map[string]string{}
+func jsonUnrestorable(roots []changelog.Root, list []changelog.Unrestorable) []map[string]any {
+	out := []map[string]any{}
 	for _, u := range list {
-		out = append(out, map[string]string{"root": u.Root, "path": u.Path, "abs_path": unrestorablePath(roots, u), "reason": u.Reason})
+		m := map[string]any{"root": u.Root, "path": u.Path, "abs_path": unrestorablePath(roots, u), "reason": u.Reason}
+		if u.Withheld {
+			m["withheld"] = true
+		}
+		out = append(out, m)
 	}
 	return out
 }
 
 func unrestorablePath(roots []changelog.Root, u changelog.Unrestorable) string {
-	return displayPath(roots, changelog.PathChange{Root: u.Root, Path: u.Path})
+	s := displayPath(roots, changelog.PathChange{Root: u.Root, Path: u.Path})
+	if u.Path == "" {
+		s = strings.TrimSuffix(s, ":") // a whole root this machine has no path for
+	}
+	return s
 }
 
 // partialExit says on stderr what a rewind that went through could not
 // restore, and returns its exit status (ExitPartial), nil when nothing.
 // A conversation root withheld from the Hub by the checkout's sharing
-// choice is only noted: it does not make the rewind partial.
+// choice counts too: the rewind did not restore it.
 func partialExit(env *Env, roots []changelog.Root, res *changelog.ApplyResult) error {
-	var failed []changelog.Unrestorable
-	for _, u := range res.Unrestorable {
-		if u.Withheld {
-			fmt.Fprintf(env.Stderr, "agentscm: note: %s: %s\n", unrestorablePath(roots, u), u.Reason)
-			continue
-		}
-		failed = append(failed, u)
-	}
+	failed := res.Unrestorable
 	if len(failed) == 0 {
 		return nil
 	}
@@ -261,8 +258,8 @@ func partialExit(env *Env, roots []changelog.Root, res *changelog.ApplyResult) e
 	return &ExitCodeError{Code: ExitPartial, Err: errors.New(b.String())}
 }
 
-// isPartial reports whether res leaves something unrestored that makes
+// isPartial reports whether res leaves something unrestored, which makes
 // the rewind partial.
 func isPartial(res *changelog.ApplyResult) bool {
-	return slices.ContainsFunc(res.Unrestorable, func(u changelog.Unrestorable) bool { return !u.Withheld })
+	return len(res.Unrestorable) > 0
 }

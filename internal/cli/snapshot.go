@@ -130,7 +130,9 @@ their list unless --force; the current state is stored as an undo point
 gets one for it); then files are restored, what the snapshot does not hold
 is deleted (except .git, .agentdiff, the changelog directory and ignored
 paths, which are never touched), capture hooks restored into
-.claude/settings*.json are dropped, and the result is stored too.
+.claude/settings*.json are dropped, and the result is stored too. What it
+cannot restore (a symlink to outside the capture roots) is listed, and the
+load exits with status 8 (partial).
 --dry-run lists what would change and changes nothing. Refused with exit
 status 5 while any live session's agent turn runs (stale turns are set
 aside and named). 'snapshot load [flags] FILE.tgz' is the
@@ -215,9 +217,13 @@ older form of --file.`)
 	}
 	warnForced(env, c.Roots(), res)
 	if *format == "json" {
-		return writeJSON(env.Stdout, map[string]any{"file": path, "root": root, "undo_position": res.PreApply.Position,
-			"result_position": res.Result.Position, "changelog_created": created, "forced": jsonChanges(res.Conflicts)})
+		if err := writeJSON(env.Stdout, map[string]any{"file": path, "root": root, "undo_position": res.PreApply.Position,
+			"result_position": res.Result.Position, "changelog_created": created, "forced": jsonChanges(res.Conflicts),
+			"unrestorable": jsonUnrestorable(c.Roots(), res.Unrestorable), "partial": isPartial(res)}); err != nil {
+			return err
+		}
+		return partialExit(env, c.Roots(), res)
 	}
 	fmt.Fprintf(env.Stdout, "loaded %s into %s; undo with: agentscm changelog apply --root %s --to %d\n", path, root, root, res.PreApply.Position)
-	return nil
+	return partialExit(env, c.Roots(), res)
 }

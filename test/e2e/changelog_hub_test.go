@@ -16,6 +16,19 @@ import (
 	"github.com/agentscm/agentscm/test/e2e/scriptedapi"
 )
 
+// applyWithheld runs `changelog apply --from-hub` (args) of increments a
+// checkout not in shared-conversation mode uploaded: their transcript root
+// is withheld from the Hub, so the apply must list it and exit 8
+// (partial). It returns stdout.
+func (c *checkout) applyWithheld(args ...string) string {
+	c.t.Helper()
+	code, stdout, stderr := c.agentscmExit(args...)
+	if code != 8 || !strings.Contains(stderr, "the rewind is partial") || !strings.Contains(stderr, changelog.TranscriptRootName+": withheld from the Hub") {
+		c.t.Fatalf("agentscm %v: exit %d, want 8 listing the withheld %s\nstdout: %s\nstderr: %s", args, code, changelog.TranscriptRootName, stdout, stderr)
+	}
+	return stdout
+}
+
 // serveHub starts `agentscm hub serve` on loopback with a human, the
 // repository proj and a read-write token, and returns its URL, the token
 // file and a function that stops the server (also run at cleanup).
@@ -117,7 +130,7 @@ func TestChangelogApplyFromServedHub(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.agentscm("client", "setup", "--root", b, "--hub", url, "--repository", "proj", "--token-file", tok)
-	out := c.agentscm("changelog", "apply", "--root", b, "--to", "1", "--from-hub", "--work", work)
+	out := c.applyWithheld("changelog", "apply", "--root", b, "--to", "1", "--from-hub", "--work", work)
 	if !strings.Contains(out, "digests verified") {
 		t.Fatalf("apply --from-hub: %s", out)
 	}
@@ -260,7 +273,7 @@ func TestChangelogHubOutageKeepsPositions(t *testing.T) {
 	b := filepath.Join(c.dir, "fresh-b")
 	os.MkdirAll(b, 0o755)
 	c.agentscm("client", "setup", "--root", b, "--hub", url, "--repository", "proj", "--token-file", tok)
-	c.agentscm("changelog", "apply", "--root", b, "--to", "4", "--from-hub", "--work", work)
+	c.applyWithheld("changelog", "apply", "--root", b, "--to", "4", "--from-hub", "--work", work)
 	if want, got := tree(t, c.root), tree(t, b); fmt.Sprint(want) != fmt.Sprint(got) {
 		t.Fatalf("B from the Hub:\n%v\nA:\n%v", got, want)
 	}
@@ -268,7 +281,7 @@ func TestChangelogHubOutageKeepsPositions(t *testing.T) {
 	cdir := filepath.Join(c.dir, "fresh-c")
 	os.MkdirAll(cdir, 0o755)
 	c.agentscm("client", "setup", "--root", cdir, "--hub", url, "--repository", "proj", "--token-file", tok)
-	c.agentscm("changelog", "apply", "--root", cdir, "--to", "2", "--from-hub", "--work", work)
+	c.applyWithheld("changelog", "apply", "--root", cdir, "--to", "2", "--from-hub", "--work", work)
 	if got := tree(t, cdir); got["one.txt"] != `644 "1\n"` || got["two.txt"] != `644 "2\n"` || got["three.txt"] != `644 "3\n"` || got["four.txt"] != "" {
 		t.Fatalf("C at position 2: %v", got)
 	}

@@ -186,7 +186,8 @@ func TestChangelogPrivacyAcrossModes(t *testing.T) {
 			// Another machine (a fresh root with its own connection and
 			// HOME): apply --from-hub --resume-conversation restores the
 			// files; outside shared mode it says the conversation was not
-			// shared (exit 0), in shared mode it resumes the redacted copy.
+			// shared (exit 8: partial), in shared mode it resumes the
+			// redacted copy.
 			b := filepath.Join(c.dir, "fresh-b")
 			if err := os.MkdirAll(b, 0o755); err != nil {
 				t.Fatal(err)
@@ -199,7 +200,19 @@ func TestChangelogPrivacyAcrossModes(t *testing.T) {
 					Transcript string `json:"transcript"`
 				} `json:"resumed"`
 			}
-			if err := json.Unmarshal([]byte(c.agentscm("changelog", "apply", "--root", b, "--to", "3", "--from-hub", "--work", work, "--resume-conversation", "--format", "json")), &ap); err != nil {
+			apply := []string{"changelog", "apply", "--root", b, "--to", "3", "--from-hub", "--work", work, "--resume-conversation", "--format", "json"}
+			var out string
+			if mode == event.ModeSharedConversation {
+				out = c.agentscm(apply...)
+			} else {
+				// The transcript root was withheld from the Hub: listed,
+				// and the apply is partial (exit 8).
+				out = c.applyWithheld(apply...)
+				if !strings.Contains(out, `"partial": true`) || !strings.Contains(out, `"withheld": true`) {
+					t.Fatalf("%s mode: apply --from-hub --format json does not list the withheld root:\n%s", mode, out)
+				}
+			}
+			if err := json.Unmarshal([]byte(out), &ap); err != nil {
 				t.Fatal(err)
 			}
 			if !exists(t, filepath.Join(b, "neutral.txt")) || !exists(t, filepath.Join(b, "done.txt")) {
