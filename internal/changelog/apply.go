@@ -47,6 +47,10 @@ type ApplyRequest struct {
 	// outside the agent after the target position (outside increments;
 	// the undo point still holds it).
 	DiscardOutsideEdits bool
+	// Unpack bounds what each increment may unpack to; past it the rewind
+	// is refused (ErrUnreadableArchive) before anything is written. Zero
+	// takes the changelog's own bound (LocalUnpackBound).
+	Unpack UnpackBound
 
 	// later are the increments after the target (Apply reads them).
 	later []laterIncrement
@@ -201,7 +205,11 @@ func (c *Changelog) applyLocked(ctx context.Context, paths []string, applied []i
 		return nil, err
 	}
 	defer cleanup()
-	rp, err := readReplay(ctx, paths, roots)
+	bound := req.Unpack
+	if bound.Max == 0 {
+		bound = c.LocalUnpackBound()
+	}
+	rp, err := readReplay(ctx, paths, roots, bound)
 	if err != nil {
 		return nil, err
 	}
@@ -289,12 +297,17 @@ func (c *Changelog) applyLocked(ctx context.Context, paths []string, applied []i
 // roots, matched by name: the way to restore onto a fresh directory. Nothing
 // is written unless every increment validates.
 func Replay(ctx context.Context, paths []string, roots []Root) error {
+	return ReplayWithin(ctx, paths, roots, FreeSpaceBound(roots))
+}
+
+// ReplayWithin is Replay with each increment bounded by bound.
+func ReplayWithin(ctx context.Context, paths []string, roots []Root, bound UnpackBound) error {
 	sroots, staged, cleanup, err := stageConversation(roots, "")
 	if err != nil {
 		return err
 	}
 	defer cleanup()
-	rp, err := prepareReplay(ctx, paths, sroots)
+	rp, err := prepareReplay(ctx, paths, sroots, bound)
 	if err != nil {
 		return err
 	}
@@ -345,8 +358,8 @@ func (rp *replay) close() {
 	}
 }
 
-func prepareReplay(ctx context.Context, paths []string, roots []Root) (*replay, error) {
-	rp, err := readReplay(ctx, paths, roots)
+func prepareReplay(ctx context.Context, paths []string, roots []Root, bound UnpackBound) (*replay, error) {
+	rp, err := readReplay(ctx, paths, roots, bound)
 	if err != nil {
 		return nil, err
 	}
@@ -357,9 +370,9 @@ func prepareReplay(ctx context.Context, paths []string, roots []Root) (*replay, 
 	return rp, nil
 }
 
-// readReplay reads and validates every archive at paths (in order), without
-// simulating their extraction yet.
-func readReplay(ctx context.Context, paths []string, roots []Root) (*replay, error) {
+// readReplay reads and validates every archive at paths (in order), each
+// within bound, without simulating their extraction yet.
+func readReplay(ctx context.Context, paths []string, roots []Root, bound UnpackBound) (*replay, error) {
 	mroots, err := metaRoots(roots)
 	if err != nil {
 		return nil, err
@@ -383,7 +396,7 @@ func readReplay(ctx context.Context, paths []string, roots []Root) (*replay, err
 		if err != nil {
 			return nil, fmt.Errorf("open increment %s: %w", p, err)
 		}
-		a, err := readArchiveHolding(f, mroots, &budget)
+		a, err := readArchiveHolding(f, mroots, &budget, bound)
 		if err != nil {
 			f.Close()
 			return nil, fmt.Errorf("increment %s: %w", path.Base(p), err)

@@ -59,8 +59,12 @@ const (
 	maxMetaBytes    = 1 << 20
 	maxDumpdirBytes = 64 << 20
 	maxNameBytes    = 4096
-	maxMembers      = 4 << 20
-	maxDepth        = 256
+	// maxComponentBytes is NAME_MAX: no file system a capture reads holds a
+	// longer name, so a longer component is a hostile archive, refused
+	// before anything is written rather than failing mid-extraction.
+	maxComponentBytes = 255
+	maxMembers        = 4 << 20
+	maxDepth          = 256
 )
 
 // Increment kinds.
@@ -406,29 +410,85 @@ func cleanMemberName(name string) (string, error) {
 		if c == "" || c == "." || c == ".." {
 			return "", fmt.Errorf("member name %q has a %q component", name, c)
 		}
+		if len(c) > maxComponentBytes {
+			return "", fmt.Errorf("member name %q has a component of %d bytes, longer than any file name (%d)", shorten(name), len(c), maxComponentBytes)
+		}
 	}
 	return n, nil
 }
+
+// shorten cuts a name for a message.
+func shorten(s string) string {
+	if len(s) > 80 {
+		return s[:77] + "..."
+	}
+	return s
+}
+
+// UnpackBound bounds the bytes one increment may unpack to (its tar stream
+// once decompressed): Max bytes, set by what By names (the Work's grant, the
+// free space of the file system). A zero Max is no bound.
+type UnpackBound struct {
+	Max int64
+	By  string
+}
+
+// unpackCounter counts the decompressed bytes read through it and fails
+// once they pass max, so a small archive cannot inflate without end.
+type unpackCounter struct {
+	r         io.Reader
+	n, max    int64
+	exhausted bool
+}
+
+func (u *unpackCounter) Read(p []byte) (int, error) {
+	n, err := u.r.Read(p)
+	u.n += int64(n)
+	if u.n > u.max {
+		u.exhausted = true
+		return n, errUnpackBound
+	}
+	return n, err
+}
+
+var errUnpackBound = errors.New("unpack bound reached")
 
 // readArchive reads and validates a whole increment from r. roots, when not
 // nil, are the capture roots the caller allows (matched by Name); members
 // must lie inside one of them. File contents are read and discarded.
 func readArchive(r io.Reader, allowed []MetaRoot) (*Archive, error) {
-	return readArchiveHolding(r, allowed, nil)
+	return readArchiveHolding(r, allowed, nil, UnpackBound{})
 }
 
 // readArchiveHolding is readArchive that also keeps the content of regular
 // files of at most sameCheckMax bytes while *budget allows (it is decreased
 // by what is kept). When every file's content is kept, Archive.held is set
-// and extraction needs no second read of the archive.
-func readArchiveHolding(r io.Reader, allowed []MetaRoot, budget *int64) (*Archive, error) {
+// and extraction needs no second read of the archive. An archive that
+// unpacks to more than bound.Max bytes is refused (ErrUnreadableArchive)
+// once it passes the bound, before anything is decompressed further.
+func readArchiveHolding(r io.Reader, allowed []MetaRoot, budget *int64, bound UnpackBound) (*Archive, error) {
 	gz, err := gzip.NewReader(r)
 	if err != nil {
 		return nil, archiveError("%v", err)
 	}
 	defer gz.Close()
 	gz.Multistream(false)
-	tr := tar.NewReader(gz)
+	var src io.Reader = gz
+	var uc *unpackCounter
+	if bound.Max > 0 {
+		uc = &unpackCounter{r: gz, max: bound.Max}
+		src = uc
+	}
+	a, err := readTar(src, allowed, budget)
+	if err != nil && uc != nil && uc.exhausted {
+		return nil, archiveError("it unpacks to more than %d bytes, %s", bound.Max, bound.By)
+	}
+	return a, err
+}
+
+// readTar is readArchiveHolding over the decompressed stream.
+func readTar(src io.Reader, allowed []MetaRoot, budget *int64) (*Archive, error) {
+	tr := tar.NewReader(src)
 	a := &Archive{held: budget != nil}
 	var chunk []byte
 	var matcher rootMatcher
@@ -621,7 +681,9 @@ func readArchiveHolding(r io.Reader, allowed []MetaRoot, budget *int64) (*Archiv
 			if rel == "" {
 				return nil, archiveError("capture root %q stored as a symlink", root.Name)
 			}
-			if h.Linkname == "" || len(h.Linkname) > maxNameBytes || strings.IndexByte(h.Linkname, 0) >= 0 {
+			// A target of PATH_MAX bytes or more cannot be created (the
+			// kernel's bound includes the terminating NUL).
+			if h.Linkname == "" || len(h.Linkname) >= maxNameBytes || strings.IndexByte(h.Linkname, 0) >= 0 {
 				return nil, archiveError("symlink %q has an invalid target", h.Name)
 			}
 			m.Linkname = h.Linkname
@@ -643,7 +705,7 @@ func readArchiveHolding(r io.Reader, allowed []MetaRoot, budget *int64) (*Archiv
 			return nil, archiveError("transcript %q listed in the metadata is missing", n)
 		}
 	}
-	if _, err := io.Copy(io.Discard, gz); err != nil {
+	if _, err := io.Copy(io.Discard, src); err != nil {
 		return nil, archiveError("gzip trailer: %v", err)
 	}
 	// A directory listed after a symlink of the same name, or a member

@@ -27,7 +27,7 @@ func TestReplayHeldAndStreamed(t *testing.T) {
 		}
 		mustCapture(t, c, 0)
 		want := snapshot(t, root, true, nil)
-		rp, err := prepareReplay(context.Background(), []string{c.incrementPath(0)}, []Root{{Name: "r", Path: root}})
+		rp, err := prepareReplay(context.Background(), []string{c.incrementPath(0)}, []Root{{Name: "r", Path: root}}, UnpackBound{})
 		if err != nil {
 			t.Fatal(err)
 		}

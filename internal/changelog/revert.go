@@ -80,7 +80,7 @@ func (c *Changelog) Revert(ctx context.Context, req RevertRequest) (*RevertResul
 	if !found {
 		return nil, fmt.Errorf("%w: %d", ErrNoIncrement, req.Call)
 	}
-	rp, err := readReplay(ctx, paths, c.opts.Roots)
+	rp, err := readReplay(ctx, paths, c.opts.Roots, c.LocalUnpackBound())
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,63 @@
+package changelog
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentscm/agentscm/internal/fsutil"
+)
+
+// LocalUnpackBound is the bound of what one of this changelog's increments
+// may unpack to when it is applied: the byte grant of the Work its
+// increments go to, as last read from the Hub (reservation.json), else the
+// free space of the file system holding the first capture root.
+func (c *Changelog) LocalUnpackBound() UnpackBound {
+	// Read without the reservation's lock: a stale read only picks the
+	// previous grant, and a rewind must not create files to find its bound.
+	var u Usage
+	if b, err := fsutil.ReadFileNoFollow(filepath.Join(c.dir, ReservationFile), 1<<16); err == nil && json.Unmarshal(b, &u) == nil && u.Grant != nil && u.Grant.MaxBytes > 0 {
+		return GrantUnpackBound(u.Grant.MaxBytes, u.WorkID)
+	}
+	return FreeSpaceBound(c.opts.Roots)
+}
+
+// GrantUnpackBound bounds each increment by a Work's changelog byte grant.
+func GrantUnpackBound(maxBytes int64, work string) UnpackBound {
+	if work == "" {
+		work = "its Work"
+	}
+	return UnpackBound{Max: maxBytes, By: fmt.Sprintf("over the %d-byte changelog grant of %s", maxBytes, work)}
+}
+
+// FreeSpaceBound bounds each increment by the space free to this user on
+// the file system of the first root (its nearest existing ancestor): an
+// increment that could not be written there is refused before anything is.
+// It is no bound (zero) when the space cannot be read.
+func FreeSpaceBound(roots []Root) UnpackBound {
+	if len(roots) == 0 {
+		return UnpackBound{}
+	}
+	p := filepath.Clean(roots[0].Path)
+	for {
+		var st unix.Statfs_t
+		err := unix.Statfs(p, &st)
+		if err == nil {
+			free := int64(st.Bavail) * int64(st.Bsize)
+			if free <= 0 {
+				free = 1
+			}
+			return UnpackBound{Max: free, By: fmt.Sprintf("more than the %d bytes free on the file system of %s", free, p)}
+		}
+		parent := filepath.Dir(p)
+		if !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, os.ErrNotExist) || parent == p {
+			return UnpackBound{}
+		}
+		p = parent
+	}
+}
