@@ -1,6 +1,7 @@
 package changelog
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -60,4 +61,21 @@ func FreeSpaceBound(roots []Root) UnpackBound {
 		}
 		p = parent
 	}
+}
+
+// ValidateSequence reads and validates the increments at paths (in order)
+// as an apply into roots would, each within bound, and simulates their
+// extraction onto empty roots: a hostile or unreadable increment, or a
+// sequence that climbs through its own symlinks, is refused with
+// ErrUnreadableArchive. It writes nothing, so a caller can refuse before it
+// creates the directory or the connection an apply needs; the apply itself
+// checks again against the disk.
+func ValidateSequence(ctx context.Context, paths []string, roots []Root, bound UnpackBound) error {
+	rp, err := readReplay(ctx, paths, roots, bound)
+	if err != nil {
+		return err
+	}
+	defer rp.close()
+	rp.disk = &scanDisk{entries: map[string][]entry{}}
+	return rp.simulate()
 }

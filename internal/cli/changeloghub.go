@@ -122,26 +122,44 @@ func runChangelogApplyFromHub(ctx context.Context, env *Env, rf *rootFlags, req 
 	if !filepath.IsAbs(rf.root) {
 		return usagef("--root %q is not an absolute path", rf.root)
 	}
-	if _, err := os.Lstat(rf.root); errors.Is(err, fs.ErrNotExist) {
-		if err := os.MkdirAll(rf.root, 0o755); err != nil {
-			return err
-		}
-	}
 	home := env.Getenv("HOME")
 	if req.resume && !filepath.IsAbs(home) {
 		return usagef("--resume-conversation needs an absolute HOME (where Claude Code keeps transcripts)")
 	}
 	hctx, cancel := context.WithTimeout(ctx, hubTimeout)
 	defer cancel()
-	conn0, conn, work, err := openHubCheckout(hctx, env, rf.root, req.work)
-	if isNoConnection(err) {
-		// A fresh directory: connect it to the Hub holding the Work.
-		if err := connectForWork(hctx, env, rf.root, req.work); err != nil {
-			return err
-		}
+	// A fresh directory (missing, or without a connection) is created and
+	// connected to the Hub holding the Work only once every increment
+	// validated (prepareFresh): a refused apply leaves nothing behind.
+	var conn0 client.Connection
+	var conn client.Conn
+	var work string
+	var prepareFresh func() error
+	_, statErr := os.Lstat(rf.root)
+	if statErr != nil && !errors.Is(statErr, fs.ErrNotExist) {
+		return statErr
+	}
+	err := error(client.ErrNoConnection)
+	if statErr == nil {
 		conn0, conn, work, err = openHubCheckout(hctx, env, rf.root, req.work)
 	}
-	if err != nil {
+	if isNoConnection(err) {
+		found, ferr := findForWork(hctx, env, rf.root, req.work)
+		if ferr != nil {
+			return ferr
+		}
+		if conn, err = client.Open(hctx, found, client.Options{}); err != nil {
+			return err
+		}
+		conn0, work = found, req.work
+		prepareFresh = func() error {
+			if err := os.MkdirAll(found.Root, 0o755); err != nil {
+				return err
+			}
+			return connectForWork(hctx, env, found, work)
+		}
+	}
+	if err != nil && prepareFresh == nil {
 		return err
 	}
 	defer conn.Close()
@@ -244,6 +262,17 @@ func runChangelogApplyFromHub(ctx context.Context, env *Env, rf *rootFlags, req 
 	if err != nil {
 		return err
 	}
+	// Every increment unpacks within the Work's grant, and the whole
+	// sequence validates, before anything is created or saved.
+	bound := changelog.GrantUnpackBound(list.Grant.MaxBytes, work)
+	if err := changelog.ValidateSequence(ctx, paths, roots, bound); err != nil {
+		return archiveExit(fmt.Errorf("work %s on the Hub: %w", work, err))
+	}
+	if prepareFresh != nil && !req.dryRun { // a dry run saves nothing
+		if err := prepareFresh(); err != nil {
+			return err
+		}
+	}
 	after, err := dropRestoredHooks(root)
 	if err != nil {
 		return err
@@ -311,7 +340,7 @@ func runChangelogApplyFromHub(ctx context.Context, env *Env, rf *rootFlags, req 
 			}
 			defer g.Release()
 		}
-		res, err := c.ApplyChain(ctx, paths, positions, changelog.ApplyRequest{To: req.to, AfterExtract: after, Force: req.force, DryRun: req.dryRun})
+		res, err := c.ApplyChain(ctx, paths, positions, changelog.ApplyRequest{To: req.to, AfterExtract: after, Force: req.force, DryRun: req.dryRun, Unpack: bound})
 		if err != nil {
 			return applyExit(env, stored, req.format, err)
 		}

@@ -5,30 +5,32 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/client"
 )
 
-// connectForWork gives a fresh checkout root the client connection it needs
-// for changelog apply --from-hub --work ID: when the user's existing
-// connections name exactly one Hub repository that holds the Work, root is
-// connected to it (as client setup would, with that connection's token);
-// otherwise the error says the exact command to run.
-func connectForWork(ctx context.Context, env *Env, root, work string) error {
+// findForWork finds the client connection a fresh checkout root needs for
+// changelog apply --from-hub --work ID, saving nothing: the one Hub
+// repository among the user's existing connections that holds the Work
+// (otherwise the error says the exact command to run). The connection it
+// returns is another checkout's, with Root set to root (which need not
+// exist yet); connectForWork saves it once the apply validated.
+func findForWork(ctx context.Context, env *Env, root, work string) (client.Connection, error) {
 	setup := fmt.Sprintf("agentscm client setup --root %s --hub URL --repository NAME --token-file PATH (or --local)", root)
 	if work == "" {
-		return fmt.Errorf("%s has no client connection: run %s, or pass --work ID to find the Hub among your connections", root, setup)
+		return client.Connection{}, fmt.Errorf("%s has no client connection: run %s, or pass --work ID to find the Hub among your connections", root, setup)
 	}
-	root, err := canonicalRoot(root)
+	root, err := capture.SavedRoot(root)
 	if err != nil {
-		return err
+		return client.Connection{}, err
 	}
 	dir, err := configDir(env)
 	if err != nil {
-		return err
+		return client.Connection{}, err
 	}
 	f, err := client.Load(dir)
 	if err != nil {
-		return err
+		return client.Connection{}, err
 	}
 	type place struct{ hub, repo string }
 	var found []client.Connection
@@ -51,13 +53,29 @@ func connectForWork(ctx context.Context, env *Env, root, work string) error {
 	}
 	switch len(found) {
 	case 0:
-		return fmt.Errorf("%s has no client connection and none of your connections' Hubs holds work %s: run %s", root, work, setup)
+		return client.Connection{}, fmt.Errorf("%s has no client connection and none of your connections' Hubs holds work %s: run %s", root, work, setup)
 	case 1:
 	default:
-		return fmt.Errorf("%s has no client connection and work %s is on several Hub repositories (%s on %s, %s on %s): run %s", root, work,
+		return client.Connection{}, fmt.Errorf("%s has no client connection and work %s is on several Hub repositories (%s on %s, %s on %s): run %s", root, work,
 			found[0].Repository, found[0].Hub, found[1].Repository, found[1].Hub, setup)
 	}
 	c := found[0]
+	c.Root = root
+	return c, nil
+}
+
+// connectForWork connects root (which exists now) to the Hub repository of
+// c, a connection findForWork returned, as client setup would, with c's
+// token.
+func connectForWork(ctx context.Context, env *Env, c client.Connection, work string) error {
+	root, err := canonicalRoot(c.Root)
+	if err != nil {
+		return err
+	}
+	dir, err := configDir(env)
+	if err != nil {
+		return err
+	}
 	var made client.Connection
 	if c.Kind == client.KindHub {
 		made, _, err = client.SetupHub(ctx, dir, root, c.Hub, c.Repository, c.Token, env.Now())

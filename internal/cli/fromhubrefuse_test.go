@@ -1,0 +1,152 @@
+package cli
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentscm/agentscm/internal/changelog"
+	"github.com/agentscm/agentscm/internal/client"
+	"github.com/agentscm/agentscm/internal/hub"
+	"github.com/agentscm/agentscm/internal/hub/api"
+)
+
+// bombIncrement is a well-formed increment at position 0 holding one file
+// of size zero bytes: it compresses to about a thousandth of that.
+func bombIncrement(t *testing.T, root string, size int) []byte {
+	t.Helper()
+	meta, _ := json.Marshal(changelog.Meta{Version: 1, Position: 0, SessionID: "native-1", Kind: changelog.KindCall, CreatedAt: time.Now().UTC(),
+		Roots: []changelog.MetaRoot{{Name: "checkout", Path: root, Prefix: strings.TrimPrefix(root, "/"), Exists: true}}, RemovedRoots: []string{}})
+	var buf bytes.Buffer
+	gz, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+	tw := tar.NewWriter(gz)
+	add := func(name string, body []byte) {
+		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(body)), Typeflag: tar.TypeReg, Format: tar.FormatGNU}); err != nil {
+			t.Fatal(err)
+		}
+		tw.Write(body)
+	}
+	add(changelog.MetaMember, meta)
+	add(strings.TrimPrefix(root, "/")+"/zeros.bin", make([]byte, size))
+	tw.Close()
+	gz.Close()
+	return buf.Bytes()
+}
+
+// A refused apply --from-hub (a hostile increment, or one that unpacks past
+// the Work's grant: exit 4) onto a fresh directory creates nothing: not the
+// directory, not a client connection holding the token, not a changelog.
+// Increments crafted by a read-write token holder, stored by a real Hub on
+// loopback.
+func TestApplyFromHubRefusesBeforeCreatingAnything(t *testing.T) {
+	base := t.TempDir()
+	env := map[string]string{"HOME": filepath.Join(base, "home")}
+	cfg := filepath.Join(env["HOME"], ".config", "agentscm")
+	must := func(args ...string) string {
+		t.Helper()
+		r := runMain(t, env, "", args...)
+		if r.code != 0 {
+			t.Fatalf("%v: %d %s", args, r.code, r.stderr)
+		}
+		return r.stdout
+	}
+	data := filepath.Join(base, "hub")
+	must("hub", "admin", "human", "create", "--data", data, "--name", "alice")
+	must("hub", "admin", "repository", "create", "--data", data, "--name", "proj")
+	tok := filepath.Join(base, "token")
+	must("hub", "admin", "token", "create", "--data", data, "--human", "alice", "--repository", "proj", "--output", tok)
+	svc, err := hub.Open(context.Background(), data, hub.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Close()
+	srv := httptest.NewServer(hub.NewHandler(svc, nil))
+	defer srv.Close()
+	a := filepath.Join(base, "a")
+	os.MkdirAll(a, 0o755)
+	if out, err := exec.Command("git", "-C", a, "init", "-q").CombinedOutput(); err != nil {
+		t.Fatalf("git init: %v %s", err, out)
+	}
+	must("client", "setup", "--root", a, "--hub", srv.URL, "--repository", "proj", "--token-file", tok)
+	upload := func(body []byte, grantBytes string) string {
+		t.Helper()
+		var w api.Work
+		json.Unmarshal([]byte(must("work", "start", "--root", a, "--changelog-max-bytes", grantBytes, "--format", "json")), &w)
+		cc, err := client.Lookup(cfg, a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn, err := client.Open(context.Background(), cc, client.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		sum := sha256.Sum256(body)
+		if _, err := conn.UploadIncrement(context.Background(), cc.WorktreeID, api.IncrementUpload{Position: 0, Session: "native-1", Digest: hex.EncodeToString(sum[:])}, body); err != nil {
+			t.Fatalf("upload: %v", err)
+		}
+		return w.ID
+	}
+	bomb := bombIncrement(t, a, 16<<20)
+	if len(bomb) > 64<<10 {
+		t.Fatalf("the crafted increment is %d bytes", len(bomb))
+	}
+	cases := []struct {
+		name, work, want string
+	}{
+		{"a member climbing out with ..", upload(hostileIncrement(t, a, 0), "1073741824"), `".." component`},
+		{"16 MiB unpacked from a grant of 1 MiB", upload(bomb, "1048576"), "unpacks to more than 1048576 bytes, over the 1048576-byte changelog grant of wrk_"},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			connsBefore, _ := os.ReadFile(filepath.Join(cfg, "connections.json"))
+			for _, fresh := range []string{
+				filepath.Join(base, "missing", string(rune('a'+i)), "deep"), // does not exist
+				mkdir(t, filepath.Join(base, "empty", string(rune('a'+i)))), // exists, empty, no connection
+			} {
+				r := runMain(t, env, "", "changelog", "apply", "--root", fresh, "--to", "0", "--from-hub", "--work", tc.work)
+				if r.code != ExitUnreadableArchive || !strings.Contains(r.stderr, tc.want) {
+					t.Fatalf("apply --from-hub onto %s: %d %s, want %d saying %q", fresh, r.code, r.stderr, ExitUnreadableArchive, tc.want)
+				}
+				if strings.Contains(r.stderr, "connected ") {
+					t.Errorf("the refused apply says it connected:\n%s", r.stderr)
+				}
+				if ents, err := os.ReadDir(fresh); err == nil && len(ents) > 0 || strings.Contains(fresh, "missing") && !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("the refused apply created %s (%v, %v)", fresh, ents, err)
+				}
+				if _, err := client.Lookup(cfg, fresh); !errors.Is(err, client.ErrNoConnection) {
+					t.Errorf("the refused apply saved a connection for %s: %v", fresh, err)
+				}
+				if _, err := os.Stat(changelog.DirFor(cfg, fresh)); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("the refused apply made a changelog for %s: %v", fresh, err)
+				}
+			}
+			if after, _ := os.ReadFile(filepath.Join(cfg, "connections.json")); !bytes.Equal(after, connsBefore) {
+				t.Errorf("the refused apply rewrote the connections file:\n%s\n->\n%s", connsBefore, after)
+			}
+			if _, err := os.Stat(filepath.Join(base, "escaped.txt")); err == nil {
+				t.Errorf("the hostile member was written")
+			}
+		})
+	}
+}
+
+func mkdir(t *testing.T, p string) string {
+	t.Helper()
+	if err := os.MkdirAll(p, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
