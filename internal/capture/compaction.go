@@ -1,6 +1,7 @@
 package capture
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -180,6 +181,17 @@ const (
 	DeferTargetChanged = "target_changed"
 )
 
+// resolveSession asks hub for the exact target of a native session, except
+// for a session id the Hub refuses (api.ValidSessionID, the Hub's own rule):
+// that is refused here without a request, with reason bad_session_id, so
+// its facts stay local under that named reason.
+func resolveSession(ctx context.Context, hub Hub, worktree, session string) (Target, error) {
+	if e := api.CheckSessionID("session_id", session); e != nil {
+		return Target{}, e
+	}
+	return hub.Resolve(ctx, worktree, session)
+}
+
 // DeferReason classifies why no exact target resolved: the Hub's refusal
 // reason (no_current_work, work_not_accepting, ...) or code when it
 // answered, else hub_unreachable.
@@ -206,6 +218,8 @@ func DescribeDeferReason(r string) string {
 		return "no current Work for this worktree (agentscm work start)"
 	case r == DeferTargetChanged:
 		return "the Work was taken over after the hook received the event; it keeps the generation it was received under"
+	case r == api.ReasonBadSessionID:
+		return "the agent's session id is not one the Hub accepts (" + api.SessionIDRule + "), so the hook never asked the Hub: its facts stay local"
 	case r == "unrecorded":
 		return "kept before agentscm recorded deferral reasons"
 	case strings.HasPrefix(r, DeferHubRefused):

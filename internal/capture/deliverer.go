@@ -618,7 +618,7 @@ func deliverRound(ctx context.Context, store Store, sp *spool.Spool, bd *Binding
 	for i := range envs {
 		env := &envs[i]
 		if !Deliverable(&env.Record) {
-			trailing, trailingWait = env, false
+			trailing, trailingWait = furthest(trailing, env), false
 			continue
 		}
 		if waiting[env.Record.Seq] {

@@ -417,7 +417,7 @@ func HandleAgentPayload(ctx context.Context, store Store, hubs HubOpener, a adap
 		}
 	}
 	rctx, cancel := context.WithTimeout(ctx, ResolveTimeout)
-	t, rerr := hub.Resolve(rctx, bd.WorktreeID, p.SessionID)
+	t, rerr := resolveSession(rctx, hub, bd.WorktreeID, p.SessionID)
 	cancel()
 	if rerr != nil {
 		t = Target{} // deferred: the route copies the session's last exact target
@@ -780,6 +780,18 @@ func publishRefusedOutages(ss *spool.Session, led *Ledger, rec *event.Record, t 
 // targetRefused reports whether a resolution error is the Hub's refusal of
 // the target (stale_generation, work_not_accepting, no_current_work, ...),
 // as opposed to a Hub that could not answer.
+// furthest extends a page's trailing run of local-only records by env and
+// returns the run's envelope of the highest sequence: a page wraps around
+// after the cursor, and the one attempt that passes the run must move the
+// cursor past every record of it, never back to a wrapped lower sequence
+// (which would leave the records after it pending for ever).
+func furthest(run, env *spool.Envelope) *spool.Envelope {
+	if run == nil || env.Record.Seq > run.Record.Seq {
+		return env
+	}
+	return run
+}
+
 func targetRefused(err error) bool {
 	ae, ok := api.AsError(err)
 	return ok && ae.Code == api.CodeTargetRefused
@@ -839,7 +851,7 @@ func deliver(ctx context.Context, sp *spool.Session, led *Ledger, hub Hub, now t
 			}
 			if env.Record.Deferred || env.Record.WorkID == "" || transcript.LocalOnly(&env.Record) {
 				localOnly++
-				trailing = env
+				trailing = furthest(trailing, env)
 				continue
 			}
 			if retries.waiting(env.Record.Seq, env.Digest, now) {

@@ -1,6 +1,7 @@
 package capture
 
 import (
+	"cmp"
 	"time"
 
 	"github.com/agentscm/agentscm/internal/event"
@@ -29,6 +30,11 @@ type PendingOutcome struct {
 	// Refused is the Hub's refusal reason the ledger recorded for exactly
 	// this envelope (sequence and digest), "" if none.
 	Refused string `json:"refused,omitempty"`
+	// DeferredReason, for a deferred fact (never delivered: it stays
+	// local), is why no exact target resolved (DeferReason), and
+	// DeferredDescription says it for people.
+	DeferredReason      string `json:"deferred_reason,omitempty"`
+	DeferredDescription string `json:"deferred_description,omitempty"`
 }
 
 // InspectView is change-capture inspect's report: the spool's own bounded
@@ -69,9 +75,13 @@ func (s Store) Inspect(dir string, rep *spool.Report) *InspectView {
 	for _, r := range v.Refused.Refusals {
 		reasons[key{r.SpoolSeq, r.Digest}] = r.Reason
 	}
+	deferred := deferredReasons(dir, rep)
 	add := func(state string, items []spool.PendingItem) {
 		for _, it := range items {
 			o := PendingOutcome{Seq: it.Seq, Digest: it.Digest, Kind: it.Kind, State: state, Attempts: it.Attempts, Refused: reasons[key{it.Seq, it.Digest}]}
+			if r, ok := deferred[it.Seq]; ok {
+				o.DeferredReason, o.DeferredDescription = r, DescribeDeferReason(r)
+			}
 			// Attempts are listed newest first.
 			for _, a := range rep.Attempts.Items {
 				if a.Seq == it.Seq && a.Digest == it.Digest {
@@ -86,4 +96,28 @@ func (s Store) Inspect(dir string, rep *spool.Report) *InspectView {
 	add("pending", rep.Pending.Items)
 	add("attempted", rep.Deferred.Items)
 	return v
+}
+
+// deferredReasons maps the sequence of every deferred fact of the spool at
+// dir to its deferral reason ("unrecorded" when it carries none), reading
+// the spool without a lock; nil when it cannot be read.
+func deferredReasons(dir string, rep *spool.Report) map[uint64]string {
+	if !rep.Committed || rep.Pending.Total+rep.Deferred.Total == 0 {
+		return nil
+	}
+	sp, err := spool.OpenReadOnly(dir)
+	if err != nil {
+		return nil
+	}
+	recs, err := sp.Events()
+	if err != nil {
+		return nil
+	}
+	out := map[uint64]string{}
+	for _, r := range recs {
+		if r.Deferred {
+			out[r.Seq] = cmp.Or(r.DeferredReason, "unrecorded")
+		}
+	}
+	return out
 }

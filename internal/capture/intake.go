@@ -205,7 +205,7 @@ func admitIntake(ctx context.Context, store Store, led *Ledger, ss *spool.Sessio
 		r, ok := resolved[ir.Observed]
 		if !ok {
 			rctx, cancel := context.WithTimeout(ctx, ResolveTimeout)
-			r.t, r.err = hub.Resolve(rctx, bd.WorktreeID, ir.Observed)
+			r.t, r.err = resolveSession(rctx, hub, bd.WorktreeID, ir.Observed)
 			cancel()
 			if r.err != nil && ctx.Err() != nil {
 				// The holder's own bound ended the resolution, not the Hub:

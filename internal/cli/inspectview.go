@@ -49,6 +49,10 @@ func printInspectView(w io.Writer, v *capture.InspectView) {
 		if o.Refused != "" {
 			refused = " refused=" + o.Refused
 		}
+		if o.DeferredReason != "" {
+			// A deferred fact is never delivered: why it stays local.
+			last = "deferred fact, stays local: " + o.DeferredDescription + " [" + o.DeferredReason + "]"
+		}
 		fmt.Fprintf(w, "  %6d  %-9s %-16s attempts=%d%s  %s\n", o.Seq, o.State, o.Kind, o.Attempts, refused, last)
 	}
 }

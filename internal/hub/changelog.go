@@ -128,8 +128,10 @@ func checkUpload(worktree string, up api.IncrementUpload) error {
 	if up.Merged < 0 || up.Merged > up.Position {
 		return badf("merged must be 0 to the position (%d)", up.Position)
 	}
-	if up.Session != "" && !api.ValidName(up.Session) {
-		return badf("session is not valid")
+	if up.Session != "" {
+		if e := api.CheckSessionID("session", up.Session); e != nil {
+			return e
+		}
 	}
 	if up.Size <= 0 {
 		return api.Errorf(http.StatusLengthRequired, api.CodeBadRequest, "an increment upload needs a Content-Length of at least one byte")

@@ -278,8 +278,11 @@ func badf(format string, a ...any) error {
 // session on a worktree joins the unbound alias session ("default"); later
 // ones get a canonical session named after themselves.
 func (s *Service) Resolve(ctx context.Context, p Principal, repository string, req api.ResolveRequest) (api.Target, error) {
-	if !api.ValidName(req.WorktreeID) || !api.ValidName(req.NativeSessionID) {
+	if !api.ValidName(req.WorktreeID) {
 		return api.Target{}, badf("worktree_id and native_session_id are required")
+	}
+	if e := api.CheckSessionID("native_session_id", req.NativeSessionID); e != nil {
+		return api.Target{}, e
 	}
 	var t api.Target
 	bound := false
