@@ -465,6 +465,10 @@ type UnconfigureResult struct {
 	Spool          string `json:"spool"`
 	ClaudeSettings string `json:"claude_settings"`
 	HooksRemoved   bool   `json:"hooks_removed"`
+	// StrayHooks, when set, are the files whose capture hooks were removed
+	// although no enabled binding recorded them (a half-configured
+	// checkout, StrayHooks): nothing else changed.
+	StrayHooks []string `json:"stray_hooks,omitempty"`
 	CheckoutExists bool   `json:"checkout_exists"`
 	SpoolRetained  bool   `json:"spool_retained"`
 	// Warning says what unconfigure could not do besides (noting the
@@ -494,6 +498,9 @@ func Unconfigure(ctx context.Context, store Store, root string) (*UnconfigureRes
 		b = *cur
 		return true, nil
 	})
+	if errors.Is(err, ErrNoBinding) {
+		return unconfigureStray(store, canon, err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -523,6 +530,30 @@ func Unconfigure(ctx context.Context, store Store, root string) (*UnconfigureRes
 			return nil, fmt.Errorf("remove %s hooks: %w", ad.Name(), err)
 		}
 		res.HooksRemoved = removed
+	}
+	return res, nil
+}
+
+// unconfigureStray removes the capture hooks of a half-configured checkout
+// (StrayHooks: hooks installed, no enabled binding); with none it returns
+// noBinding.
+func unconfigureStray(store Store, root string, noBinding error) (*UnconfigureResult, error) {
+	cfg, err := store.Load()
+	if err != nil {
+		return nil, err
+	}
+	b := cfg.Find(root)
+	files := StrayHooks(root, b)
+	if len(files) == 0 {
+		return nil, noBinding
+	}
+	removed, err := removeStrayHooks(files)
+	if err != nil {
+		return nil, err
+	}
+	res := &UnconfigureResult{Root: root, ClaudeSettings: files[0], HooksRemoved: removed, CheckoutExists: true, StrayHooks: files}
+	if b != nil {
+		res.Spool, res.SpoolRetained = b.Spool, true
 	}
 	return res, nil
 }

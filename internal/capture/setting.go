@@ -53,6 +53,12 @@ type Setting struct {
 	Refused *RefusalReport `json:"refused,omitempty"`
 	// Compaction is the binding's automatic compaction policy (nil: off).
 	Compaction *CompactionPolicy `json:"compaction_policy,omitempty"`
+	// StrayHooks lists the checkout's hook files that hold marked capture
+	// hooks while no enabled binding records them (StrayHooks): the
+	// checkout is half configured, and StrayAdvice says how to finish or
+	// undo it.
+	StrayHooks  []string `json:"stray_hooks,omitempty"`
+	StrayAdvice string   `json:"stray_hooks_advice,omitempty"`
 }
 
 func stateOf(b *Binding) string {
@@ -87,6 +93,9 @@ func CaptureSetting(store Store, conns Connections, root string) (*Setting, erro
 		s.ConnectedHub, s.ConnectedRepository = lin.Hub, lin.Repository
 	} else if !errors.Is(cerr, ErrNoConnection) {
 		return nil, cerr
+	}
+	if s.StrayHooks = StrayHooks(canon, b); len(s.StrayHooks) > 0 {
+		s.StrayAdvice = StrayHooksAdvice(canon, s.StrayHooks)
 	}
 	if b == nil {
 		return s, nil

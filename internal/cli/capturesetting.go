@@ -246,6 +246,9 @@ is visible.`)
 	for _, o := range out {
 		s := o.Setting
 		fmt.Fprintf(env.Stdout, "%s: %s\n", s.Root, s.State)
+		if s.StrayAdvice != "" {
+			fmt.Fprintf(env.Stdout, "  half configured: %s\n", s.StrayAdvice)
+		}
 		if !s.Configured {
 			continue
 		}

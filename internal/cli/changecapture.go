@@ -267,6 +267,10 @@ kept; nothing captured is deleted.`)
 	if *format == "json" {
 		return writeJSON(env.Stdout, res)
 	}
+	if len(res.StrayHooks) > 0 {
+		fmt.Fprintf(env.Stdout, "no enabled capture binding for %s; capture hooks removed from: %s\n", res.Root, strings.Join(res.StrayHooks, ", "))
+		return nil
+	}
 	fmt.Fprintf(env.Stdout, "capture disabled for %s\n  %s\n  spool retained:     %s\n", res.Root, unconfigureHooksLine(res), res.Spool)
 	if res.Warning != "" {
 		fmt.Fprintf(env.Stderr, "agentscm: warning: %s\n", res.Warning)

@@ -101,7 +101,10 @@ increments, the newest), the time of the last captured event, and warnings
 		warn("capture setting unreadable: %v", err)
 	} else {
 		st.Capture = set
-		if !set.Configured {
+		switch {
+		case set.StrayAdvice != "":
+			warn("capture is half configured: %s", set.StrayAdvice)
+		case !set.Configured:
 			warn("capture is off: run agentscm change-capture enable --root %s", root)
 		}
 		if set.LineageMismatch {
@@ -182,6 +185,8 @@ func printCheckoutStatus(env *Env, st *checkoutStatus) {
 	if s := st.Capture; s != nil {
 		if s.Configured {
 			fmt.Fprintf(w, "  capture:      %s (%s, enabled %v)\n", s.State, s.Mode, s.Enabled)
+		} else if len(s.StrayHooks) > 0 {
+			fmt.Fprintf(w, "  capture:      %s, but capture hooks are installed (half configured: see the warning)\n", s.State)
 		} else {
 			fmt.Fprintf(w, "  capture:      %s\n", s.State)
 		}
