@@ -468,9 +468,9 @@ type UnconfigureResult struct {
 	// StrayHooks, when set, are the files whose capture hooks were removed
 	// although no enabled binding recorded them (a half-configured
 	// checkout, StrayHooks): nothing else changed.
-	StrayHooks []string `json:"stray_hooks,omitempty"`
-	CheckoutExists bool   `json:"checkout_exists"`
-	SpoolRetained  bool   `json:"spool_retained"`
+	StrayHooks     []string `json:"stray_hooks,omitempty"`
+	CheckoutExists bool     `json:"checkout_exists"`
+	SpoolRetained  bool     `json:"spool_retained"`
 	// Warning says what unconfigure could not do besides (noting the
 	// capture_disabled window, disabled.go).
 	Warning string `json:"warning,omitempty"`
