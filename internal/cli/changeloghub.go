@@ -297,7 +297,7 @@ func runChangelogApplyFromHub(ctx context.Context, env *Env, rf *rootFlags, req 
 		// then its pre-apply (the empty root) and its result, so it can
 		// be undone and a second apply into the directory works too.
 		ents, err := os.ReadDir(root)
-		if err != nil {
+		if err != nil && !errors.Is(err, fs.ErrNotExist) { // a dry run creates no missing root
 			return err
 		}
 		if len(ents) > 0 {

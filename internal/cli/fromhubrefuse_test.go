@@ -150,3 +150,52 @@ func mkdir(t *testing.T, p string) string {
 	}
 	return p
 }
+
+// A dry run of apply --from-hub onto a missing directory creates nothing
+// either, and says what it needs.
+func TestApplyFromHubDryRunCreatesNothing(t *testing.T) {
+	base := t.TempDir()
+	env := map[string]string{"HOME": filepath.Join(base, "home")}
+	cfg := filepath.Join(env["HOME"], ".config", "agentscm")
+	a := filepath.Join(base, "a")
+	os.MkdirAll(a, 0o755)
+	if out, err := exec.Command("git", "-C", a, "init", "-q").CombinedOutput(); err != nil {
+		t.Fatalf("git init: %v %s", err, out)
+	}
+	must := func(args ...string) string {
+		t.Helper()
+		r := runMain(t, env, "", args...)
+		if r.code != 0 {
+			t.Fatalf("%v: %d %s", args, r.code, r.stderr)
+		}
+		return r.stdout
+	}
+	must("client", "setup", "--root", a, "--local", "--repository", "proj")
+	var w api.Work
+	json.Unmarshal([]byte(must("work", "start", "--root", a, "--format", "json")), &w)
+	must("changelog", "enable", "--root", a, "--no-transcript-root")
+	os.WriteFile(filepath.Join(a, "one.txt"), []byte("1"), 0o644)
+	p := `{"session_id":"native-1","cwd":"` + a + `","hook_event_name":"PostToolUse","tool_name":"Write","tool_use_id":"toolu_0"}`
+	if r := runMain(t, env, p, "changelog", "hook-claude"); r.code != 0 {
+		t.Fatalf("hook: %d %s", r.code, r.stderr)
+	}
+	fresh := filepath.Join(base, "missing", "fresh")
+	r := runMain(t, env, "", "changelog", "apply", "--root", fresh, "--to", "0", "--from-hub", "--work", w.ID, "--dry-run")
+	if r.code != ExitUsage || !strings.Contains(r.stderr, "--dry-run with --from-hub needs a checkout with a changelog") {
+		t.Fatalf("dry run onto a missing directory: %d %s", r.code, r.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(base, "missing")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the dry run created %s: %v", fresh, err)
+	}
+	if _, err := client.Lookup(cfg, fresh); !errors.Is(err, client.ErrNoConnection) {
+		t.Errorf("the dry run saved a connection: %v", err)
+	}
+	// Without --dry-run the same apply creates, connects and restores it.
+	r = runMain(t, env, "", "changelog", "apply", "--root", fresh, "--to", "0", "--from-hub", "--work", w.ID)
+	if r.code != 0 || !strings.Contains(r.stderr, "connected "+fresh) {
+		t.Fatalf("apply onto a missing directory: %d %s", r.code, r.stderr)
+	}
+	if b, _ := os.ReadFile(filepath.Join(fresh, "one.txt")); string(b) != "1" {
+		t.Errorf("one.txt after the apply: %q", b)
+	}
+}
