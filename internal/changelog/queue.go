@@ -319,6 +319,13 @@ func (c *Changelog) Upload(ctx context.Context, r Remote, opts UploadOptions) (*
 				if err := refuse(err.Error()); err != nil {
 					return nil, err
 				}
+			case errors.Is(err, ErrSessionRefused):
+				// Never retried on its own (the id will not change): merged
+				// into the next upload at once, without the grant's
+				// one-merge-a-minute wait.
+				if err := c.refuseAt(q, out, p, err.Error(), time.Time{}); err != nil {
+					return nil, err
+				}
 			case errors.Is(err, ErrMergedOnRemote):
 				if err := c.refuseAt(q, out, p, "merged on the Hub by an earlier upload", time.Time{}); err != nil {
 					return nil, err

@@ -73,6 +73,11 @@ var ErrNoDestination = errors.New("no destination for increments")
 // position.
 var ErrMergedOnRemote = errors.New("the remote merged this position into a later one")
 
+// ErrSessionRefused reports a position whose session id the remote refuses
+// (a host's id such as a/b): the position cannot be uploaded on its own,
+// so it is merged into the next upload, whose session is the carrier's.
+var ErrSessionRefused = errors.New("the remote refuses this position's session id")
+
 // MissingError reports a remote that lacks the positions from Next on.
 type MissingError struct{ Next int }
 

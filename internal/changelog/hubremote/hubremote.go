@@ -24,7 +24,8 @@ type Remote struct {
 // current Work, a finished or handed-over Work, a stale generation) leaves
 // nowhere to upload; a grant refusal is a *changelog.LimitError; missing
 // earlier positions a *changelog.MissingError; a position the Hub merged into
-// a later one changelog.ErrMergedOnRemote.
+// a later one changelog.ErrMergedOnRemote; a session id the Hub refuses
+// changelog.ErrSessionRefused.
 func (h *Remote) Upload(ctx context.Context, inc changelog.RemoteIncrement) (changelog.RemoteResult, error) {
 	res, err := h.conn.UploadIncrement(ctx, h.worktree, api.IncrementUpload{Position: inc.Position, Session: inc.Session, Digest: inc.Digest, Merged: inc.Merged}, inc.Body)
 	if err == nil {
@@ -45,6 +46,9 @@ func (h *Remote) Upload(ctx context.Context, inc changelog.RemoteIncrement) (cha
 		case e.Reason == api.ReasonPositionMerged:
 			return changelog.RemoteResult{}, fmt.Errorf("%w: %v", changelog.ErrMergedOnRemote, err)
 		}
+	}
+	if e, ok := api.AsError(err); ok && e.Reason == api.ReasonBadSessionID {
+		return changelog.RemoteResult{}, fmt.Errorf("%w: %v", changelog.ErrSessionRefused, err)
 	}
 	return changelog.RemoteResult{}, err
 }

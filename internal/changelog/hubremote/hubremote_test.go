@@ -512,3 +512,40 @@ func TestConcurrentUploads(t *testing.T) {
 		t.Fatalf("hub positions: %v", pos)
 	}
 }
+
+// A position whose session id the Hub refuses (a/b: api.ValidSessionID) is
+// not left waiting for ever, holding back every later position: it is
+// merged into the next upload, at once, with the refusal as the reason.
+func TestRefusedSessionIDMergesIntoNextUpload(t *testing.T) {
+	e := newEnv(t, nil)
+	r := e.httpRemote()
+	c := e.open()
+	capture := func(session, name string) (*changelog.Increment, *changelog.UploadOutcome) {
+		t.Helper()
+		e.write(name, name)
+		inc, err := c.Capture(context.Background(), changelog.CaptureRequest{Position: -1, SessionID: session, Tool: "Bash"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := c.Upload(context.Background(), r, changelog.UploadOptions{Through: inc.Position})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return inc, out
+	}
+	if _, out := capture("native-1", "a.txt"); fmt.Sprint(out.Uploaded) != "[0]" {
+		t.Fatalf("first capture: %+v", out)
+	}
+	if _, out := capture("a/b", "b.txt"); fmt.Sprint(out.Refused) != "[1]" || out.Err != "" || out.Pending != 0 {
+		t.Fatalf("capture of session a/b: %+v", out)
+	}
+	_, out := capture("native-1", "c.txt")
+	if fmt.Sprint(out.Uploaded) != "[2]" || len(out.Merged) != 1 || out.Merged[0].From != 1 || out.Merged[0].To != 1 ||
+		!strings.Contains(out.Merged[0].Reason, "not a session id the Hub accepts") {
+		t.Fatalf("the next capture: %+v", out)
+	}
+	got, _ := e.hubReplay()
+	if pos := e.hubPositions(); fmt.Sprint(pos) != "[0 2]" || !sameFiles(got, files(t, e.root)) {
+		t.Fatalf("hub positions %v, replay %v, checkout %v", pos, got, files(t, e.root))
+	}
+}
