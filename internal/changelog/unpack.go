@@ -2,7 +2,6 @@ package changelog
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -10,23 +9,14 @@ import (
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/agentscm/agentscm/internal/fsutil"
 )
 
 // LocalUnpackBound is the bound of what one of this changelog's increments
-// may unpack to when it is applied: the byte grant of the Work its
-// increments go to, as last read from the Hub (reservation.json), else the
-// free space of the file system holding the first capture root.
-func (c *Changelog) LocalUnpackBound() UnpackBound {
-	// Read without the reservation's lock: a stale read only picks the
-	// previous grant, and a rewind must not create files to find its bound.
-	var u Usage
-	if b, err := fsutil.ReadFileNoFollow(filepath.Join(c.dir, ReservationFile), 1<<16); err == nil && json.Unmarshal(b, &u) == nil && u.Grant != nil && u.Grant.MaxBytes > 0 {
-		return GrantUnpackBound(u.Grant.MaxBytes, u.WorkID)
-	}
-	return FreeSpaceBound(c.opts.Roots)
-}
+// may unpack to when it is applied: the space free to this user on the file
+// system of the first capture root (FreeSpaceBound). The Work's grant is no
+// bound here: the local changelog keeps the increments the grant refused
+// too.
+func (c *Changelog) LocalUnpackBound() UnpackBound { return FreeSpaceBound(c.opts.Roots) }
 
 // GrantUnpackBound bounds each increment by a Work's changelog byte grant.
 func GrantUnpackBound(maxBytes int64, work string) UnpackBound {

@@ -3,7 +3,6 @@ package changelog
 import (
 	"archive/tar"
 	"context"
-	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -38,17 +37,10 @@ func craftOver(t *testing.T, s *scenario, pos int, ms []hostileMember) {
 // past the bound is refused as a hostile archive (exit 4 in the CLI) before
 // the undo point is stored or any root changes.
 func TestApplyRefusesHostileIncrementBeforeTheUndoPoint(t *testing.T) {
-	grant := func(t *testing.T, s *scenario, max int64) {
-		b, _ := json.Marshal(Usage{Grant: &Grant{MaxObjects: 100, MaxBytes: max}, WorkID: "wrk_test"})
-		if err := os.WriteFile(filepath.Join(s.c.Dir(), ReservationFile), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
 	cases := []struct {
 		name    string
 		members []hostileMember
 		req     ApplyRequest
-		setup   func(*testing.T, *scenario)
 		want    string
 	}{
 		{name: "300-character member name", members: []hostileMember{{name: strings.Repeat("n", 300), flag: tar.TypeReg, body: "x"}},
@@ -57,8 +49,6 @@ func TestApplyRefusesHostileIncrementBeforeTheUndoPoint(t *testing.T) {
 			want: "longer than any file name"},
 		{name: "symlink target of 4096 bytes", members: []hostileMember{{name: "l", flag: tar.TypeSymlink, link: strings.Repeat("t", 4096)}},
 			want: "invalid target"},
-		{name: "unpacks past the recorded grant", members: []hostileMember{{name: "big.bin", flag: tar.TypeReg, body: strings.Repeat("\x00", 4<<20)}},
-			setup: func(t *testing.T, s *scenario) { grant(t, s, 1<<20) }, want: "changelog grant of wrk_test"},
 		{name: "unpacks past the request's bound", members: []hostileMember{{name: "big.bin", flag: tar.TypeReg, body: strings.Repeat("\x00", 4<<20)}},
 			req: ApplyRequest{Unpack: UnpackBound{Max: 2 << 20, By: "over the test's bound"}}, want: "over the test's bound"},
 	}
@@ -67,9 +57,6 @@ func TestApplyRefusesHostileIncrementBeforeTheUndoPoint(t *testing.T) {
 			s := newScenario(t)
 			s.calls(t)
 			craftOver(t, s, 1, tc.members)
-			if tc.setup != nil {
-				tc.setup(t, s)
-			}
 			skipCL := func(rel string) bool { return strings.HasPrefix(rel, "changelog") }
 			before := snapshot(t, s.base, true, skipCL)
 			list0, _ := s.c.List()
@@ -120,4 +107,21 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.n += int64(n)
 	return n, err
+}
+
+// TestFreeSpaceBound: a local apply's bound is the space free where the
+// first root is (or would be created), named in the refusal.
+func TestFreeSpaceBound(t *testing.T) {
+	dir := t.TempDir()
+	b := FreeSpaceBound([]Root{{Name: "r", Path: filepath.Join(dir, "not", "yet")}})
+	if b.Max <= 0 || !strings.Contains(b.By, "bytes free on the file system of "+dir) {
+		t.Fatalf("bound %+v", b)
+	}
+	c, err := Open(filepath.Join(dir, "cl"), Options{Roots: []Root{{Name: "r", Path: dir}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lb := c.LocalUnpackBound(); lb.Max <= 0 || !strings.Contains(lb.By, "free") {
+		t.Fatalf("local bound %+v", lb)
+	}
 }

@@ -49,7 +49,7 @@ func bombIncrement(t *testing.T, root string, size int) []byte {
 // the Work's grant: exit 4) onto a fresh directory creates nothing: not the
 // directory, not a client connection holding the token, not a changelog.
 // Increments crafted by a read-write token holder, stored by a real Hub on
-// loopback.
+// loopback (the bomb before its Work's grant was lowered).
 func TestApplyFromHubRefusesBeforeCreatingAnything(t *testing.T) {
 	base := t.TempDir()
 	env := map[string]string{"HOME": filepath.Join(base, "home")}
@@ -80,10 +80,16 @@ func TestApplyFromHubRefusesBeforeCreatingAnything(t *testing.T) {
 		t.Fatalf("git init: %v %s", err, out)
 	}
 	must("client", "setup", "--root", a, "--hub", srv.URL, "--repository", "proj", "--token-file", tok)
+	// upload stores body as position 0 of a new Work, then sets the
+	// Work's byte grant to grantBytes: lowering a grant keeps what is
+	// stored (a Hub refuses to store an increment that unpacks past the
+	// grant, so the bomb is stored under a larger one, as an older Hub
+	// would have stored it).
 	upload := func(body []byte, grantBytes string) string {
 		t.Helper()
 		var w api.Work
-		json.Unmarshal([]byte(must("work", "start", "--root", a, "--changelog-max-bytes", grantBytes, "--format", "json")), &w)
+		json.Unmarshal([]byte(must("work", "start", "--root", a, "--changelog-max-bytes", "1073741824", "--format", "json")), &w)
+		defer must("work", "grant", "--root", a, "--work-id", w.ID, "--max-bytes", grantBytes)
 		cc, err := client.Lookup(cfg, a)
 		if err != nil {
 			t.Fatal(err)

@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/klauspost/compress/gzip"
+
 	"github.com/agentscm/agentscm/internal/changelog/incmeta"
 	"github.com/agentscm/agentscm/internal/fsutil"
 	"github.com/agentscm/agentscm/internal/hub/api"
@@ -197,6 +199,15 @@ func (s *Service) UploadIncrement(ctx context.Context, p Principal, repository, 
 		return api.IncrementStoreResult{}, api.Errorf(http.StatusUnprocessableEntity, api.CodeBadIncrement,
 			"the increment's metadata merges positions %d..%d, not the %d before position %d the upload says (%v)", meta.MergedFrom(), meta.Position-1, up.Merged, up.Position, err)
 	}
+	// The increment unpacks within the grant, as an apply requires: a
+	// small body must not inflate past it (checked before it is stored).
+	if n, err := unpackedSize(b, pl.grant.MaxBytes); err != nil {
+		return api.IncrementStoreResult{}, api.Errorf(http.StatusUnprocessableEntity, api.CodeBadIncrement, "not a changelog increment: %v", err)
+	} else if n > pl.grant.MaxBytes {
+		return api.IncrementStoreResult{}, &api.Error{Status: http.StatusUnprocessableEntity, Code: api.CodeGrantExceeded, Reason: api.BoundUnpackedBytes,
+			Message: fmt.Sprintf("work %s's changelog grant allows %d bytes; this increment unpacks to more than that", pl.work.ID, pl.grant.MaxBytes),
+			Detail:  &api.ErrorDetail{WorkID: pl.work.ID, Bound: api.BoundUnpackedBytes, Max: pl.grant.MaxBytes, Want: n}}
+	}
 	if err := s.obj.Put(ctx, up.Digest, bytes.NewReader(b), up.Size); err != nil {
 		return api.IncrementStoreResult{}, internal(fmt.Errorf("store increment object: %w", err))
 	}
@@ -356,4 +367,16 @@ func (s *Service) GetIncrement(ctx context.Context, p Principal, repository, id,
 		return api.IncrementInfo{}, nil, internal(err)
 	}
 	return incrementInfo(inc), b, nil
+}
+
+// unpackedSize is how many bytes the first gzip member of b decompresses to
+// (what an apply reads), counting no further than max+1.
+func unpackedSize(b []byte, max int64) (int64, error) {
+	gz, err := gzip.NewReader(bytes.NewReader(b))
+	if err != nil {
+		return 0, err
+	}
+	defer gz.Close()
+	gz.Multistream(false)
+	return io.Copy(io.Discard, io.LimitReader(gz, max+1))
 }

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -47,6 +48,88 @@ func testIncrement(t testing.TB, pos int, session string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// randomIncrement is testIncrement with 32 KiB of random content, which
+// does not compress.
+func randomIncrement(t testing.TB, pos int, session string) []byte {
+	t.Helper()
+	base := t.TempDir()
+	root := filepath.Join(base, "root")
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	data := make([]byte, 32<<10)
+	rand.Read(data)
+	if err := os.WriteFile(filepath.Join(root, "r.bin"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := changelog.Open(filepath.Join(base, "cl"), changelog.Options{Roots: []changelog.Root{{Name: "checkout", Path: root}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inc, err := c.Capture(context.Background(), changelog.CaptureRequest{Position: pos, SessionID: session, Tool: "Write"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(inc.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// bombIncrement is a well-formed increment at position 0 whose one file of
+// size zero bytes compresses to about a thousandth of that.
+func bombIncrement(t testing.TB, session string, size int) []byte {
+	t.Helper()
+	meta, _ := json.Marshal(changelog.Meta{Version: 1, Position: 0, SessionID: session, Kind: changelog.KindCall, CreatedAt: time.Now().UTC(),
+		Roots: []changelog.MetaRoot{{Name: "checkout", Path: "/r", Prefix: "r", Exists: true}}, RemovedRoots: []string{}})
+	var buf bytes.Buffer
+	gz, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+	tw := tar.NewWriter(gz)
+	for _, m := range []struct {
+		name string
+		body []byte
+	}{{changelog.MetaMember, meta}, {"r/zeros.bin", make([]byte, size)}} {
+		if err := tw.WriteHeader(&tar.Header{Name: m.name, Mode: 0o644, Size: int64(len(m.body)), Typeflag: tar.TypeReg, Format: tar.FormatGNU}); err != nil {
+			t.Fatal(err)
+		}
+		tw.Write(m.body)
+	}
+	tw.Close()
+	gz.Close()
+	return buf.Bytes()
+}
+
+// An increment that unpacks past the grant's bytes is refused before it is
+// stored (grant_exceeded, bound unpacked_bytes), however small its body:
+// the apply would refuse it, so the Hub keeps none.
+func TestIncrementUnpackedPastGrantRefused(t *testing.T) {
+	e := newMatrixEnv(t)
+	rw := e.tokens[callerReadWrite]
+	p, _ := e.svc.EnsureLocal(context.Background(), "alice", "proj")
+	if _, err := e.svc.StartWork(context.Background(), p, "proj", api.StartWorkRequest{WorktreeID: "wt-u", ChangelogGrant: &api.Grant{MaxObjects: 10, MaxBytes: 1 << 20}}); err != nil {
+		t.Fatal(err)
+	}
+	bomb := bombIncrement(t, "s", 16<<20)
+	if len(bomb) > 64<<10 {
+		t.Fatalf("the bomb is %d bytes", len(bomb))
+	}
+	status, eb, _ := e.put(t, rw, "wt-u", 0, "s", digestOf(bomb), bomb)
+	if status != 422 || eb.Error.Code != api.CodeGrantExceeded || eb.Error.Reason != api.BoundUnpackedBytes ||
+		!strings.Contains(eb.Error.Message, "unpacks to more than") || eb.Error.Detail == nil || eb.Error.Detail.Max != 1<<20 || eb.Error.Detail.Want <= 1<<20 {
+		t.Fatalf("bomb upload: %d %+v", status, eb.Error)
+	}
+	cur, _ := e.svc.CurrentWork(context.Background(), p, "proj", "wt-u")
+	if list, err := e.svc.ListIncrements(context.Background(), p, "proj", cur.Work.ID, ""); err != nil || len(list.Increments) != 0 || list.Used.Bytes != 0 {
+		t.Fatalf("after the refusal: %+v %v", list, err)
+	}
+	// Within the grant it is stored.
+	small := bombIncrement(t, "s", 512<<10)
+	if status, eb, _ := e.put(t, rw, "wt-u", 0, "s", digestOf(small), small); status != 200 {
+		t.Fatalf("an increment within the grant: %d %+v", status, eb.Error)
+	}
 }
 
 func digestOf(b []byte) string {
@@ -224,6 +307,10 @@ func TestIncrementGrantRefusal(t *testing.T) {
 		}
 	})
 	t.Run("bytes", func(t *testing.T) {
+		// Incompressible content: each increment unpacks to about its
+		// stored size, within the grant (BoundUnpackedBytes), while two
+		// of them exceed its bytes.
+		incs := [][]byte{randomIncrement(t, 0, "s"), randomIncrement(t, 1, "s")}
 		limit := int64(len(incs[0]) + len(incs[1]) - 1)
 		if _, err := e.svc.StartWork(context.Background(), p, "proj", api.StartWorkRequest{WorktreeID: "wt-b", ChangelogGrant: &api.Grant{MaxObjects: 100, MaxBytes: limit}}); err != nil {
 			t.Fatal(err)

@@ -46,6 +46,10 @@ const (
 	// BoundObjects and BoundBytes name the two bounds of a grant.
 	BoundObjects = "objects"
 	BoundBytes   = "bytes"
+	// BoundUnpackedBytes refuses one increment that unpacks (its gzip
+	// stream decompressed) to more than the grant's max_bytes: an apply
+	// refuses such an increment too, so the Hub never stores one.
+	BoundUnpackedBytes = "unpacked_bytes"
 )
 
 // Upload statuses.
