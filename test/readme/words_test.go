@@ -154,7 +154,7 @@ func newSandbox(t *testing.T, bin string) *sandbox {
 	s.env = append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"),
 		"PATH="+bin+":"+os.Getenv("PATH"), "GIT_CONFIG_NOSYSTEM=1", "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.invalid",
 		"GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.invalid")
-	s.env = slicesDeleteEnv(s.env, "AGENTSCM_SPOOL_FAILPOINT", "AGENTSCM_CHANGELOG_FAILPOINT", "CLAUDECODE")
+	s.env = slicesDeleteEnv(s.env, "AGENTSCM_SPOOL_FAILPOINT", "AGENTSCM_CHANGELOG_FAILPOINT", "AGENTSCM_RECIPE_FAILPOINT", "CLAUDECODE", "CLAUDE_CODE_SESSION_ID", "AGENTSCM_CHANGELOG_WATCH")
 	os.MkdirAll(s.checkout, 0o755)
 	s.must(s.checkout, "git init -q && echo hello > README && git add README && git commit -qm init")
 	return s
