@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/agentscm/agentscm/internal/capture"
+	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/client"
 )
 
@@ -20,7 +20,7 @@ func findForWork(ctx context.Context, env *Env, root, work string) (client.Conne
 	if work == "" {
 		return client.Connection{}, fmt.Errorf("%s has no client connection: run %s, or pass --work ID to find the Hub among your connections", root, setup)
 	}
-	root, err := capture.SavedRoot(root)
+	root, err := binding.SavedRoot(root)
 	if err != nil {
 		return client.Connection{}, err
 	}
