@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -203,5 +204,60 @@ func TestApplyFromHubDryRunCreatesNothing(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(filepath.Join(fresh, "one.txt")); string(b) != "1" {
 		t.Errorf("one.txt after the apply: %q", b)
+	}
+}
+
+// A local apply of an increment holding a member name no file system can
+// hold (a 300-byte component) is refused as hostile, exit 4, before the
+// undo point is stored: the changelog keeps its positions and the checkout
+// its files.
+func TestLocalApplyRefusesLongNameExit4(t *testing.T) {
+	base := t.TempDir()
+	env := map[string]string{"HOME": filepath.Join(base, "home")}
+	cfg := filepath.Join(env["HOME"], ".config", "agentscm")
+	root := filepath.Join(base, "repo")
+	os.MkdirAll(root, 0o755)
+	if out, err := exec.Command("git", "-C", root, "init", "-q").CombinedOutput(); err != nil {
+		t.Fatalf("git init: %v %s", err, out)
+	}
+	root, _ = filepath.EvalSymlinks(root)
+	must := func(args ...string) string {
+		t.Helper()
+		r := runMain(t, env, "", args...)
+		if r.code != 0 {
+			t.Fatalf("%v: %d %s", args, r.code, r.stderr)
+		}
+		return r.stdout
+	}
+	must("changelog", "enable", "--root", root, "--no-transcript-root")
+	for i := range 2 {
+		os.WriteFile(filepath.Join(root, "f.txt"), []byte(fmt.Sprint(i)), 0o644)
+		must("changelog", "capture", "--root", root)
+	}
+	inc := filepath.Join(changelog.DirFor(cfg, root), "increments", changelog.IncrementName(1))
+	meta, err := changelog.ReadMeta(inc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mb, _ := json.Marshal(meta)
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
+	for _, m := range []struct{ name, body string }{{changelog.MetaMember, string(mb)}, {strings.TrimPrefix(root, "/") + "/" + strings.Repeat("n", 300), "x"}} {
+		tw.WriteHeader(&tar.Header{Name: m.name, Mode: 0o644, Size: int64(len(m.body)), Typeflag: tar.TypeReg, Format: tar.FormatGNU})
+		tw.Write([]byte(m.body))
+	}
+	tw.Close()
+	gz.Close()
+	if err := os.WriteFile(inc, buf.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	before := must("changelog", "list", "--root", root, "--format", "json")
+	r := runMain(t, env, "", "changelog", "apply", "--root", root, "--to", "1")
+	if r.code != ExitUnreadableArchive || !strings.Contains(r.stderr, "longer than any file name") || strings.Contains(r.stderr, "undo with") {
+		t.Fatalf("apply of the long name: %d %s", r.code, r.stderr)
+	}
+	if after := must("changelog", "list", "--root", root, "--format", "json"); after != before {
+		t.Errorf("the refused apply stored an undo point:\n%s\n->\n%s", before, after)
 	}
 }
