@@ -265,6 +265,9 @@ func runChangelogApplyFromHub(ctx context.Context, env *Env, rf *rootFlags, req 
 	// Every increment unpacks within the Work's grant, and the whole
 	// sequence validates, before anything is created or saved.
 	bound := changelog.GrantUnpackBound(list.Grant.MaxBytes, work)
+	if bound.Max <= 0 { // a Hub that lists no grant
+		bound = changelog.FreeSpaceBound(roots)
+	}
 	if err := changelog.ValidateSequence(ctx, paths, roots, bound); err != nil {
 		return archiveExit(fmt.Errorf("work %s on the Hub: %w", work, err))
 	}
