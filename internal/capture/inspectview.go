@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/agentscm/agentscm/internal/binding"
-
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/spool"
 )

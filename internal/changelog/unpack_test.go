@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/agentscm/agentscm/internal/changelog/incmeta"
 )
 
 // craftOver replaces the stored increment at pos with one carrying the same
@@ -80,20 +82,20 @@ func TestApplyRefusesHostileIncrementBeforeTheUndoPoint(t *testing.T) {
 // compression bomb once it is passed, not after inflating all of it.
 func TestUnpackBoundStopsDecompressing(t *testing.T) {
 	prefix := "r"
-	meta := &Meta{Version: 1, Kind: KindCall, Roots: []MetaRoot{{Name: "r", Path: "/r", Prefix: prefix, Exists: true}}, RemovedRoots: []string{}}
+	meta := &incmeta.Meta{Version: 1, Kind: KindCall, Roots: []incmeta.Root{{Name: "r", Path: "/r", Prefix: prefix, Exists: true}}, RemovedRoots: []string{}}
 	b := buildArchive(t, meta, []hostileMember{{name: prefix + "/bomb", flag: tar.TypeReg, body: strings.Repeat("\x00", 64<<20)}})
 	if len(b) > 1<<20 {
 		t.Fatalf("the bomb is %d bytes compressed", len(b))
 	}
 	f := &countingReader{r: strings.NewReader(string(b))}
-	_, err := readArchiveHolding(f, []MetaRoot{{Name: "r", Prefix: prefix}}, nil, UnpackBound{Max: 1 << 20, By: "over 1 MiB"})
+	_, err := readArchiveHolding(f, []incmeta.Root{{Name: "r", Prefix: prefix}}, nil, UnpackBound{Max: 1 << 20, By: "over 1 MiB"})
 	if !errors.Is(err, ErrUnreadableArchive) || !strings.Contains(err.Error(), "unpacks to more than 1048576 bytes, over 1 MiB") {
 		t.Fatalf("read = %v", err)
 	}
 	if f.n > int64(len(b))/8 {
 		t.Errorf("read %d of the %d compressed bytes past a bound of 1 MiB (1/64 of what it unpacks to)", f.n, len(b))
 	}
-	if _, err := readArchiveHolding(strings.NewReader(string(b)), []MetaRoot{{Name: "r", Prefix: prefix}}, nil, UnpackBound{Max: 65 << 20, By: "x"}); err != nil {
+	if _, err := readArchiveHolding(strings.NewReader(string(b)), []incmeta.Root{{Name: "r", Prefix: prefix}}, nil, UnpackBound{Max: 65 << 20, By: "x"}); err != nil {
 		t.Fatalf("within the bound: %v", err)
 	}
 }

@@ -19,7 +19,9 @@ import (
 	"time"
 
 	"github.com/agentscm/agentscm/internal/changelog"
+	"github.com/agentscm/agentscm/internal/changelog/incmeta"
 	"github.com/agentscm/agentscm/internal/client"
+	"github.com/agentscm/agentscm/internal/connections"
 	"github.com/agentscm/agentscm/internal/hub"
 	"github.com/agentscm/agentscm/internal/hub/api"
 )
@@ -28,8 +30,8 @@ import (
 // of size zero bytes: it compresses to about a thousandth of that.
 func bombIncrement(t *testing.T, root string, size int) []byte {
 	t.Helper()
-	meta, _ := json.Marshal(changelog.Meta{Version: 1, Position: 0, SessionID: "native-1", Kind: changelog.KindCall, CreatedAt: time.Now().UTC(),
-		Roots: []changelog.MetaRoot{{Name: "checkout", Path: root, Prefix: strings.TrimPrefix(root, "/"), Exists: true}}, RemovedRoots: []string{}})
+	meta, _ := json.Marshal(incmeta.Meta{Version: 1, Position: 0, SessionID: "native-1", Kind: changelog.KindCall, CreatedAt: time.Now().UTC(),
+		Roots: []incmeta.Root{{Name: "checkout", Path: root, Prefix: strings.TrimPrefix(root, "/"), Exists: true}}, RemovedRoots: []string{}})
 	var buf bytes.Buffer
 	gz, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
 	tw := tar.NewWriter(gz)
@@ -39,7 +41,7 @@ func bombIncrement(t *testing.T, root string, size int) []byte {
 		}
 		tw.Write(body)
 	}
-	add(changelog.MetaMember, meta)
+	add(incmeta.Member, meta)
 	add(strings.TrimPrefix(root, "/")+"/zeros.bin", make([]byte, size))
 	tw.Close()
 	gz.Close()
@@ -91,7 +93,7 @@ func TestApplyFromHubRefusesBeforeCreatingAnything(t *testing.T) {
 		var w api.Work
 		json.Unmarshal([]byte(must("work", "start", "--root", a, "--changelog-max-bytes", "1073741824", "--format", "json")), &w)
 		defer must("work", "grant", "--root", a, "--work-id", w.ID, "--max-bytes", grantBytes)
-		cc, err := client.Lookup(cfg, a)
+		cc, err := connections.Lookup(cfg, a)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -133,7 +135,7 @@ func TestApplyFromHubRefusesBeforeCreatingAnything(t *testing.T) {
 				if ents, err := os.ReadDir(fresh); err == nil && len(ents) > 0 || strings.Contains(fresh, "missing") && !errors.Is(err, os.ErrNotExist) {
 					t.Errorf("the refused apply created %s (%v, %v)", fresh, ents, err)
 				}
-				if _, err := client.Lookup(cfg, fresh); !errors.Is(err, client.ErrNoConnection) {
+				if _, err := connections.Lookup(cfg, fresh); !errors.Is(err, connections.ErrNoConnection) {
 					t.Errorf("the refused apply saved a connection for %s: %v", fresh, err)
 				}
 				if _, err := os.Stat(changelog.DirFor(cfg, fresh)); !errors.Is(err, os.ErrNotExist) {
@@ -194,7 +196,7 @@ func TestApplyFromHubDryRunCreatesNothing(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(base, "missing")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the dry run created %s: %v", fresh, err)
 	}
-	if _, err := client.Lookup(cfg, fresh); !errors.Is(err, client.ErrNoConnection) {
+	if _, err := connections.Lookup(cfg, fresh); !errors.Is(err, connections.ErrNoConnection) {
 		t.Errorf("the dry run saved a connection: %v", err)
 	}
 	// Without --dry-run the same apply creates, connects and restores it.
@@ -243,7 +245,7 @@ func TestLocalApplyRefusesLongNameExit4(t *testing.T) {
 	var buf bytes.Buffer
 	gz := gzip.NewWriter(&buf)
 	tw := tar.NewWriter(gz)
-	for _, m := range []struct{ name, body string }{{changelog.MetaMember, string(mb)}, {strings.TrimPrefix(root, "/") + "/" + strings.Repeat("n", 300), "x"}} {
+	for _, m := range []struct{ name, body string }{{incmeta.Member, string(mb)}, {strings.TrimPrefix(root, "/") + "/" + strings.Repeat("n", 300), "x"}} {
 		tw.WriteHeader(&tar.Header{Name: m.name, Mode: 0o644, Size: int64(len(m.body)), Typeflag: tar.TypeReg, Format: tar.FormatGNU})
 		tw.Write([]byte(m.body))
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/client"
+	"github.com/agentscm/agentscm/internal/connections"
 )
 
 // findForWork finds the client connection a fresh checkout root needs for
@@ -15,25 +16,25 @@ import (
 // (otherwise the error says the exact command to run). The connection it
 // returns is another checkout's, with Root set to root (which need not
 // exist yet); connectForWork saves it once the apply validated.
-func findForWork(ctx context.Context, env *Env, root, work string) (client.Connection, error) {
+func findForWork(ctx context.Context, env *Env, root, work string) (connections.Connection, error) {
 	setup := fmt.Sprintf("agentscm client setup --root %s --hub URL --repository NAME --token-file PATH (or --local)", root)
 	if work == "" {
-		return client.Connection{}, fmt.Errorf("%s has no client connection: run %s, or pass --work ID to find the Hub among your connections", root, setup)
+		return connections.Connection{}, fmt.Errorf("%s has no client connection: run %s, or pass --work ID to find the Hub among your connections", root, setup)
 	}
 	root, err := binding.SavedRoot(root)
 	if err != nil {
-		return client.Connection{}, err
+		return connections.Connection{}, err
 	}
 	dir, err := configDir(env)
 	if err != nil {
-		return client.Connection{}, err
+		return connections.Connection{}, err
 	}
-	f, err := client.Load(dir)
+	f, err := connections.Load(dir)
 	if err != nil {
-		return client.Connection{}, err
+		return connections.Connection{}, err
 	}
 	type place struct{ hub, repo string }
-	var found []client.Connection
+	var found []connections.Connection
 	seen := map[place]bool{}
 	for _, c := range f.Connections {
 		p := place{c.Hub, c.Repository}
@@ -53,10 +54,10 @@ func findForWork(ctx context.Context, env *Env, root, work string) (client.Conne
 	}
 	switch len(found) {
 	case 0:
-		return client.Connection{}, fmt.Errorf("%s has no client connection and none of your connections' Hubs holds work %s: run %s", root, work, setup)
+		return connections.Connection{}, fmt.Errorf("%s has no client connection and none of your connections' Hubs holds work %s: run %s", root, work, setup)
 	case 1:
 	default:
-		return client.Connection{}, fmt.Errorf("%s has no client connection and work %s is on several Hub repositories (%s on %s, %s on %s): run %s", root, work,
+		return connections.Connection{}, fmt.Errorf("%s has no client connection and work %s is on several Hub repositories (%s on %s, %s on %s): run %s", root, work,
 			found[0].Repository, found[0].Hub, found[1].Repository, found[1].Hub, setup)
 	}
 	c := found[0]
@@ -67,7 +68,7 @@ func findForWork(ctx context.Context, env *Env, root, work string) (client.Conne
 // connectForWork connects root (which exists now) to the Hub repository of
 // c, a connection findForWork returned, as client setup would, with c's
 // token.
-func connectForWork(ctx context.Context, env *Env, c client.Connection, work string) error {
+func connectForWork(ctx context.Context, env *Env, c connections.Connection, work string) error {
 	root, err := canonicalRoot(c.Root)
 	if err != nil {
 		return err
@@ -76,8 +77,8 @@ func connectForWork(ctx context.Context, env *Env, c client.Connection, work str
 	if err != nil {
 		return err
 	}
-	var made client.Connection
-	if c.Kind == client.KindHub {
+	var made connections.Connection
+	if c.Kind == connections.KindHub {
 		made, _, err = client.SetupHub(ctx, dir, root, c.Hub, c.Repository, c.Token, env.Now())
 	} else {
 		made, _, err = client.SetupLocal(ctx, dir, root, c.Repository, env.Now())
@@ -90,4 +91,4 @@ func connectForWork(ctx context.Context, env *Env, c client.Connection, work str
 }
 
 // isNoConnection reports a checkout without a client connection.
-func isNoConnection(err error) bool { return errors.Is(err, client.ErrNoConnection) }
+func isNoConnection(err error) bool { return errors.Is(err, connections.ErrNoConnection) }

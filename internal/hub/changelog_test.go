@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/agentscm/agentscm/internal/changelog"
+	"github.com/agentscm/agentscm/internal/changelog/incmeta"
 	"github.com/agentscm/agentscm/internal/hub"
 	"github.com/agentscm/agentscm/internal/hub/api"
 )
@@ -83,15 +84,15 @@ func randomIncrement(t testing.TB, pos int, session string) []byte {
 // size zero bytes compresses to about a thousandth of that.
 func bombIncrement(t testing.TB, session string, size int) []byte {
 	t.Helper()
-	meta, _ := json.Marshal(changelog.Meta{Version: 1, Position: 0, SessionID: session, Kind: changelog.KindCall, CreatedAt: time.Now().UTC(),
-		Roots: []changelog.MetaRoot{{Name: "checkout", Path: "/r", Prefix: "r", Exists: true}}, RemovedRoots: []string{}})
+	meta, _ := json.Marshal(incmeta.Meta{Version: 1, Position: 0, SessionID: session, Kind: changelog.KindCall, CreatedAt: time.Now().UTC(),
+		Roots: []incmeta.Root{{Name: "checkout", Path: "/r", Prefix: "r", Exists: true}}, RemovedRoots: []string{}})
 	var buf bytes.Buffer
 	gz, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
 	tw := tar.NewWriter(gz)
 	for _, m := range []struct {
 		name string
 		body []byte
-	}{{changelog.MetaMember, meta}, {"r/zeros.bin", make([]byte, size)}} {
+	}{{incmeta.Member, meta}, {"r/zeros.bin", make([]byte, size)}} {
 		if err := tw.WriteHeader(&tar.Header{Name: m.name, Mode: 0o644, Size: int64(len(m.body)), Typeflag: tar.TypeReg, Format: tar.FormatGNU}); err != nil {
 			t.Fatal(err)
 		}
@@ -438,11 +439,11 @@ func withMerged(t *testing.T, b []byte, from, to int) []byte {
 		}
 		data, _ := io.ReadAll(tr)
 		if i == 0 {
-			var m changelog.Meta
+			var m incmeta.Meta
 			if err := json.Unmarshal(data, &m); err != nil {
 				t.Fatal(err)
 			}
-			m.Merged = []changelog.Merged{{From: from, To: to, Reason: "grant refused"}}
+			m.Merged = []incmeta.Merged{{From: from, To: to, Reason: "grant refused"}}
 			data, _ = json.Marshal(m)
 			h.Size = int64(len(data))
 		}
