@@ -254,10 +254,11 @@ func (r *run) startWatch(list []scan.Stat) {
 			dirs = append(dirs, list[i].Path)
 		}
 	}
-	r.watching = make(chan watchResult, 1)
+	ch := make(chan watchResult, 1)
+	r.watching = ch
 	go func() {
 		w, err := watchDirs(r.lst.root, dirs)
-		r.watching <- watchResult{w, err}
+		ch <- watchResult{w, err}
 	}()
 	r.deferRelease(func() {
 		if r.watching != nil { // not taken: release it
