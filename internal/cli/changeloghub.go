@@ -4,17 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/agentscm/agentscm/internal/binding"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
 
+	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/changelog"
 	"github.com/agentscm/agentscm/internal/changelog/hubapply"
 	"github.com/agentscm/agentscm/internal/changelog/hubremote"
+	"github.com/agentscm/agentscm/internal/changelog/incmeta"
 	"github.com/agentscm/agentscm/internal/client"
+	"github.com/agentscm/agentscm/internal/connections"
 	"github.com/agentscm/agentscm/internal/fsutil"
 	"github.com/agentscm/agentscm/internal/hub/api"
 )
@@ -32,7 +34,7 @@ type hubApply struct {
 
 // openHubCheckout opens the connection of --root for a --from-hub command
 // and returns the Work to read (--work, else the checkout's current Work).
-func openHubCheckout(ctx context.Context, env *Env, rootFlag, work string) (client.Connection, client.Conn, string, error) {
+func openHubCheckout(ctx context.Context, env *Env, rootFlag, work string) (connections.Connection, client.Conn, string, error) {
 	c, conn, err := openCheckout(ctx, env, rootFlag)
 	if err != nil {
 		return c, nil, "", fmt.Errorf("--from-hub needs the checkout's client connection: %w", err)
@@ -360,7 +362,7 @@ func hasRoot(roots []changelog.Root, r changelog.Root) bool {
 // directory (changelog.TranscriptRootName) goes to this machine's project
 // directory of root under home, so --resume-conversation finds it; every
 // other root needs --extra-root NAME=ABS (which also overrides the default).
-func hubApplyRoots(root, home string, m *changelog.Meta, extra []string) ([]changelog.Root, error) {
+func hubApplyRoots(root, home string, m *incmeta.Meta, extra []string) ([]changelog.Root, error) {
 	given := map[string]string{}
 	for _, e := range extra {
 		name, p, ok := strings.Cut(e, "=")
@@ -424,8 +426,8 @@ func hubHolding(ctx context.Context, env *Env, root string, next int) hubView {
 	}
 	ctx, cancel := context.WithTimeout(ctx, statusTimeout)
 	defer cancel()
-	c, err := client.Lookup(cfg, root)
-	if errors.Is(err, client.ErrNoConnection) {
+	c, err := connections.Lookup(cfg, root)
+	if errors.Is(err, connections.ErrNoConnection) {
 		return v
 	}
 	v.Connected, v.Hub = true, c.Hub
