@@ -349,7 +349,7 @@ func runGitFacts(ctx context.Context, root string, o Options) (gitFacts, error) 
 // hands them to the store in batches.
 type reader struct {
 	rd      *rootDir
-	store   Store
+	store   BlobStore
 	lim     Limits
 	blobs   []spool.Blob
 	pending int64 // bytes in blobs
