@@ -20,6 +20,7 @@ func newcomerCommands() []*Command {
 	return []*Command{
 		{Name: "enable", Summary: "turn agentscm on for this checkout: connect, capture, changelog, a current Work", Run: runNewcomerEnable},
 		{Name: "disable", Summary: "turn capture and the changelog off for this checkout (the record is kept)", Run: runNewcomerDisable},
+		{Name: "doctor", Summary: "check hooks, trust, binaries, spool, deliverer, Hub and changelog; name the fix of each problem", Run: runDoctor},
 	}
 }
 

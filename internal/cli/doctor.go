@@ -1,0 +1,552 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/agentscm/agentscm/internal/agent/adapter"
+	"github.com/agentscm/agentscm/internal/agent/claude"
+	"github.com/agentscm/agentscm/internal/agent/codex"
+	"github.com/agentscm/agentscm/internal/buildinfo"
+	"github.com/agentscm/agentscm/internal/capture"
+	"github.com/agentscm/agentscm/internal/changelog"
+	"github.com/agentscm/agentscm/internal/client"
+	"github.com/agentscm/agentscm/internal/hub/api"
+)
+
+// Doctor check names, in the order they run.
+const (
+	dcConnection = "connection"
+	checkHub        = "hub"
+	checkWork       = "work"
+	checkCapture    = "capture"
+	checkHooks      = "hooks"
+	checkTrust      = "trust"
+	checkBinaries   = "binaries"
+	checkSpool      = "spool"
+	checkDeliverer  = "deliverer"
+	checkChangelog  = "changelog"
+	checkWatcher    = "watcher"
+)
+
+// doctorCheck is one finding of agentscm doctor.
+type doctorCheck struct {
+	Checkout string `json:"checkout"`
+	Agent    string `json:"agent,omitempty"`
+	Check    string `json:"check"`
+	// Status is ok, note (worth knowing, nothing wrong) or problem.
+	Status string `json:"status"`
+	Detail string `json:"detail"`
+	// Fix is the command (or step) that fixes a problem.
+	Fix string `json:"fix,omitempty"`
+}
+
+const (
+	statusOK      = "ok"
+	statusNote    = "note"
+	statusProblem = "problem"
+)
+
+// doctorReport is agentscm doctor's --format json.
+type doctorReport struct {
+	Build    string        `json:"build"`
+	Healthy  bool          `json:"healthy"`
+	Problems int           `json:"problems"`
+	Checks   []doctorCheck `json:"checks"`
+}
+
+// doctorHubTimeout bounds each Hub question of doctor.
+const doctorHubTimeout = 3 * time.Second
+
+// versionTimeout bounds one hook binary's --version run.
+const versionTimeout = 5 * time.Second
+
+func runDoctor(ctx context.Context, env *Env, args []string) error {
+	fs := newFlags(env, "agentscm doctor", "[--root PATH] [--format text|json]",
+		`Check that agentscm works for the checkout holding the working directory,
+for the agent whose hooks it installed: the client connection and whether
+the Hub answers (at most 3 s), a current Work, capture on, the hooks
+installed in the file the agent reads and, for Codex CLI, the project
+trusted in $CODEX_HOME/config.toml (Codex skips an untrusted project's hooks
+without a word), every binary the hooks name present and of this agentscm's
+build (their --version), the spool healthy (the same checks inspect and
+status run) and within its limits, the deliverer running or nothing
+waiting for it, the changelog's hooks and whether its filesystem watcher
+vouches for the next capture. Each problem is printed with the command
+that fixes it; it exits 1 when there is one. Read-only.`)
+	root := fs.String("root", "", rootHelp)
+	format := formatFlag(fs)
+	if err := parseFlags(env, fs, args, false); err != nil {
+		return err
+	}
+	canon, err := capture.CanonicalRoot(*root)
+	if err != nil {
+		return err
+	}
+	rep := doctorReport{Build: buildinfo.BuildOf(buildinfo.Version("agentscm")), Checks: []doctorCheck{}}
+	rep.Checks = doctorCheckout(ctx, env, canon)
+	for _, c := range rep.Checks {
+		if c.Status == statusProblem {
+			rep.Problems++
+		}
+	}
+	rep.Healthy = rep.Problems == 0
+	if *format == "json" {
+		if err := writeJSON(env.Stdout, rep); err != nil {
+			return err
+		}
+	} else {
+		printDoctor(env.Stdout, canon, &rep)
+	}
+	if !rep.Healthy {
+		return &ExitCodeError{Code: ExitError}
+	}
+	return nil
+}
+
+func printDoctor(w io.Writer, root string, rep *doctorReport) {
+	fmt.Fprintf(w, "%s\n", root)
+	for _, c := range rep.Checks {
+		mark := map[string]string{statusOK: "ok     ", statusNote: "note   ", statusProblem: "PROBLEM"}[c.Status]
+		fmt.Fprintf(w, "  %s %-10s %s\n", mark, c.Check, c.Detail)
+		if c.Fix != "" {
+			fmt.Fprintf(w, "          %-10s fix: %s\n", "", c.Fix)
+		}
+	}
+	if rep.Healthy {
+		fmt.Fprintln(w, "no problems found")
+	} else {
+		fmt.Fprintf(w, "%d problem(s) found\n", rep.Problems)
+	}
+}
+
+// doctorCheckout runs every check of one checkout.
+func doctorCheckout(ctx context.Context, env *Env, root string) []doctorCheck {
+	var out []doctorCheck
+	add := func(agent, check, status, detail, fix string) {
+		out = append(out, doctorCheck{Checkout: root, Agent: agent, Check: check, Status: status, Detail: detail, Fix: fix})
+	}
+	store, conns, err := captureDeps(env)
+	if err != nil {
+		add("", checkCapture, statusProblem, err.Error(), "set HOME or XDG_CONFIG_HOME")
+		return out
+	}
+	c, err := client.Lookup(store.Dir, root)
+	connected := err == nil
+	switch {
+	case errors.Is(err, client.ErrNoConnection):
+		add("", dcConnection, statusProblem, "no client connection: nothing reaches a Hub", "agentscm enable")
+	case err != nil:
+		add("", dcConnection, statusProblem, "client connections unreadable: "+err.Error(), "agentscm client status")
+	default:
+		add("", dcConnection, statusOK, fmt.Sprintf("repository %s on %s", c.Repository, c.Hub), "")
+	}
+	if connected {
+		hctx, cancel := context.WithTimeout(ctx, doctorHubTimeout)
+		hc := checkConnection(hctx, env, c)
+		if hc.Valid {
+			add("", checkHub, statusOK, fmt.Sprintf("answers (%s, %s)", hc.Human, hc.Scope), "")
+			out = append(out, doctorWork(hctx, root, c))
+		} else {
+			add("", checkHub, statusProblem, fmt.Sprintf("the Hub %s does not answer: %s (capture goes on; facts wait in the spool)", c.Hub, hc.Error), hubFix(c))
+		}
+		cancel()
+	}
+
+	cfg, err := store.Load()
+	if err != nil {
+		add("", checkCapture, statusProblem, "capture config unreadable: "+err.Error(), "agentscm change-capture status")
+		return out
+	}
+	b := cfg.Find(root)
+	set, _ := capture.CaptureSetting(store, conns, root)
+	switch {
+	case b == nil:
+		add("", checkCapture, statusProblem, "capture is not set up for this checkout", "agentscm enable")
+	case !b.Enabled:
+		add("", checkCapture, statusProblem, "capture is off (disabled; the spool is kept)", "agentscm enable")
+	default:
+		detail := "on (" + b.CaptureMode + ")"
+		status, fix := statusOK, ""
+		if set != nil && set.LineageMismatch {
+			status, fix = statusProblem, "agentscm change-capture status (the binding was saved for another repository or Hub)"
+			detail += fmt.Sprintf("; saved for %s on %s but connected to %s on %s", set.Repository, set.Hub, set.ConnectedRepository, set.ConnectedHub)
+		}
+		add("", checkCapture, status, detail, fix)
+	}
+
+	clDir := changelog.DirFor(store.Dir, root)
+	_, clErr := changelog.LoadRoots(clDir)
+	changelogOn := clErr == nil
+
+	agentName := ""
+	settingsRel := ""
+	if b != nil {
+		agentName, settingsRel = b.Agent, b.ClaudeSettings
+	}
+	ad, err := adapter.For(agentName)
+	if err != nil {
+		add(agentName, checkHooks, statusProblem, err.Error(), "agentscm enable")
+		return out
+	}
+	if settingsRel == "" {
+		settingsRel = ad.HookFile()
+	}
+	settings := filepath.Join(root, filepath.FromSlash(settingsRel))
+	if b != nil && b.Enabled || changelogOn {
+		out = append(out, doctorHooks(root, ad, settings, b != nil && b.Enabled, changelogOn)...)
+		if ad.Name() == codex.AgentName {
+			out = append(out, doctorCodexTrust(env, root))
+		}
+		out = append(out, doctorBinaries(ctx, root, ad.Name(), settings)...)
+	}
+	if b != nil {
+		out = append(out, doctorSpool(root, ad.Name(), store, b)...)
+	}
+	switch {
+	case changelogOn:
+		add(ad.Name(), checkChangelog, statusOK, "on ("+clDir+")", "")
+		out = append(out, doctorWatcher(ctx, env, root, ad.Name()))
+	case clErr != nil && !errors.Is(clErr, os.ErrNotExist):
+		add(ad.Name(), checkChangelog, statusProblem, "changelog unreadable: "+clErr.Error(), "agentscm changelog status")
+	default:
+		add(ad.Name(), checkChangelog, statusProblem, "the changelog is off: rewind has nothing to go back to", "agentscm enable")
+	}
+	return out
+}
+
+// hubFix is what to do about a Hub that does not answer.
+func hubFix(c client.Connection) string {
+	if c.Hub == client.LocalHub {
+		return "agentscm client status --check (the embedded Hub's files may be unreadable)"
+	}
+	return fmt.Sprintf("start the Hub at %s (agentscm hub serve), or connect elsewhere: agentscm client setup --hub URL --repository %s --token-file PATH", c.Hub, c.Repository)
+}
+
+func doctorWork(ctx context.Context, root string, c client.Connection) doctorCheck {
+	d := doctorCheck{Checkout: root, Check: checkWork}
+	conn, err := client.Open(ctx, c, client.Options{})
+	if err != nil {
+		d.Status, d.Detail, d.Fix = statusProblem, "current Work unknown: "+err.Error(), "agentscm status"
+		return d
+	}
+	defer conn.Close()
+	cur, err := conn.CurrentWork(ctx, c.WorktreeID)
+	switch e, ok := api.AsError(err); {
+	case err == nil:
+		d.Status, d.Detail = statusOK, "current: "+orUntitled(cur.Work.Title)
+	case ok && e.Code == api.CodeNotFound:
+		d.Status, d.Detail, d.Fix = statusProblem, "no current Work: captured facts stay local", "agentscm work start --title TEXT (or agentscm enable)"
+	default:
+		d.Status, d.Detail, d.Fix = statusProblem, "current Work unknown: "+err.Error(), "agentscm status"
+	}
+	return d
+}
+
+// doctorHooks checks that the settings file the agent reads holds the
+// marked hooks of every event capture and the changelog need.
+func doctorHooks(root string, ad adapter.Adapter, settings string, captureOn, changelogOn bool) []doctorCheck {
+	rel := relTo(root, settings)
+	type part struct {
+		name, sub string
+		events    []string
+	}
+	var parts []part
+	if captureOn {
+		parts = append(parts, part{"capture", ad.CaptureSubcommand(), ad.CaptureEvents()})
+	}
+	if changelogOn {
+		events := ad.ChangelogEvents()
+		if ad.Name() == claude.AgentName {
+			events = changelog.HookEvents
+		}
+		parts = append(parts, part{"changelog", ad.ChangelogSubcommand(), events})
+	}
+	var out []doctorCheck
+	for _, p := range parts {
+		d := doctorCheck{Checkout: root, Agent: ad.Name(), Check: checkHooks}
+		have, err := claude.MarkedEventsFor(settings, p.sub)
+		if err != nil {
+			d.Status, d.Detail, d.Fix = statusProblem, fmt.Sprintf("%s hooks: %s is unreadable: %v", p.name, rel, err), "fix or remove "+settings+", then agentscm enable"
+			out = append(out, d)
+			continue
+		}
+		var missing []string
+		for _, ev := range p.events {
+			if !slices.Contains(have, ev) {
+				missing = append(missing, ev)
+			}
+		}
+		switch {
+		case len(missing) == 0:
+			d.Status, d.Detail = statusOK, fmt.Sprintf("%s hooks in %s (%d events)", p.name, rel, len(p.events))
+		case len(missing) == len(p.events):
+			d.Status, d.Detail, d.Fix = statusProblem, fmt.Sprintf("no %s hooks in %s, where %s reads them: nothing is %s", p.name, rel, agentTitle(ad.Name()), capturedWord(p.name)), "agentscm enable"
+		default:
+			d.Status, d.Detail, d.Fix = statusProblem, fmt.Sprintf("%s hooks missing in %s for %s", p.name, rel, strings.Join(missing, ", ")), "agentscm enable"
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+func capturedWord(part string) string {
+	if part == "changelog" {
+		return "recorded for rewind"
+	}
+	return "captured"
+}
+
+// doctorCodexTrust checks that Codex CLI trusts the project: it skips the
+// hooks of an untrusted project's .codex/hooks.json without a word.
+func doctorCodexTrust(env *Env, root string) doctorCheck {
+	d := doctorCheck{Checkout: root, Agent: codex.AgentName, Check: checkTrust}
+	home, err := codexHome(env)
+	if err != nil {
+		d.Status, d.Detail, d.Fix = statusProblem, "cannot find Codex's config: "+err.Error(), "set CODEX_HOME or HOME"
+		return d
+	}
+	cfg := filepath.Join(home, "config.toml")
+	fix := fmt.Sprintf("add to %s: [projects.%q] trust_level = \"trusted\" (then review the hooks in Codex with /hooks)", cfg, root)
+	trusted, err := codexTrusted(cfg, root)
+	switch {
+	case err != nil && !errors.Is(err, os.ErrNotExist):
+		d.Status, d.Detail, d.Fix = statusProblem, "Codex's config is unreadable: "+err.Error(), fix
+	case trusted:
+		d.Status, d.Detail = statusOK, "Codex trusts the project ("+cfg+")"
+	default:
+		d.Status, d.Detail, d.Fix = statusProblem, "Codex does not trust the project: it skips the hooks in .codex/hooks.json without a word", fix
+	}
+	return d
+}
+
+// codexTrusted reports whether the Codex config.toml at path marks the
+// project root trusted: a [projects."ROOT"] table (or a dotted key
+// projects."ROOT".trust_level) with trust_level = "trusted". It reads the
+// TOML forms Codex writes, not every form TOML allows.
+func codexTrusted(path, root string) (bool, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	headers := map[string]bool{}
+	for _, q := range []string{strconv.Quote(root), "'" + root + "'"} {
+		headers["[projects."+q+"]"] = true
+	}
+	in := false
+	sc := bufio.NewScanner(io.LimitReader(f, 4<<20))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if strings.HasPrefix(line, "[") {
+			in = headers[strings.ReplaceAll(line, " ", "")]
+			continue
+		}
+		key, val, ok := strings.Cut(line, "=")
+		if !ok {
+			continue
+		}
+		key, val = strings.TrimSpace(key), strings.TrimSpace(val)
+		if i := strings.Index(val, "#"); i >= 0 {
+			val = strings.TrimSpace(val[:i])
+		}
+		if val != `"trusted"` && val != `'trusted'` {
+			continue
+		}
+		if in && key == "trust_level" {
+			return true, nil
+		}
+		for h := range headers {
+			if key == strings.Trim(h, "[]")+".trust_level" {
+				return true, nil
+			}
+		}
+	}
+	return false, sc.Err()
+}
+
+// hookBinaryCheck is what doctor and status know of one binary a hook
+// command names.
+type hookBinaryCheck struct {
+	Path    string `json:"path"`
+	Build   string `json:"build,omitempty"`
+	Problem string `json:"problem,omitempty"`
+}
+
+// checkHookBinaries runs --version of every binary the marked hooks of
+// the settings file name (and of agentscm-hook beside an intake binary,
+// which hands events to it) and compares each build with this agentscm's.
+func checkHookBinaries(ctx context.Context, settings string) ([]hookBinaryCheck, error) {
+	hooks, err := claude.MarkedHooks(settings)
+	if err != nil {
+		return nil, err
+	}
+	exes := claude.HookExecutables(hooks)
+	for _, e := range exes {
+		if filepath.Base(e) == claude.IntakeBinary {
+			if full := filepath.Join(filepath.Dir(e), claude.HookBinary); !slices.Contains(exes, full) {
+				exes = append(exes, full)
+			}
+		}
+	}
+	want := buildinfo.BuildOf(buildinfo.Version("agentscm"))
+	var out []hookBinaryCheck
+	for _, e := range exes {
+		out = append(out, checkHookBinary(ctx, e, want))
+	}
+	return out, nil
+}
+
+func checkHookBinary(ctx context.Context, path, want string) hookBinaryCheck {
+	c := hookBinaryCheck{Path: path}
+	fi, err := os.Stat(path)
+	switch {
+	case err != nil:
+		c.Problem = "missing: " + err.Error()
+		return c
+	case !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0:
+		c.Problem = "not an executable file"
+		return c
+	}
+	vctx, cancel := context.WithTimeout(ctx, versionTimeout)
+	defer cancel()
+	b, err := exec.CommandContext(vctx, path, "--version").Output()
+	if err != nil {
+		c.Problem = "its --version failed: " + err.Error() + " (an agentscm binary from before --version, or not an agentscm binary)"
+		return c
+	}
+	c.Build = buildinfo.BuildOf(string(b))
+	if c.Build != want {
+		c.Problem = fmt.Sprintf("another build: %s, while this agentscm is %s", c.Build, want)
+	}
+	return c
+}
+
+// hookBinaryFix is the command that fixes a hook binary problem.
+func hookBinaryFix(path string) string {
+	dir := filepath.Dir(path)
+	if filepath.Base(dir) == "bin" {
+		return fmt.Sprintf("install every binary from one build: scripts/install.sh --prefix %s (in the agentscm checkout), then agentscm enable", filepath.Dir(dir))
+	}
+	return fmt.Sprintf("build every binary from one checkout into %s: go build -o %s/ ./cmd/... (in the agentscm checkout), then agentscm enable", dir, dir)
+}
+
+func doctorBinaries(ctx context.Context, root, agent, settings string) []doctorCheck {
+	checks, err := checkHookBinaries(ctx, settings)
+	if err != nil {
+		return []doctorCheck{{Checkout: root, Agent: agent, Check: checkBinaries, Status: statusProblem,
+			Detail: "the hooks' file is unreadable: " + err.Error(), Fix: "agentscm enable"}}
+	}
+	var out []doctorCheck
+	for _, c := range checks {
+		d := doctorCheck{Checkout: root, Agent: agent, Check: checkBinaries, Status: statusOK, Detail: c.Path + " (this build)"}
+		if c.Problem != "" {
+			d.Status, d.Detail, d.Fix = statusProblem, c.Path+": "+c.Problem, hookBinaryFix(c.Path)
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// spoolFinding is one thing wrong with a spool, with its fix.
+type spoolFinding struct{ Problem, Fix string }
+
+// spoolFindings are the problems status and doctor report of a binding's
+// spool summary: the delivery path's failing check (as inspect names it),
+// usage past 80% of a limit, capture paused, and the summary's problems.
+func spoolFindings(b *capture.Binding, sum *capture.SpoolSummary) []spoolFinding {
+	var out []spoolFinding
+	if f := sum.Health.Failing; f != nil {
+		out = append(out, spoolFinding{"delivery stops at the " + f.Name + " check: " + f.Problem, f.Fix})
+	}
+	if sum.Fraction.Records >= 0.8 || sum.Fraction.Bytes >= 0.8 {
+		out = append(out, spoolFinding{"the spool is past 80% of a limit",
+			fmt.Sprintf("agentscm change-capture compact --spool %s, or raise it with change-capture enable --max-records N --max-bytes N", b.Spool)})
+	}
+	if sum.Paused {
+		out = append(out, spoolFinding{"capture is paused: the spool is full", "agentscm change-capture compact --spool " + b.Spool})
+	}
+	for _, p := range sum.Problems {
+		out = append(out, spoolFinding{"spool: " + p, "agentscm change-capture inspect --spool " + b.Spool})
+	}
+	return out
+}
+
+func doctorSpool(root, agent string, store capture.Store, b *capture.Binding) []doctorCheck {
+	sum, err := store.SummarizeSpool(b)
+	if err != nil {
+		return []doctorCheck{{Checkout: root, Agent: agent, Check: checkSpool, Status: statusProblem,
+			Detail: "spool unreadable: " + err.Error(), Fix: "agentscm change-capture inspect --spool " + b.Spool}}
+	}
+	var out []doctorCheck
+	for _, f := range spoolFindings(b, sum) {
+		out = append(out, doctorCheck{Checkout: root, Agent: agent, Check: checkSpool, Status: statusProblem, Detail: f.Problem, Fix: f.Fix})
+	}
+	if len(out) == 0 {
+		out = append(out, doctorCheck{Checkout: root, Agent: agent, Check: checkSpool, Status: statusOK,
+			Detail: fmt.Sprintf("healthy; %.0f%% of its records, %.0f%% of its bytes", sum.Fraction.Records*100, sum.Fraction.Bytes*100)})
+	}
+	return append(out, doctorDeliverer(root, agent, store, b.Spool, sum))
+}
+
+// doctorDeliverer checks that the deliverer runs or nothing waits for it.
+func doctorDeliverer(root, agent string, store capture.Store, spoolDir string, sum *capture.SpoolSummary) doctorCheck {
+	d := doctorCheck{Checkout: root, Agent: agent, Check: checkDeliverer}
+	waiting := max(sum.Unacknowledged-sum.Deferred.Total, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+	running := store.WaitDeliverer(ctx, spoolDir) != nil
+	cancel()
+	last, err := store.DeliverStatus(spoolDir)
+	fix := "agentscm change-capture deliver --spool " + spoolDir
+	switch {
+	case running:
+		d.Status, d.Detail = statusOK, "a deliverer is running"
+	case err != nil:
+		d.Status, d.Detail, d.Fix = statusProblem, "the last deliverer run's report is unreadable: "+err.Error(), fix
+	case waiting == 0:
+		d.Status, d.Detail = statusOK, "nothing waits for delivery"
+	case last != nil && (last.Outcome == "failed" || last.Outcome == "error" || last.Resume):
+		detail := last.Outcome
+		if last.Detail != "" {
+			detail += ": " + last.Detail
+		}
+		d.Status, d.Detail, d.Fix = statusProblem, fmt.Sprintf("%d records wait for delivery and no deliverer runs (the last run, %s, ended %s)", waiting, last.Finished.UTC().Format(time.RFC3339), detail), fix
+	default:
+		d.Status, d.Detail = statusNote, fmt.Sprintf("%d records are not acknowledged by the Hub (local-only facts, or waiting for the next hook's deliverer)", waiting)
+	}
+	return d
+}
+
+// doctorWatcher says whether the changelog's filesystem watcher vouches
+// for the next capture (a note when it does not: the capture is then
+// complete but lists every directory).
+func doctorWatcher(ctx context.Context, env *Env, root, agent string) doctorCheck {
+	d := doctorCheck{Checkout: root, Agent: agent, Check: checkWatcher}
+	rf := rootFlags{root: root}
+	c, err := openChangelog(env, &rf, false)
+	if err != nil {
+		d.Status, d.Detail, d.Fix = statusProblem, "changelog unreadable: "+err.Error(), "agentscm changelog status"
+		return d
+	}
+	rep, err := c.WatchStatus(ctx, env.Getenv)
+	switch {
+	case err != nil:
+		d.Status, d.Detail, d.Fix = statusProblem, "watcher state unreadable: "+err.Error(), "agentscm changelog status"
+	case rep.Vouches:
+		d.Status, d.Detail = statusOK, fmt.Sprintf("the watcher vouches (pid %d): the next capture lists only what changed", rep.PID)
+	default:
+		d.Status, d.Detail = statusNote, "the watcher does not vouch: "+rep.Reason
+	}
+	return d
+}
