@@ -15,11 +15,13 @@ import (
 )
 
 // newcomerCommands are the one-command setup of a checkout and its undoing
-// (issue 32): enable, disable and doctor.
+// (issue 32): enable, disable, show (change-capture show's short name) and
+// doctor.
 func newcomerCommands() []*Command {
 	return []*Command{
 		{Name: "enable", Summary: "turn agentscm on for this checkout: connect, capture, changelog, a current Work", Run: runNewcomerEnable},
 		{Name: "disable", Summary: "turn capture and the changelog off for this checkout (the record is kept)", Run: runNewcomerDisable},
+		{Name: "show", Summary: "print the current Work's timeline: each session, each tool call and the files it changed (change-capture show)", Run: runChangeCaptureShow},
 		{Name: "doctor", Summary: "check hooks, trust, binaries, spool, deliverer, Hub and changelog; name the fix of each problem", Run: runDoctor},
 	}
 }
