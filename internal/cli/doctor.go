@@ -26,17 +26,17 @@ import (
 
 // Doctor check names, in the order they run.
 const (
-	dcConnection = "connection"
-	checkHub        = "hub"
-	checkWork       = "work"
-	checkCapture    = "capture"
-	checkHooks      = "hooks"
-	checkTrust      = "trust"
-	checkBinaries   = "binaries"
-	checkSpool      = "spool"
-	checkDeliverer  = "deliverer"
-	checkChangelog  = "changelog"
-	checkWatcher    = "watcher"
+	dcConnection   = "connection"
+	checkHub       = "hub"
+	checkWork      = "work"
+	checkCapture   = "capture"
+	checkHooks     = "hooks"
+	checkTrust     = "trust"
+	checkBinaries  = "binaries"
+	checkSpool     = "spool"
+	checkDeliverer = "deliverer"
+	checkChangelog = "changelog"
+	checkWatcher   = "watcher"
 )
 
 // doctorCheck is one finding of agentscm doctor.
@@ -385,19 +385,27 @@ type hookBinaryCheck struct {
 }
 
 // checkHookBinaries runs --version of every binary the marked hooks of
-// the settings file name (and of agentscm-hook beside an intake binary,
-// which hands events to it) and compares each build with this agentscm's.
+// the settings file name, and of the siblings those run, and compares
+// each build with this agentscm's.
 func checkHookBinaries(ctx context.Context, settings string) ([]hookBinaryCheck, error) {
 	hooks, err := claude.MarkedHooks(settings)
 	if err != nil {
 		return nil, err
 	}
+	// The intake binary hands events and the deliverer to agentscm-hook
+	// beside it, and agentscm-hook starts the changelog's watch server
+	// from the agentscm beside it: those run too.
 	exes := claude.HookExecutables(hooks)
-	for _, e := range exes {
-		if filepath.Base(e) == claude.IntakeBinary {
-			if full := filepath.Join(filepath.Dir(e), claude.HookBinary); !slices.Contains(exes, full) {
-				exes = append(exes, full)
-			}
+	for i := 0; i < len(exes); i++ {
+		sibling := ""
+		switch filepath.Base(exes[i]) {
+		case claude.IntakeBinary:
+			sibling = filepath.Join(filepath.Dir(exes[i]), claude.HookBinary)
+		case claude.HookBinary:
+			sibling = filepath.Join(filepath.Dir(exes[i]), "agentscm")
+		}
+		if sibling != "" && !slices.Contains(exes, sibling) {
+			exes = append(exes, sibling)
 		}
 	}
 	want := buildinfo.BuildOf(buildinfo.Version("agentscm"))
