@@ -525,7 +525,7 @@ func TestIntakeHookRetainsDirtySource(t *testing.T) {
 		t.Errorf("%d staged files left after admission", len(names))
 	}
 
-	text := f.agentscm(t, "change-capture", "show", "--root", f.root, "--work-id", work)
+	text := f.agentscm(t, "change-capture", "show", "--root", f.root, "--work-id", work, "--verbose")
 	if !strings.Contains(text, "kept in the private spool") || strings.Contains(text, source.OmissionNotRetained) {
 		t.Errorf("show does not say the bytes are kept:\n%s", text)
 	}
@@ -626,7 +626,7 @@ func TestIntakeHookBlobRefusedByLimit(t *testing.T) {
 	if names, _ := os.ReadDir(filepath.Join(f.spool, "intake-blobs")); len(names) != 0 {
 		t.Errorf("%d staged files after a refusal", len(names))
 	}
-	text := f.agentscm(t, "change-capture", "show", "--root", f.root, "--work-id", work)
+	text := f.agentscm(t, "change-capture", "show", "--root", f.root, "--work-id", work, "--verbose")
 	if !strings.Contains(text, "capture stopped: spool_refused") || strings.Contains(text, "kept in the private spool") {
 		t.Errorf("show does not name the refusal:\n%s", text)
 	}
