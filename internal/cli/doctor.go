@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"github.com/agentscm/agentscm/internal/agent/adapter"
 	"github.com/agentscm/agentscm/internal/agent/claude"
 	"github.com/agentscm/agentscm/internal/agent/codex"
+	"github.com/agentscm/agentscm/internal/agent/gemini"
 	"github.com/agentscm/agentscm/internal/buildinfo"
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/changelog"
@@ -189,26 +191,32 @@ func doctorCheckout(ctx context.Context, env *Env, root string) []doctorCheck {
 	_, clErr := changelog.LoadRoots(clDir)
 	changelogOn := clErr == nil
 
-	agentName := ""
-	settingsRel := ""
-	if b != nil {
-		agentName, settingsRel = b.Agent, b.ClaudeSettings
-	}
-	ad, err := adapter.For(agentName)
+	// Every agent with agentscm hooks in the file it reads, the capture
+	// binding's first: its capture and changelog hooks, trust, binaries.
+	primary, err := adapter.For(primaryAgent(root, b))
 	if err != nil {
-		add(agentName, checkHooks, statusProblem, err.Error(), "agentscm enable")
+		add(bindingAgent(b), checkHooks, statusProblem, err.Error(), "agentscm enable")
 		return out
 	}
-	if settingsRel == "" {
-		settingsRel = ad.HookFile()
-	}
-	settings := filepath.Join(root, filepath.FromSlash(settingsRel))
-	if b != nil && b.Enabled || changelogOn {
-		out = append(out, doctorHooks(root, ad, settings, b != nil && b.Enabled, changelogOn)...)
-		if ad.Name() == codex.AgentName {
-			out = append(out, doctorCodexTrust(env, root))
+	ad := primary
+	for _, a := range hookAgents(root, primary) {
+		settings := filepath.Join(root, filepath.FromSlash(a.HookFile()))
+		captureOn := b != nil && b.Enabled && a.Name() == primary.Name()
+		if captureOn {
+			settings = b.SettingsPath()
 		}
-		out = append(out, doctorBinaries(ctx, root, ad.Name(), settings)...)
+		changelogHere := changelogOn && (a.Name() == primary.Name() || hasMarked(settings, a.ChangelogSubcommand()))
+		if !captureOn && !changelogHere {
+			continue
+		}
+		out = append(out, doctorHooks(root, a, settings, captureOn, changelogHere)...)
+		switch a.Name() {
+		case codex.AgentName:
+			out = append(out, doctorCodexTrust(env, root))
+		case gemini.AgentName:
+			add(a.Name(), checkTrust, statusNote, "not checked: "+gemini.TrustNote(root), "")
+		}
+		out = append(out, doctorBinaries(ctx, root, a.Name(), settings)...)
 	}
 	if b != nil {
 		out = append(out, doctorSpool(root, ad.Name(), store, b)...)
@@ -223,6 +231,55 @@ func doctorCheckout(ctx context.Context, env *Env, root string) []doctorCheck {
 		add(ad.Name(), checkChangelog, statusProblem, "the changelog is off: rewind has nothing to go back to", "agentscm enable")
 	}
 	return out
+}
+
+// bindingAgent is the agent of a capture binding ("" without one: Claude
+// Code).
+func bindingAgent(b *capture.Binding) string {
+	if b == nil {
+		return ""
+	}
+	return b.Agent
+}
+
+// primaryAgent is the capture binding's agent, else the first agent whose
+// hook file in root holds marked agentscm hooks, else Claude Code.
+func primaryAgent(root string, b *capture.Binding) string {
+	if b != nil {
+		return b.Agent
+	}
+	for _, name := range []string{claude.AgentName, codex.AgentName, gemini.AgentName} {
+		if a, err := adapter.For(name); err == nil {
+			file := filepath.Join(root, filepath.FromSlash(a.HookFile()))
+			if hasMarked(file, a.CaptureSubcommand()) || hasMarked(file, a.ChangelogSubcommand()) {
+				return name
+			}
+		}
+	}
+	return claude.AgentName
+}
+
+// hookAgents is primary, then every other agent whose hook file in root
+// holds marked agentscm hooks of its own.
+func hookAgents(root string, primary adapter.Adapter) []adapter.Adapter {
+	out := []adapter.Adapter{primary}
+	for _, name := range []string{claude.AgentName, codex.AgentName, gemini.AgentName} {
+		a, err := adapter.For(name)
+		if err != nil || a.Name() == primary.Name() {
+			continue
+		}
+		file := filepath.Join(root, filepath.FromSlash(a.HookFile()))
+		if hasMarked(file, a.CaptureSubcommand()) || hasMarked(file, a.ChangelogSubcommand()) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// hasMarked reports whether the file holds a marked hook of subcommand.
+func hasMarked(file, subcommand string) bool {
+	evs, err := claude.MarkedEventsFor(file, subcommand)
+	return err == nil && len(evs) > 0
 }
 
 // hubFix is what to do about a Hub that does not answer.
@@ -340,40 +397,45 @@ func codexTrusted(path, root string) (bool, error) {
 		return false, err
 	}
 	defer f.Close()
-	headers := map[string]bool{}
-	for _, q := range []string{strconv.Quote(root), "'" + root + "'"} {
-		headers["[projects."+q+"]"] = true
-	}
 	in := false
 	sc := bufio.NewScanner(io.LimitReader(f, 4<<20))
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
+		if m := tomlProjectTable.FindStringSubmatch(line); m != nil {
+			in = tomlKey(m[1]) == root
+			continue
+		}
 		if strings.HasPrefix(line, "[") {
-			in = headers[strings.ReplaceAll(line, " ", "")]
+			in = false
 			continue
 		}
-		key, val, ok := strings.Cut(line, "=")
-		if !ok {
-			continue
-		}
-		key, val = strings.TrimSpace(key), strings.TrimSpace(val)
-		if i := strings.Index(val, "#"); i >= 0 {
-			val = strings.TrimSpace(val[:i])
-		}
-		if val != `"trusted"` && val != `'trusted'` {
-			continue
-		}
-		if in && key == "trust_level" {
-			return true, nil
-		}
-		for h := range headers {
-			if key == strings.Trim(h, "[]")+".trust_level" {
+		if m := tomlTrustLine.FindStringSubmatch(line); m != nil {
+			if m[1] == "" && in || m[1] != "" && tomlKey(m[1]) == root {
 				return true, nil
 			}
 		}
 	}
 	return false, sc.Err()
+}
+
+var (
+	// tomlProjectTable is a [projects."KEY"] header; tomlTrustLine is
+	// trust_level = "trusted", bare or dotted as projects."KEY".trust_level.
+	tomlProjectTable = regexp.MustCompile(`^\[\s*projects\s*\.\s*("(?:[^"\\]|\\.)*"|'[^']*')\s*\]\s*(?:#.*)?$`)
+	tomlTrustLine    = regexp.MustCompile(`^(?:projects\s*\.\s*("(?:[^"\\]|\\.)*"|'[^']*')\s*\.\s*)?trust_level\s*=\s*(?:"trusted"|'trusted')\s*(?:#.*)?$`)
+)
+
+// tomlKey is a quoted TOML key's value ("" when it is malformed).
+func tomlKey(q string) string {
+	if strings.HasPrefix(q, "'") {
+		return strings.Trim(q, "'")
+	}
+	s, err := strconv.Unquote(q)
+	if err != nil {
+		return ""
+	}
+	return s
 }
 
 // hookBinaryCheck is what doctor and status know of one binary a hook
