@@ -8,6 +8,8 @@ import (
 	"io/fs"
 	"path/filepath"
 
+	"github.com/agentscm/agentscm/internal/agent/codex"
+	"github.com/agentscm/agentscm/internal/agent/gemini"
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/changelog"
 	"github.com/agentscm/agentscm/internal/client"
@@ -34,14 +36,13 @@ type enableReport struct {
 	Connected  bool   `json:"connected"`
 	Hub        string `json:"hub"`
 	Repository string `json:"repository"`
-	// Capture is change-capture enable's result; CaptureAction is created,
-	// re-enabled or mode-changed (an enabled binding: hooks re-checked).
-	CaptureAction string                 `json:"capture_action"`
-	Capture       *capture.EnableResult  `json:"capture"`
-	Changelog     *changelogEnableResult `json:"changelog"`
-	Work          *enableWork            `json:"work,omitempty"`
-	Warnings      []string               `json:"warnings"`
-	Next          []nextCommand          `json:"next"`
+	// Capture is change-capture enable's result: its action is created,
+	// re-enabled or mode-changed (an enabled binding: its hooks put back).
+	Capture   *capture.EnableResult  `json:"capture"`
+	Changelog *changelogEnableResult `json:"changelog"`
+	Work      *enableWork            `json:"work,omitempty"`
+	Warnings  []string               `json:"warnings"`
+	Next      []nextCommand          `json:"next"`
 }
 
 // enableWork is the checkout's current Work after enable.
@@ -57,11 +58,14 @@ type nextCommand struct {
 	Does    string `json:"does"`
 }
 
-var enableNext = []nextCommand{
-	{"agentscm show", "what each session and each tool call did, and the files it changed"},
-	{"agentscm rewind --to N", "put the files back as they were after tool call N (undoable)"},
-	{"agentscm status", "one screen for this checkout (agentscm doctor when something looks off)"},
-	{"agentscm disable", "turn it off again; everything recorded is kept"},
+// enableNext is what enable suggests running next.
+func enableNext() []nextCommand {
+	return []nextCommand{
+		{"agentscm show", "what each session and each tool call did, and the files it changed"},
+		{"agentscm rewind --to N", "put the files back as they were after tool call N (undoable)"},
+		{"agentscm status", "one screen for this checkout (agentscm doctor when something looks off)"},
+		{"agentscm disable", "turn it off again; everything recorded is kept"},
+	}
 }
 
 func runNewcomerEnable(ctx context.Context, env *Env, args []string) error {
@@ -111,7 +115,7 @@ func enableCheckout(ctx context.Context, env *Env, rootFlag, agent string) (*ena
 	if err != nil {
 		return nil, err
 	}
-	rep := &enableReport{Root: root, Warnings: []string{}, Next: enableNext}
+	rep := &enableReport{Root: root, Warnings: []string{}, Next: enableNext()}
 	c, created, err := connectLocal(ctx, env, store.Dir, root)
 	if err != nil {
 		return nil, err
@@ -201,6 +205,12 @@ func printEnableReport(w io.Writer, rep *enableReport) {
 			fmt.Fprintf(w, "  Work already current (%s)\n", orUntitled(wk.Title))
 		}
 	}
+	switch agentOf(rep) {
+	case codex.AgentName:
+		fmt.Fprintf(w, "  note: %s (agentscm doctor checks the project's trust)\n", codex.TrustNote(rep.Root))
+	case gemini.AgentName:
+		fmt.Fprintf(w, "  note: %s\n", gemini.TrustNote(rep.Root))
+	}
 	fmt.Fprintf(w, "\nNow use %s in this checkout, then:\n", agentTitle(agentOf(rep)))
 	for _, n := range rep.Next {
 		fmt.Fprintf(w, "  %-24s %s\n", n.Command, n.Does)
@@ -217,9 +227,9 @@ func agentOf(rep *enableReport) string {
 // agentTitle is an agent's name as people write it.
 func agentTitle(name string) string {
 	switch name {
-	case "codex":
+	case codex.AgentName:
 		return "Codex CLI"
-	case "gemini":
+	case gemini.AgentName:
 		return "Gemini CLI"
 	}
 	return "Claude Code"
