@@ -19,6 +19,7 @@ import (
 	"github.com/agentscm/agentscm/internal/agent/claude"
 	"github.com/agentscm/agentscm/internal/agent/codex"
 	"github.com/agentscm/agentscm/internal/agent/gemini"
+	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/buildinfo"
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/changelog"
@@ -91,7 +92,7 @@ that fixes it; it exits 1 when there is one. Read-only.`)
 	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
 	}
-	canon, err := capture.CanonicalRoot(*root)
+	canon, err := binding.CanonicalRoot(*root)
 	if err != nil {
 		return err
 	}
@@ -165,13 +166,13 @@ func doctorCheckout(ctx context.Context, env *Env, root string) []doctorCheck {
 		cancel()
 	}
 
-	cfg, err := store.Load()
+	cfg, err := store.Bindings().Load()
 	if err != nil {
 		add("", checkCapture, statusProblem, "capture config unreadable: "+err.Error(), "agentscm change-capture status")
 		return out
 	}
 	b := cfg.Find(root)
-	set, _ := capture.CaptureSetting(store, conns, root)
+	set, _ := binding.CaptureSetting(store, conns, root)
 	switch {
 	case b == nil:
 		add("", checkCapture, statusProblem, "capture is not set up for this checkout", "agentscm enable")
@@ -235,7 +236,7 @@ func doctorCheckout(ctx context.Context, env *Env, root string) []doctorCheck {
 
 // bindingAgent is the agent of a capture binding ("" without one: Claude
 // Code).
-func bindingAgent(b *capture.Binding) string {
+func bindingAgent(b *binding.Binding) string {
 	if b == nil {
 		return ""
 	}
@@ -244,7 +245,7 @@ func bindingAgent(b *capture.Binding) string {
 
 // primaryAgent is the capture binding's agent, else the first agent whose
 // hook file in root holds marked agentscm hooks, else Claude Code.
-func primaryAgent(root string, b *capture.Binding) string {
+func primaryAgent(root string, b *binding.Binding) string {
 	if b != nil {
 		return b.Agent
 	}
@@ -535,7 +536,7 @@ type spoolFinding struct{ Problem, Fix string }
 // spoolFindings are the problems status and doctor report of a binding's
 // spool summary: the delivery path's failing check (as inspect names it),
 // usage past 80% of a limit, capture paused, and the summary's problems.
-func spoolFindings(b *capture.Binding, sum *capture.SpoolSummary) []spoolFinding {
+func spoolFindings(b *binding.Binding, sum *capture.SpoolSummary) []spoolFinding {
 	var out []spoolFinding
 	if f := sum.Health.Failing; f != nil {
 		out = append(out, spoolFinding{"delivery stops at the " + f.Name + " check: " + f.Problem, f.Fix})
@@ -553,7 +554,7 @@ func spoolFindings(b *capture.Binding, sum *capture.SpoolSummary) []spoolFinding
 	return out
 }
 
-func doctorSpool(root, agent string, store capture.Store, b *capture.Binding) []doctorCheck {
+func doctorSpool(root, agent string, store capture.StateDir, b *binding.Binding) []doctorCheck {
 	sum, err := store.SummarizeSpool(b)
 	if err != nil {
 		return []doctorCheck{{Checkout: root, Agent: agent, Check: checkSpool, Status: statusProblem,
@@ -571,7 +572,7 @@ func doctorSpool(root, agent string, store capture.Store, b *capture.Binding) []
 }
 
 // doctorDeliverer checks that the deliverer runs or nothing waits for it.
-func doctorDeliverer(root, agent string, store capture.Store, spoolDir string, sum *capture.SpoolSummary) doctorCheck {
+func doctorDeliverer(root, agent string, store capture.StateDir, spoolDir string, sum *capture.SpoolSummary) doctorCheck {
 	d := doctorCheck{Checkout: root, Agent: agent, Check: checkDeliverer}
 	waiting := max(sum.Unacknowledged-sum.Deferred.Total, 0)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)

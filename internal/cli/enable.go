@@ -10,7 +10,7 @@ import (
 
 	"github.com/agentscm/agentscm/internal/agent/codex"
 	"github.com/agentscm/agentscm/internal/agent/gemini"
-	"github.com/agentscm/agentscm/internal/capture"
+	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/changelog"
 	"github.com/agentscm/agentscm/internal/client"
 	"github.com/agentscm/agentscm/internal/hub/api"
@@ -38,7 +38,7 @@ type enableReport struct {
 	Repository string `json:"repository"`
 	// Capture is change-capture enable's result: its action is created,
 	// re-enabled or mode-changed (an enabled binding: its hooks put back).
-	Capture   *capture.EnableResult  `json:"capture"`
+	Capture   *binding.EnableResult  `json:"capture"`
 	Changelog *changelogEnableResult `json:"changelog"`
 	Work      *enableWork            `json:"work,omitempty"`
 	Warnings  []string               `json:"warnings"`
@@ -111,7 +111,7 @@ func enableCheckout(ctx context.Context, env *Env, rootFlag, agent string) (*ena
 	if err != nil {
 		return nil, err
 	}
-	root, err := capture.CanonicalRoot(rootFlag)
+	root, err := binding.CanonicalRoot(rootFlag)
 	if err != nil {
 		return nil, err
 	}
@@ -124,11 +124,11 @@ func enableCheckout(ctx context.Context, env *Env, rootFlag, agent string) (*ena
 
 	agentName := agent
 	if agentName == "" {
-		if cur, err := store.Load(); err == nil && cur.Find(root) == nil {
+		if cur, err := store.Bindings().Load(); err == nil && cur.Find(root) == nil {
 			agentName = detectAgent(env, root)
 		}
 	}
-	capRes, err := capture.EnableCapture(ctx, store, conns, capture.EnableOptions{
+	capRes, err := binding.EnableCapture(ctx, store, conns, binding.EnableOptions{
 		Root: root, ConfigDir: store.Dir, Executable: env.Executable, Now: env.Now(), Agent: agentName,
 	})
 	if err != nil {
@@ -257,7 +257,7 @@ func relTo(root, path string) string {
 type disableReport struct {
 	Root      string                     `json:"root"`
 	Changelog *changelogDisableResult    `json:"changelog,omitempty"`
-	Capture   *capture.UnconfigureResult `json:"capture,omitempty"`
+	Capture   *binding.UnconfigureResult `json:"capture,omitempty"`
 	// Kept lists what stays: the spool, the changelog's increments, the
 	// connection and the Work.
 	Kept []string `json:"kept"`
@@ -281,7 +281,7 @@ agent turn runs.`)
 	if err != nil {
 		return err
 	}
-	canon, err := capture.CanonicalRoot(*root)
+	canon, err := binding.CanonicalRoot(*root)
 	if err != nil {
 		return err
 	}
@@ -289,7 +289,7 @@ agent turn runs.`)
 	if dir := changelog.DirFor(store.Dir, canon); dir != "" {
 		if _, err := changelog.LoadRoots(dir); err == nil {
 			agent := ""
-			if cfg, err := store.Load(); err == nil {
+			if cfg, err := store.Bindings().Load(); err == nil {
 				if b := cfg.Find(canon); b != nil {
 					agent = b.Agent
 				}
@@ -305,7 +305,7 @@ agent turn runs.`)
 			return err
 		}
 	}
-	res, err := capture.Unconfigure(ctx, store, canon)
+	res, err := binding.Unconfigure(ctx, store, canon)
 	switch {
 	case err == nil:
 		rep.Capture = res
