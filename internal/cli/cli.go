@@ -337,6 +337,9 @@ func defaultRootFlag(env *Env, fs *flag.FlagSet, wd string) error {
 	if f == nil || f.Value.String() != "" || rootMeansAll(fs.Name()) {
 		return nil
 	}
+	if a := fs.Lookup("all"); a != nil && a.Value.String() == "true" {
+		return nil // --all (doctor): every checkout, not the enclosing one
+	}
 	root, err := enclosingCheckout(env, wd)
 	if err != nil {
 		return usagef("--root not given and %v", err)

@@ -75,7 +75,7 @@ const doctorHubTimeout = 3 * time.Second
 const versionTimeout = 5 * time.Second
 
 func runDoctor(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "agentscm doctor", "[--root PATH] [--format text|json]",
+	fs := newFlags(env, "agentscm doctor", "[--root PATH | --all] [--format text|json]",
 		`Check that agentscm works for the checkout holding the working directory,
 for the agent whose hooks it installed: the client connection and whether
 the Hub answers (at most 3 s), a current Work, capture on, the hooks
@@ -85,19 +85,29 @@ without a word), every binary the hooks name present and of this agentscm's
 build (their --version), the spool healthy (the same checks inspect and
 status run) and within its limits, the deliverer running or nothing
 waiting for it, the changelog's hooks and whether its filesystem watcher
-vouches for the next capture. Each problem is printed with the command
-that fixes it; it exits 1 when there is one. Read-only.`)
+vouches for the next capture. With --all, every checkout with a capture
+binding (a checkout that no longer exists is named as such). Each problem
+is printed with the command that fixes it; it exits 1 when there is one.
+Read-only.`)
 	root := fs.String("root", "", rootHelp)
+	all := fs.Bool("all", false, "check every checkout with a capture binding")
 	format := formatFlag(fs)
 	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
 	}
-	canon, err := binding.CanonicalRoot(*root)
+	roots, err := doctorRoots(env, *root, *all)
 	if err != nil {
 		return err
 	}
 	rep := doctorReport{Build: buildinfo.BuildOf(buildinfo.Version("agentscm")), Checks: []doctorCheck{}}
-	rep.Checks = doctorCheckout(ctx, env, canon)
+	for _, r := range roots {
+		if _, err := os.Stat(r); err != nil {
+			rep.Checks = append(rep.Checks, doctorCheck{Checkout: r, Check: checkCapture, Status: statusProblem,
+				Detail: "the checkout is gone: " + err.Error(), Fix: "agentscm change-capture unconfigure --root " + r + ", then change-capture forget --root " + r})
+			continue
+		}
+		rep.Checks = append(rep.Checks, doctorCheckout(ctx, env, r)...)
+	}
 	for _, c := range rep.Checks {
 		if c.Status == statusProblem {
 			rep.Problems++
@@ -109,7 +119,7 @@ that fixes it; it exits 1 when there is one. Read-only.`)
 			return err
 		}
 	} else {
-		printDoctor(env.Stdout, canon, &rep)
+		printDoctor(env.Stdout, &rep)
 	}
 	if !rep.Healthy {
 		return &ExitCodeError{Code: ExitError}
@@ -117,9 +127,45 @@ that fixes it; it exits 1 when there is one. Read-only.`)
 	return nil
 }
 
-func printDoctor(w io.Writer, root string, rep *doctorReport) {
-	fmt.Fprintf(w, "%s\n", root)
+// doctorRoots are the checkouts doctor checks: every bound one with all,
+// else the one at root (parseFlags defaults it to the enclosing checkout
+// unless --all is given).
+func doctorRoots(env *Env, root string, all bool) ([]string, error) {
+	if !all {
+		canon, err := binding.CanonicalRoot(root)
+		if err != nil {
+			return nil, err
+		}
+		return []string{canon}, nil
+	}
+	if root != "" {
+		return nil, usagef("--root and --all exclude each other")
+	}
+	store, err := configStore(env)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := store.Bindings().Load()
+	if err != nil {
+		return nil, err
+	}
+	var roots []string
+	for _, b := range cfg.Bindings {
+		roots = append(roots, b.Root)
+	}
+	if len(roots) == 0 {
+		return nil, errors.New("no checkout has a capture binding: run agentscm enable inside one")
+	}
+	return roots, nil
+}
+
+func printDoctor(w io.Writer, rep *doctorReport) {
+	last := ""
 	for _, c := range rep.Checks {
+		if c.Checkout != last {
+			fmt.Fprintf(w, "%s\n", c.Checkout)
+			last = c.Checkout
+		}
 		mark := map[string]string{statusOK: "ok     ", statusNote: "note   ", statusProblem: "PROBLEM"}[c.Status]
 		fmt.Fprintf(w, "  %s %-10s %s\n", mark, c.Check, c.Detail)
 		if c.Fix != "" {
