@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/agentscm/agentscm/internal/binding"
 	"time"
 
 	"github.com/agentscm/agentscm/internal/agent/adapter"
+	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/client"
+	"github.com/agentscm/agentscm/internal/connections"
 	"github.com/agentscm/agentscm/internal/hub/api"
 	"github.com/agentscm/agentscm/internal/spool"
 )
@@ -127,23 +128,23 @@ func connectLocalIfMissing(ctx context.Context, env *Env, dir, rootFlag string) 
 
 // connectLocal returns root's client connection, first connecting root to
 // the embedded local Hub when it has none (created).
-func connectLocal(ctx context.Context, env *Env, dir, rootFlag string) (client.Connection, bool, error) {
+func connectLocal(ctx context.Context, env *Env, dir, rootFlag string) (connections.Connection, bool, error) {
 	root, err := binding.CanonicalRoot(rootFlag)
 	if err != nil {
-		return client.Connection{}, false, err
+		return connections.Connection{}, false, err
 	}
-	if c, err := client.Lookup(dir, root); err == nil {
+	if c, err := connections.Lookup(dir, root); err == nil {
 		return c, false, nil
-	} else if !errors.Is(err, client.ErrNoConnection) {
-		return client.Connection{}, false, err
+	} else if !errors.Is(err, connections.ErrNoConnection) {
+		return connections.Connection{}, false, err
 	}
 	name := repositoryName(ctx, root)
 	if !api.ValidName(name) {
-		return client.Connection{}, false, fmt.Errorf("cannot name a repository after %q; run agentscm client setup --root %s --local --repository NAME", name, root)
+		return connections.Connection{}, false, fmt.Errorf("cannot name a repository after %q; run agentscm client setup --root %s --local --repository NAME", name, root)
 	}
 	c, _, err := client.SetupLocal(ctx, dir, root, name, env.Now())
 	if err != nil {
-		return client.Connection{}, false, err
+		return connections.Connection{}, false, err
 	}
 	return c, true, nil
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/changelog"
 	"github.com/agentscm/agentscm/internal/client"
+	"github.com/agentscm/agentscm/internal/connections"
 	"github.com/agentscm/agentscm/internal/hub/api"
 )
 
@@ -190,10 +191,10 @@ func doctorCheckout(ctx context.Context, env *Env, root string) []doctorCheck {
 		add("", checkCapture, statusProblem, err.Error(), "set HOME or XDG_CONFIG_HOME")
 		return out
 	}
-	c, err := client.Lookup(store.Dir, root)
+	c, err := connections.Lookup(store.Dir, root)
 	connected := err == nil
 	switch {
-	case errors.Is(err, client.ErrNoConnection):
+	case errors.Is(err, connections.ErrNoConnection):
 		add("", dcConnection, statusProblem, "no client connection: nothing reaches a Hub", "agentscm enable")
 	case err != nil:
 		add("", dcConnection, statusProblem, "client connections unreadable: "+err.Error(), "agentscm client status")
@@ -330,14 +331,14 @@ func hasMarked(file, subcommand string) bool {
 }
 
 // hubFix is what to do about a Hub that does not answer.
-func hubFix(c client.Connection) string {
-	if c.Hub == client.LocalHub {
+func hubFix(c connections.Connection) string {
+	if c.Hub == connections.LocalHub {
 		return "agentscm client status --check (the embedded Hub's files may be unreadable)"
 	}
 	return fmt.Sprintf("start the Hub at %s (agentscm hub serve), or connect elsewhere: agentscm client setup --hub URL --repository %s --token-file PATH", c.Hub, c.Repository)
 }
 
-func doctorWork(ctx context.Context, root string, c client.Connection) doctorCheck {
+func doctorWork(ctx context.Context, root string, c connections.Connection) doctorCheck {
 	d := doctorCheck{Checkout: root, Check: checkWork}
 	conn, err := client.Open(ctx, c, client.Options{})
 	if err != nil {

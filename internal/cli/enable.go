@@ -13,6 +13,7 @@ import (
 	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/changelog"
 	"github.com/agentscm/agentscm/internal/client"
+	"github.com/agentscm/agentscm/internal/connections"
 	"github.com/agentscm/agentscm/internal/hub/api"
 )
 
@@ -154,7 +155,7 @@ func enableCheckout(ctx context.Context, env *Env, rootFlag, agent string) (*ena
 
 // ensureWork returns the checkout's current Work, starting one (titled
 // after the checkout) when none is current.
-func ensureWork(ctx context.Context, env *Env, c client.Connection) (*enableWork, error) {
+func ensureWork(ctx context.Context, env *Env, c connections.Connection) (*enableWork, error) {
 	ctx, cancel := context.WithTimeout(ctx, hubTimeout)
 	defer cancel()
 	conn, err := client.Open(ctx, c, client.Options{})
@@ -313,7 +314,7 @@ agent turn runs.`)
 	case rep.Changelog == nil:
 		return err
 	}
-	if c, err := client.Lookup(store.Dir, canon); err == nil {
+	if c, err := connections.Lookup(store.Dir, canon); err == nil {
 		rep.Kept = append(rep.Kept, fmt.Sprintf("the connection to repository %s on %s, and its Works", c.Repository, c.Hub))
 	}
 	if *format == "json" {
