@@ -20,6 +20,16 @@ var claims = []claim{
 	{"exits 7 naming the generation now", func(t *testing.T, bin string) { exit7(newSandbox(t, bin)) }},
 	{"it is refused with exit status 6 and the list of those paths", func(t *testing.T, bin string) { exit6Changed(newSandbox(t, bin)) }},
 	{"a rewind that would change it refuses (exit 6) unless `--discard-outside-edits`", func(t *testing.T, bin string) { exit6Outside(t, newSandbox(t, bin)) }},
+	{"each problem with its fix; exit 1 when one is found", func(t *testing.T, bin string) {
+		s := newSandbox(t, bin)
+		if r := s.expect(s.checkout, "agentscm doctor", "", 1, nil); !strings.Contains(r.stdout, "problem(s) found") || !strings.Contains(r.stdout, "fix: agentscm enable") {
+			t.Errorf("doctor of a checkout that is not set up: %q", r.stdout)
+		}
+		s.must(s.checkout, "agentscm enable >/dev/null")
+		if r := s.expect(s.checkout, "agentscm doctor", "", 0, nil); !strings.Contains(r.stdout, "no problems found") {
+			t.Errorf("doctor after enable: %q", r.stdout)
+		}
+	}},
 	{"save refuses a file inside a capture root (exit 2)", func(t *testing.T, bin string) {
 		s := newSandbox(t, bin)
 		s.must(s.checkout, "agentscm changelog enable >/dev/null")
