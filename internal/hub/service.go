@@ -21,6 +21,7 @@ import (
 	"github.com/agentscm/agentscm/internal/hub/api"
 	"github.com/agentscm/agentscm/internal/hub/objects"
 	"github.com/agentscm/agentscm/internal/hub/store"
+	"github.com/agentscm/agentscm/internal/hub/store/sqlite"
 )
 
 // Retention bounds of shared conversation bodies, in days.
@@ -125,7 +126,7 @@ func Open(ctx context.Context, dataDir string, cfg Config) (*Service, error) {
 	if err := fsutil.CheckPrivateDir(dataDir); err != nil {
 		return nil, fmt.Errorf("hub data directory: %w", err)
 	}
-	st, err := store.OpenSQLite(ctx, dataDir)
+	st, err := sqlite.Open(ctx, dataDir)
 	if err != nil {
 		return nil, err
 	}
