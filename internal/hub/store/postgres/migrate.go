@@ -46,6 +46,8 @@ type CopyReport struct {
 // PostgreSQL transaction, so a failed copy leaves dst empty.
 func CopyFromSQLite(ctx context.Context, dir string, dst *Store, srcObj, dstObj objects.Store) (CopyReport, error) {
 	var rep CopyReport
+	// Every object read or written is checked against its digest.
+	srcObj, dstObj = objects.Verified(srcObj), objects.Verified(dstObj)
 	// Opening the store brings an older schema up to date first.
 	s, err := sqlite.Open(ctx, dir)
 	if err != nil {

@@ -77,6 +77,15 @@ func wantErr(t *testing.T, what string, err, want error) {
 	}
 }
 
+// expect is wantErr inside an Update's function, which may run on another
+// goroutine (a store's writer) where t.Fatal must not be called.
+func expect(what string, err, want error) error {
+	if !errors.Is(err, want) {
+		return fmt.Errorf("%s = %v, want %v", what, err, want)
+	}
+	return nil
+}
+
 func equal(t *testing.T, what string, got, want any) {
 	t.Helper()
 	if !reflect.DeepEqual(got, want) {
@@ -226,14 +235,18 @@ func testWorks(t *testing.T, s store.Store) {
 		return nil
 	})
 	update(t, s, func(tx store.Tx) error {
-		wantErr(t, "InsertWork(taken)", tx.InsertWork(works[0]), store.ErrExists)
+		if err := expect("InsertWork(taken)", tx.InsertWork(works[0]), store.ErrExists); err != nil {
+			return err
+		}
 		w := works[0]
 		w.Title, w.State, w.Generation, w.UpdatedAt = "renamed", "done", 5, 99
 		works[0] = w
 		if err := tx.UpdateWork(w); err != nil {
 			return err
 		}
-		wantErr(t, "UpdateWork(missing)", tx.UpdateWork(store.Work{ID: "nope"}), store.ErrNotFound)
+		if err := expect("UpdateWork(missing)", tx.UpdateWork(store.Work{ID: "nope"}), store.ErrNotFound); err != nil {
+			return err
+		}
 		return nil
 	})
 	view(t, s, func(tx store.Tx) error {
@@ -305,7 +318,9 @@ func testSessions(t *testing.T, s store.Store) {
 		if err := tx.InsertSession(def); err != nil {
 			return err
 		}
-		wantErr(t, "InsertSession(taken)", tx.InsertSession(def), store.ErrExists)
+		if err := expect("InsertSession(taken)", tx.InsertSession(def), store.ErrExists); err != nil {
+			return err
+		}
 		return tx.InsertSession(store.Session{WorkID: "w1", Generation: 2, Canonical: "g2", WorktreeID: "wt", CreatedAt: 1})
 	})
 	view(t, s, func(tx store.Tx) error {
@@ -327,7 +342,9 @@ func testSessions(t *testing.T, s store.Store) {
 		if err := tx.BindNative("w1", 1, "default", "native-1", 7); err != nil {
 			return err
 		}
-		wantErr(t, "BindNative(taken)", tx.BindNative("w1", 1, "s", "native-1", 8), store.ErrExists)
+		if err := expect("BindNative(taken)", tx.BindNative("w1", 1, "s", "native-1", 8), store.ErrExists); err != nil {
+			return err
+		}
 		return errors.Join(tx.BindNative("w1", 1, "default", "native-0", 9), tx.BindNative("w1", 1, "s", "native-2", 8))
 	})
 	view(t, s, func(tx store.Tx) error {
@@ -610,7 +627,9 @@ func testBodies(t *testing.T, s store.Store) {
 				return err
 			}
 		}
-		wantErr(t, "InsertBody(taken)", tx.InsertBody(b1), store.ErrExists)
+		if err := expect("InsertBody(taken)", tx.InsertBody(b1), store.ErrExists); err != nil {
+			return err
+		}
 		b3.UploadedAt = 7
 		return tx.UpdateBody(b3)
 	})
