@@ -289,7 +289,7 @@ func retryable(err error) bool {
 // Dialect is PostgreSQL's sqlstore.Dialect: exact numeric sums and pgx's
 // error classification.
 func Dialect() sqlstore.Dialect {
-	return sqlstore.Dialect{Name: "postgres", NumericSums: true, IsNoRows: isNoRows, IsUnique: isUnique}
+	return sqlstore.Dialect{NumericSums: true, IsNoRows: isNoRows, IsUnique: isUnique}
 }
 
 func isNoRows(err error) bool { return errors.Is(err, pgx.ErrNoRows) }

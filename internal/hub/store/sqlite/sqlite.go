@@ -487,7 +487,7 @@ func newTx(ctx context.Context, q querier, stmts map[string]*sql.Stmt) store.Tx 
 // Dialect is SQLite's sqlstore.Dialect: the driver's error classification
 // and total()-probed sums.
 func Dialect() sqlstore.Dialect {
-	return sqlstore.Dialect{Name: "sqlite", IsNoRows: isNoRows, IsUnique: isUnique}
+	return sqlstore.Dialect{IsNoRows: isNoRows, IsUnique: isUnique}
 }
 
 func isNoRows(err error) bool { return errors.Is(err, sql.ErrNoRows) }

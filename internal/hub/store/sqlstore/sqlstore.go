@@ -42,8 +42,6 @@ type DB interface {
 // Dialect is what differs between the engines beyond the statements'
 // shared text.
 type Dialect struct {
-	// Name names the engine in messages ("sqlite", "postgres").
-	Name string
 	// NumericSums: the engine sums bigint columns exactly (as numeric), so
 	// saturation is decided in one query; otherwise (SQLite) a float
 	// total() probe decides which sums are exact (sums.go).
