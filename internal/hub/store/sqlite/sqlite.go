@@ -6,7 +6,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-
 	"errors"
 	"fmt"
 	"io/fs"
@@ -35,7 +34,7 @@ const DBFile = "hub.db"
 // sequence key (events: work, generation, session, stream, seq) and to
 // gaps; rows of earlier versions are in the legacy stream ”. Version 4
 // added shared conversation bodies: the bodies (declarations),
-// body_removals and leases tables (bodies.go).
+// body_removals and leases tables (bodiesSchema).
 const SchemaVersion = 4
 
 // migrations[v] brings a version-v database to v+1 before the schema (all
