@@ -228,6 +228,9 @@ func jsonUnrestorable(roots []changelog.Root, list []changelog.Unrestorable) []m
 		if u.Withheld {
 			m["withheld"] = true
 		}
+		if u.Digest != "" {
+			m["digest"] = u.Digest
+		}
 		out = append(out, m)
 	}
 	return out

@@ -67,6 +67,11 @@ type Meta struct {
 	WithheldRoots []string `json:"withheld_roots,omitempty"`
 	// Redactions counts the redactions of an uploaded, redacted form.
 	Redactions int `json:"redactions,omitempty"`
+	// WithheldFiles lists the secret files (redact.FileSet) of the
+	// workspace roots whose bytes an uploaded form left out: each by path
+	// and digest, so a rewind from the Hub can name it and verify a local
+	// copy. Only uploaded forms have it; older ones never withheld a file.
+	WithheldFiles []WithheldFile `json:"withheld_files,omitempty"`
 	// Changes names the paths this increment's capture created, modified
 	// and deleted and the bytes it changed (nil in increments written
 	// before it was recorded).
@@ -93,6 +98,18 @@ type Meta struct {
 	// Reverted is the position of the tool call an increment of kind
 	// "revert" undid (see agentscm revert).
 	Reverted *int `json:"reverted,omitempty"`
+}
+
+// WithheldFile is a secret file an uploaded increment names without its
+// bytes.
+type WithheldFile struct {
+	Root string `json:"root"`
+	Path string `json:"path"` // slash path inside the root
+	// Digest is the SHA-256 of the file's bytes (hex), Size their count.
+	Digest string `json:"digest"`
+	Size   int64  `json:"size"`
+	// Pattern is the secret-file pattern that withheld it.
+	Pattern string `json:"pattern,omitempty"`
 }
 
 // Held is a position whose increment could not be stored, carried by a
