@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/agentscm/agentscm/internal/changelog/incmeta"
@@ -37,6 +38,10 @@ type Sharing struct {
 	Share bool
 	// Reason explains a Share of false.
 	Reason string
+	// NoCopy is true for a checkout whose capture binding is in
+	// metadata-only mode: the changelog then keeps no copy of the
+	// conversation, even locally (Options.ConversationRefs).
+	NoCopy bool
 }
 
 // SharingPolicy decides Sharing for the session of an increment. A nil
@@ -119,7 +124,7 @@ func UploadFormOf(local []byte, policy SharingPolicy, secret redact.FileSet) ([]
 			secrets[m.offset] = &incmeta.WithheldFile{Root: m.Root, Path: m.Rel, Size: m.localLen(), Pattern: p}
 		}
 	}
-	if len(conv) == 0 && len(secrets) == 0 {
+	if len(conv) == 0 && len(secrets) == 0 && len(a.Meta.TranscriptRefs) == 0 {
 		m := a.Meta
 		return local, &m, nil
 	}
@@ -137,7 +142,7 @@ func UploadFormOf(local []byte, policy SharingPolicy, secret redact.FileSet) ([]
 	}
 	meta := a.Meta
 	own := Sharing{}
-	if len(conv) > 0 {
+	if len(conv) > 0 || len(a.Meta.TranscriptRefs) > 0 {
 		own = decide(a.Meta.SessionID)
 		meta.ConversationMode = own.Mode
 	}
@@ -256,6 +261,19 @@ func UploadFormOf(local []byte, policy SharingPolicy, secret redact.FileSet) ([]
 				meta.Conversation = ConvRedacted
 			}
 		}
+	}
+	if len(meta.TranscriptRefs) > 0 {
+		// A metadata-only position: no copy to share, and its references
+		// stay on this machine.
+		for _, r := range meta.TranscriptRefs {
+			if !slices.Contains(meta.WithheldRoots, r.Root) {
+				meta.WithheldRoots = append(meta.WithheldRoots, r.Root)
+			}
+		}
+		if meta.Conversation == "" {
+			meta.Conversation = ConvWithheld
+		}
+		meta.TranscriptRefs = nil
 	}
 	meta.WithheldFiles = nil
 	for i := range a.Members {

@@ -13,12 +13,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/changelog"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/test/e2e/scriptedapi"
 )
@@ -222,12 +224,23 @@ func TestChangelogPrivacyAcrossModes(t *testing.T) {
 			if len(list) != 6 {
 				t.Fatalf("%d increments, want 6: %+v", len(list), list)
 			}
-			// The local changelog holds the conversation and the secret
-			// files (so the search below can find them when they leak).
+			// The local changelog holds the secret files and, but in
+			// metadata-only mode, the conversation (so the search below can
+			// find them when they leak). In metadata-only mode nothing
+			// under the client's config directory holds the conversation.
 			local := hubBytes(t, c.changelogDir(), nil)
-			for _, s := range []string{privPrompt, privInput, privOutput, privError, secEnvLocal, secRSA, secSettings, secEnvProd} {
-				if !anyHolds(local, s) {
+			conversation := []string{privPrompt, privInput, privOutput, privError}
+			for _, s := range append([]string{secEnvLocal, secRSA, secSettings, secEnvProd}, conversation...) {
+				if !anyHolds(local, s) && (mode != event.ModeMetadataOnly || !slices.Contains(conversation, s)) {
 					t.Fatalf("the local changelog does not hold %q: the test would not see a leak", s)
+				}
+			}
+			if mode == event.ModeMetadataOnly {
+				config := hubBytes(t, c.config, nil)
+				for _, s := range append(conversation, "SCENARIO-PRIV") {
+					if anyHolds(config, s) {
+						t.Errorf("metadata-only mode: %q is kept under the config directory in %s", s, where(config, s))
+					}
 				}
 			}
 			// Another machine (a fresh root with its own connection and
@@ -315,6 +328,9 @@ func TestChangelogPrivacyAcrossModes(t *testing.T) {
 						t.Errorf("%s mode: %q reached the Hub in %s", mode, s, where(got, s))
 					}
 				}
+				if mode == event.ModeMetadataOnly {
+					resumeFromAgentTranscript(t, c)
+				}
 				return
 			}
 			// Shared: the conversation is there, redacted, in the
@@ -337,6 +353,44 @@ func TestChangelogPrivacyAcrossModes(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// resumeFromAgentTranscript: in metadata-only mode a rewind with
+// --resume-conversation rebuilds the conversation from the agent's own
+// transcript (no copy was kept), and says plainly that it no longer can
+// once that transcript is gone.
+func resumeFromAgentTranscript(t *testing.T, c *checkout) {
+	t.Helper()
+	var rw struct {
+		Source  string `json:"conversation_source"`
+		Resumed *struct {
+			SessionID  string `json:"session_id"`
+			Transcript string `json:"transcript"`
+		} `json:"resumed"`
+	}
+	if err := json.Unmarshal([]byte(c.agentscm("rewind", "--root", c.root, "--to", "1", "--resume-conversation", "--format", "json")), &rw); err != nil {
+		t.Fatal(err)
+	}
+	if rw.Source != "agent_transcript" || rw.Resumed == nil {
+		t.Fatalf("metadata-only rewind --resume-conversation: %+v", rw)
+	}
+	tb, err := os.ReadFile(rw.Resumed.Transcript)
+	if err != nil || !bytes.Contains(tb, []byte(privPrompt)) || bytes.Contains(tb, []byte(privError)) {
+		t.Fatalf("the resumed conversation is not the session cut at call 1 (%v):\n%.2000s", err, tb)
+	}
+	if exists(t, filepath.Join(c.root, "done.txt")) || !exists(t, filepath.Join(c.root, "neutral.txt")) {
+		t.Fatal("the rewind to 1 did not restore call 1's files")
+	}
+	// The agent's transcript removed: the files still rewind, the
+	// conversation cannot be rebuilt, and the command says why.
+	session := c.changelogList()[1].Session
+	if err := os.Remove(filepath.Join(changelog.ClaudeProjectDir(c.home, c.root), session+".jsonl")); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := c.agentscmExit("rewind", "--root", c.root, "--to", "1", "--resume-conversation")
+	if code == 0 || !strings.Contains(stderr, "can no longer be resumed") || !strings.Contains(stderr, "was removed") || !strings.Contains(stderr, "metadata-only") {
+		t.Fatalf("rewind --resume-conversation after the transcript was removed: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
 	}
 }
 
