@@ -289,7 +289,7 @@ func (c *Changelog) storeLocked(ctx context.Context, sc *walked, req CaptureRequ
 				mroots = append(mroots, sc.mroots[i])
 				continue
 			}
-			ref, err := transcriptRef(p.root, refSession(req))
+			ref, err := transcriptRef(p.root, refSession(req), c.dir)
 			if err != nil {
 				return nil, nil, err
 			}

@@ -1,16 +1,21 @@
 package changelog
 
 import (
+	"bytes"
 	"crypto/sha256"
+	"encoding"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"os"
 	"path/filepath"
 	"syscall"
 
 	"github.com/agentscm/agentscm/internal/changelog/incmeta"
+	"github.com/agentscm/agentscm/internal/fsutil"
 	"github.com/agentscm/agentscm/internal/scan"
 )
 
@@ -32,9 +37,26 @@ func refSession(req CaptureRequest) string {
 	return ""
 }
 
+// refsDir holds, per session, where the digest of its transcript stopped
+// (refCache), so the next position hashes only the bytes appended since:
+// a cache, checked before use and rebuilt when it does not fit.
+const refsDir = "transcript-refs"
+
+// refCache is the SHA-256 state of a transcript's first Length bytes.
+type refCache struct {
+	Dev    uint64 `json:"dev"`
+	Ino    uint64 `json:"ino"`
+	Length int64  `json:"length"`
+	// Tail is the hash of the (up to tailBytes) bytes before Length: the
+	// state continues only while they are unchanged.
+	Tail  []byte `json:"tail"`
+	State []byte `json:"state"` // sha256 digest's MarshalBinary
+}
+
 // transcriptRef returns the reference to session's transcript in the
-// conversation root r, nil when there is none (no session, no such file).
-func transcriptRef(r Root, session string) (*incmeta.TranscriptRef, error) {
+// conversation root r, nil when there is none (no session, no such file);
+// cacheDir, when set, keeps the digest's state between positions.
+func transcriptRef(r Root, session, cacheDir string) (*incmeta.TranscriptRef, error) {
 	if session == "" || checkSession(session) != nil {
 		return nil, nil
 	}
@@ -47,7 +69,11 @@ func transcriptRef(r Root, session string) (*incmeta.TranscriptRef, error) {
 		return nil, fmt.Errorf("reference the transcript %s: %w", rel, err)
 	}
 	defer f.Close()
-	ref, err := refOf(f)
+	cache := ""
+	if cacheDir != "" {
+		cache = filepath.Join(cacheDir, refsDir, session+".json")
+	}
+	ref, err := refOf(f, cache)
 	if err != nil {
 		return nil, fmt.Errorf("reference the transcript %s: %w", rel, err)
 	}
@@ -56,8 +82,9 @@ func transcriptRef(r Root, session string) (*incmeta.TranscriptRef, error) {
 }
 
 // refOf is the reference of the open transcript f: its identity, its bytes
-// up to the last complete line and their digest.
-func refOf(f *os.File) (*incmeta.TranscriptRef, error) {
+// up to the last complete line and their digest, continued from the state
+// in the file cache ("" none) when it still fits f, and saved there.
+func refOf(f *os.File, cache string) (*incmeta.TranscriptRef, error) {
 	fi, err := f.Stat()
 	if err != nil {
 		return nil, err
@@ -73,12 +100,65 @@ func refOf(f *os.File) (*incmeta.TranscriptRef, error) {
 	if err != nil {
 		return nil, err
 	}
-	d, err := prefixDigest(f, end)
-	if err != nil {
+	h, from := resumeDigest(f, cache, ref, end)
+	if n, err := io.Copy(h, io.NewSectionReader(f, from, end-from)); err != nil {
 		return nil, err
+	} else if n != end-from {
+		return nil, fmt.Errorf("%s: %d bytes read, not %d", f.Name(), n, end-from)
 	}
-	ref.Length, ref.Digest = end, d
+	ref.Length = end
+	if cache != "" {
+		saveRefCache(f, cache, ref, h)
+	}
+	ref.Digest = hex.EncodeToString(h.Sum(nil))
 	return ref, nil
+}
+
+// resumeDigest returns the digest state of f's first bytes from the cache
+// when it fits (same file, not longer than end, the bytes before its
+// length unchanged), and how many bytes it holds; else a fresh one.
+func resumeDigest(f *os.File, cache string, ref *incmeta.TranscriptRef, end int64) (hash.Hash, int64) {
+	fresh := sha256.New()
+	if cache == "" {
+		return fresh, 0
+	}
+	b, err := fsutil.ReadFileNoFollow(cache, 4096)
+	if err != nil {
+		return fresh, 0
+	}
+	var rc refCache
+	if json.Unmarshal(b, &rc) != nil || rc.Dev != ref.Dev || rc.Ino != ref.Ino || rc.Length <= 0 || rc.Length > end {
+		return fresh, 0
+	}
+	tail, err := hashRange(f, rc.Length)
+	if err != nil || !bytes.Equal(tail[:], rc.Tail) {
+		return fresh, 0
+	}
+	h := sha256.New()
+	if err := h.(encoding.BinaryUnmarshaler).UnmarshalBinary(rc.State); err != nil {
+		return fresh, 0
+	}
+	return h, rc.Length
+}
+
+// saveRefCache records h, the digest state of f's first ref.Length bytes,
+// best effort (a lost or torn cache only costs a full hash).
+func saveRefCache(f *os.File, cache string, ref *incmeta.TranscriptRef, h hash.Hash) {
+	state, err := h.(encoding.BinaryMarshaler).MarshalBinary()
+	if err != nil {
+		return
+	}
+	tail, err := hashRange(f, ref.Length)
+	if err != nil {
+		return
+	}
+	b, err := json.Marshal(refCache{Dev: ref.Dev, Ino: ref.Ino, Length: ref.Length, Tail: tail[:], State: state})
+	if err != nil {
+		return
+	}
+	if fsutil.MkdirPrivate(filepath.Dir(cache)) == nil {
+		_ = fsutil.WriteAtomic(cache, b, fsutil.FileMode)
+	}
 }
 
 // prefixDigest is the SHA-256 (hex) of f's first n bytes.

@@ -3,6 +3,8 @@ package changelog
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"os"
 	"path/filepath"
@@ -43,6 +45,42 @@ func TestConversationRefsKeepNoCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	live, _ := os.ReadFile(filepath.Join(f.tr, "S.jsonl"))
+	// Each reference's digest is that of the transcript's first Length
+	// bytes, the later ones continued from the cached digest state (and
+	// recomputed when the file was replaced).
+	check := func(pos int) {
+		t.Helper()
+		m, err := ReadMeta(c.incrementPath(pos))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := TranscriptRefFor(m, "S")
+		b, _ := os.ReadFile(filepath.Join(f.tr, "S.jsonl"))
+		sum := sha256.Sum256(b[:r.Length])
+		if r.Length != int64(bytes.LastIndexByte(b, '\n')+1) || r.Digest != hex.EncodeToString(sum[:]) {
+			t.Fatalf("position %d: reference %+v, want the digest of %d bytes", pos, r, bytes.LastIndexByte(b, '\n')+1)
+		}
+	}
+	check(1)
+	if _, err := os.Stat(filepath.Join(c.Dir(), refsDir, "S.json")); err != nil {
+		t.Fatalf("no digest state cached: %v", err)
+	}
+	f.append("S.jsonl", `{"more":1}`+"\n")
+	if _, err := c.Capture(ctx, CaptureRequest{Position: 2, SessionID: "S", ToolUseID: "t3", Tool: "Bash"}); err != nil {
+		t.Fatal(err)
+	}
+	check(2)
+	replaced := filepath.Join(f.tr, "S.jsonl.new")
+	writeFile(t, replaced, string(live)+`{"other":2}`+"\n")
+	if err := os.Rename(replaced, filepath.Join(f.tr, "S.jsonl")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Capture(ctx, CaptureRequest{Position: 3, SessionID: "S", ToolUseID: "t4", Tool: "Bash"}); err != nil {
+		t.Fatal(err)
+	}
+	check(3)
+	writeFile(t, filepath.Join(f.tr, "S.jsonl"), string(live))
+	live, _ = os.ReadFile(filepath.Join(f.tr, "S.jsonl"))
 	res, err := c.Apply(ctx, ApplyRequest{To: 0})
 	if err != nil {
 		t.Fatal(err)
