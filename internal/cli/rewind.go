@@ -26,7 +26,7 @@ func configExclude(env *Env) []string {
 // its conversation in the changelog (its capture binding is in
 // metadata-only mode; see changelog.Options.ConversationRefs).
 func conversationRefs(env *Env, root string) bool {
-	cfg, err := capture.ConfigDir(env.Getenv)
+	cfg, err := binding.ConfigDir(env.Getenv)
 	return err == nil && hookrun.MetadataOnlyBinding(cfg, root)
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentscm/agentscm/internal/agent/adapter"
 	"github.com/agentscm/agentscm/internal/agent/claude"
+	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/changelog"
 	"github.com/agentscm/agentscm/internal/changelog/hubremote"
@@ -255,7 +256,7 @@ func CheckoutSharing(configDir, root string) changelog.SharingPolicy {
 // binding in metadata-only mode: its changelog then keeps no copy of the
 // conversation (changelog.Options.ConversationRefs).
 func MetadataOnlyBinding(configDir, root string) bool {
-	cfg, err := capture.Store{Dir: configDir}.Load()
+	cfg, err := binding.Registry{Dir: configDir}.Load()
 	if err != nil {
 		return false
 	}
