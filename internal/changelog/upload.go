@@ -17,8 +17,11 @@ import (
 )
 
 // The privacy boundary of the changelog: what of a local increment may
-// leave the machine. A local increment holds everything its capture roots
-// hold, the Claude Code transcripts of a conversation root included. The
+// leave the machine (docs/privacy.md). A local increment holds everything
+// its capture roots hold, the Claude Code transcripts of a conversation
+// root included unless the checkout is in metadata-only mode (then it
+// holds references: convref.go). Secret files (redact.FileSet) never leave
+// it in any mode: the uploaded form names them by path and digest. The
 // form uploaded to a Hub holds conversation bodies only when the tool
 // call's session is shared (the checkout in shared-conversation mode, the
 // session started under it), and then only transcript copies redacted by
