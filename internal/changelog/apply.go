@@ -267,7 +267,9 @@ func (c *Changelog) applyLocked(ctx context.Context, paths []string, applied []i
 	}
 	res.PreApply = pre
 	err = rp.extract(ctx)
-	if err == nil {
+	if err == nil && !c.opts.ConversationRefs {
+		// In metadata-only mode the agent's transcripts stay as they
+		// are, even where older increments hold copies.
 		err = mergeConversations(c.opts.Roots, staged, rewoundSession(target))
 	}
 	if err != nil {

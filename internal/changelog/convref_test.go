@@ -132,3 +132,33 @@ func TestConversationRefsKeepNoCopy(t *testing.T) {
 		t.Fatalf("upload form of a metadata-only increment: %s %+v", u.Conversation, m)
 	}
 }
+
+// A checkout switched to metadata-only after copies were kept: a rewind to
+// a position that holds a copy leaves the agent's transcript alone too.
+func TestConversationRefsRewindOverCopies(t *testing.T) {
+	f := newTranscriptFixture(t)
+	ctx := context.Background()
+	f.write("S.jsonl", `{"n":1}`+"\n")
+	if _, err := f.c.Capture(ctx, CaptureRequest{Position: 0, SessionID: "S", ToolUseID: "t1", Tool: "Bash"}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Open(f.c.Dir(), Options{Roots: f.c.Roots(), ConversationRefs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.append("S.jsonl", `{"n":2}`+"\n")
+	writeFile(t, filepath.Join(f.co, "b.txt"), "b")
+	if _, err := c.Capture(ctx, CaptureRequest{Position: 1, SessionID: "S", ToolUseID: "t2", Tool: "Bash"}); err != nil {
+		t.Fatal(err)
+	}
+	live, _ := os.ReadFile(filepath.Join(f.tr, "S.jsonl"))
+	if _, err := c.Apply(ctx, ApplyRequest{To: 0}); err != nil {
+		t.Fatal(err)
+	}
+	if now, _ := os.ReadFile(filepath.Join(f.tr, "S.jsonl")); !bytes.Equal(now, live) {
+		t.Fatalf("the rewind cut the agent's transcript to the old copy:\n%s", now)
+	}
+	if _, err := os.Lstat(filepath.Join(f.co, "b.txt")); err == nil {
+		t.Fatal("the rewind did not remove b.txt")
+	}
+}
