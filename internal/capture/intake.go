@@ -5,11 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/agentscm/agentscm/internal/binding"
 	"path/filepath"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/action"
 	"github.com/agentscm/agentscm/internal/agent/claude"
+	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/fsutil"
 	"github.com/agentscm/agentscm/internal/spool"
@@ -60,7 +61,7 @@ type intakeRecord struct {
 	// Hub's answer.
 	Target      Target               `json:"-"`
 	Resolved    bool                 `json:"-"`
-	Facts       payloadFacts         `json:"facts"`
+	Facts       action.Facts         `json:"facts"`
 	Source      *event.SourceBinding `json:"source,omitempty"`
 	SourceTaken bool                 `json:"source_taken,omitempty"`
 	// Blobs are new bytes the source binds (changed working files, the
@@ -272,7 +273,7 @@ func admitIntake(ctx context.Context, store StateDir, led *Ledger, ss *spool.Ses
 		}
 		led.admitting = nil
 		ss.ResumeAfter(0)
-		if err != nil && !errors.Is(err, ErrOccurrenceConflict) && !errors.Is(err, ErrActionConflict) && !errors.Is(err, spool.ErrCapturePaused) &&
+		if err != nil && !errors.Is(err, ErrOccurrenceConflict) && !errors.Is(err, action.ErrConflict) && !errors.Is(err, spool.ErrCapturePaused) &&
 			!errors.Is(err, errTranscriptAtAdmission) {
 			// Kept for the next holder, which resumes it (at most
 			// maxAdmitAttempts times in all).

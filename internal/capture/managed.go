@@ -22,8 +22,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/agentscm/agentscm/internal/action"
-	"github.com/agentscm/agentscm/internal/binding"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -31,9 +29,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/action"
 	"github.com/agentscm/agentscm/internal/agent/claude"
+	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/fsutil"
+	"github.com/agentscm/agentscm/internal/source"
 	"github.com/agentscm/agentscm/internal/spool"
 )
 
@@ -67,7 +68,7 @@ const (
 	// maxManagedFiles bounds the managed directory a runner lists (markers,
 	// retained outputs and run receipts, a handful per managed call): past
 	// it the runner refuses instead of missing an occurrence.
-	maxManagedFiles = 8 * MaxActionReceipts
+	maxManagedFiles = 8 * action.MaxReceipts
 )
 
 // RunnerCommand is the exact visible Bash command of the managed runner for
@@ -212,7 +213,7 @@ func (a actionReceipts) managedDir() string { return filepath.Join(a.dir, manage
 func recordManaged(e actionEnv, rs actionReceipts, r binding.Recipe) (string, error) {
 	rec := e.rec
 	if rec.ToolUseID == "" {
-		return ActionNoToolUseID, nil
+		return action.NoToolUseID, nil
 	}
 	if err := rs.ensure(); err != nil {
 		return "", err
@@ -221,7 +222,7 @@ func recordManaged(e actionEnv, rs actionReceipts, r binding.Recipe) (string, er
 	if err := fsutil.MkdirPrivate(md); err != nil {
 		return "", err
 	}
-	id := ActionID(rec.Agent, rec.SessionID, rec.ToolUseID)
+	id := action.ID(rec.Agent, rec.SessionID, rec.ToolUseID)
 	if rec.Kind == event.ToolFinish {
 		// The Post marker: the original occurrence completed (ordinary
 		// lifecycle facts are retained; no generic finish while the
@@ -260,7 +261,7 @@ func recordManaged(e actionEnv, rs actionReceipts, r binding.Recipe) (string, er
 	switch {
 	case err == nil:
 		if prev.Session != m.Session || prev.ToolUseID != m.ToolUseID || prev.RecipeDigest != m.RecipeDigest || prev.InputDigest != m.InputDigest {
-			return ActionConflict, fmt.Errorf("%w: managed occurrence %s (tool_use_id %s) was observed with other facts; the retained marker stands", ErrManagedConflict, id, rec.ToolUseID)
+			return action.Conflict, fmt.Errorf("%w: managed occurrence %s (tool_use_id %s) was observed with other facts; the retained marker stands", ErrManagedConflict, id, rec.ToolUseID)
 		}
 		return ActionManagedPreDuplicate, nil
 	case !errors.Is(err, fs.ErrNotExist):
@@ -464,7 +465,7 @@ func (m *ManagedSpool) Source(ctx context.Context, noTree bool) (*event.SourceBi
 // Drift compares the current source with a start's binding.
 func (m *ManagedSpool) Drift(ctx context.Context, start *event.SourceBinding) string {
 	now, _ := m.Source(ctx, true)
-	return sourceDrift(start, now)
+	return source.Drift(start, now)
 }
 
 // PutBlobs retains blobs as local-private artifacts of the spool, under its
@@ -491,7 +492,7 @@ func (m *ManagedSpool) appendReceipt(ctx context.Context, rec *event.Record, suf
 	}
 	name := rec.Action.ID + suffix
 	canon, _ := json.Marshal(map[string]string{"managed": rec.Action.ID, "kind": string(rec.Kind)})
-	r := &actionReceipt{Version: receiptVersion, SpoolID: m.rs.spoolID, Canon: canon, Record: *rec}
+	r := &action.Receipt{Version: action.ReceiptVersion, SpoolID: m.rs.spoolID, Canon: canon, Record: *rec}
 	prev, pending, err := m.rs.read(name)
 	switch {
 	case err == nil && !pending:
@@ -547,7 +548,7 @@ func genericTerminal(bd *binding.Binding, scope string, mk *ManagedPre, post man
 		ToolUseID: mk.ToolUseID, WorkID: mk.WorkID, Generation: mk.Generation, CanonicalSession: mk.CanonicalSession,
 		ObservedAt: mk.ObservedAt, CaptureMode: mk.CaptureMode, Action: &act}
 	fin := act
-	fin.Result, fin.Verification = ActionResult(rule, post.HookEvent, post.ExitCode)
+	fin.Result, fin.Verification = action.Result(rule, post.HookEvent, post.ExitCode)
 	fin.ExitCode = post.ExitCode
 	fin.CompletionSetupDigest, fin.Drift = bd.SetupDigest, "unknown"
 	fin.FinishedAt = post.ObservedAt.Truncate(time.Second)
@@ -582,7 +583,7 @@ func appendOnce(ss *spool.Session, rs actionReceipts, recs ...*event.Record) err
 			return err
 		}
 		canon, _ := json.Marshal(map[string]string{"generic_terminal": rec.Action.ID, "kind": string(rec.Kind)})
-		r := &actionReceipt{Version: receiptVersion, SpoolID: rs.spoolID, Canon: canon, Record: *rec}
+		r := &action.Receipt{Version: action.ReceiptVersion, SpoolID: rs.spoolID, Canon: canon, Record: *rec}
 		if err := rs.writePending(name, r); err != nil {
 			return err
 		}

@@ -101,11 +101,6 @@ func (s *intakeStore) spill() error {
 	return err
 }
 
-// CaptureSource binds the source of the checkout at root (source.CaptureSource).
-func CaptureSource(ctx context.Context, root string) (*event.SourceBinding, error) {
-	return source.CaptureSource(ctx, root)
-}
-
 func captureSource(ctx context.Context, root string, o sourceOptions) (*event.SourceBinding, error) {
 	so := source.Options{TreeCache: o.treeCache, NoTree: o.noTree, BaseRef: o.baseRef}
 	if o.store != nil {
@@ -119,8 +114,6 @@ func captureSource(ctx context.Context, root string, o sourceOptions) (*event.So
 	}
 	return sb, err
 }
-
-func sourceDrift(start, now *event.SourceBinding) string { return source.Drift(start, now) }
 
 // admitStagedSource retains, under the held lock, the working bytes an
 // intake hook staged for the binding it took at receipt, and returns the

@@ -180,7 +180,7 @@ var ErrTranscriptChanged = errors.New("the agent's transcript no longer holds th
 // TranscriptRefFor returns the reference m records for session's
 // transcript, nil when m records none (a position that kept a copy, or no
 // transcript).
-func TranscriptRefFor(m *Meta, session string) *incmeta.TranscriptRef {
+func TranscriptRefFor(m *incmeta.Meta, session string) *incmeta.TranscriptRef {
 	for i := range m.TranscriptRefs {
 		if r := &m.TranscriptRefs[i]; r.Path == session+".jsonl" {
 			return r

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/agentscm/agentscm/internal/changelog/incmeta"
 )
 
 // Metadata-only: no increment (call, pre-apply, apply) holds a byte of the
@@ -128,7 +130,7 @@ func TestConversationRefsKeepNoCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	m, _ := ReadMetaFrom(bytes.NewReader(u.Body))
-	if u.Conversation != ConvWithheld || len(m.TranscriptRefs) != 0 || len(m.WithheldRoots) != 1 || m.WithheldRoots[0] != TranscriptRootName || strings.Contains(gunzipped(t, u.Body), promptText) {
+	if u.Conversation != incmeta.ConvWithheld || len(m.TranscriptRefs) != 0 || len(m.WithheldRoots) != 1 || m.WithheldRoots[0] != TranscriptRootName || strings.Contains(gunzipped(t, u.Body), promptText) {
 		t.Fatalf("upload form of a metadata-only increment: %s %+v", u.Conversation, m)
 	}
 }

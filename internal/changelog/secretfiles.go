@@ -67,7 +67,7 @@ func SetSecretFiles(dir string, s redact.FileSet) error {
 
 // mergeWithheld is the withheld-file list of a merge of metas: every
 // record, the latest of each path, minus the paths the merge stores.
-func mergeWithheld(metas []*Meta, stored map[string]bool) []incmeta.WithheldFile {
+func mergeWithheld(metas []*incmeta.Meta, stored map[string]bool) []incmeta.WithheldFile {
 	idx := map[string]int{}
 	var out []incmeta.WithheldFile
 	for _, m := range metas {

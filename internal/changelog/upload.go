@@ -28,7 +28,7 @@ import (
 // internal/redact, line by line, with the counts in the metadata; in every
 // other case the conversation roots are left out entirely (their members,
 // their transcript parts and the roots themselves), and the metadata says
-// so (Meta.Conversation, ConvWithheld). Every path that sends an increment
+// so (Meta.Conversation, incmeta.ConvWithheld). Every path that sends an increment
 // anywhere calls UploadForm; nothing else reads an increment for upload.
 
 // Sharing is what may leave the machine of one session's conversation.
@@ -105,7 +105,7 @@ func transcriptSession(rel string) string {
 // any other file is left out. A conversation root with nothing shared (the
 // increment's session not shared, no file of a shared session) is left out
 // entirely: its members, its parts and the root itself.
-func UploadFormOf(local []byte, policy SharingPolicy, secret redact.FileSet) ([]byte, *Meta, error) {
+func UploadFormOf(local []byte, policy SharingPolicy, secret redact.FileSet) ([]byte, *incmeta.Meta, error) {
 	a, err := readArchive(bytes.NewReader(local), nil)
 	if err != nil {
 		return nil, nil, err
@@ -175,7 +175,7 @@ func UploadFormOf(local []byte, policy SharingPolicy, secret redact.FileSet) ([]
 	}
 	// Dumpdirs and symlinks of a kept root stay (names only); files of a
 	// session not shared go.
-	var roots []MetaRoot
+	var roots []incmeta.Root
 	meta.WithheldRoots = nil
 	for _, r := range a.Meta.Roots {
 		if conv[r.Name] && !keepRoot[r.Name] {
@@ -258,10 +258,10 @@ func UploadFormOf(local []byte, policy SharingPolicy, secret redact.FileSet) ([]
 	}
 	meta.Redactions = total
 	if len(conv) > 0 {
-		meta.Conversation = ConvWithheld
+		meta.Conversation = incmeta.ConvWithheld
 		for _, k := range keepRoot {
 			if k {
-				meta.Conversation = ConvRedacted
+				meta.Conversation = incmeta.ConvRedacted
 			}
 		}
 	}
@@ -274,7 +274,7 @@ func UploadFormOf(local []byte, policy SharingPolicy, secret redact.FileSet) ([]
 			}
 		}
 		if meta.Conversation == "" {
-			meta.Conversation = ConvWithheld
+			meta.Conversation = incmeta.ConvWithheld
 		}
 		meta.TranscriptRefs = nil
 	}
