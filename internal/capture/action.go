@@ -43,13 +43,13 @@ func (a actionReceipts) writePending(name string, r *action.Receipt) error {
 }
 
 // appendReceipt appends the receipt's record and commits the receipt.
-func appendReceipt(ss *spool.Session, rs actionReceipts, name string, r *action.Receipt) error {
+func appendReceipt(ss *spool.Tx, rs actionReceipts, name string, r *action.Receipt) error {
 	return action.AppendReceipt(ss, rs.Receipts, name, r)
 }
 
 // actionEnv is what recordAction needs of one hook invocation.
 type actionEnv struct {
-	ss        *spool.Session
+	ss        *spool.Tx
 	sp        *spool.Spool
 	configDir string
 	bd        *binding.Binding

@@ -33,7 +33,7 @@ const (
 // applies the binding's compaction policy (bounded work) and warns once per
 // session when usage passes UsageWarnPercent or automatic compaction could
 // not make room. Warnings go to res.Warning; nothing here fails the hook.
-func maintain(store StateDir, ss *spool.Session, bd *binding.Binding, session string, res *HookResult) {
+func maintain(store StateDir, ss *spool.Tx, bd *binding.Binding, session string, res *HookResult) {
 	su, err := ss.Usage()
 	if err != nil {
 		return

@@ -169,7 +169,7 @@ type admission struct {
 	left     int
 }
 
-func admitIntake(ctx context.Context, store StateDir, led *Ledger, ss *spool.Session, sp *spool.Spool, bd *binding.Binding, hub Hub, adm *admission, res *HookResult) (bool, error) {
+func admitIntake(ctx context.Context, store StateDir, led *Ledger, ss *spool.Tx, sp *spool.Spool, bd *binding.Binding, hub Hub, adm *admission, res *HookResult) (bool, error) {
 	type resolution struct {
 		t   Target
 		err error
@@ -332,7 +332,7 @@ func receiptTargetAt(ir *intakeRecord, t Target, err error) (refused bool) {
 	return superseded(err)
 }
 
-func admitOne(ctx context.Context, store StateDir, led *Ledger, ss *spool.Session, sp *spool.Spool, bd *binding.Binding, ir *intakeRecord) error {
+func admitOne(ctx context.Context, store StateDir, led *Ledger, ss *spool.Tx, sp *spool.Spool, bd *binding.Binding, ir *intakeRecord) error {
 	rec := ir.Record
 	sub := &HookResult{}
 	if err := captureOccurrence(led, ss, bd, ir.Observed, ir.Fingerprint, &rec, ir.Observation, ir.Target, ir.Resolved, sub); err != nil {

@@ -295,7 +295,7 @@ func (l *Ledger) BindStream(scope string) (string, error) {
 // it can neither take a number of the ledger's new stream
 // (sequence_taken) nor name a hole there that does not exist. The
 // Session's own stream (SetStream) is restored afterwards.
-func appendInStream(ss *spool.Session, led *Ledger, rec *event.Record) (uint64, error) {
+func appendInStream(ss *spool.Tx, led *Ledger, rec *event.Record) (uint64, error) {
 	if rec.Stream != "" || led == nil || led.Stream() == "" {
 		return ss.Append(rec)
 	}

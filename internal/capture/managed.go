@@ -325,7 +325,7 @@ func (m *ManagedSpool) Dir() string { return m.rs.managedDir() }
 func (m *ManagedSpool) ObservationScope() string { return m.sp.ObservationScope() }
 
 // withSession runs fn in a spool Session bound to the ledger's stream.
-func (m *ManagedSpool) withSession(ctx context.Context, fn func(ss *spool.Session, led *Ledger) error) error {
+func (m *ManagedSpool) withSession(ctx context.Context, fn func(ss *spool.Tx, led *Ledger) error) error {
 	ss, err := m.sp.Begin(ctx)
 	if err != nil {
 		return err
@@ -348,7 +348,7 @@ func (m *ManagedSpool) withSession(ctx context.Context, fn func(ss *spool.Sessio
 // found the lock busy writes its event there), so that the marker of this
 // very invocation exists before the runner looks for it.
 func (m *ManagedSpool) Admit(ctx context.Context, hub Hub) error {
-	return m.withSession(ctx, func(ss *spool.Session, led *Ledger) error {
+	return m.withSession(ctx, func(ss *spool.Tx, led *Ledger) error {
 		adm := &admission{deadline: time.Now().Add(2 * admitBudget), left: maxAdmitPerHook}
 		_, err := admitIntake(ctx, m.store, led, ss, m.sp, m.bd, hub, adm, &HookResult{})
 		return err
@@ -506,7 +506,7 @@ func (m *ManagedSpool) appendReceipt(ctx context.Context, rec *event.Record, suf
 			return err
 		}
 	}
-	return m.withSession(ctx, func(ss *spool.Session, _ *Ledger) error {
+	return m.withSession(ctx, func(ss *spool.Tx, _ *Ledger) error {
 		return appendReceipt(ss, m.rs, name, r)
 	})
 }
@@ -564,7 +564,7 @@ func genericTerminal(bd *binding.Binding, scope string, mk *ManagedPre, post man
 // appendOnce appends each record under its receipt (.s, .f) unless that
 // receipt is already retained: whichever of the Post and the clearing
 // comes second finds the first one's receipts and appends nothing new.
-func appendOnce(ss *spool.Session, rs actionReceipts, recs ...*event.Record) error {
+func appendOnce(ss *spool.Tx, rs actionReceipts, recs ...*event.Record) error {
 	for _, rec := range recs {
 		name := rec.Action.ID + ".s"
 		if rec.Kind == event.ActionFinish {
@@ -614,7 +614,7 @@ func (m *ManagedSpool) ClearAfterPost(ctx context.Context, actionID string) (boo
 		return false, err
 	}
 	start, finish := genericTerminal(m.bd, m.sp.ObservationScope(), mk, post, time.Now())
-	return true, m.withSession(ctx, func(ss *spool.Session, _ *Ledger) error {
+	return true, m.withSession(ctx, func(ss *spool.Tx, _ *Ledger) error {
 		return appendOnce(ss, m.rs, start, finish)
 	})
 }

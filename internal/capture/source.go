@@ -21,7 +21,7 @@ type sourceOptions struct {
 	// store, when set, retains a dirty or transformed checkout's working
 	// bytes and manifest in the spool (under the held lock); nil: digest
 	// only, and the binding names bytes_not_retained.
-	store *spool.Session
+	store *spool.Tx
 	// stage, when set (and store is not), keeps those bytes without the
 	// lock for the intake record (intakeStore: in the record, or staged in
 	// the spool); the admitting lock holder retains them
@@ -55,7 +55,7 @@ func newIntakeStore(sp *spool.Spool) *intakeStore {
 	return &intakeStore{sp: sp, stage: sp.DeferredStaging(), limit: -1, budget: inlineBlobBytes, seen: map[[32]byte]bool{}}
 }
 
-// PutBlobs keeps blobs (source.Store); the identities are not used.
+// PutBlobs keeps blobs (source.BlobStore); the identities are not used.
 func (s *intakeStore) PutBlobs(blobs []spool.Blob) ([]event.ArtifactRef, error) {
 	if s.limit < 0 {
 		limit, err := s.sp.ArtifactLimit()
@@ -119,7 +119,7 @@ func captureSource(ctx context.Context, root string, o sourceOptions) (*event.So
 // intake hook staged for the binding it took at receipt, and returns the
 // binding to record (source.Admit: a limit's refusal or a lost blob is
 // named in it, never claimed retained).
-func admitStagedSource(ss *spool.Session, sb *event.SourceBinding, inline []intakeBlob) *event.SourceBinding {
+func admitStagedSource(ss *spool.Tx, sb *event.SourceBinding, inline []intakeBlob) *event.SourceBinding {
 	blobs := make([]spool.Blob, len(inline))
 	for i, b := range inline {
 		blobs[i] = spool.Blob{MediaType: b.MediaType, Data: b.Data}
