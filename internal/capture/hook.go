@@ -663,7 +663,7 @@ func captureOccurrence(led *Ledger, ss *spool.Session, bd *Binding, observed, fi
 	var published []Outage
 	if resolved {
 		var err error
-		if published, err = publishOutages(ss, led, rec, observed, t); err != nil {
+		if published, err = publishOutages(ss, led, rec); err != nil {
 			return err
 		}
 		if err := publishDisabled(ss, led, rec, observed, rec.ObservedAt); err != nil { // disabled.go
@@ -716,22 +716,19 @@ func captureOccurrence(led *Ledger, ss *spool.Session, bd *Binding, observed, fi
 
 // publishOutages makes earlier deferred occurrences that copied an exact
 // target visible under that exact target: a deterministic
-// capture_interrupted gap over the reserved range, except where the
-// current event exposes the hole directly (same observed session and
-// target, observed id equal to the canonical one). A later generation never
-// absorbs the gap: it names the copied target. Outages stay recorded until
-// the caller clears them after the append.
-func publishOutages(ss *spool.Session, led *Ledger, rec *event.Record, observed string, t Target) ([]Outage, error) {
+// capture_interrupted gap over the reserved range, for every outage. Where
+// the current event would expose the hole by itself (same observed session
+// and target, observed id equal to the canonical one) the gap is published
+// too: a hole the Hub shows only as missing numbers says nothing of why,
+// and whether a later event of that stream ever reaches the Hub is not
+// this hook's to know (the soak found such unnamed holes). A later
+// generation never absorbs the gap: it names the copied target. Outages
+// stay recorded until the caller clears them after the append.
+func publishOutages(ss *spool.Session, led *Ledger, rec *event.Record) ([]Outage, error) {
 	var done []Outage
 	for _, o := range led.Outages() {
-		// An outage of another stream (a version 1 ledger's, in the legacy
-		// stream) is never exposed by this event: its hole is not in this
-		// event's stream.
-		direct := o.Observed == observed && o.Target == t && observed == t.Session && o.Stream == led.Stream()
-		if !direct {
-			if err := appendOutageGap(ss, led, rec, o); err != nil {
-				return done, err
-			}
+		if err := appendOutageGap(ss, led, rec, o); err != nil {
+			return done, err
 		}
 		done = append(done, o)
 	}
