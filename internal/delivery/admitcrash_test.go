@@ -139,7 +139,14 @@ func admissionCrash(t *testing.T, fp, ev, extra string) bool {
 		t.Fatal(err)
 	}
 	seen := map[string]uint64{}
+	seqs := map[uint64]bool{}
 	for _, r := range recs {
+		if seqs[r.Seq] {
+			// Two envelopes under one sequence (issue 31: a kill at
+			// append.envelope.*): the spool's order is no order.
+			t.Fatalf("%s/%s: two records with spool sequence %d", fp, ev, r.Seq)
+		}
+		seqs[r.Seq] = true
 		r2 := r
 		r2.Seq, r2.Body, r2.BodyRef = 0, nil, nil
 		b, _ := json.Marshal(r2)
