@@ -836,15 +836,19 @@ func (s Store) WaitDeliverers(ctx context.Context) error {
 
 // ResumeDelivery is the resume half of the deliverer's durable note, for
 // processes other than hooks (change-capture status and show, the local
-// page): when spoolDir has work a deliverer should take up (intake files
-// waiting, a last run that ended at a bound with Resume set, or a refused
-// envelope whose RetryAt has come) and no deliverer runs, it starts one
-// through bg and reports true. Hooks need none of it: every hook makes
-// sure a deliverer runs (ensureDeliverer).
+// page): when spoolDir has work a deliverer should take up and no
+// deliverer runs, it starts one through bg and reports true. Work is due
+// when a last run ended at a bound with Resume set, when a refused
+// envelope's RetryAt has come, when the last run failed or could not run
+// (the Hub may be back), or when deliverable envelopes or intake files
+// wait that no run took up (a hook killed before it started one). Hooks
+// need none of it: every hook makes sure a deliverer runs
+// (ensureDeliverer). It only reads and starts a process: it never waits
+// for the Hub.
 func ResumeDelivery(store Store, bg Backgrounder, spoolDir string, now time.Time) (bool, error) {
 	due := false
 	if st, err := store.DeliverStatus(spoolDir); err == nil && st != nil {
-		due = st.Resume || (!st.RetryAt.IsZero() && !now.Before(st.RetryAt))
+		due = st.Resume || (!st.RetryAt.IsZero() && !now.Before(st.RetryAt)) || st.Outcome == "failed" || st.Outcome == "error"
 	}
 	if !due {
 		sp, err := spool.OpenReadOnly(spoolDir)
@@ -856,6 +860,13 @@ func ResumeDelivery(store Store, bg Backgrounder, spoolDir string, now time.Time
 			return false, err
 		}
 		due = n > 0
+	}
+	if !due {
+		u, err := store.Undelivered(spoolDir, now)
+		if err != nil {
+			return false, err
+		}
+		due = u.Envelopes > 0
 	}
 	if !due {
 		return false, nil

@@ -113,6 +113,9 @@ increments, the newest), the time of the last captured event, and warnings
 	}
 	if cfg, err := store.Load(); err == nil {
 		if b := cfg.Find(root); b != nil {
+			if b.Enabled {
+				defer kickDelivery(env, store, b.Spool) // after the output
+			}
 			if sum, err := store.SummarizeSpool(b); err != nil {
 				warn("spool unreadable: %v", err)
 			} else {
