@@ -99,6 +99,10 @@ type DeliverBounds struct {
 	// backoff) and try again, for at most RetryFor since the failures
 	// began, instead of ending the run with outcome "failed".
 	RetryFor time.Duration
+	// AttemptNow makes the run attempt delivery at once, whatever the
+	// retry schedule after transient failures says (retrypolicy.go): a
+	// person asked for it (change-capture deliver).
+	AttemptNow bool
 	// RefusedRetry is the wait before a refused envelope's first retry
 	// (0: RefusedRetryBase); see refusedretry.go.
 	RefusedRetry time.Duration
@@ -450,12 +454,35 @@ func deliverSpool(ctx context.Context, store Store, hubs HubOpener, spoolDir str
 		return fmt.Errorf("capture binding of %s was saved for %s, but the checkout is now connected to %s; nothing delivered", bd.Root, describeLineage(bd.lineage()), describeLineage(lin))
 	}
 	quiet := 0 // consecutive rounds that delivered and admitted nothing
-	var failingSince time.Time
-	backoff := deliverRetryFirst
+	dir := store.ledgerDir(spoolDir)
 	for {
+		// The one retry policy (retrypolicy.go): after transient failures
+		// (this run's or any process's) the next attempt waits until it is
+		// due. A run in a hook's process (MaxEnvelopes) never waits: it
+		// admits and delivers nothing this round; any other run sleeps
+		// until then (at most TransientRetry.Max, bounded by its window).
+		hold := false
+		if bo := readBackoff(dir); !bo.due(time.Now()) && !b.AttemptNow {
+			if b.MaxEnvelopes > 0 {
+				hold = true
+				if res.DeliveryErr == nil {
+					res.DeliveryErr = bo.waiting()
+				}
+			} else {
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Until(bo.Next)):
+				}
+				rep.Retries++
+			}
+		}
 		before := res.Delivered + res.Admitted
+		delivered := res.Delivered
 		transient := res.Failed - res.Refused
-		seen, idle, err := deliverRound(ctx, store, sp, bd, hub, b, res, rep)
+		seen, idle, err := deliverRound(ctx, store, sp, bd, hub, b, hold, res, rep)
+		if res.Delivered > delivered {
+			clearBackoff(dir)
+		}
 		if res.Delivered+res.Admitted == before {
 			quiet++
 		} else {
@@ -481,20 +508,21 @@ func deliverSpool(ctx context.Context, store Store, hubs HubOpener, spoolDir str
 			}
 			return nil
 		case res.Failed-res.Refused > transient:
-			if failingSince.IsZero() {
-				failingSince = time.Now()
-			}
-			if b.RetryFor > 0 && time.Since(failingSince)+backoff <= b.RetryFor {
-				// A transient failure (the Hub restarting): wait and try
-				// again rather than leave the tail to a later hook.
-				select {
-				case <-ctx.Done():
-				case <-time.After(backoff):
-				}
-				rep.Retries++
-				backoff = min(2*backoff, deliverRetryMax)
+			bo, berr := noteFailure(dir, TransientRetry, time.Now(), res.lastTransient)
+			if berr == nil && b.RetryFor > 0 && time.Since(bo.Since)+bo.Wait <= b.RetryFor {
+				// A transient failure (the Hub restarting): the next round
+				// waits until the next attempt is due and tries again,
+				// rather than leave the tail to a later hook.
 				continue
 			}
+			rep.Outcome = "failed"
+			if res.DeliveryErr != nil {
+				rep.Detail = res.DeliveryErr.Error()
+			}
+			return nil
+		case hold && idle:
+			// Nothing delivered: the next attempt is not yet due and this
+			// run may not wait for it.
 			rep.Outcome = "failed"
 			if res.DeliveryErr != nil {
 				rep.Detail = res.DeliveryErr.Error()
@@ -504,10 +532,10 @@ func deliverSpool(ctx context.Context, store Store, hubs HubOpener, spoolDir str
 			rep.Outcome, rep.Detail = "bound", fmt.Sprintf("stopped after %d delivery attempts; pending envelopes stay pending", b.MaxEnvelopes)
 			return nil
 		case !idle:
-			if res.Delivered+res.Admitted > before && !failingSince.IsZero() {
+			if res.Delivered > delivered && res.DeliveryErr != nil && res.Failed > res.Refused {
 				// Recovered after the waits: the failure is not this
 				// run's outcome.
-				failingSince, backoff, res.DeliveryErr = time.Time{}, deliverRetryFirst, nil
+				res.DeliveryErr = nil
 			}
 			continue
 		}
@@ -576,7 +604,7 @@ type attempt struct {
 // its deliverable envelopes without the spool lock, and records the
 // outcomes under it. It returns the highest sequence the page's
 // acquisition saw and whether nothing was delivered (idle).
-func deliverRound(ctx context.Context, store Store, sp *spool.Spool, bd *Binding, hub Hub, b DeliverBounds, res *HookResult, rep *DeliverReport) (uint64, bool, error) {
+func deliverRound(ctx context.Context, store Store, sp *spool.Spool, bd *Binding, hub Hub, b DeliverBounds, hold bool, res *HookResult, rep *DeliverReport) (uint64, bool, error) {
 	now := time.Now()
 	admitted := res.Admitted
 	var envs []spool.Envelope
@@ -615,6 +643,11 @@ func deliverRound(ctx context.Context, store Store, sp *spool.Spool, bd *Binding
 	}
 	dctx, cancel := context.WithTimeout(ctx, round)
 	defer cancel()
+	if hold {
+		// The next attempt after transient failures is not yet due
+		// (retrypolicy.go): admit only.
+		envs = nil
+	}
 	for i := range envs {
 		env := &envs[i]
 		if !Deliverable(&env.Record) {
@@ -642,6 +675,7 @@ func deliverRound(ctx context.Context, store Store, sp *spool.Spool, bd *Binding
 		tries = append(tries, attempt{env: env, status: status, err: err})
 		var re *RefusedError
 		if err != nil && !errors.As(err, &re) {
+			res.lastTransient = err
 			break // transient: the Hub is down or failing; stop here
 		}
 	}

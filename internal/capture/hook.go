@@ -133,6 +133,8 @@ type HookResult struct {
 	// intakeBase is the intake count just before the last admission's
 	// listing (admitIntake).
 	intakeBase int
+	// lastTransient is the last transient delivery failure.
+	lastTransient error
 }
 
 // HandleClaudeHook reads one Claude Code hook payload from in, finds the
@@ -805,6 +807,18 @@ func deliver(ctx context.Context, sp *spool.Session, led *Ledger, hub Hub, now t
 	ctx, cancel := context.WithTimeout(ctx, DeliveryTimeout)
 	defer cancel()
 	page := limit
+	// The one retry policy (retrypolicy.go): no attempt before the next
+	// one is due after transient failures; a transient failure stops
+	// this hook's delivery and schedules the next attempt.
+	var bo backoffState
+	if led != nil {
+		if bo = readBackoff(led.dir); !bo.due(time.Now()) {
+			if res.DeliveryErr == nil {
+				res.DeliveryErr = bo.waiting()
+			}
+			return
+		}
+	}
 	// Refused envelopes are retried with backoff (refusedretry.go).
 	var retries RefusalRetries
 	if led != nil {
@@ -865,6 +879,21 @@ func deliver(ctx context.Context, sp *spool.Session, led *Ledger, hub Hub, now t
 						retries.refused(env, re.Reason, now, 0)
 						retried = true
 					}
+				} else {
+					// Transient: record the attempt, schedule the next one
+					// and stop, as the deliverer does.
+					if led != nil {
+						if _, berr := noteFailure(led.dir, TransientRetry, time.Now(), err); berr != nil {
+							res.DeliveryErr = fmt.Errorf("%w; and: %v", err, berr)
+						}
+					}
+					if len(a.Detail) > 300 {
+						a.Detail = a.Detail[:300]
+					}
+					if rerr := sp.RecordAttempt(a); rerr != nil && res.DeliveryErr == nil {
+						res.DeliveryErr = rerr
+					}
+					return
 				}
 			} else {
 				a.Outcome = status
@@ -875,6 +904,10 @@ func deliver(ctx context.Context, sp *spool.Session, led *Ledger, hub Hub, now t
 					}
 				} else {
 					res.Delivered++
+					if led != nil && bo.Failures > 0 {
+						clearBackoff(led.dir)
+						bo = backoffState{}
+					}
 					if led != nil && retries.accepted(env, status, now) {
 						led.clearRefusal(env.Record.Seq, env.Digest)
 						a.Detail = "accepted on a retry after the Hub had refused it"
