@@ -192,10 +192,22 @@ func admitIntake(ctx context.Context, store Store, led *Ledger, ss *spool.Sessio
 		}
 		adm.left--
 		var ir intakeRecord
-		if err := json.Unmarshal(f.Data, &ir); err != nil || ir.Version != intakeVersion || ir.Record.Kind == "" {
-			if qerr := ss.QuarantineIntake(f.Name); qerr != nil {
+		if f.Malformed {
+			if qerr := quarantineUndecodable(store.ledgerDir(bd.Spool), led, ss, f.Name, f.Data, errors.New("its frame does not verify"), time.Now()); qerr != nil {
 				return false, qerr
 			}
+			res.Quarantined++
+			continue
+		}
+		if err := json.Unmarshal(f.Data, &ir); err != nil || ir.Version != intakeVersion || ir.Record.Kind == "" {
+			if err == nil {
+				err = fmt.Errorf("intake version %d, kind %q", ir.Version, ir.Record.Kind)
+			}
+			// Quarantined with a named gap (undecodable.go).
+			if qerr := quarantineUndecodable(store.ledgerDir(bd.Spool), led, ss, f.Name, f.Data, err, time.Now()); qerr != nil {
+				return false, qerr
+			}
+			res.Quarantined++
 			continue
 		}
 		if ir.SourceTaken && ir.Record.Kind == event.ToolStart {
