@@ -520,6 +520,16 @@ func deliverSpool(ctx context.Context, store Store, hubs HubOpener, spoolDir str
 				rep.Detail = res.DeliveryErr.Error()
 			}
 			return nil
+		case idle && res.held > 0:
+			// New sessions' files wait for the Hub to answer their
+			// resolution: a transient failure, retried like one.
+			cause := fmt.Errorf("%d intake files of new sessions wait for the Hub to resolve them: %v", res.held, res.heldErr)
+			bo, berr := noteFailure(dir, TransientRetry, time.Now(), cause)
+			if berr == nil && b.RetryFor > 0 && time.Since(bo.Since)+bo.Wait <= b.RetryFor {
+				continue
+			}
+			rep.Outcome, rep.Detail = "failed", cause.Error()
+			return nil
 		case hold && idle:
 			// Nothing delivered: the next attempt is not yet due and this
 			// run may not wait for it.

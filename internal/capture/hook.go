@@ -135,6 +135,10 @@ type HookResult struct {
 	intakeBase int
 	// lastTransient is the last transient delivery failure.
 	lastTransient error
+	// held counts the intake files the last admission left waiting for
+	// the Hub (holdNewSession), heldErr why.
+	held    int
+	heldErr error
 }
 
 // HandleClaudeHook reads one Claude Code hook payload from in, finds the

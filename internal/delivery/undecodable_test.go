@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -120,5 +121,69 @@ func writeFile(t *testing.T, p string, b []byte) {
 	t.Helper()
 	if err := os.WriteFile(p, b, 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestNewSessionDuringOutageDeliveredWhenHubIsBack: a brand-new session's
+// first events arrive (intake-first hooks) while the Hub is unreachable:
+// the deliverer cannot resolve them and, where main admitted them as
+// unassociated deferred facts for good, keeps them in the intake (its run
+// ends "failed", saying why); the first deliverer after the Hub is back
+// admits and delivers them under the Work, with nothing deferred and no
+// missing number. A session that already had a target keeps its
+// behaviour (a deferred fact copying it, named by an outage gap).
+func TestNewSessionDuringOutageDeliveredWhenHubIsBack(t *testing.T) {
+	f := newFixture(t)
+	work := f.startWork(t)
+	down := new(atomic.Bool)
+	hubs := downOpener{Opener{f.cfg}, down}
+	f.hook(t, f.payload("SessionStart", `,"source":"startup"`)) // native-1 has a target
+	down.Store(true)
+	newSession := func(ev, extra string) string {
+		return `{"session_id":"native-new","cwd":"` + f.root + `","hook_event_name":"` + ev + `"` + extra + `}`
+	}
+	for _, p := range []string{
+		newSession("SessionStart", `,"source":"startup"`),
+		newSession("PreToolUse", `,"tool_name":"Read","tool_use_id":"toolu_new","tool_input":{"file_path":"/etc/hostname"}`),
+		newSession("Stop", ""),
+	} {
+		res, err := capture.HandleClaudeHook(context.Background(), f.store, noopBG{hubs.Opener}, strings.NewReader(p), time.Now())
+		if err != nil || res.Intake == "" {
+			t.Fatalf("intake-first hook: %+v %v", res, err)
+		}
+	}
+	rep, err := capture.DeliverSpool(context.Background(), f.store, hubs, f.spool, nil, capture.DeliverBounds{})
+	if err != nil || rep.Outcome != "failed" || !strings.Contains(rep.Detail, "new sessions wait for the Hub") {
+		t.Fatalf("deliverer during the outage: %+v %v", rep, err)
+	}
+	if ins, err := spool.Inspect(f.spool, 10); err != nil || ins.Intake != 3 {
+		t.Fatalf("intake during the outage: %d %v", ins.Intake, err)
+	}
+	if d, err := capture.ListDeferred(f.spool, 100); err != nil || d.Total != 0 {
+		t.Fatalf("deferred facts during the outage: %+v %v", d, err)
+	}
+	down.Store(false)
+	rep, err = capture.DeliverSpool(context.Background(), f.store, hubs, f.spool, nil, capture.DeliverBounds{})
+	if err != nil || rep.Outcome != "idle" {
+		t.Fatalf("deliverer after the outage: %+v %v", rep, err)
+	}
+	if ins, err := spool.Inspect(f.spool, 10); err != nil || ins.Intake != 0 || ins.Pending.Total != 0 {
+		t.Fatalf("after: intake %d pending %d %v", ins.Intake, ins.Pending.Total, err)
+	}
+	if d, err := capture.ListDeferred(f.spool, 100); err != nil || d.Total != 0 {
+		t.Fatalf("deferred facts after the outage: %+v %v", d, err)
+	}
+	rec := f.record(t, work)
+	var newEvents int
+	for _, e := range rec.Events {
+		if e.Session == "native-new" {
+			newEvents++
+		}
+	}
+	if newEvents != 3 {
+		t.Fatalf("the new session's events on the Hub: %d, want 3 (sessions %+v)", newEvents, rec.Sessions)
+	}
+	if n := unnamedHoles(t, rec); n != 0 {
+		t.Fatalf("%d unnamed holes: %+v", n, rec.Sessions)
 	}
 }
