@@ -640,3 +640,22 @@ func OpenForUpload(configDir, dir string) (*Changelog, string, error) {
 	}
 	return c, roots[0].Path, nil
 }
+
+// PendingUploads counts the stored positions of the changelog directory
+// dir that its upload queue has not put on the Hub yet (read-only: the
+// queue file and the stored positions).
+func PendingUploads(configDir, dir string) (int, error) {
+	c, _, err := OpenForUpload(configDir, dir)
+	if err != nil {
+		return 0, err
+	}
+	q, err := c.loadUploads()
+	if err != nil {
+		return 0, err
+	}
+	next, err := c.NextPosition()
+	if err != nil {
+		return 0, err
+	}
+	return c.countPending(q, next-1), nil
+}

@@ -6,6 +6,7 @@ import (
 	"os"
 
 	"github.com/agentscm/agentscm/internal/capture"
+	"github.com/agentscm/agentscm/internal/changelog"
 	"github.com/agentscm/agentscm/internal/hookcore"
 	"github.com/agentscm/agentscm/internal/hookrun"
 )
@@ -43,17 +44,43 @@ func runDeliverSpool(ctx context.Context, env *Env, args []string) error {
 }
 
 // kickCheckout is kickDelivery for the enabled capture binding of the
-// checkout at root, if it has one.
+// checkout at root, if it has one, and kickUploads for its changelog.
 func kickCheckout(env *Env, root string) {
 	store, err := configStore(env)
 	if err != nil {
 		return
 	}
+	kickUploads(env, store.Dir, root)
 	cfg, err := store.Load()
 	if err != nil {
 		return
 	}
 	if b := cfg.Find(root); b != nil && b.Enabled {
 		kickDelivery(env, store, b.Spool)
+	}
+}
+
+// kickUploads starts the deliverer for the changelog of the checkout at
+// root when increments wait for the Hub and no deliverer holds its upload
+// lock (a deliverer was killed, its hook's kick failed): the changelog's
+// half of capture.ResumeDelivery.
+func kickUploads(env *Env, configDir, root string) {
+	if env.Executable == "" {
+		return
+	}
+	dir, _, ok := changelog.FindDir(configDir, root)
+	if !ok {
+		return
+	}
+	if n, err := changelog.PendingUploads(configDir, dir); err != nil || n == 0 {
+		return
+	}
+	lock, err := changelog.TryUploadLock(dir)
+	if err != nil || lock == nil {
+		return
+	}
+	defer lock.Close()
+	if err := hookcore.StartDelivererFor(env.Executable, configDir, nil, "", lock, dir); err != nil {
+		fmt.Fprintf(env.Stderr, "agentscm: warning: could not resume the uploads of %s: %s\n", dir, oneLine(err.Error()))
 	}
 }
