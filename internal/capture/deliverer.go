@@ -259,6 +259,25 @@ func (s Store) DeliverLock(f *os.File, spoolDir string) error {
 	return nil
 }
 
+// HoldDeliverRun holds spoolDir's deliver run lock shared until release:
+// the deliverer process holds it for its whole life, so that WaitDeliverer
+// also waits for what it does after the spool (the changelog's uploads).
+func (s Store) HoldDeliverRun(spoolDir string) (release func(), err error) {
+	dir := s.ledgerDir(spoolDir)
+	if err := fsutil.MkdirPrivate(dir); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(filepath.Join(dir, deliverRunName), os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, fsutil.FileMode)
+	if err != nil {
+		return nil, fmt.Errorf("open deliver run lock: %w", err)
+	}
+	if err := flockShared(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { f.Close() }, nil
+}
+
 // WaitDeliverer waits (bounded by ctx) until no deliverer holds spoolDir's
 // deliver lock: for tests and commands that must not leave one running.
 func (s Store) WaitDeliverer(ctx context.Context, spoolDir string) error {

@@ -101,6 +101,11 @@ func DeliverSpool(ctx context.Context, args []string, stderr io.Writer) int {
 	ctx, cancel := context.WithTimeout(ctx, capture.DelivererMaxDrain+capture.DelivererMaxRun+5*time.Second)
 	defer cancel()
 	if spoolDir != "" {
+		// Held for the whole process: waiting for the spool's deliverer
+		// waits for its uploads too.
+		if release, err := (capture.Store{Dir: configDir}).HoldDeliverRun(spoolDir); err == nil {
+			defer release()
+		}
 		deliverSpoolPart(ctx, configDir, spoolDir, lockFD, stderr)
 	}
 	if clDir != "" {
