@@ -615,7 +615,9 @@ func CheckUploadLock(f *os.File, dir string) error {
 }
 
 // WaitUploads waits (bounded by ctx) until no process holds dir's upload
-// lock: for tests and commands that must not leave a deliverer running.
+// lock: for tests and commands that must not leave a deliverer running,
+// while no hook runs (a hook that finds the lock held by the waiter
+// leaves its increment to the next kick).
 func WaitUploads(ctx context.Context, dir string) error {
 	f, err := lockWait(ctx, filepath.Join(dir, uploadLockFile))
 	if err != nil {
