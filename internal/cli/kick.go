@@ -25,7 +25,7 @@ func (d execDeliverer) StartDeliverer(lock *os.File, spoolDir string) error {
 // waits for the Hub or for the deliverer, and says nothing on success: a
 // command that reads is not the place to report delivery (the deliverer's
 // status is). A failure to start one is one warning line.
-func kickDelivery(env *Env, store capture.Store, spoolDir string) {
+func kickDelivery(env *Env, store capture.StateDir, spoolDir string) {
 	if spoolDir == "" || env.Executable == "" {
 		return
 	}
@@ -51,7 +51,7 @@ func kickCheckout(env *Env, root string) {
 		return
 	}
 	kickUploads(env, store.Dir, root)
-	cfg, err := store.Load()
+	cfg, err := store.Bindings().Load()
 	if err != nil {
 		return
 	}

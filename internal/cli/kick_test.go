@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/client"
 	"github.com/agentscm/agentscm/internal/delivery"
@@ -59,12 +60,12 @@ func resumeCase(t *testing.T, args []string) {
 	if err := os.Symlink(self, exe); err != nil {
 		t.Fatal(err)
 	}
-	store := capture.Store{Dir: cfg}
+	store := capture.StateDir{Dir: cfg}
 	conn, _, err := client.SetupLocal(ctx, cfg, root, "demo", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := capture.EnableCapture(ctx, store, delivery.Connections{ConfigDir: cfg}, capture.EnableOptions{Root: root, ConfigDir: cfg, Executable: exe, Now: time.Now()}); err != nil {
+	if _, err := binding.EnableCapture(ctx, store, delivery.Connections{ConfigDir: cfg}, binding.EnableOptions{Root: root, ConfigDir: cfg, Executable: exe, Now: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	c, err := client.Open(ctx, conn, client.Options{})

@@ -92,7 +92,7 @@ func TestOneDelivererSlowHub(t *testing.T) {
 	mustRun(t, vars, "work", "start", "--root", root)
 	mustRun(t, vars, "changelog", "enable", "--root", root)
 	mustRun(t, vars, "change-capture", "enable", "--root", root)
-	store := capture.Store{Dir: cfg}
+	store := capture.StateDir{Dir: cfg}
 	cldir, _, ok := changelog.FindDir(cfg, root)
 	if !ok {
 		t.Fatal("no changelog directory")
@@ -190,9 +190,9 @@ func TestOneDelivererSlowHub(t *testing.T) {
 	}
 }
 
-func mustSpool(t *testing.T, store capture.Store, root string) string {
+func mustSpool(t *testing.T, store capture.StateDir, root string) string {
 	t.Helper()
-	cfg, err := store.Load()
+	cfg, err := store.Bindings().Load()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -103,7 +103,7 @@ func DeliverSpool(ctx context.Context, args []string, stderr io.Writer) int {
 	if spoolDir != "" {
 		// Held for the whole process: waiting for the spool's deliverer
 		// waits for its uploads too.
-		if release, err := (capture.Store{Dir: configDir}).HoldDeliverRun(spoolDir); err == nil {
+		if release, err := (capture.StateDir{Dir: configDir}).HoldDeliverRun(spoolDir); err == nil {
 			defer release()
 		}
 		deliverSpoolPart(ctx, configDir, spoolDir, lockFD, stderr)
@@ -140,7 +140,7 @@ func DeliverSpool(ctx context.Context, args []string, stderr io.Writer) int {
 
 // deliverSpoolPart is the spool's part of DeliverSpool.
 func deliverSpoolPart(ctx context.Context, configDir, spoolDir string, lockFD int, stderr io.Writer) {
-	store := capture.Store{Dir: configDir}
+	store := capture.StateDir{Dir: configDir}
 	var lock *os.File
 	if lockFD >= 0 {
 		lock = os.NewFile(uintptr(lockFD), "deliver.lock")

@@ -86,7 +86,7 @@ func ClaudeHook(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, 
 		warns.Add(failed + OneLine(err.Error()))
 		return 0
 	}
-	store := capture.Store{Dir: dir}
+	store := capture.StateDir{Dir: dir}
 	var (
 		cres    *capture.HookResult
 		cerr    error
@@ -272,7 +272,7 @@ func CheckoutSharing(configDir, root string) changelog.SharingPolicy {
 		hub, repo = c.Hub, c.Repository
 	}
 	return func(session string) changelog.Sharing {
-		sh, err := capture.Store{Dir: configDir}.ConversationSharing(root, session, hub, repo)
+		sh, err := capture.StateDir{Dir: configDir}.ConversationSharing(root, session, hub, repo)
 		if err != nil {
 			return changelog.Sharing{Mode: sh.Mode, Reason: sh.Reason + ": " + err.Error()}
 		}
@@ -315,7 +315,7 @@ func (o *deferredOpener) StartDeliverer(lock *os.File, spoolDir string) error {
 // both in one process), or delivers in-process (as the capture does when
 // no process can be started), and folds what happened into res; it
 // returns the changelog part's warning.
-func (o *deferredOpener) start(ctx context.Context, store capture.Store, res *capture.HookResult) (warn string) {
+func (o *deferredOpener) start(ctx context.Context, store capture.StateDir, res *capture.HookResult) (warn string) {
 	if o.lock == nil && o.clLock == nil {
 		return ""
 	}
