@@ -167,6 +167,10 @@ func (s StateDir) hubDownAtReceipt(spoolDir string) bool {
 type admission struct {
 	deadline time.Time
 	left     int
+	// holdNew lets new sessions' files wait for the Hub (holdNewSession):
+	// set by the deliverer, which retries them; a hook admits them as
+	// before (it may be the last process for a while).
+	holdNew bool
 }
 
 func admitIntake(ctx context.Context, store StateDir, led *Ledger, ss *spool.Session, sp *spool.Spool, bd *binding.Binding, hub Hub, adm *admission, res *HookResult) (bool, error) {
@@ -186,7 +190,11 @@ func admitIntake(ctx context.Context, store StateDir, led *Ledger, ss *spool.Ses
 	// Files of new sessions held for the Hub (holdNewSession) take no
 	// admission budget; up to maxHeldListed of them are listed past it,
 	// so the files behind them are admitted during an outage.
-	files, err := ss.Intake(max(adm.left, 0) + 1 + maxHeldListed)
+	listed := max(adm.left, 0) + 1
+	if adm.holdNew {
+		listed += maxHeldListed
+	}
+	files, err := ss.Intake(listed)
 	if err != nil {
 		return false, fmt.Errorf("intake: %w", err)
 	}
@@ -226,17 +234,6 @@ func admitIntake(ctx context.Context, store StateDir, led *Ledger, ss *spool.Ses
 		}
 		// Resolve the exact current target now, once per session per hook.
 		r, ok := resolved[ir.Observed]
-		if !ok && newSessionFile(led, &ir) && !readBackoff(store.ledgerDir(bd.Spool)).due(time.Now()) {
-			// A new session's file while the Hub is known to fail (the
-			// one retry policy's schedule): it waits, without asking.
-			held[ir.Observed] = true
-			res.held++
-			adm.left++
-			if res.heldErr == nil {
-				res.heldErr = errors.New("the Hub failed recently (the retry schedule's next attempt is not due)")
-			}
-			continue
-		}
 		if !ok {
 			rctx, cancel := context.WithTimeout(ctx, ResolveTimeout)
 			r.t, r.err = hub.Resolve(rctx, bd.WorktreeID, ir.Observed)
@@ -254,7 +251,7 @@ func admitIntake(ctx context.Context, store StateDir, led *Ledger, ss *spool.Ses
 			}
 			resolved[ir.Observed] = r
 		}
-		if holdNewSession(led, &ir, r.err) {
+		if adm.holdNew && holdNewSession(led, &ir, r.err) {
 			// The session's first events, received before any target and
 			// while the Hub cannot answer: admitted now they would stay
 			// unassociated for good; they wait in the intake until the Hub
