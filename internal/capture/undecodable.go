@@ -74,7 +74,7 @@ func valueAfter(data []byte, key string, v any) bool {
 
 // quarantineUndecodable notes the loss of the undecodable intake file
 // name, quarantines it and publishes the note's gap at once.
-func quarantineUndecodable(dir string, led *Ledger, ss *spool.Session, name string, data []byte, cause error, now time.Time) error {
+func quarantineUndecodable(dir string, led *Ledger, ss *spool.Tx, name string, data []byte, cause error, now time.Time) error {
 	u := readUndecodable(data)
 	at := u.received
 	if at.IsZero() {

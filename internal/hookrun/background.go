@@ -114,14 +114,14 @@ func DeliverSpool(ctx context.Context, args []string, stderr io.Writer) int {
 			lock = os.NewFile(uintptr(clFD), "upload.lock")
 			if err := changelog.CheckUploadLock(lock, clDir); err != nil {
 				lock.Close()
-				fmt.Fprintf(stderr, "agentscm: warning: changelog deliverer: %s\n", OneLine(err.Error()))
+				fmt.Fprintf(stderr, "agentscm: warning: changelog deliverer: %s\n", hookcore.OneLine(err.Error()))
 				return 0
 			}
 		} else {
 			l, err := changelog.TryUploadLock(clDir)
 			if err != nil || l == nil {
 				if err != nil {
-					fmt.Fprintf(stderr, "agentscm: warning: changelog deliverer: %s\n", OneLine(err.Error()))
+					fmt.Fprintf(stderr, "agentscm: warning: changelog deliverer: %s\n", hookcore.OneLine(err.Error()))
 				}
 				return 0 // nil lock: another deliverer uploads
 			}
@@ -130,7 +130,7 @@ func DeliverSpool(ctx context.Context, args []string, stderr io.Writer) int {
 		n, pending, err := DrainChangelog(ctx, configDir, clDir, lock)
 		switch {
 		case err != nil:
-			fmt.Fprintf(stderr, "agentscm: warning: changelog deliverer after %d uploaded, %d pending: %s\n", n, pending, OneLine(err.Error()))
+			fmt.Fprintf(stderr, "agentscm: warning: changelog deliverer after %d uploaded, %d pending: %s\n", n, pending, hookcore.OneLine(err.Error()))
 		default:
 			fmt.Fprintf(stderr, "agentscm: changelog deliverer: %d uploaded, %d pending\n", n, pending)
 		}
@@ -146,7 +146,7 @@ func deliverSpoolPart(ctx context.Context, configDir, spoolDir string, lockFD in
 		lock = os.NewFile(uintptr(lockFD), "deliver.lock")
 		if err := store.DeliverLock(lock, spoolDir); err != nil {
 			lock.Close()
-			fmt.Fprintf(stderr, "agentscm: warning: deliverer: %s\n", OneLine(err.Error()))
+			fmt.Fprintf(stderr, "agentscm: warning: deliverer: %s\n", hookcore.OneLine(err.Error()))
 			return
 		}
 	}
@@ -155,11 +155,11 @@ func deliverSpoolPart(ctx context.Context, configDir, spoolDir string, lockFD in
 		Settle: capture.DelivererSettle, SettleMax: capture.DelivererSettleMax, SettleFiles: capture.DelivererSettleFiles})
 	switch {
 	case rep != nil && rep.Outcome == "busy":
-		fmt.Fprintf(stderr, "agentscm: deliverer: %s\n", OneLine(rep.Detail))
+		fmt.Fprintf(stderr, "agentscm: deliverer: %s\n", hookcore.OneLine(rep.Detail))
 	case err != nil && !errors.Is(err, context.DeadlineExceeded):
-		fmt.Fprintf(stderr, "agentscm: warning: deliverer: %s\n", OneLine(err.Error()))
+		fmt.Fprintf(stderr, "agentscm: warning: deliverer: %s\n", hookcore.OneLine(err.Error()))
 	case rep != nil && rep.Outcome != "idle":
-		fmt.Fprintf(stderr, "agentscm: warning: deliverer %s after %d delivered, %d failed: %s\n", rep.Outcome, rep.Delivered, rep.Failed, OneLine(rep.Detail))
+		fmt.Fprintf(stderr, "agentscm: warning: deliverer %s after %d delivered, %d failed: %s\n", rep.Outcome, rep.Delivered, rep.Failed, hookcore.OneLine(rep.Detail))
 	case rep != nil:
 		fmt.Fprintf(stderr, "agentscm: deliverer: %d delivered, %d refused, %d admitted in %d rounds\n", rep.Delivered, rep.Refused, rep.Admitted, rep.Rounds)
 	}
