@@ -716,9 +716,7 @@ func deliverRound(ctx context.Context, store StateDir, sp *spool.Spool, bd *bind
 		trailing, trailingWait = lastWait, true
 	}
 	if len(tries) == 0 && trailing == nil && res.Admitted == admitted {
-		// Idle, unless the admission stopped at its budget with files
-		// left (the next round admits them).
-		return seen, !res.admitMore, nil
+		return seen, true, nil
 	}
 	delivered := res.Delivered
 	err = withSession(ctx, store, sp, bd, hub, res, func(ss *spool.Tx, led *Ledger) error {
@@ -798,7 +796,7 @@ func deliverRound(ctx context.Context, store StateDir, sp *spool.Spool, bd *bind
 	// local-only records, or an empty page), so another round would
 	// repeat this one, unless a full page ended in local-only records:
 	// the cursor moved past them and more may follow (localRun).
-	idle := res.Delivered == delivered && res.Admitted == admitted && !res.admitMore
+	idle := res.Delivered == delivered && res.Admitted == admitted
 	return seen, idle && !cut && !(trailing != nil && len(envs) == delivererPage), nil
 }
 
@@ -840,11 +838,9 @@ func withSession(ctx context.Context, store StateDir, sp *spool.Spool, bd *bindi
 	// that admits nothing looks idle (the run then ended with files
 	// waiting).
 	adm := &admission{deadline: time.Now().Add(admitBudget), left: maxAdmitPerHook, holdNew: true}
-	more, err := admitIntake(ctx, store, led, ss, sp, bd, hub, adm, res)
-	if err != nil && res.DeliveryErr == nil {
+	if _, err := admitIntake(ctx, store, led, ss, sp, bd, hub, adm, res); err != nil && res.DeliveryErr == nil {
 		res.DeliveryErr = err
 	}
-	res.admitMore = more && err == nil
 	return fn(ss, led)
 }
 

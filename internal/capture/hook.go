@@ -144,9 +144,6 @@ type HookResult struct {
 	// the Hub (holdNewSession), heldErr why.
 	held    int
 	heldErr error
-	// admitMore is true when the deliverer's last admission stopped at
-	// its budget with intake files left.
-	admitMore bool
 }
 
 // HandleClaudeHook reads one Claude Code hook payload from in, finds the
