@@ -819,6 +819,7 @@ func withSession(ctx context.Context, store StateDir, sp *spool.Spool, bd *bindi
 		return err
 	}
 	ss.SetStream(stream)
+	adm := &admission{deadline: time.Now().Add(admitBudget), left: maxAdmitPerHook, holdNew: true}
 	// The binding's compaction policy runs in every deliverer Session too,
 	// before admission: with a deliverer the acknowledgements happen in this
 	// process, and lock-holding hooks often queue their event behind a
@@ -833,11 +834,6 @@ func withSession(ctx context.Context, store StateDir, sp *spool.Spool, bd *bindi
 	if _, err := publishLost(store.ledgerDir(bd.Spool), ss, led, time.Now()); err != nil && res.DeliveryErr == nil {
 		res.DeliveryErr = err
 	}
-	// The admission budget starts after compaction and the lost records'
-	// gaps: on a busy machine those alone could spend it, and a round
-	// that admits nothing looks idle (the run then ended with files
-	// waiting).
-	adm := &admission{deadline: time.Now().Add(admitBudget), left: maxAdmitPerHook, holdNew: true}
 	if _, err := admitIntake(ctx, store, led, ss, sp, bd, hub, adm, res); err != nil && res.DeliveryErr == nil {
 		res.DeliveryErr = err
 	}
