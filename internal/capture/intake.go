@@ -189,11 +189,13 @@ func admitIntake(ctx context.Context, store StateDir, led *Ledger, ss *spool.Tx,
 		res.intakeBase = n
 	}
 	// Files of new sessions held for the Hub (holdNewSession) take no
-	// admission budget; up to maxHeldListed of them are listed past it,
-	// so the files behind them are admitted during an outage.
+	// admission budget: as many as the last admission held (up to
+	// maxHeldListed) are listed past it, so the files behind them are
+	// admitted during an outage, while an admission that held none reads
+	// no more files than its budget.
 	listed := max(adm.left, 0) + 1
 	if adm.holdNew {
-		listed += maxHeldListed
+		listed += min(res.held, maxHeldListed)
 	}
 	files, err := ss.Intake(listed)
 	if err != nil {
