@@ -201,7 +201,7 @@ func TestApplyFromHubDryRunCreatesNothing(t *testing.T) {
 	}
 	// Without --dry-run the same apply creates, connects and restores it.
 	r = runMain(t, env, "", "changelog", "apply", "--root", fresh, "--to", "0", "--from-hub", "--work", w.ID)
-	if r.code != 0 || !strings.Contains(r.stderr, "connected "+fresh) {
+	if r.code != 0 && r.code != ExitPartial || !strings.Contains(r.stderr, "connected "+fresh) { // partial: a withheld conversation root
 		t.Fatalf("apply onto a missing directory: %d %s", r.code, r.stderr)
 	}
 	if b, _ := os.ReadFile(filepath.Join(fresh, "one.txt")); string(b) != "1" {
