@@ -30,6 +30,28 @@ var claims = []claim{
 			t.Errorf("doctor after enable: %q", r.stdout)
 		}
 	}},
+	{"a rewind from the Hub lists them (exit 8)", func(t *testing.T, bin string) {
+		s := newSandbox(t, bin)
+		s.must(s.checkout, "agentscm client setup --root \"$PWD\" --local >/dev/null && agentscm changelog enable --no-transcript-root >/dev/null")
+		var w struct {
+			ID string `json:"id"`
+		}
+		json.Unmarshal([]byte(s.must(s.checkout, "agentscm work start --title t --format json")), &w)
+		s.must(s.checkout, "echo TOKEN=s3cret > .env && echo a > a.txt")
+		p := fmt.Sprintf(`{"session_id":"s1","cwd":%q,"hook_event_name":"PostToolUse","tool_name":"Write","tool_use_id":"toolu_1"}`, s.checkout)
+		s.expect(s.checkout, "agentscm changelog hook-claude", p, 0, regexp.MustCompile(`^$`))
+		fresh := filepath.Join(s.dir, "fresh")
+		r := s.expect(s.dir, "agentscm changelog apply --root '"+fresh+"' --to 0 --from-hub --work "+w.ID, "", 8, nil)
+		if !strings.Contains(r.stderr, ".env") {
+			t.Errorf("apply --from-hub does not list the secret file: %q", r.stderr)
+		}
+		if _, err := os.Stat(filepath.Join(fresh, ".env")); err == nil {
+			t.Errorf("the secret file left the machine")
+		}
+		if b, _ := os.ReadFile(filepath.Join(fresh, "a.txt")); string(b) != "a\n" {
+			t.Errorf("a.txt after the apply: %q", b)
+		}
+	}},
 	{"save refuses a file inside a capture root (exit 2)", func(t *testing.T, bin string) {
 		s := newSandbox(t, bin)
 		s.must(s.checkout, "agentscm changelog enable >/dev/null")
