@@ -14,11 +14,13 @@ import (
 
 	"github.com/agentscm/agentscm/internal/agent/adapter"
 	"github.com/agentscm/agentscm/internal/agent/claude"
+	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/changelog"
 	"github.com/agentscm/agentscm/internal/changelog/hubremote"
 	"github.com/agentscm/agentscm/internal/connections"
 	"github.com/agentscm/agentscm/internal/delivery"
+	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/hookcore"
 )
 
@@ -246,8 +248,20 @@ func CheckoutSharing(configDir, root string) changelog.SharingPolicy {
 		if err != nil {
 			return changelog.Sharing{Mode: sh.Mode, Reason: sh.Reason + ": " + err.Error()}
 		}
-		return changelog.Sharing{Mode: sh.Mode, Share: sh.Share, Reason: sh.Reason}
+		return changelog.Sharing{Mode: sh.Mode, Share: sh.Share, Reason: sh.Reason, NoCopy: MetadataOnlyBinding(configDir, root)}
 	}
+}
+
+// MetadataOnlyBinding reports whether the checkout at root has a capture
+// binding in metadata-only mode: its changelog then keeps no copy of the
+// conversation (changelog.Options.ConversationRefs).
+func MetadataOnlyBinding(configDir, root string) bool {
+	cfg, err := binding.Registry{Dir: configDir}.Load()
+	if err != nil {
+		return false
+	}
+	b := cfg.ForPath(root)
+	return b != nil && b.CaptureMode == event.ModeMetadataOnly
 }
 
 // deferredOpener is the detachedOpener of a hook that runs the changelog
