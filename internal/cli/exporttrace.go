@@ -1,0 +1,74 @@
+package cli
+
+import (
+	"context"
+
+	"github.com/agentscm/agentscm/internal/attribution"
+	"github.com/agentscm/agentscm/internal/buildinfo"
+)
+
+func exportTraceCommand() *Command {
+	return &Command{Name: "export", Summary: "write Agent Trace records of a commit or a session (--format agent-trace)", Run: runExportTrace}
+}
+
+func runExportTrace(ctx context.Context, env *Env, args []string) error {
+	fs := newFlags(env, "agentscm export", "--format agent-trace [--root ABS] (--commit REV | --session ID)", `
+Write one Agent Trace record (specification 0.1.0, media type
+application/vnd.agent-trace.record+json) on stdout:
+
+  --commit REV   the lines commit REV adds, by author (what the commit's
+                 note under refs/notes/agentscm holds; written afresh
+                 from the changelog)
+  --session ID   the lines of the working tree that session's tool calls
+                 wrote (no vcs revision: the line numbers are the working
+                 tree's)
+
+A record never holds conversation text: a session appears as its id, a
+prompt as its sequence number, a tool call as its position and tool name.
+See docs/attribution.md.`)
+	var rf rootFlags
+	rf.register(fs, false)
+	format := traceFormat("agent-trace")
+	fs.Var(&format, "format", "the record format: agent-trace")
+	commit := fs.String("commit", "", "the commit whose added lines to export")
+	session := fs.String("session", "", "the session whose lines to export")
+	if err := parseFlags(env, fs, args, false); err != nil {
+		return err
+	}
+	if format != "agent-trace" {
+		return usagef("--format must be agent-trace, not %q", string(format))
+	}
+	if (*commit == "") == (*session == "") {
+		return usagef("give one of --commit REV and --session ID")
+	}
+	c, err := openChangelog(env, &rf, false)
+	if err != nil {
+		return err
+	}
+	repo, err := attribution.Open(c)
+	if err != nil {
+		return err
+	}
+	version := buildinfo.Version("agentscm")
+	var rec *attribution.TraceRecord
+	if *commit != "" {
+		rec, err = repo.CommitTrace(ctx, *commit, env.Now(), version)
+	} else {
+		rec, err = repo.SessionTrace(ctx, *session, env.Now(), version)
+	}
+	if err != nil {
+		return err
+	}
+	return writeJSON(env.Stdout, rec)
+}
+
+// ownFormat marks a --format flag whose values its command checks itself
+// (parseFlags checks every other --format for text or json).
+type ownFormat interface{ ownFormat() }
+
+// traceFormat is export's --format: agent-trace.
+type traceFormat string
+
+func (f *traceFormat) String() string     { return string(*f) }
+func (f *traceFormat) Set(v string) error { *f = traceFormat(v); return nil }
+func (*traceFormat) ownFormat()           {}
