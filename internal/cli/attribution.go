@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime/debug"
 	"strings"
 
 	"github.com/agentscm/agentscm/internal/attribution"
@@ -208,7 +209,7 @@ func attributionHook(ctx context.Context, env *Env, rf *rootFlags, name string, 
 	if wd, err := os.Getwd(); err == nil && !sameRepo(ctx, wd, root) {
 		return nil // a shared hooks directory: another repository's commit
 	}
-	version := buildinfo.Version("agentscm")
+	version := traceToolVersion()
 	if name == "post-rewrite" {
 		pairs, err := attribution.ParseRewritten(env.Stdin)
 		if err != nil {
@@ -262,4 +263,26 @@ func gitIn(ctx context.Context, dir string, args ...string) (string, error) {
 	cmd.Dir = dir
 	out, err := cmd.Output()
 	return string(out), err
+}
+
+// traceToolVersion is agentscm's version as an Agent Trace record's tool
+// names it: the module version and the commit it was built from.
+func traceToolVersion() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "(unknown)"
+	}
+	v := bi.Main.Version
+	if v == "" {
+		v = "(devel)"
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+			v += "+" + s.Value[:12]
+		}
+	}
+	if buildinfo.Stamp != "" {
+		v += " build " + buildinfo.Stamp
+	}
+	return v
 }

@@ -1,16 +1,21 @@
 package cli
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentscm/agentscm/internal/attribution"
+	"github.com/agentscm/agentscm/internal/attribution/schemacheck"
 	"github.com/agentscm/agentscm/internal/changelog"
 )
 
@@ -271,4 +276,252 @@ func TestBlameAttributesEachLine(t *testing.T) {
 		"five = Bash@4/sess-A/p2 $ echo five >> f.txt",
 		"six by the user = outside@5",
 	})
+}
+
+// runWithExe is runMain with env.Executable set to exe.
+func runWithExe(t *testing.T, envVars map[string]string, exe string, args ...string) run {
+	t.Helper()
+	var out, errb bytes.Buffer
+	env := &Env{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb,
+		Getenv: func(k string) string { return envVars[k] }, Now: time.Now, Executable: exe}
+	code := Main(context.Background(), env, args)
+	return run{code, out.String(), errb.String()}
+}
+
+// agentscmOnPath is the test binary's agentscm command (testscript.Main
+// puts it on PATH), which git hooks can run.
+func agentscmOnPath(t *testing.T) string {
+	t.Helper()
+	p, err := exec.LookPath("agentscm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func schemaBytes(t *testing.T) []byte {
+	t.Helper()
+	b, err := os.ReadFile("../attribution/testdata/agent-trace-0.1.0.schema.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// noteOf reads and validates the agentscm note of rev.
+func noteOf(t *testing.T, repo string, env map[string]string, rev string) (*attribution.TraceRecord, string) {
+	t.Helper()
+	raw := gitRun(t, repo, env, "notes", "--ref", "agentscm", "show", rev)
+	errs, err := schemacheck.Check(schemaBytes(t), []byte(raw))
+	if err != nil || len(errs) > 0 {
+		t.Fatalf("the note of %s is not a valid Agent Trace record: %v %v\n%s", rev, err, errs, raw)
+	}
+	var rec attribution.TraceRecord
+	if err := json.Unmarshal([]byte(raw), &rec); err != nil {
+		t.Fatal(err)
+	}
+	if sha := strings.TrimSpace(gitRun(t, repo, env, "rev-parse", rev)); rec.VCS == nil || rec.VCS.Type != "git" || rec.VCS.Revision != sha {
+		t.Fatalf("the note of %s names %+v", sha, rec.VCS)
+	}
+	return &rec, raw
+}
+
+// noteLines renders a record as "path:line=contributor[/session]" per
+// attributed line, in order.
+func noteLines(rec *attribution.TraceRecord) []string {
+	type l struct {
+		path string
+		n    int
+		who  string
+	}
+	var all []l
+	for _, f := range rec.Files {
+		for _, c := range f.Conversations {
+			who := c.Contributor.Type
+			for _, r := range c.Related {
+				who += "/" + strings.TrimPrefix(r.URL, "urn:agentscm:session:")
+			}
+			for _, r := range c.Ranges {
+				for n := r.StartLine; n <= r.EndLine; n++ {
+					all = append(all, l{f.Path, n, who})
+				}
+			}
+		}
+	}
+	sort.Slice(all, func(i, j int) bool {
+		if all[i].path != all[j].path {
+			return all[i].path < all[j].path
+		}
+		return all[i].n < all[j].n
+	})
+	var out []string
+	for _, x := range all {
+		out = append(out, fmt.Sprintf("%s:%d=%s", x.path, x.n, x.who))
+	}
+	return out
+}
+
+// TestAttributionNotesFollowAmendAndRebase: attribution enable installs
+// the git hooks (chaining the user's post-commit); a commit gets a note
+// that validates against the Agent Trace schema and matches blame; the
+// note follows git commit --amend (with and without a change) and a git
+// rebase onto a new base that moves the lines; no prompt, tool output or
+// command is in any note; disable removes exactly what enable added.
+func TestAttributionNotesFollowAmendAndRebase(t *testing.T) {
+	repo, env := attributionRepo(t)
+	exe := agentscmOnPath(t)
+	hooks := filepath.Join(repo, ".git", "hooks")
+	userHook := "#!/bin/sh\necho \"$@\" >> \"$(git rev-parse --git-dir)/user-hook-ran\"\n"
+	os.MkdirAll(hooks, 0o755)
+	writeFile(t, filepath.Join(hooks, "post-commit"), userHook)
+	os.Chmod(filepath.Join(hooks, "post-commit"), 0o755)
+
+	r := runWithExe(t, env, exe, "attribution", "enable", "--root", repo)
+	if r.code != 0 || !strings.Contains(r.stdout, "post-commit: installed") || !strings.Contains(r.stdout, "your hook runs first") {
+		t.Fatalf("enable: %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+
+	f, old := filepath.Join(repo, "f.txt"), filepath.Join(repo, "old.txt")
+	s := newFakeSession(t, env, repo, "sess-N")
+	s.prompt("PROMPT-TEXT-write")
+	s.call("Write", map[string]any{"file_path": f, "content": "a1\na2\n"}, func() { writeFile(t, f, "a1\na2\n") })
+	s.call("Bash", map[string]any{"command": "echo COMMAND-TEXT >> old.txt"}, func() { appendFile(t, old, "agent line\n") })
+	appendFile(t, f, "user line\n")
+	s.call("Edit", map[string]any{"file_path": f, "old_string": "a2", "new_string": "A2"}, func() { replaceIn(t, f, "a2", "A2") })
+	s.stop()
+
+	gitRun(t, repo, env, "add", "f.txt", "old.txt")
+	out := gitRun(t, repo, env, "commit", "-qm", "agent work")
+	if strings.Contains(out, "agentscm") {
+		t.Fatalf("the hook warned: %s", out)
+	}
+	if b, _ := os.ReadFile(filepath.Join(repo, ".git", "user-hook-ran")); len(b) == 0 {
+		t.Fatal("the chained user hook did not run")
+	}
+	rec, raw := noteOf(t, repo, env, "HEAD")
+	want := []string{"f.txt:1=ai/sess-N", "f.txt:2=ai/sess-N", "f.txt:3=human", "old.txt:3=ai/sess-N"}
+	if got := noteLines(rec); strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("note lines %v, want %v\n%s", got, want, raw)
+	}
+	// The note matches blame.
+	for _, l := range blameOf(t, env, "--root", repo, f).Lines {
+		who := map[string]string{attribution.KindAgent: "ai/sess-N", attribution.KindOutside: "human"}[l.Owner.Kind]
+		if w := fmt.Sprintf("f.txt:%d=%s", l.Number, who); !strings.Contains(strings.Join(want, " "), w) {
+			t.Errorf("blame says %s, the note does not", w)
+		}
+	}
+	if rec.Files[0].Conversations[0].Contributor.ModelID != "anthropic/claude-test-1" {
+		t.Errorf("model id %+v", rec.Files[0].Conversations[0].Contributor)
+	}
+	notes := []string{raw}
+
+	// Amend without a change: the note follows the new commit.
+	before := strings.TrimSpace(gitRun(t, repo, env, "rev-parse", "HEAD"))
+	gitRun(t, repo, env, "commit", "-q", "--amend", "-m", "agent work, reworded")
+	if after := strings.TrimSpace(gitRun(t, repo, env, "rev-parse", "HEAD")); after == before {
+		t.Fatal("amend kept the commit")
+	}
+	rec, raw = noteOf(t, repo, env, "HEAD")
+	if got := noteLines(rec); strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("after amend: %v, want %v", got, want)
+	}
+	notes = append(notes, raw)
+
+	// Amend with a line the user adds at the top: the lines move down.
+	writeFile(t, f, "top by user\n"+readString(t, f))
+	gitRun(t, repo, env, "commit", "-q", "-a", "--amend", "--no-edit")
+	rec, raw = noteOf(t, repo, env, "HEAD")
+	want = []string{"f.txt:1=human", "f.txt:2=ai/sess-N", "f.txt:3=ai/sess-N", "f.txt:4=human", "old.txt:3=ai/sess-N"}
+	if got := noteLines(rec); strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("after amend with a change: %v, want %v", got, want)
+	}
+	notes = append(notes, raw)
+
+	// A rebase onto a new base that adds a line above the agent's line in
+	// old.txt: the note moves it from line 3 to line 4.
+	gitRun(t, repo, env, "branch", "work")
+	gitRun(t, repo, env, "checkout", "-q", "-b", "upstream", "HEAD~1")
+	writeFile(t, old, "upstream top\nkept 1\nkept 2\n")
+	gitRun(t, repo, env, "commit", "-qam", "upstream")
+	gitRun(t, repo, env, "checkout", "-q", "work")
+	gitRun(t, repo, env, "rebase", "-q", "upstream")
+	rec, raw = noteOf(t, repo, env, "HEAD")
+	want = []string{"f.txt:1=human", "f.txt:2=ai/sess-N", "f.txt:3=ai/sess-N", "f.txt:4=human", "old.txt:4=ai/sess-N"}
+	if got := noteLines(rec); strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("after rebase: %v, want %v\n%s", got, want, raw)
+	}
+	if !strings.Contains(raw, `"rewritten_from":["`) {
+		t.Fatalf("the rebased commit's note was not carried over by post-rewrite:\n%s", raw)
+	}
+	for _, r := range rec.Files {
+		if r.Path == "old.txt" && r.Conversations[0].Ranges[0].ContentHash != attribution.ContentHash([]string{"agent line"}) {
+			t.Errorf("the moved range's hash %+v", r.Conversations[0].Ranges[0])
+		}
+	}
+	notes = append(notes, raw)
+
+	// No conversation text in any note.
+	for _, n := range notes {
+		for _, secret := range []string{"PROMPT-TEXT", "COMMAND-TEXT", "TOOL-OUTPUT", "echo"} {
+			if strings.Contains(n, secret) {
+				t.Fatalf("a note holds %q:\n%s", secret, n)
+			}
+		}
+	}
+
+	// disable removes exactly what enable added.
+	r = runWithExe(t, env, exe, "attribution", "disable", "--root", repo)
+	if r.code != 0 {
+		t.Fatalf("disable: %d %s", r.code, r.stderr)
+	}
+	if got := readString(t, filepath.Join(hooks, "post-commit")); got != userHook {
+		t.Fatalf("disable left post-commit as %q", got)
+	}
+	if _, err := os.Lstat(filepath.Join(hooks, "post-rewrite")); !os.IsNotExist(err) {
+		t.Fatalf("disable left post-rewrite: %v", err)
+	}
+	if m, _ := filepath.Glob(filepath.Join(hooks, "*"+attribution.ChainedSuffix)); len(m) > 0 {
+		t.Fatalf("disable left %v", m)
+	}
+}
+
+// TestAttributionHooksHonourHooksPath: with core.hooksPath set, enable
+// installs there (a relative path, against the worktree's top), git runs
+// the hooks from there, and disable removes them from there.
+func TestAttributionHooksHonourHooksPath(t *testing.T) {
+	repo, env := attributionRepo(t)
+	gitRun(t, repo, env, "config", "core.hooksPath", ".githooks")
+	exe := agentscmOnPath(t)
+	if r := runWithExe(t, env, exe, "attribution", "enable", "--root", repo, "--format", "json"); r.code != 0 || !strings.Contains(r.stdout, filepath.Join(repo, ".githooks", "post-commit")) {
+		t.Fatalf("enable: %d %s %s", r.code, r.stdout, r.stderr)
+	}
+	if _, err := os.Lstat(filepath.Join(repo, ".git", "hooks", "post-commit")); err == nil {
+		t.Fatal("enable installed into .git/hooks, not core.hooksPath")
+	}
+	f := filepath.Join(repo, "f.txt")
+	s := newFakeSession(t, env, repo, "sess-H")
+	s.prompt("p")
+	s.call("Write", map[string]any{"file_path": f, "content": "x\n"}, func() { writeFile(t, f, "x\n") })
+	s.stop()
+	gitRun(t, repo, env, "add", "f.txt")
+	gitRun(t, repo, env, "commit", "-qm", "x")
+	rec, _ := noteOf(t, repo, env, "HEAD")
+	if got := noteLines(rec); strings.Join(got, " ") != "f.txt:1=ai/sess-H" {
+		t.Fatalf("note %v", got)
+	}
+	if r := runWithExe(t, env, exe, "attribution", "disable", "--root", repo); r.code != 0 {
+		t.Fatalf("disable: %d %s", r.code, r.stderr)
+	}
+	if m, _ := filepath.Glob(filepath.Join(repo, ".githooks", "*")); len(m) != 0 {
+		t.Fatalf("disable left %v", m)
+	}
+}
+
+func readString(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

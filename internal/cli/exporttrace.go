@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/agentscm/agentscm/internal/attribution"
-	"github.com/agentscm/agentscm/internal/buildinfo"
 )
 
 func exportTraceCommand() *Command {
@@ -49,7 +48,7 @@ See docs/attribution.md.`)
 	if err != nil {
 		return err
 	}
-	version := buildinfo.Version("agentscm")
+	version := traceToolVersion()
 	var rec *attribution.TraceRecord
 	if *commit != "" {
 		rec, err = repo.CommitTrace(ctx, *commit, env.Now(), version)
