@@ -145,6 +145,8 @@ func attributionRepo(t *testing.T) (repo string, env map[string]string) {
 	gitRun(t, repo, env, "add", ".")
 	gitRun(t, repo, env, "commit", "-qm", "init")
 	mustRun(t, env, "changelog", "enable", "--root", repo)
+	gitRun(t, repo, env, "add", ".")
+	gitRun(t, repo, env, "commit", "-qm", "agentscm's hooks")
 	return repo, env
 }
 
@@ -524,4 +526,67 @@ func readString(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestAttributionSummary: the lines the working tree adds against a
+// revision, per file and in total, by session and outside the agent; a
+// file git sees renamed counts only its new lines.
+func TestAttributionSummary(t *testing.T) {
+	repo, env := attributionRepo(t)
+	f, old := filepath.Join(repo, "f.txt"), filepath.Join(repo, "old.txt")
+	a := newFakeSession(t, env, repo, "sess-1")
+	a.prompt("p")
+	a.call("Write", map[string]any{"file_path": f, "content": "1\n2\n3\n"}, func() { writeFile(t, f, "1\n2\n3\n") })
+	a.call("Bash", map[string]any{"command": "echo x >> old.txt"}, func() { appendFile(t, old, "x\n") })
+	a.stop()
+	appendFile(t, f, "mine\n")
+	b := newFakeSession(t, env, repo, "sess-2")
+	b.prompt("q")
+	b.call("Edit", map[string]any{"file_path": f, "old_string": "2", "new_string": "two"}, func() { replaceIn(t, f, "2\n", "two\n") })
+	b.stop()
+
+	r := mustRun(t, env, "attribution", "--root", repo, "--since", "HEAD", "--format", "json")
+	s := decode[attribution.Summary](t, r.stdout)
+	count := func(cs []attribution.Count) string {
+		var out []string
+		for _, c := range cs {
+			out = append(out, fmt.Sprintf("%s%s=%d", c.Kind, strings.TrimPrefix(" "+c.Session, " "), c.Lines))
+		}
+		sort.Strings(out)
+		return strings.Join(out, " ")
+	}
+	if s.Added != 5 || count(s.Total) != "agentsess-1=3 agentsess-2=1 outside=1" {
+		t.Fatalf("total %d %s\n%s", s.Added, count(s.Total), r.stdout)
+	}
+	var files []string
+	for _, fs := range s.Files {
+		files = append(files, fs.Path+": "+count(fs.By))
+	}
+	if got := strings.Join(files, "; "); got != "f.txt: agentsess-1=2 agentsess-2=1 outside=1; old.txt: agentsess-1=1" {
+		t.Fatalf("files %s", got)
+	}
+	text := mustRun(t, env, "attribution", "--root", repo).stdout
+	if !regexp.MustCompile(`session sess-1 \(claude-code\) +3 +60%`).MatchString(text) || !strings.Contains(text, "outside the agent") {
+		t.Errorf("the text summary:\n%s", text)
+	}
+}
+
+// TestBlameAfterRewindAndRevert: a revert of a call brings back the lines
+// it removed with their owners before it, and a rewind restores lines with
+// the owners they had at its target.
+func TestBlameAfterRewindAndRevert(t *testing.T) {
+	repo, env := attributionRepo(t)
+	f := filepath.Join(repo, "f.txt")
+	s := newFakeSession(t, env, repo, "sess-R")
+	s.prompt("p")
+	s.call("Write", map[string]any{"file_path": f, "content": "a\nb\nc\n"}, func() { writeFile(t, f, "a\nb\nc\n") })
+	s.call("Bash", map[string]any{"command": "sed -i /b/d f.txt"}, func() { replaceIn(t, f, "b\n", "") })
+	s.stop()
+	checkBlame(t, blameOf(t, env, "--root", repo, f), []string{"a = Write@0/sess-R/p1", "c = Write@0/sess-R/p1"})
+	mustRun(t, env, "revert", "--root", repo, "--call", "1")
+	checkBlame(t, blameOf(t, env, "--root", repo, f), []string{"a = Write@0/sess-R/p1", "b = Write@0/sess-R/p1", "c = Write@0/sess-R/p1"})
+	mustRun(t, env, "rewind", "--root", repo, "--to", "1")
+	checkBlame(t, blameOf(t, env, "--root", repo, f), []string{"a = Write@0/sess-R/p1", "c = Write@0/sess-R/p1"})
+	mustRun(t, env, "rewind", "--root", repo, "--to", "0")
+	checkBlame(t, blameOf(t, env, "--root", repo, f), []string{"a = Write@0/sess-R/p1", "b = Write@0/sess-R/p1", "c = Write@0/sess-R/p1"})
 }
