@@ -109,6 +109,17 @@ type Repo struct {
 	owners  []Owner
 	byPos   map[int]int
 	details map[string]map[string]callDetail // session -> tool_use_id -> detail
+	// want are the paths Prefetch named: each increment read for one of
+	// them is read for all, once (cache).
+	want  map[string]bool
+	cache map[int]*posFiles
+	reads int // increments read (tests)
+}
+
+// posFiles is what one increment was read for.
+type posFiles struct {
+	at    *changelog.FilesAt
+	asked map[string]bool
 }
 
 // Open reads the list of increments of the checkout's changelog c.
@@ -119,7 +130,48 @@ func Open(c *changelog.Changelog) (*Repo, error) {
 	}
 	return &Repo{log: c, root: c.Roots()[0].Path, infos: infos, byPos: map[int]int{},
 		owners:  []Owner{{Kind: KindBeforeCapture}, {Kind: KindOutside, Uncaptured: true}},
-		details: map[string]map[string]callDetail{}}, nil
+		details: map[string]map[string]callDetail{}, want: map[string]bool{}, cache: map[int]*posFiles{}}, nil
+}
+
+// Prefetch names the files the caller will attribute: an increment read
+// for one of them is read for all of them at once, so a summary of many
+// files reads each increment once, not once per file.
+func (r *Repo) Prefetch(rels []string) {
+	for _, rel := range rels {
+		r.want[rel] = true
+	}
+}
+
+// filesAt returns what the increment of inf records of rel (and of every
+// prefetched path it may touch), reading it at most once per path.
+func (r *Repo) filesAt(inf changelog.Info, first bool, rel string) (*changelog.FilesAt, error) {
+	pf := r.cache[inf.Position]
+	if pf != nil && pf.asked[rel] {
+		return pf.at, nil
+	}
+	rels := []string{rel}
+	for w := range r.want {
+		if w != rel && (pf == nil || !pf.asked[w]) && (first || touches(inf.Changes, w)) {
+			rels = append(rels, w)
+		}
+	}
+	fa, err := changelog.ReadFilesAt(r.log.IncrementPath(inf.Position), "checkout", rels, MaxFileBytes)
+	if err != nil {
+		return nil, err
+	}
+	r.reads++
+	if pf == nil {
+		pf = &posFiles{at: fa, asked: map[string]bool{}}
+		r.cache[inf.Position] = pf
+	} else {
+		for k, v := range fa.Files {
+			pf.at.Files[k] = v
+		}
+	}
+	for _, x := range rels {
+		pf.asked[x] = true
+	}
+	return pf.at, nil
 }
 
 // Root is the checkout root.
@@ -185,7 +237,7 @@ func (r *Repo) history(ctx context.Context, rel string, end, depth int) (*Histor
 		if !isFirst && !touches(inf.Changes, rel) {
 			continue
 		}
-		fa, err := changelog.ReadFilesAt(r.log.IncrementPath(inf.Position), "checkout", []string{rel}, MaxFileBytes)
+		fa, err := r.filesAt(inf, isFirst, rel)
 		if err != nil {
 			return nil, fmt.Errorf("position %d: %w", inf.Position, err)
 		}

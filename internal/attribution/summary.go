@@ -96,6 +96,11 @@ func (r *Repo) Summarize(ctx context.Context, since string) (*Summary, error) {
 	if err != nil {
 		return nil, err
 	}
+	var rels []string
+	for _, ch := range changed {
+		rels = append(rels, ch.path)
+	}
+	r.Prefetch(rels)
 	total := map[Count]int{}
 	for _, ch := range changed {
 		cur, err := readFileIn(r.root, ch.path)

@@ -245,6 +245,11 @@ func (r *Repo) CommitTrace(ctx context.Context, rev string, now time.Time, toolV
 	if err != nil {
 		return nil, err
 	}
+	var rels []string
+	for _, ch := range changed {
+		rels = append(rels, ch.path)
+	}
+	r.Prefetch(rels)
 	rec := newRecord(now, toolVersion)
 	rec.VCS = &TraceVCS{Type: "git", Revision: sha}
 	var vendor []VendorRange
@@ -348,6 +353,7 @@ func (r *Repo) SessionTrace(ctx context.Context, session string, now time.Time, 
 		sortedPaths = append(sortedPaths, p)
 	}
 	sort.Strings(sortedPaths)
+	r.Prefetch(sortedPaths)
 	rec := newRecord(now, toolVersion)
 	var vendor []VendorRange
 	for _, p := range sortedPaths {
