@@ -206,8 +206,17 @@ func attributionHook(ctx context.Context, env *Env, rf *rootFlags, name string, 
 	if err != nil {
 		return err
 	}
-	if wd, err := os.Getwd(); err == nil && !sameRepo(ctx, wd, root) {
-		return nil // a shared hooks directory: another repository's commit
+	// Git runs a hook at the top of the worktree that committed. Linked
+	// worktrees share their hooks (and a global core.hooksPath is shared
+	// by every repository): a commit elsewhere than in the checkout the
+	// hooks were enabled for is attributed from its own worktree's
+	// changelog, when it has one.
+	own := true
+	if wd, err := os.Getwd(); err == nil {
+		if top := toplevel(ctx, wd); top != "" && top != toplevel(ctx, root) {
+			root, own = top, false
+			rf.root = top
+		}
 	}
 	version := traceToolVersion()
 	if name == "post-rewrite" {
@@ -224,6 +233,9 @@ func attributionHook(ctx context.Context, env *Env, rf *rootFlags, name string, 
 	}
 	c, err := openChangelog(env, rf, false)
 	if err != nil {
+		if !own {
+			return nil // a worktree or repository without a changelog
+		}
 		return err
 	}
 	repo, err := attribution.Open(c)
@@ -237,24 +249,17 @@ func attributionHook(ctx context.Context, env *Env, rf *rootFlags, name string, 
 	return attribution.WriteNote(ctx, root, rec.VCS.Revision, rec)
 }
 
-// sameRepo reports whether dirs a and b are in the same git repository.
-func sameRepo(ctx context.Context, a, b string) bool {
-	top := func(d string) string {
-		out, err := gitIn(ctx, d, "rev-parse", "--git-common-dir")
-		if err != nil {
-			return ""
-		}
-		p := strings.TrimSpace(out)
-		if !strings.HasPrefix(p, "/") {
-			p = d + "/" + p
-		}
-		if real, err := canonicalRoot(p); err == nil {
-			return real
-		}
-		return p
+// toplevel is the top of the git worktree holding dir ("" when none).
+func toplevel(ctx context.Context, dir string) string {
+	out, err := gitIn(ctx, dir, "rev-parse", "--show-toplevel")
+	if err != nil {
+		return ""
 	}
-	ta := top(a)
-	return ta != "" && ta == top(b)
+	top := strings.TrimSpace(out)
+	if real, err := canonicalRoot(top); err == nil {
+		return real
+	}
+	return top
 }
 
 // gitIn runs git in dir and returns its stdout.

@@ -590,3 +590,42 @@ func TestBlameAfterRewindAndRevert(t *testing.T) {
 	mustRun(t, env, "rewind", "--root", repo, "--to", "0")
 	checkBlame(t, blameOf(t, env, "--root", repo, f), []string{"a = Write@0/sess-R/p1", "b = Write@0/sess-R/p1", "c = Write@0/sess-R/p1"})
 }
+
+// TestAttributionHooksInLinkedWorktree: linked worktrees share the hooks
+// enable installed; a commit in another worktree is attributed from that
+// worktree's own changelog, and a worktree without one gets no note and
+// no warning.
+func TestAttributionHooksInLinkedWorktree(t *testing.T) {
+	repo, env := attributionRepo(t)
+	if r := runWithExe(t, env, agentscmOnPath(t), "attribution", "enable", "--root", repo); r.code != 0 {
+		t.Fatalf("enable: %d %s", r.code, r.stderr)
+	}
+	wt := filepath.Join(filepath.Dir(repo), "wt2")
+	gitRun(t, repo, env, "worktree", "add", "-q", wt)
+	wt, _ = filepath.EvalSymlinks(wt)
+
+	// No changelog in wt2: no note, nothing said.
+	writeFile(t, filepath.Join(wt, "plain.txt"), "p\n")
+	gitRun(t, wt, env, "add", "plain.txt")
+	if out := gitRun(t, wt, env, "commit", "-qm", "plain"); strings.Contains(out, "agentscm") {
+		t.Fatalf("the hook spoke in a worktree without a changelog: %s", out)
+	}
+	cmd := exec.Command("git", "notes", "--ref", "agentscm", "show", "HEAD")
+	cmd.Dir = wt
+	if err := cmd.Run(); err == nil {
+		t.Fatal("a worktree without a changelog got a note")
+	}
+
+	mustRun(t, env, "changelog", "enable", "--root", wt)
+	f := filepath.Join(wt, "w.txt")
+	s := newFakeSession(t, env, wt, "sess-W")
+	s.prompt("p")
+	s.call("Write", map[string]any{"file_path": f, "content": "w1\nw2\n"}, func() { writeFile(t, f, "w1\nw2\n") })
+	s.stop()
+	gitRun(t, wt, env, "add", "w.txt")
+	gitRun(t, wt, env, "commit", "-qm", "in wt2")
+	rec, _ := noteOf(t, wt, env, "HEAD")
+	if got := strings.Join(noteLines(rec), " "); got != "w.txt:1=ai/sess-W w.txt:2=ai/sess-W" {
+		t.Fatalf("the note of the commit in wt2: %s", got)
+	}
+}
