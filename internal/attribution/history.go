@@ -114,6 +114,8 @@ type Repo struct {
 	want  map[string]bool
 	cache map[int]*posFiles
 	reads int // increments read (tests)
+	// prefix caches repoPrefix.
+	prefix *string
 }
 
 // posFiles is what one increment was read for.
@@ -423,7 +425,7 @@ func (r *Repo) gitShow(ctx context.Context, rev, path string) ([]byte, error) {
 func gitOutput(ctx context.Context, dir string, args ...string) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, "git", args...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GIT_OPTIONAL_LOCKS=0")
+	cmd.Env = GitEnv()
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -431,6 +433,35 @@ func gitOutput(ctx context.Context, dir string, args ...string) ([]byte, error) 
 		return nil, fmt.Errorf("git %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
 	}
 	return out, nil
+}
+
+// GitEnv is the environment git runs in here: this process's, without the
+// variables git sets for its hooks (GIT_DIR, GIT_INDEX_FILE, ...), so that
+// a command run in a directory works on that directory's repository.
+func GitEnv() []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		switch k, _, _ := strings.Cut(kv, "="); k {
+		case "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_PREFIX", "GIT_COMMON_DIR",
+			"GIT_OBJECT_DIRECTORY", "GIT_IMPLICIT_WORK_TREE", "GIT_ALTERNATE_OBJECT_DIRECTORIES":
+			continue
+		}
+		out = append(out, kv)
+	}
+	return append(out, "GIT_OPTIONAL_LOCKS=0")
+}
+
+// prefix is the checkout root's path inside its repository ("" at the
+// top, else ending in "/"): records name files from the repository's top.
+func (r *Repo) repoPrefix(ctx context.Context) string {
+	if r.prefix == nil {
+		p := ""
+		if out, err := gitOutput(ctx, r.root, "rev-parse", "--show-prefix"); err == nil {
+			p = strings.TrimSpace(string(out))
+		}
+		r.prefix = &p
+	}
+	return *r.prefix
 }
 
 // Owner returns the owner at index i of the table histories index into.

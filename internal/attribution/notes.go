@@ -202,6 +202,7 @@ func WriteNote(ctx context.Context, root, rev string, rec *TraceRecord) error {
 	}
 	cmd := exec.CommandContext(ctx, "git", "notes", "--ref", NotesRef, "add", "-f", "-F", "-", rev)
 	cmd.Dir = root
+	cmd.Env = GitEnv()
 	cmd.Stdin = bytes.NewReader(append(b, '\n'))
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("git notes add: %w: %s", err, strings.TrimSpace(string(out)))
@@ -307,11 +308,11 @@ func remap(ctx context.Context, root string, olds []string, nw string, now time.
 		from = append(from, fullSHA(ctx, root, old))
 		vendor := vendorRanges(rec)
 		for _, tf := range rec.Files {
-			oldContent, err := gitOutput(ctx, root, "show", old+":./"+tf.Path)
+			oldContent, err := gitOutput(ctx, root, "show", old+":"+tf.Path)
 			if err != nil {
 				continue
 			}
-			newContent, err := gitOutput(ctx, root, "show", nw+":./"+tf.Path)
+			newContent, err := gitOutput(ctx, root, "show", nw+":"+tf.Path)
 			if err != nil {
 				continue // the file is gone (or moved) in the new commit
 			}

@@ -274,7 +274,7 @@ func (r *Repo) CommitTrace(ctx context.Context, rev string, now time.Time, toolV
 			continue
 		}
 		added := addedLines(SplitLines(old), lines)
-		tf, vr := fileTrace(ch.path, lines, owners, added)
+		tf, vr := fileTrace(r.repoPrefix(ctx)+ch.path, lines, owners, added)
 		if len(tf.Conversations) == 0 {
 			continue
 		}
@@ -368,7 +368,7 @@ func (r *Repo) SessionTrace(ctx context.Context, session string, now time.Time, 
 			lines[i], owners[i] = l.Text, l.Owner
 			mine[i] = l.Owner.Kind == KindAgent && l.Owner.Session == session
 		}
-		tf, vr := fileTrace(p, lines, owners, mine)
+		tf, vr := fileTrace(r.repoPrefix(ctx)+p, lines, owners, mine)
 		if len(tf.Conversations) > 0 {
 			rec.Files = append(rec.Files, tf)
 			vendor = append(vendor, vr...)

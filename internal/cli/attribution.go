@@ -266,6 +266,7 @@ func toplevel(ctx context.Context, dir string) string {
 func gitIn(ctx context.Context, dir string, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, "git", args...)
 	cmd.Dir = dir
+	cmd.Env = attribution.GitEnv()
 	out, err := cmd.Output()
 	return string(out), err
 }

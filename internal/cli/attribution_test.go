@@ -629,3 +629,44 @@ func TestAttributionHooksInLinkedWorktree(t *testing.T) {
 		t.Fatalf("the note of the commit in wt2: %s", got)
 	}
 }
+
+// TestAttributionNotesOfNestedCheckout: a checkout that is a subdirectory
+// of its repository: the note names files from the repository's top, and
+// a rebase carries it over.
+func TestAttributionNotesOfNestedCheckout(t *testing.T) {
+	repo := gitRepo(t, "repo")
+	base := filepath.Dir(repo)
+	env := map[string]string{"HOME": filepath.Join(base, "home"), "XDG_CONFIG_HOME": filepath.Join(base, "cfg")}
+	svc := filepath.Join(repo, "svc")
+	os.MkdirAll(svc, 0o755)
+	writeFile(t, filepath.Join(repo, "README.md"), "top\n")
+	writeFile(t, filepath.Join(svc, "keep.txt"), "k\n")
+	gitRun(t, repo, env, "add", ".")
+	gitRun(t, repo, env, "commit", "-qm", "init")
+	mustRun(t, env, "changelog", "enable", "--root", svc)
+	if r := runWithExe(t, env, agentscmOnPath(t), "attribution", "enable", "--root", svc); r.code != 0 {
+		t.Fatalf("enable: %d %s", r.code, r.stderr)
+	}
+	x := filepath.Join(svc, "x.txt")
+	s := newFakeSession(t, env, svc, "sess-S")
+	s.prompt("p")
+	s.call("Write", map[string]any{"file_path": x, "content": "x1\nx2\n"}, func() { writeFile(t, x, "x1\nx2\n") })
+	s.stop()
+	gitRun(t, repo, env, "add", "svc/x.txt")
+	if out := gitRun(t, repo, env, "commit", "-qm", "x"); out != "" {
+		t.Fatalf("commit said %s", out)
+	}
+	rec, _ := noteOf(t, repo, env, "HEAD")
+	if got := strings.Join(noteLines(rec), " "); got != "svc/x.txt:1=ai/sess-S svc/x.txt:2=ai/sess-S" {
+		t.Fatalf("note %s", got)
+	}
+	gitRun(t, repo, env, "checkout", "-q", "-b", "upstream", "HEAD~1")
+	writeFile(t, filepath.Join(repo, "README.md"), "top\nmore\n")
+	gitRun(t, repo, env, "commit", "-qam", "upstream")
+	gitRun(t, repo, env, "checkout", "-q", "-")
+	gitRun(t, repo, env, "rebase", "-q", "upstream")
+	rec, raw := noteOf(t, repo, env, "HEAD")
+	if got := strings.Join(noteLines(rec), " "); got != "svc/x.txt:1=ai/sess-S svc/x.txt:2=ai/sess-S" || !strings.Contains(raw, "rewritten_from") {
+		t.Fatalf("after rebase: %s\n%s", got, raw)
+	}
+}
