@@ -3,6 +3,7 @@ package attribution
 import (
 	"bytes"
 	"context"
+	"errors"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -333,13 +334,17 @@ func (r *Repo) commitFiles(ctx context.Context, parent, sha string) ([]changedFi
 	return files, nil
 }
 
-// SessionTrace is the Agent Trace record of the lines session wrote that
-// the working tree still holds (no vcs revision: the lines are the
+// SessionTrace is the Agent Trace record of the lines the sessions wrote
+// that the working tree still holds (no vcs revision: the lines are the
 // working tree's).
-func (r *Repo) SessionTrace(ctx context.Context, session string, now time.Time, toolVersion string) (*TraceRecord, error) {
+func (r *Repo) SessionTrace(ctx context.Context, sessions []string, now time.Time, toolVersion string) (*TraceRecord, error) {
+	want := map[string]bool{}
+	for _, s := range sessions {
+		want[s] = true
+	}
 	paths := map[string]bool{}
 	for _, inf := range r.infos {
-		if inf.Session != session || inf.Kind != "call" || inf.Changes == nil {
+		if !want[inf.Session] || inf.Kind != "call" || inf.Changes == nil {
 			continue
 		}
 		for _, p := range append(append([]string(nil), inf.Changes.Created...), inf.Changes.Modified...) {
@@ -366,7 +371,7 @@ func (r *Repo) SessionTrace(ctx context.Context, session string, now time.Time, 
 		mine := make([]bool, len(b.Lines))
 		for i, l := range b.Lines {
 			lines[i], owners[i] = l.Text, l.Owner
-			mine[i] = l.Owner.Kind == KindAgent && l.Owner.Session == session
+			mine[i] = l.Owner.Kind == KindAgent && want[l.Owner.Session]
 		}
 		tf, vr := fileTrace(r.repoPrefix(ctx)+p, lines, owners, mine)
 		if len(tf.Conversations) > 0 {
@@ -374,8 +379,30 @@ func (r *Repo) SessionTrace(ctx context.Context, session string, now time.Time, 
 			vendor = append(vendor, vr...)
 		}
 	}
-	rec.setVendor(vendor, map[string]any{"session_id": session, "working_tree": true})
+	rec.setVendor(vendor, map[string]any{"session_ids": sessions, "working_tree": true})
 	return rec, nil
+}
+
+// ErrNoWork reports a Work none of the checkout's positions was uploaded
+// under.
+var ErrNoWork = errors.New("no position of this checkout was uploaded under that Work")
+
+// WorkSessions lists the sessions whose tool calls the changelog uploaded
+// under the Work workID (as its upload queue last heard).
+func (r *Repo) WorkSessions(workID string) ([]string, error) {
+	seen := map[string]bool{}
+	var out []string
+	for _, inf := range r.infos {
+		if inf.Hub == nil || inf.Hub.WorkID != workID || inf.Kind != "call" || inf.Session == "" || seen[inf.Session] {
+			continue
+		}
+		seen[inf.Session] = true
+		out = append(out, inf.Session)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%w: %s", ErrNoWork, workID)
+	}
+	return out, nil
 }
 
 // errNoNote reports a commit without an agentscm note.

@@ -670,3 +670,63 @@ func TestAttributionNotesOfNestedCheckout(t *testing.T) {
 		t.Fatalf("after rebase: %s\n%s", got, raw)
 	}
 }
+
+// TestExportAgentTrace: export --format agent-trace of a commit, a session
+// and a Work (the sessions whose calls the changelog uploaded under it)
+// writes records valid against the Agent Trace schema; a Work without
+// uploads, a second selector or another format is refused.
+func TestExportAgentTrace(t *testing.T) {
+	repo, env := attributionRepo(t)
+	mustRun(t, env, "client", "setup", "--root", repo, "--local", "--repository", "proj")
+	var w struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal([]byte(mustRun(t, env, "work", "start", "--root", repo, "--format", "json").stdout), &w); err != nil || w.ID == "" {
+		t.Fatalf("work start: %v %+v", err, w)
+	}
+	f := filepath.Join(repo, "f.txt")
+	s := newFakeSession(t, env, repo, "sess-E")
+	s.prompt("p")
+	s.call("Write", map[string]any{"file_path": f, "content": "e1\ne2\n"}, func() { writeFile(t, f, "e1\ne2\n") })
+	s.stop()
+	appendFile(t, f, "mine\n")
+	gitRun(t, repo, env, "add", "f.txt")
+	gitRun(t, repo, env, "commit", "-qm", "e")
+
+	for _, args := range [][]string{{"--commit", "HEAD"}, {"--session", "sess-E"}, {"--work-id", w.ID}} {
+		raw := mustRun(t, env, append([]string{"export", "--root", repo, "--format", "agent-trace"}, args...)...).stdout
+		errs, err := schemacheck.Check(schemaBytes(t), []byte(raw))
+		if err != nil || len(errs) > 0 {
+			t.Fatalf("export %v: %v %v\n%s", args, err, errs, raw)
+		}
+		var rec attribution.TraceRecord
+		json.Unmarshal([]byte(raw), &rec)
+		want := "f.txt:1=ai/sess-E f.txt:2=ai/sess-E"
+		if args[0] == "--commit" {
+			want += " f.txt:3=human"
+		}
+		if got := strings.Join(noteLines(&rec), " "); got != want {
+			t.Errorf("export %v: %s, want %s", args, got, want)
+		}
+		if (rec.VCS != nil) != (args[0] == "--commit") {
+			t.Errorf("export %v: vcs %+v", args, rec.VCS)
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		code int
+		says string
+	}{
+		{[]string{"--work-id", "wrk_none"}, ExitError, "no position of this checkout was uploaded under that Work"},
+		{[]string{"--commit", "HEAD", "--session", "sess-E"}, ExitUsage, "give one of"},
+		{[]string{"--format", "json", "--commit", "HEAD"}, ExitUsage, "--format must be agent-trace"},
+	} {
+		args := append([]string{"export", "--root", repo}, tc.args...)
+		if tc.args[0] != "--format" {
+			args = append(args, "--format", "agent-trace")
+		}
+		if r := runMain(t, env, "", args...); r.code != tc.code || !strings.Contains(r.stderr, tc.says) {
+			t.Errorf("export %v: exit %d %q, want %d %q", tc.args, r.code, r.stderr, tc.code, tc.says)
+		}
+	}
+}

@@ -7,11 +7,11 @@ import (
 )
 
 func exportTraceCommand() *Command {
-	return &Command{Name: "export", Summary: "write Agent Trace records of a commit or a session (--format agent-trace)", Run: runExportTrace}
+	return &Command{Name: "export", Summary: "write the Agent Trace record of a commit, a session or a Work (--format agent-trace)", Run: runExportTrace}
 }
 
 func runExportTrace(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "agentscm export", "--format agent-trace [--root ABS] (--commit REV | --session ID)", `
+	fs := newFlags(env, "agentscm export", "--format agent-trace [--root ABS] (--commit REV | --session ID | --work-id ID)", `
 Write one Agent Trace record (specification 0.1.0, media type
 application/vnd.agent-trace.record+json) on stdout:
 
@@ -21,6 +21,8 @@ application/vnd.agent-trace.record+json) on stdout:
   --session ID   the lines of the working tree that session's tool calls
                  wrote (no vcs revision: the line numbers are the working
                  tree's)
+  --work-id ID   the same for every session whose tool calls this
+                 checkout's changelog uploaded under that Work
 
 A record never holds conversation text: a session appears as its id, a
 prompt as its sequence number, a tool call as its position and tool name.
@@ -31,14 +33,15 @@ See docs/attribution.md.`)
 	fs.Var(&format, "format", "the record format: agent-trace")
 	commit := fs.String("commit", "", "the commit whose added lines to export")
 	session := fs.String("session", "", "the session whose lines to export")
+	work := fs.String("work-id", "", "the Work whose sessions' lines to export")
 	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
 	}
 	if format != "agent-trace" {
 		return usagef("--format must be agent-trace, not %q", string(format))
 	}
-	if (*commit == "") == (*session == "") {
-		return usagef("give one of --commit REV and --session ID")
+	if n := btoi(*commit != "") + btoi(*session != "") + btoi(*work != ""); n != 1 {
+		return usagef("give one of --commit REV, --session ID and --work-id ID")
 	}
 	c, err := openChangelog(env, &rf, false)
 	if err != nil {
@@ -50,10 +53,18 @@ See docs/attribution.md.`)
 	}
 	version := traceToolVersion()
 	var rec *attribution.TraceRecord
-	if *commit != "" {
+	switch {
+	case *commit != "":
 		rec, err = repo.CommitTrace(ctx, *commit, env.Now(), version)
-	} else {
-		rec, err = repo.SessionTrace(ctx, *session, env.Now(), version)
+	case *session != "":
+		rec, err = repo.SessionTrace(ctx, []string{*session}, env.Now(), version)
+	default:
+		var sessions []string
+		if sessions, err = repo.WorkSessions(*work); err == nil {
+			if rec, err = repo.SessionTrace(ctx, sessions, env.Now(), version); err == nil {
+				rec.Metadata[attribution.VendorKey].(map[string]any)["work_id"] = *work
+			}
+		}
 	}
 	if err != nil {
 		return err
@@ -71,3 +82,10 @@ type traceFormat string
 func (f *traceFormat) String() string     { return string(*f) }
 func (f *traceFormat) Set(v string) error { *f = traceFormat(v); return nil }
 func (*traceFormat) ownFormat()           {}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
