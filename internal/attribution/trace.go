@@ -3,10 +3,10 @@ package attribution
 import (
 	"bytes"
 	"context"
-	"errors"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
