@@ -404,12 +404,13 @@ func (r *Repo) ownerOf(inf changelog.Info, m *incmeta.Meta) int {
 }
 
 // agentOfTool names the agent whose tools carry this name, when only one
-// does.
+// does ("" for a name several agents use, as Claude Code's and Codex's
+// shell calls both are "Bash").
 func agentOfTool(tool string) string {
 	switch tool {
-	case "Write", "Edit", "MultiEdit", "NotebookEdit", "Bash":
+	case "Write", "Edit", "MultiEdit", "NotebookEdit":
 		return "claude-code"
-	case "apply_patch", "shell", "local_shell", "exec_command":
+	case "apply_patch":
 		return "codex"
 	case "write_file", "replace", "run_shell_command":
 		return "gemini"

@@ -15,6 +15,7 @@ import (
 	"github.com/agentscm/agentscm/internal/attribution/schemacheck"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/test/e2e/scriptedapi"
+	"github.com/agentscm/agentscm/test/e2e/scriptedresponses"
 )
 
 // The session's conversation, each part findable on its own: the prompt,
@@ -189,4 +190,63 @@ func (c *checkout) gitOutput(args ...string) string {
 		c.t.Fatalf("git %v: %v", args, err)
 	}
 	return string(out)
+}
+
+// TestBlameOfACodexSession: with the real Codex CLI, two shell calls and a
+// user edit between them: blame names each line's call (session,
+// position, tool) or outside, and the commit's note agrees and validates.
+func TestBlameOfACodexSession(t *testing.T) {
+	ensureCodex(t)
+	c := newCheckout(t)
+	c.agentscm("changelog", "enable", "--root", c.root, "--agent", "codex")
+	c.agentscm("attribution", "enable", "--root", c.root)
+	f := filepath.Join(c.root, "c.txt")
+	api, err := scriptedresponses.Start(scriptedresponses.Turn{Marker: "CODEX-BLAME", FinalText: "done",
+		Steps: [][]scriptedresponses.Call{{{Shell: "printf 'c1\\nc2\\n' > c.txt"}}, {{Shell: "echo c3 >> c.txt"}}},
+		OnStep: func(step int) {
+			if step == 1 {
+				b, _ := os.ReadFile(f)
+				os.WriteFile(f, append(b, "by the user\n"...), 0o644)
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer api.Close()
+	c.configureCodex(api)
+	thread := c.runCodex("Run CODEX-BLAME please.")
+
+	var b attribution.FileBlame
+	if err := json.Unmarshal([]byte(c.agentscm("blame", "--root", c.root, "--format", "json", f)), &b); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, l := range b.Lines {
+		s := l.Text + " = " + l.Owner.Kind
+		if l.Owner.Kind == attribution.KindAgent {
+			s += fmt.Sprintf(" %s@%d", l.Owner.Tool, *l.Owner.Position)
+			if l.Owner.Session != thread {
+				t.Errorf("line %d: session %q, want the thread %q", l.Number, l.Owner.Session, thread)
+			}
+		}
+		got = append(got, s)
+	}
+	want := []string{"c1 = agent Bash@0", "c2 = agent Bash@0", "by the user = outside", "c3 = agent Bash@2"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("blame:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	c.git("add", "c.txt")
+	c.git("-c", "user.email=e2e@example.invalid", "-c", "user.name=e2e", "commit", "-qm", "codex work")
+	rec := checkRecord(t, "the note", c.gitOutput("notes", "--ref", "agentscm", "show", "HEAD"))
+	var ranges []string
+	for _, tf := range rec.Files {
+		for _, conv := range tf.Conversations {
+			for _, r := range conv.Ranges {
+				ranges = append(ranges, fmt.Sprintf("%s:%d-%d=%s", tf.Path, r.StartLine, r.EndLine, conv.Contributor.Type))
+			}
+		}
+	}
+	if g := strings.Join(ranges, " "); g != "c.txt:1-2=ai c.txt:4-4=ai c.txt:3-3=human" {
+		t.Fatalf("the note's ranges %s", g)
+	}
 }
