@@ -179,9 +179,6 @@ func (r *Repo) filesAt(inf changelog.Info, first bool, rel string) (*changelog.F
 // Root is the checkout root.
 func (r *Repo) Root() string { return r.root }
 
-// Positions is the number of increments listed.
-func (r *Repo) Positions() []changelog.Info { return r.infos }
-
 const (
 	ownerBefore     = 0
 	ownerUncaptured = 1

@@ -22,8 +22,11 @@ import (
 // records under, one note per commit.
 const NotesRef = "refs/notes/agentscm"
 
-// HookNames are the git hooks attribution enable installs.
-var HookNames = []string{"post-commit", "post-rewrite"}
+// hookNames are the git hooks attribution enable installs.
+func hookNames() []string { return []string{"post-commit", "post-rewrite"} }
+
+// ErrNoNote reports a commit without an agentscm note.
+var ErrNoNote = errors.New("no agentscm note")
 
 // hookMarker is the line that marks a hook file as agentscm's.
 const hookMarker = "# agentscm attribution hook"
@@ -106,7 +109,7 @@ func EnableHooks(ctx context.Context, root, executable string) ([]HookChange, er
 		return nil, err
 	}
 	var out []HookChange
-	for _, name := range HookNames {
+	for _, name := range hookNames() {
 		path := filepath.Join(dir, name)
 		chained := path + ChainedSuffix
 		hc := HookChange{Hook: name, Path: path, Action: "installed"}
@@ -150,7 +153,7 @@ func DisableHooks(ctx context.Context, root string) ([]HookChange, error) {
 		return nil, err
 	}
 	var out []HookChange
-	for _, name := range HookNames {
+	for _, name := range hookNames() {
 		path := filepath.Join(dir, name)
 		chained := path + ChainedSuffix
 		hc := HookChange{Hook: name, Path: path, Action: "removed"}
@@ -180,11 +183,11 @@ func DisableHooks(ctx context.Context, root string) ([]HookChange, error) {
 	return out, fsutil.SyncDir(dir)
 }
 
-// ReadNote returns the agentscm note of commit rev, or errNoNote.
+// ReadNote returns the agentscm note of commit rev, or ErrNoNote.
 func ReadNote(ctx context.Context, root, rev string) (*TraceRecord, error) {
 	out, err := gitOutput(ctx, root, "notes", "--ref", NotesRef, "show", rev)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", rev, errNoNote)
+		return nil, fmt.Errorf("%s: %w", rev, ErrNoNote)
 	}
 	var rec TraceRecord
 	if err := json.Unmarshal(out, &rec); err != nil {

@@ -404,6 +404,3 @@ func (r *Repo) WorkSessions(workID string) ([]string, error) {
 	}
 	return out, nil
 }
-
-// errNoNote reports a commit without an agentscm note.
-var errNoNote = fmt.Errorf("no agentscm note")

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -192,11 +193,14 @@ func runAttributionHook(ctx context.Context, env *Env, args []string) error {
 	fs := newFlags(env, "agentscm attribution hook "+name, "--root ABS [git's arguments]", "The git hook's entry (installed by agentscm attribution enable).")
 	var rf rootFlags
 	rf.register(fs, false)
-	if err := parseFlags(env, fs, args[1:], true); err != nil {
-		return err
+	err := parseFlags(env, fs, args[1:], true)
+	if err == nil {
+		err = attributionHook(ctx, env, &rf, name, fs.Args())
 	}
-	if err := attributionHook(ctx, env, &rf, name, fs.Args()); err != nil {
-		fmt.Fprintf(env.Stderr, "agentscm attribution: %s: no note written: %v\n", name, err)
+	if err != nil && !errors.Is(err, errHelp) {
+		// One line, whatever git said.
+		msg, _, _ := strings.Cut(err.Error(), "\n")
+		fmt.Fprintf(env.Stderr, "agentscm attribution: %s: no note written: %s\n", name, msg)
 	}
 	return nil
 }

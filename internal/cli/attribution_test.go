@@ -730,3 +730,23 @@ func TestExportAgentTrace(t *testing.T) {
 		}
 	}
 }
+
+// TestAttributionHookFailsOpen: a commit whose note cannot be written (no
+// changelog) still succeeds; the hook says why in one line.
+func TestAttributionHookFailsOpen(t *testing.T) {
+	repo := gitRepo(t, "repo")
+	base := filepath.Dir(repo)
+	env := map[string]string{"HOME": filepath.Join(base, "home"), "XDG_CONFIG_HOME": filepath.Join(base, "cfg")}
+	if r := runWithExe(t, env, agentscmOnPath(t), "attribution", "enable", "--root", repo); r.code != 0 {
+		t.Fatalf("enable: %d %s", r.code, r.stderr)
+	}
+	writeFile(t, filepath.Join(repo, "a.txt"), "a\n")
+	gitRun(t, repo, env, "add", "a.txt")
+	out := gitRun(t, repo, env, "commit", "-qm", "a")
+	if strings.Count(out, "\n") != 1 || !strings.HasPrefix(out, "agentscm attribution: post-commit: no note written: no changelog for ") {
+		t.Fatalf("the commit said %q, want one warning line", out)
+	}
+	if got := strings.TrimSpace(gitRun(t, repo, env, "log", "--format=%s")); got != "a" {
+		t.Fatalf("log %q", got)
+	}
+}
