@@ -99,10 +99,26 @@ const MaxFileBytes = 16 << 20
 // maxRenameDepth bounds how many renames a history follows back.
 const maxRenameDepth = 4
 
+// Source reads increments for a Repo: a checkout's changelog, or the
+// increments a Hub holds of a Work.
+type Source interface {
+	// FilesAt reads what the increment at pos records of rels (see
+	// changelog.ReadFilesAt).
+	FilesAt(pos int, rels []string) (*changelog.FilesAt, error)
+}
+
+// localSource reads a checkout's changelog.
+type localSource struct{ log *changelog.Changelog }
+
+func (s localSource) FilesAt(pos int, rels []string) (*changelog.FilesAt, error) {
+	return changelog.ReadFilesAt(s.log.IncrementPath(pos), "checkout", rels, MaxFileBytes)
+}
+
 // Repo reads a checkout's changelog to attribute its files.
 type Repo struct {
-	log   *changelog.Changelog
-	root  string // the checkout root
+	src   Source
+	log   *changelog.Changelog // nil for increments read elsewhere
+	root  string               // the checkout root ("": none on this machine)
 	infos []changelog.Info
 	// owners is the owner table every history indexes into: 0 is before
 	// capture, 1 uncaptured; one per position after.
@@ -130,9 +146,18 @@ func Open(c *changelog.Changelog) (*Repo, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Repo{log: c, root: c.Roots()[0].Path, infos: infos, byPos: map[int]int{},
+	return &Repo{src: localSource{c}, log: c, root: c.Roots()[0].Path, infos: infos, byPos: map[int]int{},
 		owners:  []Owner{{Kind: KindBeforeCapture}, {Kind: KindOutside, Uncaptured: true}},
 		details: map[string]map[string]callDetail{}, want: map[string]bool{}, cache: map[int]*posFiles{}}, nil
+}
+
+// OpenIncrements attributes the increments infos lists (in position
+// order), read from src, with no checkout on this machine: no transcript,
+// no git, no working tree.
+func OpenIncrements(infos []changelog.Info, src Source) *Repo {
+	return &Repo{src: src, infos: infos, byPos: map[int]int{},
+		owners:  []Owner{{Kind: KindBeforeCapture}, {Kind: KindOutside, Uncaptured: true}},
+		details: map[string]map[string]callDetail{}, want: map[string]bool{}, cache: map[int]*posFiles{}}
 }
 
 // Prefetch names the files the caller will attribute: an increment read
@@ -157,7 +182,7 @@ func (r *Repo) filesAt(inf changelog.Info, first bool, rel string) (*changelog.F
 			rels = append(rels, w)
 		}
 	}
-	fa, err := changelog.ReadFilesAt(r.log.IncrementPath(inf.Position), "checkout", rels, MaxFileBytes)
+	fa, err := r.src.FilesAt(inf.Position, rels)
 	if err != nil {
 		return nil, err
 	}
@@ -417,6 +442,9 @@ func agentOfTool(tool string) string {
 
 // gitShow returns the content of path at rev in the checkout.
 func (r *Repo) gitShow(ctx context.Context, rev, path string) ([]byte, error) {
+	if r.root == "" {
+		return nil, errors.New("no checkout on this machine")
+	}
 	return gitOutput(ctx, r.root, "show", rev+":./"+path)
 }
 
@@ -454,8 +482,10 @@ func GitEnv() []string {
 func (r *Repo) repoPrefix(ctx context.Context) string {
 	if r.prefix == nil {
 		p := ""
-		if out, err := gitOutput(ctx, r.root, "rev-parse", "--show-prefix"); err == nil {
-			p = strings.TrimSpace(string(out))
+		if r.root != "" {
+			if out, err := gitOutput(ctx, r.root, "rev-parse", "--show-prefix"); err == nil {
+				p = strings.TrimSpace(string(out))
+			}
 		}
 		r.prefix = &p
 	}
@@ -468,6 +498,9 @@ func (r *Repo) Owner(i int) *Owner { return &r.owners[i] }
 // conversationRoots lists the checkout's conversation roots.
 func (r *Repo) conversationRoots() []string {
 	var out []string
+	if r.log == nil {
+		return nil
+	}
 	for _, root := range r.log.Roots() {
 		if changelog.IsConversationRoot(root.Name, root.Path) {
 			out = append(out, root.Path)

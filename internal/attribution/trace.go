@@ -8,9 +8,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/agentscm/agentscm/internal/buildinfo"
 )
 
 // TraceVersion is the Agent Trace specification version the records
@@ -381,6 +384,84 @@ func (r *Repo) SessionTrace(ctx context.Context, sessions []string, now time.Tim
 	}
 	rec.setVendor(vendor, map[string]any{"session_ids": sessions, "working_tree": true})
 	return rec, nil
+}
+
+// StateTrace is the Agent Trace record of the files the increments'
+// calls, outside positions and rewinds created or modified, as the last
+// increment leaves them: every line written since capture began (the
+// lines there before capture are left out). It needs no working tree.
+func (r *Repo) StateTrace(ctx context.Context, now time.Time, toolVersion string) (*TraceRecord, error) {
+	paths := map[string]bool{}
+	for _, inf := range r.infos {
+		if inf.Changes == nil {
+			continue
+		}
+		for _, p := range append(append([]string(nil), inf.Changes.Created...), inf.Changes.Modified...) {
+			if !strings.HasSuffix(p, "/") && !strings.Contains(p, ":") {
+				paths[p] = true
+			}
+		}
+	}
+	var sortedPaths []string
+	for p := range paths {
+		sortedPaths = append(sortedPaths, p)
+	}
+	sort.Strings(sortedPaths)
+	r.Prefetch(sortedPaths)
+	rec := newRecord(now, toolVersion)
+	var vendor []VendorRange
+	var skipped []string
+	for _, p := range sortedPaths {
+		h, err := r.FileHistory(ctx, p, -1)
+		if err != nil {
+			skipped = append(skipped, p)
+			continue
+		}
+		n := len(h.Versions)
+		if n == 0 || !h.Versions[n-1].Present {
+			continue // deleted since
+		}
+		last := Attribute(h.Versions)[n-1]
+		owners := make([]*Owner, len(last))
+		written := make([]bool, len(last))
+		for i, o := range last {
+			owners[i] = r.Owner(o)
+			written[i] = owners[i].Kind != KindBeforeCapture
+		}
+		tf, vr := fileTrace(r.repoPrefix(ctx)+p, h.Versions[n-1].Lines, owners, written)
+		if len(tf.Conversations) > 0 {
+			rec.Files = append(rec.Files, tf)
+			vendor = append(vendor, vr...)
+		}
+	}
+	extra := map[string]any{}
+	if len(skipped) > 0 {
+		extra["skipped"] = skipped
+	}
+	rec.setVendor(vendor, extra)
+	return rec, nil
+}
+
+// ToolVersion is agentscm's version as a record's tool names it: the
+// module version and the commit it was built from.
+func ToolVersion() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "(unknown)"
+	}
+	v := bi.Main.Version
+	if v == "" {
+		v = "(devel)"
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+			v += "+" + s.Value[:12]
+		}
+	}
+	if buildinfo.Stamp != "" {
+		v += " build " + buildinfo.Stamp
+	}
+	return v
 }
 
 // ErrNoWork reports a Work none of the checkout's positions was uploaded

@@ -65,6 +65,12 @@ func ReadFilesAt(incPath, root string, rels []string, limit int64) (*FilesAt, er
 		return nil, fmt.Errorf("open increment: %w", err)
 	}
 	defer f.Close()
+	return ReadFilesAtFrom(f, root, rels, limit)
+}
+
+// ReadFilesAtFrom is ReadFilesAt on an increment read from f (an uploaded
+// form too).
+func ReadFilesAtFrom(f io.ReadSeeker, root string, rels []string, limit int64) (*FilesAt, error) {
 	a, err := readArchive(f, nil)
 	if err != nil {
 		return nil, err
@@ -133,7 +139,7 @@ func absentIn(dumps map[string]map[string]byte, rel string) bool {
 
 // readStoredData reads, in a second pass, the content of the stored regular
 // files out lists within limit.
-func readStoredData(f *os.File, out *FilesAt, byRel map[string]*Member, limit int64) error {
+func readStoredData(f io.ReadSeeker, out *FilesAt, byRel map[string]*Member, limit int64) error {
 	need := map[string]string{} // archive name -> rel
 	for rel, fa := range out.Files {
 		if m := byRel[rel]; fa.Change == FileStored && !fa.Symlink && !fa.TooLarge && m != nil {

@@ -6,11 +6,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"runtime/debug"
 	"strings"
 
 	"github.com/agentscm/agentscm/internal/attribution"
-	"github.com/agentscm/agentscm/internal/buildinfo"
 )
 
 func attributionCommand() *Command {
@@ -222,7 +220,7 @@ func attributionHook(ctx context.Context, env *Env, rf *rootFlags, name string, 
 			rf.root = top
 		}
 	}
-	version := traceToolVersion()
+	version := attribution.ToolVersion()
 	if name == "post-rewrite" {
 		pairs, err := attribution.ParseRewritten(env.Stdin)
 		if err != nil {
@@ -273,26 +271,4 @@ func gitIn(ctx context.Context, dir string, args ...string) (string, error) {
 	cmd.Env = attribution.GitEnv()
 	out, err := cmd.Output()
 	return string(out), err
-}
-
-// traceToolVersion is agentscm's version as an Agent Trace record's tool
-// names it: the module version and the commit it was built from.
-func traceToolVersion() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "(unknown)"
-	}
-	v := bi.Main.Version
-	if v == "" {
-		v = "(devel)"
-	}
-	for _, s := range bi.Settings {
-		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-			v += "+" + s.Value[:12]
-		}
-	}
-	if buildinfo.Stamp != "" {
-		v += " build " + buildinfo.Stamp
-	}
-	return v
 }

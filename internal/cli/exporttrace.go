@@ -51,7 +51,7 @@ See docs/attribution.md.`)
 	if err != nil {
 		return err
 	}
-	version := traceToolVersion()
+	version := attribution.ToolVersion()
 	var rec *attribution.TraceRecord
 	switch {
 	case *commit != "":
