@@ -15,7 +15,7 @@ import (
 
 // MaxTraceReadBytes bounds the increment bytes one Agent Trace download
 // reads; a Work holding more is refused with 413.
-const MaxTraceReadBytes = 256 << 20
+const MaxTraceReadBytes = 64 << 20
 
 // hubSource serves a Work's increments, read once, to attribution.
 type hubSource map[int][]byte
