@@ -31,8 +31,8 @@ import (
 //
 // (reference=fsync is the same-run disk reference). Each run reports the CPU
 // time per event of the Hubs, the PostgreSQL server, this process (clients
-// and proxy) and the rest of the machine (docs/performance.md, "The team
-// Hub").
+// and proxy) and the rest of the machine (docs/performance.md; the measurement log "The team
+// Hub" is in git at 7899756).
 func BenchmarkIngestTeam(b *testing.B) {
 	b.Run("reference=fsync", benchFsyncRef)
 	for _, per := range []int{1, 10, 50} {
