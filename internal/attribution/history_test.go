@@ -145,3 +145,35 @@ func TestPrefetchReadsEachIncrementOnce(t *testing.T) {
 		t.Fatalf("%d increment reads for 2 increments", repo.reads)
 	}
 }
+
+// TestReadTranscript: prompts are counted as the user typed them (not
+// tool results, meta lines, slash-command echoes, interruptions, compact
+// summaries or a subagent's lines), and each tool call keeps its prompt's
+// number, its model and a shell call's command.
+func TestReadTranscript(t *testing.T) {
+	lines := []string{
+		`{"type":"user","message":{"role":"user","content":"first prompt"}}`,
+		`{"type":"assistant","message":{"model":"m-1","content":[{"type":"tool_use","id":"t1","name":"Bash","input":{"command":"ls"}}]}}`,
+		`{"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"x"}]}}`,
+		`{"type":"user","isMeta":true,"message":{"role":"user","content":"Caveat: meta"}}`,
+		`{"type":"user","message":{"role":"user","content":"<command-name>/clear</command-name>"}}`,
+		`{"type":"user","message":{"role":"user","content":[{"type":"text","text":"[Request interrupted by user]"}]}}`,
+		`{"type":"user","isSidechain":true,"message":{"role":"user","content":"a subagent's task"}}`,
+		`{"type":"user","isCompactSummary":true,"message":{"role":"user","content":"This session is being continued"}}`,
+		`not json`,
+		`{"type":"user","message":{"role":"user","content":[{"type":"text","text":"second prompt"}]}}`,
+		`{"type":"assistant","message":{"model":"m-2","content":[{"type":"text","text":"ok"},{"type":"tool_use","id":"t2","name":"Write","input":{"file_path":"/x","content":"c"}}]}}`,
+	}
+	p := filepath.Join(t.TempDir(), "s.jsonl")
+	if err := os.WriteFile(p, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got := readTranscript(p)
+	want := map[string]callDetail{
+		"t1": {agent: "claude-code", command: "ls", prompt: 1, model: "m-1"},
+		"t2": {agent: "claude-code", prompt: 2, model: "m-2"},
+	}
+	if len(got) != len(want) || got["t1"] != want["t1"] || got["t2"] != want["t2"] {
+		t.Fatalf("got %+v, want %+v", got, want)
+	}
+}

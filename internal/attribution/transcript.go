@@ -33,6 +33,9 @@ type transcriptLine struct {
 	Type        string `json:"type"`
 	IsMeta      bool   `json:"isMeta"`
 	IsSidechain bool   `json:"isSidechain"`
+	// IsCompactSummary marks the summary Claude Code writes as a user
+	// message when it compacts the conversation: not a prompt.
+	IsCompactSummary bool `json:"isCompactSummary"`
 	Message     struct {
 		Model   string          `json:"model"`
 		Content json.RawMessage `json:"content"`
@@ -73,7 +76,7 @@ func readTranscript(path string) map[string]callDetail {
 		}
 		switch l.Type {
 		case "user":
-			if !l.IsMeta && isPrompt(l.Message.Content) {
+			if !l.IsMeta && !l.IsCompactSummary && isPrompt(l.Message.Content) {
 				prompt++
 			}
 		case "assistant":
@@ -97,20 +100,32 @@ func readTranscript(path string) map[string]callDetail {
 }
 
 // isPrompt reports whether a user message's content is a prompt the user
-// typed: text, not tool results, not a slash command's echo.
+// typed: text, not tool results, not a slash command's echo, not the
+// marker of an interrupted request.
 func isPrompt(content json.RawMessage) bool {
 	var s string
 	if json.Unmarshal(content, &s) == nil {
-		return !strings.HasPrefix(s, "<command-") && !strings.HasPrefix(s, "<local-command-")
+		return typed(s)
 	}
 	var blocks []struct {
 		Type string `json:"type"`
+		Text string `json:"text"`
 	}
 	if json.Unmarshal(content, &blocks) != nil || len(blocks) == 0 {
 		return false
 	}
 	for _, b := range blocks {
-		if b.Type == "tool_result" {
+		if b.Type == "tool_result" || (b.Type == "text" && !typed(b.Text)) {
+			return false
+		}
+	}
+	return true
+}
+
+// typed reports whether a user message's text is one the user typed.
+func typed(s string) bool {
+	for _, p := range []string{"<command-", "<local-command-", "[Request interrupted by user"} {
+		if strings.HasPrefix(s, p) {
 			return false
 		}
 	}
