@@ -36,7 +36,7 @@ type transcriptLine struct {
 	// IsCompactSummary marks the summary Claude Code writes as a user
 	// message when it compacts the conversation: not a prompt.
 	IsCompactSummary bool `json:"isCompactSummary"`
-	Message     struct {
+	Message          struct {
 		Model   string          `json:"model"`
 		Content json.RawMessage `json:"content"`
 	} `json:"message"`
