@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -26,12 +27,13 @@ func runAttribution(ctx context.Context, env *Env, args []string) error {
 			return runAttributionHook(ctx, env, args[1:])
 		}
 	}
-	fs := newFlags(env, "agentscm attribution", "[--root ABS] [--since REV] [--format text|json] | enable | disable", `
+	fs := newFlags(env, "agentscm attribution", "[--root ABS] [--since REV] [--format text|json|markdown] | enable | disable", `
 Count, per file and in total, the lines the working tree adds against
 REV (default HEAD; git's renames followed), by the agent session whose
 tool call wrote them, or outside the agent (your edits and any other
 process's, found by the changelog), or before capture: a summary for a
-pull-request comment. Each line is attributed as agentscm blame does.
+pull-request comment (--format markdown writes one). Each line is
+attributed as agentscm blame does.
 
   agentscm attribution enable    install the post-commit and post-rewrite
                                  git hooks that attach an Agent Trace
@@ -44,9 +46,13 @@ See docs/attribution.md.`)
 	var rf rootFlags
 	rf.register(fs, false)
 	since := fs.String("since", "HEAD", "the revision to count against")
-	format := formatFlag(fs)
+	format := summaryFormat("text")
+	fs.Var(&format, "format", "output format: text, json or markdown (for a pull-request comment)")
 	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
+	}
+	if format != "text" && format != "json" && format != "markdown" {
+		return usagef("--format must be text, json or markdown, not %q", string(format))
 	}
 	c, err := openChangelog(env, &rf, false)
 	if err != nil {
@@ -60,8 +66,12 @@ See docs/attribution.md.`)
 	if err != nil {
 		return err
 	}
-	if *format == "json" {
+	switch format {
+	case "json":
 		return writeJSON(env.Stdout, s)
+	case "markdown":
+		printSummaryMarkdown(env.Stdout, s)
+		return nil
 	}
 	fmt.Fprintf(env.Stdout, "lines added against %s (%s): %d\n", s.Since, shortRev(s.Revision), s.Added)
 	for _, c := range s.Total {
@@ -271,4 +281,44 @@ func gitIn(ctx context.Context, dir string, args ...string) (string, error) {
 	cmd.Env = attribution.GitEnv()
 	out, err := cmd.Output()
 	return string(out), err
+}
+
+// summaryFormat is attribution's --format: text, json or markdown.
+type summaryFormat string
+
+func (f *summaryFormat) String() string     { return string(*f) }
+func (f *summaryFormat) Set(v string) error { *f = summaryFormat(v); return nil }
+func (*summaryFormat) ownFormat()           {}
+
+// printSummaryMarkdown writes s as a pull-request comment: the total by
+// author, then each file.
+func printSummaryMarkdown(w io.Writer, s *attribution.Summary) {
+	fmt.Fprintf(w, "**Lines added against `%s` (`%s`): %d**\n\n", s.Since, shortRev(s.Revision), s.Added)
+	fmt.Fprintf(w, "| author | lines | share |\n|---|---:|---:|\n")
+	for _, c := range s.Total {
+		fmt.Fprintf(w, "| %s | %d | %d%% |\n", markdownLabel(c), c.Lines, percent(c.Lines, s.Added))
+	}
+	if len(s.Files) > 0 {
+		fmt.Fprintf(w, "\n<details><summary>%d %s</summary>\n\n| file | added | by |\n|---|---:|---|\n", len(s.Files), plural(len(s.Files), "file", "files"))
+		for _, f := range s.Files {
+			var by []string
+			for _, c := range f.By {
+				by = append(by, fmt.Sprintf("%s %d", markdownLabel(c), c.Lines))
+			}
+			fmt.Fprintf(w, "| `%s` | %d | %s |\n", strings.ReplaceAll(f.Path, "|", "\\|"), f.Added, strings.Join(by, ", "))
+		}
+		fmt.Fprintf(w, "\n</details>\n")
+	}
+	fmt.Fprintf(w, "\n<sub>agentscm attribution: from each tool call's recorded writes; outside the agent is your edits and other processes'.</sub>\n")
+}
+
+func markdownLabel(c attribution.Count) string {
+	if c.Kind == attribution.KindAgent {
+		s := "session `" + c.Session + "`"
+		if c.Agent != "" {
+			s += " (" + c.Agent + ")"
+		}
+		return s
+	}
+	return countLabel(c)
 }

@@ -569,6 +569,15 @@ func TestAttributionSummary(t *testing.T) {
 	if !regexp.MustCompile(`session sess-1 \(claude-code\) +3 +60%`).MatchString(text) || !strings.Contains(text, "outside the agent") {
 		t.Errorf("the text summary:\n%s", text)
 	}
+	md := mustRun(t, env, "attribution", "--root", repo, "--format", "markdown").stdout
+	for _, want := range []string{"| session `sess-1` (claude-code) | 3 | 60% |", "| outside the agent | 1 | 20% |", "| `f.txt` | 4 | session `sess-1` (claude-code) 2, "} {
+		if !strings.Contains(md, want) {
+			t.Errorf("the markdown summary lacks %q:\n%s", want, md)
+		}
+	}
+	if r := runMain(t, env, "", "attribution", "--root", repo, "--format", "yaml"); r.code != ExitUsage {
+		t.Errorf("--format yaml: exit %d", r.code)
+	}
 }
 
 // TestBlameAfterRewindAndRevert: a revert of a call brings back the lines
