@@ -14,12 +14,12 @@ import (
 // testRepo is a git checkout with one commit and a changelog whose
 // baseline is recorded (as changelog enable records it).
 type testRepo struct {
-	t    *testing.T
+	t    testing.TB
 	root string
 	log  *changelog.Changelog
 }
 
-func newTestRepo(t *testing.T, files map[string]string) *testRepo {
+func newTestRepo(t testing.TB, files map[string]string) *testRepo {
 	t.Helper()
 	root, _ := filepath.EvalSymlinks(t.TempDir())
 	root = filepath.Join(root, "repo")
