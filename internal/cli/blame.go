@@ -29,7 +29,7 @@ and creates one with mostly the same lines. --session shows only that
 session's lines. See docs/attribution.md.`)
 	var rf rootFlags
 	rf.register(fs, false)
-	at := fs.Int("at", -1, "blame the file as it was right after this position (default: as it is now)")
+	at := fs.Int("at", -1, "blame the file as it was right after this position (-1: as it is now)")
 	session := fs.String("session", "", "show only the lines this session's tool calls wrote")
 	format := formatFlag(fs)
 	if err := parseFlags(env, fs, args, true); err != nil {
