@@ -188,7 +188,7 @@ func dirty(e, base *env, o options, r int) (map[string]float64, error) {
 	line := fmt.Sprintf("fsyncref p50 %.2f ms", p50(ref))
 	for _, s := range subs {
 		ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
-		err := capture.Store{Dir: filepath.Join(s.c.config, "agentscm")}.WaitDeliverer(ctx, s.c.spool)
+		err := capture.StateDir{Dir: filepath.Join(s.c.config, "agentscm")}.WaitDeliverer(ctx, s.c.spool)
 		cancel()
 		if err != nil {
 			return nil, err

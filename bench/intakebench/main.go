@@ -358,7 +358,7 @@ func history(e *env, o options, r int) (float64, float64, float64, error) {
 	}
 	for _, c := range []*checkout{fc, bc} { // no deliverer left running
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		err := capture.Store{Dir: filepath.Join(c.config, "agentscm")}.WaitDeliverer(ctx, c.spool)
+		err := capture.StateDir{Dir: filepath.Join(c.config, "agentscm")}.WaitDeliverer(ctx, c.spool)
 		cancel()
 		if err != nil {
 			return 0, 0, 0, err
@@ -427,7 +427,7 @@ func streams(e *env, o options, r int) (float64, float64, float64, error) {
 	// drain ends when no deliverer runs, the intake is empty and nothing
 	// deliverable is pending (every stream event is on the Hub).
 	t0 := time.Now()
-	store := capture.Store{Dir: filepath.Join(c.config, "agentscm")}
+	store := capture.StateDir{Dir: filepath.Join(c.config, "agentscm")}
 	left, pending := 0, 0
 	for i := 0; ; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

@@ -158,7 +158,7 @@ func session(ctx context.Context, claude string, api *scriptedapi.Server, c *che
 	if hooks {
 		t1 := time.Now()
 		wctx, wcancel := context.WithTimeout(context.Background(), 90*time.Second)
-		werr := capture.Store{Dir: filepath.Join(c.config, "agentscm")}.WaitDeliverers(wctx)
+		werr := capture.StateDir{Dir: filepath.Join(c.config, "agentscm")}.WaitDeliverers(wctx)
 		wcancel()
 		r.drain = time.Since(t1)
 		if werr != nil {

@@ -433,7 +433,7 @@ func run(o options) (bool, error) {
 	// The hooks hand delivery to one background deliverer per spool: wait
 	// until none runs before reading the Hub (and say how long it took).
 	wctx, wcancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	werr := capture.Store{Dir: filepath.Join(cfg, "agentscm")}.WaitDeliverers(wctx)
+	werr := capture.StateDir{Dir: filepath.Join(cfg, "agentscm")}.WaitDeliverers(wctx)
 	wcancel()
 	if werr != nil {
 		fail("background deliverers: %v", werr)

@@ -160,7 +160,7 @@ func (f *fixture) waitDeliverer(t *testing.T) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if err := (capture.Store{Dir: filepath.Join(f.config, "agentscm")}).WaitDeliverer(ctx, f.spool); err != nil {
+	if err := (capture.StateDir{Dir: filepath.Join(f.config, "agentscm")}).WaitDeliverer(ctx, f.spool); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -16,7 +16,7 @@ import (
 // It also keeps a deliverer from outliving the test's temporary directory.
 func (f *burstFixture) waitDelivered(t *testing.T) {
 	t.Helper()
-	store := capture.Store{Dir: filepath.Join(f.vars["XDG_CONFIG_HOME"], "agentscm")}
+	store := capture.StateDir{Dir: filepath.Join(f.vars["XDG_CONFIG_HOME"], "agentscm")}
 	for i := range 20 {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		err := store.WaitDeliverer(ctx, f.spool)
@@ -44,7 +44,7 @@ func (f *burstFixture) waitDeliverer(t *testing.T) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if err := (capture.Store{Dir: filepath.Join(f.vars["XDG_CONFIG_HOME"], "agentscm")}).WaitDeliverer(ctx, f.spool); err != nil {
+	if err := (capture.StateDir{Dir: filepath.Join(f.vars["XDG_CONFIG_HOME"], "agentscm")}).WaitDeliverer(ctx, f.spool); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -71,7 +71,7 @@ func TestDetachedBurstWithKillsDeliversEverything(t *testing.T) {
 			t.Errorf("event %s retained %d times", id, c)
 		}
 	}
-	st, err := capture.Store{Dir: filepath.Join(f.vars["XDG_CONFIG_HOME"], "agentscm")}.DeliverStatus(f.spool)
+	st, err := capture.StateDir{Dir: filepath.Join(f.vars["XDG_CONFIG_HOME"], "agentscm")}.DeliverStatus(f.spool)
 	if err != nil || st == nil {
 		t.Fatalf("no deliver status: %v", err)
 	}

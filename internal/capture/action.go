@@ -3,6 +3,7 @@ package capture
 import (
 	"context"
 	"encoding/json"
+	"github.com/agentscm/agentscm/internal/binding"
 	"time"
 
 	"github.com/agentscm/agentscm/internal/action"
@@ -53,12 +54,12 @@ func ExplicitExitCode(resp json.RawMessage) (code *int, field string) {
 
 // ActionResult maps a completion onto an execution rule's result
 // (action.Result).
-func ActionResult(rule ActionRule, hookEvent string, exitCode *int) (result, verification string) {
+func ActionResult(rule action.Rule, hookEvent string, exitCode *int) (result, verification string) {
 	return action.Result(rule, hookEvent, exitCode)
 }
 
 // ruleFor returns the binding's rule for tool, if any.
-func ruleFor(bd *Binding, tool string) (ActionRule, bool) {
+func ruleFor(bd *binding.Binding, tool string) (action.Rule, bool) {
 	return action.RuleFor(bd.ActionRules, tool)
 }
 
@@ -101,7 +102,7 @@ type actionEnv struct {
 	ss        *spool.Session
 	sp        *spool.Spool
 	configDir string
-	bd        *Binding
+	bd        *binding.Binding
 	p         *claude.Payload
 	rec       *event.Record
 	now       time.Time

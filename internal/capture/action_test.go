@@ -3,6 +3,8 @@ package capture
 import (
 	"context"
 	"encoding/json"
+	"github.com/agentscm/agentscm/internal/action"
+	"github.com/agentscm/agentscm/internal/binding"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,11 +21,11 @@ import (
 
 func TestActionResultMapping(t *testing.T) {
 	const none = -1 << 40
-	bash := DefaultActionRule
-	write := ActionRule{Tool: "Write", Kind: "execution", Coverage: "unknown", ResultSource: "unverified"}
+	bash := binding.DefaultActionRule
+	write := action.Rule{Tool: "Write", Kind: "execution", Coverage: "unknown", ResultSource: "unverified"}
 	cases := []struct {
 		name   string
-		rule   ActionRule
+		rule   action.Rule
 		hook   string
 		resp   string
 		field  string
@@ -104,7 +106,7 @@ type actionFixture struct {
 	t   *testing.T
 	sp  *spool.Spool
 	cfg string
-	bd  *Binding
+	bd  *binding.Binding
 }
 
 func newActionFixture(t *testing.T) *actionFixture {
@@ -113,7 +115,7 @@ func newActionFixture(t *testing.T) *actionFixture {
 		t.Fatal(err)
 	}
 	return &actionFixture{t: t, sp: sp, cfg: filepath.Join(t.TempDir(), "agentscm"),
-		bd: &Binding{Root: t.TempDir(), ActionRules: []ActionRule{DefaultActionRule}, SetupDigest: strings.Repeat("a", 64)}}
+		bd: &binding.Binding{Root: t.TempDir(), ActionRules: []action.Rule{binding.DefaultActionRule}, SetupDigest: strings.Repeat("a", 64)}}
 }
 
 // hook appends the lifecycle record of payload p and records its action.
@@ -221,7 +223,7 @@ func FuzzExplicitExitCode(f *testing.F) {
 		if (code != nil) != (field == "integer") {
 			t.Fatalf("code %v with field %q", code, field)
 		}
-		res, ver := ActionResult(DefaultActionRule, "PostToolUse", code)
+		res, ver := ActionResult(binding.DefaultActionRule, "PostToolUse", code)
 		if ver != "unknown" || (code == nil && res != "unknown") || (code != nil && (res == "succeeded") != (*code == 0)) {
 			t.Fatalf("result %q %q for %v", res, ver, code)
 		}

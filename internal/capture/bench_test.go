@@ -17,7 +17,7 @@ func BenchmarkLedger(b *testing.B) {
 	tgt := Target{WorkID: "wrk_bench", Generation: 1, Session: "default"}
 	fp := strings.Repeat("c", 64)
 	b.Run("claim", func(b *testing.B) {
-		store := Store{Dir: filepath.Join(b.TempDir(), "cfg")}
+		store := StateDir{Dir: filepath.Join(b.TempDir(), "cfg")}
 		for i := 0; b.Loop(); i++ {
 			l, err := store.OpenLedger("/bench/spool")
 			if err != nil {
@@ -34,7 +34,7 @@ func BenchmarkLedger(b *testing.B) {
 		}
 	})
 	b.Run("reserve", func(b *testing.B) {
-		store := Store{Dir: filepath.Join(b.TempDir(), "cfg")}
+		store := StateDir{Dir: filepath.Join(b.TempDir(), "cfg")}
 		for b.Loop() {
 			l, err := store.OpenLedger("/bench/spool")
 			if err != nil {

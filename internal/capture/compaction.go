@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/agentscm/agentscm/internal/binding"
 	"io/fs"
 	"path/filepath"
 	"sort"
@@ -16,27 +17,8 @@ import (
 	"github.com/agentscm/agentscm/internal/spool"
 )
 
-// CompactionPolicy is an operator's recorded choice, saved in the binding,
-// to let the hook compact acknowledged history automatically. The seed
-// forbids automatic deletion; this is the explicit choice that permits
-// exactly what `change-capture compact` does and nothing more: acknowledged
-// ordinary envelopes become digests and completed acknowledged action pairs
-// receipts, while pending envelopes, incomplete starts, artifacts and the
-// replay index are never removed. Each automatic compaction is recorded in
-// the spool's compaction index (its history lists the trigger).
-type CompactionPolicy struct {
-	// ThresholdPercent: the hook compacts when the spool's usage of its
-	// record or byte limit reaches this percentage (1 to 95).
-	ThresholdPercent int `json:"threshold_percent"`
-	// ChosenBy is the command that recorded the choice (enable, configure).
-	ChosenBy string    `json:"chosen_by"`
-	ChosenAt time.Time `json:"chosen_at"`
-}
-
-// Compaction policy and capacity warning constants.
+// Automatic compaction and capacity warning constants.
 const (
-	// DefaultCompactThreshold is the threshold one-step enable records.
-	DefaultCompactThreshold = 50
 	// AutoCompactMax bounds the acknowledged envelopes one automatic
 	// compaction reads, so a hook's extra work stays bounded.
 	AutoCompactMax = 1024
@@ -47,56 +29,11 @@ const (
 	UsageWarnPercent = 80
 )
 
-func (p *CompactionPolicy) validate() error {
-	if p.ThresholdPercent < 1 || p.ThresholdPercent > 95 {
-		return fmt.Errorf("compaction threshold %d%% must be between 1 and 95", p.ThresholdPercent)
-	}
-	return nil
-}
-
-// String describes the policy for status output.
-func (p *CompactionPolicy) String() string {
-	if p == nil {
-		return "off (compact by hand: agentscm change-capture compact --spool SPOOL)"
-	}
-	return fmt.Sprintf("automatic: compact acknowledged history when usage reaches %d%% of a limit (chosen by %s at %s)",
-		p.ThresholdPercent, p.ChosenBy, p.ChosenAt.Format(time.RFC3339))
-}
-
-// PolicyChange is a configure/enable request about the compaction policy.
-type PolicyChange struct {
-	// Set records a policy with this threshold (percent); 0 leaves the
-	// current choice.
-	Set int
-	// Clear turns automatic compaction off.
-	Clear bool
-}
-
-// apply returns the policy after the change.
-func (c PolicyChange) apply(cur *CompactionPolicy, by string, now time.Time) (*CompactionPolicy, error) {
-	switch {
-	case c.Set != 0 && c.Clear:
-		return nil, errors.New("--auto-compact and --no-auto-compact exclude each other")
-	case c.Clear:
-		return nil, nil
-	case c.Set != 0:
-		p := &CompactionPolicy{ThresholdPercent: c.Set, ChosenBy: by, ChosenAt: now.UTC()}
-		if cur != nil && cur.ThresholdPercent == c.Set {
-			return cur, nil
-		}
-		if err := p.validate(); err != nil {
-			return nil, fmt.Errorf("--auto-compact: %w", err)
-		}
-		return p, nil
-	}
-	return cur, nil
-}
-
 // maintain runs after delivery, under the hook's held spool lock: it
 // applies the binding's compaction policy (bounded work) and warns once per
 // session when usage passes UsageWarnPercent or automatic compaction could
 // not make room. Warnings go to res.Warning; nothing here fails the hook.
-func maintain(store Store, ss *spool.Session, bd *Binding, session string, res *HookResult) {
+func maintain(store StateDir, ss *spool.Session, bd *binding.Binding, session string, res *HookResult) {
 	su, err := ss.Usage()
 	if err != nil {
 		return
@@ -130,7 +67,7 @@ func maintain(store Store, ss *spool.Session, bd *Binding, session string, res *
 
 // usageWarning gives the once-per-session warning that the spool's usage
 // passed UsageWarnPercent of a limit, naming the commands that help.
-func usageWarning(store Store, bd *Binding, session string, u spool.Usage, l spool.Limits, res *HookResult) {
+func usageWarning(store StateDir, bd *binding.Binding, session string, u spool.Usage, l spool.Limits, res *HookResult) {
 	frac, bound := spool.FractionsOf(u, l).Max()
 	if frac*100 < UsageWarnPercent {
 		return
@@ -140,7 +77,7 @@ func usageWarning(store Store, bd *Binding, session string, u spool.Usage, l spo
 		limit, used = l.Bytes, u.Bytes
 	}
 	help := fmt.Sprintf("run agentscm change-capture compact --spool %s, turn on automatic compaction (agentscm change-capture enable --root %s --auto-compact %d), or raise the limit (agentscm change-capture enable --root %s --max-records N --max-bytes N)",
-		bd.Spool, bd.Root, DefaultCompactThreshold, bd.Root)
+		bd.Spool, bd.Root, binding.DefaultCompactThreshold, bd.Root)
 	if bd.Compaction != nil {
 		help = fmt.Sprintf("automatic compaction cannot free more (pending, deferred or protected records); check delivery with agentscm change-capture inspect --spool %s, or raise the limit (agentscm change-capture enable --root %s --max-records N --max-bytes N)", bd.Spool, bd.Root)
 	}
@@ -151,7 +88,7 @@ func usageWarning(store Store, bd *Binding, session string, u spool.Usage, l spo
 // warnOnce sets res.Warning to msg unless this session of the spool was
 // already warned of kind: a marker file created exclusively under
 // <config>/agentscm/capture-sessions/<spool hash>.warned/ records it.
-func (s Store) warnOnce(spoolDir, session, kind string, res *HookResult, msg string) {
+func (s StateDir) warnOnce(spoolDir, session, kind string, res *HookResult, msg string) {
 	if session == "" || strings.ContainsAny(session, `/\`) || session == "." || session == ".." {
 		return
 	}
@@ -224,15 +161,15 @@ type SpoolSummary struct {
 	Paused   bool            `json:"capture_paused"`
 	// Unacknowledged counts retained envelopes the Hub has not
 	// acknowledged (deferred facts and local-only records included).
-	Unacknowledged int                  `json:"unacknowledged"`
-	Compactions    uint64               `json:"compactions"`
-	LastCompact    *spool.CompactionRun `json:"last_compaction,omitempty"`
-	Deferred       DeferredSummary      `json:"deferred"`
-	Problems       []string             `json:"problems,omitempty"`
-	Compaction     *CompactionPolicy    `json:"compaction_policy"`
-	ReplayIndex    map[string]int64     `json:"replay_index"`
+	Unacknowledged int                       `json:"unacknowledged"`
+	Compactions    uint64                    `json:"compactions"`
+	LastCompact    *spool.CompactionRun      `json:"last_compaction,omitempty"`
+	Deferred       DeferredSummary           `json:"deferred"`
+	Problems       []string                  `json:"problems,omitempty"`
+	Compaction     *binding.CompactionPolicy `json:"compaction_policy"`
+	ReplayIndex    map[string]int64          `json:"replay_index"`
 	// Health is the delivery path's checks (spool.Health; with the
-	// intake admission check when read through Store.SummarizeSpool).
+	// intake admission check when read through StateDir.SummarizeSpool).
 	Health spool.Health `json:"health"`
 }
 
@@ -252,11 +189,11 @@ type DeferredReason struct {
 }
 
 // SummarizeSpool reads the spool of b without locking or changing it.
-func SummarizeSpool(b *Binding) (*SpoolSummary, error) { return Store{}.SummarizeSpool(b) }
+func SummarizeSpool(b *binding.Binding) (*SpoolSummary, error) { return StateDir{}.SummarizeSpool(b) }
 
 // SummarizeSpool is the package function with the capture layer's health
 // checks of this config directory (intake admission) too.
-func (s Store) SummarizeSpool(b *Binding) (*SpoolSummary, error) {
+func (s StateDir) SummarizeSpool(b *binding.Binding) (*SpoolSummary, error) {
 	rep, err := spool.Inspect(b.Spool, 1)
 	if err != nil {
 		return nil, err

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/agentscm/agentscm/internal/binding"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -187,7 +188,7 @@ var errDelivererBusy = errors.New("another deliverer holds the spool's deliver l
 
 // tryDeliverLock takes the spool's deliver lock without waiting: nil, nil
 // when another process holds it.
-func (s Store) tryDeliverLock(spoolDir string) (*os.File, error) {
+func (s StateDir) tryDeliverLock(spoolDir string) (*os.File, error) {
 	dir := s.ledgerDir(spoolDir)
 	if err := fsutil.MkdirPrivate(dir); err != nil {
 		return nil, err
@@ -238,7 +239,7 @@ func flockNB(f *os.File) (bool, error) {
 // DeliverLock checks that f is the deliver lock of spoolDir (the file a
 // detached deliverer inherited): same inode as the lock path, and held (a
 // non-blocking flock through it succeeds, as it does for the holder).
-func (s Store) DeliverLock(f *os.File, spoolDir string) error {
+func (s StateDir) DeliverLock(f *os.File, spoolDir string) error {
 	var a, b syscall.Stat_t
 	if err := syscall.Fstat(int(f.Fd()), &a); err != nil {
 		return fmt.Errorf("deliver lock: %w", err)
@@ -257,7 +258,7 @@ func (s Store) DeliverLock(f *os.File, spoolDir string) error {
 
 // WaitDeliverer waits (bounded by ctx) until no deliverer holds spoolDir's
 // deliver lock: for tests and commands that must not leave one running.
-func (s Store) WaitDeliverer(ctx context.Context, spoolDir string) error {
+func (s StateDir) WaitDeliverer(ctx context.Context, spoolDir string) error {
 	if err := waitLock(ctx, s.ledgerDir(spoolDir)); err != nil {
 		return fmt.Errorf("a deliverer of %s is still running: %w", spoolDir, err)
 	}
@@ -299,7 +300,7 @@ func waitLock(ctx context.Context, dir string) error {
 
 // DeliverStatus reads the last deliverer run's report of spoolDir (nil when
 // there is none).
-func (s Store) DeliverStatus(spoolDir string) (*DeliverReport, error) {
+func (s StateDir) DeliverStatus(spoolDir string) (*DeliverReport, error) {
 	b, err := fsutil.ReadFileNoFollow(filepath.Join(s.ledgerDir(spoolDir), deliverStatusName), 64<<10)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -314,7 +315,7 @@ func (s Store) DeliverStatus(spoolDir string) (*DeliverReport, error) {
 	return &r, nil
 }
 
-func (s Store) writeDeliverStatus(r *DeliverReport) error {
+func (s StateDir) writeDeliverStatus(r *DeliverReport) error {
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err
@@ -334,7 +335,7 @@ func (s Store) writeDeliverStatus(r *DeliverReport) error {
 // followed by another, up to MaxDrain; a run that stops at a bound with
 // work left sets Resume. Its report is also kept as the spool's deliver
 // status.
-func DeliverSpool(ctx context.Context, store Store, hubs HubOpener, spoolDir string, lock *os.File, b DeliverBounds) (*DeliverReport, error) {
+func DeliverSpool(ctx context.Context, store StateDir, hubs HubOpener, spoolDir string, lock *os.File, b DeliverBounds) (*DeliverReport, error) {
 	rep := &DeliverReport{Spool: spoolDir, Started: time.Now().UTC()}
 	if b.MaxRun <= 0 {
 		b.MaxRun = DelivererMaxRun
@@ -419,12 +420,12 @@ func DeliverSpool(ctx context.Context, store Store, hubs HubOpener, spoolDir str
 // failure or the window's bound, adding to res and rep. held is cleared
 // while the run has let the deliver lock go (it looks once more without it) and set again when it takes it back: only a run
 // that still holds it may go on with another window.
-func deliverSpool(ctx context.Context, store Store, hubs HubOpener, spoolDir string, lock *os.File, b DeliverBounds, rep *DeliverReport, res *HookResult, held *bool) error {
-	cfg, err := store.Load()
+func deliverSpool(ctx context.Context, store StateDir, hubs HubOpener, spoolDir string, lock *os.File, b DeliverBounds, rep *DeliverReport, res *HookResult, held *bool) error {
+	cfg, err := store.Bindings().Load()
 	if err != nil {
 		return err
 	}
-	var bd *Binding
+	var bd *binding.Binding
 	for i := range cfg.Bindings {
 		if cfg.Bindings[i].Spool == spoolDir && cfg.Bindings[i].Enabled {
 			bd = &cfg.Bindings[i]
@@ -439,15 +440,15 @@ func deliverSpool(ctx context.Context, store Store, hubs HubOpener, spoolDir str
 	}
 	settleIntake(ctx, sp, b)
 	hub, err := hubs.Open(ctx, bd.Root)
-	if errors.Is(err, ErrNoConnection) {
+	if errors.Is(err, binding.ErrNoConnection) {
 		return fmt.Errorf("the checkout %s has no client connection; pending envelopes stay pending", bd.Root)
 	}
 	if err != nil {
 		return fmt.Errorf("open the Hub: %w", err)
 	}
 	defer hub.Close()
-	if lin := hub.Lineage(); bd.Hub != "" && !sameRepo(lin, bd.lineage()) {
-		return fmt.Errorf("capture binding of %s was saved for %s, but the checkout is now connected to %s; nothing delivered", bd.Root, describeLineage(bd.lineage()), describeLineage(lin))
+	if lin := hub.Lineage(); bd.Hub != "" && !binding.SameRepo(lin, bd.Lineage()) {
+		return fmt.Errorf("capture binding of %s was saved for %s, but the checkout is now connected to %s; nothing delivered", bd.Root, binding.DescribeLineage(bd.Lineage()), binding.DescribeLineage(lin))
 	}
 	quiet := 0 // consecutive rounds that delivered and admitted nothing
 	var failingSince time.Time
@@ -576,7 +577,7 @@ type attempt struct {
 // its deliverable envelopes without the spool lock, and records the
 // outcomes under it. It returns the highest sequence the page's
 // acquisition saw and whether nothing was delivered (idle).
-func deliverRound(ctx context.Context, store Store, sp *spool.Spool, bd *Binding, hub Hub, b DeliverBounds, res *HookResult, rep *DeliverReport) (uint64, bool, error) {
+func deliverRound(ctx context.Context, store StateDir, sp *spool.Spool, bd *binding.Binding, hub Hub, b DeliverBounds, res *HookResult, rep *DeliverReport) (uint64, bool, error) {
 	now := time.Now()
 	admitted := res.Admitted
 	var envs []spool.Envelope
@@ -739,7 +740,7 @@ func deliverRound(ctx context.Context, store Store, sp *spool.Spool, bd *Binding
 // withSession runs fn under one spool Session and the ledger, after
 // admitting waiting intake files as every lock holder does; it admits once
 // more before the lock is let go.
-func withSession(ctx context.Context, store Store, sp *spool.Spool, bd *Binding, hub Hub, res *HookResult, fn func(*spool.Session, *Ledger) error) error {
+func withSession(ctx context.Context, store StateDir, sp *spool.Spool, bd *binding.Binding, hub Hub, res *HookResult, fn func(*spool.Session, *Ledger) error) error {
 	ss, err := sp.Begin(ctx)
 	if err != nil {
 		return err
@@ -780,7 +781,7 @@ func withSession(ctx context.Context, store Store, sp *spool.Spool, bd *Binding,
 // the hook let the spool lock go: when no other holds the deliver lock it
 // starts one through bg, or, when none can be started, delivers in-process
 // within the hook's own bound (limit envelopes).
-func ensureDeliverer(ctx context.Context, store Store, bd *Binding, bg Backgrounder, hubs HubOpener, res *HookResult, limit int) {
+func ensureDeliverer(ctx context.Context, store StateDir, bd *binding.Binding, bg Backgrounder, hubs HubOpener, res *HookResult, limit int) {
 	lock, err := store.tryDeliverLock(bd.Spool)
 	if err != nil {
 		if res.DeliveryErr == nil {
@@ -821,7 +822,7 @@ func ensureDeliverer(ctx context.Context, store Store, bd *Binding, bg Backgroun
 
 // WaitDeliverers is WaitDeliverer for every spool of the config directory
 // (every ledger directory's deliver lock).
-func (s Store) WaitDeliverers(ctx context.Context) error {
+func (s StateDir) WaitDeliverers(ctx context.Context) error {
 	locks, err := filepath.Glob(filepath.Join(s.Dir, ledgerRoot, "*", deliverLockName))
 	if err != nil {
 		return err
@@ -841,7 +842,7 @@ func (s Store) WaitDeliverers(ctx context.Context) error {
 // envelope whose RetryAt has come) and no deliverer runs, it starts one
 // through bg and reports true. Hooks need none of it: every hook makes
 // sure a deliverer runs (ensureDeliverer).
-func ResumeDelivery(store Store, bg Backgrounder, spoolDir string, now time.Time) (bool, error) {
+func ResumeDelivery(store StateDir, bg Backgrounder, spoolDir string, now time.Time) (bool, error) {
 	due := false
 	if st, err := store.DeliverStatus(spoolDir); err == nil && st != nil {
 		due = st.Resume || (!st.RetryAt.IsZero() && !now.Before(st.RetryAt))

@@ -69,7 +69,7 @@ func writeDisabled(dir string, n disabledNote) error {
 // spool was turned off at `at`, with every observed session that had an
 // exact target then. It does nothing for a spool whose ledger was never
 // written.
-func (s Store) noteCaptureDisabled(spoolDir string, at time.Time) error {
+func (s StateDir) noteCaptureDisabled(spoolDir string, at time.Time) error {
 	dir := s.ledgerDir(spoolDir)
 	if _, err := fsutil.ReadFileNoFollow(filepath.Join(dir, ledgerFile), maxLedgerBytes); err != nil {
 		return nil // no ledger: no session was ever captured here

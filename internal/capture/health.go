@@ -28,7 +28,7 @@ const intakeStuckMargin = 2 * time.Second
 // files received before it started still wait could not admit them, and
 // admission takes files in receipt order, so every later file waits behind
 // the first.
-func (s Store) CheckIntake(spoolDir string) spool.Check {
+func (s StateDir) CheckIntake(spoolDir string) spool.Check {
 	c := spool.Check{Name: spool.CheckIntake, OK: true}
 	files, err := spool.WaitingIntake(spoolDir)
 	if err != nil {
@@ -66,7 +66,7 @@ func (s Store) CheckIntake(spoolDir string) spool.Check {
 // CheckSpool replaces rep's health (a spool.Inspect of spoolDir) with
 // Health's, which adds the capture layer's view: the hook summary the
 // hooks and the deliverer trust, and intake admission.
-func (s Store) CheckSpool(spoolDir string, rep *spool.Report) {
+func (s StateDir) CheckSpool(spoolDir string, rep *spool.Report) {
 	if !rep.Committed {
 		return
 	}
@@ -76,7 +76,7 @@ func (s Store) CheckSpool(spoolDir string, rep *spool.Report) {
 // Health is the delivery path's checks of spoolDir: spool.CheckHealthWith
 // with the hook summary capture keeps for it, then the intake admission
 // check.
-func (s Store) Health(spoolDir string) spool.Health {
+func (s StateDir) Health(spoolDir string) spool.Health {
 	var o spool.HealthOptions
 	if s.Dir != "" {
 		o.SummaryPath = filepath.Join(s.ledgerDir(spoolDir), summaryName)
@@ -100,7 +100,7 @@ type Undelivered struct {
 
 // Undelivered counts, read-only, what the deliverer run that started at
 // since left undelivered in spoolDir (see Undelivered).
-func (s Store) Undelivered(spoolDir string, since time.Time) (Undelivered, error) {
+func (s StateDir) Undelivered(spoolDir string, since time.Time) (Undelivered, error) {
 	var u Undelivered
 	envs, err := spool.Unacknowledged(spoolDir)
 	if err != nil {

@@ -1,9 +1,14 @@
+// Package capture turns an agent's hook payload into records in the private
+// spool of the checkout's binding (internal/binding): intake and admission,
+// the identity ledger, gaps, the transcript step, recipes' hook side and the
+// event deliverer.
 package capture
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/agentscm/agentscm/internal/binding"
 	"io"
 	"path/filepath"
 	"sync"
@@ -29,7 +34,7 @@ type Target struct {
 // Hub is what the hook needs of a checkout's Hub connection.
 type Hub interface {
 	// Lineage is the Hub and repository the connection points at.
-	Lineage() Lineage
+	Lineage() binding.Lineage
 	// Resolve returns the exact current target of a native session or a
 	// refusal.
 	Resolve(ctx context.Context, worktreeID, nativeSession string) (Target, error)
@@ -44,7 +49,7 @@ type Hub interface {
 // there is none), so that a hook that leaves its event in the intake never
 // opens the Hub.
 type ConnectionLooker interface {
-	LookupConnection(root string) (Lineage, error)
+	LookupConnection(root string) (binding.Lineage, error)
 }
 
 // HubOpener opens the Hub of a checkout, or fails with ErrNoConnection.
@@ -143,14 +148,14 @@ type HookResult struct {
 // delivery deadline. A binding whose connection is absent, or points at
 // another repository or Hub than the binding was saved for, captures
 // nothing. The caller turns any error into a warning: hooks fail open.
-func HandleClaudeHook(ctx context.Context, store Store, hubs HubOpener, in io.Reader, now time.Time) (*HookResult, error) {
+func HandleClaudeHook(ctx context.Context, store StateDir, hubs HubOpener, in io.Reader, now time.Time) (*HookResult, error) {
 	return HandleAgentHook(ctx, store, hubs, adapter.Claude{}, in, now)
 }
 
 // HandleAgentHook is HandleClaudeHook for the hook payload of any agent
 // adapter (Claude Code, Codex CLI): the adapter decodes and maps, the rest
 // is the same capture.
-func HandleAgentHook(ctx context.Context, store Store, hubs HubOpener, a adapter.Adapter, in io.Reader, now time.Time) (*HookResult, error) {
+func HandleAgentHook(ctx context.Context, store StateDir, hubs HubOpener, a adapter.Adapter, in io.Reader, now time.Time) (*HookResult, error) {
 	b, err := fsutil.ReadBounded(in, claude.MaxPayloadBytes)
 	if err != nil {
 		return nil, fmt.Errorf("read hook payload: %w", err)
@@ -166,18 +171,13 @@ func HandleAgentHook(ctx context.Context, store Store, hubs HubOpener, a adapter
 // most claude.MaxPayloadBytes) and decoded by a (p): the one hook pipeline
 // (internal/hookrun) decodes once and hands the same payload to the
 // changelog.
-func HandleAgentPayload(ctx context.Context, store Store, hubs HubOpener, a adapter.Adapter, b []byte, p *claude.Payload, now time.Time) (*HookResult, error) {
-	cfg, err := store.Load()
+func HandleAgentPayload(ctx context.Context, store StateDir, hubs HubOpener, a adapter.Adapter, b []byte, p *claude.Payload, now time.Time) (*HookResult, error) {
+	cfg, err := store.Bindings().Load()
 	if err != nil {
 		return nil, err
 	}
 	cwd := filepath.Clean(p.Cwd)
-	bd := cfg.ForPath(cwd)
-	if bd == nil {
-		if real, err := filepath.EvalSymlinks(cwd); err == nil {
-			bd = cfg.ForPath(real)
-		}
-	}
+	bd := cfg.Lookup(cwd)
 	if bd == nil {
 		return &HookResult{Ignored: true, Reason: "no enabled capture binding contains " + cwd}, nil
 	}
@@ -199,15 +199,15 @@ func HandleAgentPayload(ctx context.Context, store Store, hubs HubOpener, a adap
 	var hub Hub
 	openHub := func() (*HookResult, error) {
 		h, err := hubs.Open(ctx, bd.Root)
-		if errors.Is(err, ErrNoConnection) {
+		if errors.Is(err, binding.ErrNoConnection) {
 			return &HookResult{Ignored: true, Reason: "the checkout has no client connection", Spool: bd.Spool}, nil
 		}
 		if err != nil {
 			return nil, err
 		}
 		hub = h
-		if lin := hub.Lineage(); bd.Hub != "" && !sameRepo(lin, bd.lineage()) {
-			return nil, fmt.Errorf("capture binding of %s was saved for %s, but the checkout is now connected to %s; nothing captured", bd.Root, describeLineage(bd.lineage()), describeLineage(lin))
+		if lin := hub.Lineage(); bd.Hub != "" && !binding.SameRepo(lin, bd.Lineage()) {
+			return nil, fmt.Errorf("capture binding of %s was saved for %s, but the checkout is now connected to %s; nothing captured", bd.Root, binding.DescribeLineage(bd.Lineage()), binding.DescribeLineage(lin))
 		}
 		return nil, nil
 	}
@@ -218,14 +218,14 @@ func HandleAgentPayload(ctx context.Context, store Store, hubs HubOpener, a adap
 	}()
 	if cheap {
 		lin, err := looker.LookupConnection(bd.Root)
-		if errors.Is(err, ErrNoConnection) {
+		if errors.Is(err, binding.ErrNoConnection) {
 			return &HookResult{Ignored: true, Reason: "the checkout has no client connection", Spool: bd.Spool}, nil
 		}
 		if err != nil {
 			return nil, err
 		}
-		if bd.Hub != "" && !sameRepo(lin, bd.lineage()) {
-			return nil, fmt.Errorf("capture binding of %s was saved for %s, but the checkout is now connected to %s; nothing captured", bd.Root, describeLineage(bd.lineage()), describeLineage(lin))
+		if bd.Hub != "" && !binding.SameRepo(lin, bd.Lineage()) {
+			return nil, fmt.Errorf("capture binding of %s was saved for %s, but the checkout is now connected to %s; nothing captured", bd.Root, binding.DescribeLineage(bd.Lineage()), binding.DescribeLineage(lin))
 		}
 	} else if r, err := openHub(); r != nil || err != nil {
 		return r, err
@@ -557,7 +557,7 @@ func lockWaitExpired(err error) bool {
 // fails. With an exact target it first publishes the outages of earlier
 // deferred occurrences, and gives a session whose earlier facts stayed
 // unassociated one adapter_started_late gap.
-func captureOccurrence(led *Ledger, ss *spool.Session, bd *Binding, observed, fingerprint string, rec *event.Record, obs Observation, t Target, resolved bool, res *HookResult) error {
+func captureOccurrence(led *Ledger, ss *spool.Session, bd *binding.Binding, observed, fingerprint string, rec *event.Record, obs Observation, t Target, resolved bool, res *HookResult) error {
 	var lateGap bool
 	lateReason := obs.Reason
 	if resolved {

@@ -1,6 +1,7 @@
 package capture
 
 import (
+	"github.com/agentscm/agentscm/internal/binding"
 	"time"
 
 	"github.com/agentscm/agentscm/internal/event"
@@ -37,7 +38,7 @@ type PendingOutcome struct {
 // last attempt's outcome.
 type InspectView struct {
 	*spool.Report
-	Refused RefusalReport `json:"refused"`
+	Refused binding.RefusalReport `json:"refused"`
 	// PendingOutcomes covers the envelopes listed in the report's pending
 	// and deferred projections (bounded the same way).
 	PendingOutcomes []PendingOutcome `json:"pending_outcomes"`
@@ -51,9 +52,9 @@ type InspectView struct {
 // spool.Inspect of it) and the spool's capture ledger under s, without
 // locking either. A spool with no ledger (never hooked, or another config
 // directory's) lists no refusals; an unreadable one sets LedgerError.
-func (s Store) Inspect(dir string, rep *spool.Report) *InspectView {
+func (s StateDir) Inspect(dir string, rep *spool.Report) *InspectView {
 	s.CheckSpool(dir, rep)
-	v := &InspectView{Report: rep, Refused: RefusalReport{Refusals: []Refusal{}}, PendingOutcomes: []PendingOutcome{}}
+	v := &InspectView{Report: rep, Refused: binding.RefusalReport{Refusals: []binding.Refusal{}}, PendingOutcomes: []PendingOutcome{}}
 	if s.Dir == "" {
 		v.LedgerError = "no config directory"
 	} else if refused, err := s.Refusals(dir); err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/agentscm/agentscm/internal/binding"
 	"path/filepath"
 	"time"
 
@@ -80,7 +81,7 @@ type intakeBlob struct {
 
 // openHookSpool opens the binding's spool for the hook with its summary
 // kept in the spool's private ledger directory.
-func (s Store) openHookSpool(dir string) (*spool.Spool, error) {
+func (s StateDir) openHookSpool(dir string) (*spool.Spool, error) {
 	sp, err := spool.OpenAppender(dir)
 	if err != nil {
 		return nil, err
@@ -98,7 +99,7 @@ func (s Store) openHookSpool(dir string) (*spool.Spool, error) {
 // (obs.target, from its session record): the hook that leaves its event in
 // the intake does not open the Hub, and admission holds the event to the
 // target it was received under (admitIntake).
-func writeIntake(ctx context.Context, store Store, sp *spool.Spool, bd *Binding, p *claude.Payload, rec *event.Record, obs Observation, now time.Time) (string, error) {
+func writeIntake(ctx context.Context, store StateDir, sp *spool.Spool, bd *binding.Binding, p *claude.Payload, rec *event.Record, obs Observation, now time.Time) (string, error) {
 	ir := intakeRecord{Version: intakeVersion, Observed: p.SessionID, Fingerprint: PhaseFingerprint(p, rec),
 		Record: *rec, Observation: obs, AtReceipt: obs.target, Facts: factsOf(p), ReceivedAt: now.UTC()}
 	if ir.AtReceipt != nil && store.hubDownAtReceipt(bd.Spool) {
@@ -150,7 +151,7 @@ func writeIntake(ctx context.Context, store Store, sp *spool.Spool, bd *Binding,
 // hubDownAtReceipt reports whether the spool's last deliverer run could not
 // reach or use the Hub (outcome "failed" or "error", or a status that
 // cannot be read): the latest this machine knows of the Hub.
-func (s Store) hubDownAtReceipt(spoolDir string) bool {
+func (s StateDir) hubDownAtReceipt(spoolDir string) bool {
 	st, err := s.DeliverStatus(spoolDir)
 	return err != nil || (st != nil && (st.Outcome == "failed" || st.Outcome == "error"))
 }
@@ -167,7 +168,7 @@ type admission struct {
 	left     int
 }
 
-func admitIntake(ctx context.Context, store Store, led *Ledger, ss *spool.Session, sp *spool.Spool, bd *Binding, hub Hub, adm *admission, res *HookResult) (bool, error) {
+func admitIntake(ctx context.Context, store StateDir, led *Ledger, ss *spool.Session, sp *spool.Spool, bd *binding.Binding, hub Hub, adm *admission, res *HookResult) (bool, error) {
 	type resolution struct {
 		t   Target
 		err error
@@ -330,7 +331,7 @@ func receiptTargetAt(ir *intakeRecord, t Target, err error) (refused bool) {
 	return superseded(err)
 }
 
-func admitOne(ctx context.Context, store Store, led *Ledger, ss *spool.Session, sp *spool.Spool, bd *Binding, ir *intakeRecord) error {
+func admitOne(ctx context.Context, store StateDir, led *Ledger, ss *spool.Session, sp *spool.Spool, bd *binding.Binding, ir *intakeRecord) error {
 	rec := ir.Record
 	sub := &HookResult{}
 	if err := captureOccurrence(led, ss, bd, ir.Observed, ir.Fingerprint, &rec, ir.Observation, ir.Target, ir.Resolved, sub); err != nil {

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/agentscm/agentscm/internal/binding"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -204,8 +205,8 @@ type ledgerState struct {
 	Claims   int64                     `json:"claims"`
 	// Refusals are the envelopes the Hub permanently refused (refused.go),
 	// the oldest beyond maxRefusals counted in RefusalsOmitted.
-	Refusals        []Refusal `json:"refusals,omitempty"`
-	RefusalsOmitted int64     `json:"refusals_omitted,omitempty"`
+	Refusals        []binding.Refusal `json:"refusals,omitempty"`
+	RefusalsOmitted int64             `json:"refusals_omitted,omitempty"`
 }
 
 // Ledger is an open, locked ledger of one spool.
@@ -305,7 +306,7 @@ func appendInStream(ss *spool.Session, led *Ledger, rec *event.Record) (uint64, 
 
 // ledgerDir is the ledger directory of a spool. It is a sibling tree of
 // the session records, so no session id can name a ledger file.
-func (s Store) ledgerDir(spoolDir string) string {
+func (s StateDir) ledgerDir(spoolDir string) string {
 	sum := sha256.Sum256([]byte(spoolDir))
 	return filepath.Join(s.Dir, ledgerRoot, hex.EncodeToString(sum[:8]))
 }
@@ -313,7 +314,7 @@ func (s Store) ledgerDir(spoolDir string) string {
 // OpenLedger locks and reads the ledger of spoolDir, creating it when
 // missing. Callers that also hold the spool lock take it first. Close
 // releases the lock.
-func (s Store) OpenLedger(spoolDir string) (*Ledger, error) {
+func (s StateDir) OpenLedger(spoolDir string) (*Ledger, error) {
 	dir := s.ledgerDir(spoolDir)
 	if err := fsutil.MkdirPrivate(dir); err != nil {
 		return nil, err

@@ -95,7 +95,7 @@ func TestPhaseFingerprint(t *testing.T) {
 }
 
 func TestLedgerClaimsAndSequences(t *testing.T) {
-	store := Store{Dir: filepath.Join(t.TempDir(), "cfg")}
+	store := StateDir{Dir: filepath.Join(t.TempDir(), "cfg")}
 	spoolDir := "/abs/spool"
 	open := func() *Ledger {
 		t.Helper()
@@ -238,7 +238,7 @@ func TestLedgerAfterReboot(t *testing.T) {
 	if bootID() == "" {
 		t.Skip("no kernel boot id here")
 	}
-	store := Store{Dir: filepath.Join(t.TempDir(), "cfg")}
+	store := StateDir{Dir: filepath.Join(t.TempDir(), "cfg")}
 	tA := Target{WorkID: "wrk_a", Generation: 1, Session: "default"}
 	reserve := func() uint64 {
 		t.Helper()

@@ -78,7 +78,7 @@ func lossReason(err error) string {
 // session record's, as an intake record would have carried it), so that
 // the gap publishLost makes of it reaches the Hub under that target over
 // sequences reserved then; unassociated otherwise.
-func (s Store) noteLostAtReceipt(spoolDir string, rec *event.Record, observed string, atReceipt *receiptTarget, reason, detail string, at time.Time) error {
+func (s StateDir) noteLostAtReceipt(spoolDir string, rec *event.Record, observed string, atReceipt *receiptTarget, reason, detail string, at time.Time) error {
 	t, ok := atReceipt.target()
 	return noteLost(s.ledgerDir(spoolDir), rec, observed, t, ok, reason, detail, at)
 }

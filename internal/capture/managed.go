@@ -22,6 +22,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/agentscm/agentscm/internal/action"
+	"github.com/agentscm/agentscm/internal/binding"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -85,16 +87,6 @@ func shellWord(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
-// RecipeByID returns the binding's registered recipe id.
-func (b *Binding) RecipeByID(id string) (Recipe, bool) {
-	for _, r := range b.Recipes {
-		if r.ID == id {
-			return r, true
-		}
-	}
-	return Recipe{}, false
-}
-
 // commandDigest identifies an exact command string without retaining it.
 func commandDigest(cmd string) string {
 	sum := sha256.Sum256([]byte("agentscm-command-v1\x00" + cmd))
@@ -118,22 +110,22 @@ func bashCommandDigest(p *claude.Payload) string {
 
 // managedRecipe returns the registered recipe whose exact runner command
 // has digest d: only a Bash call, only a binding with a runner.
-func managedRecipe(bd *Binding, tool, d string) (Recipe, bool) {
+func managedRecipe(bd *binding.Binding, tool, d string) (binding.Recipe, bool) {
 	if bd == nil || tool != "Bash" || d == "" || bd.Runner == "" {
-		return Recipe{}, false
+		return binding.Recipe{}, false
 	}
 	for _, r := range bd.Recipes {
 		if commandDigest(RunnerCommand(bd.Runner, r.ID)) == d {
 			return r, true
 		}
 	}
-	return Recipe{}, false
+	return binding.Recipe{}, false
 }
 
 // RecipeGuidance is the SessionStart guidance of a binding with registered
 // recipes: each recipe's exact absolute runner command, at most
 // MaxGuidanceBytes. It is empty when no recipe is registered.
-func RecipeGuidance(bd *Binding) (string, error) {
+func RecipeGuidance(bd *binding.Binding) (string, error) {
 	if bd == nil || len(bd.Recipes) == 0 || bd.Runner == "" {
 		return "", nil
 	}
@@ -143,7 +135,7 @@ func RecipeGuidance(bd *Binding) (string, error) {
 	var b strings.Builder
 	b.WriteString("AgentSCM managed recipes are registered for this repository (" + bd.Root + ").\n")
 	b.WriteString("To run one as a verification, use the Bash tool with exactly this command from the repository root, alone: no prefix, suffix, pipe, redirection or other command.\n")
-	ids := make([]Recipe, len(bd.Recipes))
+	ids := make([]binding.Recipe, len(bd.Recipes))
 	copy(ids, bd.Recipes)
 	sort.Slice(ids, func(i, j int) bool { return ids[i].ID < ids[j].ID })
 	for _, r := range ids {
@@ -160,7 +152,7 @@ func RecipeGuidance(bd *Binding) (string, error) {
 // payload: Claude Code's hookSpecificOutput with the recipe guidance as
 // additional context, only for a SessionStart whose cwd an enabled binding
 // with registered recipes covers. It is empty (nothing printed) otherwise.
-func SessionStartOutput(store Store, payload []byte) ([]byte, error) {
+func SessionStartOutput(store StateDir, payload []byte) ([]byte, error) {
 	if len(payload) == 0 || len(payload) > claude.MaxPayloadBytes || !strings.Contains(string(payload), "SessionStart") {
 		return nil, nil
 	}
@@ -168,17 +160,12 @@ func SessionStartOutput(store Store, payload []byte) ([]byte, error) {
 	if err != nil || p.HookEventName != "SessionStart" {
 		return nil, nil
 	}
-	cfg, err := store.Load()
+	cfg, err := store.Bindings().Load()
 	if err != nil {
 		return nil, err
 	}
 	cwd := filepath.Clean(p.Cwd)
-	bd := cfg.ForPath(cwd)
-	if bd == nil {
-		if real, err := filepath.EvalSymlinks(cwd); err == nil {
-			bd = cfg.ForPath(real)
-		}
-	}
+	bd := cfg.Lookup(cwd)
 	text, err := RecipeGuidance(bd)
 	if err != nil || text == "" {
 		return nil, err
@@ -222,7 +209,7 @@ var ErrManagedConflict = errors.New("managed occurrence conflict")
 func (a actionReceipts) managedDir() string { return filepath.Join(a.dir, managedDir) }
 
 // recordManaged handles a lifecycle record of the exact runner command.
-func recordManaged(e actionEnv, rs actionReceipts, r Recipe) (string, error) {
+func recordManaged(e actionEnv, rs actionReceipts, r binding.Recipe) (string, error) {
 	rec := e.rec
 	if rec.ToolUseID == "" {
 		return ActionNoToolUseID, nil
@@ -304,14 +291,14 @@ func readMarker(path, spoolID string) (*ManagedPre, error) {
 // ManagedSpool is the runner's access to a binding's spool: markers,
 // receipts and the durable appends of its verification action.
 type ManagedSpool struct {
-	store Store
-	bd    *Binding
+	store StateDir
+	bd    *binding.Binding
 	sp    *spool.Spool
 	rs    actionReceipts
 }
 
 // OpenManaged opens the spool of bd for the managed runner.
-func (s Store) OpenManaged(bd *Binding) (*ManagedSpool, error) {
+func (s StateDir) OpenManaged(bd *binding.Binding) (*ManagedSpool, error) {
 	sp, err := s.openHookSpool(bd.Spool)
 	if err != nil {
 		return nil, err
@@ -549,10 +536,10 @@ type managedPost struct {
 // PreToolUse (target, order, time) and the binding's Bash rule (execution,
 // unknown/unverified without one); the verification is unknown and the
 // source was not captured, so drift is unknown.
-func genericTerminal(bd *Binding, scope string, mk *ManagedPre, post managedPost, now time.Time) (start, finish *event.Record) {
+func genericTerminal(bd *binding.Binding, scope string, mk *ManagedPre, post managedPost, now time.Time) (start, finish *event.Record) {
 	rule, ok := ruleFor(bd, "Bash")
 	if !ok {
-		rule = ActionRule{Tool: "Bash", Kind: "execution", Coverage: "unknown", ResultSource: "unverified"}
+		rule = action.Rule{Tool: "Bash", Kind: "execution", Coverage: "unknown", ResultSource: "unverified"}
 	}
 	act := event.Action{ID: mk.ActionID, Class: rule.Kind, Coverage: rule.Coverage, ResultSource: rule.ResultSource,
 		SetupDigest: bd.SetupDigest, ObservationScope: scope, ObservationOrder: int64(mk.PreSeq), StartedAt: mk.ObservedAt.Truncate(time.Second)}

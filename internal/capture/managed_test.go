@@ -2,6 +2,7 @@ package capture
 
 import (
 	"encoding/json"
+	"github.com/agentscm/agentscm/internal/binding"
 	"strings"
 	"testing"
 
@@ -12,11 +13,11 @@ import (
 // registered recipe's runner matches; prefixes, suffixes, other shell
 // commands, other tools and a binding without a runner do not.
 func TestManagedRecipeExactCommand(t *testing.T) {
-	r, err := ParseRecipe([]byte(`{"id":"unit-test","argv":["/usr/bin/true"],"coverage":"complete","timeout_seconds":5,"max_output_bytes":10}`))
+	r, err := binding.ParseRecipe([]byte(`{"id":"unit-test","argv":["/usr/bin/true"],"coverage":"complete","timeout_seconds":5,"max_output_bytes":10}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	bd := &Binding{Root: "/repo", Recipes: []Recipe{r}, Runner: "/opt/agent scm/agentscm"}
+	bd := &binding.Binding{Root: "/repo", Recipes: []binding.Recipe{r}, Runner: "/opt/agent scm/agentscm"}
 	exact := RunnerCommand(bd.Runner, "unit-test")
 	if exact != `'/opt/agent scm/agentscm' change-capture run-recipe --id unit-test` {
 		t.Fatalf("runner command %q", exact)
@@ -29,7 +30,7 @@ func TestManagedRecipeExactCommand(t *testing.T) {
 		name string
 		tool string
 		in   json.RawMessage
-		bd   *Binding
+		bd   *binding.Binding
 		want bool
 	}{
 		{"exact", "Bash", input(exact), bd, true},
@@ -40,8 +41,8 @@ func TestManagedRecipeExactCommand(t *testing.T) {
 		{"other id", "Bash", input(RunnerCommand(bd.Runner, "other")), bd, false},
 		{"other tool", "PowerShell", input(exact), bd, false},
 		{"not a string", "Bash", input([]string{exact}), bd, false},
-		{"no runner", "Bash", input(exact), &Binding{Recipes: bd.Recipes}, false},
-		{"no recipes", "Bash", input(exact), &Binding{Runner: bd.Runner}, false},
+		{"no runner", "Bash", input(exact), &binding.Binding{Recipes: bd.Recipes}, false},
+		{"no recipes", "Bash", input(exact), &binding.Binding{Runner: bd.Runner}, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -56,18 +57,18 @@ func TestManagedRecipeExactCommand(t *testing.T) {
 // TestRecipeGuidanceBound: the guidance is refused, not truncated, past
 // its bound, and a relative runner gives none.
 func TestRecipeGuidanceBound(t *testing.T) {
-	var rs []Recipe
-	for i := range MaxRecipes {
-		r, _ := ParseRecipe([]byte(`{"id":"r` + strings.Repeat("x", 100) + string(rune('a'+i)) + `","argv":["/usr/bin/true"],"coverage":"complete","timeout_seconds":5,"max_output_bytes":10}`))
+	var rs []binding.Recipe
+	for i := range binding.MaxRecipes {
+		r, _ := binding.ParseRecipe([]byte(`{"id":"r` + strings.Repeat("x", 100) + string(rune('a'+i)) + `","argv":["/usr/bin/true"],"coverage":"complete","timeout_seconds":5,"max_output_bytes":10}`))
 		rs = append(rs, r)
 	}
-	if g, err := RecipeGuidance(&Binding{Root: "/repo", Recipes: rs, Runner: "/" + strings.Repeat("p", 1000)}); err == nil || g != "" {
+	if g, err := RecipeGuidance(&binding.Binding{Root: "/repo", Recipes: rs, Runner: "/" + strings.Repeat("p", 1000)}); err == nil || g != "" {
 		t.Fatalf("an oversized guidance: %d bytes, %v", len(g), err)
 	}
-	if g, err := RecipeGuidance(&Binding{Root: "/repo", Recipes: rs[:1], Runner: "agentscm"}); err == nil || g != "" {
+	if g, err := RecipeGuidance(&binding.Binding{Root: "/repo", Recipes: rs[:1], Runner: "agentscm"}); err == nil || g != "" {
 		t.Fatalf("a relative runner: %q, %v", g, err)
 	}
-	if g, err := RecipeGuidance(&Binding{Root: "/repo", Recipes: rs, Runner: "/usr/bin/agentscm"}); err != nil || len(g) > MaxGuidanceBytes {
+	if g, err := RecipeGuidance(&binding.Binding{Root: "/repo", Recipes: rs, Runner: "/usr/bin/agentscm"}); err != nil || len(g) > MaxGuidanceBytes {
 		t.Fatalf("16 recipes: %d bytes, %v", len(g), err)
 	}
 }

@@ -1,6 +1,7 @@
 package capture
 
 import (
+	"github.com/agentscm/agentscm/internal/binding"
 	"os"
 	"path/filepath"
 	"testing"
@@ -30,10 +31,10 @@ func TestObserveStartMatchesObserve(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			b := &Binding{Spool: filepath.Join(dir, "spool"), CaptureMode: tc.mode}
-			serial, deferred := Store{Dir: filepath.Join(dir, "serial")}, Store{Dir: filepath.Join(dir, "deferred")}
+			b := &binding.Binding{Spool: filepath.Join(dir, "spool"), CaptureMode: tc.mode}
+			serial, deferred := StateDir{Dir: filepath.Join(dir, "serial")}, StateDir{Dir: filepath.Join(dir, "deferred")}
 			if tc.existing {
-				for _, s := range []Store{serial, deferred} {
+				for _, s := range []StateDir{serial, deferred} {
 					if _, err := s.Observe(b, "sess", "UserPromptSubmit", ""); err != nil {
 						t.Fatal(err)
 					}

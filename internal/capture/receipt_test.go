@@ -3,6 +3,7 @@ package capture
 import (
 	"encoding/json"
 	"errors"
+	"github.com/agentscm/agentscm/internal/binding"
 	"path/filepath"
 	"testing"
 
@@ -18,9 +19,9 @@ import (
 // record.
 func TestSessionRecordKeepsTargetAtReceipt(t *testing.T) {
 	dir := t.TempDir()
-	s := Store{Dir: filepath.Join(dir, "config")}
-	b := &Binding{Root: filepath.Join(dir, "repo"), Spool: filepath.Join(dir, "spool"), CaptureMode: event.ModeMetadataOnly, Enabled: true}
-	if err := s.Update(func(c *Config) (bool, error) { c.Bindings = append(c.Bindings, *b); return true, nil }); err != nil {
+	s := StateDir{Dir: filepath.Join(dir, "config")}
+	b := &binding.Binding{Root: filepath.Join(dir, "repo"), Spool: filepath.Join(dir, "spool"), CaptureMode: event.ModeMetadataOnly, Enabled: true}
+	if err := s.Bindings().Update(func(c *binding.Config) (bool, error) { c.Bindings = append(c.Bindings, *b); return true, nil }); err != nil {
 		t.Fatal(err)
 	}
 	gen1 := Target{WorkID: "wrk_1", Generation: 1, Session: "default"}
@@ -148,7 +149,7 @@ func TestReceiptTargetAt(t *testing.T) {
 // A deferred route copies the target the caller names (the one at
 // receipt) over the session's last exact target.
 func TestRouteForCopiesTargetAtReceipt(t *testing.T) {
-	s := Store{Dir: t.TempDir()}
+	s := StateDir{Dir: t.TempDir()}
 	led, err := s.OpenLedger(filepath.Join(t.TempDir(), "spool"))
 	if err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package capture
 
 import (
 	"fmt"
+	"github.com/agentscm/agentscm/internal/binding"
 	"path/filepath"
 	"time"
 
@@ -28,22 +29,6 @@ func (e *RefusedError) Error() string {
 	return fmt.Sprintf("the Hub refused the envelope (%s): %s", e.Reason, e.Message)
 }
 
-// Refusal is a permanently refused envelope as the capture ledger records
-// it: listed by change-capture status, and made visible on the Hub by a
-// capture_interrupted gap (reason hub_refused:<reason>) over the refused
-// record's place in its stream.
-type Refusal struct {
-	SpoolSeq uint64     `json:"spool_seq"`
-	Digest   string     `json:"digest"`
-	Kind     event.Kind `json:"kind"`
-	Session  string     `json:"session,omitempty"`
-	Reason   string     `json:"reason"`
-	Detail   string     `json:"detail,omitempty"`
-	At       time.Time  `json:"at"`
-	// Gap is true when a hub_refused gap record was appended for it.
-	Gap bool `json:"gap"`
-}
-
 // maxRefusals bounds the refusals a ledger lists; beyond it the oldest
 // are counted in RefusalsOmitted (their gaps were appended when first seen).
 const maxRefusals = 256
@@ -63,7 +48,7 @@ func (l *Ledger) refused(seq uint64, digest string) bool {
 }
 
 // recordRefusal keeps r in the bounded refusal list.
-func (l *Ledger) recordRefusal(r Refusal) {
+func (l *Ledger) recordRefusal(r binding.Refusal) {
 	if len(l.st.Refusals) >= maxRefusals {
 		l.st.Refusals = l.st.Refusals[1:]
 		l.st.RefusalsOmitted++
@@ -83,7 +68,7 @@ func handleRefusal(ss *spool.Session, led *Ledger, env *spool.Envelope, re *Refu
 		return nil
 	}
 	r := env.Record
-	ref := Refusal{SpoolSeq: r.Seq, Digest: env.Digest, Kind: r.Kind, Session: r.SessionID, Reason: re.Reason, Detail: re.Message, At: now.UTC()}
+	ref := binding.Refusal{SpoolSeq: r.Seq, Digest: env.Digest, Kind: r.Kind, Session: r.SessionID, Reason: re.Reason, Detail: re.Message, At: now.UTC()}
 	if len(ref.Detail) > 300 {
 		ref.Detail = ref.Detail[:300]
 	}
@@ -120,18 +105,11 @@ func handleRefusal(ss *spool.Session, led *Ledger, env *spool.Envelope, re *Refu
 	return led.Flush()
 }
 
-// RefusalReport is what a spool's ledger lists of refused envelopes.
-type RefusalReport struct {
-	Total    int       `json:"total"`
-	Omitted  int64     `json:"omitted"`
-	Refusals []Refusal `json:"refusals"`
-}
-
 // Refusals reads, without taking the ledger lock, the refused envelopes
 // recorded for spoolDir (the newest same-boot copy, else the durable one).
 // A spool without a ledger has none.
-func (s Store) Refusals(spoolDir string) (RefusalReport, error) {
-	rep := RefusalReport{Refusals: []Refusal{}}
+func (s StateDir) Refusals(spoolDir string) (binding.RefusalReport, error) {
+	rep := binding.RefusalReport{Refusals: []binding.Refusal{}}
 	dir := s.ledgerDir(spoolDir)
 	var st ledgerState
 	found := false

@@ -89,7 +89,7 @@ func writeRetries(dir string, r *RefusalRetries) error {
 
 // RefusalRetries reads, without the ledger lock, the retry state of
 // spoolDir's refused envelopes (change-capture status and inspect).
-func (s Store) RefusalRetries(spoolDir string) RefusalRetries {
+func (s StateDir) RefusalRetries(spoolDir string) RefusalRetries {
 	return readRetries(s.ledgerDir(spoolDir))
 }
 

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/agentscm/agentscm/internal/binding"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -49,7 +50,7 @@ const workEpochName = "current work"
 
 // workEpoch returns the spool's current-work epoch: "" before any change
 // was noted, "?" when it cannot be read (which no record's epoch matches).
-func (s Store) workEpoch(spoolDir string) string {
+func (s StateDir) workEpoch(spoolDir string) string {
 	sum := sha256.Sum256([]byte(spoolDir))
 	b, err := fsutil.ReadFileNoFollow(filepath.Join(s.Dir, sessionsDir, hex.EncodeToString(sum[:8]), workEpochName), 64)
 	switch {
@@ -68,8 +69,8 @@ func (s Store) workEpoch(spoolDir string) string {
 // receipt (admission resolves those events) until a lock holder resolves
 // each session again. It writes a new random epoch for every binding of
 // root, enabled or not.
-func (s Store) NoteWorkChanged(root string) error {
-	cfg, err := s.Load()
+func (s StateDir) NoteWorkChanged(root string) error {
+	cfg, err := s.Bindings().Load()
 	if err != nil {
 		return err
 	}
@@ -132,7 +133,7 @@ type Observation struct {
 
 // sessionPath returns the record of one native session of a spool. Session
 // ids were validated by the adapter; a path separator is still refused.
-func (s Store) sessionPath(spoolDir, session string) (string, bool) {
+func (s StateDir) sessionPath(spoolDir, session string) (string, bool) {
 	if session == "" || strings.ContainsAny(session, `/\`) || session == "." || session == ".." {
 		return "", false
 	}
@@ -147,7 +148,7 @@ func (s Store) sessionPath(spoolDir, session string) (string, bool) {
 // binding's current one, except that a session which did not start shared
 // never starts sharing mid-session: its bodies stay local until the next
 // session. Lowering the mode applies at once.
-func (s Store) Observe(b *Binding, session, hookEvent, source string) (Observation, error) {
+func (s StateDir) Observe(b *binding.Binding, session, hookEvent, source string) (Observation, error) {
 	obs := Observation{Mode: b.CaptureMode}
 	p, ok := s.sessionPath(b.Spool, session)
 	if !ok {
@@ -202,7 +203,7 @@ func (s Store) Observe(b *Binding, session, hookEvent, source string) (Observati
 // durably, and never creates a record (Observe decides what a new one
 // says). Callers hold the spool lock, which serialises the writers;
 // readers see the old or the new record whole.
-func (s Store) rememberTarget(b *Binding, session string, t Target) error {
+func (s StateDir) rememberTarget(b *binding.Binding, session string, t Target) error {
 	p, ok := s.sessionPath(b.Spool, session)
 	if !ok {
 		return nil
@@ -242,7 +243,7 @@ func (s Store) rememberTarget(b *Binding, session string, t Target) error {
 // wins), so it returns the observation and the record's durable write as
 // write, for the caller to run beside the event's own intake write. In
 // every other case it is Observe, and write is nil.
-func (s Store) observeStart(b *Binding, session, hookEvent, source string) (obs Observation, write func() error, err error) {
+func (s StateDir) observeStart(b *binding.Binding, session, hookEvent, source string) (obs Observation, write func() error, err error) {
 	p, ok := s.sessionPath(b.Spool, session)
 	if !ok || hookEvent != "SessionStart" || source != "startup" || b.CaptureMode == event.ModeSharedConversation {
 		obs, err = s.Observe(b, session, hookEvent, source)
@@ -285,8 +286,8 @@ type Sharing struct {
 // session whose start was not observed under shared-conversation mode keeps
 // its bodies local ("a session keeps the mode it started under for
 // sharing"), as does a binding saved for another repository or Hub.
-func (s Store) ConversationSharing(root, session, hub, repository string) (Sharing, error) {
-	cfg, err := s.Load()
+func (s StateDir) ConversationSharing(root, session, hub, repository string) (Sharing, error) {
+	cfg, err := s.Bindings().Load()
 	if err != nil {
 		return Sharing{Mode: event.ModeMetadataOnly, Reason: "the capture config cannot be read"}, err
 	}
@@ -300,7 +301,7 @@ func (s Store) ConversationSharing(root, session, hub, repository string) (Shari
 		return sh, nil
 	}
 	if b.Hub != "" && hub != "" && (b.Hub != hub || b.Repository != repository) {
-		sh.Reason = "the capture binding was saved for " + describeLineage(b.lineage()) + ", not " + describeLineage(Lineage{Hub: hub, Repository: repository})
+		sh.Reason = "the capture binding was saved for " + binding.DescribeLineage(b.Lineage()) + ", not " + binding.DescribeLineage(binding.Lineage{Hub: hub, Repository: repository})
 		return sh, nil
 	}
 	p, ok := s.sessionPath(b.Spool, session)

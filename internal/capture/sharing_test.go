@@ -1,6 +1,7 @@
 package capture
 
 import (
+	"github.com/agentscm/agentscm/internal/binding"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -35,11 +36,11 @@ func TestConversationSharing(t *testing.T) {
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			s := Store{Dir: filepath.Join(dir, "cfg", tc.name)}
+			s := StateDir{Dir: filepath.Join(dir, "cfg", tc.name)}
 			spool := filepath.Join(dir, "spool", tc.name)
 			if tc.mode != "" {
-				err := s.Update(func(c *Config) (bool, error) {
-					c.Bindings = append(c.Bindings, Binding{Root: root, Spool: spool, CaptureMode: tc.mode, Enabled: tc.enabled, Hub: "https://hub", Repository: "proj"})
+				err := s.Bindings().Update(func(c *binding.Config) (bool, error) {
+					c.Bindings = append(c.Bindings, binding.Binding{Root: root, Spool: spool, CaptureMode: tc.mode, Enabled: tc.enabled, Hub: "https://hub", Repository: "proj"})
 					return true, nil
 				})
 				if err != nil {
@@ -47,7 +48,7 @@ func TestConversationSharing(t *testing.T) {
 				}
 			}
 			if tc.started != "" {
-				if _, err := s.Observe(&Binding{Spool: spool, CaptureMode: tc.started}, "sess", "SessionStart", "startup"); err != nil {
+				if _, err := s.Observe(&binding.Binding{Spool: spool, CaptureMode: tc.started}, "sess", "SessionStart", "startup"); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -2,6 +2,7 @@ package capture
 
 import (
 	"context"
+	"github.com/agentscm/agentscm/internal/binding"
 	"os"
 	"path/filepath"
 	"slices"
@@ -21,16 +22,16 @@ func TestConfigureBaseRef(t *testing.T) {
 	f := newFixture(t)
 	git(t, f.root, "init", "-q", "-b", "main")
 	git(t, f.root, "commit", "-q", "--allow-empty", "-m", "one")
-	o := ConfigureOptions{Root: f.root, Spool: f.spool, Executable: f.exe, Now: time.Now(), BaseRef: "origin/nope"}
-	_, err := Configure(context.Background(), f.store, f.conns, o)
+	o := binding.ConfigureOptions{Root: f.root, Spool: f.spool, Executable: f.exe, Now: time.Now(), BaseRef: "origin/nope"}
+	_, err := binding.Configure(context.Background(), f.store, f.conns, o)
 	if err == nil || !strings.Contains(err.Error(), `--base-ref: base ref "origin/nope" does not resolve to a commit`) {
 		t.Fatalf("an unresolved base ref: %v", err)
 	}
-	if c, err := f.store.Load(); err != nil || len(c.Bindings) != 0 {
+	if c, err := f.store.Bindings().Load(); err != nil || len(c.Bindings) != 0 {
 		t.Fatalf("a refused configure saved a binding: %+v %v", c, err)
 	}
 	o.BaseRef = "main"
-	res, err := Configure(context.Background(), f.store, f.conns, o)
+	res, err := binding.Configure(context.Background(), f.store, f.conns, o)
 	if err != nil || res.BaseRef != "main" {
 		t.Fatalf("%+v %v", res, err)
 	}

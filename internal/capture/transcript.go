@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/agentscm/agentscm/internal/binding"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -40,7 +41,7 @@ var transcriptEvents = map[string]bool{
 	"SessionStart": true, "Stop": true, "SubagentStop": true, "PreCompact": true, "SessionEnd": true,
 }
 
-func (s Store) transcriptStatePath(spoolDir, session string) (string, bool) {
+func (s StateDir) transcriptStatePath(spoolDir, session string) (string, bool) {
 	if !transcript.ValidSession(session) {
 		return "", false
 	}
@@ -48,7 +49,7 @@ func (s Store) transcriptStatePath(spoolDir, session string) (string, bool) {
 	return filepath.Join(s.Dir, transcriptsDir, hex.EncodeToString(sum[:8]), session+".json"), true
 }
 
-func (s Store) loadTranscriptState(path string) (transcriptState, error) {
+func (s StateDir) loadTranscriptState(path string) (transcriptState, error) {
 	var st transcriptState
 	b, err := fsutil.ReadFileNoFollow(path, maxTranscriptState)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -66,7 +67,7 @@ func (s Store) loadTranscriptState(path string) (transcriptState, error) {
 	return st, nil
 }
 
-func (s Store) saveTranscriptState(path string, st transcriptState) error {
+func (s StateDir) saveTranscriptState(path string, st transcriptState) error {
 	if err := fsutil.MkdirPrivate(filepath.Dir(path)); err != nil {
 		return err
 	}
@@ -103,7 +104,7 @@ func retainSetup(statePath string, raw []byte) error {
 
 // intakeSetup is retainSetup for a hook whose event goes into the intake:
 // the admission has no raw payload, so the hook writes the artifact itself.
-func (s Store) intakeSetup(bd *Binding, session string, raw []byte) error {
+func (s StateDir) intakeSetup(bd *binding.Binding, session string, raw []byte) error {
 	path, ok := s.transcriptStatePath(bd.Spool, session)
 	if !ok {
 		return nil
@@ -120,7 +121,7 @@ func (s Store) intakeSetup(bd *Binding, session string, raw []byte) error {
 // saved only after the records are durably appended: a crash in between
 // re-reads them, and their provider identities make the replay a
 // duplicate. It returns how many records it appended.
-func (s Store) TranscriptStep(ss *spool.Session, bd *Binding, raw []byte, p *claude.Payload, t Target, mode string, now time.Time) (int, error) {
+func (s StateDir) TranscriptStep(ss *spool.Session, bd *binding.Binding, raw []byte, p *claude.Payload, t Target, mode string, now time.Time) (int, error) {
 	path, ok := s.transcriptStatePath(bd.Spool, p.SessionID)
 	if !ok {
 		return 0, nil

@@ -3,6 +3,7 @@ package capture
 import (
 	"context"
 	"fmt"
+	"github.com/agentscm/agentscm/internal/binding"
 	"os"
 	"path/filepath"
 	"strings"
@@ -40,7 +41,7 @@ func turn(session string, n int) string {
 // reference is one durable small-file write (fsutil.WriteAtomic).
 func BenchmarkTranscriptStep(b *testing.B) {
 	const session = "11111111-2222-3333-4444-555555555555"
-	setup := func(b *testing.B) (Store, *Binding, *spool.Session, string) {
+	setup := func(b *testing.B) (StateDir, *binding.Binding, *spool.Session, string) {
 		dir := b.TempDir()
 		history := filepath.Join(dir, "projects")
 		os.MkdirAll(filepath.Join(history, "-repo"), 0o700)
@@ -53,10 +54,10 @@ func BenchmarkTranscriptStep(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.Cleanup(ss.Close)
-		bd := &Binding{Spool: filepath.Join(dir, "spool"), ClaudeHistoryRoot: history, CaptureMode: "metadata-only"}
+		bd := &binding.Binding{Spool: filepath.Join(dir, "spool"), ClaudeHistoryRoot: history, CaptureMode: "metadata-only"}
 		tr := filepath.Join(history, "-repo", session+".jsonl")
 		os.WriteFile(tr, []byte(turn(session, 0)), 0o600)
-		return Store{Dir: filepath.Join(dir, "cfg")}, bd, ss, tr
+		return StateDir{Dir: filepath.Join(dir, "cfg")}, bd, ss, tr
 	}
 	target := Target{WorkID: "wrk_1", Generation: 1, Session: "default"}
 	stop := &claude.Payload{SessionID: session, HookEventName: "Stop"}

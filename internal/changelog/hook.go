@@ -3,6 +3,7 @@ package changelog
 import (
 	"context"
 	"fmt"
+	"github.com/agentscm/agentscm/internal/binding/checkout"
 	"io"
 	"os"
 	"path/filepath"
@@ -169,12 +170,12 @@ func HandleClaudeHookWith(ctx context.Context, configDir string, in io.Reader, n
 // one hook pipeline, internal/hookrun, decodes once for the capture and the
 // changelog).
 func HandlePayload(ctx context.Context, configDir string, p *claude.Payload, now time.Time, opts HookOptions) (*HookResult, error) {
-	dir, root, ok := FindDir(configDir, p.Cwd)
-	if !ok {
-		if real, err := filepath.EvalSymlinks(p.Cwd); err == nil {
-			dir, root, ok = FindDir(configDir, real)
-		}
-	}
+	type found struct{ dir, root string }
+	f, ok := checkout.Lookup(p.Cwd, func(path string) (found, bool) {
+		dir, root, ok := FindDir(configDir, path)
+		return found{dir, root}, ok
+	})
+	dir, root := f.dir, f.root
 	if !ok {
 		return &HookResult{Ignored: true}, nil
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/agentscm/agentscm/internal/binding"
 	"os"
 	"path/filepath"
 	"time"
@@ -13,7 +14,6 @@ import (
 	"github.com/agentscm/agentscm/internal/agent/claude"
 	"github.com/agentscm/agentscm/internal/agent/codex"
 	"github.com/agentscm/agentscm/internal/agent/gemini"
-	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/changelog"
 	"github.com/agentscm/agentscm/internal/fsutil"
 	"github.com/agentscm/agentscm/internal/hookrun"
@@ -139,7 +139,7 @@ func runHookGemini(ctx context.Context, env *Env) int {
 // form it reads. It fails open.
 func runChangelogHookGemini(ctx context.Context, env *Env) int {
 	return runChangelogHookAs(ctx, env, adapter.Gemini{}, func(b []byte) (*claude.Payload, error) {
-		cfg, err := capture.ConfigDir(env.Getenv)
+		cfg, err := binding.ConfigDir(env.Getenv)
 		if err != nil {
 			return nil, err
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/agentscm/agentscm/internal/binding"
 	"time"
 
 	"github.com/agentscm/agentscm/internal/agent/adapter"
@@ -14,14 +15,14 @@ import (
 )
 
 // expectFlags are the consent flags: the repository and Hub the person saw.
-func expectLineage(repo, hub string) (*capture.Lineage, error) {
+func expectLineage(repo, hub string) (*binding.Lineage, error) {
 	if repo == "" && hub == "" {
 		return nil, nil
 	}
 	if repo == "" || hub == "" {
 		return nil, usagef("--expect-repository and --expect-hub go together")
 	}
-	return &capture.Lineage{Repository: repo, Hub: hub}, nil
+	return &binding.Lineage{Repository: repo, Hub: hub}, nil
 }
 
 func runEnable(ctx context.Context, env *Env, args []string) error {
@@ -58,7 +59,7 @@ this checkout".`)
 	expRepo := fs.String("expect-repository", "", "repository the person confirmed")
 	expHub := fs.String("expect-hub", "", "Hub the person confirmed")
 	var lim spool.Limits
-	var pol capture.PolicyChange
+	var pol binding.PolicyChange
 	fs.Int64Var(&lim.Records, "max-records", 0, fmt.Sprintf("spool record limit (default %d; raises an existing spool's)", spool.DefaultRecords))
 	fs.Int64Var(&lim.Bytes, "max-bytes", 0, fmt.Sprintf("spool total byte limit (default %d; raises an existing spool's)", spool.DefaultBytes))
 	fs.Int64Var(&lim.ArtifactBytes, "max-artifact-bytes", 0, fmt.Sprintf("spool per-artifact byte limit (default %d)", spool.DefaultArtifactBytes))
@@ -87,8 +88,8 @@ this checkout".`)
 		if _, err := adapter.For(agentName); err != nil {
 			return usagef("--agent: %v", err)
 		}
-	} else if canon, err := capture.CanonicalRoot(*root); err == nil {
-		if cur, err := store.Load(); err == nil && cur.Find(canon) == nil {
+	} else if canon, err := binding.CanonicalRoot(*root); err == nil {
+		if cur, err := store.Bindings().Load(); err == nil && cur.Find(canon) == nil {
 			agentName = detectAgent(env, canon)
 		}
 	}
@@ -97,7 +98,7 @@ this checkout".`)
 			return err
 		}
 	}
-	res, err := capture.EnableCapture(ctx, store, conns, capture.EnableOptions{
+	res, err := binding.EnableCapture(ctx, store, conns, binding.EnableOptions{
 		Root: *root, Mode: *mode, Expect: expect, ConfigDir: store.Dir, Executable: env.Executable, Now: env.Now(),
 		Limits: lim, Compaction: pol, Agent: agentName,
 	})
@@ -117,7 +118,7 @@ this checkout".`)
 // connectLocalIfMissing connects root to the embedded local Hub, as
 // 'client setup --local' does, unless it already has a connection.
 func connectLocalIfMissing(ctx context.Context, env *Env, dir, rootFlag string) error {
-	root, err := capture.CanonicalRoot(rootFlag)
+	root, err := binding.CanonicalRoot(rootFlag)
 	if err != nil {
 		return err
 	}
@@ -164,7 +165,7 @@ connection to the repository and Hub the binding was saved for.`)
 	if err != nil {
 		return err
 	}
-	res, err := capture.SetCaptureMode(ctx, store, conns, *root, *mode, expect)
+	res, err := binding.SetCaptureMode(ctx, store, conns, *root, *mode, expect)
 	if err != nil {
 		return err
 	}
@@ -182,7 +183,7 @@ connection to the repository and Hub the binding was saved for.`)
 // statusOut is one checkout of change-capture status: its setting and,
 // when it is bound, what its spool holds.
 type statusOut struct {
-	capture.Setting
+	binding.Setting
 	SpoolStatus *capture.SpoolSummary `json:"spool_status,omitempty"`
 	// SpoolError says why the spool could not be read.
 	SpoolError string `json:"spool_error,omitempty"`
@@ -208,17 +209,17 @@ is visible.`)
 	if err != nil {
 		return err
 	}
-	var list []capture.Setting
+	var list []binding.Setting
 	if *root != "" {
-		s, err := capture.CaptureSetting(store, conns, *root)
+		s, err := binding.CaptureSetting(store, conns, *root)
 		if err != nil {
 			return err
 		}
-		list = []capture.Setting{*s}
-	} else if list, err = capture.Settings(store, conns); err != nil {
+		list = []binding.Setting{*s}
+	} else if list, err = binding.Settings(store, conns); err != nil {
 		return err
 	}
-	cfg, err := store.Load()
+	cfg, err := store.Bindings().Load()
 	if err != nil {
 		return err
 	}
@@ -331,7 +332,7 @@ absolute path it was saved with. The next enable creates a new spool.`)
 	if err != nil {
 		return err
 	}
-	res, err := capture.Forget(ctx, store, *root)
+	res, err := binding.Forget(ctx, store, *root)
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/agentscm/agentscm/internal/binding"
 	"io"
 	"strings"
 	"time"
@@ -84,12 +85,12 @@ the tool call (PostToolUse, PostToolUseFailure) or keeps its turn marker
 deliverer: one process per event, still at most one warning line.
 `
 
-func configStore(env *Env) (capture.Store, error) {
-	dir, err := capture.ConfigDir(env.Getenv)
+func configStore(env *Env) (capture.StateDir, error) {
+	dir, err := binding.ConfigDir(env.Getenv)
 	if err != nil {
-		return capture.Store{}, err
+		return capture.StateDir{}, err
 	}
-	return capture.Store{Dir: dir}, nil
+	return capture.StateDir{Dir: dir}, nil
 }
 
 // runHookClaude is the hook entry point: it always exits 0, and prints on
@@ -109,10 +110,10 @@ func runHookClaudeChangelog(ctx context.Context, env *Env) int {
 
 func oneLine(s string) string { return hookrun.OneLine(s) }
 
-func captureDeps(env *Env) (capture.Store, delivery.Connections, error) {
+func captureDeps(env *Env) (capture.StateDir, delivery.Connections, error) {
 	store, err := configStore(env)
 	if err != nil {
-		return capture.Store{}, delivery.Connections{}, err
+		return capture.StateDir{}, delivery.Connections{}, err
 	}
 	return store, delivery.Connections{ConfigDir: store.Dir}, nil
 }
@@ -158,7 +159,7 @@ artifacts and the replay index are never removed). --no-auto-compact turns
 it off; without either flag a re-run keeps the current choice. Without a
 client connection it fails with "no client connection for this checkout"
 and changes nothing.`)
-	var o capture.ConfigureOptions
+	var o binding.ConfigureOptions
 	var rules, recipes multiFlag
 	fs.StringVar(&o.Root, "root", "", rootHelp+"; it must exist")
 	fs.StringVar(&o.Spool, "spool", "", "path of the private spool directory (created when missing)")
@@ -188,7 +189,7 @@ and changes nothing.`)
 		return usagef("--auto-compact and --no-auto-compact exclude each other")
 	}
 	// Bad values are bad usage (exit 2), refused before anything is read.
-	if _, err := capture.ParseActionRules(rules); err != nil {
+	if _, err := binding.ParseActionRules(rules); err != nil {
 		return usagef("%v", err)
 	}
 	if o.SetupDigest != "" && !api.IsDigest(o.SetupDigest) {
@@ -200,7 +201,7 @@ and changes nothing.`)
 	if err != nil {
 		return err
 	}
-	res, err := capture.Configure(ctx, store, conns, o)
+	res, err := binding.Configure(ctx, store, conns, o)
 	if err != nil {
 		return err
 	}
@@ -212,12 +213,12 @@ and changes nothing.`)
 }
 
 // compactionFlags registers --auto-compact and --no-auto-compact.
-func compactionFlags(fs *flag.FlagSet, c *capture.PolicyChange) {
+func compactionFlags(fs *flag.FlagSet, c *binding.PolicyChange) {
 	fs.IntVar(&c.Set, "auto-compact", 0, "record automatic compaction of acknowledged history when usage reaches PERCENT (1-95) of a limit")
 	fs.BoolVar(&c.Clear, "no-auto-compact", false, "turn automatic compaction off (compact by hand with change-capture compact)")
 }
 
-func printConfigure(env *Env, title string, res *capture.ConfigureResult) {
+func printConfigure(env *Env, title string, res *binding.ConfigureResult) {
 	w := env.Stdout
 	fmt.Fprintf(w, "%s for %s\n", title, res.Root)
 	fmt.Fprintf(w, "  capture mode:  %s\n  spool:         %s\n  hub:           %s\n  repository:    %s\n  worktree id:   %s\n",
@@ -260,7 +261,7 @@ kept; nothing captured is deleted.`)
 	if err != nil {
 		return err
 	}
-	res, err := capture.Unconfigure(ctx, store, *root)
+	res, err := binding.Unconfigure(ctx, store, *root)
 	if err != nil {
 		return err
 	}
@@ -275,7 +276,7 @@ kept; nothing captured is deleted.`)
 }
 
 // unconfigureHooksLine says what happened to the hooks, and only that.
-func unconfigureHooksLine(res *capture.UnconfigureResult) string {
+func unconfigureHooksLine(res *binding.UnconfigureResult) string {
 	switch {
 	case res.HooksRemoved:
 		return "hooks removed from: " + res.ClaudeSettings

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/agentscm/agentscm/internal/binding"
 	"io/fs"
 	"path/filepath"
 	"strconv"
@@ -15,7 +16,6 @@ import (
 	"github.com/agentscm/agentscm/internal/agent/adapter"
 	"github.com/agentscm/agentscm/internal/agent/claude"
 	"github.com/agentscm/agentscm/internal/agent/codex"
-	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/changelog"
 	"github.com/agentscm/agentscm/internal/changelog/hubremote"
 	"github.com/agentscm/agentscm/internal/fsutil"
@@ -104,7 +104,7 @@ func (rf *rootFlags) register(fs *flag.FlagSet, extraRoots bool) {
 
 // roots resolves the capture roots from the flags.
 func (rf *rootFlags) roots() ([]changelog.Root, string, error) {
-	root, err := capture.CanonicalRoot(rf.root)
+	root, err := binding.CanonicalRoot(rf.root)
 	if err != nil {
 		return nil, "", usagef("%v", err)
 	}
@@ -126,7 +126,7 @@ func (rf *rootFlags) changelogDir(env *Env, root string) (string, error) {
 		}
 		return filepath.Clean(rf.dir), nil
 	}
-	cfg, err := capture.ConfigDir(env.Getenv)
+	cfg, err := binding.ConfigDir(env.Getenv)
 	if err != nil {
 		return "", err
 	}
@@ -413,7 +413,7 @@ position went, changelog status what the Hub holds.`)
 	if err != nil {
 		return err
 	}
-	cfg, err := capture.ConfigDir(env.Getenv)
+	cfg, err := binding.ConfigDir(env.Getenv)
 	if err != nil {
 		return err
 	}

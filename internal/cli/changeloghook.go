@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/agentscm/agentscm/internal/binding"
 	"os"
 	"path/filepath"
 	"strings"
@@ -97,7 +98,7 @@ turns ran beside it, and a rewind to such a position warns that their
 writes are mixed in.`)
 	var rf rootFlags
 	rf.register(fs, true)
-	settings := fs.String("claude-settings", capture.DefaultClaudeSettings, "Claude settings file for the hooks, relative to the root")
+	settings := fs.String("claude-settings", binding.DefaultClaudeSettings, "Claude settings file for the hooks, relative to the root")
 	fs.Bool("force", false, "no longer used: a running turn is never overridden (a turn whose agent process is gone is set aside by itself)")
 	parallel := fs.Bool("parallel-sessions", false, "let several sessions' turns run in this checkout at once (each position then names its session); =false: one session at a time again (the default)")
 	noTranscript := fs.Bool("no-transcript-root", false, "do not capture the checkout's Claude Code transcript directory (root claude-transcript)")
@@ -164,7 +165,7 @@ writes are mixed in.`)
 	if err := c.RecordBaseline(ctx); err != nil {
 		return fmt.Errorf("record the changelog's baseline: %w", err)
 	}
-	cfg, err := capture.ConfigDir(env.Getenv)
+	cfg, err := binding.ConfigDir(env.Getenv)
 	if err != nil {
 		return err
 	}
@@ -225,7 +226,7 @@ func uploadPlanFor(configDir, root string, roots []changelog.Root) uploadPlan {
 	}
 	// The mode decides per session; "" stands for a session that started
 	// under the binding's current mode.
-	sh, _ := capture.Store{Dir: configDir}.ConversationSharing(root, "", up.Hub, up.Repository)
+	sh, _ := capture.StateDir{Dir: configDir}.ConversationSharing(root, "", up.Hub, up.Repository)
 	up.CaptureMode = sh.Mode
 	if sh.Mode == event.ModeSharedConversation && !strings.HasPrefix(sh.Reason, "the capture binding was saved for") {
 		up.Transcripts = changelog.ConvRedacted
@@ -265,7 +266,7 @@ are kept; the capture keeps working. Refused
 with exit status 5 while a turn runs.`)
 	var rf rootFlags
 	rf.register(fs, false)
-	settings := fs.String("claude-settings", capture.DefaultClaudeSettings, "Claude settings file holding the hooks, relative to the root")
+	settings := fs.String("claude-settings", binding.DefaultClaudeSettings, "Claude settings file holding the hooks, relative to the root")
 	fs.Bool("force", false, "no longer used: a running turn is never overridden (a turn whose agent process is gone is set aside by itself)")
 	agent := fs.String("agent", "", "claude-code (default), codex or gemini: whose changelog hooks to remove (codex: from .codex/hooks.json, gemini: from .gemini/settings.json)")
 	if err := parseFlags(env, fs, args, false); err != nil {
@@ -414,7 +415,7 @@ func (rf *rootFlags) saveLocation(env *Env) error {
 	if err != nil {
 		return err
 	}
-	cfg, err := capture.ConfigDir(env.Getenv)
+	cfg, err := binding.ConfigDir(env.Getenv)
 	if err != nil {
 		return err
 	}

@@ -9,13 +9,13 @@ import (
 	"flag"
 	"fmt"
 	"github.com/agentscm/agentscm/internal/agent/adapter"
+	"github.com/agentscm/agentscm/internal/binding"
 	"io"
 	"os"
 	"sort"
 	"strings"
 	"time"
 
-	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/changelog"
 	"github.com/agentscm/agentscm/internal/client"
 	"github.com/agentscm/agentscm/internal/cliflag"
@@ -263,7 +263,7 @@ func parseFlags(env *Env, fs *flag.FlagSet, args []string, allowPos bool) error 
 	absPathFlags(fs, wd)
 	// A bad capture mode is bad usage, refused before anything changes.
 	for _, name := range []string{"mode", "capture-mode"} {
-		if f := fs.Lookup(name); f != nil && f.Value.String() != "" && !capture.ValidMode(f.Value.String()) {
+		if f := fs.Lookup(name); f != nil && f.Value.String() != "" && !binding.ValidMode(f.Value.String()) {
 			return usagef("--%s %q is not supported; use metadata-only, local-conversation or shared-conversation", name, f.Value.String())
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/agentscm/agentscm/internal/binding"
 	"net"
 	"net/url"
 	"os"
@@ -79,7 +80,7 @@ func viewOf(c client.Connection) connectionView {
 		Human: c.Human, Data: c.Data, CreatedAt: c.CreatedAt}
 }
 
-func configDir(env *Env) (string, error) { return capture.ConfigDir(env.Getenv) }
+func configDir(env *Env) (string, error) { return binding.ConfigDir(env.Getenv) }
 
 // canonicalRoot resolves a --root (relative to the working directory when
 // not absolute) to the canonical checkout root.
@@ -181,7 +182,7 @@ worktree id; reconnecting the same Hub and repository keeps it.`)
 	if prev != nil && (prev.Hub != c.Hub || prev.Repository != c.Repository) {
 		v.Replaced = &replacedC{Hub: prev.Hub, Repository: prev.Repository}
 		// A replaced connection never carries sharing over.
-		lowered, err := capture.LowerForConnectionChange(capture.Store{Dir: dir}, c.Root)
+		lowered, err := binding.LowerForConnectionChange(capture.StateDir{Dir: dir}, c.Root)
 		if err != nil {
 			return fmt.Errorf("connection replaced, but lowering the capture mode failed: %w", err)
 		}
@@ -337,7 +338,7 @@ The root is matched as given when the checkout no longer exists.`)
 	}
 	// A removed connection lowers a shared-conversation binding to
 	// metadata-only, so reconnecting never resumes sharing unconfirmed.
-	lowered, err := capture.LowerForConnectionChange(capture.Store{Dir: dir}, c.Root)
+	lowered, err := binding.LowerForConnectionChange(capture.StateDir{Dir: dir}, c.Root)
 	if err != nil {
 		return fmt.Errorf("connection removed, but lowering the capture mode failed: %w", err)
 	}

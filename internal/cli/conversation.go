@@ -198,7 +198,7 @@ func uploadShared(ctx context.Context, env *Env, bc client.BodyConn, c client.Co
 	if err != nil {
 		return res, err
 	}
-	cfg, err := st.Load()
+	cfg, err := st.Bindings().Load()
 	if err != nil {
 		return res, err
 	}

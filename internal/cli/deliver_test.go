@@ -38,7 +38,7 @@ func TestDeliverCommandDeliversPending(t *testing.T) {
 	if r = runMain(t, vars, "", "work", "start", "--root", root, "--title", "deliver"); r.code != 0 {
 		t.Fatalf("work start: %+v", r)
 	}
-	store := capture.Store{Dir: filepath.Join(vars["XDG_CONFIG_HOME"], "agentscm")}
+	store := capture.StateDir{Dir: filepath.Join(vars["XDG_CONFIG_HOME"], "agentscm")}
 	pl := `{"session_id":"s1","cwd":"` + root + `","hook_event_name":"PreToolUse","tool_name":"Read","tool_use_id":"toolu_d1","tool_input":{"file_path":"/etc/hostname"}}`
 	res, err := capture.HandleClaudeHook(context.Background(), store, startsNothing{delivery.Opener{ConfigDir: store.Dir}}, strings.NewReader(pl), time.Now())
 	// The hook keeps the event durably (an intake file, or a sequence when

@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/agentscm/agentscm/internal/binding"
 	"io"
 
-	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/spool"
 )
 
@@ -157,7 +157,7 @@ command again. Then run change-capture enable --root ROOT to capture again.`)
 	if err != nil {
 		return err
 	}
-	res, err := capture.MoveSpool(ctx, store, capture.MoveSpoolOptions{Root: *root, To: *to})
+	res, err := binding.MoveSpool(ctx, store, binding.MoveSpoolOptions{Root: *root, To: *to})
 	if err != nil {
 		return err
 	}

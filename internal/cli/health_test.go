@@ -25,7 +25,7 @@ type healthFixture struct {
 	vars  map[string]string
 	root  string
 	spool string
-	store capture.Store
+	store capture.StateDir
 }
 
 func newHealthFixture(t *testing.T, n int) *healthFixture {
@@ -48,7 +48,7 @@ func newHealthFixture(t *testing.T, n int) *healthFixture {
 	if r = runMain(t, f.vars, "", "work", "start", "--root", root, "--title", "health"); r.code != 0 {
 		t.Fatalf("work start: %+v", r)
 	}
-	f.store = capture.Store{Dir: filepath.Join(f.vars["XDG_CONFIG_HOME"], "agentscm")}
+	f.store = capture.StateDir{Dir: filepath.Join(f.vars["XDG_CONFIG_HOME"], "agentscm")}
 	f.hooks(t, "s1", n)
 	return f
 }

@@ -3,10 +3,10 @@ package cli
 import (
 	"context"
 	"fmt"
+	"github.com/agentscm/agentscm/internal/binding"
 	"os"
 	"path/filepath"
 
-	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/client"
 	"github.com/agentscm/agentscm/internal/fsutil"
 	"github.com/agentscm/agentscm/internal/hub"
@@ -66,7 +66,7 @@ func localCheckouts(ctx context.Context, env *Env, svc *hub.Service, p hub.Princ
 		if err != nil || q.HumanID == "" || q.HumanID != p.HumanID || q.RepositoryName != p.RepositoryName {
 			continue
 		}
-		set, err := capture.CaptureSetting(store, conns, c.Root)
+		set, err := binding.CaptureSetting(store, conns, c.Root)
 		if err != nil {
 			return out, err
 		}

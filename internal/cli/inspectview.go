@@ -15,7 +15,7 @@ import (
 func inspectView(env *Env, dir string, rep *spool.Report) (*capture.InspectView, error) {
 	store, err := configStore(env)
 	if err != nil {
-		v := capture.Store{}.Inspect(dir, rep)
+		v := capture.StateDir{}.Inspect(dir, rep)
 		v.LedgerError = "capture ledger not read: " + err.Error()
 		return v, nil
 	}

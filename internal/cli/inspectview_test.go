@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/agentscm/agentscm/internal/binding"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,12 +30,12 @@ func TestInspectListsRefusals(t *testing.T) {
 	root := filepath.Join(tmp, "repo")
 	os.MkdirAll(root, 0o755)
 	root, _ = filepath.EvalSymlinks(root)
-	store := capture.Store{Dir: cfg}
+	store := capture.StateDir{Dir: cfg}
 	conn, _, err := client.SetupLocal(ctx, cfg, root, "demo", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := capture.EnableCapture(ctx, store, delivery.Connections{ConfigDir: cfg}, capture.EnableOptions{Root: root, ConfigDir: cfg, Executable: "/usr/local/bin/agentscm", Now: time.Now()})
+	res, err := binding.EnableCapture(ctx, store, delivery.Connections{ConfigDir: cfg}, binding.EnableOptions{Root: root, ConfigDir: cfg, Executable: "/usr/local/bin/agentscm", Now: time.Now()})
 	if err != nil {
 		t.Fatal(err)
 	}

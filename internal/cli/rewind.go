@@ -4,17 +4,17 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/agentscm/agentscm/internal/binding"
 	"path/filepath"
 	"strings"
 
-	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/changelog"
 )
 
 // configExclude is the agentscm config directory (spool, changelog store,
 // keys) as a changelog exclusion, for a checkout that holds it.
 func configExclude(env *Env) []string {
-	cfg, err := capture.ConfigDir(env.Getenv)
+	cfg, err := binding.ConfigDir(env.Getenv)
 	if err != nil || !filepath.IsAbs(cfg) {
 		return nil
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/agentscm/agentscm/internal/binding"
 	"path/filepath"
 	"time"
 
@@ -23,7 +24,7 @@ type checkoutStatus struct {
 	Root       string                `json:"root"`
 	Connection *connectionView       `json:"connection,omitempty"`
 	HubCheck   *hubCheck             `json:"hub_check,omitempty"`
-	Capture    *capture.Setting      `json:"capture,omitempty"`
+	Capture    *binding.Setting      `json:"capture,omitempty"`
 	Spool      *capture.SpoolSummary `json:"spool,omitempty"`
 	// CurrentWork is the checkout's current Work on the Hub ("" = none or
 	// not asked because the Hub did not answer).
@@ -61,7 +62,7 @@ increments, the newest), the time of the last captured event, and warnings
 		return err
 	}
 	dir := store.Dir
-	root, err := capture.CanonicalRoot(*rootF)
+	root, err := binding.CanonicalRoot(*rootF)
 	if err != nil {
 		return err
 	}
@@ -97,7 +98,7 @@ increments, the newest), the time of the last captured event, and warnings
 		cancel()
 	}
 
-	if set, err := capture.CaptureSetting(store, conns, root); err != nil {
+	if set, err := binding.CaptureSetting(store, conns, root); err != nil {
 		warn("capture setting unreadable: %v", err)
 	} else {
 		st.Capture = set
@@ -111,7 +112,7 @@ increments, the newest), the time of the last captured event, and warnings
 			warn("the Hub refused %d envelopes (agentscm change-capture inspect --spool %s)", set.Refused.Total, set.Spool)
 		}
 	}
-	if cfg, err := store.Load(); err == nil {
+	if cfg, err := store.Bindings().Load(); err == nil {
 		if b := cfg.Find(root); b != nil {
 			if sum, err := store.SummarizeSpool(b); err != nil {
 				warn("spool unreadable: %v", err)

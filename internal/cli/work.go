@@ -393,7 +393,7 @@ increment. Lowering the grant keeps what is stored.`)
 }
 
 // noteWorkChanged tells capture that the checkout's current Work or
-// generation changed (capture.Store.NoteWorkChanged), so that the events
+// generation changed (capture.StateDir.NoteWorkChanged), so that the events
 // of its running sessions are no longer recorded under the former one at
 // receipt. A failure is a warning: the Work changed all the same.
 func noteWorkChanged(env *Env, root string) {

@@ -3,6 +3,7 @@ package delivery
 import (
 	"context"
 	"fmt"
+	"github.com/agentscm/agentscm/internal/binding"
 	"os"
 	"path/filepath"
 	"strings"
@@ -34,11 +35,11 @@ func BenchmarkHookAction(b *testing.B) {
 				os.WriteFile(p, []byte("package p\n"), 0o644)
 			}
 			f.gitRepo(t)
-			var rules []capture.ActionRule
+			var rules []binding.ActionRule
 			if withRule {
-				rules = []capture.ActionRule{capture.DefaultActionRule}
+				rules = []binding.ActionRule{binding.DefaultActionRule}
 			} else {
-				rules = []capture.ActionRule{{Tool: "Other", Kind: "execution", Coverage: "unknown", ResultSource: "unverified"}}
+				rules = []binding.ActionRule{{Tool: "Other", Kind: "execution", Coverage: "unknown", ResultSource: "unverified"}}
 			}
 			f.setBinding(t, strings.Repeat("a", 64), rules...)
 			f.startWork(t)

@@ -3,6 +3,7 @@ package delivery
 import (
 	"context"
 	"errors"
+	"github.com/agentscm/agentscm/internal/binding"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,9 +35,9 @@ func (f *fixture) gitRepo(t testing.TB) {
 
 // setBinding changes the binding's setup digest and rules, as a later
 // configure would.
-func (f *fixture) setBinding(t testing.TB, setup string, rules ...capture.ActionRule) {
+func (f *fixture) setBinding(t testing.TB, setup string, rules ...binding.ActionRule) {
 	t.Helper()
-	err := f.store.Update(func(c *capture.Config) (bool, error) {
+	err := f.store.Bindings().Update(func(c *binding.Config) (bool, error) {
 		for i := range c.Bindings {
 			if c.Bindings[i].Root == f.root {
 				c.Bindings[i].SetupDigest = setup
@@ -99,7 +100,7 @@ var (
 func TestActionsFromRules(t *testing.T) {
 	f := newFixture(t)
 	f.gitRepo(t)
-	f.setBinding(t, setupA, capture.DefaultActionRule, capture.ActionRule{Tool: "Write", Kind: "execution", Coverage: "unknown", ResultSource: "unverified"})
+	f.setBinding(t, setupA, binding.DefaultActionRule, binding.ActionRule{Tool: "Write", Kind: "execution", Coverage: "unknown", ResultSource: "unverified"})
 	work := f.startWork(t)
 	f.hook(t, f.payload("SessionStart", `,"source":"startup"`))
 	steps := []struct {
@@ -206,7 +207,7 @@ func TestActionRetries(t *testing.T) {
 	}
 	// Setup, rules and source change again; the exact finish retry reuses
 	// the original finish.
-	f.setBinding(t, setupC, capture.ActionRule{Tool: "Bash", Kind: "execution", Coverage: "complete", ResultSource: "unverified"})
+	f.setBinding(t, setupC, binding.ActionRule{Tool: "Bash", Kind: "execution", Coverage: "complete", ResultSource: "unverified"})
 	os.WriteFile(filepath.Join(f.root, "README"), []byte("again\n"), 0o644)
 	if r, _ := f.hookErr(post); r.Action != capture.ActionFinishDuplicate {
 		t.Fatalf("finish retry: %+v", r)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/agentscm/agentscm/internal/binding"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -74,7 +75,7 @@ func admissionCrash(t *testing.T, fp, ev, extra string) bool {
 	t.Helper()
 	f := newFixture(t)
 	work := f.startWork(t)
-	if err := f.store.Update(func(c *capture.Config) (bool, error) {
+	if err := f.store.Bindings().Update(func(c *binding.Config) (bool, error) {
 		c.Bindings[0].CaptureMode = event.ModeSharedConversation
 		return true, nil
 	}); err != nil {
@@ -159,7 +160,7 @@ func TestDelivererChild(t *testing.T) {
 		t.Skip("runs only as a child process")
 	}
 	cfg, dir, _ := strings.Cut(env, "\n")
-	capture.DeliverSpool(context.Background(), capture.Store{Dir: cfg}, Opener{cfg}, dir, nil, capture.DeliverBounds{})
+	capture.DeliverSpool(context.Background(), capture.StateDir{Dir: cfg}, Opener{cfg}, dir, nil, capture.DeliverBounds{})
 }
 
 // TestAdmissionFailureQuarantinesWithGap: an intake file whose admission
@@ -245,8 +246,8 @@ func TestCompactionCrashDeliveryContinues(t *testing.T) {
 	}
 	for _, fp := range compactionFailpoints {
 		t.Run(fp, func(t *testing.T) {
-			f := newFixtureWith(t, func(o *capture.EnableOptions) {
-				o.Limits, o.Compaction = spool.Limits{Records: 400}, capture.PolicyChange{Clear: true}
+			f := newFixtureWith(t, func(o *binding.EnableOptions) {
+				o.Limits, o.Compaction = spool.Limits{Records: 400}, binding.PolicyChange{Clear: true}
 			})
 			work := f.startWork(t)
 			const before = 70
@@ -257,8 +258,8 @@ func TestCompactionCrashDeliveryContinues(t *testing.T) {
 				t.Fatalf("%d pending before the crash", n)
 			}
 			// Now the operator's policy: the next lock holder compacts.
-			if err := f.store.Update(func(c *capture.Config) (bool, error) {
-				c.Bindings[0].Compaction = &capture.CompactionPolicy{ThresholdPercent: 5, ChosenBy: "test", ChosenAt: time.Now()}
+			if err := f.store.Bindings().Update(func(c *binding.Config) (bool, error) {
+				c.Bindings[0].Compaction = &binding.CompactionPolicy{ThresholdPercent: 5, ChosenBy: "test", ChosenAt: time.Now()}
 				return true, nil
 			}); err != nil {
 				t.Fatal(err)

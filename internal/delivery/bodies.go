@@ -58,12 +58,12 @@ func (h *hub) uploadAfterAcceptance(ctx context.Context, env *spool.Envelope, e 
 	}
 	// The mode now, not at capture: switching away stops uploads at the
 	// next delivery; a session that did not start shared never uploads.
-	st := capture.Store{Dir: h.configDir}
+	st := capture.StateDir{Dir: h.configDir}
 	sh, err := st.ConversationSharing(h.root, env.Record.SessionID, h.lineage.Hub, h.lineage.Repository)
 	if err != nil || !sh.Share {
 		return nil
 	}
-	cfg, err := st.Load()
+	cfg, err := st.Bindings().Load()
 	if err != nil {
 		return nil
 	}

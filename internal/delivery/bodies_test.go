@@ -6,12 +6,12 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"github.com/agentscm/agentscm/internal/binding"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/client"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/hub/api"
@@ -80,7 +80,7 @@ func (f *fixture) promptSession(t *testing.T, native string) {
 // prompt body is declared with its event, uploaded after the Hub accepted
 // it, readable by its author, redacted; the change record has no body.
 func TestSharedBodiesUploadAfterAcceptance(t *testing.T) {
-	f := newFixtureWith(t, func(o *capture.EnableOptions) { o.Mode = event.ModeSharedConversation })
+	f := newFixtureWith(t, func(o *binding.EnableOptions) { o.Mode = event.ModeSharedConversation })
 	work := f.startWork(t)
 	f.promptSession(t, "native-shared")
 	bc := f.bodyConn(t)
@@ -118,7 +118,7 @@ func fmtRecord(r api.ChangeRecord) string {
 func TestOtherModesUploadNothing(t *testing.T) {
 	for _, mode := range []string{event.ModeMetadataOnly, event.ModeLocalConversation} {
 		t.Run(mode, func(t *testing.T) {
-			f := newFixtureWith(t, func(o *capture.EnableOptions) { o.Mode = mode })
+			f := newFixtureWith(t, func(o *binding.EnableOptions) { o.Mode = mode })
 			work := f.startWork(t)
 			f.promptSession(t, "native-"+mode)
 			list, err := f.bodyConn(t).ListBodies(context.Background(), work)
@@ -142,13 +142,13 @@ func TestOtherModesUploadNothing(t *testing.T) {
 // switches to shared-conversation; the next session shares. Switching away
 // stops uploads at the next delivery.
 func TestMidSessionSwitchStaysLocal(t *testing.T) {
-	f := newFixtureWith(t, func(o *capture.EnableOptions) { o.Mode = event.ModeLocalConversation })
+	f := newFixtureWith(t, func(o *binding.EnableOptions) { o.Mode = event.ModeLocalConversation })
 	work := f.startWork(t)
 	pl := func(native, ev, extra string) string {
 		return `{"session_id":"` + native + `","cwd":"` + f.root + `","hook_event_name":"` + ev + `"` + extra + `}`
 	}
 	f.hook(t, pl("s1", "SessionStart", `,"source":"startup"`))
-	if _, err := capture.SetCaptureMode(context.Background(), f.store, Connections{f.cfg}, f.root, event.ModeSharedConversation, nil); err != nil {
+	if _, err := binding.SetCaptureMode(context.Background(), f.store, Connections{f.cfg}, f.root, event.ModeSharedConversation, nil); err != nil {
 		t.Fatal(err)
 	}
 	f.hook(t, pl("s1", "UserPromptSubmit", `,"prompt":"first session `+bodyMarker+`"`))
@@ -166,7 +166,7 @@ func TestMidSessionSwitchStaysLocal(t *testing.T) {
 		t.Fatalf("the next session's body: %+v", list)
 	}
 	// Switching away: the next body is not uploaded.
-	if _, err := capture.SetCaptureMode(context.Background(), f.store, Connections{f.cfg}, f.root, event.ModeMetadataOnly, nil); err != nil {
+	if _, err := binding.SetCaptureMode(context.Background(), f.store, Connections{f.cfg}, f.root, event.ModeMetadataOnly, nil); err != nil {
 		t.Fatal(err)
 	}
 	f.hook(t, pl("s2", "UserPromptSubmit", `,"prompt":"after switching away `+bodyMarker+`"`))
@@ -181,7 +181,7 @@ func TestMidSessionSwitchStaysLocal(t *testing.T) {
 	// awaiting upload, and UploadShared (change-capture conversation
 	// --upload) uploads it again from the spool, and nothing else: the
 	// spool's local bodies stay local.
-	if _, err := capture.SetCaptureMode(context.Background(), f.store, Connections{f.cfg}, f.root, event.ModeSharedConversation, nil); err != nil {
+	if _, err := binding.SetCaptureMode(context.Background(), f.store, Connections{f.cfg}, f.root, event.ModeSharedConversation, nil); err != nil {
 		t.Fatal(err)
 	}
 	d := list.Bodies[0].Digest
@@ -241,7 +241,7 @@ func (f *fixture) pendingWithBody(t *testing.T) int {
 // back, the next hook's delivery replays the envelope (a duplicate), uploads
 // the body and acknowledges it.
 func TestBodyUploadFailureKeepsEnvelopePending(t *testing.T) {
-	f := newFixtureWith(t, func(o *capture.EnableOptions) { o.Mode = event.ModeSharedConversation })
+	f := newFixtureWith(t, func(o *binding.EnableOptions) { o.Mode = event.ModeSharedConversation })
 	work := f.startWork(t)
 	// The object's fan-out directory is a file: the object write fails
 	// (a server error) while the database answers.

@@ -22,7 +22,7 @@ import (
 // fail set, refuses to start one.
 type bgOpener struct {
 	Opener
-	store   capture.Store
+	store   capture.StateDir
 	fail    bool
 	wg      *sync.WaitGroup
 	mu      *sync.Mutex

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/agentscm/agentscm/internal/binding"
 	"net/http"
 	"strconv"
 
@@ -36,15 +37,15 @@ func (c Connections) Lock() (func() error, error) {
 }
 
 // Current returns the lineage of root's connection, or capture.ErrNoConnection.
-func (c Connections) Current(root string) (capture.Lineage, error) {
+func (c Connections) Current(root string) (binding.Lineage, error) {
 	conn, err := client.Lookup(c.ConfigDir, root)
 	if errors.Is(err, client.ErrNoConnection) {
-		return capture.Lineage{}, capture.ErrNoConnection
+		return binding.Lineage{}, binding.ErrNoConnection
 	}
 	if err != nil {
-		return capture.Lineage{}, err
+		return binding.Lineage{}, err
 	}
-	return capture.Lineage{Hub: conn.Hub, Repository: conn.Repository, WorktreeID: conn.WorktreeID}, nil
+	return binding.Lineage{Hub: conn.Hub, Repository: conn.Repository, WorktreeID: conn.WorktreeID}, nil
 }
 
 // Opener opens the Hub of a checkout from the connections file of one
@@ -55,7 +56,7 @@ type Opener struct{ ConfigDir string }
 func (o Opener) Open(ctx context.Context, root string) (capture.Hub, error) {
 	c, err := client.Lookup(o.ConfigDir, root)
 	if errors.Is(err, client.ErrNoConnection) {
-		return nil, capture.ErrNoConnection
+		return nil, binding.ErrNoConnection
 	}
 	if err != nil {
 		return nil, err
@@ -64,32 +65,32 @@ func (o Opener) Open(ctx context.Context, root string) (capture.Hub, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &hub{conn: conn, lineage: capture.Lineage{Hub: c.Hub, Repository: c.Repository, WorktreeID: c.WorktreeID},
+	return &hub{conn: conn, lineage: binding.Lineage{Hub: c.Hub, Repository: c.Repository, WorktreeID: c.WorktreeID},
 		root: root, configDir: o.ConfigDir}, nil
 }
 
 // LookupConnection returns the lineage of root's client connection without
 // opening the Hub (capture.ConnectionLooker).
-func (o Opener) LookupConnection(root string) (capture.Lineage, error) {
+func (o Opener) LookupConnection(root string) (binding.Lineage, error) {
 	c, err := client.Lookup(o.ConfigDir, root)
 	if errors.Is(err, client.ErrNoConnection) {
-		return capture.Lineage{}, capture.ErrNoConnection
+		return binding.Lineage{}, binding.ErrNoConnection
 	}
 	if err != nil {
-		return capture.Lineage{}, err
+		return binding.Lineage{}, err
 	}
-	return capture.Lineage{Hub: c.Hub, Repository: c.Repository, WorktreeID: c.WorktreeID}, nil
+	return binding.Lineage{Hub: c.Hub, Repository: c.Repository, WorktreeID: c.WorktreeID}, nil
 }
 
 type hub struct {
 	conn    client.Conn
-	lineage capture.Lineage
+	lineage binding.Lineage
 	// root and configDir locate the checkout's capture binding, for the
 	// body upload after acceptance (bodies.go).
 	root, configDir string
 }
 
-func (h *hub) Lineage() capture.Lineage { return h.lineage }
+func (h *hub) Lineage() binding.Lineage { return h.lineage }
 
 func (h *hub) Close() error { return h.conn.Close() }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/agentscm/agentscm/internal/binding"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,7 +25,7 @@ import (
 type fixture struct {
 	cfg   string
 	root  string
-	store capture.Store
+	store capture.StateDir
 	conn  client.Connection
 	spool string
 }
@@ -33,27 +34,27 @@ type fixture struct {
 // all through the real code paths.
 func newFixture(t testing.TB) *fixture {
 	t.Helper()
-	return newFixtureWith(t, func(*capture.EnableOptions) {})
+	return newFixtureWith(t, func(*binding.EnableOptions) {})
 }
 
 // newFixtureWith is newFixture with the enable options changed by mod
 // (smaller limits, a compaction policy).
-func newFixtureWith(t testing.TB, mod func(*capture.EnableOptions)) *fixture {
+func newFixtureWith(t testing.TB, mod func(*binding.EnableOptions)) *fixture {
 	t.Helper()
 	dir := t.TempDir()
 	f := &fixture{cfg: filepath.Join(dir, "cfg", "agentscm"), root: filepath.Join(dir, "repo")}
 	os.MkdirAll(f.root, 0o755)
 	f.root, _ = filepath.EvalSymlinks(f.root)
-	f.store = capture.Store{Dir: f.cfg}
+	f.store = capture.StateDir{Dir: f.cfg}
 	ctx := context.Background()
 	c, _, err := client.SetupLocal(ctx, f.cfg, f.root, "demo", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.conn = c
-	opts := capture.EnableOptions{Root: f.root, ConfigDir: f.cfg, Executable: "/usr/local/bin/agentscm", Now: time.Now()}
+	opts := binding.EnableOptions{Root: f.root, ConfigDir: f.cfg, Executable: "/usr/local/bin/agentscm", Now: time.Now()}
 	mod(&opts)
-	res, err := capture.EnableCapture(ctx, f.store, Connections{f.cfg}, opts)
+	res, err := binding.EnableCapture(ctx, f.store, Connections{f.cfg}, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -516,7 +517,7 @@ func TestHookChild(t *testing.T) {
 	if cfg == "" {
 		t.Skip("runs only as a child process")
 	}
-	_, err := capture.HandleClaudeHook(context.Background(), capture.Store{Dir: cfg}, Opener{cfg}, os.Stdin, time.Now())
+	_, err := capture.HandleClaudeHook(context.Background(), capture.StateDir{Dir: cfg}, Opener{cfg}, os.Stdin, time.Now())
 	t.Fatalf("the failpoint did not kill the hook: %v", err)
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/agentscm/agentscm/internal/binding"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -112,13 +113,13 @@ func newHTTPFixture(t *testing.T) (*fixture, *olderHub) {
 	f := &fixture{cfg: filepath.Join(dir, "cfg", "agentscm"), root: filepath.Join(dir, "repo")}
 	os.MkdirAll(f.root, 0o755)
 	f.root, _ = filepath.EvalSymlinks(f.root)
-	f.store = capture.Store{Dir: f.cfg}
+	f.store = capture.StateDir{Dir: f.cfg}
 	c, _, err := client.SetupHub(ctx, f.cfg, f.root, srv.URL, "demo", tok.Secret, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.conn = c
-	res, err := capture.EnableCapture(ctx, f.store, Connections{f.cfg}, capture.EnableOptions{Root: f.root, ConfigDir: f.cfg, Executable: "/usr/local/bin/agentscm", Now: time.Now()})
+	res, err := binding.EnableCapture(ctx, f.store, Connections{f.cfg}, binding.EnableOptions{Root: f.root, ConfigDir: f.cfg, Executable: "/usr/local/bin/agentscm", Now: time.Now()})
 	if err != nil {
 		t.Fatal(err)
 	}

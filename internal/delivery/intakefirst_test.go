@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/agentscm/agentscm/internal/binding"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,8 +23,8 @@ import (
 // written, and the once-per-session usage warning is given from the spool
 // summary.
 func TestIntakeFirstSessionStartSetupAndWarning(t *testing.T) {
-	f := newFixtureWith(t, func(o *capture.EnableOptions) {
-		o.Limits, o.Compaction = spool.Limits{Records: 150}, capture.PolicyChange{Clear: true}
+	f := newFixtureWith(t, func(o *binding.EnableOptions) {
+		o.Limits, o.Compaction = spool.Limits{Records: 150}, binding.PolicyChange{Clear: true}
 	})
 	work := f.startWork(t)
 	bg := newBG(f)

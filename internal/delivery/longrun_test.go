@@ -3,6 +3,7 @@ package delivery
 import (
 	"context"
 	"fmt"
+	"github.com/agentscm/agentscm/internal/binding"
 	"strings"
 	"testing"
 	"time"
@@ -13,9 +14,9 @@ import (
 
 // newSmallFixture is newFixture with small spool limits and the given
 // compaction policy change, so a long run fits a unit test.
-func newSmallFixture(t testing.TB, records int64, pol capture.PolicyChange) *fixture {
+func newSmallFixture(t testing.TB, records int64, pol binding.PolicyChange) *fixture {
 	t.Helper()
-	return newFixtureWith(t, func(o *capture.EnableOptions) {
+	return newFixtureWith(t, func(o *binding.EnableOptions) {
 		o.Limits, o.Compaction = spool.Limits{Records: records}, pol
 	})
 }
@@ -25,12 +26,12 @@ func newSmallFixture(t testing.TB, records int64, pol capture.PolicyChange) *fix
 // the record limit holds, compacting acknowledged history by itself; every
 // event reaches the Hub and each automatic compaction is recorded.
 func TestEnableKeepsCapturingWithAutoCompaction(t *testing.T) {
-	f := newSmallFixture(t, 256, capture.PolicyChange{})
-	cfg, err := f.store.Load()
+	f := newSmallFixture(t, 256, binding.PolicyChange{})
+	cfg, err := f.store.Bindings().Load()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p := cfg.Bindings[0].Compaction; p == nil || p.ThresholdPercent != capture.DefaultCompactThreshold || p.ChosenBy != "enable" {
+	if p := cfg.Bindings[0].Compaction; p == nil || p.ThresholdPercent != binding.DefaultCompactThreshold || p.ChosenBy != "enable" {
 		t.Fatalf("enable recorded policy %+v", p)
 	}
 	work := f.startWork(t)
@@ -84,7 +85,7 @@ func TestEnableKeepsCapturingWithAutoCompaction(t *testing.T) {
 // session when usage passes 80%, naming the command that helps; raising
 // the limits on the existing spool makes room.
 func TestUsageWarningOncePerSession(t *testing.T) {
-	f := newSmallFixture(t, 128, capture.PolicyChange{Clear: true})
+	f := newSmallFixture(t, 128, binding.PolicyChange{Clear: true})
 	f.startWork(t)
 	n := 0
 	hook := func(session string) string {
@@ -118,7 +119,7 @@ func TestUsageWarningOncePerSession(t *testing.T) {
 		t.Fatalf("session b warned twice: %q", w)
 	}
 	// Raising the limits of the existing spool: re-enable with a larger one.
-	if _, err := capture.EnableCapture(context.Background(), f.store, Connections{f.cfg}, capture.EnableOptions{Root: f.root, ConfigDir: f.cfg,
+	if _, err := binding.EnableCapture(context.Background(), f.store, Connections{f.cfg}, binding.EnableOptions{Root: f.root, ConfigDir: f.cfg,
 		Executable: "/usr/local/bin/agentscm", Now: time.Now(), Limits: spool.Limits{Records: 4096}}); err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +131,7 @@ func TestUsageWarningOncePerSession(t *testing.T) {
 		t.Fatalf("after raising: %+v %+v", rep.Limits, rep.UsageFraction)
 	}
 	// Lowering below what it holds is refused and changes nothing.
-	_, err = capture.EnableCapture(context.Background(), f.store, Connections{f.cfg}, capture.EnableOptions{Root: f.root, ConfigDir: f.cfg,
+	_, err = binding.EnableCapture(context.Background(), f.store, Connections{f.cfg}, binding.EnableOptions{Root: f.root, ConfigDir: f.cfg,
 		Executable: "/usr/local/bin/agentscm", Now: time.Now(), Limits: spool.Limits{Records: 64}})
 	if err == nil || !strings.Contains(err.Error(), "below current usage") {
 		t.Fatalf("lowering: %v", err)
@@ -146,7 +147,7 @@ func TestDeferredReasonsInSummary(t *testing.T) {
 	f := newFixture(t)
 	f.hook(t, f.sessionPayload("early", "UserPromptSubmit", `,"prompt":"p"`))
 	f.hook(t, f.sessionPayload("early", "PreToolUse", `,"tool_name":"Read","tool_use_id":"t1","tool_input":{}`))
-	cfg, err := f.store.Load()
+	cfg, err := f.store.Bindings().Load()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +199,7 @@ func TestDeferredFactsDoNotStarveDelivery(t *testing.T) {
 // index it keeps those envelopes whole, compacts the rest, and says so once
 // per session, naming the remedy; capture goes on.
 func TestReplayIndexFullWarns(t *testing.T) {
-	f := newFixtureWith(t, func(o *capture.EnableOptions) { o.Limits = spool.Limits{Records: 256, ReplayEntries: 4} })
+	f := newFixtureWith(t, func(o *binding.EnableOptions) { o.Limits = spool.Limits{Records: 256, ReplayEntries: 4} })
 	f.startWork(t)
 	warnings, kept := 0, 0
 	for i := 0; i < 80; i++ {

@@ -2,6 +2,7 @@ package delivery
 
 import (
 	"context"
+	"github.com/agentscm/agentscm/internal/binding"
 	"strings"
 	"testing"
 	"time"
@@ -97,13 +98,13 @@ func TestReEnableMidSession(t *testing.T) {
 			t.Fatalf("first spool: %+v", r)
 		}
 	}
-	if _, err := capture.Unconfigure(ctx, f.store, f.root); err != nil {
+	if _, err := binding.Unconfigure(ctx, f.store, f.root); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := capture.Forget(ctx, f.store, f.root); err != nil {
+	if _, err := binding.Forget(ctx, f.store, f.root); err != nil {
 		t.Fatal(err)
 	}
-	res, err := capture.EnableCapture(ctx, f.store, Connections{f.cfg}, capture.EnableOptions{Root: f.root, ConfigDir: f.cfg, Executable: "/usr/local/bin/agentscm", Now: time.Now()})
+	res, err := binding.EnableCapture(ctx, f.store, Connections{f.cfg}, binding.EnableOptions{Root: f.root, ConfigDir: f.cfg, Executable: "/usr/local/bin/agentscm", Now: time.Now()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +226,7 @@ func TestRefusedEnvelopeIsReported(t *testing.T) {
 	if err != nil || rep.Total != 1 || !rep.Refusals[0].Gap || rep.Refusals[0].Reason != "sequence_taken" {
 		t.Fatalf("refusals %+v %v", rep, err)
 	}
-	st, err := capture.CaptureSetting(f.store, Connections{f.cfg}, f.root)
+	st, err := binding.CaptureSetting(f.store, Connections{f.cfg}, f.root)
 	if err != nil || st.Refused == nil || st.Refused.Total != 1 {
 		t.Fatalf("status %+v %v", st, err)
 	}

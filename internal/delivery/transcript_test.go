@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"github.com/agentscm/agentscm/internal/binding"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -12,7 +13,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/spool"
 )
@@ -26,7 +26,7 @@ func (f *fixture) withHistoryRoot(t *testing.T, mode string) string {
 	if err := os.MkdirAll(proj, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	err := f.store.Update(func(c *capture.Config) (bool, error) {
+	err := f.store.Bindings().Update(func(c *binding.Config) (bool, error) {
 		c.Bindings[0].ClaudeHistoryRoot = root
 		c.Bindings[0].CaptureMode = mode
 		return true, nil

@@ -2,13 +2,13 @@ package delivery
 
 import (
 	"context"
+	"github.com/agentscm/agentscm/internal/binding"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/client"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/spool"
@@ -29,7 +29,7 @@ func (f *fixture) secondWorktree(t *testing.T, name string) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := capture.EnableCapture(ctx, f.store, Connections{f.cfg}, capture.EnableOptions{Root: root, ConfigDir: f.cfg, Executable: "/usr/local/bin/agentscm", Now: time.Now()})
+	res, err := binding.EnableCapture(ctx, f.store, Connections{f.cfg}, binding.EnableOptions{Root: root, ConfigDir: f.cfg, Executable: "/usr/local/bin/agentscm", Now: time.Now()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func TestTwoWorktreeSpools(t *testing.T) {
 	if g.spool == f.spool || g.conn.WorktreeID == f.conn.WorktreeID {
 		t.Fatalf("second worktree shares spool %s or worktree id %s", g.spool, g.conn.WorktreeID)
 	}
-	if err := f.store.Update(func(c *capture.Config) (bool, error) {
+	if err := f.store.Bindings().Update(func(c *binding.Config) (bool, error) {
 		for i := range c.Bindings {
 			c.Bindings[i].ClaudeHistoryRoot = filepath.Dir(proj)
 		}

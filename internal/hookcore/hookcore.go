@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/agentscm/agentscm/internal/binding"
 	"io"
 	"os"
 	"os/exec"
@@ -67,7 +68,7 @@ func ReadPayload(stdin io.Reader, getenv func(string) string) (b []byte, configD
 	if b, err = fsutil.ReadBounded(stdin, claude.MaxPayloadBytes); err != nil {
 		return nil, "", nil, fmt.Errorf("read hook payload: %w", err)
 	}
-	if configDir, err = capture.ConfigDir(getenv); err != nil {
+	if configDir, err = binding.ConfigDir(getenv); err != nil {
 		return nil, "", nil, err
 	}
 	if p, err = claude.DecodePayload(b); err != nil {
@@ -78,7 +79,7 @@ func ReadPayload(stdin io.Reader, getenv func(string) string) (b []byte, configD
 
 // RunCapture is the capture part of a hook process, its panic turned into
 // its error.
-func RunCapture(ctx context.Context, store capture.Store, hubs capture.HubOpener, b []byte, p *claude.Payload, now time.Time) (res *capture.HookResult, err error) {
+func RunCapture(ctx context.Context, store capture.StateDir, hubs capture.HubOpener, b []byte, p *claude.Payload, now time.Time) (res *capture.HookResult, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			res, err = nil, fmt.Errorf("internal error: %v", r)
@@ -91,7 +92,7 @@ func RunCapture(ctx context.Context, store capture.Store, hubs capture.HubOpener
 
 // Guidance writes a SessionStart's recipe guidance to stdout and returns
 // its warning, if any.
-func Guidance(store capture.Store, b []byte, stdout io.Writer) (warn string) {
+func Guidance(store capture.StateDir, b []byte, stdout io.Writer) (warn string) {
 	defer func() {
 		if r := recover(); r != nil {
 			warn = fmt.Sprintf("recipe guidance failed: internal error: %v", r)

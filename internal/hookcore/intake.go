@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/agentscm/agentscm/internal/binding"
 	"io"
 	"os"
 	"time"
@@ -34,15 +35,15 @@ type intakeOpener struct {
 
 func (o intakeOpener) Open(context.Context, string) (capture.Hub, error) { return nil, errNeedsHub }
 
-func (o intakeOpener) LookupConnection(root string) (capture.Lineage, error) {
+func (o intakeOpener) LookupConnection(root string) (binding.Lineage, error) {
 	c, err := connfile.Lookup(o.configDir, root)
 	if errors.Is(err, connfile.ErrNoConnection) {
-		return capture.Lineage{}, capture.ErrNoConnection
+		return binding.Lineage{}, binding.ErrNoConnection
 	}
 	if err != nil {
-		return capture.Lineage{}, err
+		return binding.Lineage{}, err
 	}
-	return capture.Lineage{Hub: c.Hub, Repository: c.Repository, WorktreeID: c.WorktreeID}, nil
+	return binding.Lineage{Hub: c.Hub, Repository: c.Repository, WorktreeID: c.WorktreeID}, nil
 }
 
 func (o intakeOpener) StartDeliverer(lock *os.File, spoolDir string) error {
@@ -69,7 +70,7 @@ func IntakeHook(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, 
 		warns.Add(failed + OneLine(err.Error()))
 		return 0
 	}
-	store := capture.Store{Dir: dir}
+	store := capture.StateDir{Dir: dir}
 	res, err := RunCapture(ctx, store, intakeOpener{configDir: dir, full: full}, b, p, now)
 	if errors.Is(err, errNeedsHub) {
 		// Only returns when the exec failed.

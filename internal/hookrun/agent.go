@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/agentscm/agentscm/internal/binding"
 	"io"
 	"path/filepath"
 	"time"
@@ -24,14 +25,14 @@ func AgentCapture(ctx context.Context, a adapter.Adapter, stdin io.Reader, stder
 	}()
 	ctx, cancel := context.WithTimeout(ctx, Timeout)
 	defer cancel()
-	dir, err := capture.ConfigDir(getenv)
+	dir, err := binding.ConfigDir(getenv)
 	var res *capture.HookResult
 	if g, ok := a.(adapter.Gemini); ok && g.OrderDir == "" && err == nil {
 		g.OrderDir = filepath.Join(dir, "agent-state", "gemini-capture")
 		a = g
 	}
 	if err == nil {
-		store := capture.Store{Dir: dir}
+		store := capture.StateDir{Dir: dir}
 		res, err = capture.HandleAgentHook(ctx, store, delivery.Opener{ConfigDir: store.Dir}, a, stdin, now)
 	}
 	also := ""

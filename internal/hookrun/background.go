@@ -84,7 +84,7 @@ func DeliverSpool(ctx context.Context, args []string, stderr io.Writer) int {
 	// Below the agent's hooks: delivery is background work, and on a busy
 	// machine the hooks (which the agent waits for) go first. Best effort.
 	_ = syscall.Setpriority(syscall.PRIO_PROCESS, 0, delivererNice)
-	store := capture.Store{Dir: configDir}
+	store := capture.StateDir{Dir: configDir}
 	var lock *os.File
 	if lockFD >= 0 {
 		lock = os.NewFile(uintptr(lockFD), "deliver.lock")

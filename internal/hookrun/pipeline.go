@@ -86,7 +86,7 @@ func ClaudeHook(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, 
 		warns.Add(failed + OneLine(err.Error()))
 		return 0
 	}
-	store := capture.Store{Dir: dir}
+	store := capture.StateDir{Dir: dir}
 	var (
 		cres    *capture.HookResult
 		cerr    error
@@ -242,7 +242,7 @@ func CheckoutSharing(configDir, root string) changelog.SharingPolicy {
 		hub, repo = c.Hub, c.Repository
 	}
 	return func(session string) changelog.Sharing {
-		sh, err := capture.Store{Dir: configDir}.ConversationSharing(root, session, hub, repo)
+		sh, err := capture.StateDir{Dir: configDir}.ConversationSharing(root, session, hub, repo)
 		if err != nil {
 			return changelog.Sharing{Mode: sh.Mode, Reason: sh.Reason + ": " + err.Error()}
 		}
@@ -280,7 +280,7 @@ func (o *deferredOpener) StartDeliverer(lock *os.File, spoolDir string) error {
 // start starts the deferred deliverer, or delivers in-process (as the
 // capture does when no process can be started), and folds what happened
 // into res.
-func (o *deferredOpener) start(ctx context.Context, store capture.Store, res *capture.HookResult) {
+func (o *deferredOpener) start(ctx context.Context, store capture.StateDir, res *capture.HookResult) {
 	if o.lock == nil {
 		return
 	}

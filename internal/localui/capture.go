@@ -4,12 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/agentscm/agentscm/internal/binding"
 	"net/http"
 	"sort"
 	"sync"
 	"time"
 
-	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/event"
 )
 
@@ -31,7 +31,7 @@ func RetentionWording(days int, hub string) string {
 // (read through capture.CaptureSetting, never a copy) and what the page
 // offers for it.
 type Checkout struct {
-	capture.Setting
+	binding.Setting
 	// SharedConversationRetentionDays is what the checkout's Hub reported
 	// (looked up with its own agent token, reused for a minute); absent when
 	// unknown.
@@ -58,7 +58,7 @@ type List struct {
 }
 
 // modeKey is the mode a panel displayed and Confirm passes back.
-func modeKey(s capture.Setting) string {
+func modeKey(s binding.Setting) string {
 	switch {
 	case !s.Configured:
 		return "not-set-up"
@@ -70,7 +70,7 @@ func modeKey(s capture.Setting) string {
 
 // roots lists the checkouts with a binding or a client connection.
 func (s *Server) roots() ([]string, error) {
-	cfg, err := s.cfg.Store.Load()
+	cfg, err := s.cfg.Store.Bindings().Load()
 	if err != nil {
 		return nil, err
 	}
@@ -104,10 +104,10 @@ func (s *Server) checkouts(ctx context.Context) ([]Checkout, error) {
 	}
 	out := make([]Checkout, 0, len(roots))
 	for _, r := range roots {
-		set, err := capture.CaptureSetting(s.cfg.Store, s.cfg.Conns, r)
+		set, err := binding.CaptureSetting(s.cfg.Store, s.cfg.Conns, r)
 		if err != nil {
 			// A checkout that can no longer be read stays listed, with why.
-			out = append(out, Checkout{Setting: capture.Setting{Root: r, State: "Unreadable"}, WhyNot: err.Error(),
+			out = append(out, Checkout{Setting: binding.Setting{Root: r, State: "Unreadable"}, WhyNot: err.Error(),
 				SharedConversationRetention: RetentionUnknown, Displayed: "unreadable"})
 			continue
 		}
@@ -130,7 +130,7 @@ func (s *Server) checkouts(ctx context.Context) ([]Checkout, error) {
 }
 
 // describe derives what the page offers from a setting.
-func describe(set capture.Setting) Checkout {
+func describe(set binding.Setting) Checkout {
 	c := Checkout{Setting: set, SharedConversationRetention: RetentionUnknown, Displayed: modeKey(set)}
 	c.Sharing = set.Enabled && set.Mode == event.ModeSharedConversation
 	switch {
@@ -294,7 +294,7 @@ func (s *Server) takePanel(ss *session, id string) *panel {
 }
 
 // confirm turns sharing on with exactly what the panel displayed:
-// capture.EnableCapture with Expect set to the repository and Hub shown, so
+// binding.EnableCapture with Expect set to the repository and Hub shown, so
 // a checkout reconnected meanwhile is refused under the connections lock.
 func (s *Server) confirm(w http.ResponseWriter, r *http.Request, ss *session) {
 	defer http.Redirect(w, r, "/", http.StatusSeeOther)
@@ -312,7 +312,7 @@ func (s *Server) confirm(w http.ResponseWriter, r *http.Request, ss *session) {
 		s.addFlash(ss, true, p.withdrawn(nil, s.cfg.Now()))
 		return
 	}
-	set, err := capture.CaptureSetting(s.cfg.Store, s.cfg.Conns, p.Root)
+	set, err := binding.CaptureSetting(s.cfg.Store, s.cfg.Conns, p.Root)
 	if err != nil {
 		s.addFlash(ss, true, fmt.Sprintf("Sharing was not turned on for %s: %v", p.Root, err))
 		return
@@ -332,9 +332,9 @@ func (s *Server) confirm(w http.ResponseWriter, r *http.Request, ss *session) {
 	// A tab closed mid-request does not cut a setup short.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), time.Minute)
 	defer cancel()
-	res, err := capture.EnableCapture(ctx, s.cfg.Store, s.cfg.Conns, capture.EnableOptions{
+	res, err := binding.EnableCapture(ctx, s.cfg.Store, s.cfg.Conns, binding.EnableOptions{
 		Root: p.Root, Mode: event.ModeSharedConversation,
-		Expect:    &capture.Lineage{Repository: p.Repository, Hub: p.Hub},
+		Expect:    &binding.Lineage{Repository: p.Repository, Hub: p.Hub},
 		ConfigDir: s.cfg.Store.Dir, Executable: s.cfg.Executable, Now: s.cfg.Now(), Agent: agent,
 	})
 	if err != nil {
@@ -360,7 +360,7 @@ func (s *Server) cancel(w http.ResponseWriter, r *http.Request, ss *session) {
 	http.Redirect(w, r, "/", http.StatusSeeOther)
 }
 
-// off turns sharing off without confirmation: capture.SetCaptureMode to
+// off turns sharing off without confirmation: binding.SetCaptureMode to
 // metadata-only, which needs no client connection.
 func (s *Server) off(w http.ResponseWriter, r *http.Request, ss *session) {
 	defer http.Redirect(w, r, "/", http.StatusSeeOther)
@@ -384,7 +384,7 @@ func (s *Server) off(w http.ResponseWriter, r *http.Request, ss *session) {
 	s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), time.Minute)
 	defer cancel()
-	res, err := capture.SetCaptureMode(ctx, s.cfg.Store, s.cfg.Conns, root, event.ModeMetadataOnly, nil)
+	res, err := binding.SetCaptureMode(ctx, s.cfg.Store, s.cfg.Conns, root, event.ModeMetadataOnly, nil)
 	if err != nil {
 		s.addFlash(ss, true, fmt.Sprintf("Sharing was not turned off for %s: %v", root, err))
 		return

@@ -13,8 +13,8 @@
 // another site. Pages are html/template (everything agent- or
 // repository-controlled is escaped) with embedded assets.
 //
-// Turning sharing on calls capture.EnableCapture and turning it off
-// capture.SetCaptureMode: the library functions of change-capture enable and
+// Turning sharing on calls binding.EnableCapture and turning it off
+// binding.SetCaptureMode: the library functions of change-capture enable and
 // set-mode, never a second implementation.
 package localui
 
@@ -25,6 +25,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/agentscm/agentscm/internal/binding"
 	"net"
 	"net/http"
 	"net/netip"
@@ -56,8 +57,8 @@ const (
 type Config struct {
 	// Store and Conns are the capture config and the client connections,
 	// as change-capture enable and set-mode use them.
-	Store capture.Store
-	Conns capture.Connections
+	Store capture.StateDir
+	Conns binding.Connections
 	// Connected lists the canonical roots of the checkouts that have a
 	// client connection (a connected checkout without a binding is Not set
 	// up).

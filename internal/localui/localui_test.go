@@ -3,6 +3,7 @@ package localui
 import (
 	"context"
 	"encoding/json"
+	"github.com/agentscm/agentscm/internal/binding"
 	"html"
 	"io"
 	"net"
@@ -43,7 +44,7 @@ func (c *clock) Add(d time.Duration) {
 type world struct {
 	t         *testing.T
 	dir       string
-	store     capture.Store
+	store     capture.StateDir
 	conns     delivery.Connections
 	clock     *clock
 	srv       *Server
@@ -58,7 +59,7 @@ const testHub = "http://127.0.0.1:1"
 func newWorld(t *testing.T) *world {
 	t.Helper()
 	dir := t.TempDir()
-	w := &world{t: t, dir: dir, store: capture.Store{Dir: filepath.Join(dir, "cfg", "agentscm")}, clock: &clock{t: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}}
+	w := &world{t: t, dir: dir, store: capture.StateDir{Dir: filepath.Join(dir, "cfg", "agentscm")}, clock: &clock{t: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}}
 	w.conns = delivery.Connections{ConfigDir: w.store.Dir}
 	ln, err := Listen("127.0.0.1:0")
 	if err != nil {
@@ -126,15 +127,15 @@ func (w *world) connect(root, hub, repo string) {
 // enable runs the library function of change-capture enable.
 func (w *world) enable(root, mode string) {
 	w.t.Helper()
-	if _, err := capture.EnableCapture(context.Background(), w.store, w.conns, capture.EnableOptions{Root: root, Mode: mode, ConfigDir: w.store.Dir,
+	if _, err := binding.EnableCapture(context.Background(), w.store, w.conns, binding.EnableOptions{Root: root, Mode: mode, ConfigDir: w.store.Dir,
 		Executable: "/usr/local/bin/agentscm", Now: w.clock.Now()}); err != nil {
 		w.t.Fatal(err)
 	}
 }
 
-func (w *world) setting(root string) *capture.Setting {
+func (w *world) setting(root string) *binding.Setting {
 	w.t.Helper()
-	s, err := capture.CaptureSetting(w.store, w.conns, root)
+	s, err := binding.CaptureSetting(w.store, w.conns, root)
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -463,7 +464,7 @@ func TestConfirmTurnsSharingOnAndOffNeedsNone(t *testing.T) {
 	if code != 200 || !strings.Contains(body, "Sharing is on for "+root) {
 		t.Fatalf("confirm: %d\n%s", code, body)
 	}
-	if s := w.setting(root); s.State != capture.StateShared {
+	if s := w.setting(root); s.State != binding.StateShared {
 		t.Fatalf("after confirm: %s", s.State)
 	}
 	// The same panel cannot be confirmed twice.
@@ -475,7 +476,7 @@ func TestConfirmTurnsSharingOnAndOffNeedsNone(t *testing.T) {
 	if code != 200 || !strings.Contains(body, "Sharing is off for "+root) {
 		t.Fatalf("off: %d\n%s", code, body)
 	}
-	if s := w.setting(root); s.State != capture.StateMetadataOnly {
+	if s := w.setting(root); s.State != binding.StateMetadataOnly {
 		t.Fatalf("after off: %s", s.State)
 	}
 }
@@ -491,7 +492,7 @@ func TestConfirmMustPassWhatWasShown(t *testing.T) {
 		if _, body := w.post("/v1/local/capture/confirm", f, nil); !strings.Contains(body, "does not match what its panel displayed") {
 			t.Errorf("tampered %s: %s", k, body)
 		}
-		if s := w.setting(root); s.State != capture.StateMetadataOnly {
+		if s := w.setting(root); s.State != binding.StateMetadataOnly {
 			t.Fatalf("tampered %s turned sharing on", k)
 		}
 	}
@@ -510,7 +511,7 @@ func TestPanelExpiresAfterTwoMinutes(t *testing.T) {
 			f := w.openPanel(root)
 			w.clock.Add(tc.wait)
 			_, body := w.post("/v1/local/capture/confirm", f, nil)
-			shared := w.setting(root).State == capture.StateShared
+			shared := w.setting(root).State == binding.StateShared
 			if shared != tc.ok {
 				t.Fatalf("after %v: shared=%v\n%s", tc.wait, shared, body)
 			}
@@ -545,7 +546,7 @@ func TestReconnectRefused(t *testing.T) {
 		t.Errorf("confirm after reconnect lacks %q:\n%s", want, body)
 	}
 	s := w.setting(root)
-	if s.State != capture.StateMetadataOnly {
+	if s.State != binding.StateMetadataOnly {
 		t.Fatalf("shared after a reconnect: %s", s.State)
 	}
 	// The page now says where sharing was set and offers no switch on.
@@ -572,19 +573,19 @@ func TestModeChangeInvalidatesPanel(t *testing.T) {
 	w.enable(root, "")
 	w.signin()
 	f := w.openPanel(root)
-	if _, err := capture.SetCaptureMode(context.Background(), w.store, w.conns, root, event.ModeLocalConversation, nil); err != nil {
+	if _, err := binding.SetCaptureMode(context.Background(), w.store, w.conns, root, event.ModeLocalConversation, nil); err != nil {
 		t.Fatal(err)
 	}
 	_, body := w.post("/v1/local/capture/confirm", f, nil)
 	if !strings.Contains(body, "capture setting changed to Local only") {
 		t.Errorf("confirm after a mode change:\n%s", body)
 	}
-	if s := w.setting(root); s.State != capture.StateLocalOnly {
+	if s := w.setting(root); s.State != binding.StateLocalOnly {
 		t.Fatalf("after refused confirm: %s", s.State)
 	}
 	// And the page withdraws a panel whose mode changed.
 	w.openPanel(root)
-	if _, err := capture.Unconfigure(context.Background(), w.store, root); err != nil {
+	if _, err := binding.Unconfigure(context.Background(), w.store, root); err != nil {
 		t.Fatal(err)
 	}
 	page := html.UnescapeString(w.page())
@@ -601,7 +602,7 @@ func TestFiveStatesAndSetupThroughConfirm(t *testing.T) {
 	local := w.checkout("d-local", testHub, "demo")
 	shared := w.checkout("e-shared", testHub, "demo")
 	w.enable(off, "")
-	if _, err := capture.Unconfigure(context.Background(), w.store, off); err != nil {
+	if _, err := binding.Unconfigure(context.Background(), w.store, off); err != nil {
 		t.Fatal(err)
 	}
 	w.enable(meta, event.ModeMetadataOnly)
@@ -637,7 +638,7 @@ func TestFiveStatesAndSetupThroughConfirm(t *testing.T) {
 		if _, body := w.post("/v1/local/capture/confirm", f, nil); !strings.Contains(body, "Sharing is on for "+root) {
 			t.Errorf("confirm %s:\n%s", root, body)
 		}
-		if s := w.setting(root); s.State != capture.StateShared {
+		if s := w.setting(root); s.State != binding.StateShared {
 			t.Errorf("%s after confirm: %s", root, s.State)
 		}
 		if _, err := os.Stat(filepath.Join(root, ".claude", "settings.local.json")); err != nil {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/agentscm/agentscm/internal/binding"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -47,10 +48,10 @@ type fixture struct {
 	root    string
 	spool   string
 	exe     string
-	store   capture.Store
+	store   capture.StateDir
 	conn    client.Connection
 	work    string
-	recipes map[string]capture.Recipe
+	recipes map[string]binding.Recipe
 	n       int
 }
 
@@ -65,7 +66,7 @@ func newFixture(t testing.TB, defs ...recipeDef) *fixture {
 	t.Helper()
 	dir := t.TempDir()
 	f := &fixture{t: t, dir: dir, cfg: filepath.Join(dir, "cfg", "agentscm"), root: filepath.Join(dir, "repo"), spool: filepath.Join(dir, "spool"),
-		exe: "/opt/agent scm/bin/agentscm", recipes: map[string]capture.Recipe{}}
+		exe: "/opt/agent scm/bin/agentscm", recipes: map[string]binding.Recipe{}}
 	os.MkdirAll(f.root, 0o755)
 	f.root, _ = filepath.EvalSymlinks(f.root)
 	for _, args := range [][]string{{"init", "-q"}, {"-c", "user.name=t", "-c", "user.email=t@e", "commit", "-q", "--allow-empty", "-m", "init"}} {
@@ -73,7 +74,7 @@ func newFixture(t testing.TB, defs ...recipeDef) *fixture {
 			t.Fatalf("git %v: %v %s", args, err, out)
 		}
 	}
-	f.store = capture.Store{Dir: f.cfg}
+	f.store = capture.StateDir{Dir: f.cfg}
 	ctx := context.Background()
 	c, _, err := client.SetupLocal(ctx, f.cfg, f.root, "demo", time.Now())
 	if err != nil {
@@ -89,12 +90,12 @@ func newFixture(t testing.TB, defs ...recipeDef) *fixture {
 		}
 		files = append(files, p)
 	}
-	_, err = capture.Configure(ctx, f.store, delivery.Connections{ConfigDir: f.cfg}, capture.ConfigureOptions{Root: f.root, Spool: f.spool,
+	_, err = binding.Configure(ctx, f.store, delivery.Connections{ConfigDir: f.cfg}, binding.ConfigureOptions{Root: f.root, Spool: f.spool,
 		RecipeFiles: files, ActionRules: []string{"Bash=execution:partial:process_exit_code"}, Executable: f.exe, Now: time.Now()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, _ := f.store.Load()
+	cfg, _ := f.store.Bindings().Load()
 	for _, r := range cfg.Find(f.root).Recipes {
 		f.recipes[r.ID] = r
 	}
@@ -262,8 +263,8 @@ func readSpool(dir string) ([]event.Record, error) {
 	return sp.Events()
 }
 
-func (f *fixture) binding() *capture.Binding {
-	cfg, err := f.store.Load()
+func (f *fixture) binding() *binding.Binding {
+	cfg, err := f.store.Bindings().Load()
 	if err != nil {
 		f.t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package recipe
 import (
 	"context"
 	"fmt"
+	"github.com/agentscm/agentscm/internal/binding"
 	"path/filepath"
 	"time"
 
@@ -28,7 +29,7 @@ const (
 
 // ReconcileOptions are the inputs of reconcile-recipe.
 type ReconcileOptions struct {
-	Store capture.Store
+	Store capture.StateDir
 	Hubs  capture.HubOpener
 	ID    string
 	// Root is the checkout root (the working directory by default).
@@ -62,7 +63,7 @@ func Reconcile(ctx context.Context, o ReconcileOptions) ([]Reconciled, error) {
 	if err != nil {
 		return nil, refuse("--root %s: %v", o.Root, err)
 	}
-	cfg, err := o.Store.Load()
+	cfg, err := o.Store.Bindings().Load()
 	if err != nil {
 		return nil, err
 	}
@@ -215,7 +216,7 @@ func Reconcile(ctx context.Context, o ReconcileOptions) ([]Reconciled, error) {
 	return out, nil
 }
 
-func hasAttempts(store capture.Store, bd *capture.Binding, id string) bool {
+func hasAttempts(store capture.StateDir, bd *binding.Binding, id string) bool {
 	as := attemptStore{dir: filepath.Join(checkoutDir(store.Dir, bd.Root, bd.Repository, bd.WorktreeID), attemptsDir)}
 	all, _ := as.list()
 	for _, a := range all {

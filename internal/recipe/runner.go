@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/agentscm/agentscm/internal/binding"
 	"hash"
 	"io"
 	"io/fs"
@@ -70,7 +71,7 @@ const (
 // Options are the inputs of one run-recipe invocation. The command line
 // offers only the recipe id: no argv, source, Work, generation or result.
 type Options struct {
-	Store capture.Store
+	Store capture.StateDir
 	Hubs  capture.HubOpener
 	// ID is the registered recipe id.
 	ID string
@@ -184,26 +185,26 @@ func (o *Options) fail(point string) {
 	}
 }
 
-// binding finds the enabled binding whose root is exactly the canonical
+// findBinding finds the enabled binding whose root is exactly the canonical
 // cwd, and the registered recipe.
-func binding(store capture.Store, cwd, id string) (*capture.Binding, capture.Recipe, error) {
+func findBinding(store capture.StateDir, cwd, id string) (*binding.Binding, binding.Recipe, error) {
 	if !filepath.IsAbs(cwd) {
-		return nil, capture.Recipe{}, refuse("the working directory %q is not absolute", cwd)
+		return nil, binding.Recipe{}, refuse("the working directory %q is not absolute", cwd)
 	}
 	real, err := filepath.EvalSymlinks(cwd)
 	if err != nil {
-		return nil, capture.Recipe{}, refuse("the working directory %s: %v", cwd, err)
+		return nil, binding.Recipe{}, refuse("the working directory %s: %v", cwd, err)
 	}
-	cfg, err := store.Load()
+	cfg, err := store.Bindings().Load()
 	if err != nil {
-		return nil, capture.Recipe{}, err
+		return nil, binding.Recipe{}, err
 	}
 	bd := cfg.Find(real)
 	if bd == nil || !bd.Enabled {
 		if cover := cfg.ForPath(real); cover != nil {
-			return nil, capture.Recipe{}, refuse("run-recipe runs only from the exact configured repository root %s, not %s", cover.Root, real)
+			return nil, binding.Recipe{}, refuse("run-recipe runs only from the exact configured repository root %s, not %s", cover.Root, real)
 		}
-		return nil, capture.Recipe{}, refuse("no enabled capture binding has the root %s; run-recipe runs only from a configured repository root", real)
+		return nil, binding.Recipe{}, refuse("no enabled capture binding has the root %s; run-recipe runs only from a configured repository root", real)
 	}
 	r, ok := bd.RecipeByID(id)
 	if !ok {
@@ -212,12 +213,12 @@ func binding(store capture.Store, cwd, id string) (*capture.Binding, capture.Rec
 			ids = append(ids, x.ID)
 		}
 		if len(ids) == 0 {
-			return nil, capture.Recipe{}, refuse("recipe id %q is not registered for %s: no recipe is registered", id, bd.Root)
+			return nil, binding.Recipe{}, refuse("recipe id %q is not registered for %s: no recipe is registered", id, bd.Root)
 		}
-		return nil, capture.Recipe{}, refuse("recipe id %q is not registered for %s (registered: %s)", id, bd.Root, strings.Join(ids, ", "))
+		return nil, binding.Recipe{}, refuse("recipe id %q is not registered for %s (registered: %s)", id, bd.Root, strings.Join(ids, ", "))
 	}
 	if bd.Runner == "" {
-		return nil, capture.Recipe{}, refuse("the binding of %s records no recipe runner; run change-capture configure again with its --recipe-file", bd.Root)
+		return nil, binding.Recipe{}, refuse("the binding of %s records no recipe runner; run change-capture configure again with its --recipe-file", bd.Root)
 	}
 	return bd, r, nil
 }
@@ -242,7 +243,7 @@ func Run(ctx context.Context, o Options) (*Receipt, error) {
 			}
 		}()
 	}
-	bd, r, err := binding(o.Store, o.Cwd, o.ID)
+	bd, r, err := findBinding(o.Store, o.Cwd, o.ID)
 	if err != nil {
 		return nil, err
 	}

@@ -21,7 +21,7 @@ func (c *checkout) waitDelivered() {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	if err := (capture.Store{Dir: filepath.Join(c.config, "agentscm")}).WaitDeliverers(ctx); err != nil {
+	if err := (capture.StateDir{Dir: filepath.Join(c.config, "agentscm")}).WaitDeliverers(ctx); err != nil {
 		c.t.Fatalf("background deliverers: %v", err)
 	}
 }

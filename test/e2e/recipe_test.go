@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"github.com/agentscm/agentscm/internal/binding"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -213,7 +214,7 @@ func readBinding(t *testing.T, c *checkout) map[string]string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var cfg capture.Config
+	var cfg binding.Config
 	if err := json.Unmarshal(b, &cfg); err != nil {
 		t.Fatal(err)
 	}

@@ -4,9 +4,9 @@ package e2e
 
 import (
 	"encoding/json"
+	"github.com/agentscm/agentscm/internal/binding"
 	"testing"
 
-	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/hub/api"
 	"github.com/agentscm/agentscm/internal/spool"
@@ -35,7 +35,7 @@ func TestReEnableMidSession(t *testing.T) {
 	c.agentscm("change-capture", "unconfigure", "--root", c.root)
 	c.agentscm("change-capture", "forget", "--root", c.root)
 	c.agentscm("change-capture", "enable", "--root", c.root)
-	var st capture.Setting
+	var st binding.Setting
 	if err := json.Unmarshal([]byte(c.agentscm("change-capture", "status", "--root", c.root, "--format", "json")), &st); err != nil {
 		t.Fatal(err)
 	}

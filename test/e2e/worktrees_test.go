@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/agentscm/agentscm/internal/binding"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/test/e2e/scriptedapi"
 )
@@ -46,9 +46,9 @@ func (c *checkout) tryClaude(api *scriptedapi.Server, args ...string) (claudeRes
 	return res, nil
 }
 
-func (c *checkout) setting() capture.Setting {
+func (c *checkout) setting() binding.Setting {
 	c.t.Helper()
-	var st capture.Setting
+	var st binding.Setting
 	if err := json.Unmarshal([]byte(c.agentscm("change-capture", "status", "--root", c.root, "--format", "json")), &st); err != nil {
 		c.t.Fatal(err)
 	}

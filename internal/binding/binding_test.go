@@ -1,8 +1,10 @@
-package capture
+package binding_test
 
 import (
 	"context"
 	"errors"
+	"github.com/agentscm/agentscm/internal/binding"
+	"github.com/agentscm/agentscm/internal/capture"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +16,9 @@ import (
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/spool"
 )
+
+// configFile is the capture config's file name in the config directory.
+const configFile = "capture.json"
 
 func TestConfigDir(t *testing.T) {
 	cases := []struct {
@@ -27,7 +32,7 @@ func TestConfigDir(t *testing.T) {
 		{map[string]string{}, "", true},
 	}
 	for _, tc := range cases {
-		got, err := ConfigDir(func(k string) string { return tc.env[k] })
+		got, err := binding.ConfigDir(func(k string) string { return tc.env[k] })
 		if (err != nil) != tc.wantErr || got != tc.want {
 			t.Errorf("ConfigDir(%v) = %q, %v", tc.env, got, err)
 		}
@@ -35,7 +40,7 @@ func TestConfigDir(t *testing.T) {
 }
 
 type fixture struct {
-	store Store
+	store capture.StateDir
 	conns conns
 	root  string
 	spool string
@@ -53,12 +58,12 @@ func (c conns) Lock() (func() error, error) {
 	return l.Unlock, nil
 }
 
-func (c conns) Current(root string) (Lineage, error) {
+func (c conns) Current(root string) (binding.Lineage, error) {
 	conn, err := client.Lookup(c.dir, root)
 	if errors.Is(err, client.ErrNoConnection) {
-		return Lineage{}, ErrNoConnection
+		return binding.Lineage{}, binding.ErrNoConnection
 	}
-	return Lineage{Hub: conn.Hub, Repository: conn.Repository, WorktreeID: conn.WorktreeID}, err
+	return binding.Lineage{Hub: conn.Hub, Repository: conn.Repository, WorktreeID: conn.WorktreeID}, err
 }
 
 // newFixture makes a checkout connected to a Hub repository through a real
@@ -66,7 +71,7 @@ func (c conns) Current(root string) (Lineage, error) {
 func newFixture(t *testing.T) fixture {
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "config", "agentscm")
-	f := fixture{store: Store{Dir: cfg}, conns: conns{cfg}, root: filepath.Join(dir, "repo"), spool: filepath.Join(dir, "spool"), exe: "/usr/local/bin/agentscm"}
+	f := fixture{store: capture.StateDir{Dir: cfg}, conns: conns{cfg}, root: filepath.Join(dir, "repo"), spool: filepath.Join(dir, "spool"), exe: "/usr/local/bin/agentscm"}
 	if err := os.MkdirAll(f.root, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -77,9 +82,9 @@ func newFixture(t *testing.T) fixture {
 	return f
 }
 
-func (f fixture) configure(t *testing.T, mode string) *ConfigureResult {
+func (f fixture) configure(t *testing.T, mode string) *binding.ConfigureResult {
 	t.Helper()
-	res, err := Configure(context.Background(), f.store, f.conns, ConfigureOptions{Root: f.root, Spool: f.spool, CaptureMode: mode, Executable: f.exe, Now: time.Now()})
+	res, err := binding.Configure(context.Background(), f.store, f.conns, binding.ConfigureOptions{Root: f.root, Spool: f.spool, CaptureMode: mode, Executable: f.exe, Now: time.Now()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,21 +97,21 @@ func TestConfigureRefusals(t *testing.T) {
 	os.WriteFile(file, nil, 0o644)
 	cases := []struct {
 		name string
-		o    ConfigureOptions
+		o    binding.ConfigureOptions
 		want string
 	}{
-		{"relative root", ConfigureOptions{Root: "repo", Spool: f.spool}, "not an absolute path"},
-		{"missing root", ConfigureOptions{Root: f.root + "-missing", Spool: f.spool}, "does not exist"},
-		{"root is a file", ConfigureOptions{Root: file, Spool: f.spool}, "not a directory"},
-		{"relative spool", ConfigureOptions{Root: f.root, Spool: "spool"}, "--spool \"spool\" is not an absolute path"},
-		{"spool inside checkout", ConfigureOptions{Root: f.root, Spool: filepath.Join(f.root, "sp")}, "inside the checkout"},
-		{"bad mode", ConfigureOptions{Root: f.root, Spool: f.spool, CaptureMode: "shared-everything"}, "not supported"},
-		{"bad worktree id", ConfigureOptions{Root: f.root, Spool: f.spool, WorktreeID: "a b"}, "--worktree-id"},
+		{"relative root", binding.ConfigureOptions{Root: "repo", Spool: f.spool}, "not an absolute path"},
+		{"missing root", binding.ConfigureOptions{Root: f.root + "-missing", Spool: f.spool}, "does not exist"},
+		{"root is a file", binding.ConfigureOptions{Root: file, Spool: f.spool}, "not a directory"},
+		{"relative spool", binding.ConfigureOptions{Root: f.root, Spool: "spool"}, "--spool \"spool\" is not an absolute path"},
+		{"spool inside checkout", binding.ConfigureOptions{Root: f.root, Spool: filepath.Join(f.root, "sp")}, "inside the checkout"},
+		{"bad mode", binding.ConfigureOptions{Root: f.root, Spool: f.spool, CaptureMode: "shared-everything"}, "not supported"},
+		{"bad worktree id", binding.ConfigureOptions{Root: f.root, Spool: f.spool, WorktreeID: "a b"}, "--worktree-id"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.o.Executable = f.exe
-			_, err := Configure(context.Background(), f.store, f.conns, tc.o)
+			_, err := binding.Configure(context.Background(), f.store, f.conns, tc.o)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want %q", err, tc.want)
 			}
@@ -138,43 +143,43 @@ func TestConfigureTwiceAndUnconfigure(t *testing.T) {
 	if res.SettingsChange {
 		t.Fatal("second configure changed the settings file")
 	}
-	cfg, err := f.store.Load()
+	cfg, err := f.store.Bindings().Load()
 	if err != nil || len(cfg.Bindings) != 1 || cfg.Bindings[0].CaptureMode != event.ModeLocalConversation {
 		t.Fatalf("config after reconfigure: %+v %v", cfg, err)
 	}
 	// Another spool for the same checkout is refused.
-	_, err = Configure(context.Background(), f.store, f.conns, ConfigureOptions{Root: f.root, Spool: f.spool + "2", Executable: f.exe, Now: time.Now()})
+	_, err = binding.Configure(context.Background(), f.store, f.conns, binding.ConfigureOptions{Root: f.root, Spool: f.spool + "2", Executable: f.exe, Now: time.Now()})
 	if err == nil || !strings.Contains(err.Error(), "cannot adopt another spool") {
 		t.Fatalf("second spool: %v", err)
 	}
-	un, err := Unconfigure(context.Background(), f.store, f.root)
+	un, err := binding.Unconfigure(context.Background(), f.store, f.root)
 	if err != nil || !un.HooksRemoved || !un.SpoolRetained {
 		t.Fatalf("unconfigure: %+v %v", un, err)
 	}
-	if evs, _ := claude.MarkedEvents(filepath.Join(f.root, DefaultClaudeSettings)); len(evs) != 0 {
+	if evs, _ := claude.MarkedEvents(filepath.Join(f.root, binding.DefaultClaudeSettings)); len(evs) != 0 {
 		t.Fatalf("hooks left: %v", evs)
 	}
-	cfg, _ = f.store.Load()
+	cfg, _ = f.store.Bindings().Load()
 	if len(cfg.Bindings) != 1 || cfg.Bindings[0].Enabled {
 		t.Fatalf("binding after unconfigure: %+v", cfg.Bindings)
 	}
 	if _, err := spool.Open(f.spool); err != nil {
 		t.Fatalf("spool not retained: %v", err)
 	}
-	if _, err := Unconfigure(context.Background(), f.store, "/nowhere"); !errors.Is(err, ErrNoBinding) {
+	if _, err := binding.Unconfigure(context.Background(), f.store, "/nowhere"); !errors.Is(err, binding.ErrNoBinding) {
 		t.Fatalf("unconfigure of unknown root: %v", err)
 	}
 }
 
 func TestConfigVersionRefused(t *testing.T) {
 	dir := t.TempDir()
-	s := Store{Dir: dir}
+	s := binding.Registry{Dir: dir}
 	for _, content := range []string{`{"version": 8, "bindings": []}`, `{"version": 6, "bindings": [{"root": "/r", "spool": "/s", "capture_mode": "metadata-only", "enabled": true, "configured_at": "2026-01-01T00:00:00Z", "limits": {"records": 4096, "bytes": 67108864, "artifact_bytes": 16777216}, "compaction": {"threshold_percent": 50, "chosen_by": "enable", "chosen_at": "2026-01-01T00:00:00Z"}}]}`, `{"version": 4}`, `{"bindings": []}`, `{"version": 5, "bindings": [], "extra": 1}`, `nope`} {
 		os.WriteFile(filepath.Join(dir, configFile), []byte(content), 0o600)
 		if _, err := s.Load(); err == nil {
 			t.Errorf("Load accepted %s", content)
 		}
-		if err := s.Update(func(*Config) (bool, error) { return true, nil }); err == nil {
+		if err := s.Update(func(*binding.Config) (bool, error) { return true, nil }); err == nil {
 			t.Errorf("Update accepted %s", content)
 		}
 		b, _ := os.ReadFile(filepath.Join(dir, configFile))
@@ -183,13 +188,13 @@ func TestConfigVersionRefused(t *testing.T) {
 		}
 	}
 	os.WriteFile(filepath.Join(dir, configFile), []byte(`{"version": 8}`), 0o600)
-	if _, err := s.Load(); !errors.Is(err, ErrUnknownVersion) {
+	if _, err := s.Load(); !errors.Is(err, binding.ErrUnknownVersion) {
 		t.Fatalf("err = %v, want ErrUnknownVersion", err)
 	}
 }
 
 func TestForPath(t *testing.T) {
-	c := &Config{Bindings: []Binding{
+	c := &binding.Config{Bindings: []binding.Binding{
 		{Root: "/a", Enabled: true},
 		{Root: "/a/b", Enabled: true},
 		{Root: "/c", Enabled: false},
@@ -224,9 +229,9 @@ func TestConcurrentConfigureAndEnableLoseNoBinding(t *testing.T) {
 		go func() {
 			var err error
 			if i%2 == 0 {
-				_, err = Configure(context.Background(), base.store, base.conns, ConfigureOptions{Root: r, Spool: r + "-spool", Executable: base.exe, Now: time.Now()})
+				_, err = binding.Configure(context.Background(), base.store, base.conns, binding.ConfigureOptions{Root: r, Spool: r + "-spool", Executable: base.exe, Now: time.Now()})
 			} else {
-				_, err = EnableCapture(context.Background(), base.store, base.conns, EnableOptions{Root: r, ConfigDir: base.store.Dir, Executable: base.exe, Now: time.Now()})
+				_, err = binding.EnableCapture(context.Background(), base.store, base.conns, binding.EnableOptions{Root: r, ConfigDir: base.store.Dir, Executable: base.exe, Now: time.Now()})
 			}
 			errs <- err
 		}()
@@ -236,7 +241,7 @@ func TestConcurrentConfigureAndEnableLoseNoBinding(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cfg, err := base.store.Load()
+	cfg, err := base.store.Bindings().Load()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,52 +252,5 @@ func TestConcurrentConfigureAndEnableLoseNoBinding(t *testing.T) {
 		if b := cfg.Find(r); b == nil || !b.Enabled {
 			t.Fatalf("binding of %s lost", r)
 		}
-	}
-}
-
-func TestSessionObservation(t *testing.T) {
-	f := newFixture(t)
-	f.configure(t, event.ModeLocalConversation)
-	cfg, _ := f.store.Load()
-	b := cfg.Bindings[0]
-	obs := func(session, ev, source string) Observation {
-		t.Helper()
-		o, err := f.store.Observe(&b, session, ev, source)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return o
-	}
-	// Only a startup SessionStart first establishes an original start.
-	if o := obs("s1", "SessionStart", "startup"); o.StartedLate || o.Mode != event.ModeLocalConversation {
-		t.Fatalf("startup: %+v", o)
-	}
-	if o := obs("s1", "SessionStart", "compact"); o.StartedLate {
-		t.Fatalf("a compact restart of an observed session: %+v", o)
-	}
-	if o := obs("s2", "SessionStart", "resume"); !o.StartedLate || o.Reason != "session_start_resume" {
-		t.Fatalf("resume first: %+v", o)
-	}
-	if o := obs("s2", "UserPromptSubmit", ""); o.StartedLate {
-		t.Fatalf("the gap is recorded once: %+v", o)
-	}
-	if o := obs("s3", "PreToolUse", ""); !o.StartedLate || o.Reason != "first_event_PreToolUse" {
-		t.Fatalf("no SessionStart first: %+v", o)
-	}
-	// Switched to sharing mid-session: s1 keeps its bodies local, a new
-	// session shares; lowering applies at once.
-	b.CaptureMode = event.ModeSharedConversation
-	if o := obs("s1", "Stop", ""); o.Mode != event.ModeLocalConversation {
-		t.Fatalf("running session switched to %q", o.Mode)
-	}
-	if o := obs("s4", "SessionStart", "startup"); o.Mode != event.ModeSharedConversation {
-		t.Fatalf("next session: %q", o.Mode)
-	}
-	b.CaptureMode = event.ModeMetadataOnly
-	if o := obs("s4", "Stop", ""); o.Mode != event.ModeMetadataOnly {
-		t.Fatalf("lowered mode not applied: %q", o.Mode)
-	}
-	if o := obs("../x", "Stop", ""); o.Mode != event.ModeMetadataOnly || o.StartedLate {
-		t.Fatalf("hostile session id: %+v", o)
 	}
 }

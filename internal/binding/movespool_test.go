@@ -1,9 +1,11 @@
-package capture
+package binding_test
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/agentscm/agentscm/internal/binding"
+	"github.com/agentscm/agentscm/internal/capture"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,15 +28,15 @@ func movable(t *testing.T) fixture {
 		t.Fatal(err)
 	}
 	led.Close()
-	if _, err := Unconfigure(context.Background(), f.store, f.root); err != nil {
+	if _, err := binding.Unconfigure(context.Background(), f.store, f.root); err != nil {
 		t.Fatal(err)
 	}
 	return f
 }
 
-func (f fixture) binding(t *testing.T) Binding {
+func (f fixture) binding(t *testing.T) binding.Binding {
 	t.Helper()
-	c, err := f.store.Load()
+	c, err := f.store.Bindings().Load()
 	if err != nil || len(c.Bindings) != 1 {
 		t.Fatalf("config: %+v %v", c, err)
 	}
@@ -56,7 +58,7 @@ func TestConfigureRecordsAndChecksSpoolIdentity(t *testing.T) {
 	if err := os.RemoveAll(f.spool); err != nil {
 		t.Fatal(err)
 	}
-	_, err = Configure(context.Background(), f.store, f.conns, ConfigureOptions{Root: f.root, Spool: f.spool, Executable: f.exe, Now: time.Now()})
+	_, err = binding.Configure(context.Background(), f.store, f.conns, binding.ConfigureOptions{Root: f.root, Spool: f.spool, Executable: f.exe, Now: time.Now()})
 	if err == nil || !strings.Contains(err.Error(), "that path no longer holds it") || !strings.Contains(err.Error(), "never adopted or recreated") {
 		t.Fatalf("configure over a removed spool: %v", err)
 	}
@@ -70,10 +72,10 @@ func TestMoveSpool(t *testing.T) {
 	f := movable(t)
 	from := f.spool
 	before := f.binding(t)
-	oldLedger := f.store.ledgerDir(from)
-	refuse := func(t *testing.T, o MoveSpoolOptions, want string) {
+	oldLedger := filepath.Dir(f.store.SummaryPath(from))
+	refuse := func(t *testing.T, o binding.MoveSpoolOptions, want string) {
 		t.Helper()
-		if _, err := MoveSpool(ctx, f.store, o); err == nil || !strings.Contains(err.Error(), want) {
+		if _, err := binding.MoveSpool(ctx, f.store, o); err == nil || !strings.Contains(err.Error(), want) {
 			t.Fatalf("move %+v: %v, want %q", o, err, want)
 		}
 		if b := f.binding(t); b.Spool != before.Spool || *b.SpoolIdentity != *before.SpoolIdentity {
@@ -85,18 +87,18 @@ func TestMoveSpool(t *testing.T) {
 	}
 	dir := filepath.Dir(from)
 	t.Run("refusals", func(t *testing.T) {
-		refuse(t, MoveSpoolOptions{Root: f.root, To: "rel"}, "must be an absolute clean path")
-		refuse(t, MoveSpoolOptions{Root: f.root, To: filepath.Join(f.root, "sp")}, "inside the checkout")
-		refuse(t, MoveSpoolOptions{Root: f.root, To: from}, "is already at")
-		refuse(t, MoveSpoolOptions{Root: f.root, To: filepath.Join(dir, "no", "such")}, "create it first")
-		refuse(t, MoveSpoolOptions{Root: f.root, To: filepath.Join(from, "inner")}, "itself or beneath it")
+		refuse(t, binding.MoveSpoolOptions{Root: f.root, To: "rel"}, "must be an absolute clean path")
+		refuse(t, binding.MoveSpoolOptions{Root: f.root, To: filepath.Join(f.root, "sp")}, "inside the checkout")
+		refuse(t, binding.MoveSpoolOptions{Root: f.root, To: from}, "is already at")
+		refuse(t, binding.MoveSpoolOptions{Root: f.root, To: filepath.Join(dir, "no", "such")}, "create it first")
+		refuse(t, binding.MoveSpoolOptions{Root: f.root, To: filepath.Join(from, "inner")}, "itself or beneath it")
 		os.Mkdir(filepath.Join(dir, "taken"), 0o700)
-		refuse(t, MoveSpoolOptions{Root: f.root, To: filepath.Join(dir, "taken")}, "a move never adopts or replaces")
+		refuse(t, binding.MoveSpoolOptions{Root: f.root, To: filepath.Join(dir, "taken")}, "a move never adopts or replaces")
 		if shm, err := os.MkdirTemp("/dev/shm", "agentscm-move-"); err == nil {
 			defer os.RemoveAll(shm)
 			var a, b syscall.Stat_t
 			if syscall.Stat(shm, &a) == nil && syscall.Stat(dir, &b) == nil && a.Dev != b.Dev {
-				refuse(t, MoveSpoolOptions{Root: f.root, To: filepath.Join(shm, "sp")}, "a same-inode move stays on one filesystem")
+				refuse(t, binding.MoveSpoolOptions{Root: f.root, To: filepath.Join(shm, "sp")}, "a same-inode move stays on one filesystem")
 			}
 		}
 	})
@@ -108,17 +110,17 @@ func TestMoveSpool(t *testing.T) {
 		if err := os.Rename(from, from+".aside"); err != nil {
 			t.Fatal(err)
 		}
-		refuse(t, MoveSpoolOptions{Root: f.root, To: cp}, "a copied or restored spool has new inodes and is a different identity")
+		refuse(t, binding.MoveSpoolOptions{Root: f.root, To: cp}, "a copied or restored spool has new inodes and is a different identity")
 		os.RemoveAll(cp)
 		os.Rename(from+".aside", from)
 	})
 	t.Run("agentscm renames it", func(t *testing.T) {
 		to := filepath.Join(dir, "moved")
-		res, err := MoveSpool(ctx, f.store, MoveSpoolOptions{Root: f.root, To: to})
+		res, err := binding.MoveSpool(ctx, f.store, binding.MoveSpoolOptions{Root: f.root, To: to})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !res.Renamed || res.From != from || res.To != to || res.Identity != *before.SpoolIdentity || len(res.State) != 1 || res.State[0] != f.store.ledgerDir(to) {
+		if !res.Renamed || res.From != from || res.To != to || res.Identity != *before.SpoolIdentity || len(res.State) != 1 || res.State[0] != filepath.Dir(f.store.SummaryPath(to)) {
 			t.Fatalf("%+v", res)
 		}
 		b := f.binding(t)
@@ -133,7 +135,7 @@ func TestMoveSpool(t *testing.T) {
 			t.Fatalf("open the moved spool: %v", err)
 		}
 		// Re-enabling binds the moved spool.
-		if _, err := Configure(ctx, f.store, f.conns, ConfigureOptions{Root: f.root, Spool: to, Executable: f.exe, Now: time.Now()}); err != nil {
+		if _, err := binding.Configure(ctx, f.store, f.conns, binding.ConfigureOptions{Root: f.root, Spool: to, Executable: f.exe, Now: time.Now()}); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -144,18 +146,18 @@ func TestMoveSpool(t *testing.T) {
 func TestMoveSpoolLegacyBinding(t *testing.T) {
 	ctx := context.Background()
 	f := movable(t)
-	if err := f.store.Update(func(c *Config) (bool, error) { c.Bindings[0].SpoolIdentity = nil; return true, nil }); err != nil {
+	if err := f.store.Bindings().Update(func(c *binding.Config) (bool, error) { c.Bindings[0].SpoolIdentity = nil; return true, nil }); err != nil {
 		t.Fatal(err)
 	}
 	// Such a binding's configure wrote no hook summary either.
-	if err := os.Remove(filepath.Join(f.store.ledgerDir(f.spool), summaryName)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := os.Remove(f.store.SummaryPath(f.spool)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		t.Fatal(err)
 	}
 	to := f.spool + "-moved"
 	if err := os.Rename(f.spool, to); err != nil {
 		t.Fatal(err)
 	}
-	_, err := MoveSpool(ctx, f.store, MoveSpoolOptions{Root: f.root, To: to})
+	_, err := binding.MoveSpool(ctx, f.store, binding.MoveSpoolOptions{Root: f.root, To: to})
 	if !errors.Is(err, spool.ErrMoveRefused) || !strings.Contains(err.Error(), "records no spool identity") {
 		t.Fatal(err)
 	}
@@ -164,13 +166,13 @@ func TestMoveSpoolLegacyBinding(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sp.SetSummaryPath(filepath.Join(f.store.ledgerDir(f.spool), summaryName))
+	sp.SetSummaryPath(f.store.SummaryPath(f.spool))
 	ss, err := sp.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ss.Close()
-	res, err := MoveSpool(ctx, f.store, MoveSpoolOptions{Root: f.root, To: to})
+	res, err := binding.MoveSpool(ctx, f.store, binding.MoveSpoolOptions{Root: f.root, To: to})
 	if err != nil || res.Renamed || res.Identity != sp.Identity() {
 		t.Fatalf("%+v %v", res, err)
 	}
@@ -184,7 +186,7 @@ func TestMoveSpoolHelperProcess(t *testing.T) {
 		t.Skip("helper process only")
 	}
 	p := strings.Split(args, "|")
-	_, err := MoveSpool(context.Background(), Store{Dir: p[0]}, MoveSpoolOptions{Root: p[1], To: p[2]})
+	_, err := binding.MoveSpool(context.Background(), capture.StateDir{Dir: p[0]}, binding.MoveSpoolOptions{Root: p[1], To: p[2]})
 	fmt.Println("move returned", err)
 	os.Exit(0)
 }
@@ -208,7 +210,7 @@ func TestMoveSpoolCrash(t *testing.T) {
 	if _, err := os.Lstat(f.spool); !errors.Is(err, os.ErrNotExist) {
 		t.Fatal("the spool was not renamed before the kill")
 	}
-	res, err := MoveSpool(context.Background(), f.store, MoveSpoolOptions{Root: f.root, To: to})
+	res, err := binding.MoveSpool(context.Background(), f.store, binding.MoveSpoolOptions{Root: f.root, To: to})
 	if err != nil || res.Renamed || len(res.State) != 1 {
 		t.Fatalf("finishing the move: %+v %v", res, err)
 	}

@@ -1,4 +1,4 @@
-package capture
+package binding
 
 import (
 	"context"
@@ -288,7 +288,7 @@ func checkHistoryRoot(dir string) error {
 // it validates every input, creates (or reopens) the spool, records the
 // binding under the connections lock then the capture config lock, and
 // installs the marked Claude Code hooks. Nothing changes when it refuses.
-func Configure(ctx context.Context, store Store, conns Connections, o ConfigureOptions) (*ConfigureResult, error) {
+func Configure(ctx context.Context, store State, conns Connections, o ConfigureOptions) (*ConfigureResult, error) {
 	root, err := CanonicalRoot(o.Root)
 	if err != nil {
 		return nil, err
@@ -320,11 +320,11 @@ func Configure(ctx context.Context, store Store, conns Connections, o ConfigureO
 // configureLocked is the one configure code path; callers hold the
 // connections lock. decide, when set, is called under the capture config
 // lock with the current binding (nil when none) to adjust the options.
-func configureLocked(ctx context.Context, store Store, root string, lin Lineage, o ConfigureOptions, decide func(cur *Binding, o *ConfigureOptions) error) (*ConfigureResult, error) {
+func configureLocked(ctx context.Context, store State, root string, lin Lineage, o ConfigureOptions, decide func(cur *Binding, o *ConfigureOptions) error) (*ConfigureResult, error) {
 	var p *prepared
 	created := false
 	limitsChanged, prevLimits := false, (*spool.Limits)(nil)
-	err := store.Update(func(c *Config) (bool, error) {
+	err := store.Bindings().Update(func(c *Config) (bool, error) {
 		cur := c.Find(root)
 		if decide != nil {
 			if err := decide(cur, &o); err != nil {
@@ -391,7 +391,7 @@ func configureLocked(ctx context.Context, store Store, root string, lin Lineage,
 		if by == "" {
 			by = "configure"
 		}
-		if p.b.Compaction, err = o.Compaction.apply(curPolicy, by, o.Now); err != nil {
+		if p.b.Compaction, err = o.Compaction.Apply(curPolicy, by, o.Now); err != nil {
 			return false, err
 		}
 		if cur != nil {
@@ -410,11 +410,7 @@ func configureLocked(ctx context.Context, store Store, root string, lin Lineage,
 	// (which refuses while no summary of this boot says what the spool
 	// holds); best effort: without it the first hook takes the lock and
 	// writes it.
-	if hs, err := store.openHookSpool(b.Spool); err == nil {
-		if ss, err := hs.Begin(ctx); err == nil {
-			ss.Close()
-		}
-	}
+	store.PrepareSpool(ctx, b.Spool)
 	settings := b.SettingsPath()
 	_, statErr := os.Lstat(settings)
 	ad, err := adapter.For(b.Agent)
@@ -476,13 +472,13 @@ type UnconfigureResult struct {
 // its binding recorded) and disables the binding, which keeps its spool and
 // lineage. It works on a deleted checkout given its saved absolute path and
 // then touches nothing in the missing tree.
-func Unconfigure(ctx context.Context, store Store, root string) (*UnconfigureResult, error) {
+func Unconfigure(ctx context.Context, store State, root string) (*UnconfigureResult, error) {
 	canon, err := SavedRoot(root)
 	if err != nil {
 		return nil, err
 	}
 	var b Binding
-	err = store.Update(func(c *Config) (bool, error) {
+	err = store.Bindings().Update(func(c *Config) (bool, error) {
 		cur := c.Find(canon)
 		if cur == nil {
 			cur = c.Find(filepath.Clean(root))
@@ -500,7 +496,7 @@ func Unconfigure(ctx context.Context, store Store, root string) (*UnconfigureRes
 	res := &UnconfigureResult{Root: b.Root, Spool: b.Spool, ClaudeSettings: b.SettingsPath(), SpoolRetained: true}
 	// The sessions open now get a capture_disabled gap if they come back
 	// after a re-enable (disabled.go).
-	if err := store.noteCaptureDisabled(b.Spool, time.Now()); err != nil {
+	if err := store.NoteDisabled(b.Spool, time.Now()); err != nil {
 		res.Warning = "capture is off, but when it was turned off could not be noted, so a re-enable will not name the window in the record: " + err.Error()
 	}
 	if fi, err := os.Stat(b.Root); err == nil && fi.IsDir() {
@@ -545,19 +541,19 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// lineageOf returns the binding's saved lineage.
-func (b *Binding) lineage() Lineage {
+// Lineage returns the binding's saved lineage.
+func (b *Binding) Lineage() Lineage {
 	return Lineage{Hub: b.Hub, Repository: b.Repository, WorktreeID: b.WorktreeID}
 }
 
-// sameRepo reports whether a connection is the repository and Hub a binding
+// SameRepo reports whether a connection is the repository and Hub a binding
 // was saved for.
-func sameRepo(a, b Lineage) bool {
+func SameRepo(a, b Lineage) bool {
 	return a.Hub == b.Hub && a.Repository == b.Repository
 }
 
-// describeLineage formats "<repository> on <hub>".
-func describeLineage(l Lineage) string {
+// DescribeLineage formats "<repository> on <hub>".
+func DescribeLineage(l Lineage) string {
 	return strings.TrimSpace(l.Repository + " on " + l.Hub)
 }
 

@@ -1,9 +1,7 @@
-package capture
+package binding
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -72,22 +70,6 @@ type MoveSpoolResult struct {
 	Enabled bool     `json:"enabled"`
 }
 
-// spoolStateDirs are the private capture state directories of a spool kept
-// under the config directory by names derived from the spool path (and id):
-// a move renames each of them to the new path's name.
-func (s Store) spoolStateDirs(spoolDir, spoolID string) []string {
-	sum := sha256.Sum256([]byte(spoolDir))
-	h := hex.EncodeToString(sum[:8])
-	asum := sha256.Sum256([]byte(spoolDir + "\x00" + spoolID))
-	return []string{
-		s.ledgerDir(spoolDir),
-		filepath.Join(s.Dir, sessionsDir, h),
-		filepath.Join(s.Dir, sessionsDir, h+".warned"),
-		filepath.Join(s.Dir, transcriptsDir, h),
-		filepath.Join(s.Dir, actionsDir, hex.EncodeToString(asum[:8])),
-	}
-}
-
 // MoveSpool applies the offline same-inode move of a disabled binding's
 // spool, under the capture config lock. When the spool is still at the
 // bound path, agentscm renames it itself (spool.Move: exclusive spool lock,
@@ -99,7 +81,7 @@ func (s Store) spoolStateDirs(spoolDir, spoolID string) []string {
 // names (never replacing anything), and the binding is saved with the new
 // path (atomic replace, fsync) as the last step. Every step can be run
 // again after a crash: what was already moved is recognised.
-func MoveSpool(ctx context.Context, store Store, o MoveSpoolOptions) (*MoveSpoolResult, error) {
+func MoveSpool(ctx context.Context, store State, o MoveSpoolOptions) (*MoveSpoolResult, error) {
 	root, err := SavedRoot(o.Root)
 	if err != nil {
 		return nil, err
@@ -112,7 +94,7 @@ func MoveSpool(ctx context.Context, store Store, o MoveSpoolOptions) (*MoveSpool
 		return nil, fmt.Errorf("--spool %s is inside the checkout %s; choose a private directory outside it", to, root)
 	}
 	var res *MoveSpoolResult
-	err = store.Update(func(c *Config) (bool, error) {
+	err = store.Bindings().Update(func(c *Config) (bool, error) {
 		cur := c.Find(root)
 		if cur == nil {
 			return false, fmt.Errorf("%w %s", ErrNoBinding, root)
@@ -129,7 +111,7 @@ func MoveSpool(ctx context.Context, store Store, o MoveSpoolOptions) (*MoveSpool
 				return false, fmt.Errorf("spool path %s is bound to checkout %s", to, other.Root)
 			}
 		}
-		want, err := store.boundIdentityWitness(cur, to)
+		want, err := boundIdentityWitness(store, cur, to)
 		if err != nil {
 			return false, err
 		}
@@ -156,7 +138,7 @@ func MoveSpool(ctx context.Context, store Store, o MoveSpoolOptions) (*MoveSpool
 		default:
 			return false, fmt.Errorf("%w: neither %s (the bound path) nor %s holds a spool", spool.ErrMoveRefused, from, to)
 		}
-		moved, err := store.moveSpoolState(from, to, res.Identity.SpoolID)
+		moved, err := moveSpoolState(store, from, to, res.Identity.SpoolID)
 		res.State = moved
 		if err != nil {
 			return false, err
@@ -177,13 +159,13 @@ func MoveSpool(ctx context.Context, store Store, o MoveSpoolOptions) (*MoveSpool
 // binding saved before identities were recorded, the one the hook summary
 // of the bound path names (or of the new path, when an interrupted move
 // already moved the ledger); nil when none exists.
-func (s Store) boundIdentityWitness(b *Binding, to string) (*spool.Identity, error) {
+func boundIdentityWitness(s State, b *Binding, to string) (*spool.Identity, error) {
 	if b.SpoolIdentity != nil {
 		id := *b.SpoolIdentity
 		return &id, nil
 	}
 	for _, dir := range []string{b.Spool, to} {
-		if id, err := spool.SummaryIdentity(filepath.Join(s.ledgerDir(dir), summaryName)); err == nil {
+		if id, err := spool.SummaryIdentity(s.SummaryPath(dir)); err == nil {
 			return &id, nil
 		}
 	}
@@ -194,8 +176,8 @@ func (s Store) boundIdentityWitness(b *Binding, to string) (*spool.Identity, err
 // name for to. It first checks all of them, so a conflict (both names
 // exist) changes nothing; a directory already at its new name (an earlier
 // interrupted move) is left there.
-func (s Store) moveSpoolState(from, to, spoolID string) ([]string, error) {
-	olds, news := s.spoolStateDirs(from, spoolID), s.spoolStateDirs(to, spoolID)
+func moveSpoolState(s State, from, to, spoolID string) ([]string, error) {
+	olds, news := s.SpoolStateDirs(from, spoolID), s.SpoolStateDirs(to, spoolID)
 	var todo []int
 	for i := range olds {
 		_, oerr := os.Lstat(olds[i])

@@ -1,4 +1,4 @@
-package capture
+package binding
 
 import (
 	"bytes"
@@ -174,4 +174,14 @@ func checkSettingsRel(rel string) error {
 		return fmt.Errorf("claude settings path %q must name a .json file", rel)
 	}
 	return nil
+}
+
+// RecipeByID returns the binding's registered recipe id.
+func (b *Binding) RecipeByID(id string) (Recipe, bool) {
+	for _, r := range b.Recipes {
+		if r.ID == id {
+			return r, true
+		}
+	}
+	return Recipe{}, false
 }

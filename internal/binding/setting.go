@@ -1,4 +1,4 @@
-package capture
+package binding
 
 import (
 	"context"
@@ -71,12 +71,12 @@ func stateOf(b *Binding) string {
 
 // CaptureSetting reads the setting of a checkout (saved path accepted for a
 // deleted checkout).
-func CaptureSetting(store Store, conns Connections, root string) (*Setting, error) {
+func CaptureSetting(store State, conns Connections, root string) (*Setting, error) {
 	canon, err := SavedRoot(root)
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := store.Load()
+	cfg, err := store.Bindings().Load()
 	if err != nil {
 		return nil, err
 	}
@@ -98,7 +98,7 @@ func CaptureSetting(store Store, conns Connections, root string) (*Setting, erro
 		s.Agent = a.Name()
 	}
 	s.Compaction = b.Compaction
-	s.LineageMismatch = cerr == nil && b.Hub != "" && !sameRepo(lin, b.lineage())
+	s.LineageMismatch = cerr == nil && b.Hub != "" && !SameRepo(lin, b.Lineage())
 	if rep, err := store.Refusals(b.Spool); err == nil && rep.Total > 0 {
 		s.Refused = &rep
 	}
@@ -106,8 +106,8 @@ func CaptureSetting(store Store, conns Connections, root string) (*Setting, erro
 }
 
 // Settings reads the setting of every bound checkout.
-func Settings(store Store, conns Connections) ([]Setting, error) {
-	cfg, err := store.Load()
+func Settings(store State, conns Connections) ([]Setting, error) {
+	cfg, err := store.Bindings().Load()
 	if err != nil {
 		return nil, err
 	}
@@ -161,7 +161,7 @@ type EnableResult struct {
 // binding: with none it builds one through the configure code path with the
 // defaults; with a disabled one it re-enables with everything saved; with an
 // enabled one it only changes the mode.
-func EnableCapture(ctx context.Context, store Store, conns Connections, o EnableOptions) (*EnableResult, error) {
+func EnableCapture(ctx context.Context, store State, conns Connections, o EnableOptions) (*EnableResult, error) {
 	root, err := CanonicalRoot(o.Root)
 	if err != nil {
 		return nil, err
@@ -178,7 +178,7 @@ func EnableCapture(ctx context.Context, store Store, conns Connections, o Enable
 	if err != nil {
 		return nil, err
 	}
-	if o.Expect != nil && !sameRepo(lin, *o.Expect) {
+	if o.Expect != nil && !SameRepo(lin, *o.Expect) {
 		return nil, fmt.Errorf("this checkout is now connected to %s on %s; refresh and confirm again", lin.Repository, lin.Hub)
 	}
 	action := ""
@@ -207,9 +207,9 @@ func EnableCapture(ctx context.Context, store Store, conns Connections, o Enable
 				co.Compaction = PolicyChange{Set: DefaultCompactThreshold}
 			}
 		default:
-			if cur.Hub != "" && !sameRepo(lin, cur.lineage()) {
+			if cur.Hub != "" && !SameRepo(lin, cur.Lineage()) {
 				return fmt.Errorf("the capture binding of this checkout was saved for %s, but it is now connected to %s; %s",
-					describeLineage(cur.lineage()), describeLineage(lin), startFreshAdvice(cur))
+					DescribeLineage(cur.Lineage()), DescribeLineage(lin), startFreshAdvice(cur))
 			}
 			if have, err := adapter.For(cur.Agent); err != nil {
 				return err
@@ -300,7 +300,7 @@ type SetModeResult struct {
 // enabled binding. Lowering needs only the capture config lock (no
 // connection, no spool, no upload); raising needs a current connection
 // whose repository and Hub match the binding (and Expect, when given).
-func SetCaptureMode(ctx context.Context, store Store, conns Connections, root, mode string, expect *Lineage) (*SetModeResult, error) {
+func SetCaptureMode(ctx context.Context, store State, conns Connections, root, mode string, expect *Lineage) (*SetModeResult, error) {
 	if !ValidMode(mode) {
 		return nil, fmt.Errorf("--mode %q is not supported; use metadata-only, local-conversation or shared-conversation", mode)
 	}
@@ -309,7 +309,7 @@ func SetCaptureMode(ctx context.Context, store Store, conns Connections, root, m
 		return nil, err
 	}
 	// Read once without locks to know whether this raises the mode.
-	cfg, err := store.Load()
+	cfg, err := store.Bindings().Load()
 	if err != nil {
 		return nil, err
 	}
@@ -328,16 +328,16 @@ func SetCaptureMode(ctx context.Context, store Store, conns Connections, root, m
 		if err != nil {
 			return nil, err
 		}
-		if expect != nil && !sameRepo(lin, *expect) {
+		if expect != nil && !SameRepo(lin, *expect) {
 			return nil, fmt.Errorf("this checkout is now connected to %s on %s; refresh and confirm again", lin.Repository, lin.Hub)
 		}
-		if b.Hub != "" && !sameRepo(lin, b.lineage()) {
+		if b.Hub != "" && !SameRepo(lin, b.Lineage()) {
 			return nil, fmt.Errorf("the capture binding of this checkout was saved for %s, but it is now connected to %s; raising the mode needs the same repository and Hub",
-				describeLineage(b.lineage()), describeLineage(lin))
+				DescribeLineage(b.Lineage()), DescribeLineage(lin))
 		}
 	}
 	res := &SetModeResult{Root: canon, Mode: mode}
-	err = store.Update(func(c *Config) (bool, error) {
+	err = store.Bindings().Update(func(c *Config) (bool, error) {
 		cur := c.Find(canon)
 		if cur == nil || !cur.Enabled {
 			return false, fmt.Errorf("no enabled capture binding for this checkout (run change-capture configure first)")
@@ -363,9 +363,9 @@ func SetCaptureMode(ctx context.Context, store Store, conns Connections, root, m
 // metadata-only because its client connection was removed or replaced, so
 // reconnecting never resumes sharing without a new confirmation. It reports
 // whether the mode changed.
-func LowerForConnectionChange(store Store, root string) (bool, error) {
+func LowerForConnectionChange(store State, root string) (bool, error) {
 	changed := false
-	err := store.Update(func(c *Config) (bool, error) {
+	err := store.Bindings().Update(func(c *Config) (bool, error) {
 		if b := c.Find(root); b != nil && b.CaptureMode == event.ModeSharedConversation {
 			b.CaptureMode = event.ModeMetadataOnly
 			changed = true
@@ -392,14 +392,14 @@ type ForgetResult struct {
 // it. Exclude lines one-step setup added for the checkout's settings file
 // are removed unless another binding of the repository uses the same
 // relative settings path.
-func Forget(ctx context.Context, store Store, root string) (*ForgetResult, error) {
+func Forget(ctx context.Context, store State, root string) (*ForgetResult, error) {
 	canon, err := SavedRoot(root)
 	if err != nil {
 		return nil, err
 	}
 	var gone Binding
 	var others []Binding
-	err = store.Update(func(c *Config) (bool, error) {
+	err = store.Bindings().Update(func(c *Config) (bool, error) {
 		b := c.Find(canon)
 		if b == nil {
 			b = c.Find(filepath.Clean(root))

@@ -1,7 +1,10 @@
-// Package capture holds capture bindings: which checkout is captured into
-// which spool, in which mode, recorded in a versioned capture config file
-// under the user's config directory.
-package capture
+// Package binding holds capture bindings: which checkout is captured into
+// which spool, in which mode, with which consent, lineage, recipes and
+// compaction policy, recorded in a versioned capture config file
+// (capture.json v5-v7) under the user's config directory; and the
+// operations that change them (configure, enable, set-mode, move-spool,
+// forget, the git local exclude).
+package binding
 
 import (
 	"bytes"
@@ -13,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/binding/checkout"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/fsutil"
 	"github.com/agentscm/agentscm/internal/spool"
@@ -165,11 +169,8 @@ func (c *Config) needsV6() bool {
 	return false
 }
 
-// Store reads and writes the capture config in one config directory.
-type Store struct{ Dir string }
-
 // Load reads the capture config; a missing file is an empty config.
-func (s Store) Load() (*Config, error) {
+func (s Registry) Load() (*Config, error) {
 	b, err := fsutil.ReadFileNoFollow(filepath.Join(s.Dir, configFile), maxConfigBytes)
 	if errors.Is(err, fs.ErrNotExist) {
 		return &Config{Version: ConfigVersion5}, nil
@@ -204,7 +205,7 @@ func decodeConfig(b []byte) (*Config, error) {
 			return nil, fmt.Errorf("capture config: binding %d is invalid (root %q, spool %q, mode %q)", i, bd.Root, bd.Spool, bd.CaptureMode)
 		}
 		if bd.Compaction != nil {
-			if err := bd.Compaction.validate(); err != nil {
+			if err := bd.Compaction.Validate(); err != nil {
 				return nil, fmt.Errorf("capture config: binding %d: %w", i, err)
 			}
 		}
@@ -224,7 +225,7 @@ func decodeConfig(b []byte) (*Config, error) {
 }
 
 // save writes the config atomically with mode 0600.
-func (s Store) save(c *Config) error {
+func (s Registry) save(c *Config) error {
 	c.Version = ConfigVersion5
 	if c.needsV6() {
 		c.Version = ConfigVersion6
@@ -244,7 +245,7 @@ func (s Store) save(c *Config) error {
 
 // Update runs fn on the current config under the capture config lock and
 // saves the result atomically when fn reports a change.
-func (s Store) Update(fn func(c *Config) (changed bool, err error)) error {
+func (s Registry) Update(fn func(c *Config) (changed bool, err error)) error {
 	if err := fsutil.MkdirPrivate(s.Dir); err != nil {
 		return fmt.Errorf("create config directory: %w", err)
 	}
@@ -299,6 +300,18 @@ func (c *Config) ForPath(path string) *Binding {
 		}
 	}
 	return best
+}
+
+// Lookup returns the enabled binding of the checkout a hook's cwd (clean,
+// absolute) belongs to: ForPath of cwd, else of cwd with its symbolic links
+// resolved (checkout.Lookup, the lookup the changelog uses too); nil when
+// none.
+func (c *Config) Lookup(cwd string) *Binding {
+	b, _ := checkout.Lookup(cwd, func(path string) (*Binding, bool) {
+		b := c.ForPath(path)
+		return b, b != nil
+	})
+	return b
 }
 
 // within reports whether path is root or beneath it (both clean, absolute).
