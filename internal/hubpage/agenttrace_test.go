@@ -14,6 +14,7 @@ import (
 	"github.com/agentscm/agentscm/internal/attribution"
 	"github.com/agentscm/agentscm/internal/attribution/schemacheck"
 	"github.com/agentscm/agentscm/internal/changelog"
+	"github.com/agentscm/agentscm/internal/changelog/incmeta"
 	"github.com/agentscm/agentscm/internal/hub/api"
 )
 
@@ -77,7 +78,7 @@ func TestAgentTraceDownload(t *testing.T) {
 	write("f.txt", "one\ntwo\nthree\n")
 	capture(changelog.CaptureRequest{Tool: "Write", ToolUseID: "toolu_w"})
 	write("f.txt", "one\ntwo by the user\nthree\n")
-	capture(changelog.CaptureRequest{Kind: changelog.KindOutside, Outside: &changelog.Outside{Event: "PreToolUse", SessionID: "n9"}})
+	capture(changelog.CaptureRequest{Kind: changelog.KindOutside, Outside: &incmeta.Outside{Event: "PreToolUse", SessionID: "n9"}})
 	write("f.txt", "one\ntwo by the user\nTHREE\n")
 	capture(changelog.CaptureRequest{Tool: "Edit", ToolUseID: "toolu_e"})
 	for pos := 0; pos < 3; pos++ {
