@@ -89,7 +89,16 @@ func hookScript(name, executable, root string) string {
 	return b.String()
 }
 
+// isOurs reports whether the hook at path is agentscm's (a regular file
+// with the marker line); a symlink (a hook manager's) is the user's.
 func isOurs(path string) (bool, error) {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return false, err
+	}
+	if !fi.Mode().IsRegular() {
+		return false, nil
+	}
 	b, err := fsutil.ReadFileNoFollow(path, 1<<20)
 	if err != nil {
 		return false, err
@@ -108,6 +117,16 @@ func EnableHooks(ctx context.Context, root, executable string) ([]HookChange, er
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
+	// Refuse before changing anything.
+	for _, name := range hookNames() {
+		path := filepath.Join(dir, name)
+		ours, err := isOurs(path)
+		if err == nil && !ours {
+			if _, err := os.Lstat(path + ChainedSuffix); err == nil {
+				return nil, fmt.Errorf("%s: %w (%s exists)", path, ErrChainTaken, path+ChainedSuffix)
+			}
+		}
+	}
 	var out []HookChange
 	for _, name := range hookNames() {
 		path := filepath.Join(dir, name)
@@ -118,9 +137,6 @@ func EnableHooks(ctx context.Context, root, executable string) ([]HookChange, er
 		case err == nil && ours:
 			hc.Action = "updated"
 		case err == nil:
-			if _, err := os.Lstat(chained); err == nil {
-				return out, fmt.Errorf("%s: %w (%s exists)", path, ErrChainTaken, chained)
-			}
 			if err := os.Rename(path, chained); err != nil {
 				return out, err
 			}
