@@ -157,7 +157,9 @@ func EnableHooks(ctx context.Context, root, executable string) ([]HookChange, er
 		}
 		out = append(out, hc)
 	}
-	return out, nil
+	// An enable cut off between keeping a hook as chained and writing
+	// agentscm's is completed by running enable again.
+	return out, fsutil.SyncDir(dir)
 }
 
 // DisableHooks removes the hooks EnableHooks installed and puts each
