@@ -45,6 +45,7 @@ import (
 
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/client"
+	"github.com/agentscm/agentscm/internal/connections"
 )
 
 type options struct {
@@ -303,7 +304,7 @@ func run(o options) (bool, error) {
 	if filepath.Base(argv[0]) != "agentscm-hook-intake" {
 		return false, fmt.Errorf("enable installed %q on PreToolUse, not the intake binary agentscm-hook-intake", strings.Join(argv, " "))
 	}
-	conn, err := client.Lookup(filepath.Join(cfg, "agentscm"), root)
+	conn, err := connections.Lookup(filepath.Join(cfg, "agentscm"), root)
 	if err != nil {
 		return false, err
 	}

@@ -36,7 +36,7 @@ func TestLinksOnlyTheIntake(t *testing.T) {
 		t.Skipf("go list: %v", err)
 	}
 	deps := strings.Fields(string(out))
-	for _, want := range []string{"github.com/agentscm/agentscm/internal/capture", "github.com/agentscm/agentscm/internal/hookcore", "github.com/agentscm/agentscm/internal/connfile"} {
+	for _, want := range []string{"github.com/agentscm/agentscm/internal/capture", "github.com/agentscm/agentscm/internal/hookcore", "github.com/agentscm/agentscm/internal/connections"} {
 		if !slices.Contains(deps, want) {
 			t.Errorf("agentscm-hook-intake does not link %s", want)
 		}

@@ -200,7 +200,7 @@ func FactsOf(p *claude.Payload) Facts {
 type Env struct {
 	// Session is the held spool Session the lifecycle event was appended
 	// in; Spool its spool.
-	Session *spool.Session
+	Session *spool.Tx
 	Spool   *spool.Spool
 	// Receipts is the spool's receipt directory (OpenReceipts).
 	Receipts Receipts

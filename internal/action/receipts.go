@@ -159,7 +159,7 @@ func (a Receipts) CheckRoom() error {
 }
 
 // AppendReceipt appends the receipt's record in ss and commits the receipt.
-func AppendReceipt(ss *spool.Session, rs Receipts, name string, r *Receipt) error {
+func AppendReceipt(ss *spool.Tx, rs Receipts, name string, r *Receipt) error {
 	rec := r.Record
 	if _, err := ss.Append(&rec); err != nil {
 		return fmt.Errorf("append %s: %w", rec.Kind, err)

@@ -3,8 +3,6 @@ package binding_test
 import (
 	"context"
 	"errors"
-	"github.com/agentscm/agentscm/internal/binding"
-	"github.com/agentscm/agentscm/internal/capture"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,7 +10,9 @@ import (
 	"time"
 
 	"github.com/agentscm/agentscm/internal/agent/claude"
-	"github.com/agentscm/agentscm/internal/client"
+	"github.com/agentscm/agentscm/internal/binding"
+	"github.com/agentscm/agentscm/internal/capture"
+	"github.com/agentscm/agentscm/internal/connections"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/spool"
 )
@@ -51,7 +51,7 @@ type fixture struct {
 type conns struct{ dir string }
 
 func (c conns) Lock() (func() error, error) {
-	l, err := client.Lock(c.dir)
+	l, err := connections.Lock(c.dir)
 	if err != nil {
 		return nil, err
 	}
@@ -59,8 +59,8 @@ func (c conns) Lock() (func() error, error) {
 }
 
 func (c conns) Current(root string) (binding.Lineage, error) {
-	conn, err := client.Lookup(c.dir, root)
-	if errors.Is(err, client.ErrNoConnection) {
+	conn, err := connections.Lookup(c.dir, root)
+	if errors.Is(err, connections.ErrNoConnection) {
 		return binding.Lineage{}, binding.ErrNoConnection
 	}
 	return binding.Lineage{Hub: conn.Hub, Repository: conn.Repository, WorktreeID: conn.WorktreeID}, err
@@ -76,7 +76,7 @@ func newFixture(t *testing.T) fixture {
 		t.Fatal(err)
 	}
 	root, _ := filepath.EvalSymlinks(f.root)
-	if _, err := client.Put(cfg, client.Connection{Root: root, Kind: client.KindHub, Hub: "http://127.0.0.1:1", Repository: "demo", WorktreeID: client.NewWorktreeID()}); err != nil {
+	if _, err := connections.Put(cfg, connections.Connection{Root: root, Kind: connections.KindHub, Hub: "http://127.0.0.1:1", Repository: "demo", WorktreeID: connections.NewWorktreeID()}); err != nil {
 		t.Fatal(err)
 	}
 	return f
@@ -219,7 +219,7 @@ func TestConcurrentConfigureAndEnableLoseNoBinding(t *testing.T) {
 		r := filepath.Join(filepath.Dir(base.root), "co"+string(rune('a'+i)))
 		os.MkdirAll(r, 0o755)
 		real, _ := filepath.EvalSymlinks(r)
-		if _, err := client.Put(base.store.Dir, client.Connection{Root: real, Kind: client.KindHub, Hub: "http://127.0.0.1:1", Repository: "demo", WorktreeID: client.NewWorktreeID()}); err != nil {
+		if _, err := connections.Put(base.store.Dir, connections.Connection{Root: real, Kind: connections.KindHub, Hub: "http://127.0.0.1:1", Repository: "demo", WorktreeID: connections.NewWorktreeID()}); err != nil {
 			t.Fatal(err)
 		}
 		roots = append(roots, real)

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/action"
 	"github.com/agentscm/agentscm/internal/binding/checkout"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/fsutil"
@@ -97,10 +98,10 @@ type Binding struct {
 	WorktreeID string `json:"worktree_id,omitempty"`
 	BaseRef    string `json:"base_ref,omitempty"`
 	// SetupDigest is the caller's assertion identifying the agent setup.
-	SetupDigest       string       `json:"setup_digest,omitempty"`
-	ClaudeHistoryRoot string       `json:"claude_history_root,omitempty"`
-	ActionRules       []ActionRule `json:"action_rules,omitempty"`
-	Recipes           []Recipe     `json:"recipes,omitempty"`
+	SetupDigest       string        `json:"setup_digest,omitempty"`
+	ClaudeHistoryRoot string        `json:"claude_history_root,omitempty"`
+	ActionRules       []action.Rule `json:"action_rules,omitempty"`
+	Recipes           []Recipe      `json:"recipes,omitempty"`
 	// Runner is the absolute agentscm executable of the managed recipe
 	// runner, recorded by configure only while recipes are registered: the
 	// exact visible Bash command of recipe ID is RunnerCommand(Runner, ID).

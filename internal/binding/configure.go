@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/action"
 	"github.com/agentscm/agentscm/internal/agent/adapter"
 	"github.com/agentscm/agentscm/internal/agent/claude"
 	"github.com/agentscm/agentscm/internal/agent/codex"
@@ -80,17 +81,17 @@ type ConfigureOptions struct {
 
 // ConfigureResult says what configure did.
 type ConfigureResult struct {
-	Root        string       `json:"root"`
-	Spool       string       `json:"spool"`
-	CaptureMode string       `json:"capture_mode"`
-	Hub         string       `json:"hub"`
-	Repository  string       `json:"repository"`
-	WorktreeID  string       `json:"worktree_id"`
-	BaseRef     string       `json:"base_ref,omitempty"`
-	SetupDigest string       `json:"setup_digest,omitempty"`
-	ActionRules []ActionRule `json:"action_rules"`
-	Recipes     []string     `json:"recipes"`
-	Limits      spool.Limits `json:"limits"`
+	Root        string        `json:"root"`
+	Spool       string        `json:"spool"`
+	CaptureMode string        `json:"capture_mode"`
+	Hub         string        `json:"hub"`
+	Repository  string        `json:"repository"`
+	WorktreeID  string        `json:"worktree_id"`
+	BaseRef     string        `json:"base_ref,omitempty"`
+	SetupDigest string        `json:"setup_digest,omitempty"`
+	ActionRules []action.Rule `json:"action_rules"`
+	Recipes     []string      `json:"recipes"`
+	Limits      spool.Limits  `json:"limits"`
 	// LimitsChanged is true when this call changed the limits of an
 	// existing spool (PreviousLimits were its limits before).
 	LimitsChanged  bool              `json:"limits_changed,omitempty"`
@@ -175,7 +176,7 @@ func validWorktreeID(s string) bool {
 // prepared is a validated configure request.
 type prepared struct {
 	b       Binding
-	rules   []ActionRule
+	rules   []action.Rule
 	recipes []Recipe
 }
 
@@ -208,7 +209,7 @@ func prepare(o ConfigureOptions, root string, lin Lineage) (*prepared, error) {
 		return nil, fmt.Errorf("--setup-digest must be 64 lowercase hex characters (a SHA-256)")
 	}
 	if o.BaseRef != "" {
-		if err := checkToken("--base-ref", o.BaseRef, 256); err != nil {
+		if err := action.CheckToken("--base-ref", o.BaseRef, 256); err != nil {
 			return nil, err
 		}
 	}
@@ -232,7 +233,7 @@ func prepare(o ConfigureOptions, root string, lin Lineage) (*prepared, error) {
 			o.ClaudeSettings = ""
 		}
 	}
-	rules, err := ParseActionRules(o.ActionRules)
+	rules, err := action.ParseRules(o.ActionRules)
 	if err != nil {
 		return nil, err
 	}
@@ -441,7 +442,7 @@ func configureLocked(ctx context.Context, store State, root string, lin Lineage,
 		SettingsCreated: errors.Is(statErr, fs.ErrNotExist),
 	}
 	if res.ActionRules == nil {
-		res.ActionRules = []ActionRule{}
+		res.ActionRules = []action.Rule{}
 	}
 	switch ad.Name() {
 	case codex.AgentName:

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/agentscm/agentscm/internal/binding"
-	"github.com/agentscm/agentscm/internal/capture"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/binding"
+	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/spool"
 )
 

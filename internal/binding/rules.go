@@ -15,26 +15,6 @@ import (
 	"github.com/agentscm/agentscm/internal/fsutil"
 )
 
-// The action rules live in internal/action; these names keep the capture
-// package's call sites and its config's JSON unchanged.
-
-// ActionRule makes a native tool call an action (action.Rule).
-type ActionRule = action.Rule
-
-// DefaultActionRule is the rule one-step setup installs (action.DefaultRule).
-var DefaultActionRule = action.DefaultRule
-
-// ParseActionRule parses and validates TOOL=execution:COVERAGE:RESULT_SOURCE
-// (action.ParseRule).
-func ParseActionRule(s string) (ActionRule, error) { return action.ParseRule(s) }
-
-// ParseActionRules parses repeated --action-rule values, refusing two rules
-// for one tool (action.ParseRules).
-func ParseActionRules(specs []string) ([]ActionRule, error) { return action.ParseRules(specs) }
-
-// checkToken validates a bounded printable identifier (action.CheckToken).
-func checkToken(name, v string, limit int) error { return action.CheckToken(name, v, limit) }
-
 // Recipe is a registered private recipe: a direct argv run at the checkout
 // root under a timeout and a combined output bound.
 type Recipe struct {
@@ -98,7 +78,7 @@ func ParseRecipe(b []byte) (Recipe, error) {
 		return Recipe{}, errors.New("a recipe needs id, argv, coverage, timeout_seconds and max_output_bytes")
 	}
 	r := Recipe{ID: *f.ID, Argv: f.Argv, Coverage: *f.Coverage, TimeoutSeconds: *f.TimeoutSeconds, MaxOutputBytes: *f.MaxOutputBytes}
-	if err := checkToken("recipe id", r.ID, 128); err != nil {
+	if err := action.CheckToken("recipe id", r.ID, 128); err != nil {
 		return Recipe{}, err
 	}
 	if len(r.Argv) == 0 || len(r.Argv) > maxRecipeArgs {

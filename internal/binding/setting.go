@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/action"
 	"github.com/agentscm/agentscm/internal/agent/adapter"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/source"
@@ -181,7 +182,7 @@ func EnableCapture(ctx context.Context, store State, conns Connections, o Enable
 	if o.Expect != nil && !SameRepo(lin, *o.Expect) {
 		return nil, fmt.Errorf("this checkout is now connected to %s on %s; refresh and confirm again", lin.Repository, lin.Hub)
 	}
-	action := ""
+	did := ""
 	want, err := adapter.For(o.Agent)
 	if err != nil {
 		return nil, err
@@ -191,12 +192,12 @@ func EnableCapture(ctx context.Context, store State, conns Connections, o Enable
 	decide := func(cur *Binding, co *ConfigureOptions) error {
 		switch {
 		case cur == nil:
-			action = "created"
+			did = "created"
 			co.Spool = filepath.Join(o.ConfigDir, "capture-spools", randomHex(16))
 			co.WorktreeID = lin.WorktreeID
 			co.SetupDigest = randomHex(32)
 			co.BaseRef = defaultBaseRef(ctx, root)
-			co.ActionRules = []string{DefaultActionRule.String()}
+			co.ActionRules = []string{action.DefaultRule.String()}
 			if co.CaptureMode == "" {
 				co.CaptureMode = event.ModeMetadataOnly
 			}
@@ -217,9 +218,9 @@ func EnableCapture(ctx context.Context, store State, conns Connections, o Enable
 				return fmt.Errorf("the capture binding of this checkout installs %s hooks, not %s; run change-capture unconfigure --root %s first (the spool is kept)", have.Name(), want.Name(), root)
 			}
 			co.Agent = cur.Agent
-			action = "re-enabled"
+			did = "re-enabled"
 			if cur.Enabled {
-				action = "mode-changed"
+				did = "mode-changed"
 			}
 			if co.CaptureMode == "" {
 				co.CaptureMode = cur.CaptureMode
@@ -239,13 +240,13 @@ func EnableCapture(ctx context.Context, store State, conns Connections, o Enable
 	if err != nil {
 		return nil, err
 	}
-	out := &EnableResult{Action: action, ConfigureResult: res}
+	out := &EnableResult{Action: did, ConfigureResult: res}
 	if res.BaseRef != "" {
 		if _, err := source.ResolveBaseRef(ctx, root, res.BaseRef); err != nil {
 			out.Warnings = append(out.Warnings, err.Error()+"; action source bindings name merge_base as omitted (partial) until it resolves")
 		}
 	}
-	if action == "created" && res.SettingsCreated {
+	if did == "created" && res.SettingsCreated {
 		added, err := addExclude(ctx, root, settingsRel(res.ClaudeSettings, root))
 		if err != nil {
 			out.Warnings = append(out.Warnings, "could not add the Claude settings file to the repository's local exclude: "+err.Error())

@@ -3,11 +3,11 @@ package capture
 import (
 	"context"
 	"encoding/json"
-	"github.com/agentscm/agentscm/internal/binding"
 	"time"
 
 	"github.com/agentscm/agentscm/internal/action"
 	"github.com/agentscm/agentscm/internal/agent/claude"
+	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/spool"
 )
@@ -17,58 +17,10 @@ import (
 // binding's rules and source settings, and the managed recipe runs
 // (managed.go), which take precedence over the generic Bash action.
 
-// Action outcomes reported in HookResult.Action (see internal/action).
-const (
-	ActionStarted         = action.Started
-	ActionStartDuplicate  = action.StartDuplicate
-	ActionFinished        = action.Finished
-	ActionFinishDuplicate = action.FinishDuplicate
-	ActionConflict        = action.Conflict
-	ActionNoToolUseID     = action.NoToolUseID
-	ActionDeferred        = action.Deferred
-	ActionNoStart         = action.NoStart
-	// ActionFinishWithoutStart: a completion under an exact target whose
-	// start was never retained, recorded alone (finish_without_start).
-	ActionFinishWithoutStart = action.FinishWithoutStart
-	ActionReceiptLimit       = action.ReceiptLimit
-)
-
-// ErrActionConflict reports a changed tool input or typed result under an
-// action identity whose receipt is retained (action.ErrConflict).
-var ErrActionConflict = action.ErrConflict
-
-// MaxActionReceipts bounds the start receipts of one spool.
-const MaxActionReceipts = action.MaxReceipts
-
-// ActionID derives an action's identity from the observed native session and
-// the provider tool_use_id only (action.ID).
-func ActionID(agent, nativeSession, toolUseID string) string {
-	return action.ID(agent, nativeSession, toolUseID)
-}
-
-// ExplicitExitCode reads an explicit integer exit code from a tool_response
-// (action.ExplicitExitCode).
-func ExplicitExitCode(resp json.RawMessage) (code *int, field string) {
-	return action.ExplicitExitCode(resp)
-}
-
-// ActionResult maps a completion onto an execution rule's result
-// (action.Result).
-func ActionResult(rule action.Rule, hookEvent string, exitCode *int) (result, verification string) {
-	return action.Result(rule, hookEvent, exitCode)
-}
-
 // ruleFor returns the binding's rule for tool, if any.
 func ruleFor(bd *binding.Binding, tool string) (action.Rule, bool) {
 	return action.RuleFor(bd.ActionRules, tool)
 }
-
-type actionReceipt = action.Receipt
-
-const (
-	receiptVersion = action.ReceiptVersion
-	actionsDir     = action.ReceiptsDir
-)
 
 // actionReceipts is a spool's action.Receipts with the short names the
 // managed recipe path uses.
@@ -84,22 +36,20 @@ func openActionReceipts(configDir string, sp *spool.Spool) actionReceipts {
 
 func (a actionReceipts) ensure() error { return a.Ensure() }
 
-func (a actionReceipts) read(name string) (*actionReceipt, bool, error) { return a.Read(name) }
+func (a actionReceipts) read(name string) (*action.Receipt, bool, error) { return a.Read(name) }
 
-func (a actionReceipts) writePending(name string, r *actionReceipt) error {
+func (a actionReceipts) writePending(name string, r *action.Receipt) error {
 	return a.WritePending(name, r)
 }
 
 // appendReceipt appends the receipt's record and commits the receipt.
-func appendReceipt(ss *spool.Session, rs actionReceipts, name string, r *actionReceipt) error {
+func appendReceipt(ss *spool.Tx, rs actionReceipts, name string, r *action.Receipt) error {
 	return action.AppendReceipt(ss, rs.Receipts, name, r)
 }
 
-func canonicalInputDigest(raw json.RawMessage) string { return action.CanonicalInputDigest(raw) }
-
 // actionEnv is what recordAction needs of one hook invocation.
 type actionEnv struct {
-	ss        *spool.Session
+	ss        *spool.Tx
 	sp        *spool.Spool
 	configDir string
 	bd        *binding.Binding
@@ -114,20 +64,16 @@ type actionEnv struct {
 	receiptLimit int
 	// facts, when set, are the payload facts an intake record carried
 	// (its payload is not kept); otherwise they come from p.
-	facts *payloadFacts
+	facts *action.Facts
 }
 
-// payloadFacts are the action facts of a hook payload (action.Facts) plus
-// the Bash command digest managed recipes match on.
-type payloadFacts = action.Facts
-
-func factsOf(p *claude.Payload) payloadFacts {
+func factsOf(p *claude.Payload) action.Facts {
 	f := action.FactsOf(p)
 	f.CommandDigest = bashCommandDigest(p)
 	return f
 }
 
-func (e actionEnv) payloadFacts() payloadFacts {
+func (e actionEnv) payloadFacts() action.Facts {
 	if e.facts != nil {
 		return *e.facts
 	}

@@ -3,8 +3,6 @@ package capture
 import (
 	"context"
 	"encoding/json"
-	"github.com/agentscm/agentscm/internal/action"
-	"github.com/agentscm/agentscm/internal/binding"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/action"
 	"github.com/agentscm/agentscm/internal/agent/claude"
+	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/source"
 	"github.com/agentscm/agentscm/internal/spool"
@@ -21,7 +21,7 @@ import (
 
 func TestActionResultMapping(t *testing.T) {
 	const none = -1 << 40
-	bash := binding.DefaultActionRule
+	bash := action.DefaultRule
 	write := action.Rule{Tool: "Write", Kind: "execution", Coverage: "unknown", ResultSource: "unverified"}
 	cases := []struct {
 		name   string
@@ -57,11 +57,11 @@ func TestActionResultMapping(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			code, field := ExplicitExitCode(json.RawMessage(tc.resp))
+			code, field := action.ExplicitExitCode(json.RawMessage(tc.resp))
 			if field != tc.field || (code == nil) != (tc.code == none) || (code != nil && *code != tc.code) {
 				t.Fatalf("ExplicitExitCode(%s) = %v, %q; want %d, %q", tc.resp, code, field, tc.code, tc.field)
 			}
-			result, verification := ActionResult(tc.rule, tc.hook, code)
+			result, verification := action.Result(tc.rule, tc.hook, code)
 			if result != tc.result || verification != "unknown" {
 				t.Fatalf("ActionResult = %q, %q; want %q, unknown", result, verification, tc.result)
 			}
@@ -70,8 +70,8 @@ func TestActionResultMapping(t *testing.T) {
 }
 
 func TestActionIDIgnoresTargetAndCommand(t *testing.T) {
-	a := ActionID("claude-code", "native-1", "toolu_1")
-	if a != ActionID("claude-code", "native-1", "toolu_1") || a == ActionID("claude-code", "native-2", "toolu_1") || a == ActionID("claude-code", "native-1", "toolu_2") {
+	a := action.ID("claude-code", "native-1", "toolu_1")
+	if a != action.ID("claude-code", "native-1", "toolu_1") || a == action.ID("claude-code", "native-2", "toolu_1") || a == action.ID("claude-code", "native-1", "toolu_2") {
 		t.Fatal("action id must derive from the native session and tool_use_id exactly")
 	}
 	if len(a) != 36 {
@@ -80,13 +80,13 @@ func TestActionIDIgnoresTargetAndCommand(t *testing.T) {
 }
 
 func TestCanonicalInputDigest(t *testing.T) {
-	if canonicalInputDigest(json.RawMessage(`{"b":1,"a":"x"}`)) != canonicalInputDigest(json.RawMessage(` {"a":"x", "b":1}`)) {
+	if action.CanonicalInputDigest(json.RawMessage(`{"b":1,"a":"x"}`)) != action.CanonicalInputDigest(json.RawMessage(` {"a":"x", "b":1}`)) {
 		t.Fatal("key order or whitespace changed the canonical input")
 	}
-	if canonicalInputDigest(json.RawMessage(`{"a":1}`)) == canonicalInputDigest(json.RawMessage(`{"a":1.0}`)) {
+	if action.CanonicalInputDigest(json.RawMessage(`{"a":1}`)) == action.CanonicalInputDigest(json.RawMessage(`{"a":1.0}`)) {
 		t.Fatal("a different number literal is a different input")
 	}
-	if canonicalInputDigest(nil) != canonicalInputDigest(json.RawMessage(`null`)) {
+	if action.CanonicalInputDigest(nil) != action.CanonicalInputDigest(json.RawMessage(`null`)) {
 		t.Fatal("absent input must hash as null")
 	}
 }
@@ -115,7 +115,7 @@ func newActionFixture(t *testing.T) *actionFixture {
 		t.Fatal(err)
 	}
 	return &actionFixture{t: t, sp: sp, cfg: filepath.Join(t.TempDir(), "agentscm"),
-		bd: &binding.Binding{Root: t.TempDir(), ActionRules: []action.Rule{binding.DefaultActionRule}, SetupDigest: strings.Repeat("a", 64)}}
+		bd: &binding.Binding{Root: t.TempDir(), ActionRules: []action.Rule{action.DefaultRule}, SetupDigest: strings.Repeat("a", 64)}}
 }
 
 // hook appends the lifecycle record of payload p and records its action.
@@ -162,7 +162,7 @@ func pre(id string) *claude.Payload {
 // capture_interrupted gap in the spool, never dropped silently.
 func TestActionReceiptLimit(t *testing.T) {
 	f := newActionFixture(t)
-	for i, want := range []string{ActionStarted, ActionStarted, ActionReceiptLimit} {
+	for i, want := range []string{action.Started, action.Started, action.ReceiptLimit} {
 		if got, err := f.hook(pre("t"+strconv.Itoa(i)), 2); got != want || err != nil {
 			t.Fatalf("start %d: %q, %v; want %q", i, got, err, want)
 		}
@@ -172,7 +172,7 @@ func TestActionReceiptLimit(t *testing.T) {
 		t.Fatalf("records %+v", recs)
 	}
 	// An exact retry of an admitted start is still a duplicate at the bound.
-	if got, err := f.hook(pre("t0"), 2); got != ActionStartDuplicate || err != nil {
+	if got, err := f.hook(pre("t0"), 2); got != action.StartDuplicate || err != nil {
 		t.Fatalf("retry at the bound: %q, %v", got, err)
 	}
 }
@@ -182,17 +182,17 @@ func TestActionReceiptLimit(t *testing.T) {
 // retained record (same order, same bytes) and commits the receipt.
 func TestActionPendingReceiptReplayed(t *testing.T) {
 	f := newActionFixture(t)
-	if got, err := f.hook(pre("t1"), 0); got != ActionStarted || err != nil {
+	if got, err := f.hook(pre("t1"), 0); got != action.Started || err != nil {
 		t.Fatal(got, err)
 	}
 	rs := openActionReceipts(f.cfg, f.sp)
-	id := ActionID(claude.AgentName, "native-1", "t1")
+	id := action.ID(claude.AgentName, "native-1", "t1")
 	// Simulate the crash: the receipt back to pending, the append undone is
 	// not needed (a duplicate append is what the Hub absorbs).
 	if err := os.Rename(filepath.Join(rs.dir, id+".s"), filepath.Join(rs.dir, id+".s.pending")); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := f.hook(pre("t1"), 0); got != ActionStarted || err != nil {
+	if got, err := f.hook(pre("t1"), 0); got != action.Started || err != nil {
 		t.Fatal(got, err)
 	}
 	recs := f.actions()
@@ -207,7 +207,7 @@ func TestActionPendingReceiptReplayed(t *testing.T) {
 	if _, pending, err := rs.read(id + ".s"); err != nil || pending {
 		t.Fatalf("receipt pending %v, %v", pending, err)
 	}
-	if got, _ := f.hook(pre("t1"), 0); got != ActionStartDuplicate {
+	if got, _ := f.hook(pre("t1"), 0); got != action.StartDuplicate {
 		t.Fatalf("after replay: %q", got)
 	}
 }
@@ -219,11 +219,11 @@ func FuzzExplicitExitCode(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		code, field := ExplicitExitCode(b)
+		code, field := action.ExplicitExitCode(b)
 		if (code != nil) != (field == "integer") {
 			t.Fatalf("code %v with field %q", code, field)
 		}
-		res, ver := ActionResult(binding.DefaultActionRule, "PostToolUse", code)
+		res, ver := action.Result(action.DefaultRule, "PostToolUse", code)
 		if ver != "unknown" || (code == nil && res != "unknown") || (code != nil && (res == "succeeded") != (*code == 0)) {
 			t.Fatalf("result %q %q for %v", res, ver, code)
 		}
@@ -234,15 +234,15 @@ func FuzzExplicitExitCode(f *testing.F) {
 // (its receipt still pending) is appended before its finish.
 func TestActionFinishAppendsPendingStart(t *testing.T) {
 	f := newActionFixture(t)
-	if got, err := f.hook(pre("t1"), 0); got != ActionStarted || err != nil {
+	if got, err := f.hook(pre("t1"), 0); got != action.Started || err != nil {
 		t.Fatal(got, err)
 	}
 	rs := openActionReceipts(f.cfg, f.sp)
-	id := ActionID(claude.AgentName, "native-1", "t1")
+	id := action.ID(claude.AgentName, "native-1", "t1")
 	os.Rename(filepath.Join(rs.dir, id+".s"), filepath.Join(rs.dir, id+".s.pending"))
 	post := pre("t1")
 	post.HookEventName = "PostToolUse"
-	if got, err := f.hook(post, 0); got != ActionFinished || err != nil {
+	if got, err := f.hook(post, 0); got != action.Finished || err != nil {
 		t.Fatal(got, err)
 	}
 	recs := f.actions()

@@ -22,7 +22,7 @@ import (
 // reserved route. A holder that finds the mark naming the file it is
 // about to admit knows an earlier admission of it was cut off: it re-runs
 // the same steps with the spool Session resuming above the floor
-// (spool.Session.ResumeAfter: what the earlier attempt appended is found,
+// (spool.Tx.ResumeAfter: what the earlier attempt appended is found,
 // not appended again), under the claim's or the mark's original route and
 // sequence, so the file is admitted exactly once (event, gaps, action
 // receipt). A file whose admission failed maxAdmitAttempts times (a crash
@@ -140,7 +140,7 @@ func (l *Ledger) resuming() bool { return l.admitting != nil && l.admitting.Atte
 // (reason admission_failed) naming it: under the event's original route
 // and sequence when a claim or the mark holds one, else under the target
 // the admission resolved, else as a local fact of the observed session.
-func quarantineIntakeFile(led *Ledger, ss *spool.Session, ir *intakeRecord, name string, m admitMark) error {
+func quarantineIntakeFile(led *Ledger, ss *spool.Tx, ir *intakeRecord, name string, m admitMark) error {
 	if err := ss.QuarantineIntake(name); err != nil {
 		return err
 	}

@@ -5,13 +5,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/agentscm/agentscm/internal/binding"
 	"io/fs"
 	"path/filepath"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/fsutil"
 	"github.com/agentscm/agentscm/internal/hub/api"
 	"github.com/agentscm/agentscm/internal/spool"
@@ -33,7 +33,7 @@ const (
 // applies the binding's compaction policy (bounded work) and warns once per
 // session when usage passes UsageWarnPercent or automatic compaction could
 // not make room. Warnings go to res.Warning; nothing here fails the hook.
-func maintain(store StateDir, ss *spool.Session, bd *binding.Binding, session string, res *HookResult) {
+func maintain(store StateDir, ss *spool.Tx, bd *binding.Binding, session string, res *HookResult) {
 	su, err := ss.Usage()
 	if err != nil {
 		return

@@ -5,13 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/agentscm/agentscm/internal/binding"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"syscall"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/fsutil"
 	"github.com/agentscm/agentscm/internal/spool"
 )
@@ -584,7 +584,7 @@ func deliverRound(ctx context.Context, store StateDir, sp *spool.Spool, bd *bind
 	var seen uint64
 	// Refused envelopes whose retry time has not come (refusedretry.go).
 	waiting := map[uint64]bool{}
-	err := withSession(ctx, store, sp, bd, hub, res, func(ss *spool.Session, led *Ledger) error {
+	err := withSession(ctx, store, sp, bd, hub, res, func(ss *spool.Tx, led *Ledger) error {
 		var err error
 		if seen, err = ss.MaxSeq(); err != nil {
 			return err
@@ -656,7 +656,7 @@ func deliverRound(ctx context.Context, store StateDir, sp *spool.Spool, bd *bind
 		return seen, true, nil
 	}
 	delivered := res.Delivered
-	err = withSession(ctx, store, sp, bd, hub, res, func(ss *spool.Session, led *Ledger) error {
+	err = withSession(ctx, store, sp, bd, hub, res, func(ss *spool.Tx, led *Ledger) error {
 		retries := readRetries(led.dir)
 		retried := false
 		for _, t := range tries {
@@ -740,7 +740,7 @@ func deliverRound(ctx context.Context, store StateDir, sp *spool.Spool, bd *bind
 // withSession runs fn under one spool Session and the ledger, after
 // admitting waiting intake files as every lock holder does; it admits once
 // more before the lock is let go.
-func withSession(ctx context.Context, store StateDir, sp *spool.Spool, bd *binding.Binding, hub Hub, res *HookResult, fn func(*spool.Session, *Ledger) error) error {
+func withSession(ctx context.Context, store StateDir, sp *spool.Spool, bd *binding.Binding, hub Hub, res *HookResult, fn func(*spool.Tx, *Ledger) error) error {
 	ss, err := sp.Begin(ctx)
 	if err != nil {
 		return err

@@ -104,7 +104,7 @@ func (s StateDir) noteCaptureDisabled(spoolDir string, at time.Time) error {
 // capture_disabled gaps of the windows the observed session was open
 // across (see above), before the session's first event after them, and
 // forgets them once durable.
-func publishDisabled(ss *spool.Session, led *Ledger, rec *event.Record, observed string, now time.Time) error {
+func publishDisabled(ss *spool.Tx, led *Ledger, rec *event.Record, observed string, now time.Time) error {
 	n, err := readDisabled(led.dir)
 	if err != nil || len(n.Windows) == 0 {
 		return err

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/agentscm/agentscm/internal/binding"
-	"github.com/agentscm/agentscm/internal/client"
+	"github.com/agentscm/agentscm/internal/connections"
 	"github.com/agentscm/agentscm/internal/event"
 )
 
@@ -28,7 +28,7 @@ type fixture struct {
 type conns struct{ dir string }
 
 func (c conns) Lock() (func() error, error) {
-	l, err := client.Lock(c.dir)
+	l, err := connections.Lock(c.dir)
 	if err != nil {
 		return nil, err
 	}
@@ -36,8 +36,8 @@ func (c conns) Lock() (func() error, error) {
 }
 
 func (c conns) Current(root string) (binding.Lineage, error) {
-	conn, err := client.Lookup(c.dir, root)
-	if errors.Is(err, client.ErrNoConnection) {
+	conn, err := connections.Lookup(c.dir, root)
+	if errors.Is(err, connections.ErrNoConnection) {
 		return binding.Lineage{}, binding.ErrNoConnection
 	}
 	return binding.Lineage{Hub: conn.Hub, Repository: conn.Repository, WorktreeID: conn.WorktreeID}, err
@@ -53,7 +53,7 @@ func newFixture(t *testing.T) fixture {
 		t.Fatal(err)
 	}
 	root, _ := filepath.EvalSymlinks(f.root)
-	if _, err := client.Put(cfg, client.Connection{Root: root, Kind: client.KindHub, Hub: "http://127.0.0.1:1", Repository: "demo", WorktreeID: client.NewWorktreeID()}); err != nil {
+	if _, err := connections.Put(cfg, connections.Connection{Root: root, Kind: connections.KindHub, Hub: "http://127.0.0.1:1", Repository: "demo", WorktreeID: connections.NewWorktreeID()}); err != nil {
 		t.Fatal(err)
 	}
 	return f

@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/agentscm/agentscm/internal/binding"
 	"io"
 	"path/filepath"
 	"sync"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/agentscm/agentscm/internal/agent/adapter"
 	"github.com/agentscm/agentscm/internal/agent/claude"
+	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/fsutil"
 	"github.com/agentscm/agentscm/internal/hub/api"
@@ -318,7 +318,7 @@ func HandleAgentPayload(ctx context.Context, store StateDir, hubs HubOpener, a a
 	// spool summary when usage passes UsageWarnPercent (compaction and its
 	// warnings run in the deliverer and in lock-holding hooks).
 	intakeFirst := background
-	var ss *spool.Session
+	var ss *spool.Tx
 	if intakeFirst {
 		err = spool.ErrBusy
 	} else {
@@ -557,7 +557,7 @@ func lockWaitExpired(err error) bool {
 // fails. With an exact target it first publishes the outages of earlier
 // deferred occurrences, and gives a session whose earlier facts stayed
 // unassociated one adapter_started_late gap.
-func captureOccurrence(led *Ledger, ss *spool.Session, bd *binding.Binding, observed, fingerprint string, rec *event.Record, obs Observation, t Target, resolved bool, res *HookResult) error {
+func captureOccurrence(led *Ledger, ss *spool.Tx, bd *binding.Binding, observed, fingerprint string, rec *event.Record, obs Observation, t Target, resolved bool, res *HookResult) error {
 	var lateGap bool
 	lateReason := obs.Reason
 	if resolved {
@@ -721,7 +721,7 @@ func captureOccurrence(led *Ledger, ss *spool.Session, bd *binding.Binding, obse
 // target, observed id equal to the canonical one). A later generation never
 // absorbs the gap: it names the copied target. Outages stay recorded until
 // the caller clears them after the append.
-func publishOutages(ss *spool.Session, led *Ledger, rec *event.Record, observed string, t Target) ([]Outage, error) {
+func publishOutages(ss *spool.Tx, led *Ledger, rec *event.Record, observed string, t Target) ([]Outage, error) {
 	var done []Outage
 	for _, o := range led.Outages() {
 		// An outage of another stream (a version 1 ledger's, in the legacy
@@ -740,7 +740,7 @@ func publishOutages(ss *spool.Session, led *Ledger, rec *event.Record, observed 
 
 // appendOutageGap appends the deterministic capture_interrupted gap of one
 // outage under its copied target.
-func appendOutageGap(ss *spool.Session, led *Ledger, rec *event.Record, o Outage) error {
+func appendOutageGap(ss *spool.Tx, led *Ledger, rec *event.Record, o Outage) error {
 	gap := &event.Record{
 		Agent: rec.Agent, SessionID: o.Observed, Kind: event.KindGap, HookEvent: "outage",
 		ObservedAt: rec.ObservedAt, CaptureMode: rec.CaptureMode,
@@ -762,7 +762,7 @@ func appendOutageGap(ss *spool.Session, led *Ledger, rec *event.Record, o Outage
 // is. (Outages of a target refused otherwise, a handed-over or finished
 // Work, wait as before for the next resolved event: the Hub would refuse
 // their gap while the generation is still current.)
-func publishRefusedOutages(ss *spool.Session, led *Ledger, rec *event.Record, t Target) error {
+func publishRefusedOutages(ss *spool.Tx, led *Ledger, rec *event.Record, t Target) error {
 	var done []Outage
 	for _, o := range led.Outages() {
 		if o.Target != t {
@@ -804,7 +804,7 @@ func superseded(err error) bool {
 // A permanent refusal (RefusedError) is recorded as outcome "refused",
 // listed in the ledger once and, the first time, marked on the Hub by a
 // hub_refused gap (refused.go); the hook warns about it.
-func deliver(ctx context.Context, sp *spool.Session, led *Ledger, hub Hub, now time.Time, res *HookResult, limit int) {
+func deliver(ctx context.Context, sp *spool.Tx, led *Ledger, hub Hub, now time.Time, res *HookResult, limit int) {
 	ctx, cancel := context.WithTimeout(ctx, DeliveryTimeout)
 	defer cancel()
 	page := limit

@@ -1,9 +1,9 @@
 package capture
 
 import (
-	"github.com/agentscm/agentscm/internal/binding"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/spool"
 )

@@ -5,11 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/agentscm/agentscm/internal/binding"
 	"path/filepath"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/action"
 	"github.com/agentscm/agentscm/internal/agent/claude"
+	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/fsutil"
 	"github.com/agentscm/agentscm/internal/spool"
@@ -60,7 +61,7 @@ type intakeRecord struct {
 	// Hub's answer.
 	Target      Target               `json:"-"`
 	Resolved    bool                 `json:"-"`
-	Facts       payloadFacts         `json:"facts"`
+	Facts       action.Facts         `json:"facts"`
 	Source      *event.SourceBinding `json:"source,omitempty"`
 	SourceTaken bool                 `json:"source_taken,omitempty"`
 	// Blobs are new bytes the source binds (changed working files, the
@@ -168,7 +169,7 @@ type admission struct {
 	left     int
 }
 
-func admitIntake(ctx context.Context, store StateDir, led *Ledger, ss *spool.Session, sp *spool.Spool, bd *binding.Binding, hub Hub, adm *admission, res *HookResult) (bool, error) {
+func admitIntake(ctx context.Context, store StateDir, led *Ledger, ss *spool.Tx, sp *spool.Spool, bd *binding.Binding, hub Hub, adm *admission, res *HookResult) (bool, error) {
 	type resolution struct {
 		t   Target
 		err error
@@ -272,7 +273,7 @@ func admitIntake(ctx context.Context, store StateDir, led *Ledger, ss *spool.Ses
 		}
 		led.admitting = nil
 		ss.ResumeAfter(0)
-		if err != nil && !errors.Is(err, ErrOccurrenceConflict) && !errors.Is(err, ErrActionConflict) && !errors.Is(err, spool.ErrCapturePaused) &&
+		if err != nil && !errors.Is(err, ErrOccurrenceConflict) && !errors.Is(err, action.ErrConflict) && !errors.Is(err, spool.ErrCapturePaused) &&
 			!errors.Is(err, errTranscriptAtAdmission) {
 			// Kept for the next holder, which resumes it (at most
 			// maxAdmitAttempts times in all).
@@ -331,7 +332,7 @@ func receiptTargetAt(ir *intakeRecord, t Target, err error) (refused bool) {
 	return superseded(err)
 }
 
-func admitOne(ctx context.Context, store StateDir, led *Ledger, ss *spool.Session, sp *spool.Spool, bd *binding.Binding, ir *intakeRecord) error {
+func admitOne(ctx context.Context, store StateDir, led *Ledger, ss *spool.Tx, sp *spool.Spool, bd *binding.Binding, ir *intakeRecord) error {
 	rec := ir.Record
 	sub := &HookResult{}
 	if err := captureOccurrence(led, ss, bd, ir.Observed, ir.Fingerprint, &rec, ir.Observation, ir.Target, ir.Resolved, sub); err != nil {

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/agentscm/agentscm/internal/binding"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/fsutil"
 	"github.com/agentscm/agentscm/internal/spool"
@@ -295,7 +295,7 @@ func (l *Ledger) BindStream(scope string) (string, error) {
 // it can neither take a number of the ledger's new stream
 // (sequence_taken) nor name a hole there that does not exist. The
 // Session's own stream (SetStream) is restored afterwards.
-func appendInStream(ss *spool.Session, led *Ledger, rec *event.Record) (uint64, error) {
+func appendInStream(ss *spool.Tx, led *Ledger, rec *event.Record) (uint64, error) {
 	if rec.Stream != "" || led == nil || led.Stream() == "" {
 		return ss.Append(rec)
 	}

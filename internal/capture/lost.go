@@ -224,7 +224,7 @@ func noteLost(dir string, rec *event.Record, observed string, t Target, resolved
 // gap. While ordinary capture has no room (quota pressure), nothing is
 // published: the gaps would spend the headroom that acknowledgement and
 // compaction need (the slot keeps the runs, merging them when full).
-func publishLost(dir string, ss *spool.Session, led *Ledger, now time.Time) (int, error) {
+func publishLost(dir string, ss *spool.Tx, led *Ledger, now time.Time) (int, error) {
 	f, err := openLostSlot(dir)
 	if err != nil {
 		return 0, nil // no slot: nothing noted

@@ -22,8 +22,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/agentscm/agentscm/internal/action"
-	"github.com/agentscm/agentscm/internal/binding"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -31,9 +29,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/action"
 	"github.com/agentscm/agentscm/internal/agent/claude"
+	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/fsutil"
+	"github.com/agentscm/agentscm/internal/source"
 	"github.com/agentscm/agentscm/internal/spool"
 )
 
@@ -67,7 +68,7 @@ const (
 	// maxManagedFiles bounds the managed directory a runner lists (markers,
 	// retained outputs and run receipts, a handful per managed call): past
 	// it the runner refuses instead of missing an occurrence.
-	maxManagedFiles = 8 * MaxActionReceipts
+	maxManagedFiles = 8 * action.MaxReceipts
 )
 
 // RunnerCommand is the exact visible Bash command of the managed runner for
@@ -212,7 +213,7 @@ func (a actionReceipts) managedDir() string { return filepath.Join(a.dir, manage
 func recordManaged(e actionEnv, rs actionReceipts, r binding.Recipe) (string, error) {
 	rec := e.rec
 	if rec.ToolUseID == "" {
-		return ActionNoToolUseID, nil
+		return action.NoToolUseID, nil
 	}
 	if err := rs.ensure(); err != nil {
 		return "", err
@@ -221,7 +222,7 @@ func recordManaged(e actionEnv, rs actionReceipts, r binding.Recipe) (string, er
 	if err := fsutil.MkdirPrivate(md); err != nil {
 		return "", err
 	}
-	id := ActionID(rec.Agent, rec.SessionID, rec.ToolUseID)
+	id := action.ID(rec.Agent, rec.SessionID, rec.ToolUseID)
 	if rec.Kind == event.ToolFinish {
 		// The Post marker: the original occurrence completed (ordinary
 		// lifecycle facts are retained; no generic finish while the
@@ -260,7 +261,7 @@ func recordManaged(e actionEnv, rs actionReceipts, r binding.Recipe) (string, er
 	switch {
 	case err == nil:
 		if prev.Session != m.Session || prev.ToolUseID != m.ToolUseID || prev.RecipeDigest != m.RecipeDigest || prev.InputDigest != m.InputDigest {
-			return ActionConflict, fmt.Errorf("%w: managed occurrence %s (tool_use_id %s) was observed with other facts; the retained marker stands", ErrManagedConflict, id, rec.ToolUseID)
+			return action.Conflict, fmt.Errorf("%w: managed occurrence %s (tool_use_id %s) was observed with other facts; the retained marker stands", ErrManagedConflict, id, rec.ToolUseID)
 		}
 		return ActionManagedPreDuplicate, nil
 	case !errors.Is(err, fs.ErrNotExist):
@@ -324,7 +325,7 @@ func (m *ManagedSpool) Dir() string { return m.rs.managedDir() }
 func (m *ManagedSpool) ObservationScope() string { return m.sp.ObservationScope() }
 
 // withSession runs fn in a spool Session bound to the ledger's stream.
-func (m *ManagedSpool) withSession(ctx context.Context, fn func(ss *spool.Session, led *Ledger) error) error {
+func (m *ManagedSpool) withSession(ctx context.Context, fn func(ss *spool.Tx, led *Ledger) error) error {
 	ss, err := m.sp.Begin(ctx)
 	if err != nil {
 		return err
@@ -347,7 +348,7 @@ func (m *ManagedSpool) withSession(ctx context.Context, fn func(ss *spool.Sessio
 // found the lock busy writes its event there), so that the marker of this
 // very invocation exists before the runner looks for it.
 func (m *ManagedSpool) Admit(ctx context.Context, hub Hub) error {
-	return m.withSession(ctx, func(ss *spool.Session, led *Ledger) error {
+	return m.withSession(ctx, func(ss *spool.Tx, led *Ledger) error {
 		adm := &admission{deadline: time.Now().Add(2 * admitBudget), left: maxAdmitPerHook}
 		_, err := admitIntake(ctx, m.store, led, ss, m.sp, m.bd, hub, adm, &HookResult{})
 		return err
@@ -464,7 +465,7 @@ func (m *ManagedSpool) Source(ctx context.Context, noTree bool) (*event.SourceBi
 // Drift compares the current source with a start's binding.
 func (m *ManagedSpool) Drift(ctx context.Context, start *event.SourceBinding) string {
 	now, _ := m.Source(ctx, true)
-	return sourceDrift(start, now)
+	return source.Drift(start, now)
 }
 
 // PutBlobs retains blobs as local-private artifacts of the spool, under its
@@ -491,7 +492,7 @@ func (m *ManagedSpool) appendReceipt(ctx context.Context, rec *event.Record, suf
 	}
 	name := rec.Action.ID + suffix
 	canon, _ := json.Marshal(map[string]string{"managed": rec.Action.ID, "kind": string(rec.Kind)})
-	r := &actionReceipt{Version: receiptVersion, SpoolID: m.rs.spoolID, Canon: canon, Record: *rec}
+	r := &action.Receipt{Version: action.ReceiptVersion, SpoolID: m.rs.spoolID, Canon: canon, Record: *rec}
 	prev, pending, err := m.rs.read(name)
 	switch {
 	case err == nil && !pending:
@@ -505,7 +506,7 @@ func (m *ManagedSpool) appendReceipt(ctx context.Context, rec *event.Record, suf
 			return err
 		}
 	}
-	return m.withSession(ctx, func(ss *spool.Session, _ *Ledger) error {
+	return m.withSession(ctx, func(ss *spool.Tx, _ *Ledger) error {
 		return appendReceipt(ss, m.rs, name, r)
 	})
 }
@@ -547,7 +548,7 @@ func genericTerminal(bd *binding.Binding, scope string, mk *ManagedPre, post man
 		ToolUseID: mk.ToolUseID, WorkID: mk.WorkID, Generation: mk.Generation, CanonicalSession: mk.CanonicalSession,
 		ObservedAt: mk.ObservedAt, CaptureMode: mk.CaptureMode, Action: &act}
 	fin := act
-	fin.Result, fin.Verification = ActionResult(rule, post.HookEvent, post.ExitCode)
+	fin.Result, fin.Verification = action.Result(rule, post.HookEvent, post.ExitCode)
 	fin.ExitCode = post.ExitCode
 	fin.CompletionSetupDigest, fin.Drift = bd.SetupDigest, "unknown"
 	fin.FinishedAt = post.ObservedAt.Truncate(time.Second)
@@ -563,7 +564,7 @@ func genericTerminal(bd *binding.Binding, scope string, mk *ManagedPre, post man
 // appendOnce appends each record under its receipt (.s, .f) unless that
 // receipt is already retained: whichever of the Post and the clearing
 // comes second finds the first one's receipts and appends nothing new.
-func appendOnce(ss *spool.Session, rs actionReceipts, recs ...*event.Record) error {
+func appendOnce(ss *spool.Tx, rs actionReceipts, recs ...*event.Record) error {
 	for _, rec := range recs {
 		name := rec.Action.ID + ".s"
 		if rec.Kind == event.ActionFinish {
@@ -582,7 +583,7 @@ func appendOnce(ss *spool.Session, rs actionReceipts, recs ...*event.Record) err
 			return err
 		}
 		canon, _ := json.Marshal(map[string]string{"generic_terminal": rec.Action.ID, "kind": string(rec.Kind)})
-		r := &actionReceipt{Version: receiptVersion, SpoolID: rs.spoolID, Canon: canon, Record: *rec}
+		r := &action.Receipt{Version: action.ReceiptVersion, SpoolID: rs.spoolID, Canon: canon, Record: *rec}
 		if err := rs.writePending(name, r); err != nil {
 			return err
 		}
@@ -613,7 +614,7 @@ func (m *ManagedSpool) ClearAfterPost(ctx context.Context, actionID string) (boo
 		return false, err
 	}
 	start, finish := genericTerminal(m.bd, m.sp.ObservationScope(), mk, post, time.Now())
-	return true, m.withSession(ctx, func(ss *spool.Session, _ *Ledger) error {
+	return true, m.withSession(ctx, func(ss *spool.Tx, _ *Ledger) error {
 		return appendOnce(ss, m.rs, start, finish)
 	})
 }

@@ -2,11 +2,11 @@ package capture
 
 import (
 	"encoding/json"
-	"github.com/agentscm/agentscm/internal/binding"
 	"strings"
 	"testing"
 
 	"github.com/agentscm/agentscm/internal/agent/claude"
+	"github.com/agentscm/agentscm/internal/binding"
 )
 
 // TestManagedRecipeExactCommand: only the exact visible Bash command of a

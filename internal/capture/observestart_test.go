@@ -1,11 +1,11 @@
 package capture
 
 import (
-	"github.com/agentscm/agentscm/internal/binding"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/event"
 )
 

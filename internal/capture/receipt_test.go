@@ -3,10 +3,10 @@ package capture
 import (
 	"encoding/json"
 	"errors"
-	"github.com/agentscm/agentscm/internal/binding"
 	"path/filepath"
 	"testing"
 
+	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/fsutil"
 	"github.com/agentscm/agentscm/internal/hub/api"

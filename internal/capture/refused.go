@@ -2,10 +2,10 @@ package capture
 
 import (
 	"fmt"
-	"github.com/agentscm/agentscm/internal/binding"
 	"path/filepath"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/fsutil"
 	"github.com/agentscm/agentscm/internal/spool"
@@ -63,7 +63,7 @@ func (l *Ledger) recordRefusal(r binding.Refusal) {
 // its target and stream, so the Hub record shows the hole even when it is
 // the session's last number. A refused gap of that kind gets no further
 // gap (it would be refused the same way); it stays listed locally.
-func handleRefusal(ss *spool.Session, led *Ledger, env *spool.Envelope, re *RefusedError, now time.Time) error {
+func handleRefusal(ss *spool.Tx, led *Ledger, env *spool.Envelope, re *RefusedError, now time.Time) error {
 	if led == nil || led.refused(env.Record.Seq, env.Digest) {
 		return nil
 	}

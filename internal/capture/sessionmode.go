@@ -7,12 +7,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/agentscm/agentscm/internal/binding"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 
+	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/fsutil"
 )

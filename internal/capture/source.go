@@ -21,7 +21,7 @@ type sourceOptions struct {
 	// store, when set, retains a dirty or transformed checkout's working
 	// bytes and manifest in the spool (under the held lock); nil: digest
 	// only, and the binding names bytes_not_retained.
-	store *spool.Session
+	store *spool.Tx
 	// stage, when set (and store is not), keeps those bytes without the
 	// lock for the intake record (intakeStore: in the record, or staged in
 	// the spool); the admitting lock holder retains them
@@ -55,7 +55,7 @@ func newIntakeStore(sp *spool.Spool) *intakeStore {
 	return &intakeStore{sp: sp, stage: sp.DeferredStaging(), limit: -1, budget: inlineBlobBytes, seen: map[[32]byte]bool{}}
 }
 
-// PutBlobs keeps blobs (source.Store); the identities are not used.
+// PutBlobs keeps blobs (source.BlobStore); the identities are not used.
 func (s *intakeStore) PutBlobs(blobs []spool.Blob) ([]event.ArtifactRef, error) {
 	if s.limit < 0 {
 		limit, err := s.sp.ArtifactLimit()
@@ -101,11 +101,6 @@ func (s *intakeStore) spill() error {
 	return err
 }
 
-// CaptureSource binds the source of the checkout at root (source.CaptureSource).
-func CaptureSource(ctx context.Context, root string) (*event.SourceBinding, error) {
-	return source.CaptureSource(ctx, root)
-}
-
 func captureSource(ctx context.Context, root string, o sourceOptions) (*event.SourceBinding, error) {
 	so := source.Options{TreeCache: o.treeCache, NoTree: o.noTree, BaseRef: o.baseRef}
 	if o.store != nil {
@@ -120,13 +115,11 @@ func captureSource(ctx context.Context, root string, o sourceOptions) (*event.So
 	return sb, err
 }
 
-func sourceDrift(start, now *event.SourceBinding) string { return source.Drift(start, now) }
-
 // admitStagedSource retains, under the held lock, the working bytes an
 // intake hook staged for the binding it took at receipt, and returns the
 // binding to record (source.Admit: a limit's refusal or a lost blob is
 // named in it, never claimed retained).
-func admitStagedSource(ss *spool.Session, sb *event.SourceBinding, inline []intakeBlob) *event.SourceBinding {
+func admitStagedSource(ss *spool.Tx, sb *event.SourceBinding, inline []intakeBlob) *event.SourceBinding {
 	blobs := make([]spool.Blob, len(inline))
 	for i, b := range inline {
 		blobs[i] = spool.Blob{MediaType: b.MediaType, Data: b.Data}

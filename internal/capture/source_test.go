@@ -2,7 +2,6 @@ package capture
 
 import (
 	"context"
-	"github.com/agentscm/agentscm/internal/binding"
 	"os"
 	"path/filepath"
 	"slices"
@@ -10,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/action"
 	"github.com/agentscm/agentscm/internal/agent/claude"
+	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/source"
 	"github.com/agentscm/agentscm/internal/spool"
@@ -65,7 +66,7 @@ func TestActionStartRetainsDirtySource(t *testing.T) {
 	}
 	got, err := recordAction(context.Background(), actionEnv{ss: ss, sp: f.sp, configDir: f.cfg, bd: f.bd, p: p, rec: rec, now: time.Now()})
 	ss.Close()
-	if got != ActionStarted || err != nil {
+	if got != action.Started || err != nil {
 		t.Fatalf("%q %v", got, err)
 	}
 	acts := f.actions()

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/action"
 	"github.com/agentscm/agentscm/internal/binding"
 )
 
@@ -56,6 +57,6 @@ func (s StateDir) SpoolStateDirs(spoolDir, spoolID string) []string {
 		filepath.Join(s.Dir, sessionsDir, h),
 		filepath.Join(s.Dir, sessionsDir, h+".warned"),
 		filepath.Join(s.Dir, transcriptsDir, h),
-		filepath.Join(s.Dir, actionsDir, hex.EncodeToString(asum[:8])),
+		filepath.Join(s.Dir, action.ReceiptsDir, hex.EncodeToString(asum[:8])),
 	}
 }

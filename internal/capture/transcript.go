@@ -6,13 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/agentscm/agentscm/internal/binding"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/agentscm/agentscm/internal/agent/claude"
+	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/fsutil"
 	"github.com/agentscm/agentscm/internal/spool"
@@ -121,7 +121,7 @@ func (s StateDir) intakeSetup(bd *binding.Binding, session string, raw []byte) e
 // saved only after the records are durably appended: a crash in between
 // re-reads them, and their provider identities make the replay a
 // duplicate. It returns how many records it appended.
-func (s StateDir) TranscriptStep(ss *spool.Session, bd *binding.Binding, raw []byte, p *claude.Payload, t Target, mode string, now time.Time) (int, error) {
+func (s StateDir) TranscriptStep(ss *spool.Tx, bd *binding.Binding, raw []byte, p *claude.Payload, t Target, mode string, now time.Time) (int, error) {
 	path, ok := s.transcriptStatePath(bd.Spool, p.SessionID)
 	if !ok {
 		return 0, nil

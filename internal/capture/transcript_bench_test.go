@@ -3,7 +3,6 @@ package capture
 import (
 	"context"
 	"fmt"
-	"github.com/agentscm/agentscm/internal/binding"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentscm/agentscm/internal/agent/claude"
+	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/fsutil"
 	"github.com/agentscm/agentscm/internal/spool"
 )
@@ -41,7 +41,7 @@ func turn(session string, n int) string {
 // reference is one durable small-file write (fsutil.WriteAtomic).
 func BenchmarkTranscriptStep(b *testing.B) {
 	const session = "11111111-2222-3333-4444-555555555555"
-	setup := func(b *testing.B) (StateDir, *binding.Binding, *spool.Session, string) {
+	setup := func(b *testing.B) (StateDir, *binding.Binding, *spool.Tx, string) {
 		dir := b.TempDir()
 		history := filepath.Join(dir, "projects")
 		os.MkdirAll(filepath.Join(history, "-repo"), 0o700)

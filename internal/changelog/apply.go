@@ -18,6 +18,7 @@ import (
 	"github.com/klauspost/compress/gzip"
 	"golang.org/x/sys/unix"
 
+	"github.com/agentscm/agentscm/internal/changelog/incmeta"
 	"github.com/agentscm/agentscm/internal/scan"
 )
 
@@ -36,7 +37,7 @@ type ApplyRequest struct {
 	// before anything changes, with the metadata of the increment rewound
 	// to: the place to read what the rewind will replace (the live
 	// transcript a resumed conversation continues).
-	BeforeExtract func(ctx context.Context, target Meta) error
+	BeforeExtract func(ctx context.Context, target incmeta.Meta) error
 	// Force rewinds although paths it changes were changed after the
 	// newest captured position (the undo point still holds them).
 	Force bool
@@ -60,7 +61,7 @@ type ApplyResult struct {
 	Applied  []int
 	// Target is the metadata of the increment rewound to: its SessionID is
 	// the session whose transcript a resumed conversation continues.
-	Target Meta
+	Target incmeta.Meta
 	// Result holds the state the rewind produced, so the sequence stays
 	// replayable from position 0.
 	Result *Increment
@@ -311,7 +312,7 @@ func Replay(ctx context.Context, paths []string, roots []Root) error {
 // rewoundSession is the session whose transcript a rewind to target cuts:
 // the target tool call's session; none for any other increment (an undo
 // restores, it never cuts).
-func rewoundSession(target Meta) string {
+func rewoundSession(target incmeta.Meta) string {
 	if target.Kind == KindCall {
 		return target.SessionID
 	}
@@ -685,7 +686,7 @@ func (rp *replay) simulate() error {
 				// before it, which must be exactly its offset long.
 				k := vkey(m.Root, m.Rel)
 				sz, ok := o.sizes[k]
-				if (o.lookup(m.Root, m.Rel) != vFile || !ok || sz[0] != m.part.Offset) && ra.a.Meta.Conversation == ConvRedacted {
+				if (o.lookup(m.Root, m.Rel) != vFile || !ok || sz[0] != m.part.Offset) && ra.a.Meta.Conversation == incmeta.ConvRedacted {
 					// An uploaded form shares a session's transcript only
 					// while the session is shared: after the mode went
 					// down and up again its parts no longer chain. The

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/changelog/incmeta"
 	"github.com/agentscm/agentscm/internal/watch"
 )
 
@@ -263,7 +264,7 @@ func BenchmarkRewind100k(b *testing.B) {
 			touchOne(b, bt, 4000+i)
 			b.StartTimer()
 			for _, ip := range incs {
-				cmd := exec.Command("tar", "--incremental", "--anchored", "--exclude="+MetaDir, "-xzf", ip, "-C", "/")
+				cmd := exec.Command("tar", "--incremental", "--anchored", "--exclude="+incmeta.Dir, "-xzf", ip, "-C", "/")
 				if out, err := cmd.CombinedOutput(); err != nil {
 					b.Fatalf("%v %s", err, out)
 				}

@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/changelog/incmeta"
 	"github.com/agentscm/agentscm/internal/fsutil"
 	"github.com/agentscm/agentscm/internal/scan"
 )
@@ -41,11 +42,11 @@ type CaptureRequest struct {
 	// KindOutside for CaptureOutside.
 	Kind string
 	// Outside describes a KindOutside capture.
-	Outside *Outside
+	Outside *incmeta.Outside
 
 	// holes are the recorded positions whose increments were not stored
 	// (see holes.go), loaded by Capture.
-	holes []Held
+	holes []incmeta.Held
 	// reverted is the call a KindRevert increment undid.
 	reverted *int
 }
@@ -108,7 +109,7 @@ func (c *Changelog) Capture(ctx context.Context, req CaptureRequest) (*Increment
 			}
 		}
 		if req.Position >= 0 {
-			h := Held{Position: req.Position, Kind: req.Kind, Tool: req.Tool, Error: err.Error()}
+			h := incmeta.Held{Position: req.Position, Kind: req.Kind, Tool: req.Tool, Error: err.Error()}
 			if herr := c.addHole(h); herr != nil {
 				return nil, fmt.Errorf("%w (and position %d could not be kept for it: %v)", err, req.Position, herr)
 			}
@@ -202,7 +203,7 @@ func (c *Changelog) captureLocked(ctx context.Context, req CaptureRequest, kind 
 type walked struct {
 	st     *captureState
 	start  time.Time
-	mroots []MetaRoot
+	mroots []incmeta.Root
 	plans  []*rootPlan
 	// removed names the roots that existed in st and are gone now.
 	removed []string
@@ -247,7 +248,7 @@ func (c *Changelog) storeLocked(ctx context.Context, sc *walked, req CaptureRequ
 	if req.Position < 0 {
 		req.Position = max(st.LastPosition, lastHole(holds)) + 1
 	}
-	if kind == KindOutside && slices.ContainsFunc(holds, func(h Held) bool { return h.Kind != KindOutside }) {
+	if kind == KindOutside && slices.ContainsFunc(holds, func(h incmeta.Held) bool { return h.Kind != KindOutside }) {
 		// A call's writes are still uncaptured (its store failed): they
 		// cannot be told from outside work, so the next call's increment
 		// carries both and says it holds that call.
@@ -257,7 +258,7 @@ func (c *Changelog) storeLocked(ctx context.Context, sc *walked, req CaptureRequ
 		return nil, nil, fmt.Errorf("%w: position %d, last stored %d", ErrPosition, req.Position, st.LastPosition)
 	}
 	start := sc.start
-	meta := &Meta{
+	meta := &incmeta.Meta{
 		Version: 1, Position: req.Position, SessionID: req.SessionID, ToolUseID: req.ToolUseID, Tool: req.Tool, Failed: req.Failed,
 		Kind: kind, CreatedAt: start.UTC(), RemovedRoots: sc.removed, AppliedTo: appliedTo, Outside: req.Outside,
 		Reverted: req.reverted,
@@ -822,7 +823,7 @@ func memberName(prefix, rel string) string {
 // are opened one at a time; one that vanished or was replaced since the walk
 // is left out and forgotten by the state (the next capture sees it afresh),
 // any other read failure fails the capture.
-func writeIncrement(ctx context.Context, w io.Writer, meta *Meta, plans []*rootPlan, start time.Time) error {
+func writeIncrement(ctx context.Context, w io.Writer, meta *incmeta.Meta, plans []*rootPlan, start time.Time) error {
 	aw := newArchiveWriter(w)
 	uid, gid := os.Geteuid(), os.Getegid()
 	for _, p := range plans {

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/agentscm/agentscm/internal/changelog/incmeta"
 )
 
 // scenario is a checkout (a git repository with ignored paths) plus a
@@ -133,7 +135,7 @@ func TestEachIncrementHoldsOnlyItsWrites(t *testing.T) {
 				continue
 			}
 			switch {
-			case name == MetaMember:
+			case name == incmeta.Member:
 				continue
 			case strings.HasPrefix(name, s.prefix("transcripts")+"/"):
 				got = append(got, "T:"+strings.TrimPrefix(name, s.prefix("transcripts")+"/"))
@@ -197,7 +199,7 @@ func TestReplayMatchesEveryPositionAndGNUTar(t *testing.T) {
 			for _, name := range m.RemovedRoots {
 				os.RemoveAll(filepath.Join(gnu, s.prefix(name)))
 			}
-			run(t, gnu, "tar", "--incremental", "--anchored", "--exclude="+MetaDir, "-xzf", ip, "-C", gnu)
+			run(t, gnu, "tar", "--incremental", "--anchored", "--exclude="+incmeta.Dir, "-xzf", ip, "-C", gnu)
 			_ = p
 		}
 		for i, name := range []string{"checkout", "transcripts"} {
@@ -211,7 +213,7 @@ func TestReplayMatchesEveryPositionAndGNUTar(t *testing.T) {
 				t.Errorf("position %d, root %s: GNU tar differs from our replay:\n%s", k, name, d)
 			}
 		}
-		if _, err := os.Stat(filepath.Join(gnu, MetaDir)); !os.IsNotExist(err) {
+		if _, err := os.Stat(filepath.Join(gnu, incmeta.Dir)); !os.IsNotExist(err) {
 			t.Errorf("GNU tar extracted the metadata directory")
 		}
 	}
@@ -436,7 +438,7 @@ func TestUserFileNamedLikeMetadataIsRestored(t *testing.T) {
 	needGNUTar(t)
 	base := t.TempDir()
 	root := filepath.Join(base, "root")
-	writeFile(t, filepath.Join(root, MetaDir, "meta.json"), "user data")
+	writeFile(t, filepath.Join(root, incmeta.Dir, "meta.json"), "user data")
 	c, err := Open(filepath.Join(base, "cl"), Options{Roots: []Root{{Name: "r", Path: root}}})
 	if err != nil {
 		t.Fatal(err)
@@ -446,15 +448,15 @@ func TestUserFileNamedLikeMetadataIsRestored(t *testing.T) {
 	if err := Replay(context.Background(), []string{inc.Path}, []Root{{Name: "r", Path: fresh}}); err != nil {
 		t.Fatal(err)
 	}
-	if b, err := os.ReadFile(filepath.Join(fresh, MetaDir, "meta.json")); err != nil || string(b) != "user data" {
+	if b, err := os.ReadFile(filepath.Join(fresh, incmeta.Dir, "meta.json")); err != nil || string(b) != "user data" {
 		t.Errorf("user file not restored: %q %v", b, err)
 	}
 	gnu := t.TempDir()
-	run(t, gnu, "tar", "--incremental", "--anchored", "--exclude="+MetaDir, "-xzf", inc.Path, "-C", gnu)
-	if b, err := os.ReadFile(filepath.Join(gnu, strings.TrimPrefix(root, "/"), MetaDir, "meta.json")); err != nil || string(b) != "user data" {
+	run(t, gnu, "tar", "--incremental", "--anchored", "--exclude="+incmeta.Dir, "-xzf", inc.Path, "-C", gnu)
+	if b, err := os.ReadFile(filepath.Join(gnu, strings.TrimPrefix(root, "/"), incmeta.Dir, "meta.json")); err != nil || string(b) != "user data" {
 		t.Errorf("GNU tar did not restore the user file: %q %v", b, err)
 	}
-	if _, err := os.Stat(filepath.Join(gnu, MetaDir)); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(gnu, incmeta.Dir)); !os.IsNotExist(err) {
 		t.Errorf("GNU tar extracted the capture metadata")
 	}
 }
@@ -511,7 +513,7 @@ func TestIgnoreRulesChange(t *testing.T) {
 		names, _ := members(t, s.c.incrementPath(pos))
 		var out []string
 		for _, n := range names {
-			if flag, name, _ := strings.Cut(n, " "); flag != "D" && name != MetaMember {
+			if flag, name, _ := strings.Cut(n, " "); flag != "D" && name != incmeta.Member {
 				out = append(out, strings.TrimPrefix(name, s.prefix("checkout")+"/"))
 			}
 		}

@@ -3,13 +3,15 @@ package changelog
 import (
 	"context"
 	"fmt"
+
+	"github.com/agentscm/agentscm/internal/changelog/incmeta"
 )
 
 // CheckChain checks that increments with the metadata metas (in order) form
 // a sequence a replay can apply from position 0: each one starts where the
 // previous one ended, either at the next position or, for an increment the
 // Hub stored merged, at its first merged position.
-func CheckChain(metas []*Meta) error {
+func CheckChain(metas []*incmeta.Meta) error {
 	next := 0
 	for _, m := range metas {
 		if err := m.CheckMerged(); err != nil {
@@ -34,7 +36,7 @@ func (c *Changelog) ApplyChain(ctx context.Context, paths []string, positions []
 	if len(paths) == 0 || len(paths) != len(positions) || positions[len(positions)-1] != req.To {
 		return nil, fmt.Errorf("%w: %d increments given for positions up to %d", ErrNoIncrement, len(paths), req.To)
 	}
-	var metas []*Meta
+	var metas []*incmeta.Meta
 	for i, p := range paths {
 		m, err := ReadMeta(p)
 		if err != nil {

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/changelog/incmeta"
 	"github.com/agentscm/agentscm/internal/fsutil"
 )
 
@@ -78,7 +79,7 @@ type Increment struct {
 	Position int
 	Path     string
 	Size     int64
-	Meta     Meta
+	Meta     incmeta.Meta
 	// Warning, when set, says why this increment is a full one although
 	// earlier increments exist (a damaged capture state).
 	Warning string
@@ -167,8 +168,8 @@ func within(p, base string) bool {
 }
 
 // metaRoots validates the configured roots and returns their archive form.
-func metaRoots(roots []Root) ([]MetaRoot, error) {
-	var out []MetaRoot
+func metaRoots(roots []Root) ([]incmeta.Root, error) {
+	var out []incmeta.Root
 	for _, r := range roots {
 		if r.Name == "" || strings.ContainsAny(r.Name, "/\x00") {
 			return nil, fmt.Errorf("changelog: invalid capture root name %q", r.Name)
@@ -176,7 +177,7 @@ func metaRoots(roots []Root) ([]MetaRoot, error) {
 		if !filepath.IsAbs(r.Path) || filepath.Clean(r.Path) != r.Path || r.Path == "/" {
 			return nil, fmt.Errorf("changelog: capture root %q: path %q must be absolute, clean and not /", r.Name, r.Path)
 		}
-		out = append(out, MetaRoot{Name: r.Name, Path: r.Path, Prefix: strings.TrimPrefix(r.Path, "/")})
+		out = append(out, incmeta.Root{Name: r.Name, Path: r.Path, Prefix: strings.TrimPrefix(r.Path, "/")})
 	}
 	if _, err := checkMetaRoots(out, nil); err != nil {
 		return nil, fmt.Errorf("changelog: %w", err)
@@ -249,7 +250,7 @@ type Info struct {
 	// Changes names the paths the call created, modified and deleted and
 	// the bytes it changed (nil for increments captured before it was
 	// recorded).
-	Changes *Changes `json:"changes,omitempty"`
+	Changes *incmeta.Changes `json:"changes,omitempty"`
 	// ToolUseID is the host's id of the tool call that made the increment.
 	ToolUseID string `json:"tool_use_id,omitempty"`
 	// Concurrent names the other sessions whose turn ran when the position
@@ -260,10 +261,10 @@ type Info struct {
 	Hub *HubStatus `json:"hub,omitempty"`
 	// Outside, on an increment of kind "outside", says where the work
 	// done outside the agent was found (see CaptureOutside).
-	Outside *Outside `json:"outside,omitempty"`
+	Outside *incmeta.Outside `json:"outside,omitempty"`
 	// Holds lists the earlier positions whose increments could not be
 	// stored and whose writes this increment carries.
-	Holds []Held `json:"holds,omitempty"`
+	Holds []incmeta.Held `json:"holds,omitempty"`
 	// Reverted is the tool call a revert increment undid.
 	Reverted *int   `json:"reverted,omitempty"`
 	Err      string `json:"error,omitempty"`

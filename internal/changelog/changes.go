@@ -14,10 +14,6 @@ import (
 	"github.com/agentscm/agentscm/internal/scan"
 )
 
-// Changes is what one capture created, modified and deleted (see
-// incmeta.Changes).
-type Changes = incmeta.Changes
-
 // baselineFile holds the capture roots' state when the changelog was
 // enabled, so the first capture (which stores every path, to be replayable
 // onto an empty directory) can still say what the first call changed.
@@ -74,7 +70,7 @@ func (c *Changelog) dropBaseline() {
 
 // changeList accumulates one capture's Changes.
 type changeList struct {
-	ch Changes
+	ch incmeta.Changes
 }
 
 func addBounded(list *[]string, omitted *int, p string) {
@@ -205,7 +201,7 @@ func (l *changeList) count() int {
 }
 
 // result returns the accumulated Changes with empty lists (not null).
-func (l *changeList) result() *Changes {
+func (l *changeList) result() *incmeta.Changes {
 	ch := l.ch
 	for _, p := range []*[]string{&ch.Created, &ch.Modified, &ch.Deleted} {
 		if *p == nil {

@@ -21,28 +21,6 @@ import (
 	"github.com/klauspost/compress/gzip"
 )
 
-// MetaDir is the top-level archive directory that holds an increment's
-// metadata (see incmeta.Dir).
-const MetaDir = incmeta.Dir
-
-// MetaMember is the archive member holding the increment's Meta as JSON.
-const MetaMember = incmeta.Member
-
-// Meta is the metadata stored in every increment.
-type Meta = incmeta.Meta
-
-// MetaRoot describes one capture root inside an increment.
-type MetaRoot = incmeta.Root
-
-// AppendDir is the archive directory of appended transcript parts.
-const AppendDir = incmeta.AppendDir
-
-// What an uploaded form kept of the conversation roots (Meta.Conversation).
-const (
-	ConvWithheld = incmeta.ConvWithheld
-	ConvRedacted = incmeta.ConvRedacted
-)
-
 // typeDumpdir is GNU tar's 'D' typeflag: a directory whose data is the
 // dumpdir listing of its entries.
 const typeDumpdir = 'D'
@@ -75,12 +53,6 @@ const (
 	// its undo point is a KindPreApply increment.
 	KindRevert = "revert"
 )
-
-// Outside describes an outside increment (see incmeta.Outside).
-type Outside = incmeta.Outside
-
-// Held is a position whose increment could not be stored (see incmeta.Held).
-type Held = incmeta.Held
 
 // dumpEntry is one line of a GNU dumpdir.
 type dumpEntry struct {
@@ -214,12 +186,12 @@ func gnuHeader(name string, flag byte, mode fs.FileMode, mtime time.Time, uid, g
 	}
 }
 
-func (w *archiveWriter) meta(m *Meta) error {
+func (w *archiveWriter) meta(m *incmeta.Meta) error {
 	b, err := json.Marshal(m)
 	if err != nil {
 		return fmt.Errorf("encode metadata: %w", err)
 	}
-	h := gnuHeader(MetaMember, tar.TypeReg, 0o600, m.CreatedAt, 0, 0)
+	h := gnuHeader(incmeta.Member, tar.TypeReg, 0o600, m.CreatedAt, 0, 0)
 	h.Size = int64(len(b))
 	if err := w.tw.WriteHeader(h); err != nil {
 		return fmt.Errorf("write metadata header: %w", err)
@@ -315,7 +287,7 @@ type Member struct {
 	arch string
 	// part is the transcript part a conversation file's member stores
 	// (nil for other members and increments written before parts).
-	part *Part
+	part *incmeta.Part
 	// expect is the size the file must have on disk when an appended part
 	// is extracted (set by the replay's simulation).
 	expect int64
@@ -353,7 +325,7 @@ type memberRename struct{ From, To string }
 // only when read with readArchiveHolding and within its budget; otherwise
 // extraction reads the archive a second time.
 type Archive struct {
-	Meta    Meta
+	Meta    incmeta.Meta
 	Members []Member
 	// held is set when every regular file's content is in its Member (see
 	// readArchiveHolding); otherwise extraction reads the archive again.
@@ -367,11 +339,11 @@ func archiveError(format string, args ...any) error {
 
 // rootMatcher maps member names to capture roots.
 type rootMatcher struct {
-	roots []MetaRoot
+	roots []incmeta.Root
 }
 
 // match returns the root whose prefix holds name, and the path inside it.
-func (m rootMatcher) match(name string) (MetaRoot, string, bool) {
+func (m rootMatcher) match(name string) (incmeta.Root, string, bool) {
 	for _, r := range m.roots {
 		if name == r.Prefix {
 			return r, "", true
@@ -380,7 +352,7 @@ func (m rootMatcher) match(name string) (MetaRoot, string, bool) {
 			return r, name[len(r.Prefix)+1:], true
 		}
 	}
-	return MetaRoot{}, "", false
+	return incmeta.Root{}, "", false
 }
 
 // cleanMemberName validates a member name and returns it without a trailing
@@ -413,7 +385,7 @@ func cleanMemberName(name string) (string, error) {
 // readArchive reads and validates a whole increment from r. roots, when not
 // nil, are the capture roots the caller allows (matched by Name); members
 // must lie inside one of them. File contents are read and discarded.
-func readArchive(r io.Reader, allowed []MetaRoot) (*Archive, error) {
+func readArchive(r io.Reader, allowed []incmeta.Root) (*Archive, error) {
 	return readArchiveHolding(r, allowed, nil)
 }
 
@@ -421,7 +393,7 @@ func readArchive(r io.Reader, allowed []MetaRoot) (*Archive, error) {
 // files of at most sameCheckMax bytes while *budget allows (it is decreased
 // by what is kept). When every file's content is kept, Archive.held is set
 // and extraction needs no second read of the archive.
-func readArchiveHolding(r io.Reader, allowed []MetaRoot, budget *int64) (*Archive, error) {
+func readArchiveHolding(r io.Reader, allowed []incmeta.Root, budget *int64) (*Archive, error) {
 	gz, err := gzip.NewReader(r)
 	if err != nil {
 		return nil, archiveError("%v", err)
@@ -452,7 +424,7 @@ func readArchiveHolding(r io.Reader, allowed []MetaRoot, budget *int64) (*Archiv
 		if err != nil {
 			return nil, archiveError("%v", err)
 		}
-		if (name == MetaDir || strings.HasPrefix(name, MetaDir+"/")) && name != MetaMember && haveMeta && parts != nil {
+		if (name == incmeta.Dir || strings.HasPrefix(name, incmeta.Dir+"/")) && name != incmeta.Member && haveMeta && parts != nil {
 			// An appended transcript part: listed in the metadata, read
 			// as the file it extends.
 			pt, ok := parts.appends[name]
@@ -465,8 +437,8 @@ func readArchiveHolding(r io.Reader, allowed []MetaRoot, budget *int64) (*Archiv
 			name = h.Name
 			arch = pt
 		}
-		if name == MetaDir || strings.HasPrefix(name, MetaDir+"/") {
-			if name != MetaMember || h.Typeflag != tar.TypeReg || haveMeta || i != 0 {
+		if name == incmeta.Dir || strings.HasPrefix(name, incmeta.Dir+"/") {
+			if name != incmeta.Member || h.Typeflag != tar.TypeReg || haveMeta || i != 0 {
 				return nil, archiveError("unexpected metadata member %q", h.Name)
 			}
 			b, err := readAllBounded(tr, maxMetaBytes)
@@ -661,15 +633,15 @@ func readArchiveHolding(r io.Reader, allowed []MetaRoot, budget *int64) (*Archiv
 // checkMetaRoots validates the roots an archive declares against the roots
 // the caller allows (matched by name: the caller decides where each root is
 // extracted, the archive's prefixes only name its members).
-func checkMetaRoots(declared, allowed []MetaRoot) ([]MetaRoot, error) {
+func checkMetaRoots(declared, allowed []incmeta.Root) ([]incmeta.Root, error) {
 	names := map[string]bool{}
-	var out []MetaRoot
+	var out []incmeta.Root
 	for _, r := range declared {
 		p, err := cleanMemberName(r.Prefix)
 		if err != nil || p != r.Prefix {
 			return nil, fmt.Errorf("capture root %q has an invalid prefix %q", r.Name, r.Prefix)
 		}
-		if p == MetaDir || strings.HasPrefix(p, MetaDir+"/") {
+		if p == incmeta.Dir || strings.HasPrefix(p, incmeta.Dir+"/") {
 			return nil, fmt.Errorf("capture root %q overlaps the metadata directory", r.Name)
 		}
 		if r.Name == "" || names[r.Name] {
@@ -712,7 +684,7 @@ func readAllBounded(r io.Reader, limit int64) ([]byte, error) {
 
 // ReadMeta reads only the metadata of the increment at path (its first
 // member), without validating the rest.
-func ReadMeta(path string) (*Meta, error) {
+func ReadMeta(path string) (*incmeta.Meta, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -723,7 +695,7 @@ func ReadMeta(path string) (*Meta, error) {
 
 // ReadMetaFrom reads only the metadata of an increment (its first member)
 // from r, without validating the rest.
-func ReadMetaFrom(r io.Reader) (*Meta, error) {
+func ReadMetaFrom(r io.Reader) (*incmeta.Meta, error) {
 	m, err := incmeta.ReadFrom(r)
 	if err != nil {
 		return nil, archiveError("%v", err)

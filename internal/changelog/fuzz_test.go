@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/klauspost/compress/gzip"
+
+	"github.com/agentscm/agentscm/internal/changelog/incmeta"
 )
 
 // FuzzReadArchive feeds arbitrary bytes to the archive reader and, when it
@@ -18,7 +20,7 @@ import (
 // nothing may be written outside the root.
 func FuzzReadArchive(f *testing.F) {
 	const prefix = "fuzz/root"
-	meta := &Meta{Version: 1, Kind: KindCall, Roots: []MetaRoot{{Name: "r", Prefix: prefix, Exists: true}}, RemovedRoots: []string{}}
+	meta := &incmeta.Meta{Version: 1, Kind: KindCall, Roots: []incmeta.Root{{Name: "r", Prefix: prefix, Exists: true}}, RemovedRoots: []string{}}
 	t := &testing.T{}
 	f.Add(buildArchive(t, meta, []hostileMember{
 		{name: prefix + "/", flag: typeDumpdir, body: string(encodeDumpdir([]dumpEntry{{'Y', "a"}, {'D', "d"}, {'N', "x"}}))},
@@ -41,7 +43,7 @@ func FuzzReadArchive(f *testing.F) {
 // bytes almost never reach.
 func FuzzReadTar(f *testing.F) {
 	const prefix = "fuzz/root"
-	meta := &Meta{Version: 1, Kind: KindCall, Roots: []MetaRoot{{Name: "r", Prefix: prefix, Exists: true}}, RemovedRoots: []string{}}
+	meta := &incmeta.Meta{Version: 1, Kind: KindCall, Roots: []incmeta.Root{{Name: "r", Prefix: prefix, Exists: true}}, RemovedRoots: []string{}}
 	t := &testing.T{}
 	for _, ms := range [][]hostileMember{
 		{
@@ -75,7 +77,7 @@ func FuzzReadTar(f *testing.F) {
 func fuzzReplay(t *testing.T, data []byte) {
 	const prefix = "fuzz/root"
 	{
-		a, err := readArchive(bytes.NewReader(data), []MetaRoot{{Name: "r", Prefix: prefix}})
+		a, err := readArchive(bytes.NewReader(data), []incmeta.Root{{Name: "r", Prefix: prefix}})
 		if err != nil {
 			return
 		}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/agentscm/agentscm/internal/changelog/incmeta"
 	"github.com/agentscm/agentscm/internal/fsutil"
 )
 
@@ -22,8 +23,8 @@ import (
 const holesFile = "holes.json"
 
 type holesState struct {
-	Version int    `json:"version"`
-	Holes   []Held `json:"holes"`
+	Version int            `json:"version"`
+	Holes   []incmeta.Held `json:"holes"`
 }
 
 // FailpointEnv names a changelog failpoint for crash and failure tests:
@@ -36,7 +37,7 @@ var errFailpoint = errors.New("failpoint")
 
 // loadHoles returns the recorded holes (none when the file is missing or
 // unreadable: a lost holes file costs only the numbering, never writes).
-func (c *Changelog) loadHoles() []Held {
+func (c *Changelog) loadHoles() []incmeta.Held {
 	b, err := fsutil.ReadFileNoFollow(filepath.Join(c.dir, holesFile), 1<<20)
 	if err != nil {
 		return nil
@@ -49,7 +50,7 @@ func (c *Changelog) loadHoles() []Held {
 }
 
 // lastHole is the highest recorded hole position (-1: none).
-func lastHole(holes []Held) int {
+func lastHole(holes []incmeta.Held) int {
 	last := -1
 	for _, h := range holes {
 		last = max(last, h.Position)
@@ -59,8 +60,8 @@ func lastHole(holes []Held) int {
 
 // pendingHoles are the holes past last, the state's last position: the
 // positions the next stored increment carries.
-func pendingHoles(holes []Held, last int) []Held {
-	var out []Held
+func pendingHoles(holes []incmeta.Held, last int) []incmeta.Held {
+	var out []incmeta.Held
 	for _, h := range holes {
 		if h.Position > last {
 			out = append(out, h)
@@ -70,7 +71,7 @@ func pendingHoles(holes []Held, last int) []Held {
 }
 
 // addHole records that the increment at h.Position could not be stored.
-func (c *Changelog) addHole(h Held) error {
+func (c *Changelog) addHole(h incmeta.Held) error {
 	holes := append(c.loadHoles(), h)
 	if len(holes) > 10000 {
 		holes = holes[len(holes)-10000:]
@@ -92,7 +93,7 @@ func (c *Changelog) clearHoles() {
 // nextFreePosition is the position after every stored increment and every
 // recorded hole: what a capture that failed before its position was fixed
 // is recorded at.
-func (c *Changelog) nextFreePosition(holes []Held) (int, error) {
+func (c *Changelog) nextFreePosition(holes []incmeta.Held) (int, error) {
 	pos, err := c.positions()
 	if err != nil {
 		return 0, err

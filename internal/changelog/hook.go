@@ -3,13 +3,14 @@ package changelog
 import (
 	"context"
 	"fmt"
-	"github.com/agentscm/agentscm/internal/binding/checkout"
 	"io"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/agentscm/agentscm/internal/agent/claude"
+	"github.com/agentscm/agentscm/internal/binding/checkout"
+	"github.com/agentscm/agentscm/internal/changelog/incmeta"
 	"github.com/agentscm/agentscm/internal/fsutil"
 )
 
@@ -138,7 +139,7 @@ func captureOutsideFor(ctx context.Context, configDir, dir, root string, p *clau
 	if len(tool) > 256 {
 		tool = tool[:256]
 	}
-	out := &Outside{Event: p.HookEventName, SessionID: p.SessionID, BeforeToolUseID: p.ToolUseID, BeforeTool: tool}
+	out := &incmeta.Outside{Event: p.HookEventName, SessionID: p.SessionID, BeforeToolUseID: p.ToolUseID, BeforeTool: tool}
 	return c.CaptureOutside(ctx, CaptureRequest{Position: -1, SessionID: p.SessionID, Outside: out})
 }
 

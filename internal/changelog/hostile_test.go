@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/klauspost/compress/gzip"
+
+	"github.com/agentscm/agentscm/internal/changelog/incmeta"
 )
 
 // hostileMember is one member of a hand-made archive.
@@ -23,14 +25,14 @@ type hostileMember struct {
 	body       string
 }
 
-func buildArchive(t *testing.T, meta *Meta, ms []hostileMember) []byte {
+func buildArchive(t *testing.T, meta *incmeta.Meta, ms []hostileMember) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	gz := gzip.NewWriter(&buf)
 	tw := tar.NewWriter(gz)
 	if meta != nil {
 		b, _ := json.Marshal(meta)
-		tw.WriteHeader(&tar.Header{Name: MetaMember, Typeflag: tar.TypeReg, Size: int64(len(b)), Mode: 0o600, Format: tar.FormatGNU, ModTime: time.Now()})
+		tw.WriteHeader(&tar.Header{Name: incmeta.Member, Typeflag: tar.TypeReg, Size: int64(len(b)), Mode: 0o600, Format: tar.FormatGNU, ModTime: time.Now()})
 		tw.Write(b)
 	}
 	for _, m := range ms {
@@ -64,12 +66,12 @@ func paxRecord(k, v string) string {
 // claiming 100 GB of real size in 1 KiB of data. Go's tar writer refuses
 // to encode one, so the extended header is written as a plain member and
 // its typeflag patched to 'x' afterwards.
-func sparseArchive(t *testing.T, meta *Meta, name string) []byte {
+func sparseArchive(t *testing.T, meta *incmeta.Meta, name string) []byte {
 	t.Helper()
 	var raw bytes.Buffer
 	tw := tar.NewWriter(&raw)
 	b, _ := json.Marshal(meta)
-	tw.WriteHeader(&tar.Header{Name: MetaMember, Typeflag: tar.TypeReg, Size: int64(len(b)), Mode: 0o600, Format: tar.FormatUSTAR})
+	tw.WriteHeader(&tar.Header{Name: incmeta.Member, Typeflag: tar.TypeReg, Size: int64(len(b)), Mode: 0o600, Format: tar.FormatUSTAR})
 	tw.Write(b)
 	tw.Flush() // pads the metadata member: the next header starts at off
 	off := raw.Len()
@@ -108,8 +110,8 @@ func TestHostileArchivesAreRefusedWithNothingWritten(t *testing.T) {
 	}
 	roots := []Root{{Name: "r", Path: root}}
 	prefix := strings.TrimPrefix(root, "/")
-	meta := func() *Meta {
-		return &Meta{Version: 1, Kind: KindCall, Roots: []MetaRoot{{Name: "r", Path: root, Prefix: prefix, Exists: true}}, RemovedRoots: []string{}}
+	meta := func() *incmeta.Meta {
+		return &incmeta.Meta{Version: 1, Kind: KindCall, Roots: []incmeta.Root{{Name: "r", Path: root, Prefix: prefix, Exists: true}}, RemovedRoots: []string{}}
 	}
 	dump := func(entries ...dumpEntry) string { return string(encodeDumpdir(entries)) }
 	good := buildArchive(t, meta(), []hostileMember{
@@ -144,13 +146,13 @@ func TestHostileArchivesAreRefusedWithNothingWritten(t *testing.T) {
 			{name: prefix + "/a", flag: tar.TypeReg, body: "1"},
 			{name: prefix + "/a", flag: tar.TypeReg, body: "2"},
 		}),
-		"unknown root in metadata": buildArchive(t, &Meta{Version: 1, Roots: []MetaRoot{{Name: "evil", Prefix: "etc"}}}, []hostileMember{
+		"unknown root in metadata": buildArchive(t, &incmeta.Meta{Version: 1, Roots: []incmeta.Root{{Name: "evil", Prefix: "etc"}}}, []hostileMember{
 			{name: "etc/pwned", flag: tar.TypeReg, body: "x"},
 		}),
-		"removed root not configured": buildArchive(t, &Meta{Version: 1, Roots: meta().Roots, RemovedRoots: []string{"evil"}}, nil),
+		"removed root not configured": buildArchive(t, &incmeta.Meta{Version: 1, Roots: meta().Roots, RemovedRoots: []string{"evil"}}, nil),
 		"metadata not first": buildArchive(t, nil, []hostileMember{
 			{name: prefix + "/a", flag: tar.TypeReg, body: "1"},
-			{name: MetaMember, flag: tar.TypeReg, body: "{}"},
+			{name: incmeta.Member, flag: tar.TypeReg, body: "{}"},
 		}),
 		"not gzip":  []byte("this is not an archive"),
 		"truncated": gz(good[:len(good)/2]),

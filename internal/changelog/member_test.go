@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentscm/agentscm/internal/changelog/incmeta"
 	"github.com/agentscm/agentscm/internal/fsutil"
 	"github.com/klauspost/compress/gzip"
 )
@@ -135,8 +136,8 @@ func TestFindResultTranscriptInLaterIncrement(t *testing.T) {
 func TestReadMemberRefusals(t *testing.T) {
 	root := "/x/p"
 	prefix := strings.TrimPrefix(root, "/")
-	meta := func() *Meta {
-		return &Meta{Version: 1, Kind: KindCall, Roots: []MetaRoot{{Name: TranscriptRootName, Path: root, Prefix: prefix, Exists: true}}, RemovedRoots: []string{}}
+	meta := func() *incmeta.Meta {
+		return &incmeta.Meta{Version: 1, Kind: KindCall, Roots: []incmeta.Root{{Name: TranscriptRootName, Path: root, Prefix: prefix, Exists: true}}, RemovedRoots: []string{}}
 	}
 	dump := func(entries ...dumpEntry) string { return string(encodeDumpdir(entries)) }
 	good := buildArchive(t, meta(), []hostileMember{
@@ -197,7 +198,7 @@ func appendFile(t *testing.T, p, s string) {
 // the validated archive lists.
 func FuzzReadMember(f *testing.F) {
 	const prefix = "fuzz/root"
-	meta := &Meta{Version: 1, Kind: KindCall, Roots: []MetaRoot{{Name: "r", Prefix: prefix, Exists: true}}, RemovedRoots: []string{}}
+	meta := &incmeta.Meta{Version: 1, Kind: KindCall, Roots: []incmeta.Root{{Name: "r", Prefix: prefix, Exists: true}}, RemovedRoots: []string{}}
 	t := &testing.T{}
 	for _, ms := range [][]hostileMember{
 		{

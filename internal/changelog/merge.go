@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/klauspost/compress/gzip"
+
+	"github.com/agentscm/agentscm/internal/changelog/incmeta"
 )
 
 // mergeNode is one path the merged increments leave changed: a dumped
@@ -33,7 +35,7 @@ type mergeNode struct {
 // part removed it. The metadata is the last part's, with merged recording the
 // positions carried and Changes composed from the parts'. Every part is
 // validated against roots first.
-func mergeIncrements(bodies [][]byte, roots []Root, merged []Merged) ([]byte, error) {
+func mergeIncrements(bodies [][]byte, roots []Root, merged []incmeta.Merged) ([]byte, error) {
 	if len(bodies) == 0 {
 		return nil, errors.New("merge: no increments")
 	}
@@ -43,7 +45,7 @@ func mergeIncrements(bodies [][]byte, roots []Root, merged []Merged) ([]byte, er
 	}
 	nodes := map[string]*mergeNode{}
 	var removed []string
-	var metas []*Meta
+	var metas []*incmeta.Meta
 	rootIndex := map[string]int{}
 	for i, r := range roots {
 		rootIndex[r.Name] = i
@@ -150,7 +152,7 @@ func mergeIncrements(bodies [][]byte, roots []Root, merged []Merged) ([]byte, er
 	last := metas[len(metas)-1]
 	meta := *last
 	meta.RemovedRoots = append([]string{}, removed...)
-	meta.Merged = append([]Merged(nil), merged...)
+	meta.Merged = append([]incmeta.Merged(nil), merged...)
 	meta.Files, meta.Bytes, meta.Deleted = 0, 0, 0
 	for _, m := range metas {
 		meta.Deleted += m.Deleted
@@ -297,7 +299,7 @@ func partHeaders(bodies [][]byte, dirs []*mergeNode) (map[*mergeNode]*tar.Header
 // composeChanges composes the parts' Changes path by path: created then
 // modified is created, created then deleted is nothing, deleted then
 // created is modified. Counts of omitted paths and bytes add up.
-func composeChanges(metas []*Meta) *Changes {
+func composeChanges(metas []*incmeta.Meta) *incmeta.Changes {
 	const (
 		cNone = iota
 		cCreated
@@ -306,7 +308,7 @@ func composeChanges(metas []*Meta) *Changes {
 	)
 	state := map[string]int{}
 	var order []string
-	out := &Changes{Created: []string{}, Modified: []string{}, Deleted: []string{}}
+	out := &incmeta.Changes{Created: []string{}, Modified: []string{}, Deleted: []string{}}
 	any := false
 	for _, m := range metas {
 		ch := m.Changes

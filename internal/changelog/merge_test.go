@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/agentscm/agentscm/internal/changelog/incmeta"
 )
 
 // randomStep changes the tree under root at random among a few names, so
@@ -104,7 +106,7 @@ func TestMergeEqualsSequentialReplay(t *testing.T) {
 			}
 			for i := 1; i < steps; i++ {
 				for j := i + 1; j < steps; j++ {
-					merged, err := mergeIncrements(bodies[i:j+1], roots, []Merged{{From: i, To: j - 1, Reason: "test"}})
+					merged, err := mergeIncrements(bodies[i:j+1], roots, []incmeta.Merged{{From: i, To: j - 1, Reason: "test"}})
 					if err != nil {
 						t.Fatalf("merge %d..%d: %v", i, j, err)
 					}
@@ -143,7 +145,7 @@ func TestMergeEqualsSequentialReplay(t *testing.T) {
 								}
 							}
 						}
-						run(t, g, "tar", "--incremental", "--anchored", "--exclude="+MetaDir, "-xzf", ip, "-C", g)
+						run(t, g, "tar", "--incremental", "--anchored", "--exclude="+incmeta.Dir, "-xzf", ip, "-C", g)
 					}
 					for r := range roots {
 						got := snapshot(t, filepath.Join(g, strings.TrimPrefix(roots[r].Path, "/")), true, nil)

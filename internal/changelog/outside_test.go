@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+
+	"github.com/agentscm/agentscm/internal/changelog/incmeta"
 )
 
 // Work done between tool calls is its own outside increment, never the next
@@ -46,7 +48,7 @@ func TestCaptureOutsideKeepsOutsideWorkApart(t *testing.T) {
 			mustCapture(t, s.c, -1)
 			tc.between(t, s)
 			out, err := s.c.CaptureOutside(context.Background(), CaptureRequest{Position: -1, SessionID: "s1",
-				Outside: &Outside{Event: "PreToolUse", BeforeToolUseID: "toolu_2", BeforeTool: "Write"}})
+				Outside: &incmeta.Outside{Event: "PreToolUse", BeforeToolUseID: "toolu_2", BeforeTool: "Write"}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -86,7 +88,7 @@ func TestCaptureOutsideKeepsOutsideWorkApart(t *testing.T) {
 	}
 }
 
-func changedPaths(ch *Changes) []string {
+func changedPaths(ch *incmeta.Changes) []string {
 	if ch == nil {
 		return nil
 	}
@@ -117,7 +119,7 @@ func TestFailedStoreKeepsItsPosition(t *testing.T) {
 			s.c.opts.Failpoint = ""
 			// The lost call's writes cannot be told from outside work: the
 			// outside capture before the next call stores nothing.
-			if out, err := s.c.CaptureOutside(context.Background(), CaptureRequest{Position: -1, Outside: &Outside{Event: "PreToolUse"}}); err != nil || out != nil {
+			if out, err := s.c.CaptureOutside(context.Background(), CaptureRequest{Position: -1, Outside: &incmeta.Outside{Event: "PreToolUse"}}); err != nil || out != nil {
 				t.Fatalf("outside capture after a lost call: %+v %v", out, err)
 			}
 			writeFile(t, filepath.Join(s.checkout, "two.txt"), "2\n")

@@ -3,6 +3,8 @@ package changelog
 import (
 	"fmt"
 	"strings"
+
+	"github.com/agentscm/agentscm/internal/changelog/incmeta"
 )
 
 // The planning of rewinds and reverts that needs no disk: pure functions
@@ -15,7 +17,7 @@ import (
 type laterIncrement struct {
 	Position int
 	Kind     string
-	Changes  *Changes
+	Changes  *incmeta.Changes
 }
 
 // OutsidePath is a path whose latest change after a rewind's target is

@@ -8,12 +8,14 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+
+	"github.com/agentscm/agentscm/internal/changelog/incmeta"
 )
 
 func TestPlanOutside(t *testing.T) {
 	roots := []string{"checkout", "extra"}
-	ch := func(created, modified, deleted []string) *Changes {
-		return &Changes{Created: created, Modified: modified, Deleted: deleted}
+	ch := func(created, modified, deleted []string) *incmeta.Changes {
+		return &incmeta.Changes{Created: created, Modified: modified, Deleted: deleted}
 	}
 	for _, tc := range []struct {
 		name  string
@@ -47,7 +49,7 @@ func TestPlanOutside(t *testing.T) {
 			{Position: 5, Kind: KindApply, Changes: ch(nil, nil, []string{"u.txt"})},
 		}},
 		{name: "unnamed paths", later: []laterIncrement{
-			{Position: 2, Kind: KindOutside, Changes: &Changes{Created: []string{"a"}, CreatedOmitted: 3}},
+			{Position: 2, Kind: KindOutside, Changes: &incmeta.Changes{Created: []string{"a"}, CreatedOmitted: 3}},
 		}, want: []string{"checkout:a created @2", ": unnamed @2"}},
 		{name: "old increments without changes", later: []laterIncrement{{Position: 2, Kind: KindCall}}},
 	} {
@@ -78,7 +80,7 @@ func TestApplyRefusesOverOutsideWork(t *testing.T) {
 	// The user, between calls: edits the agent's file, adds one.
 	writeFile(t, at("agent.txt"), "the user's edit\n")
 	writeFile(t, at("mine.txt"), "mine\n")
-	if inc, err := s.c.CaptureOutside(ctx, CaptureRequest{Position: -1, Outside: &Outside{Event: "PreToolUse"}}); err != nil || inc == nil || inc.Position != 1 {
+	if inc, err := s.c.CaptureOutside(ctx, CaptureRequest{Position: -1, Outside: &incmeta.Outside{Event: "PreToolUse"}}); err != nil || inc == nil || inc.Position != 1 {
 		t.Fatalf("outside capture: %+v %v", inc, err)
 	}
 	writeFile(t, at("two.txt"), "call 2\n")

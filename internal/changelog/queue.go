@@ -35,10 +35,6 @@ const (
 // ranges are only counted.
 const maxMergedRecords = 1000
 
-// Merged is a range of positions an uploaded increment carries (see
-// incmeta.Merged).
-type Merged = incmeta.Merged
-
 // MergedRecord is one range of positions merged on the Hub.
 type MergedRecord struct {
 	From   int    `json:"from"`
@@ -466,7 +462,7 @@ func (c *Changelog) storedBetween(from, to int) ([]int, error) {
 // ranges it carries: the position's own upload body, or, when positions
 // from q.Next on were refused (or have no increment), the merge of the
 // upload bodies of every stored position from q.Next to p.
-func (c *Changelog) buildUpload(q *uploadState, positions []int, p int, policy SharingPolicy) ([]byte, []Merged, error) {
+func (c *Changelog) buildUpload(q *uploadState, positions []int, p int, policy SharingPolicy) ([]byte, []incmeta.Merged, error) {
 	// What no upload can hold is refused from the stored sizes, before
 	// anything is read.
 	var total int64
@@ -494,7 +490,7 @@ func (c *Changelog) buildUpload(q *uploadState, positions []int, p int, policy S
 	if q.Refused != nil {
 		reason = q.Refused.Reason
 	}
-	merged := []Merged{{From: q.Next, To: p - 1, Reason: reason}}
+	merged := []incmeta.Merged{{From: q.Next, To: p - 1, Reason: reason}}
 	var bodies [][]byte
 	for _, x := range positions {
 		if x < q.Next || x > p {

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/agentscm/agentscm/internal/changelog/incmeta"
 )
 
 // safeRepo is a git checkout with two captured calls: call 0 writes a.txt
@@ -330,7 +332,7 @@ func TestIgnoreStampFollowsRepositoryLayout(t *testing.T) {
 		names, _ := members(t, c.incrementPath(pos))
 		var out []string
 		for _, n := range names {
-			if flag, name, _ := strings.Cut(n, " "); flag != "D" && name != MetaMember {
+			if flag, name, _ := strings.Cut(n, " "); flag != "D" && name != incmeta.Member {
 				out = append(out, filepath.Base(name))
 			}
 		}

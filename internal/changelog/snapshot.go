@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"github.com/agentscm/agentscm/internal/changelog/incmeta"
 )
 
 // KindSnapshot marks a whole-workspace snapshot: a full archive of the
@@ -15,7 +17,7 @@ const KindSnapshot = "snapshot"
 // git is the git binary used to leave ignored paths out ("" for "git");
 // the paths in exclude (absolute) are left out too, as are .git and
 // .agentdiff, as a capture leaves them out.
-func SaveSnapshot(ctx context.Context, roots []Root, w io.Writer, git string, exclude ...string) (*Meta, error) {
+func SaveSnapshot(ctx context.Context, roots []Root, w io.Writer, git string, exclude ...string) (*incmeta.Meta, error) {
 	mroots, err := metaRoots(roots)
 	if err != nil {
 		return nil, err
@@ -25,7 +27,7 @@ func SaveSnapshot(ctx context.Context, roots []Root, w io.Writer, git string, ex
 	}
 	c := &Changelog{opts: Options{Roots: roots, Git: git, Exclude: exclude}}
 	start := time.Now()
-	meta := &Meta{Version: 1, Position: 0, Kind: KindSnapshot, Full: true, CreatedAt: start.UTC(), RemovedRoots: []string{}}
+	meta := &incmeta.Meta{Version: 1, Position: 0, Kind: KindSnapshot, Full: true, CreatedAt: start.UTC(), RemovedRoots: []string{}}
 	var plans []*rootPlan
 	for i, r := range roots {
 		p, err := c.scanRoot(ctx, r, nil, start)

@@ -29,9 +29,6 @@ import (
 // a secret is never split between two parts); a line still being written
 // waits for the next increment.
 
-// Part is one transcript file an increment stores (see incmeta.Part).
-type Part = incmeta.Part
-
 // tailBytes is how much of a transcript's stored end the state hashes: an
 // append is stored as a delta only while those bytes are unchanged.
 const tailBytes = 4096
@@ -90,7 +87,7 @@ type convItem struct {
 // stored tail; otherwise stored whole once) and cut too. It records the
 // parts in meta and returns the items by entry and the appended ones in
 // order.
-func planTranscripts(plans []*rootPlan, meta *Meta) (map[*entry]*convItem, []*convItem, error) {
+func planTranscripts(plans []*rootPlan, meta *incmeta.Meta) (map[*entry]*convItem, []*convItem, error) {
 	conv := map[*entry]*convItem{}
 	var appends []*convItem
 	for _, p := range plans {
@@ -144,8 +141,8 @@ func planTranscripts(plans []*rootPlan, meta *Meta) (map[*entry]*convItem, []*co
 	return conv, appends, nil
 }
 
-func (it *convItem) part(root string) Part {
-	return Part{Root: root, Path: it.e.Path, Member: it.member, Offset: it.offset, Length: it.end - it.offset, Dev: it.dev, Ino: it.ino}
+func (it *convItem) part(root string) incmeta.Part {
+	return incmeta.Part{Root: root, Path: it.e.Path, Member: it.member, Offset: it.offset, Length: it.end - it.offset, Dev: it.dev, Ino: it.ino}
 }
 
 // plan opens the file and decides its stored range. With tail set, the
@@ -280,7 +277,7 @@ func lastLineEnd(f *os.File, from, size int64) (int64, error) {
 
 // indexedPart is a validated transcript part and its root's member prefix.
 type indexedPart struct {
-	Part
+	incmeta.Part
 	prefix string
 }
 
@@ -293,7 +290,7 @@ type partIndex struct {
 }
 
 // indexParts validates meta.Transcripts against the archive's roots.
-func indexParts(meta *Meta, roots []MetaRoot) (*partIndex, error) {
+func indexParts(meta *incmeta.Meta, roots []incmeta.Root) (*partIndex, error) {
 	if len(meta.Transcripts) == 0 {
 		return nil, nil
 	}

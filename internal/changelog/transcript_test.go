@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/agentscm/agentscm/internal/changelog/incmeta"
 )
 
 // transcriptFixture is a checkout and a transcript root with a changelog.
@@ -75,8 +77,8 @@ func (f *transcriptFixture) append(name, s string) {
 	appendFile(f.t, filepath.Join(f.tr, name), s)
 }
 
-func (f *transcriptFixture) parts(inc *Increment) map[string]Part {
-	out := map[string]Part{}
+func (f *transcriptFixture) parts(inc *Increment) map[string]incmeta.Part {
+	out := map[string]incmeta.Part{}
 	for _, p := range inc.Meta.Transcripts {
 		out[p.Path] = p
 	}
@@ -216,7 +218,7 @@ func TestTranscriptPartsGNUTar(t *testing.T) {
 	}
 	gnu := t.TempDir()
 	for _, p := range f.paths {
-		run(t, gnu, "tar", "-C", gnu, "--incremental", "--anchored", "--exclude="+MetaDir, "-xzf", p)
+		run(t, gnu, "tar", "-C", gnu, "--incremental", "--anchored", "--exclude="+incmeta.Dir, "-xzf", p)
 	}
 	got := snapshot(t, filepath.Join(gnu, strings.TrimPrefix(f.co, "/")), false, nil)
 	if d := diffTrees(snapshot(t, f.co, false, nil), got); d != "" {
@@ -311,27 +313,27 @@ func TestRewindKeepsOtherConversations(t *testing.T) {
 func TestHostileTranscriptParts(t *testing.T) {
 	root := "/x/p"
 	prefix := strings.TrimPrefix(root, "/")
-	meta := func(parts ...Part) *Meta {
-		return &Meta{Version: 1, Kind: KindCall, Roots: []MetaRoot{{Name: TranscriptRootName, Path: root, Prefix: prefix, Exists: true}}, RemovedRoots: []string{}, Transcripts: parts}
+	meta := func(parts ...incmeta.Part) *incmeta.Meta {
+		return &incmeta.Meta{Version: 1, Kind: KindCall, Roots: []incmeta.Root{{Name: TranscriptRootName, Path: root, Prefix: prefix, Exists: true}}, RemovedRoots: []string{}, Transcripts: parts}
 	}
-	part := func(path, member string) Part {
-		return Part{Root: TranscriptRootName, Path: path, Member: member, Offset: 2, Length: 2}
+	part := func(path, member string) incmeta.Part {
+		return incmeta.Part{Root: TranscriptRootName, Path: path, Member: member, Offset: 2, Length: 2}
 	}
-	app := AppendDir + "/000000"
+	app := incmeta.AppendDir + "/000000"
 	cases := []struct {
 		name    string
-		meta    *Meta
+		meta    *incmeta.Meta
 		members []hostileMember
 	}{
 		{"unlisted part", meta(), []hostileMember{{name: app, flag: tar.TypeReg, body: "2\n"}}},
 		{"missing part", meta(part("S.jsonl", app)), nil},
-		{"missing whole copy", meta(Part{Root: TranscriptRootName, Path: "S.jsonl", Length: 2}), nil},
-		{"member outside the append directory", meta(part("S.jsonl", MetaDir+"/other")), []hostileMember{{name: MetaDir + "/other", flag: tar.TypeReg, body: "2\n"}}},
-		{"undeclared root", meta(Part{Root: "elsewhere", Path: "S.jsonl", Member: app, Offset: 2, Length: 2}), []hostileMember{{name: app, flag: tar.TypeReg, body: "2\n"}}},
+		{"missing whole copy", meta(incmeta.Part{Root: TranscriptRootName, Path: "S.jsonl", Length: 2}), nil},
+		{"member outside the append directory", meta(part("S.jsonl", incmeta.Dir+"/other")), []hostileMember{{name: incmeta.Dir + "/other", flag: tar.TypeReg, body: "2\n"}}},
+		{"undeclared root", meta(incmeta.Part{Root: "elsewhere", Path: "S.jsonl", Member: app, Offset: 2, Length: 2}), []hostileMember{{name: app, flag: tar.TypeReg, body: "2\n"}}},
 		{"dot-dot path", meta(part("../S.jsonl", app)), []hostileMember{{name: app, flag: tar.TypeReg, body: "2\n"}}},
-		{"negative offset", meta(Part{Root: TranscriptRootName, Path: "S.jsonl", Member: app, Offset: -1, Length: 2}), []hostileMember{{name: app, flag: tar.TypeReg, body: "2\n"}}},
+		{"negative offset", meta(incmeta.Part{Root: TranscriptRootName, Path: "S.jsonl", Member: app, Offset: -1, Length: 2}), []hostileMember{{name: app, flag: tar.TypeReg, body: "2\n"}}},
 		{"part below a symlink", meta(part("link/S.jsonl", app)), []hostileMember{{name: prefix + "/link", flag: tar.TypeSymlink, link: "/etc"}, {name: app, flag: tar.TypeReg, body: "2\n"}}},
-		{"part listed twice", meta(part("S.jsonl", app), part("S.jsonl", AppendDir+"/000001")), []hostileMember{{name: app, flag: tar.TypeReg, body: "2\n"}, {name: AppendDir + "/000001", flag: tar.TypeReg, body: "3\n"}}},
+		{"part listed twice", meta(part("S.jsonl", app), part("S.jsonl", incmeta.AppendDir+"/000001")), []hostileMember{{name: app, flag: tar.TypeReg, body: "2\n"}, {name: incmeta.AppendDir + "/000001", flag: tar.TypeReg, body: "3\n"}}},
 		{"part and whole copy", meta(part("S.jsonl", app)), []hostileMember{{name: prefix + "/S.jsonl", flag: tar.TypeReg, body: "1\n"}, {name: app, flag: tar.TypeReg, body: "2\n"}}},
 	}
 	for _, tc := range cases {

@@ -9,6 +9,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/agentscm/agentscm/internal/changelog/incmeta"
 	"github.com/agentscm/agentscm/internal/fsutil"
 	"github.com/agentscm/agentscm/internal/redact"
 	"github.com/klauspost/compress/gzip"
@@ -87,7 +88,7 @@ func transcriptSession(rel string) string {
 // any other file is left out. A conversation root with nothing shared (the
 // increment's session not shared, no file of a shared session) is left out
 // entirely: its members, its parts and the root itself.
-func UploadFormOf(local []byte, policy SharingPolicy) ([]byte, *Meta, error) {
+func UploadFormOf(local []byte, policy SharingPolicy) ([]byte, *incmeta.Meta, error) {
 	a, err := readArchive(bytes.NewReader(local), nil)
 	if err != nil {
 		return nil, nil, err
@@ -143,7 +144,7 @@ func UploadFormOf(local []byte, policy SharingPolicy) ([]byte, *Meta, error) {
 	}
 	// Dumpdirs and symlinks of a kept root stay (names only); files of a
 	// session not shared go.
-	var roots []MetaRoot
+	var roots []incmeta.Root
 	meta.WithheldRoots = nil
 	for _, r := range a.Meta.Roots {
 		if conv[r.Name] && !keepRoot[r.Name] {
@@ -212,10 +213,10 @@ func UploadFormOf(local []byte, policy SharingPolicy) ([]byte, *Meta, error) {
 		}
 	}
 	meta.Redactions = total
-	meta.Conversation = ConvWithheld
+	meta.Conversation = incmeta.ConvWithheld
 	for _, k := range keepRoot {
 		if k {
-			meta.Conversation = ConvRedacted
+			meta.Conversation = incmeta.ConvRedacted
 		}
 	}
 

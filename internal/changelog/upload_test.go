@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/klauspost/compress/gzip"
+
+	"github.com/agentscm/agentscm/internal/changelog/incmeta"
 )
 
 const (
@@ -61,7 +63,7 @@ func TestUploadForm(t *testing.T) {
 		if strings.Contains(body, promptText) || strings.Contains(body, secretToken) || strings.Contains(body, "tool_result") || strings.Contains(body, "projects/-repo") {
 			t.Fatalf("withheld form of %d carries the conversation:\n%s", pos, body)
 		}
-		if w.Conversation != ConvWithheld {
+		if w.Conversation != incmeta.ConvWithheld {
 			t.Fatalf("withheld form: conversation %q", w.Conversation)
 		}
 		m, err := ReadMetaFrom(bytes.NewReader(w.Body))
@@ -76,7 +78,7 @@ func TestUploadForm(t *testing.T) {
 		if strings.Contains(body, secretToken) || !strings.Contains(body, "[REDACTED:github_token]") || !strings.Contains(body, promptText) && pos == 0 {
 			t.Fatalf("shared form of %d:\n%s", pos, body)
 		}
-		if s.Conversation != ConvRedacted || s.Redactions != 1 {
+		if s.Conversation != incmeta.ConvRedacted || s.Redactions != 1 {
 			t.Fatalf("shared form of %d: conversation %q, %d redactions", pos, s.Conversation, s.Redactions)
 		}
 		for i, b := range [][]byte{w.Body, s.Body} {
@@ -192,7 +194,7 @@ func TestUploadFormPerSession(t *testing.T) {
 		if pos == p1 {
 			want = "more [REDACTED:github_token]"
 		}
-		if !strings.Contains(body, want) || u.Conversation != ConvRedacted {
+		if !strings.Contains(body, want) || u.Conversation != incmeta.ConvRedacted {
 			t.Fatalf("form of %d lacks session S's %q (%s):\n%s", pos, want, u.Conversation, body)
 		}
 	}
@@ -205,7 +207,7 @@ func TestUploadFormPerSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	m, _ := ReadMetaFrom(bytes.NewReader(u.Body))
-	if u.Conversation != ConvWithheld || len(m.Roots) != 1 || strings.Contains(gunzipped(t, u.Body), "private-") {
+	if u.Conversation != incmeta.ConvWithheld || len(m.Roots) != 1 || strings.Contains(gunzipped(t, u.Body), "private-") {
 		t.Fatalf("form of %d: %s %+v", p2, u.Conversation, m.Roots)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/agentscm/agentscm/internal/binding"
 	"os"
 	"path/filepath"
 	"time"
@@ -14,7 +13,9 @@ import (
 	"github.com/agentscm/agentscm/internal/agent/claude"
 	"github.com/agentscm/agentscm/internal/agent/codex"
 	"github.com/agentscm/agentscm/internal/agent/gemini"
+	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/changelog"
+	"github.com/agentscm/agentscm/internal/changelog/incmeta"
 	"github.com/agentscm/agentscm/internal/fsutil"
 	"github.com/agentscm/agentscm/internal/hookrun"
 )
@@ -88,7 +89,7 @@ func codexHome(env *Env) (string, error) {
 
 // resumeCodex binds the Codex conversation of the rewound call to a fresh
 // session: the rollout cut right after the call's output.
-func resumeCodex(env *Env, target changelog.Meta, now time.Time) (*changelog.Resumed, error) {
+func resumeCodex(env *Env, target incmeta.Meta, now time.Time) (*changelog.Resumed, error) {
 	dir, err := codexHome(env)
 	if err != nil {
 		return nil, err
@@ -198,7 +199,7 @@ func failedFinish(p *claude.Payload) {
 
 // resumeGemini binds the Gemini conversation of the rewound call (its
 // order id) to a fresh session: the chat cut after the call's result.
-func resumeGemini(env *Env, target changelog.Meta, now time.Time) (*changelog.Resumed, error) {
+func resumeGemini(env *Env, target incmeta.Meta, now time.Time) (*changelog.Resumed, error) {
 	home := env.Getenv("HOME")
 	if !filepath.IsAbs(home) {
 		return nil, usagef("--resume-conversation --agent gemini needs an absolute HOME (where Gemini CLI keeps chats)")

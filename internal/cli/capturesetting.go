@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/agentscm/agentscm/internal/binding"
 	"time"
 
 	"github.com/agentscm/agentscm/internal/agent/adapter"
+	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/client"
+	"github.com/agentscm/agentscm/internal/connections"
 	"github.com/agentscm/agentscm/internal/hub/api"
 	"github.com/agentscm/agentscm/internal/spool"
 )
@@ -122,9 +123,9 @@ func connectLocalIfMissing(ctx context.Context, env *Env, dir, rootFlag string) 
 	if err != nil {
 		return err
 	}
-	if _, err := client.Lookup(dir, root); err == nil {
+	if _, err := connections.Lookup(dir, root); err == nil {
 		return nil
-	} else if !errors.Is(err, client.ErrNoConnection) {
+	} else if !errors.Is(err, connections.ErrNoConnection) {
 		return err
 	}
 	name := repositoryName(ctx, root)

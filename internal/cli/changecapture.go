@@ -5,14 +5,16 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"github.com/agentscm/agentscm/internal/binding"
 	"io"
 	"strings"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/action"
+	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/delivery"
 	"github.com/agentscm/agentscm/internal/event"
+	"github.com/agentscm/agentscm/internal/hookcore"
 	"github.com/agentscm/agentscm/internal/hookrun"
 	"github.com/agentscm/agentscm/internal/hub/api"
 	"github.com/agentscm/agentscm/internal/spool"
@@ -108,7 +110,7 @@ func runHookClaudeChangelog(ctx context.Context, env *Env) int {
 		hookrun.Options{Parts: hookrun.Parts{Capture: true, Changelog: true}, Watch: changelogWatchSource(env)})
 }
 
-func oneLine(s string) string { return hookrun.OneLine(s) }
+func oneLine(s string) string { return hookcore.OneLine(s) }
 
 func captureDeps(env *Env) (capture.StateDir, delivery.Connections, error) {
 	store, err := configStore(env)
@@ -189,7 +191,7 @@ and changes nothing.`)
 		return usagef("--auto-compact and --no-auto-compact exclude each other")
 	}
 	// Bad values are bad usage (exit 2), refused before anything is read.
-	if _, err := binding.ParseActionRules(rules); err != nil {
+	if _, err := action.ParseRules(rules); err != nil {
 		return usagef("%v", err)
 	}
 	if o.SetupDigest != "" && !api.IsDigest(o.SetupDigest) {

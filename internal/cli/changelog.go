@@ -6,7 +6,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/agentscm/agentscm/internal/binding"
 	"io/fs"
 	"path/filepath"
 	"strconv"
@@ -16,8 +15,10 @@ import (
 	"github.com/agentscm/agentscm/internal/agent/adapter"
 	"github.com/agentscm/agentscm/internal/agent/claude"
 	"github.com/agentscm/agentscm/internal/agent/codex"
+	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/changelog"
 	"github.com/agentscm/agentscm/internal/changelog/hubremote"
+	"github.com/agentscm/agentscm/internal/changelog/incmeta"
 	"github.com/agentscm/agentscm/internal/fsutil"
 )
 
@@ -357,7 +358,7 @@ connected Hub, with its grant and usage.`)
 }
 
 // outsideNote says where an outside increment's work was found.
-func outsideNote(o *changelog.Outside) string {
+func outsideNote(o *incmeta.Outside) string {
 	switch {
 	case o.Event == "UserPromptSubmit":
 		return "work done outside the agent, found before a prompt of session " + cell(o.SessionID)
@@ -368,7 +369,7 @@ func outsideNote(o *changelog.Outside) string {
 }
 
 // heldNote says which lost position an increment carries.
-func heldNote(h changelog.Held) string {
+func heldNote(h incmeta.Held) string {
 	what := "call"
 	if h.Kind == changelog.KindOutside {
 		what = "outside work"
@@ -605,7 +606,7 @@ directory, everything git ignores) are never deleted or changed.`)
 	projectDir := transcriptDir(c, home)
 	var live []byte
 	if *resume && !isCodex {
-		req.BeforeExtract = func(_ context.Context, target changelog.Meta) error {
+		req.BeforeExtract = func(_ context.Context, target incmeta.Meta) error {
 			live, _ = changelog.ReadTranscript(projectDir, target.SessionID)
 			return nil
 		}

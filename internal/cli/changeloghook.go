@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/agentscm/agentscm/internal/binding"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,9 +13,11 @@ import (
 	"github.com/agentscm/agentscm/internal/agent/claude"
 	"github.com/agentscm/agentscm/internal/agent/codex"
 	"github.com/agentscm/agentscm/internal/agent/gemini"
+	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/changelog"
-	"github.com/agentscm/agentscm/internal/client"
+	"github.com/agentscm/agentscm/internal/changelog/incmeta"
+	"github.com/agentscm/agentscm/internal/connections"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/hookrun"
 )
@@ -48,7 +49,7 @@ func holdTurns(env *Env, dir string) (*changelog.TurnGate, error) {
 
 // warnMixed warns that the position rewound to was taken while other
 // sessions' turns ran (parallel sessions): their writes are mixed into it.
-func warnMixed(env *Env, target changelog.Meta) {
+func warnMixed(env *Env, target incmeta.Meta) {
 	if len(target.ConcurrentSessions) == 0 {
 		return
 	}
@@ -213,8 +214,8 @@ type uploadPlan struct {
 }
 
 func uploadPlanFor(configDir, root string, roots []changelog.Root) uploadPlan {
-	up := uploadPlan{Roots: []string{}, LocalRoots: []string{}, Transcripts: changelog.ConvWithheld}
-	if c, err := client.Lookup(configDir, root); err == nil {
+	up := uploadPlan{Roots: []string{}, LocalRoots: []string{}, Transcripts: incmeta.ConvWithheld}
+	if c, err := connections.Lookup(configDir, root); err == nil {
 		up.Connected, up.Hub, up.Repository = true, c.Hub, c.Repository
 	}
 	for _, r := range roots {
@@ -229,7 +230,7 @@ func uploadPlanFor(configDir, root string, roots []changelog.Root) uploadPlan {
 	sh, _ := capture.StateDir{Dir: configDir}.ConversationSharing(root, "", up.Hub, up.Repository)
 	up.CaptureMode = sh.Mode
 	if sh.Mode == event.ModeSharedConversation && !strings.HasPrefix(sh.Reason, "the capture binding was saved for") {
-		up.Transcripts = changelog.ConvRedacted
+		up.Transcripts = incmeta.ConvRedacted
 	} else {
 		up.Reason = sh.Reason
 	}
@@ -248,7 +249,7 @@ func (up uploadPlan) describe() string {
 		switch {
 		case !up.Connected:
 			fmt.Fprintf(&b, "  transcripts: %s kept on this machine (in the local changelog only)\n", strings.Join(up.LocalRoots, ", "))
-		case up.Transcripts == changelog.ConvRedacted:
+		case up.Transcripts == incmeta.ConvRedacted:
 			fmt.Fprintf(&b, "  transcripts: %s uploaded REDACTED (shared-conversation mode, for sessions started in it; redaction is best effort)\n", strings.Join(up.LocalRoots, ", "))
 		default:
 			fmt.Fprintf(&b, "  transcripts: %s NOT uploaded, kept on this machine (%s; only shared-conversation mode uploads them, redacted)\n", strings.Join(up.LocalRoots, ", "), up.Reason)

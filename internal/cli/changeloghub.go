@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/agentscm/agentscm/internal/binding"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -13,9 +12,12 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/changelog"
 	"github.com/agentscm/agentscm/internal/changelog/hubremote"
+	"github.com/agentscm/agentscm/internal/changelog/incmeta"
 	"github.com/agentscm/agentscm/internal/client"
+	"github.com/agentscm/agentscm/internal/connections"
 	"github.com/agentscm/agentscm/internal/fsutil"
 	"github.com/agentscm/agentscm/internal/hub/api"
 )
@@ -59,7 +61,7 @@ type hubApply struct {
 
 // openHubCheckout opens the connection of --root for a --from-hub command
 // and returns the Work to read (--work, else the checkout's current Work).
-func openHubCheckout(ctx context.Context, env *Env, rootFlag, work string) (client.Connection, client.Conn, string, error) {
+func openHubCheckout(ctx context.Context, env *Env, rootFlag, work string) (connections.Connection, client.Conn, string, error) {
 	c, conn, err := openCheckout(ctx, env, rootFlag)
 	if err != nil {
 		return c, nil, "", fmt.Errorf("--from-hub needs the checkout's client connection: %w", err)
@@ -208,7 +210,7 @@ func runChangelogApplyFromHub(ctx context.Context, env *Env, rf *rootFlags, req 
 	}
 	// Positions the Hub merged into a later increment leave holes: each
 	// increment must carry the positions since the previous one.
-	var metas []*changelog.Meta
+	var metas []*incmeta.Meta
 	for i, p := range paths {
 		m, err := changelog.ReadMeta(p)
 		if err != nil {
@@ -226,7 +228,7 @@ func runChangelogApplyFromHub(ctx context.Context, env *Env, rf *rootFlags, req 
 	// The roots of every increment: an uploaded form leaves out a
 	// conversation root it shares nothing of, so the target's alone may
 	// lack one that earlier increments hold.
-	union := &changelog.Meta{}
+	union := &incmeta.Meta{}
 	seenRoot := map[string]bool{}
 	for _, p := range paths {
 		m, err := changelog.ReadMeta(p)
@@ -253,7 +255,7 @@ func runChangelogApplyFromHub(ctx context.Context, env *Env, rf *rootFlags, req 
 		dir = filepath.Clean(rf.dir)
 	}
 	out := map[string]any{"to": req.to, "work_id": work, "applied": len(paths), "downloaded_bytes": total}
-	var merged []changelog.Merged
+	var merged []incmeta.Merged
 	for _, m := range metas {
 		merged = append(merged, m.Merged...)
 	}
@@ -415,7 +417,7 @@ func runChangelogApplyFromHub(ctx context.Context, env *Env, rf *rootFlags, req 
 // needed and at most changelog.MaxLaterIncrements of them, each verified
 // against its digest, and returns the first copy of the target session's
 // transcript that holds the target call's result (nil when none does).
-func laterResult(ctx context.Context, conn client.Conn, work string, rest []api.IncrementInfo, target *changelog.Meta, base []byte, baseLocal int64) (*changelog.LaterTranscript, error) {
+func laterResult(ctx context.Context, conn client.Conn, work string, rest []api.IncrementInfo, target *incmeta.Meta, base []byte, baseLocal int64) (*changelog.LaterTranscript, error) {
 	i := 0
 	next := func(ctx context.Context) (*changelog.LaterIncrement, error) {
 		if i >= len(rest) {
@@ -446,7 +448,7 @@ func hasRoot(roots []changelog.Root, r changelog.Root) bool {
 // directory (changelog.TranscriptRootName) goes to this machine's project
 // directory of root under home, so --resume-conversation finds it; every
 // other root needs --extra-root NAME=ABS (which also overrides the default).
-func hubApplyRoots(root, home string, m *changelog.Meta, extra []string) ([]changelog.Root, error) {
+func hubApplyRoots(root, home string, m *incmeta.Meta, extra []string) ([]changelog.Root, error) {
 	given := map[string]string{}
 	for _, e := range extra {
 		name, p, ok := strings.Cut(e, "=")
@@ -484,8 +486,8 @@ func hubApplyRoots(root, home string, m *changelog.Meta, extra []string) ([]chan
 
 // conversationNotShared explains why the increment target, as downloaded
 // from the Hub, holds no conversation to resume ("" when it holds one).
-func conversationNotShared(target *changelog.Meta) string {
-	if target.Conversation == changelog.ConvWithheld {
+func conversationNotShared(target *incmeta.Meta) string {
+	if target.Conversation == incmeta.ConvWithheld {
 		mode := target.ConversationMode
 		if mode == "" {
 			mode = "metadata-only"
@@ -528,8 +530,8 @@ func hubHolding(ctx context.Context, env *Env, root string, next int) hubView {
 	}
 	ctx, cancel := context.WithTimeout(ctx, statusTimeout)
 	defer cancel()
-	c, err := client.Lookup(cfg, root)
-	if errors.Is(err, client.ErrNoConnection) {
+	c, err := connections.Lookup(cfg, root)
+	if errors.Is(err, connections.ErrNoConnection) {
 		return v
 	}
 	v.Connected, v.Hub = true, c.Hub

@@ -18,7 +18,9 @@ import (
 	"time"
 
 	"github.com/agentscm/agentscm/internal/changelog"
+	"github.com/agentscm/agentscm/internal/changelog/incmeta"
 	"github.com/agentscm/agentscm/internal/client"
+	"github.com/agentscm/agentscm/internal/connections"
 	"github.com/agentscm/agentscm/internal/hub"
 	"github.com/agentscm/agentscm/internal/hub/api"
 )
@@ -27,8 +29,8 @@ import (
 // the Hub accepts but whose member climbs out of the checkout with "..".
 func hostileIncrement(t *testing.T, root string, pos int) []byte {
 	t.Helper()
-	meta, _ := json.Marshal(changelog.Meta{Version: 1, Position: pos, SessionID: "native-1", Kind: changelog.KindCall, CreatedAt: time.Now().UTC(),
-		Roots: []changelog.MetaRoot{{Name: "checkout", Path: root, Prefix: strings.TrimPrefix(root, "/"), Exists: true}}, RemovedRoots: []string{}})
+	meta, _ := json.Marshal(incmeta.Meta{Version: 1, Position: pos, SessionID: "native-1", Kind: changelog.KindCall, CreatedAt: time.Now().UTC(),
+		Roots: []incmeta.Root{{Name: "checkout", Path: root, Prefix: strings.TrimPrefix(root, "/"), Exists: true}}, RemovedRoots: []string{}})
 	var buf bytes.Buffer
 	gz := gzip.NewWriter(&buf)
 	tw := tar.NewWriter(gz)
@@ -38,7 +40,7 @@ func hostileIncrement(t *testing.T, root string, pos int) []byte {
 		}
 		tw.Write(body)
 	}
-	add(changelog.MetaMember, meta)
+	add(incmeta.Member, meta)
 	add(strings.TrimPrefix(root, "/")+"/../../escaped.txt", []byte("evil"))
 	tw.Close()
 	gz.Close()
@@ -204,7 +206,7 @@ func TestChangelogApplyFromHub(t *testing.T) {
 	var w2 api.Work
 	json.Unmarshal([]byte(must("work", "start", "--root", a, "--format", "json")), &w2)
 	cfg := filepath.Join(env["HOME"], ".config", "agentscm")
-	cc, err := client.Lookup(cfg, a)
+	cc, err := connections.Lookup(cfg, a)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +274,7 @@ func TestChangelogHookGrantAndNewWork(t *testing.T) {
 	type entry struct {
 		Position int
 		Files    int
-		Changes  *changelog.Changes   `json:"changes"`
+		Changes  *incmeta.Changes     `json:"changes"`
 		Hub      *changelog.HubStatus `json:"hub"`
 	}
 	var local struct {
@@ -466,7 +468,7 @@ func testApplyFromHubResume(t *testing.T, shared bool) {
 
 	// A hostile later increment is refused: a warning, and the
 	// conversation resumes without the result.
-	cc, err := client.Lookup(filepath.Join(env["HOME"], ".config", "agentscm"), a)
+	cc, err := connections.Lookup(filepath.Join(env["HOME"], ".config", "agentscm"), a)
 	if err != nil {
 		t.Fatal(err)
 	}

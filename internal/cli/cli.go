@@ -8,17 +8,17 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/agentscm/agentscm/internal/agent/adapter"
-	"github.com/agentscm/agentscm/internal/binding"
 	"io"
 	"os"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/agent/adapter"
+	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/changelog"
-	"github.com/agentscm/agentscm/internal/client"
 	"github.com/agentscm/agentscm/internal/cliflag"
+	"github.com/agentscm/agentscm/internal/connections"
 )
 
 // Env carries a command's input, output and environment so that commands
@@ -354,7 +354,7 @@ func enclosingCheckout(env *Env, wd string) (string, error) {
 	var bound []string
 	if canon, err := canonicalRoot(wd); wd != "" && err == nil {
 		if cfg, err := configDir(env); err == nil {
-			if c, err := client.LookupContaining(cfg, canon); err == nil {
+			if c, err := connections.LookupContaining(cfg, canon); err == nil {
 				bound = append(bound, c.Root)
 			}
 			if _, root, ok := changelog.FindDir(cfg, canon); ok {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/agentscm/agentscm/internal/binding"
 	"net"
 	"net/url"
 	"os"
@@ -13,8 +12,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/client"
+	"github.com/agentscm/agentscm/internal/connections"
 	"github.com/agentscm/agentscm/internal/hub/api"
 )
 
@@ -75,7 +76,7 @@ type hubCheck struct {
 	Error                       string `json:"error,omitempty"`
 }
 
-func viewOf(c client.Connection) connectionView {
+func viewOf(c connections.Connection) connectionView {
 	return connectionView{Root: c.Root, Kind: c.Kind, Hub: c.Hub, Repository: c.Repository, WorktreeID: c.WorktreeID,
 		Human: c.Human, Data: c.Data, CreatedAt: c.CreatedAt}
 }
@@ -89,7 +90,7 @@ func canonicalRoot(root string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("--root: %w", err)
 	}
-	return client.CanonicalRoot(abs)
+	return connections.CanonicalRoot(abs)
 }
 
 // repositoryName names the repository of a checkout for --local: the
@@ -146,8 +147,8 @@ worktree id; reconnecting the same Hub and repository keeps it.`)
 	if err != nil {
 		return err
 	}
-	var c client.Connection
-	var prev *client.Connection
+	var c connections.Connection
+	var prev *connections.Connection
 	if *local {
 		name := *repo
 		if name == "" {
@@ -226,7 +227,7 @@ the command then exits 1 if any check failed.`)
 	if err != nil {
 		return err
 	}
-	f, err := client.Load(dir)
+	f, err := connections.Load(dir)
 	if err != nil {
 		return err
 	}
@@ -238,9 +239,9 @@ the command then exits 1 if any check failed.`)
 		}
 		c, ok := f.Find(root)
 		if !ok {
-			return client.ErrNoConnection
+			return connections.ErrNoConnection
 		}
-		conns = []client.Connection{c}
+		conns = []connections.Connection{c}
 	}
 	views := []connectionView{}
 	failed := 0
@@ -279,7 +280,7 @@ the command then exits 1 if any check failed.`)
 	return nil
 }
 
-func checkConnection(ctx context.Context, env *Env, c client.Connection) *hubCheck {
+func checkConnection(ctx context.Context, env *Env, c connections.Connection) *hubCheck {
 	hc := &hubCheck{CheckedAt: env.Now().UTC(), SharedConversationRetention: retentionUnknown}
 	cctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()
@@ -321,7 +322,7 @@ The root is matched as given when the checkout no longer exists.`)
 	if err != nil {
 		return err
 	}
-	root, err := client.CanonicalRoot(given)
+	root, err := connections.CanonicalRoot(given)
 	if err != nil {
 		root = given // a deleted checkout: match the path as saved
 	}
@@ -329,9 +330,9 @@ The root is matched as given when the checkout no longer exists.`)
 	if err != nil {
 		return err
 	}
-	c, err := client.Remove(dir, root)
-	if errors.Is(err, client.ErrNoConnection) && root != given {
-		c, err = client.Remove(dir, given)
+	c, err := connections.Remove(dir, root)
+	if errors.Is(err, connections.ErrNoConnection) && root != given {
+		c, err = connections.Remove(dir, given)
 	}
 	if err != nil {
 		return err

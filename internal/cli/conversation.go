@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/agentscm/agentscm/internal/client"
+	"github.com/agentscm/agentscm/internal/connections"
 	"github.com/agentscm/agentscm/internal/delivery"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/hub/api"
@@ -192,7 +193,7 @@ func escapeControl(s string) string {
 // uploadShared uploads the checkout's shared bodies of a Work that the Hub
 // lacks: only for a binding still in shared-conversation mode, and only
 // bodies its spool retains from shared-conversation capture.
-func uploadShared(ctx context.Context, env *Env, bc client.BodyConn, c client.Connection, workID string) (delivery.UploadResult, error) {
+func uploadShared(ctx context.Context, env *Env, bc client.BodyConn, c connections.Connection, workID string) (delivery.UploadResult, error) {
 	res := delivery.UploadResult{WorkID: workID}
 	st, err := configStore(env)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/agentscm/agentscm/internal/client"
+	"github.com/agentscm/agentscm/internal/connections"
 )
 
 // connectForWork gives a fresh checkout root the client connection it needs
@@ -26,12 +27,12 @@ func connectForWork(ctx context.Context, env *Env, root, work string) error {
 	if err != nil {
 		return err
 	}
-	f, err := client.Load(dir)
+	f, err := connections.Load(dir)
 	if err != nil {
 		return err
 	}
 	type place struct{ hub, repo string }
-	var found []client.Connection
+	var found []connections.Connection
 	seen := map[place]bool{}
 	for _, c := range f.Connections {
 		p := place{c.Hub, c.Repository}
@@ -58,8 +59,8 @@ func connectForWork(ctx context.Context, env *Env, root, work string) error {
 			found[0].Repository, found[0].Hub, found[1].Repository, found[1].Hub, setup)
 	}
 	c := found[0]
-	var made client.Connection
-	if c.Kind == client.KindHub {
+	var made connections.Connection
+	if c.Kind == connections.KindHub {
 		made, _, err = client.SetupHub(ctx, dir, root, c.Hub, c.Repository, c.Token, env.Now())
 	} else {
 		made, _, err = client.SetupLocal(ctx, dir, root, c.Repository, env.Now())
@@ -72,4 +73,4 @@ func connectForWork(ctx context.Context, env *Env, root, work string) error {
 }
 
 // isNoConnection reports a checkout without a client connection.
-func isNoConnection(err error) bool { return errors.Is(err, client.ErrNoConnection) }
+func isNoConnection(err error) bool { return errors.Is(err, connections.ErrNoConnection) }

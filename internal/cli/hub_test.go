@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/agentscm/agentscm/internal/client"
+	"github.com/agentscm/agentscm/internal/connections"
 	"github.com/agentscm/agentscm/internal/hub"
 	"github.com/agentscm/agentscm/internal/hub/api"
 )
@@ -64,7 +65,7 @@ func TestSoloFlow(t *testing.T) {
 	root := gitRepo(t, "myrepo")
 
 	setup := decode[connectionView](t, mustRun(t, env, "client", "setup", "--root", root, "--local", "--format", "json").stdout)
-	if setup.Kind != client.KindLocal || setup.Repository != "myrepo" || setup.Hub != client.LocalHub {
+	if setup.Kind != connections.KindLocal || setup.Repository != "myrepo" || setup.Hub != connections.LocalHub {
 		t.Fatalf("setup = %+v", setup)
 	}
 	w := decode[api.Work](t, mustRun(t, env, "work", "start", "--root", root, "--title", "fix parser", "--format", "json").stdout)
@@ -77,7 +78,7 @@ func TestSoloFlow(t *testing.T) {
 
 	// What the hook does: look up the connection, resolve, deliver.
 	ctx := context.Background()
-	c, err := client.Lookup(filepath.Join(cfg, "agentscm"), root)
+	c, err := connections.Lookup(filepath.Join(cfg, "agentscm"), root)
 	if err != nil {
 		t.Fatal(err)
 	}

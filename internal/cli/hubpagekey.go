@@ -3,11 +3,11 @@ package cli
 import (
 	"context"
 	"fmt"
-	"github.com/agentscm/agentscm/internal/binding"
 	"os"
 	"path/filepath"
 
-	"github.com/agentscm/agentscm/internal/client"
+	"github.com/agentscm/agentscm/internal/binding"
+	"github.com/agentscm/agentscm/internal/connections"
 	"github.com/agentscm/agentscm/internal/fsutil"
 	"github.com/agentscm/agentscm/internal/hub"
 	"github.com/agentscm/agentscm/internal/hubpage"
@@ -53,7 +53,7 @@ func localCheckouts(ctx context.Context, env *Env, svc *hub.Service, p hub.Princ
 	if err != nil {
 		return nil, err
 	}
-	f, err := client.Load(store.Dir)
+	f, err := connections.Load(store.Dir)
 	if err != nil {
 		return nil, err
 	}

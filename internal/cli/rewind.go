@@ -4,10 +4,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/agentscm/agentscm/internal/binding"
 	"path/filepath"
 	"strings"
 
+	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/changelog"
 )
 

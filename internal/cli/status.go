@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/agentscm/agentscm/internal/binding"
 	"path/filepath"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/changelog"
 	"github.com/agentscm/agentscm/internal/client"
+	"github.com/agentscm/agentscm/internal/connections"
 	"github.com/agentscm/agentscm/internal/hub/api"
 	"github.com/agentscm/agentscm/internal/spool"
 )
@@ -69,9 +70,9 @@ increments, the newest), the time of the last captured event, and warnings
 	st := checkoutStatus{Root: root, Warnings: []string{}}
 	warn := func(format string, a ...any) { st.Warnings = append(st.Warnings, fmt.Sprintf(format, a...)) }
 
-	c, err := client.Lookup(dir, root)
+	c, err := connections.Lookup(dir, root)
 	switch {
-	case errors.Is(err, client.ErrNoConnection):
+	case errors.Is(err, connections.ErrNoConnection):
 		warn("no client connection: run agentscm client setup --root %s --local (or --hub URL --repository NAME --token-file PATH)", root)
 	case err != nil:
 		warn("client connections unreadable: %v", err)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/agentscm/agentscm/internal/client"
+	"github.com/agentscm/agentscm/internal/connections"
 	"github.com/agentscm/agentscm/internal/localui"
 )
 
@@ -71,7 +72,7 @@ off needs no confirmation (as change-capture set-mode --mode metadata-only).
 	srv, err := localui.New(localui.Config{
 		Store: store, Conns: conns,
 		Connected: func() ([]string, error) {
-			f, err := client.Load(store.Dir)
+			f, err := connections.Load(store.Dir)
 			if err != nil {
 				return nil, err
 			}
@@ -124,7 +125,7 @@ func writeJSONLine(env *Env, v any) error {
 // hubRetention asks the Hub of root's connection, with the checkout's own
 // agent token, how many days it keeps shared conversation bodies.
 func hubRetention(ctx context.Context, dir, root string) (int, error) {
-	c, err := client.Lookup(dir, root)
+	c, err := connections.Lookup(dir, root)
 	if err != nil {
 		return 0, err
 	}

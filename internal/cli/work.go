@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentscm/agentscm/internal/changelog"
 	"github.com/agentscm/agentscm/internal/client"
+	"github.com/agentscm/agentscm/internal/connections"
 	"github.com/agentscm/agentscm/internal/hub/api"
 )
 
@@ -41,17 +42,17 @@ func workCommand() *Command {
 
 // openCheckout finds the connection of --root (parseFlags defaults it to
 // the checkout enclosing the working directory) and opens it.
-func openCheckout(ctx context.Context, env *Env, rootFlag string) (client.Connection, client.Conn, error) {
+func openCheckout(ctx context.Context, env *Env, rootFlag string) (connections.Connection, client.Conn, error) {
 	root, err := canonicalRoot(rootFlag)
 	if err != nil {
-		return client.Connection{}, nil, err
+		return connections.Connection{}, nil, err
 	}
 	dir, err := configDir(env)
 	if err != nil {
-		return client.Connection{}, nil, err
+		return connections.Connection{}, nil, err
 	}
-	c, err := client.Lookup(dir, root)
-	if errors.Is(err, client.ErrNoConnection) {
+	c, err := connections.Lookup(dir, root)
+	if errors.Is(err, connections.ErrNoConnection) {
 		return c, nil, fmt.Errorf("%w (%s); run agentscm client setup --root %s --local, or with --hub", err, root, root)
 	}
 	if err != nil {
@@ -152,7 +153,7 @@ func runWorkList(ctx context.Context, env *Env, args []string) error {
 }
 
 // workID returns --work-id, or the checkout's current Work.
-func workID(ctx context.Context, conn client.Conn, c client.Connection, flag string) (string, error) {
+func workID(ctx context.Context, conn client.Conn, c connections.Connection, flag string) (string, error) {
 	if flag != "" {
 		return flag, nil
 	}

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/connections"
 	"github.com/agentscm/agentscm/internal/fsutil"
 	"github.com/agentscm/agentscm/internal/hub"
 	"github.com/agentscm/agentscm/internal/hub/api"
@@ -73,11 +74,11 @@ type Options struct {
 }
 
 // Open opens a connection: the embedded Hub in-process, or HTTP.
-func Open(ctx context.Context, c Connection, opts Options) (Conn, error) {
+func Open(ctx context.Context, c connections.Connection, opts Options) (Conn, error) {
 	switch c.Kind {
-	case KindLocal:
+	case connections.KindLocal:
 		return OpenLocal(ctx, c)
-	case KindHub:
+	case connections.KindHub:
 		return NewHTTP(c.Hub, c.Repository, c.Token, opts.HTTPClient)
 	}
 	return nil, fmt.Errorf("connection for %s has unknown kind %q", c.Root, c.Kind)
@@ -92,7 +93,7 @@ type Local struct {
 }
 
 // OpenLocal opens the embedded Hub of an embedded connection.
-func OpenLocal(ctx context.Context, c Connection) (*Local, error) {
+func OpenLocal(ctx context.Context, c connections.Connection) (*Local, error) {
 	svc, err := hub.Open(ctx, c.Data, hub.Config{})
 	if err != nil {
 		return nil, err
@@ -176,7 +177,7 @@ const maxResponseBytes = 64 << 20
 // NewHTTP returns an HTTP connection; hc nil means a client with sane
 // timeouts (the caller's context still bounds each request).
 func NewHTTP(baseURL, repository, token string, hc *http.Client) (*HTTP, error) {
-	base, err := NormalizeHubURL(baseURL)
+	base, err := connections.NormalizeHubURL(baseURL)
 	if err != nil {
 		return nil, err
 	}
@@ -361,33 +362,33 @@ const LocalHuman = "local"
 // creating the local human and the repository (named repository) when
 // missing. It keeps the checkout's worktree id when the checkout was already
 // connected to the same Hub and repository.
-func SetupLocal(ctx context.Context, configDir, root, repository string, now time.Time) (Connection, *Connection, error) {
-	data := filepath.Join(configDir, LocalHubDir)
+func SetupLocal(ctx context.Context, configDir, root, repository string, now time.Time) (connections.Connection, *connections.Connection, error) {
+	data := filepath.Join(configDir, connections.LocalHubDir)
 	svc, err := hub.Open(ctx, data, hub.Config{})
 	if err != nil {
-		return Connection{}, nil, err
+		return connections.Connection{}, nil, err
 	}
 	defer svc.Close()
 	if _, err := svc.EnsureLocal(ctx, LocalHuman, repository); err != nil {
-		return Connection{}, nil, err
+		return connections.Connection{}, nil, err
 	}
-	c := Connection{Root: root, Kind: KindLocal, Hub: LocalHub, Repository: repository, Human: LocalHuman, Data: data, CreatedAt: now.UTC()}
+	c := connections.Connection{Root: root, Kind: connections.KindLocal, Hub: connections.LocalHub, Repository: repository, Human: LocalHuman, Data: data, CreatedAt: now.UTC()}
 	return install(configDir, c)
 }
 
 // SetupHub connects a checkout to a Hub over HTTP after checking the token
 // with whoami: the token must be valid and bound to repository.
-func SetupHub(ctx context.Context, configDir, root, hubURL, repository, token string, now time.Time) (Connection, *Connection, error) {
-	base, err := NormalizeHubURL(hubURL)
+func SetupHub(ctx context.Context, configDir, root, hubURL, repository, token string, now time.Time) (connections.Connection, *connections.Connection, error) {
+	base, err := connections.NormalizeHubURL(hubURL)
 	if err != nil {
-		return Connection{}, nil, err
+		return connections.Connection{}, nil, err
 	}
 	h, err := NewHTTP(base, repository, token, nil)
 	if err != nil {
-		return Connection{}, nil, err
+		return connections.Connection{}, nil, err
 	}
 	defer h.Close()
-	c := Connection{Root: root, Kind: KindHub, Hub: base, Repository: repository, Token: token, CreatedAt: now.UTC()}
+	c := connections.Connection{Root: root, Kind: connections.KindHub, Hub: base, Repository: repository, Token: token, CreatedAt: now.UTC()}
 	who, err := h.Whoami(ctx)
 	if err != nil {
 		if _, answered := api.AsError(err); !answered {
@@ -398,13 +399,13 @@ func SetupHub(ctx context.Context, configDir, root, hubURL, repository, token st
 			}
 			return c, prev, &UncheckedError{Hub: base, Err: err}
 		}
-		return Connection{}, nil, fmt.Errorf("check the token with %s: %w", base, err)
+		return connections.Connection{}, nil, fmt.Errorf("check the token with %s: %w", base, err)
 	}
 	if who.Repository != repository && !who.Admin {
-		return Connection{}, nil, fmt.Errorf("the token is for repository %q, not %q", who.Repository, repository)
+		return connections.Connection{}, nil, fmt.Errorf("the token is for repository %q, not %q", who.Repository, repository)
 	}
 	if err := CheckRepository(ctx, h, base, repository); err != nil {
-		return Connection{}, nil, err
+		return connections.Connection{}, nil, err
 	}
 	return install(configDir, c)
 }
@@ -438,10 +439,10 @@ func CheckRepository(ctx context.Context, c Conn, hub, repository string) error 
 	return nil
 }
 
-func install(configDir string, c Connection) (Connection, *Connection, error) {
-	var prev *Connection
-	err := Update(configDir, func(f *File) error {
-		c.WorktreeID = NewWorktreeID()
+func install(configDir string, c connections.Connection) (connections.Connection, *connections.Connection, error) {
+	var prev *connections.Connection
+	err := connections.Update(configDir, func(f *connections.File) error {
+		c.WorktreeID = connections.NewWorktreeID()
 		for i, old := range f.Connections {
 			if old.Root != c.Root {
 				continue

@@ -12,30 +12,31 @@ import (
 	"time"
 
 	"github.com/agentscm/agentscm/internal/client"
+	"github.com/agentscm/agentscm/internal/connections"
 	"github.com/agentscm/agentscm/internal/hub/api"
 )
 
 func TestConnectionsFile(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "agentscm")
-	if _, err := client.Lookup(dir, "/nowhere"); !errors.Is(err, client.ErrNoConnection) {
+	if _, err := connections.Lookup(dir, "/nowhere"); !errors.Is(err, connections.ErrNoConnection) {
 		t.Fatalf("lookup in a missing file: %v", err)
 	}
-	c := client.Connection{Root: "/r1", Kind: client.KindHub, Hub: "http://h", Repository: "p", WorktreeID: "checkout_1", Token: "ascm_x"}
-	if _, err := client.Put(dir, c); err != nil {
+	c := connections.Connection{Root: "/r1", Kind: connections.KindHub, Hub: "http://h", Repository: "p", WorktreeID: "checkout_1", Token: "ascm_x"}
+	if _, err := connections.Put(dir, c); err != nil {
 		t.Fatal(err)
 	}
-	got, err := client.Lookup(dir, "/r1")
+	got, err := connections.Lookup(dir, "/r1")
 	if err != nil || got.Token != "ascm_x" || got.WorktreeID != "checkout_1" {
 		t.Fatalf("lookup = %+v, %v", got, err)
 	}
-	fi, err := os.Stat(client.ConnectionsPath(dir))
+	fi, err := os.Stat(connections.ConnectionsPath(dir))
 	if err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("connections file mode: %v %v", fi.Mode(), err)
 	}
-	if _, err := client.Remove(dir, "/r1"); err != nil {
+	if _, err := connections.Remove(dir, "/r1"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := client.Remove(dir, "/r1"); !errors.Is(err, client.ErrNoConnection) {
+	if _, err := connections.Remove(dir, "/r1"); !errors.Is(err, connections.ErrNoConnection) {
 		t.Fatalf("second remove: %v", err)
 	}
 
@@ -46,15 +47,15 @@ func TestConnectionsFile(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			d := t.TempDir()
-			os.WriteFile(client.ConnectionsPath(d), []byte(content), 0o600)
-			if _, err := client.Load(d); err == nil {
+			os.WriteFile(connections.ConnectionsPath(d), []byte(content), 0o600)
+			if _, err := connections.Load(d); err == nil {
 				t.Fatal("loaded")
 			}
 			// A refused file is never rewritten.
-			if _, err := client.Put(d, c); err == nil {
+			if _, err := connections.Put(d, c); err == nil {
 				t.Fatal("Put over a refused file")
 			}
-			b, _ := os.ReadFile(client.ConnectionsPath(d))
+			b, _ := os.ReadFile(connections.ConnectionsPath(d))
 			if string(b) != content {
 				t.Fatal("refused file was changed")
 			}
@@ -64,8 +65,8 @@ func TestConnectionsFile(t *testing.T) {
 		d := t.TempDir()
 		real := filepath.Join(t.TempDir(), "real.json")
 		os.WriteFile(real, []byte(`{"version":1,"connections":[]}`), 0o600)
-		os.Symlink(real, client.ConnectionsPath(d))
-		if _, err := client.Load(d); err == nil {
+		os.Symlink(real, connections.ConnectionsPath(d))
+		if _, err := connections.Load(d); err == nil {
 			t.Fatal("followed a symlinked connections file")
 		}
 	})
@@ -80,13 +81,13 @@ func TestConcurrentUpdates(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := client.Put(dir, client.Connection{Root: fmt.Sprintf("/r%d", i), Kind: client.KindLocal, Hub: client.LocalHub, Repository: "p"}); err != nil {
+			if _, err := connections.Put(dir, connections.Connection{Root: fmt.Sprintf("/r%d", i), Kind: connections.KindLocal, Hub: connections.LocalHub, Repository: "p"}); err != nil {
 				t.Error(err)
 			}
 		}()
 	}
 	wg.Wait()
-	f, err := client.Load(dir)
+	f, err := connections.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +160,7 @@ func TestReadTokenAndURL(t *testing.T) {
 		"http://h/?q=1":           "",
 		"hub.example":             "",
 	} {
-		got, err := client.NormalizeHubURL(in)
+		got, err := connections.NormalizeHubURL(in)
 		if (want == "") != (err != nil) || got != want {
 			t.Errorf("NormalizeHubURL(%q) = %q, %v", in, got, err)
 		}
@@ -189,7 +190,7 @@ func TestClassify(t *testing.T) {
 }
 
 func TestFindContaining(t *testing.T) {
-	f := &client.File{Connections: []client.Connection{{Root: "/a"}, {Root: "/a/b"}, {Root: "/ab"}}}
+	f := &connections.File{Connections: []connections.Connection{{Root: "/a"}, {Root: "/a/b"}, {Root: "/ab"}}}
 	for dir, want := range map[string]string{"/a": "/a", "/a/x/y": "/a", "/a/b": "/a/b", "/a/b/c": "/a/b", "/ab/c": "/ab", "/abc": "", "/": ""} {
 		c, ok := f.FindContaining(dir)
 		if ok != (want != "") || c.Root != want {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agentscm/agentscm/internal/client"
+	"github.com/agentscm/agentscm/internal/connections"
 	"github.com/agentscm/agentscm/internal/hub/api"
 )
 
@@ -80,7 +81,7 @@ func childDeliver(t *testing.T, cfg, root, id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	n, _ := strconv.Atoi(id)
-	c, err := client.Lookup(cfg, root)
+	c, err := connections.Lookup(cfg, root)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,13 +3,13 @@ package delivery
 import (
 	"context"
 	"fmt"
-	"github.com/agentscm/agentscm/internal/binding"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/action"
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/fsutil"
 )
@@ -35,11 +35,11 @@ func BenchmarkHookAction(b *testing.B) {
 				os.WriteFile(p, []byte("package p\n"), 0o644)
 			}
 			f.gitRepo(t)
-			var rules []binding.ActionRule
+			var rules []action.Rule
 			if withRule {
-				rules = []binding.ActionRule{binding.DefaultActionRule}
+				rules = []action.Rule{action.DefaultRule}
 			} else {
-				rules = []binding.ActionRule{{Tool: "Other", Kind: "execution", Coverage: "unknown", ResultSource: "unverified"}}
+				rules = []action.Rule{{Tool: "Other", Kind: "execution", Coverage: "unknown", ResultSource: "unverified"}}
 			}
 			f.setBinding(t, strings.Repeat("a", 64), rules...)
 			f.startWork(t)
@@ -48,7 +48,7 @@ func BenchmarkHookAction(b *testing.B) {
 				i++
 				r, err := capture.HandleClaudeHook(context.Background(), f.store, Opener{f.cfg}, strings.NewReader(f.payload("PreToolUse",
 					tool("Bash", fmt.Sprintf("toolu_%d", i), `{"command":"go test ./..."}`, ""))), time.Now())
-				if err != nil || r.Failed != 0 || (withRule != (r.Action == capture.ActionStarted)) {
+				if err != nil || r.Failed != 0 || (withRule != (r.Action == action.Started)) {
 					b.Fatalf("%+v %v", r, err)
 				}
 			}

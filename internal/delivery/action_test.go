@@ -3,7 +3,6 @@ package delivery
 import (
 	"context"
 	"errors"
-	"github.com/agentscm/agentscm/internal/binding"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/action"
+	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/client"
 	"github.com/agentscm/agentscm/internal/event"
@@ -35,7 +36,7 @@ func (f *fixture) gitRepo(t testing.TB) {
 
 // setBinding changes the binding's setup digest and rules, as a later
 // configure would.
-func (f *fixture) setBinding(t testing.TB, setup string, rules ...binding.ActionRule) {
+func (f *fixture) setBinding(t testing.TB, setup string, rules ...action.Rule) {
 	t.Helper()
 	err := f.store.Bindings().Update(func(c *binding.Config) (bool, error) {
 		for i := range c.Bindings {
@@ -100,27 +101,27 @@ var (
 func TestActionsFromRules(t *testing.T) {
 	f := newFixture(t)
 	f.gitRepo(t)
-	f.setBinding(t, setupA, binding.DefaultActionRule, binding.ActionRule{Tool: "Write", Kind: "execution", Coverage: "unknown", ResultSource: "unverified"})
+	f.setBinding(t, setupA, action.DefaultRule, action.Rule{Tool: "Write", Kind: "execution", Coverage: "unknown", ResultSource: "unverified"})
 	work := f.startWork(t)
 	f.hook(t, f.payload("SessionStart", `,"source":"startup"`))
 	steps := []struct {
 		hook, tool, id, input, extra, want string
 		write                              bool
 	}{
-		{"PreToolUse", "Bash", "t1", `{"command":"true"}`, "", capture.ActionStarted, false},
-		{"PostToolUse", "Bash", "t1", `{"command":"true"}`, `,"tool_response":{"stdout":"","stderr":"","interrupted":false,"isImage":false}`, capture.ActionFinished, false},
-		{"PreToolUse", "Bash", "t2", `{"command":"exit 3"}`, "", capture.ActionStarted, false},
-		{"PostToolUseFailure", "Bash", "t2", `{"command":"exit 3"}`, `,"error":"Exit code 3"`, capture.ActionFinished, false},
-		{"PreToolUse", "Bash", "t3", `{"command":"make"}`, "", capture.ActionStarted, false},
-		{"PostToolUse", "Bash", "t3", `{"command":"make"}`, `,"tool_response":{"exit_code":0}`, capture.ActionFinished, false},
-		{"PreToolUse", "Write", "t4", `{"file_path":"x"}`, "", capture.ActionStarted, false},
-		{"PostToolUse", "Write", "t4", `{"file_path":"x"}`, `,"tool_response":{"type":"create"}`, capture.ActionFinished, true},
+		{"PreToolUse", "Bash", "t1", `{"command":"true"}`, "", action.Started, false},
+		{"PostToolUse", "Bash", "t1", `{"command":"true"}`, `,"tool_response":{"stdout":"","stderr":"","interrupted":false,"isImage":false}`, action.Finished, false},
+		{"PreToolUse", "Bash", "t2", `{"command":"exit 3"}`, "", action.Started, false},
+		{"PostToolUseFailure", "Bash", "t2", `{"command":"exit 3"}`, `,"error":"Exit code 3"`, action.Finished, false},
+		{"PreToolUse", "Bash", "t3", `{"command":"make"}`, "", action.Started, false},
+		{"PostToolUse", "Bash", "t3", `{"command":"make"}`, `,"tool_response":{"exit_code":0}`, action.Finished, false},
+		{"PreToolUse", "Write", "t4", `{"file_path":"x"}`, "", action.Started, false},
+		{"PostToolUse", "Write", "t4", `{"file_path":"x"}`, `,"tool_response":{"type":"create"}`, action.Finished, true},
 		// A tool without a rule is no action; nor is a call without a
 		// tool_use_id.
 		{"PreToolUse", "Edit", "t5", `{}`, "", "", false},
 		{"PostToolUse", "Edit", "t5", `{}`, "", "", false},
-		{"PreToolUse", "Bash", "", `{"command":"ls"}`, "", capture.ActionNoToolUseID, false},
-		{"PostToolUse", "Bash", "", `{"command":"ls"}`, "", capture.ActionNoToolUseID, false},
+		{"PreToolUse", "Bash", "", `{"command":"ls"}`, "", action.NoToolUseID, false},
+		{"PostToolUse", "Bash", "", `{"command":"ls"}`, "", action.NoToolUseID, false},
 	}
 	for i, s := range steps {
 		if s.write {
@@ -144,7 +145,7 @@ func TestActionsFromRules(t *testing.T) {
 	for id, w := range want {
 		var a *api.ActionRecord
 		for i := range rec.Actions {
-			if rec.Actions[i].ActionID == capture.ActionID("claude-code", "native-1", id) {
+			if rec.Actions[i].ActionID == action.ID("claude-code", "native-1", id) {
 				a = &rec.Actions[i]
 			}
 		}
@@ -162,7 +163,7 @@ func TestActionsFromRules(t *testing.T) {
 		t.Fatal("no actions")
 	}
 	for _, a := range rec.Actions {
-		if a.ActionID == capture.ActionID("claude-code", "native-1", "t3") && (a.Finish.ExitCode == nil || *a.Finish.ExitCode != 0) {
+		if a.ActionID == action.ID("claude-code", "native-1", "t3") && (a.Finish.ExitCode == nil || *a.Finish.ExitCode != 0) {
 			t.Fatalf("t3 exit code %+v", a.Finish)
 		}
 	}
@@ -179,13 +180,13 @@ func TestActionRetries(t *testing.T) {
 	f.setBinding(t, setupA)
 	work := f.startWork(t)
 	pre := f.payload("PreToolUse", tool("Bash", "t1", `{"command":"true"}`, ""))
-	if r := f.hook(t, pre); r.Action != capture.ActionStarted {
+	if r := f.hook(t, pre); r.Action != action.Started {
 		t.Fatalf("start: %+v", r)
 	}
 	// The source changes, then the host retries the exact start: nothing
 	// new, and the retained start keeps the clean source.
 	os.WriteFile(filepath.Join(f.root, "README"), []byte("changed\n"), 0o644)
-	if r, _ := f.hookErr(pre); r.Action != capture.ActionStartDuplicate {
+	if r, _ := f.hookErr(pre); r.Action != action.StartDuplicate {
 		t.Fatalf("exact retry: %+v", r)
 	}
 	// Same tool_use_id, another command: a conflict, nothing appended.
@@ -202,14 +203,14 @@ func TestActionRetries(t *testing.T) {
 	// does not check source drift.
 	f.setBinding(t, setupB)
 	post := f.payload("PostToolUse", tool("Bash", "t1", `{"command":"true"}`, `,"tool_response":{"exit_code":0}`))
-	if r := f.hook(t, post); r.Action != capture.ActionFinished {
+	if r := f.hook(t, post); r.Action != action.Finished {
 		t.Fatalf("finish: %+v", r)
 	}
 	// Setup, rules and source change again; the exact finish retry reuses
 	// the original finish.
-	f.setBinding(t, setupC, binding.ActionRule{Tool: "Bash", Kind: "execution", Coverage: "complete", ResultSource: "unverified"})
+	f.setBinding(t, setupC, action.Rule{Tool: "Bash", Kind: "execution", Coverage: "complete", ResultSource: "unverified"})
 	os.WriteFile(filepath.Join(f.root, "README"), []byte("again\n"), 0o644)
-	if r, _ := f.hookErr(post); r.Action != capture.ActionFinishDuplicate {
+	if r, _ := f.hookErr(post); r.Action != action.FinishDuplicate {
 		t.Fatalf("finish retry: %+v", r)
 	}
 	// A changed typed result under the same identity is a conflict.
@@ -258,7 +259,7 @@ func TestDeferredStartMakesNoAction(t *testing.T) {
 	f := newFixture(t)
 	f.gitRepo(t)
 	r := f.hook(t, f.payload("PreToolUse", tool("Bash", "t1", `{"command":"true"}`, "")))
-	if !r.Deferred || r.Action != capture.ActionDeferred {
+	if !r.Deferred || r.Action != action.Deferred {
 		t.Fatalf("deferred start: %+v", r)
 	}
 	// The sanitized fact keeps the source the start observed (seed: "An
@@ -278,14 +279,14 @@ func TestDeferredStartMakesNoAction(t *testing.T) {
 	}
 	work := f.startWork(t)
 	r = f.hook(t, f.payload("PostToolUse", tool("Bash", "t1", `{"command":"true"}`, "")))
-	if r.Deferred || r.Action != capture.ActionFinishWithoutStart {
+	if r.Deferred || r.Action != action.FinishWithoutStart {
 		t.Fatalf("finish without a retained start: %+v", r)
 	}
 	if recs := f.actionRecords(t); len(recs) != 1 || recs[0].Kind != event.ActionFinish || recs[0].Action.Drift != "unknown" {
 		t.Fatalf("action records %+v", recs)
 	}
 	// A retry is a duplicate.
-	if r = f.hook(t, f.payload("PostToolUse", tool("Bash", "t1", `{"command":"true"}`, ""))); r.Action != capture.ActionFinishDuplicate {
+	if r = f.hook(t, f.payload("PostToolUse", tool("Bash", "t1", `{"command":"true"}`, ""))); r.Action != action.FinishDuplicate {
 		t.Fatalf("retried finish without a start: %+v", r)
 	}
 	if rec := f.record(t, work); len(rec.Actions) != 1 || rec.Actions[0].Status != "finish_without_start" || rec.Coverage.State != "partial" {
@@ -301,7 +302,7 @@ func TestActionFinishKeepsStartTarget(t *testing.T) {
 	f := newFixture(t)
 	f.gitRepo(t)
 	first := f.startWork(t)
-	if r := f.hook(t, f.payload("PreToolUse", tool("Bash", "t1", `{"command":"true"}`, ""))); r.Action != capture.ActionStarted {
+	if r := f.hook(t, f.payload("PreToolUse", tool("Bash", "t1", `{"command":"true"}`, ""))); r.Action != action.Started {
 		t.Fatalf("start: %+v", r)
 	}
 	conn, err := f.open()
@@ -314,7 +315,7 @@ func TestActionFinishKeepsStartTarget(t *testing.T) {
 	conn.Close()
 	second := f.startWork(t)
 	r := f.hook(t, f.payload("PostToolUse", tool("Bash", "t1", `{"command":"true"}`, "")))
-	if r.Action != capture.ActionFinished || r.Failed != 1 {
+	if r.Action != action.Finished || r.Failed != 1 {
 		t.Fatalf("finish: %+v", r)
 	}
 	recs := f.actionRecords(t)

@@ -6,13 +6,14 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"github.com/agentscm/agentscm/internal/binding"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/client"
+	"github.com/agentscm/agentscm/internal/connections"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/hub/api"
 	"github.com/agentscm/agentscm/internal/spool"
@@ -41,7 +42,7 @@ func (f *fixture) bodyConn(t *testing.T) client.BodyConn {
 func (f *fixture) hubBytesContain(t *testing.T, s string) []string {
 	t.Helper()
 	var hits []string
-	filepath.Walk(filepath.Join(f.cfg, client.LocalHubDir), func(p string, info os.FileInfo, err error) error {
+	filepath.Walk(filepath.Join(f.cfg, connections.LocalHubDir), func(p string, info os.FileInfo, err error) error {
 		if err != nil || info.IsDir() {
 			return nil
 		}
@@ -57,7 +58,7 @@ func (f *fixture) hubBytesContain(t *testing.T, s string) []string {
 func (f *fixture) objectCount(t *testing.T) int {
 	t.Helper()
 	n := 0
-	filepath.Walk(filepath.Join(f.cfg, client.LocalHubDir, "objects"), func(p string, info os.FileInfo, err error) error {
+	filepath.Walk(filepath.Join(f.cfg, connections.LocalHubDir, "objects"), func(p string, info os.FileInfo, err error) error {
 		if err == nil && !info.IsDir() {
 			n++
 		}
@@ -185,7 +186,7 @@ func TestMidSessionSwitchStaysLocal(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := list.Bodies[0].Digest
-	if err := os.Remove(filepath.Join(f.cfg, client.LocalHubDir, "objects", d[:2], d)); err != nil {
+	if err := os.Remove(filepath.Join(f.cfg, connections.LocalHubDir, "objects", d[:2], d)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := bc.GetBody(context.Background(), work, d); err == nil {
@@ -248,7 +249,7 @@ func TestBodyUploadFailureKeepsEnvelopePending(t *testing.T) {
 	prompt := "during the outage " + bodyMarker
 	bb, _ := json.Marshal(event.Body{Prompt: prompt})
 	sum := sha256.Sum256(bb)
-	blocker := filepath.Join(f.cfg, client.LocalHubDir, "objects", hex.EncodeToString(sum[:])[:2])
+	blocker := filepath.Join(f.cfg, connections.LocalHubDir, "objects", hex.EncodeToString(sum[:])[:2])
 	if err := os.WriteFile(blocker, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}

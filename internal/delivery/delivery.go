@@ -12,12 +12,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/agentscm/agentscm/internal/binding"
 	"net/http"
 	"strconv"
 
+	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/client"
+	"github.com/agentscm/agentscm/internal/connections"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/hub/api"
 	"github.com/agentscm/agentscm/internal/spool"
@@ -29,7 +30,7 @@ type Connections struct{ ConfigDir string }
 
 // Lock takes the connections lock.
 func (c Connections) Lock() (func() error, error) {
-	l, err := client.Lock(c.ConfigDir)
+	l, err := connections.Lock(c.ConfigDir)
 	if err != nil {
 		return nil, err
 	}
@@ -38,8 +39,8 @@ func (c Connections) Lock() (func() error, error) {
 
 // Current returns the lineage of root's connection, or capture.ErrNoConnection.
 func (c Connections) Current(root string) (binding.Lineage, error) {
-	conn, err := client.Lookup(c.ConfigDir, root)
-	if errors.Is(err, client.ErrNoConnection) {
+	conn, err := connections.Lookup(c.ConfigDir, root)
+	if errors.Is(err, connections.ErrNoConnection) {
 		return binding.Lineage{}, binding.ErrNoConnection
 	}
 	if err != nil {
@@ -54,8 +55,8 @@ type Opener struct{ ConfigDir string }
 
 // Open returns the Hub of root, or capture.ErrNoConnection.
 func (o Opener) Open(ctx context.Context, root string) (capture.Hub, error) {
-	c, err := client.Lookup(o.ConfigDir, root)
-	if errors.Is(err, client.ErrNoConnection) {
+	c, err := connections.Lookup(o.ConfigDir, root)
+	if errors.Is(err, connections.ErrNoConnection) {
 		return nil, binding.ErrNoConnection
 	}
 	if err != nil {
@@ -72,8 +73,8 @@ func (o Opener) Open(ctx context.Context, root string) (capture.Hub, error) {
 // LookupConnection returns the lineage of root's client connection without
 // opening the Hub (capture.ConnectionLooker).
 func (o Opener) LookupConnection(root string) (binding.Lineage, error) {
-	c, err := client.Lookup(o.ConfigDir, root)
-	if errors.Is(err, client.ErrNoConnection) {
+	c, err := connections.Lookup(o.ConfigDir, root)
+	if errors.Is(err, connections.ErrNoConnection) {
 		return binding.Lineage{}, binding.ErrNoConnection
 	}
 	if err != nil {

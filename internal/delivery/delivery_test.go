@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"github.com/agentscm/agentscm/internal/binding"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,8 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/action"
+	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/client"
+	"github.com/agentscm/agentscm/internal/connections"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/hub/api"
 	"github.com/agentscm/agentscm/internal/spool"
@@ -26,7 +28,7 @@ type fixture struct {
 	cfg   string
 	root  string
 	store capture.StateDir
-	conn  client.Connection
+	conn  connections.Connection
 	spool string
 }
 
@@ -117,11 +119,11 @@ func TestDeferredThenDelivered(t *testing.T) {
 	// One-step setup's default rule makes Bash an action: the late-start
 	// gap, the tool event and the action start are delivered.
 	r = f.hook(t, f.payload("PreToolUse", `,"tool_name":"Bash","tool_use_id":"toolu_9","tool_input":{"command":"false"}`))
-	if r.Deferred || r.Delivered != 3 || r.Failed != 0 || r.Claim != "new" || r.Action != capture.ActionStarted {
+	if r.Deferred || r.Delivered != 3 || r.Failed != 0 || r.Claim != "new" || r.Action != action.Started {
 		t.Fatalf("with a Work: %+v", r)
 	}
 	r = f.hook(t, f.payload("PostToolUseFailure", `,"tool_name":"Bash","tool_use_id":"toolu_9","tool_input":{"command":"false"},"error":"Exit code 3"`))
-	if r.Delivered != 2 || r.Action != capture.ActionFinished {
+	if r.Delivered != 2 || r.Action != action.Finished {
 		t.Fatalf("finish: %+v", r)
 	}
 	rec := f.record(t, work)
@@ -289,7 +291,7 @@ func TestRetriedHooks(t *testing.T) {
 
 func TestNoConnectionCapturesNothing(t *testing.T) {
 	f := newFixture(t)
-	if _, err := client.Remove(f.cfg, f.root); err != nil {
+	if _, err := connections.Remove(f.cfg, f.root); err != nil {
 		t.Fatal(err)
 	}
 	r := f.hook(t, f.payload("SessionStart", `,"source":"startup"`))

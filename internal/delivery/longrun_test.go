@@ -3,11 +3,11 @@ package delivery
 import (
 	"context"
 	"fmt"
-	"github.com/agentscm/agentscm/internal/binding"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/spool"
 )

@@ -2,11 +2,11 @@ package delivery
 
 import (
 	"context"
-	"github.com/agentscm/agentscm/internal/binding"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/hub/api"

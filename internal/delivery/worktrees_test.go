@@ -2,13 +2,13 @@ package delivery
 
 import (
 	"context"
-	"github.com/agentscm/agentscm/internal/binding"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/client"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/spool"

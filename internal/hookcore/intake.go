@@ -4,14 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/agentscm/agentscm/internal/binding"
 	"io"
 	"os"
 	"time"
 
 	"github.com/agentscm/agentscm/internal/agent/claude"
+	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/capture"
-	"github.com/agentscm/agentscm/internal/connfile"
+	"github.com/agentscm/agentscm/internal/connections"
 )
 
 // IntakeBinary is the capture hook's intake binary (cmd/agentscm-hook-intake):
@@ -36,8 +36,8 @@ type intakeOpener struct {
 func (o intakeOpener) Open(context.Context, string) (capture.Hub, error) { return nil, errNeedsHub }
 
 func (o intakeOpener) LookupConnection(root string) (binding.Lineage, error) {
-	c, err := connfile.Lookup(o.configDir, root)
-	if errors.Is(err, connfile.ErrNoConnection) {
+	c, err := connections.Lookup(o.configDir, root)
+	if errors.Is(err, connections.ErrNoConnection) {
 		return binding.Lineage{}, binding.ErrNoConnection
 	}
 	if err != nil {

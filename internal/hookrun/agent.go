@@ -4,14 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/agentscm/agentscm/internal/binding"
 	"io"
 	"path/filepath"
 	"time"
 
 	"github.com/agentscm/agentscm/internal/agent/adapter"
+	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/delivery"
+	"github.com/agentscm/agentscm/internal/hookcore"
 )
 
 // AgentCapture is ClaudeCapture for the hook payload of another agent
@@ -37,15 +38,15 @@ func AgentCapture(ctx context.Context, a adapter.Adapter, stdin io.Reader, stder
 	}
 	also := ""
 	if res != nil && res.Warning != "" {
-		also = "; " + OneLine(res.Warning)
+		also = "; " + hookcore.OneLine(res.Warning)
 	}
 	switch {
 	case errors.Is(err, capture.ErrOccurrenceConflict):
-		fmt.Fprintf(stderr, "agentscm: warning: %s%s\n", OneLine(err.Error()), also)
+		fmt.Fprintf(stderr, "agentscm: warning: %s%s\n", hookcore.OneLine(err.Error()), also)
 	case err != nil:
-		fmt.Fprintf(stderr, "agentscm: warning: %s capture hook failed: %s%s\n", a.Name(), OneLine(err.Error()), also)
+		fmt.Fprintf(stderr, "agentscm: warning: %s capture hook failed: %s%s\n", a.Name(), hookcore.OneLine(err.Error()), also)
 	case res.DeliveryErr != nil:
-		fmt.Fprintf(stderr, "agentscm: warning: event retained locally, delivery pending: %s%s\n", OneLine(res.DeliveryErr.Error()), also)
+		fmt.Fprintf(stderr, "agentscm: warning: event retained locally, delivery pending: %s%s\n", hookcore.OneLine(res.DeliveryErr.Error()), also)
 	case also != "":
 		fmt.Fprintf(stderr, "agentscm: warning: %s\n", also[2:])
 	}

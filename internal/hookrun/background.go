@@ -90,7 +90,7 @@ func DeliverSpool(ctx context.Context, args []string, stderr io.Writer) int {
 		lock = os.NewFile(uintptr(lockFD), "deliver.lock")
 		if err := store.DeliverLock(lock, spoolDir); err != nil {
 			lock.Close()
-			fmt.Fprintf(stderr, "agentscm: warning: deliverer: %s\n", OneLine(err.Error()))
+			fmt.Fprintf(stderr, "agentscm: warning: deliverer: %s\n", hookcore.OneLine(err.Error()))
 			return 0
 		}
 	}
@@ -104,11 +104,11 @@ func DeliverSpool(ctx context.Context, args []string, stderr io.Writer) int {
 		Settle: capture.DelivererSettle, SettleMax: capture.DelivererSettleMax, SettleFiles: capture.DelivererSettleFiles})
 	switch {
 	case rep != nil && rep.Outcome == "busy":
-		fmt.Fprintf(stderr, "agentscm: deliverer: %s\n", OneLine(rep.Detail))
+		fmt.Fprintf(stderr, "agentscm: deliverer: %s\n", hookcore.OneLine(rep.Detail))
 	case err != nil && !errors.Is(err, context.DeadlineExceeded):
-		fmt.Fprintf(stderr, "agentscm: warning: deliverer: %s\n", OneLine(err.Error()))
+		fmt.Fprintf(stderr, "agentscm: warning: deliverer: %s\n", hookcore.OneLine(err.Error()))
 	case rep != nil && rep.Outcome != "idle":
-		fmt.Fprintf(stderr, "agentscm: warning: deliverer %s after %d delivered, %d failed: %s\n", rep.Outcome, rep.Delivered, rep.Failed, OneLine(rep.Detail))
+		fmt.Fprintf(stderr, "agentscm: warning: deliverer %s after %d delivered, %d failed: %s\n", rep.Outcome, rep.Delivered, rep.Failed, hookcore.OneLine(rep.Detail))
 	case rep != nil:
 		fmt.Fprintf(stderr, "agentscm: deliverer: %d delivered, %d refused, %d admitted in %d rounds\n", rep.Delivered, rep.Refused, rep.Admitted, rep.Rounds)
 	}

@@ -40,7 +40,3 @@ func ClaudeCaptureOut(ctx context.Context, stdin io.Reader, stdout, stderr io.Wr
 func claudeCaptureOut(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string, now time.Time, exe string) int {
 	return ClaudeHook(ctx, stdin, stdout, stderr, getenv, now, Options{Parts: Parts{Capture: true}, Exe: exe})
 }
-
-// OneLine flattens s to one line of at most 1,000 bytes (plus an ellipsis)
-// for a warning.
-func OneLine(s string) string { return hookcore.OneLine(s) }

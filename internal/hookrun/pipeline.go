@@ -17,7 +17,7 @@ import (
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/changelog"
 	"github.com/agentscm/agentscm/internal/changelog/hubremote"
-	"github.com/agentscm/agentscm/internal/client"
+	"github.com/agentscm/agentscm/internal/connections"
 	"github.com/agentscm/agentscm/internal/delivery"
 	"github.com/agentscm/agentscm/internal/hookcore"
 )
@@ -83,7 +83,7 @@ func ClaudeHook(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, 
 	}
 	b, dir, p, err := hookcore.ReadPayload(stdin, getenv)
 	if err != nil {
-		warns.Add(failed + OneLine(err.Error()))
+		warns.Add(failed + hookcore.OneLine(err.Error()))
 		return 0
 	}
 	store := capture.StateDir{Dir: dir}
@@ -145,7 +145,7 @@ func ClaudeHook(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, 
 		// The one answer on stdout: the host's blocking answer, so the
 		// prompt does not run beside another session's turn.
 		if _, err := stdout.Write(agent.BlockPrompt(refused.Reason)); err != nil {
-			warns.Add("changelog hook: write the refusal of the prompt: " + OneLine(err.Error()))
+			warns.Add("changelog hook: write the refusal of the prompt: " + hookcore.OneLine(err.Error()))
 		}
 	}
 	return 0
@@ -174,7 +174,7 @@ func changelogWarning(res *changelog.HookResult, err error) string {
 		if w != "" {
 			w += "; "
 		}
-		w += "changelog: " + OneLine(res.TurnWarning)
+		w += "changelog: " + hookcore.OneLine(res.TurnWarning)
 	}
 	return w
 }
@@ -183,7 +183,7 @@ func incrementWarning(res *changelog.HookResult, err error) string {
 	switch {
 	case err != nil:
 		// The increment was not stored: its writes go to the next one.
-		return "changelog hook failed: " + OneLine(err.Error())
+		return "changelog hook failed: " + hookcore.OneLine(err.Error())
 	case res != nil && len(res.SetAside) > 0:
 		var b strings.Builder
 		for i, t := range res.SetAside {
@@ -192,11 +192,11 @@ func incrementWarning(res *changelog.HookResult, err error) string {
 			}
 			fmt.Fprintf(&b, "set aside the stale turn of %s: %s", t.Describe(), t.Stale)
 		}
-		return "changelog: " + OneLine(b.String())
+		return "changelog: " + hookcore.OneLine(b.String())
 	case res == nil || res.Increment == nil:
 		return ""
 	case res.Increment.Warning != "":
-		return fmt.Sprintf("changelog increment %d: %s", res.Increment.Position, OneLine(res.Increment.Warning))
+		return fmt.Sprintf("changelog increment %d: %s", res.Increment.Position, hookcore.OneLine(res.Increment.Warning))
 	case res.Upload == nil:
 		return ""
 	}
@@ -205,11 +205,11 @@ func incrementWarning(res *changelog.HookResult, err error) string {
 	u := res.Upload
 	switch {
 	case u.Err != "":
-		return fmt.Sprintf("changelog increment %d stored locally; %d positions wait for the Hub: %s", res.Increment.Position, u.Pending, OneLine(u.Err))
+		return fmt.Sprintf("changelog increment %d stored locally; %d positions wait for the Hub: %s", res.Increment.Position, u.Pending, hookcore.OneLine(u.Err))
 	case u.LocalOnly != "":
-		return fmt.Sprintf("changelog increment %d kept locally only: %s", res.Increment.Position, OneLine(u.LocalOnly))
+		return fmt.Sprintf("changelog increment %d kept locally only: %s", res.Increment.Position, hookcore.OneLine(u.LocalOnly))
 	case len(u.Refused) > 0:
-		return fmt.Sprintf("changelog increment %d stored locally; the Hub refused it (%s), so the next uploaded increment carries its writes", res.Increment.Position, OneLine(u.RefusedReason))
+		return fmt.Sprintf("changelog increment %d stored locally; the Hub refused it (%s), so the next uploaded increment carries its writes", res.Increment.Position, hookcore.OneLine(u.RefusedReason))
 	}
 	return ""
 }
@@ -238,7 +238,7 @@ func WatchFor(exe string, getenv func(string) string) func(dir string) changelog
 // shares nothing.
 func CheckoutSharing(configDir, root string) changelog.SharingPolicy {
 	hub, repo := "", ""
-	if c, err := client.Lookup(configDir, root); err == nil {
+	if c, err := connections.Lookup(configDir, root); err == nil {
 		hub, repo = c.Hub, c.Repository
 	}
 	return func(session string) changelog.Sharing {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/agentscm/agentscm/internal/changelog"
+	"github.com/agentscm/agentscm/internal/changelog/incmeta"
 	"github.com/agentscm/agentscm/internal/hub"
 	"github.com/agentscm/agentscm/internal/hub/api"
 )
@@ -351,11 +352,11 @@ func withMerged(t *testing.T, b []byte, from, to int) []byte {
 		}
 		data, _ := io.ReadAll(tr)
 		if i == 0 {
-			var m changelog.Meta
+			var m incmeta.Meta
 			if err := json.Unmarshal(data, &m); err != nil {
 				t.Fatal(err)
 			}
-			m.Merged = []changelog.Merged{{From: from, To: to, Reason: "grant refused"}}
+			m.Merged = []incmeta.Merged{{From: from, To: to, Reason: "grant refused"}}
 			data, _ = json.Marshal(m)
 			h.Size = int64(len(data))
 		}

@@ -25,13 +25,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/agentscm/agentscm/internal/binding"
 	"net"
 	"net/http"
 	"net/netip"
 	"sync"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/capture"
 )
 

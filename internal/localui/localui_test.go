@@ -3,7 +3,6 @@ package localui
 import (
 	"context"
 	"encoding/json"
-	"github.com/agentscm/agentscm/internal/binding"
 	"html"
 	"io"
 	"net"
@@ -20,8 +19,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/capture"
-	"github.com/agentscm/agentscm/internal/client"
+	"github.com/agentscm/agentscm/internal/connections"
 	"github.com/agentscm/agentscm/internal/delivery"
 	"github.com/agentscm/agentscm/internal/event"
 )
@@ -68,7 +68,7 @@ func newWorld(t *testing.T) *world {
 	w.srv, err = New(Config{
 		Store: w.store, Conns: w.conns,
 		Connected: func() ([]string, error) {
-			f, err := client.Load(w.store.Dir)
+			f, err := connections.Load(w.store.Dir)
 			if err != nil {
 				return nil, err
 			}
@@ -119,7 +119,7 @@ func (w *world) checkout(name, hub, repo string) string {
 
 func (w *world) connect(root, hub, repo string) {
 	w.t.Helper()
-	if _, err := client.Put(w.store.Dir, client.Connection{Root: root, Kind: client.KindHub, Hub: hub, Repository: repo, WorktreeID: client.NewWorktreeID(), CreatedAt: w.clock.Now()}); err != nil {
+	if _, err := connections.Put(w.store.Dir, connections.Connection{Root: root, Kind: connections.KindHub, Hub: hub, Repository: repo, WorktreeID: connections.NewWorktreeID(), CreatedAt: w.clock.Now()}); err != nil {
 		w.t.Fatal(err)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/agentscm/agentscm/internal/binding"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,9 +14,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/action"
+	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/cli"
 	"github.com/agentscm/agentscm/internal/client"
+	"github.com/agentscm/agentscm/internal/connections"
 	"github.com/agentscm/agentscm/internal/delivery"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/hookrun"
@@ -49,7 +51,7 @@ type fixture struct {
 	spool   string
 	exe     string
 	store   capture.StateDir
-	conn    client.Connection
+	conn    connections.Connection
 	work    string
 	recipes map[string]binding.Recipe
 	n       int
@@ -313,7 +315,7 @@ func TestRunRecipeResults(t *testing.T) {
 			if res := f.post(tu, cmd); res.Action != capture.ActionManagedPost {
 				t.Fatalf("post action %q, want %q", res.Action, capture.ActionManagedPost)
 			}
-			want := capture.ActionID("claude-code", session, tu)
+			want := action.ID("claude-code", session, tu)
 			if rc.ActionID != want {
 				t.Fatalf("action id %s, want %s", rc.ActionID, want)
 			}
@@ -346,7 +348,7 @@ func TestRunRecipeResults(t *testing.T) {
 	for _, cmd := range []string{"true", f.command("env") + " ; true", " " + f.command("env")} {
 		tu := f.pre(cmd)
 		f.post(tu, cmd)
-		a := hubAction(t, f.record(), capture.ActionID("claude-code", session, tu))
+		a := hubAction(t, f.record(), action.ID("claude-code", session, tu))
 		if a.Start.Class != "execution" || a.Finish.Verification != "unknown" {
 			t.Fatalf("%q: %+v", cmd, a)
 		}
@@ -552,7 +554,7 @@ func TestCrashThenReconcile(t *testing.T) {
 		if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
 			t.Fatalf("failpoint %s: runner ended with %v, want SIGKILL", fp, err)
 		}
-		return capture.ActionID("claude-code", session, tu)
+		return action.ID("claude-code", session, tu)
 	}
 
 	// reserved: no start became durable.
@@ -700,7 +702,7 @@ func TestSIGTERMCancelsAndReaps(t *testing.T) {
 	if got := reconcile(t, f, "long", nil); len(got) != 0 {
 		t.Fatalf("an attempt remains: %+v", got)
 	}
-	a := hubActionAfterDelivery(t, f, capture.ActionID("claude-code", session, tu))
+	a := hubActionAfterDelivery(t, f, action.ID("claude-code", session, tu))
 	if a.Finish == nil || a.Finish.Result != "incomplete" || a.Finish.Verification != "incomplete" {
 		t.Fatalf("hub action %+v", a)
 	}

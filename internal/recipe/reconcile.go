@@ -3,10 +3,10 @@ package recipe
 import (
 	"context"
 	"fmt"
-	"github.com/agentscm/agentscm/internal/binding"
 	"path/filepath"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/event"
 )

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/agentscm/agentscm/internal/binding"
 	"hash"
 	"io"
 	"io/fs"
@@ -19,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/fsutil"

@@ -9,7 +9,7 @@ import (
 	"github.com/agentscm/agentscm/internal/spool"
 )
 
-// Admitter admits staged blobs under the spool lock: *spool.Session.
+// Admitter admits staged blobs under the spool lock: *spool.Tx.
 type Admitter interface {
 	PutBlobs(blobs []spool.Blob) ([]event.ArtifactRef, error)
 	ReadStaged(ref event.ArtifactRef) ([]byte, error)

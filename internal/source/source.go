@@ -89,9 +89,9 @@ func (l Limits) withDefaults() Limits {
 	return l
 }
 
-// Store retains content-addressed artifacts: *spool.Session and
-// *spool.Spool (through StoreOf) are stores.
-type Store interface {
+// BlobStore retains content-addressed artifacts: *spool.Tx and
+// *spool.Spool are blob stores.
+type BlobStore interface {
 	PutBlobs(blobs []spool.Blob) ([]event.ArtifactRef, error)
 }
 
@@ -110,7 +110,7 @@ type Options struct {
 	BaseRef string
 	// Store retains the working bytes and the manifest; nil: the manifest
 	// is only digested (the binding names bytes_not_retained).
-	Store Store
+	Store BlobStore
 	// Limits bound the capture.
 	Limits Limits
 	// StopLog, when set, receives the error a stopped capture stopped on

@@ -55,7 +55,7 @@ func newRepo(t testing.TB, files map[string]string) string {
 }
 
 // newStore is a real spool and its held session.
-func newStore(t testing.TB, lim spool.Limits) (*spool.Spool, *spool.Session) {
+func newStore(t testing.TB, lim spool.Limits) (*spool.Spool, *spool.Tx) {
 	t.Helper()
 	sp, err := spool.InitWith(context.Background(), filepath.Join(t.TempDir(), "spool"), spool.Config{Limits: lim})
 	if err != nil {
@@ -417,7 +417,7 @@ func TestStops(t *testing.T) {
 	cases := []struct {
 		name  string
 		setup func(t *testing.T, dir string)
-		opts  func(ss *spool.Session) Options
+		opts  func(ss *spool.Tx) Options
 		lim   spool.Limits
 		want  string
 	}{
@@ -430,16 +430,16 @@ func TestStops(t *testing.T) {
 			os.Symlink(other, filepath.Join(dir, "d"))
 		}, nil, spool.Limits{}, StopSymlinkComponent},
 		{"file bound", func(t *testing.T, dir string) { write(t, dir, "big.txt", strings.Repeat("x", 100)) },
-			func(ss *spool.Session) Options { return Options{Store: ss, Limits: Limits{FileBytes: 99}} }, spool.Limits{}, StopFileBound},
+			func(ss *spool.Tx) Options { return Options{Store: ss, Limits: Limits{FileBytes: 99}} }, spool.Limits{}, StopFileBound},
 		{"total bound", func(t *testing.T, dir string) {
 			write(t, dir, "u1.txt", strings.Repeat("x", 60))
 			write(t, dir, "u2.txt", strings.Repeat("y", 60))
-		}, func(ss *spool.Session) Options { return Options{Store: ss, Limits: Limits{TotalBytes: 100}} }, spool.Limits{}, StopTotalBound},
+		}, func(ss *spool.Tx) Options { return Options{Store: ss, Limits: Limits{TotalBytes: 100}} }, spool.Limits{}, StopTotalBound},
 		{"path bound", func(t *testing.T, dir string) {
 			for i := range 4 {
 				write(t, dir, "u"+strconv.Itoa(i), "x")
 			}
-		}, func(ss *spool.Session) Options { return Options{Store: ss, Limits: Limits{Paths: 3}} }, spool.Limits{}, StopPathBound},
+		}, func(ss *spool.Tx) Options { return Options{Store: ss, Limits: Limits{Paths: 3}} }, spool.Limits{}, StopPathBound},
 		{"spool artifact limit", func(t *testing.T, dir string) { write(t, dir, "big.txt", strings.Repeat("x", 5000)) },
 			nil, spool.Limits{ArtifactBytes: 4096}, StopSpoolRefused},
 		{"spool full", func(t *testing.T, dir string) { write(t, dir, "big.txt", strings.Repeat("x", 60<<10)) },

@@ -46,7 +46,7 @@ func (s *Spool) PutBlobs(ctx context.Context, blobs []Blob) ([]event.ArtifactRef
 }
 
 // PutBlobs is Spool.PutBlobs under the held lock.
-func (ss *Session) PutBlobs(blobs []Blob) ([]event.ArtifactRef, error) {
+func (ss *Tx) PutBlobs(blobs []Blob) ([]event.ArtifactRef, error) {
 	if err := ss.held(); err != nil {
 		return nil, err
 	}

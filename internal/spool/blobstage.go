@@ -318,7 +318,7 @@ func (s *Spool) ensurePrivateSubdir(name string) (string, error) {
 
 // ReadStaged reads and verifies the blob ref names, retained or staged,
 // under the held lock.
-func (ss *Session) ReadStaged(ref event.ArtifactRef) ([]byte, error) {
+func (ss *Tx) ReadStaged(ref event.ArtifactRef) ([]byte, error) {
 	if err := ss.held(); err != nil {
 		return nil, err
 	}
@@ -368,7 +368,7 @@ func readArtifactFile(path, hexsum string, size int64) ([]byte, error) {
 // limit is refused with an error wrapping ErrBlobRefused (and the
 // QuotaError), one missing or not verifying (then quarantined) with
 // ErrBlobMissing; the blobs before it stay retained.
-func (ss *Session) AdmitStaged(refs []event.ArtifactRef) error {
+func (ss *Tx) AdmitStaged(refs []event.ArtifactRef) error {
 	if err := ss.held(); err != nil {
 		return err
 	}

@@ -172,7 +172,7 @@ func lstatSize(path string) (int64, error) {
 // paused by quota pressure. Callers that record losses noted elsewhere
 // (capture's interrupted slot) wait for it, so that their gaps never spend
 // the headroom acknowledgement and compaction need.
-func (ss *Session) OrdinaryRoom(n int) bool {
+func (ss *Tx) OrdinaryRoom(n int) bool {
 	if ss.held() != nil {
 		return false
 	}

@@ -201,9 +201,9 @@ func (s *Spool) CompactWith(ctx context.Context, o CompactOptions) (*CompactRepo
 }
 
 // Compact is Spool.CompactWith under the held lock. When it changed the
-// spool, the Session's view is rebuilt by a fresh recovery scan, so later
-// calls of the same Session see the compacted spool.
-func (ss *Session) Compact(o CompactOptions) (*CompactReport, error) {
+// spool, the Tx's view is rebuilt by a fresh recovery scan, so later
+// calls of the same Tx see the compacted spool.
+func (ss *Tx) Compact(o CompactOptions) (*CompactReport, error) {
 	if err := ss.held(); err != nil {
 		return nil, err
 	}
@@ -246,7 +246,7 @@ const UnknownAcked = int(^uint(0) >> 1)
 // Usage returns the spool's complete physical usage, its limits and the
 // number of acknowledgement markers, from the held lock's recovery scan (no
 // extra I/O).
-func (ss *Session) Usage() (SessionUsage, error) {
+func (ss *Tx) Usage() (SessionUsage, error) {
 	if err := ss.held(); err != nil {
 		return SessionUsage{}, err
 	}

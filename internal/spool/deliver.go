@@ -430,19 +430,19 @@ func (s *Spool) recordAttemptLocked(st *state, a Attempt) error {
 	return nil
 }
 
-// Session is one held, revalidated acquisition of the spool lock: the hook
+// Tx is one held, revalidated acquisition of the spool lock: the hook
 // appends, lists pending envelopes, acknowledges and records attempts under
 // it, paying the identity revalidation and the recovery scan once instead of
 // once per operation. Every write keeps its own durability (an append is
 // durable before Pending returns it, an ack marker is durable before the
 // cursor records the attempt, the cursor is durable before the next
 // delivery), so a crash anywhere leaves exactly what the separate calls
-// would. A caller that delivers while holding a Session holds the spool lock
+// would. A caller that delivers while holding a Tx holds the spool lock
 // across the Hub call: it serialises the hooks and deliverers of one spool,
 // which a hook accepts; long-running deliverers should use the one-shot
-// methods instead. Close releases the lock; a Session is not safe for
+// methods instead. Close releases the lock; a Tx is not safe for
 // concurrent use.
-type Session struct {
+type Tx struct {
 	s *Spool
 	g *guard
 	// stream, when set, is stamped on every appended record that names
@@ -454,22 +454,22 @@ type Session struct {
 	resumed map[uint64]bool
 }
 
-// SetStream makes every later Append of this Session stamp records that
+// SetStream makes every later Append of this Tx stamp records that
 // carry no stream with it: the identity space of the capture ledger that
 // reserved their sequences (event.Record.Stream).
-func (ss *Session) SetStream(stream string) { ss.stream = stream }
+func (ss *Tx) SetStream(stream string) { ss.stream = stream }
 
 // Begin takes the spool lock (bounded by ctx), revalidates the committed
-// identities and runs recovery once, and returns the held Session.
-func (s *Spool) Begin(ctx context.Context) (*Session, error) {
+// identities and runs recovery once, and returns the held Tx.
+func (s *Spool) Begin(ctx context.Context) (*Tx, error) {
 	g, err := s.acquireFast(ctx, s.lockWait)
 	if err != nil {
 		return nil, err
 	}
-	return &Session{s: s, g: g}, nil
+	return &Tx{s: s, g: g}, nil
 }
 
-func (ss *Session) held() error {
+func (ss *Tx) held() error {
 	if ss.g == nil || ss.g.lock == nil {
 		return errors.New("spool session is closed")
 	}
@@ -477,7 +477,7 @@ func (ss *Session) held() error {
 }
 
 // Append is Spool.Append under the held lock.
-func (ss *Session) Append(rec *event.Record) (uint64, error) {
+func (ss *Tx) Append(rec *event.Record) (uint64, error) {
 	if err := ss.held(); err != nil {
 		return 0, err
 	}
@@ -498,7 +498,7 @@ func (ss *Session) Append(rec *event.Record) (uint64, error) {
 }
 
 // Pending is Spool.Pending under the held lock.
-func (ss *Session) Pending(max int) ([]Envelope, error) {
+func (ss *Tx) Pending(max int) ([]Envelope, error) {
 	if err := ss.held(); err != nil {
 		return nil, err
 	}
@@ -506,7 +506,7 @@ func (ss *Session) Pending(max int) ([]Envelope, error) {
 }
 
 // Ack is Spool.Ack under the held lock.
-func (ss *Session) Ack(seq uint64, digest string) error {
+func (ss *Tx) Ack(seq uint64, digest string) error {
 	if err := ss.held(); err != nil {
 		return err
 	}
@@ -514,7 +514,7 @@ func (ss *Session) Ack(seq uint64, digest string) error {
 }
 
 // RecordAttempt is Spool.RecordAttempt under the held lock.
-func (ss *Session) RecordAttempt(a Attempt) error {
+func (ss *Tx) RecordAttempt(a Attempt) error {
 	if err := ss.held(); err != nil {
 		return err
 	}
@@ -523,7 +523,7 @@ func (ss *Session) RecordAttempt(a Attempt) error {
 
 // MaxSeq returns the highest sequence the spool has retained or compacted
 // (0 for an empty spool), under the held lock.
-func (ss *Session) MaxSeq() (uint64, error) {
+func (ss *Tx) MaxSeq() (uint64, error) {
 	if err := ss.held(); err != nil {
 		return 0, err
 	}
@@ -531,7 +531,7 @@ func (ss *Session) MaxSeq() (uint64, error) {
 }
 
 // Close releases the spool lock. Closing twice is harmless.
-func (ss *Session) Close() {
+func (ss *Tx) Close() {
 	if ss.g != nil {
 		ss.g.release()
 	}

@@ -315,7 +315,7 @@ func (s *Spool) listIntake(budget *int) ([]intakeEntry, []string, []int64, error
 // admits it). A file whose frame does not decode or does not match its name
 // is quarantined. Nothing is removed: DoneIntake does that after the caller
 // made the records durable.
-func (ss *Session) Intake(max int) ([]IntakeFile, error) {
+func (ss *Tx) Intake(max int) ([]IntakeFile, error) {
 	if err := ss.held(); err != nil {
 		return nil, err
 	}
@@ -400,7 +400,7 @@ func (s *Spool) WaitingIntake() (int, error) {
 }
 
 // IntakeBacklog returns how many intake files wait for admission.
-func (ss *Session) IntakeBacklog() (int, error) {
+func (ss *Tx) IntakeBacklog() (int, error) {
 	if err := ss.held(); err != nil {
 		return 0, err
 	}
@@ -465,7 +465,7 @@ func (s *Spool) quarantineIntake(st *state, name string) error {
 
 // DoneIntake removes an admitted intake file (its records are durable in
 // the outbox now) and syncs the directory.
-func (ss *Session) DoneIntake(name string) error {
+func (ss *Tx) DoneIntake(name string) error {
 	if err := ss.held(); err != nil {
 		return err
 	}
@@ -487,7 +487,7 @@ func (ss *Session) DoneIntake(name string) error {
 
 // QuarantineIntake moves an intake file the caller could not decode into
 // the quarantine (never deleted automatically).
-func (ss *Session) QuarantineIntake(name string) error {
+func (ss *Tx) QuarantineIntake(name string) error {
 	if err := ss.held(); err != nil {
 		return err
 	}
@@ -499,7 +499,7 @@ func (ss *Session) QuarantineIntake(name string) error {
 
 // TryBegin is Begin that waits at most wait for the spool lock and fails
 // with an error wrapping ErrBusy when another process holds it longer.
-func (s *Spool) TryBegin(ctx context.Context, wait time.Duration) (*Session, error) {
+func (s *Spool) TryBegin(ctx context.Context, wait time.Duration) (*Tx, error) {
 	g, err := s.acquireFast(ctx, wait)
 	if err != nil {
 		if errors.Is(err, ErrLockTimeout) {
@@ -507,5 +507,5 @@ func (s *Spool) TryBegin(ctx context.Context, wait time.Duration) (*Session, err
 		}
 		return nil, err
 	}
-	return &Session{s: s, g: g}, nil
+	return &Tx{s: s, g: g}, nil
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/agentscm/agentscm/internal/event"
 )
 
-// ResumeAfter makes every later Append of this Session idempotent against
+// ResumeAfter makes every later Append of this Tx idempotent against
 // the records retained above floor: a record identical to one retained
 // there (same fields, same body digest, sequence aside) is not appended
 // again; Append returns the retained record's sequence (and body
@@ -26,14 +26,14 @@ import (
 // Each retained record matches at most one Append. ResumeAfter(0) turns
 // it off. The lookup lists the outbox and reads the envelopes above floor:
 // it costs a directory listing, paid only on re-admission after a crash.
-func (ss *Session) ResumeAfter(floor uint64) {
+func (ss *Tx) ResumeAfter(floor uint64) {
 	ss.resume, ss.resumed = floor, nil
 }
 
 // findRetained returns the sequence and body reference of an envelope
 // above floor holding exactly rec (the form Append would write, sequence
 // aside) that no earlier Append of this resumption matched.
-func (ss *Session) findRetained(rec *event.Record) (uint64, *event.ArtifactRef, bool, error) {
+func (ss *Tx) findRetained(rec *event.Record) (uint64, *event.ArtifactRef, bool, error) {
 	want, digest, err := comparable(rec)
 	if err != nil {
 		return 0, nil, false, err

@@ -15,7 +15,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/agentscm/agentscm/internal/capture"
+	"github.com/agentscm/agentscm/internal/action"
 	"github.com/agentscm/agentscm/internal/changelog/incmeta"
 	"github.com/agentscm/agentscm/internal/hub/api"
 )
@@ -326,7 +326,7 @@ func Build(rec api.ChangeRecord, incs []Increment, src Source) *Timeline {
 
 	// Actions, each bound to its call.
 	for _, a := range rec.Actions {
-		ac := action(a, agentOf[sessKey{a.Generation, a.Session}])
+		ac := actionView(a, agentOf[sessKey{a.Generation, a.Session}])
 		tl.Actions = append(tl.Actions, ac)
 		s := session(a.Generation, a.Session)
 		for i := range s.Calls {
@@ -408,7 +408,7 @@ func sessionAgents(rec api.ChangeRecord) map[sessKey]string {
 		case e.Kind == kindToolStart && e.ToolUseID != "" && len(actions) > 0:
 			for _, n := range natives[k] {
 				for _, a := range agents {
-					if actions[capture.ActionID(a, n, e.ToolUseID)] {
+					if actions[action.ID(a, n, e.ToolUseID)] {
 						out[k] = a
 					}
 				}
@@ -423,7 +423,7 @@ func sessionAgents(rec api.ChangeRecord) map[sessKey]string {
 func actionOf(id string, natives []string, toolUseID string) bool {
 	for _, n := range natives {
 		for _, a := range agents {
-			if capture.ActionID(a, n, toolUseID) == id {
+			if action.ID(a, n, toolUseID) == id {
 				return true
 			}
 		}
@@ -431,7 +431,8 @@ func actionOf(id string, natives []string, toolUseID string) bool {
 	return false
 }
 
-func action(a api.ActionRecord, agent string) Action {
+// actionView is one of the change's action records as the timeline shows it.
+func actionView(a api.ActionRecord, agent string) Action {
 	out := Action{ActionID: a.ActionID, Session: a.Session, Generation: a.Generation, Status: a.Status}
 	if st := a.Start; st != nil {
 		out.Tool, out.Class, out.SourceBinding, out.StartedAt = st.Tool, st.Class, st.Source, st.StartedAt

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentscm/agentscm/internal/capture"
+	"github.com/agentscm/agentscm/internal/action"
 	"github.com/agentscm/agentscm/internal/changelog"
 	"github.com/agentscm/agentscm/internal/hub/api"
 )
@@ -294,7 +294,7 @@ func TestResultWhyNamesTheRule(t *testing.T) {
 		{"Bash", "unknown", &code, "does not take a result", ""},
 		{"Bash", "failed", &code, "exited with status 3", ""},
 	} {
-		a := action(api.ActionRecord{ActionID: "a", Start: &api.ActionStart{ActionID: "a", Tool: tc.tool, Class: "execution"},
+		a := actionView(api.ActionRecord{ActionID: "a", Start: &api.ActionStart{ActionID: "a", Tool: tc.tool, Class: "execution"},
 			Finish: &api.ActionFinish{ActionID: "a", Result: tc.result, Verification: "unknown", ExitCode: tc.exit}}, "")
 		if !strings.Contains(a.ResultWhy, tc.want) || (tc.reject != "" && strings.Contains(a.ResultWhy, tc.reject)) {
 			t.Errorf("%s %s: why %q, want %q without %q", tc.tool, tc.result, a.ResultWhy, tc.want, tc.reject)
@@ -324,8 +324,8 @@ func TestAgentTexts(t *testing.T) {
 			for i, a := range r.Actions {
 				for _, e := range r.Events {
 					for _, n := range r.Sessions[0].NativeSessionIDs {
-						if e.ToolUseID != "" && capture.ActionID(AgentClaude, n, e.ToolUseID) == a.ActionID {
-							r.Actions[i].ActionID = capture.ActionID(AgentCodex, n, e.ToolUseID)
+						if e.ToolUseID != "" && action.ID(AgentClaude, n, e.ToolUseID) == a.ActionID {
+							r.Actions[i].ActionID = action.ID(AgentCodex, n, e.ToolUseID)
 						}
 					}
 				}

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentscm/agentscm/internal/capture"
+	"github.com/agentscm/agentscm/internal/action"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/test/e2e/scriptedapi"
 )
@@ -83,7 +83,7 @@ func TestActionsFromExecutionRules(t *testing.T) {
 		{"Bash", "unknown", "partial"}, {"Bash", "failed", "partial"}, {"Write", "unknown", "unknown"},
 	}
 	for i, w := range want {
-		id := capture.ActionID("claude-code", res.SessionID, order[i])
+		id := action.ID("claude-code", res.SessionID, order[i])
 		var found bool
 		for _, a := range rec.Actions {
 			if a.ActionID != id {

@@ -4,13 +4,14 @@ package e2e
 
 import (
 	"encoding/json"
-	"github.com/agentscm/agentscm/internal/binding"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/agentscm/agentscm/internal/action"
+	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/spool"
@@ -134,7 +135,7 @@ func TestManagedRecipes(t *testing.T) {
 	cfg := readBinding(t, c)
 	stops := map[string]string{"slow": "timeout", "loud": "output_limit", "term": "cancelled"}
 	for i, r := range recipes {
-		id := capture.ActionID("claude-code", res.SessionID, tus[i])
+		id := action.ID("claude-code", res.SessionID, tus[i])
 		found := false
 		for _, x := range rec.Actions {
 			if x.ActionID != id {
@@ -188,7 +189,7 @@ func TestManagedRecipes(t *testing.T) {
 		}
 	}
 	// The ordinary Bash call keeps its generic execution action.
-	plain := capture.ActionID("claude-code", res.SessionID, tus[len(recipes)])
+	plain := action.ID("claude-code", res.SessionID, tus[len(recipes)])
 	n := 0
 	for _, x := range rec.Actions {
 		if x.ActionID == plain && x.Start.Class == "execution" && x.Finish != nil && x.Finish.Verification == "unknown" {

@@ -4,9 +4,9 @@ package e2e
 
 import (
 	"encoding/json"
-	"github.com/agentscm/agentscm/internal/binding"
 	"testing"
 
+	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/hub/api"
 	"github.com/agentscm/agentscm/internal/spool"

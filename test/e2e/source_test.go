@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentscm/agentscm/internal/capture"
+	"github.com/agentscm/agentscm/internal/action"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/source"
 	"github.com/agentscm/agentscm/internal/spool"
@@ -133,7 +133,7 @@ func TestSourceBindingOfDirtyCheckout(t *testing.T) {
 	var got []string
 	for _, e := range c.inspect().Sessions[0].Events {
 		if e.Kind == event.ActionStart {
-			got = append(got, drifts[capture.ActionID("claude-code", res.SessionID, e.ToolUseID)])
+			got = append(got, drifts[action.ID("claude-code", res.SessionID, e.ToolUseID)])
 		}
 	}
 	if !slices.Equal(got, []string{"none_observed", "changed"}) {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/agentscm/agentscm/internal/client"
+	"github.com/agentscm/agentscm/internal/connections"
 	"github.com/agentscm/agentscm/internal/hub/api"
 )
 
@@ -33,7 +34,7 @@ func main() {
 func run(mode, configDir, root string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, err := client.Lookup(configDir, root)
+	c, err := connections.Lookup(configDir, root)
 	if err != nil || mode == "lookup" {
 		return err
 	}

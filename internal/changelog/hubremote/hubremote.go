@@ -10,6 +10,7 @@ import (
 
 	"github.com/agentscm/agentscm/internal/changelog"
 	"github.com/agentscm/agentscm/internal/client"
+	"github.com/agentscm/agentscm/internal/connections"
 	"github.com/agentscm/agentscm/internal/hub/api"
 )
 
@@ -85,8 +86,8 @@ func New(conn client.Conn, worktreeID string) *Remote {
 // client connection under configDir, if any.
 func ForCheckout(configDir string) func(ctx context.Context, root string) (changelog.Remote, func(), error) {
 	return func(ctx context.Context, root string) (changelog.Remote, func(), error) {
-		c, err := client.Lookup(configDir, root)
-		if errors.Is(err, client.ErrNoConnection) {
+		c, err := connections.Lookup(configDir, root)
+		if errors.Is(err, connections.ErrNoConnection) {
 			return nil, nil, nil
 		}
 		if err != nil {

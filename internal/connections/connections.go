@@ -1,9 +1,9 @@
-// Package connfile holds a user's client connections file (which Hub and
+// Package connections holds a user's client connections file (which Hub and
 // repository each checkout delivers to) and nothing that talks to a Hub,
 // so that the capture hook's intake binary can find a checkout's
 // connection without linking the Hub's store or HTTP client (package
-// client re-exports it).
-package connfile
+// client uses it; callers import it directly).
+package connections
 
 import (
 	"bytes"
