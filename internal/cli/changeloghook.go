@@ -112,40 +112,105 @@ writes are mixed in.`)
 	if *noTranscript {
 		rf.transcript = transcriptOff
 	}
-	ad, err := resolveAgent(env, *agent, rf.root)
+	o := changelogEnableOptions{rf: &rf, settings: *settings, settingsSet: settingsSet(fs), agent: *agent}
+	if flagSet(fs, "parallel-sessions") {
+		o.parallel = parallel
+	}
+	res, err := enableChangelog(ctx, env, o)
 	if err != nil {
 		return err
+	}
+	root, path, events, up, parallelOn := res.Root, res.Settings, res.Events, res.Upload, res.Parallel
+	out := map[string]any{"root": root, "dir": res.Dir, "agent": res.Agent, "claude_settings": path, "hook_events": events, "settings_changed": res.Changed, "roots": res.Roots, "upload": up, "parallel_sessions": parallelOn}
+	if *format == "json" {
+		return writeJSON(env.Stdout, out)
+	}
+	fmt.Fprintf(env.Stdout, "changelog enabled for %s (%s)\n  increments: %s\n  hooks:      %s (%d events)\n", root, res.Agent, res.Dir, path, len(events))
+	switch res.Agent {
+	case codex.AgentName:
+		fmt.Fprintf(env.Stdout, "  note:       %s\n", codex.TrustNote(root))
+	case gemini.AgentName:
+		fmt.Fprintf(env.Stdout, "  note:       %s\n", gemini.TrustNote(root))
+	}
+	for _, r := range res.Roots[1:] {
+		fmt.Fprintf(env.Stdout, "  extra root: %s=%s\n", r.Name, r.Path)
+	}
+	if parallelOn {
+		fmt.Fprintln(env.Stdout, "  sessions:   parallel: several sessions' turns may run at once; each position names its session and those whose turns ran beside it")
+	} else {
+		fmt.Fprintln(env.Stdout, "  sessions:   one at a time: another session's prompt waits for the running turn, then is refused (use a separate worktree)")
+	}
+	fmt.Fprintln(env.Stdout, up.describe())
+	return nil
+}
+
+// changelogEnableOptions are changelog enable's choices: the roots, the
+// settings file (settingsSet: given rather than the agent's default), the
+// agent ("" detects it) and the parallel-sessions setting (nil keeps it).
+type changelogEnableOptions struct {
+	rf          *rootFlags
+	settings    string
+	settingsSet bool
+	agent       string
+	parallel    *bool
+}
+
+// changelogEnableResult is what enableChangelog did.
+type changelogEnableResult struct {
+	Root     string           `json:"root"`
+	Dir      string           `json:"dir"`
+	Agent    string           `json:"agent"`
+	Settings string           `json:"claude_settings"`
+	Events   []string         `json:"hook_events"`
+	Changed  bool             `json:"settings_changed"`
+	Roots    []changelog.Root `json:"roots"`
+	Upload   uploadPlan       `json:"upload"`
+	Parallel bool             `json:"parallel_sessions"`
+}
+
+// enableChangelog is changelog enable's domain step (also agentscm
+// enable's): it records the roots, installs the marked hooks of the agent,
+// records the baseline; refused with exit status 5 while a turn runs.
+func enableChangelog(ctx context.Context, env *Env, o changelogEnableOptions) (*changelogEnableResult, error) {
+	rf := o.rf
+	ad, err := resolveAgent(env, o.agent, rf.root)
+	if err != nil {
+		return nil, err
+	}
+	settings := o.settings
+	if settings == "" {
+		settings = binding.DefaultClaudeSettings
 	}
 	events := changelog.HookEvents
 	if ad.Name() != claude.AgentName {
 		rf.transcript = transcriptOff
 		events = ad.ChangelogEvents()
-		if !settingsSet(fs) {
-			*settings = ad.HookFile()
+		if !o.settingsSet {
+			settings = ad.HookFile()
 		}
 	}
 	if !filepath.IsAbs(env.Executable) {
-		return fmt.Errorf("cannot install hooks: agentscm executable path %q is not absolute", env.Executable)
+		return nil, fmt.Errorf("cannot install hooks: agentscm executable path %q is not absolute", env.Executable)
 	}
 	if err := rf.saveLocation(env); err != nil {
-		return err
+		return nil, err
 	}
-	c, err := openChangelog(env, &rf, true)
+	c, err := openChangelog(env, rf, true)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	g, err := holdTurns(env, c.Dir())
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer g.Release()
-	if flagSet(fs, "parallel-sessions") {
-		if err := changelog.SetParallelSessions(c.Dir(), *parallel); err != nil {
-			return err
+	if o.parallel != nil {
+		if err := changelog.SetParallelSessions(c.Dir(), *o.parallel); err != nil {
+			return nil, err
 		}
 	}
 	root := c.Roots()[0].Path
-	path := filepath.Join(root, filepath.FromSlash(*settings))
+	path := filepath.Join(root, filepath.FromSlash(settings))
 	var changed bool
 	if ad.Name() == claude.AgentName {
 		// One entry per event: where the capture is on too, the entry runs
@@ -158,41 +223,20 @@ writes are mixed in.`)
 		changed, err = claude.InstallHooksWith(path, claude.CommandFor(env.Executable, ad.ChangelogSubcommand()), events, adapter.HookTimeout(ad))
 	}
 	if err != nil {
-		return fmt.Errorf("install changelog hooks: %w", err)
+		return nil, fmt.Errorf("install changelog hooks: %w", err)
 	}
 	// The first capture stores every path (so the sequence replays onto an
 	// empty directory); the baseline, taken once the hooks are installed,
 	// lets it still say what the first call changed.
 	if err := c.RecordBaseline(ctx); err != nil {
-		return fmt.Errorf("record the changelog's baseline: %w", err)
+		return nil, fmt.Errorf("record the changelog's baseline: %w", err)
 	}
 	cfg, err := binding.ConfigDir(env.Getenv)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	up := uploadPlanFor(cfg, root, c.Roots())
-	parallelOn := changelog.ParallelSessions(c.Dir())
-	out := map[string]any{"root": root, "dir": c.Dir(), "agent": ad.Name(), "claude_settings": path, "hook_events": events, "settings_changed": changed, "roots": c.Roots(), "upload": up, "parallel_sessions": parallelOn}
-	if *format == "json" {
-		return writeJSON(env.Stdout, out)
-	}
-	fmt.Fprintf(env.Stdout, "changelog enabled for %s (%s)\n  increments: %s\n  hooks:      %s (%d events)\n", root, ad.Name(), c.Dir(), path, len(events))
-	switch ad.Name() {
-	case codex.AgentName:
-		fmt.Fprintf(env.Stdout, "  note:       %s\n", codex.TrustNote(root))
-	case gemini.AgentName:
-		fmt.Fprintf(env.Stdout, "  note:       %s\n", gemini.TrustNote(root))
-	}
-	for _, r := range c.Roots()[1:] {
-		fmt.Fprintf(env.Stdout, "  extra root: %s=%s\n", r.Name, r.Path)
-	}
-	if parallelOn {
-		fmt.Fprintln(env.Stdout, "  sessions:   parallel: several sessions' turns may run at once; each position names its session and those whose turns ran beside it")
-	} else {
-		fmt.Fprintln(env.Stdout, "  sessions:   one at a time: another session's prompt waits for the running turn, then is refused (use a separate worktree)")
-	}
-	fmt.Fprintln(env.Stdout, up.describe())
-	return nil
+	return &changelogEnableResult{Root: root, Dir: c.Dir(), Agent: ad.Name(), Settings: path, Events: events, Changed: changed,
+		Roots: c.Roots(), Upload: uploadPlanFor(cfg, root, c.Roots()), Parallel: changelog.ParallelSessions(c.Dir())}, nil
 }
 
 // uploadPlan is what changelog enable says leaves the machine, and where.
@@ -273,26 +317,53 @@ with exit status 5 while a turn runs.`)
 	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
 	}
-	ad, err := adapter.For(*agent)
-	if err != nil {
-		return usagef("--agent: %v", err)
-	}
-	if ad.Name() != claude.AgentName && !settingsSet(fs) {
-		*settings = ad.HookFile()
-	}
-	c, err := openChangelog(env, &rf, false)
+	res, err := disableChangelog(env, &rf, *settings, settingsSet(fs), *agent)
 	if err != nil {
 		return err
+	}
+	if !res.Removed {
+		fmt.Fprintf(env.Stdout, "no changelog hooks in %s; nothing changed\n", res.Settings)
+		return nil
+	}
+	fmt.Fprintf(env.Stdout, "changelog hooks removed from %s (increments kept in %s)\n", res.Settings, res.Dir)
+	return nil
+}
+
+// changelogDisableResult is what disableChangelog did.
+type changelogDisableResult struct {
+	Settings string `json:"claude_settings"`
+	Dir      string `json:"dir"`
+	Removed  bool   `json:"hooks_removed"`
+}
+
+// disableChangelog is changelog disable's domain step (also agentscm
+// disable's): it removes only the changelog's part of the marked hooks of
+// the agent ("" is Claude Code) from the settings file; the increments are
+// kept. Refused with exit status 5 while a turn runs.
+func disableChangelog(env *Env, rf *rootFlags, settings string, settingsGiven bool, agent string) (*changelogDisableResult, error) {
+	ad, err := adapter.For(agent)
+	if err != nil {
+		return nil, usagef("--agent: %v", err)
+	}
+	if settings == "" {
+		settings = binding.DefaultClaudeSettings
+	}
+	if ad.Name() != claude.AgentName && !settingsGiven {
+		settings = ad.HookFile()
+	}
+	c, err := openChangelog(env, rf, false)
+	if err != nil {
+		return nil, err
 	}
 	g, err := holdTurns(env, c.Dir())
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer g.Release()
 	root := c.Roots()[0].Path
-	path := filepath.Join(root, filepath.FromSlash(*settings))
+	path := filepath.Join(root, filepath.FromSlash(settings))
 	if _, err := os.Stat(path); err != nil {
-		return fmt.Errorf("no Claude settings file at %s", path)
+		return nil, fmt.Errorf("no Claude settings file at %s", path)
 	}
 	var removed bool
 	if ad.Name() == claude.AgentName {
@@ -305,14 +376,9 @@ with exit status 5 while a turn runs.`)
 		removed, err = claude.RemoveHooksFor(path, ad.ChangelogSubcommand())
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if !removed {
-		fmt.Fprintf(env.Stdout, "no changelog hooks in %s; nothing changed\n", path)
-		return nil
-	}
-	fmt.Fprintf(env.Stdout, "changelog hooks removed from %s (increments kept in %s)\n", path, c.Dir())
-	return nil
+	return &changelogDisableResult{Settings: path, Dir: c.Dir(), Removed: removed}, nil
 }
 
 // rewindCommand is the friendly name of changelog apply.
