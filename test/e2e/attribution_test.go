@@ -139,12 +139,12 @@ func TestBlameNotesAndExportOfARealSession(t *testing.T) {
 		t.Errorf("the session's export holds %s, want its lines: done.txt:1-1 f.txt:1-1 f.txt:3-4", got)
 	}
 
-	// The local changelog holds the conversation (the search can see a
-	// leak); no note or export does.
-	local := hubBytes(t, c.changelogDir(), nil)
+	// The session's transcript, which blame reads, holds the conversation
+	// (the search can see a leak); no note or export does.
+	local := hubBytes(t, filepath.Join(c.home, ".claude", "projects"), nil)
 	for _, s := range []string{blamePrompt, blameInput, blameOutput} {
 		if !anyHolds(local, s) {
-			t.Fatalf("the local changelog does not hold %q: the test would not see a leak", s)
+			t.Fatalf("the session's transcript does not hold %q: the test would not see a leak", s)
 		}
 	}
 	exports["note"] = note
