@@ -320,15 +320,8 @@ func (c *Changelog) Upload(ctx context.Context, r Remote, opts UploadOptions) (*
 				if err := refuse(err.Error()); err != nil {
 					return nil, err
 				}
-			case errors.Is(err, ErrSessionRefused):
-				// Never retried on its own (the id will not change): merged
-				// into the next upload at once, without the grant's
-				// one-merge-a-minute wait.
-				if err := c.refuseAt(q, out, p, err.Error(), time.Time{}); err != nil {
-					return nil, err
-				}
-			case errors.Is(err, ErrMergedOnRemote):
-				if err := c.refuseAt(q, out, p, "merged on the Hub by an earlier upload", time.Time{}); err != nil {
+			case mergeNow(err) != "":
+				if err := c.refuseAt(q, out, p, mergeNow(err), time.Time{}); err != nil {
 					return nil, err
 				}
 			case errors.As(err, &miss) && miss.Next >= 0 && miss.Next < from && !rebased:
@@ -419,6 +412,20 @@ func (c *Changelog) countPending(q *uploadState, through int) int {
 		}
 	}
 	return n
+}
+
+// mergeNow is the reason a refused position merges into the next upload
+// at once, without the grant's one-merge-a-minute wait: the Hub merged it
+// already, or it refuses the position's session id (which will not
+// change, so it is never retried on its own); "" for any other error.
+func mergeNow(err error) string {
+	switch {
+	case errors.Is(err, ErrSessionRefused):
+		return err.Error()
+	case errors.Is(err, ErrMergedOnRemote):
+		return "merged on the Hub by an earlier upload"
+	}
+	return ""
 }
 
 // refuseAt records that the Hub refused position p; at, when not zero, is
