@@ -17,6 +17,7 @@ import (
 	"github.com/agentscm/agentscm/internal/agent/claude"
 	"github.com/agentscm/agentscm/internal/agent/codex"
 	"github.com/agentscm/agentscm/internal/agent/gemini"
+	"github.com/agentscm/agentscm/internal/agent/hookfile"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/hub/api"
 	"github.com/agentscm/agentscm/internal/source"
@@ -74,7 +75,7 @@ type ConfigureOptions struct {
 	// empty).
 	compactionBy string
 	// Executable is the agentscm binary; the installed hooks run it, or the
-	// lean agentscm-hook next to it (claude.HookExecutable).
+	// lean agentscm-hook next to it (hookfile.HookExecutable).
 	Executable string
 	Now        time.Time
 }
@@ -423,12 +424,12 @@ func configureLocked(ctx context.Context, store State, root string, lin Lineage,
 	if ad.Name() == claude.AgentName {
 		// One entry per event: where the changelog is on too, the entry
 		// runs both (and an install with two entries there is upgraded).
-		cur, _, perr := claude.InstalledParts(settings)
+		cur, _, perr := hookfile.InstalledParts(settings)
 		if err = perr; err == nil {
-			changed, err = claude.InstallParts(settings, claude.HookExecutable(o.Executable), claude.Parts{Capture: true, Changelog: cur.Changelog})
+			changed, err = hookfile.InstallParts(settings, hookfile.HookExecutable(o.Executable), hookfile.Parts{Capture: true, Changelog: cur.Changelog})
 		}
 	} else {
-		changed, err = claude.InstallHooksWith(settings, claude.CommandFor(claude.HookExecutable(o.Executable), ad.CaptureSubcommand()), events, adapter.HookTimeout(ad))
+		changed, err = hookfile.InstallHooksWith(settings, hookfile.CommandFor(hookfile.HookExecutable(o.Executable), ad.CaptureSubcommand()), events, adapter.HookTimeout(ad))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("install %s hooks: %w", ad.Name(), err)
@@ -509,12 +510,12 @@ func Unconfigure(ctx context.Context, store State, root string) (*UnconfigureRes
 		var removed bool
 		if ad.Name() == claude.AgentName {
 			// The changelog keeps its part of the one entry per event.
-			cur, _, perr := claude.InstalledParts(b.SettingsPath())
+			cur, _, perr := hookfile.InstalledParts(b.SettingsPath())
 			if err = perr; err == nil && cur.Capture {
-				removed, err = claude.InstallParts(b.SettingsPath(), "", claude.Parts{Changelog: cur.Changelog})
+				removed, err = hookfile.InstallParts(b.SettingsPath(), "", hookfile.Parts{Changelog: cur.Changelog})
 			}
 		} else {
-			removed, err = claude.RemoveHooksFor(b.SettingsPath(), ad.CaptureSubcommand())
+			removed, err = hookfile.RemoveHooksFor(b.SettingsPath(), ad.CaptureSubcommand())
 		}
 		if err != nil {
 			return nil, fmt.Errorf("remove %s hooks: %w", ad.Name(), err)

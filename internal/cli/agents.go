@@ -9,10 +9,12 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/agent"
 	"github.com/agentscm/agentscm/internal/agent/adapter"
 	"github.com/agentscm/agentscm/internal/agent/claude"
 	"github.com/agentscm/agentscm/internal/agent/codex"
 	"github.com/agentscm/agentscm/internal/agent/gemini"
+	"github.com/agentscm/agentscm/internal/agent/hookfile"
 	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/changelog"
 	"github.com/agentscm/agentscm/internal/changelog/incmeta"
@@ -112,11 +114,11 @@ func rewindAgent(env *Env, flag, root string) (adapter.Adapter, error) {
 		}
 		return a, nil
 	}
-	cx, _ := claude.MarkedEventsFor(filepath.Join(root, filepath.FromSlash(codex.HookFile)), codex.ChangelogSubcommand)
-	gm, _ := claude.MarkedEventsFor(filepath.Join(root, filepath.FromSlash(gemini.HookFile)), gemini.ChangelogSubcommand)
+	cx, _ := hookfile.MarkedEventsFor(filepath.Join(root, filepath.FromSlash(codex.HookFile)), codex.ChangelogSubcommand)
+	gm, _ := hookfile.MarkedEventsFor(filepath.Join(root, filepath.FromSlash(gemini.HookFile)), gemini.ChangelogSubcommand)
 	var cl []string
 	for _, f := range []string{".claude/settings.local.json", ".claude/settings.json"} {
-		ev, _ := claude.MarkedEventsFor(filepath.Join(root, filepath.FromSlash(f)), claude.ChangelogSubcommand)
+		ev, _ := hookfile.MarkedEventsFor(filepath.Join(root, filepath.FromSlash(f)), hookfile.ChangelogSubcommand)
 		cl = append(cl, ev...)
 	}
 	switch {
@@ -139,7 +141,7 @@ func runHookGemini(ctx context.Context, env *Env) int {
 // as PostToolUseFailure) and handed to the changelog hook as the decoded
 // form it reads. It fails open.
 func runChangelogHookGemini(ctx context.Context, env *Env) int {
-	return runChangelogHookAs(ctx, env, adapter.Gemini{}, func(b []byte) (*claude.Payload, error) {
+	return runChangelogHookAs(ctx, env, adapter.Gemini{}, func(b []byte) (*agent.Payload, error) {
 		cfg, err := binding.ConfigDir(env.Getenv)
 		if err != nil {
 			return nil, err
@@ -160,9 +162,9 @@ func runChangelogHookCodex(ctx context.Context, env *Env) int {
 // failed tool call (failedFinish) and runs the changelog hook on the
 // decoded form, as host a (whose answer a refused prompt gets). It fails
 // open.
-func runChangelogHookAs(ctx context.Context, env *Env, a adapter.Adapter, decode func([]byte) (*claude.Payload, error)) int {
-	b, err := fsutil.ReadBounded(env.Stdin, claude.MaxPayloadBytes)
-	var p *claude.Payload
+func runChangelogHookAs(ctx context.Context, env *Env, a adapter.Adapter, decode func([]byte) (*agent.Payload, error)) int {
+	b, err := fsutil.ReadBounded(env.Stdin, agent.MaxPayloadBytes)
+	var p *agent.Payload
 	if err == nil {
 		p, err = decode(b)
 	}
@@ -185,7 +187,7 @@ func runChangelogHookAs(ctx context.Context, env *Env, a adapter.Adapter, decode
 // text) a PostToolUseFailure, as Claude Code's own hook reports a failed
 // call, so the changelog flags the call as failed. Codex and Gemini have no
 // failure event of their own (a Gemini error already decodes as one).
-func failedFinish(p *claude.Payload) {
+func failedFinish(p *agent.Payload) {
 	if p.HookEventName != "PostToolUse" || p.ExitCodeSource == "" {
 		return
 	}

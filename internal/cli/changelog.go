@@ -15,6 +15,7 @@ import (
 	"github.com/agentscm/agentscm/internal/agent/adapter"
 	"github.com/agentscm/agentscm/internal/agent/claude"
 	"github.com/agentscm/agentscm/internal/agent/codex"
+	"github.com/agentscm/agentscm/internal/agent/hookfile"
 	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/changelog"
 	"github.com/agentscm/agentscm/internal/changelog/hubremote"
@@ -476,7 +477,7 @@ func dropRestoredHooks(root string) (func(context.Context, []changelog.Root) err
 	files := []string{filepath.Join(root, ".claude", "settings.json"), filepath.Join(root, ".claude", "settings.local.json"), filepath.Join(root, ".codex", "hooks.json"), filepath.Join(root, ".gemini", "settings.json")}
 	had := map[string]bool{}
 	for _, f := range files {
-		ev, err := claude.MarkedEvents(f)
+		ev, err := hookfile.MarkedEvents(f)
 		if err == nil && len(ev) > 0 {
 			had[f] = true
 		}
@@ -486,7 +487,7 @@ func dropRestoredHooks(root string) (func(context.Context, []changelog.Root) err
 			if had[f] {
 				continue
 			}
-			if _, err := claude.RemoveHooks(f); err != nil {
+			if _, err := hookfile.RemoveHooks(f); err != nil {
 				return fmt.Errorf("drop restored capture hooks from %s: %w", f, err)
 			}
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/agentscm/agentscm/internal/agent/claude"
 	"github.com/agentscm/agentscm/internal/agent/codex"
 	"github.com/agentscm/agentscm/internal/agent/gemini"
+	"github.com/agentscm/agentscm/internal/agent/hookfile"
 	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/changelog"
@@ -150,12 +151,12 @@ writes are mixed in.`)
 	if ad.Name() == claude.AgentName {
 		// One entry per event: where the capture is on too, the entry runs
 		// both (an install with two entries there is upgraded).
-		cur, _, perr := claude.InstalledParts(path)
+		cur, _, perr := hookfile.InstalledParts(path)
 		if err = perr; err == nil {
-			changed, err = claude.InstallParts(path, claude.HookExecutable(env.Executable), claude.Parts{Capture: cur.Capture, Changelog: true})
+			changed, err = hookfile.InstallParts(path, hookfile.HookExecutable(env.Executable), hookfile.Parts{Capture: cur.Capture, Changelog: true})
 		}
 	} else {
-		changed, err = claude.InstallHooksWith(path, claude.CommandFor(env.Executable, ad.ChangelogSubcommand()), events, adapter.HookTimeout(ad))
+		changed, err = hookfile.InstallHooksWith(path, hookfile.CommandFor(env.Executable, ad.ChangelogSubcommand()), events, adapter.HookTimeout(ad))
 	}
 	if err != nil {
 		return fmt.Errorf("install changelog hooks: %w", err)
@@ -297,12 +298,12 @@ with exit status 5 while a turn runs.`)
 	var removed bool
 	if ad.Name() == claude.AgentName {
 		// The capture keeps its part of the one entry per event.
-		cur, _, perr := claude.InstalledParts(path)
+		cur, _, perr := hookfile.InstalledParts(path)
 		if err = perr; err == nil && cur.Changelog {
-			removed, err = claude.InstallParts(path, "", claude.Parts{Capture: cur.Capture})
+			removed, err = hookfile.InstallParts(path, "", hookfile.Parts{Capture: cur.Capture})
 		}
 	} else {
-		removed, err = claude.RemoveHooksFor(path, ad.ChangelogSubcommand())
+		removed, err = hookfile.RemoveHooksFor(path, ad.ChangelogSubcommand())
 	}
 	if err != nil {
 		return err

@@ -9,10 +9,12 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/agent"
 	"github.com/agentscm/agentscm/internal/agent/capability"
 	"github.com/agentscm/agentscm/internal/agent/claude"
 	"github.com/agentscm/agentscm/internal/agent/codex"
 	"github.com/agentscm/agentscm/internal/agent/gemini"
+	"github.com/agentscm/agentscm/internal/agent/hookfile"
 	"github.com/agentscm/agentscm/internal/event"
 )
 
@@ -21,10 +23,10 @@ type Adapter interface {
 	// Name is the agent name in event records (claude-code, codex).
 	Name() string
 	// Decode validates one bounded hook payload and normalises it.
-	Decode(b []byte) (*claude.Payload, error)
+	Decode(b []byte) (*agent.Payload, error)
 	// Map turns a decoded payload into the record to retain (ok=false:
 	// not captured).
-	Map(p *claude.Payload, mode string, now time.Time) (*event.Record, bool, error)
+	Map(p *agent.Payload, mode string, now time.Time) (*event.Record, bool, error)
 	// HookFile is the checkout-relative file the hooks are installed in.
 	HookFile() string
 	// CaptureEvents and ChangelogEvents are the host events each hook takes.
@@ -43,25 +45,25 @@ type Adapter interface {
 // Claude is the Claude Code adapter.
 type Claude struct{}
 
-func (Claude) Name() string                             { return claude.AgentName }
-func (Claude) Decode(b []byte) (*claude.Payload, error) { return claude.DecodePayload(b) }
-func (Claude) Map(p *claude.Payload, mode string, now time.Time) (*event.Record, bool, error) {
+func (Claude) Name() string                            { return claude.AgentName }
+func (Claude) Decode(b []byte) (*agent.Payload, error) { return agent.DecodePayload(b) }
+func (Claude) Map(p *agent.Payload, mode string, now time.Time) (*event.Record, bool, error) {
 	return claude.Map(p, mode, now)
 }
 func (Claude) HookFile() string                     { return ".claude/settings.local.json" }
-func (Claude) CaptureEvents() []string              { return claude.HookEvents[:] }
+func (Claude) CaptureEvents() []string              { return hookfile.HookEvents[:] }
 func (Claude) ChangelogEvents() []string            { return nil } // changelog.HookEvents
-func (Claude) CaptureSubcommand() string            { return claude.HookSubcommand }
-func (Claude) ChangelogSubcommand() string          { return claude.ChangelogSubcommand }
+func (Claude) CaptureSubcommand() string            { return hookfile.HookSubcommand }
+func (Claude) ChangelogSubcommand() string          { return hookfile.ChangelogSubcommand }
 func (Claude) Capabilities() capability.Declaration { return claude.Capabilities() }
 func (Claude) BlockPrompt(reason string) []byte     { return claude.BlockPrompt(reason) }
 
 // Codex is the Codex CLI adapter.
 type Codex struct{}
 
-func (Codex) Name() string                             { return codex.AgentName }
-func (Codex) Decode(b []byte) (*claude.Payload, error) { return codex.Decode(b) }
-func (Codex) Map(p *claude.Payload, mode string, now time.Time) (*event.Record, bool, error) {
+func (Codex) Name() string                            { return codex.AgentName }
+func (Codex) Decode(b []byte) (*agent.Payload, error) { return codex.Decode(b) }
+func (Codex) Map(p *agent.Payload, mode string, now time.Time) (*event.Record, bool, error) {
 	return codex.Map(p, mode, now)
 }
 func (Codex) HookFile() string                     { return codex.HookFile }
@@ -78,10 +80,10 @@ func (Codex) BlockPrompt(reason string) []byte     { return codex.BlockPrompt(re
 type Gemini struct{ OrderDir string }
 
 func (Gemini) Name() string { return gemini.AgentName }
-func (g Gemini) Decode(b []byte) (*claude.Payload, error) {
+func (g Gemini) Decode(b []byte) (*agent.Payload, error) {
 	return gemini.Orderer{Dir: g.OrderDir}.Decode(b)
 }
-func (Gemini) Map(p *claude.Payload, mode string, now time.Time) (*event.Record, bool, error) {
+func (Gemini) Map(p *agent.Payload, mode string, now time.Time) (*event.Record, bool, error) {
 	return gemini.Map(p, mode, now)
 }
 func (Gemini) HookFile() string                     { return gemini.HookFile }
@@ -98,7 +100,7 @@ func HookTimeout(a Adapter) int {
 	if a.Name() == gemini.AgentName {
 		return gemini.HookTimeoutMillis
 	}
-	return claude.HookTimeoutSeconds
+	return hookfile.HookTimeoutSeconds
 }
 
 // Names lists the supported agents.
