@@ -11,7 +11,6 @@ import (
 
 	"github.com/agentscm/agentscm/internal/agent"
 	"github.com/agentscm/agentscm/internal/agent/adapter"
-	"github.com/agentscm/agentscm/internal/agent/claude"
 	"github.com/agentscm/agentscm/internal/agent/codex"
 	"github.com/agentscm/agentscm/internal/agent/gemini"
 	"github.com/agentscm/agentscm/internal/agent/hookfile"
@@ -35,12 +34,12 @@ func detectAgent(env *Env, root string) string {
 	}
 	pick := func(base string) string {
 		found := ""
-		for _, a := range []struct{ dir, name string }{{".claude", claude.AgentName}, {".codex", codex.AgentName}, {".gemini", gemini.AgentName}} {
-			if exists(filepath.Join(base, a.dir)) {
+		for _, a := range adapter.All() {
+			if exists(filepath.Join(base, a.ConfigDir())) {
 				if found != "" {
 					return "" // several: no detection
 				}
-				found = a.name
+				found = a.Name()
 			}
 		}
 		return found
@@ -53,7 +52,7 @@ func detectAgent(env *Env, root string) string {
 			return a
 		}
 	}
-	return claude.AgentName
+	return adapter.All()[0].Name()
 }
 
 // resolveAgent validates --agent (empty: detection) and returns the adapter.
@@ -146,7 +145,7 @@ func runChangelogHookGemini(ctx context.Context, env *Env) int {
 		if err != nil {
 			return nil, err
 		}
-		return gemini.Orderer{Dir: filepath.Join(cfg, "agent-state", "gemini-changelog")}.Decode(b)
+		return adapter.Gemini{}.WithState(cfg, "changelog").Decode(b)
 	})
 }
 

@@ -13,7 +13,6 @@ import (
 	"text/tabwriter"
 
 	"github.com/agentscm/agentscm/internal/agent/adapter"
-	"github.com/agentscm/agentscm/internal/agent/claude"
 	"github.com/agentscm/agentscm/internal/agent/codex"
 	"github.com/agentscm/agentscm/internal/agent/hookfile"
 	"github.com/agentscm/agentscm/internal/binding"
@@ -565,7 +564,7 @@ directory, everything git ignores) are never deleted or changed.`)
 	if *fromHub && *resume && *agent != "" {
 		if a, err := adapter.For(*agent); err != nil {
 			return usagef("--agent: %v", err)
-		} else if a.Name() != claude.AgentName {
+		} else if !a.ChangelogTranscript() {
 			return usagef("--from-hub --resume-conversation resumes Claude Code conversations only: the %s session file is not part of the uploaded increments (rewind on the machine that ran the session instead)", a.Name())
 		}
 	}
@@ -595,7 +594,7 @@ directory, everything git ignores) are never deleted or changed.`)
 	if err != nil {
 		return err
 	}
-	isCodex := ad.Name() != claude.AgentName // Codex or Gemini: their own session files
+	isCodex := !ad.ChangelogTranscript() // Codex or Gemini: their own session files
 	if *resume && !isCodex && !filepath.IsAbs(home) {
 		return usagef("--resume-conversation needs an absolute HOME (where Claude Code keeps transcripts)")
 	}

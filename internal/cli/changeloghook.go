@@ -10,10 +10,6 @@ import (
 	"strings"
 
 	"github.com/agentscm/agentscm/internal/agent/adapter"
-	"github.com/agentscm/agentscm/internal/agent/claude"
-	"github.com/agentscm/agentscm/internal/agent/codex"
-	"github.com/agentscm/agentscm/internal/agent/gemini"
-	"github.com/agentscm/agentscm/internal/agent/hookfile"
 	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/changelog"
@@ -117,13 +113,12 @@ writes are mixed in.`)
 	if err != nil {
 		return err
 	}
-	events := changelog.HookEvents
-	if ad.Name() != claude.AgentName {
+	events := ad.ChangelogEvents()
+	if !ad.ChangelogTranscript() {
 		rf.transcript = transcriptOff
-		events = ad.ChangelogEvents()
-		if !settingsSet(fs) {
-			*settings = ad.HookFile()
-		}
+	}
+	if !settingsSet(fs) {
+		*settings = ad.HookFile()
 	}
 	if !filepath.IsAbs(env.Executable) {
 		return fmt.Errorf("cannot install hooks: agentscm executable path %q is not absolute", env.Executable)
@@ -147,17 +142,9 @@ writes are mixed in.`)
 	}
 	root := c.Roots()[0].Path
 	path := filepath.Join(root, filepath.FromSlash(*settings))
-	var changed bool
-	if ad.Name() == claude.AgentName {
-		// One entry per event: where the capture is on too, the entry runs
-		// both (an install with two entries there is upgraded).
-		cur, _, perr := hookfile.InstalledParts(path)
-		if err = perr; err == nil {
-			changed, err = hookfile.InstallParts(path, hookfile.HookExecutable(env.Executable), hookfile.Parts{Capture: cur.Capture, Changelog: true})
-		}
-	} else {
-		changed, err = hookfile.InstallHooksWith(path, hookfile.CommandFor(env.Executable, ad.ChangelogSubcommand()), events, adapter.HookTimeout(ad))
-	}
+	// Claude Code: one entry per event, running both parts where the
+	// capture is on too (an install with two entries there is upgraded).
+	changed, err := ad.InstallHooks(path, env.Executable, adapter.PartChangelog)
 	if err != nil {
 		return fmt.Errorf("install changelog hooks: %w", err)
 	}
@@ -178,11 +165,8 @@ writes are mixed in.`)
 		return writeJSON(env.Stdout, out)
 	}
 	fmt.Fprintf(env.Stdout, "changelog enabled for %s (%s)\n  increments: %s\n  hooks:      %s (%d events)\n", root, ad.Name(), c.Dir(), path, len(events))
-	switch ad.Name() {
-	case codex.AgentName:
-		fmt.Fprintf(env.Stdout, "  note:       %s\n", codex.TrustNote(root))
-	case gemini.AgentName:
-		fmt.Fprintf(env.Stdout, "  note:       %s\n", gemini.TrustNote(root))
+	if note := ad.TrustNote(root); note != "" {
+		fmt.Fprintf(env.Stdout, "  note:       %s\n", note)
 	}
 	for _, r := range c.Roots()[1:] {
 		fmt.Fprintf(env.Stdout, "  extra root: %s=%s\n", r.Name, r.Path)
@@ -278,7 +262,7 @@ with exit status 5 while a turn runs.`)
 	if err != nil {
 		return usagef("--agent: %v", err)
 	}
-	if ad.Name() != claude.AgentName && !settingsSet(fs) {
+	if !settingsSet(fs) {
 		*settings = ad.HookFile()
 	}
 	c, err := openChangelog(env, &rf, false)
@@ -295,16 +279,8 @@ with exit status 5 while a turn runs.`)
 	if _, err := os.Stat(path); err != nil {
 		return fmt.Errorf("no Claude settings file at %s", path)
 	}
-	var removed bool
-	if ad.Name() == claude.AgentName {
-		// The capture keeps its part of the one entry per event.
-		cur, _, perr := hookfile.InstalledParts(path)
-		if err = perr; err == nil && cur.Changelog {
-			removed, err = hookfile.InstallParts(path, "", hookfile.Parts{Capture: cur.Capture})
-		}
-	} else {
-		removed, err = hookfile.RemoveHooksFor(path, ad.ChangelogSubcommand())
-	}
+	// The capture keeps its part of Claude Code's one entry per event.
+	removed, err := ad.RemoveHooks(path, adapter.PartChangelog)
 	if err != nil {
 		return err
 	}
