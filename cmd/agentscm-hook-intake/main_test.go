@@ -525,7 +525,7 @@ func TestIntakeHookRetainsDirtySource(t *testing.T) {
 		t.Errorf("%d staged files left after admission", len(names))
 	}
 
-	text := f.agentscm(t, "change-capture", "show", "--root", f.root, "--work-id", work)
+	text := f.agentscm(t, "change-capture", "show", "--root", f.root, "--work-id", work, "--verbose")
 	if !strings.Contains(text, "kept in the private spool") || strings.Contains(text, source.OmissionNotRetained) {
 		t.Errorf("show does not say the bytes are kept:\n%s", text)
 	}
@@ -626,8 +626,66 @@ func TestIntakeHookBlobRefusedByLimit(t *testing.T) {
 	if names, _ := os.ReadDir(filepath.Join(f.spool, "intake-blobs")); len(names) != 0 {
 		t.Errorf("%d staged files after a refusal", len(names))
 	}
-	text := f.agentscm(t, "change-capture", "show", "--root", f.root, "--work-id", work)
+	text := f.agentscm(t, "change-capture", "show", "--root", f.root, "--work-id", work, "--verbose")
 	if !strings.Contains(text, "capture stopped: spool_refused") || strings.Contains(text, "kept in the private spool") {
 		t.Errorf("show does not name the refusal:\n%s", text)
+	}
+}
+
+// TestSiblingOfAnotherBuild: an intake hook whose agentscm-hook is of
+// another build says so in its one warning line on SessionStart, still
+// exits 0 with nothing on stdout, and still captures the event; with
+// binaries of one build it says nothing.
+func TestSiblingOfAnotherBuild(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binaries")
+	}
+	bin := build(t)
+	f := newFixture(t, bin)
+	intake := filepath.Join(bin, "agentscm-hook-intake")
+	start := func(session string) string {
+		t.Helper()
+		cmd := exec.Command(intake, "change-capture", "hook-claude")
+		cmd.Env = f.env()
+		cmd.Stdin = strings.NewReader(`{"session_id":"` + session + `","cwd":"` + f.root + `","hook_event_name":"SessionStart","source":"startup"}`)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Run(); err != nil || out.Len() > 0 {
+			t.Fatalf("hook: %v, stdout %q, stderr %q", err, out.String(), errb.String())
+		}
+		return errb.String()
+	}
+	if w := start("same-build"); w != "" {
+		t.Fatalf("binaries of one build: the hook warned %q", w)
+	}
+	f.waitDeliverer(t)
+	other := exec.Command("go", "build", "-ldflags", "-X github.com/agentscm/agentscm/internal/buildinfo.Stamp=other-build",
+		"-o", filepath.Join(bin, "agentscm-hook"), "github.com/agentscm/agentscm/cmd/agentscm-hook")
+	other.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := other.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	w := start("other-build")
+	if strings.Count(w, "\n") != 1 || !strings.HasPrefix(w, "agentscm: warning: ") ||
+		!strings.Contains(w, filepath.Join(bin, "agentscm-hook")+" is another build (") || !strings.Contains(w, "build other-build") {
+		t.Fatalf("stderr = %q, want one warning line naming the other build", w)
+	}
+	f.waitDeliverer(t)
+	sp, err := spool.OpenReadOnly(f.spool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err := sp.Events()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range evs {
+		if e.SessionID == "other-build" {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d events of the session retained, want its SessionStart", n)
 	}
 }

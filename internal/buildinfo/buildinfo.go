@@ -58,3 +58,15 @@ func versionOf(prog, stamp string, bi *debug.BuildInfo) string {
 	}
 	return b.String()
 }
+
+// BuildOf is the build a --version line names: the line without its
+// program name, so that two binaries of one build (one install, or one
+// go build of one tree) give the same string.
+func BuildOf(versionLine string) string {
+	line := strings.TrimSpace(versionLine)
+	if i := strings.IndexByte(line, '\n'); i >= 0 {
+		line = line[:i]
+	}
+	_, rest, _ := strings.Cut(line, " ")
+	return strings.TrimSpace(rest)
+}

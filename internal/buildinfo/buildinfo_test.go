@@ -26,3 +26,18 @@ func TestVersion(t *testing.T) {
 		}
 	}
 }
+
+func TestBuildOf(t *testing.T) {
+	for _, tc := range []struct {
+		a, b string
+		same bool
+	}{
+		{"agentscm v0.3.0 build s1 go1.26.8", "agentscm-hook v0.3.0 build s1 go1.26.8\n", true},
+		{"agentscm v0.3.0 build s1 go1.26.8", "agentscm-hook v0.3.0 build s2 go1.26.8", false},
+		{"agentscm (devel) commit abc go1.26.8", "agentscm-hook-intake (devel) commit abd go1.26.8", false},
+	} {
+		if got := BuildOf(tc.a) == BuildOf(tc.b); got != tc.same {
+			t.Errorf("BuildOf(%q) == BuildOf(%q): %v, want %v", tc.a, tc.b, got, tc.same)
+		}
+	}
+}

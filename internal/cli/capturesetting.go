@@ -119,25 +119,34 @@ this checkout".`)
 // connectLocalIfMissing connects root to the embedded local Hub, as
 // 'client setup --local' does, unless it already has a connection.
 func connectLocalIfMissing(ctx context.Context, env *Env, dir, rootFlag string) error {
+	c, created, err := connectLocal(ctx, env, dir, rootFlag)
+	if err == nil && created {
+		fmt.Fprintf(env.Stdout, "connected %s to the local Hub (repository %s, worktree %s)\n", c.Root, c.Repository, c.WorktreeID)
+	}
+	return err
+}
+
+// connectLocal returns root's client connection, first connecting root to
+// the embedded local Hub when it has none (created).
+func connectLocal(ctx context.Context, env *Env, dir, rootFlag string) (connections.Connection, bool, error) {
 	root, err := binding.CanonicalRoot(rootFlag)
 	if err != nil {
-		return err
+		return connections.Connection{}, false, err
 	}
-	if _, err := connections.Lookup(dir, root); err == nil {
-		return nil
+	if c, err := connections.Lookup(dir, root); err == nil {
+		return c, false, nil
 	} else if !errors.Is(err, connections.ErrNoConnection) {
-		return err
+		return connections.Connection{}, false, err
 	}
 	name := repositoryName(ctx, root)
 	if !api.ValidName(name) {
-		return fmt.Errorf("cannot name a repository after %q; run agentscm client setup --root %s --local --repository NAME", name, root)
+		return connections.Connection{}, false, fmt.Errorf("cannot name a repository after %q; run agentscm client setup --root %s --local --repository NAME", name, root)
 	}
 	c, _, err := client.SetupLocal(ctx, dir, root, name, env.Now())
 	if err != nil {
-		return err
+		return connections.Connection{}, false, err
 	}
-	fmt.Fprintf(env.Stdout, "connected %s to the local Hub (repository %s, worktree %s)\n", c.Root, c.Repository, c.WorktreeID)
-	return nil
+	return c, true, nil
 }
 
 func runSetMode(ctx context.Context, env *Env, args []string) error {

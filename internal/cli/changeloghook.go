@@ -109,66 +109,24 @@ writes are mixed in.`)
 	if *noTranscript {
 		rf.transcript = transcriptOff
 	}
-	ad, err := resolveAgent(env, *agent, rf.root)
-	if err != nil {
-		return err
-	}
-	events := ad.ChangelogEvents()
-	if !ad.ChangelogTranscript() {
-		rf.transcript = transcriptOff
-	}
-	if !settingsSet(fs) {
-		*settings = ad.HookFile()
-	}
-	if !filepath.IsAbs(env.Executable) {
-		return fmt.Errorf("cannot install hooks: agentscm executable path %q is not absolute", env.Executable)
-	}
-	if err := rf.saveLocation(env); err != nil {
-		return err
-	}
-	c, err := openChangelog(env, &rf, true)
-	if err != nil {
-		return err
-	}
-	g, err := holdTurns(env, c.Dir())
-	if err != nil {
-		return err
-	}
-	defer g.Release()
+	o := changelogEnableOptions{rf: &rf, settings: *settings, settingsSet: settingsSet(fs), agent: *agent}
 	if flagSet(fs, "parallel-sessions") {
-		if err := changelog.SetParallelSessions(c.Dir(), *parallel); err != nil {
-			return err
-		}
+		o.parallel = parallel
 	}
-	root := c.Roots()[0].Path
-	path := filepath.Join(root, filepath.FromSlash(*settings))
-	// Claude Code: one entry per event, running both parts where the
-	// capture is on too (an install with two entries there is upgraded).
-	changed, err := ad.InstallHooks(path, env.Executable, adapter.PartChangelog)
-	if err != nil {
-		return fmt.Errorf("install changelog hooks: %w", err)
-	}
-	// The first capture stores every path (so the sequence replays onto an
-	// empty directory); the baseline, taken once the hooks are installed,
-	// lets it still say what the first call changed.
-	if err := c.RecordBaseline(ctx); err != nil {
-		return fmt.Errorf("record the changelog's baseline: %w", err)
-	}
-	cfg, err := binding.ConfigDir(env.Getenv)
+	res, err := enableChangelog(ctx, env, o)
 	if err != nil {
 		return err
 	}
-	up := uploadPlanFor(cfg, root, c.Roots())
-	parallelOn := changelog.ParallelSessions(c.Dir())
-	out := map[string]any{"root": root, "dir": c.Dir(), "agent": ad.Name(), "claude_settings": path, "hook_events": events, "settings_changed": changed, "roots": c.Roots(), "upload": up, "parallel_sessions": parallelOn}
+	root, path, events, up, parallelOn := res.Root, res.Settings, res.Events, res.Upload, res.Parallel
+	out := map[string]any{"root": root, "dir": res.Dir, "agent": res.Agent, "claude_settings": path, "hook_events": events, "settings_changed": res.Changed, "roots": res.Roots, "upload": up, "parallel_sessions": parallelOn}
 	if *format == "json" {
 		return writeJSON(env.Stdout, out)
 	}
-	fmt.Fprintf(env.Stdout, "changelog enabled for %s (%s)\n  increments: %s\n  hooks:      %s (%d events)\n", root, ad.Name(), c.Dir(), path, len(events))
-	if note := ad.TrustNote(root); note != "" {
+	fmt.Fprintf(env.Stdout, "changelog enabled for %s (%s)\n  increments: %s\n  hooks:      %s (%d events)\n", root, res.Agent, res.Dir, path, len(events))
+	if note := res.TrustNote; note != "" {
 		fmt.Fprintf(env.Stdout, "  note:       %s\n", note)
 	}
-	for _, r := range c.Roots()[1:] {
+	for _, r := range res.Roots[1:] {
 		fmt.Fprintf(env.Stdout, "  extra root: %s=%s\n", r.Name, r.Path)
 	}
 	if parallelOn {
@@ -178,6 +136,95 @@ writes are mixed in.`)
 	}
 	fmt.Fprintln(env.Stdout, up.describe())
 	return nil
+}
+
+// changelogEnableOptions are changelog enable's choices: the roots, the
+// settings file (settingsSet: given rather than the agent's default), the
+// agent ("" detects it) and the parallel-sessions setting (nil keeps it).
+type changelogEnableOptions struct {
+	rf          *rootFlags
+	settings    string
+	settingsSet bool
+	agent       string
+	parallel    *bool
+}
+
+// changelogEnableResult is what enableChangelog did.
+type changelogEnableResult struct {
+	Root     string           `json:"root"`
+	Dir      string           `json:"dir"`
+	Agent    string           `json:"agent"`
+	Settings string           `json:"claude_settings"`
+	Events   []string         `json:"hook_events"`
+	Changed  bool             `json:"settings_changed"`
+	Roots    []changelog.Root `json:"roots"`
+	Upload   uploadPlan       `json:"upload"`
+	Parallel bool             `json:"parallel_sessions"`
+	// TrustNote is what the host needs before it runs the hooks (text
+	// output only).
+	TrustNote string `json:"-"`
+}
+
+// enableChangelog is changelog enable's domain step (also agentscm
+// enable's): it records the roots, installs the marked hooks of the agent,
+// records the baseline; refused with exit status 5 while a turn runs.
+func enableChangelog(ctx context.Context, env *Env, o changelogEnableOptions) (*changelogEnableResult, error) {
+	rf := o.rf
+	ad, err := resolveAgent(env, o.agent, rf.root)
+	if err != nil {
+		return nil, err
+	}
+	settings := o.settings
+	if settings == "" {
+		settings = binding.DefaultClaudeSettings
+	}
+	events := ad.ChangelogEvents()
+	if !ad.ChangelogTranscript() {
+		rf.transcript = transcriptOff
+	}
+	if !o.settingsSet {
+		settings = ad.HookFile()
+	}
+	if !filepath.IsAbs(env.Executable) {
+		return nil, fmt.Errorf("cannot install hooks: agentscm executable path %q is not absolute", env.Executable)
+	}
+	if err := rf.saveLocation(env); err != nil {
+		return nil, err
+	}
+	c, err := openChangelog(env, rf, true)
+	if err != nil {
+		return nil, err
+	}
+	g, err := holdTurns(env, c.Dir())
+	if err != nil {
+		return nil, err
+	}
+	defer g.Release()
+	if o.parallel != nil {
+		if err := changelog.SetParallelSessions(c.Dir(), *o.parallel); err != nil {
+			return nil, err
+		}
+	}
+	root := c.Roots()[0].Path
+	path := filepath.Join(root, filepath.FromSlash(settings))
+	// Claude Code: one entry per event, running both parts where the
+	// capture is on too (an install with two entries there is upgraded).
+	changed, err := ad.InstallHooks(path, env.Executable, adapter.PartChangelog)
+	if err != nil {
+		return nil, fmt.Errorf("install changelog hooks: %w", err)
+	}
+	// The first capture stores every path (so the sequence replays onto an
+	// empty directory); the baseline, taken once the hooks are installed,
+	// lets it still say what the first call changed.
+	if err := c.RecordBaseline(ctx); err != nil {
+		return nil, fmt.Errorf("record the changelog's baseline: %w", err)
+	}
+	cfg, err := binding.ConfigDir(env.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	return &changelogEnableResult{Root: root, Dir: c.Dir(), Agent: ad.Name(), Settings: path, Events: events, Changed: changed,
+		Roots: c.Roots(), Upload: uploadPlanFor(cfg, root, c.Roots()), Parallel: changelog.ParallelSessions(c.Dir()), TrustNote: ad.TrustNote(root)}, nil
 }
 
 // uploadPlan is what changelog enable says leaves the machine, and where.
@@ -258,38 +305,60 @@ with exit status 5 while a turn runs.`)
 	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
 	}
-	ad, err := adapter.For(*agent)
-	if err != nil {
-		return usagef("--agent: %v", err)
-	}
-	if !settingsSet(fs) {
-		*settings = ad.HookFile()
-	}
-	c, err := openChangelog(env, &rf, false)
+	res, err := disableChangelog(env, &rf, *settings, settingsSet(fs), *agent)
 	if err != nil {
 		return err
+	}
+	if !res.Removed {
+		fmt.Fprintf(env.Stdout, "no changelog hooks in %s; nothing changed\n", res.Settings)
+		return nil
+	}
+	fmt.Fprintf(env.Stdout, "changelog hooks removed from %s (increments kept in %s)\n", res.Settings, res.Dir)
+	return nil
+}
+
+// changelogDisableResult is what disableChangelog did.
+type changelogDisableResult struct {
+	Settings string `json:"claude_settings"`
+	Dir      string `json:"dir"`
+	Removed  bool   `json:"hooks_removed"`
+}
+
+// disableChangelog is changelog disable's domain step (also agentscm
+// disable's): it removes only the changelog's part of the marked hooks of
+// the agent ("" is Claude Code) from the settings file; the increments are
+// kept. Refused with exit status 5 while a turn runs.
+func disableChangelog(env *Env, rf *rootFlags, settings string, settingsGiven bool, agent string) (*changelogDisableResult, error) {
+	ad, err := adapter.For(agent)
+	if err != nil {
+		return nil, usagef("--agent: %v", err)
+	}
+	if settings == "" {
+		settings = binding.DefaultClaudeSettings
+	}
+	if !settingsGiven {
+		settings = ad.HookFile()
+	}
+	c, err := openChangelog(env, rf, false)
+	if err != nil {
+		return nil, err
 	}
 	g, err := holdTurns(env, c.Dir())
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer g.Release()
 	root := c.Roots()[0].Path
-	path := filepath.Join(root, filepath.FromSlash(*settings))
+	path := filepath.Join(root, filepath.FromSlash(settings))
 	if _, err := os.Stat(path); err != nil {
-		return fmt.Errorf("no Claude settings file at %s", path)
+		return nil, fmt.Errorf("no Claude settings file at %s", path)
 	}
 	// The capture keeps its part of Claude Code's one entry per event.
 	removed, err := ad.RemoveHooks(path, adapter.PartChangelog)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if !removed {
-		fmt.Fprintf(env.Stdout, "no changelog hooks in %s; nothing changed\n", path)
-		return nil
-	}
-	fmt.Fprintf(env.Stdout, "changelog hooks removed from %s (increments kept in %s)\n", path, c.Dir())
-	return nil
+	return &changelogDisableResult{Settings: path, Dir: c.Dir(), Removed: removed}, nil
 }
 
 // rewindCommand is the friendly name of changelog apply.

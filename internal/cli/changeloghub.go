@@ -1,19 +1,18 @@
 package cli
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/changelog"
+	"github.com/agentscm/agentscm/internal/changelog/hubapply"
 	"github.com/agentscm/agentscm/internal/changelog/hubremote"
 	"github.com/agentscm/agentscm/internal/changelog/incmeta"
 	"github.com/agentscm/agentscm/internal/client"
@@ -21,32 +20,6 @@ import (
 	"github.com/agentscm/agentscm/internal/fsutil"
 	"github.com/agentscm/agentscm/internal/hub/api"
 )
-
-// pickSequence returns the increments of one worktree's sequence in a
-// Work's listing: the one named, else the only one.
-func pickSequence(list api.IncrementList, worktree string) ([]api.IncrementInfo, error) {
-	var names []string
-	by := map[string][]api.IncrementInfo{}
-	for _, in := range list.Increments {
-		if _, ok := by[in.WorktreeID]; !ok {
-			names = append(names, in.WorktreeID)
-		}
-		by[in.WorktreeID] = append(by[in.WorktreeID], in)
-	}
-	switch {
-	case worktree != "":
-		return by[worktree], nil
-	case len(names) > 1:
-		var desc []string
-		for _, n := range names {
-			desc = append(desc, fmt.Sprintf("%s (positions %d..%d)", n, by[n][0].Position, by[n][len(by[n])-1].Position))
-		}
-		return nil, usagef("work %s holds the changelogs of %d checkouts: %s; pass --worktree ID", list.WorkID, len(names), strings.Join(desc, ", "))
-	case len(names) == 1:
-		return by[names[0]], nil
-	}
-	return nil, nil
-}
 
 // hubApply is changelog apply --from-hub's request.
 type hubApply struct {
@@ -120,6 +93,7 @@ func runChangelogListFromHub(ctx context.Context, env *Env, root, work, format s
 // runChangelogApplyFromHub downloads a Work's increments 0..to, verifies
 // each against its digest and applies them: onto a root with a changelog
 // through ApplyFiles (undoable), onto an empty root by replaying them.
+// hubapply plans and fetches; this applies, resumes and prints.
 func runChangelogApplyFromHub(ctx context.Context, env *Env, rf *rootFlags, req hubApply) error {
 	if !filepath.IsAbs(rf.root) {
 		return usagef("--root %q is not an absolute path", rf.root)
@@ -152,33 +126,13 @@ func runChangelogApplyFromHub(ctx context.Context, env *Env, rf *rootFlags, req 
 	if err != nil {
 		return err
 	}
-	seq, err := pickSequence(list, req.worktree)
+	plan, err := hubapply.PlanApply(list, hubapply.Request{Work: work, Worktree: req.worktree, To: req.to, Root: root})
+	var amb *hubapply.AmbiguousWorktreeError
+	if errors.As(err, &amb) {
+		return usagef("%s", amb.Error())
+	}
 	if err != nil {
 		return err
-	}
-	var want []api.IncrementInfo
-	var carrier *api.IncrementInfo // the increment that carries a merged target
-	for i, in := range seq {
-		if in.Position <= req.to {
-			want = append(want, in)
-		} else if carrier == nil {
-			carrier = &seq[i]
-		}
-	}
-	if len(want) == 0 || want[len(want)-1].Position != req.to {
-		have := "none"
-		if n := len(seq); n > 0 {
-			have = fmt.Sprintf("positions %d..%d", seq[0].Position, seq[n-1].Position)
-		}
-		if carrier != nil && (len(want) == 0 || want[len(want)-1].Position < req.to) {
-			prev := -1
-			if len(want) > 0 {
-				prev = want[len(want)-1].Position
-			}
-			return fmt.Errorf("%w: position %d has no increment of its own on the Hub: work %s's increment %d carries positions %d..%d (the Hub refused them; agentscm changelog list --root %s says why); apply --to %d, or --to %d locally",
-				changelog.ErrNoIncrement, req.to, work, carrier.Position, prev+1, carrier.Position, root, carrier.Position, req.to)
-		}
-		return fmt.Errorf("%w: work %s on the Hub holds %s, not all of 0..%d", changelog.ErrNoIncrement, work, have, req.to)
 	}
 	cfg, err := binding.ConfigDir(env.Getenv)
 	if err != nil {
@@ -192,246 +146,206 @@ func runChangelogApplyFromHub(ctx context.Context, env *Env, rf *rootFlags, req 
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	var paths []string
-	var positions []int
-	var total int64
-	for _, in := range want {
-		b, err := conn.GetIncrement(hctx, work, in)
-		if err != nil {
-			return fmt.Errorf("download increment %d of work %s: %w", in.Position, work, err)
-		}
-		p := filepath.Join(tmp, changelog.IncrementName(in.Position))
-		if err := fsutil.WriteNew(p, b, fsutil.FileMode); err != nil {
-			return err
-		}
-		paths = append(paths, p)
-		positions = append(positions, in.Position)
-		total += int64(len(b))
-	}
-	// Positions the Hub merged into a later increment leave holes: each
-	// increment must carry the positions since the previous one.
-	var metas []*incmeta.Meta
-	for i, p := range paths {
-		m, err := changelog.ReadMeta(p)
-		if err != nil {
-			return archiveExit(fmt.Errorf("increment %d of work %s: %w", positions[i], work, err))
-		}
-		metas = append(metas, m)
-	}
-	if err := changelog.CheckChain(metas); err != nil {
-		return archiveExit(fmt.Errorf("work %s on the Hub: %w", work, err))
-	}
-	target, err := changelog.ReadMeta(paths[len(paths)-1])
+	f, err := hubapply.Fetch(hctx, conn, plan, tmp)
 	if err != nil {
-		return archiveExit(fmt.Errorf("increment %d of work %s: %w", req.to, work, err))
+		return archiveExit(err)
 	}
-	// The roots of every increment: an uploaded form leaves out a
-	// conversation root it shares nothing of, so the target's alone may
-	// lack one that earlier increments hold.
-	union := &incmeta.Meta{}
-	seenRoot := map[string]bool{}
-	for _, p := range paths {
-		m, err := changelog.ReadMeta(p)
-		if err != nil {
-			return archiveExit(fmt.Errorf("increment %s of work %s: %w", filepath.Base(p), work, err))
-		}
-		for _, r := range m.Roots {
-			if !seenRoot[r.Name] {
-				seenRoot[r.Name] = true
-				union.Roots = append(union.Roots, r)
-			}
-		}
+	out := map[string]any{"to": req.to, "work_id": work, "applied": len(f.Paths), "downloaded_bytes": f.Bytes}
+	if len(f.Merged) > 0 {
+		out["merged"] = f.Merged
 	}
-	roots, err := hubApplyRoots(root, home, union, rf.extra)
-	if err != nil {
+	h := &hubApplied{env: env, rf: rf, req: req, root: root, home: home, cfg: cfg, out: out, partial: func() error { return nil }}
+	defer func() {
+		if h.gate != nil {
+			h.gate.Release() // held until the conversation is resumed too
+		}
+	}()
+	if done, err := h.apply(ctx, plan, f); done || err != nil {
 		return err
+	}
+	if err := h.resume(hctx, conn, plan, f); err != nil {
+		return err
+	}
+	return h.print(plan, f)
+}
+
+// hubApplied is an apply from the Hub once its increments are fetched:
+// what it printed, and the exit status it ends with.
+type hubApplied struct {
+	env        *Env
+	rf         *rootFlags
+	req        hubApply
+	root, home string
+	cfg        string
+	out        map[string]any
+	// partial is the exit when the apply could not restore everything (8).
+	partial    func() error
+	gate       *changelog.TurnGate // held while the workspace changes
+	convNote   string
+	resultNote string
+	resumed    *changelog.Resumed
+}
+
+// apply applies the fetched chain onto the checkout's changelog, creating
+// one for an empty root. done is true when nothing is left to do (a dry
+// run, printed).
+func (h *hubApplied) apply(ctx context.Context, plan *hubapply.Plan, f *hubapply.Fetched) (done bool, err error) {
+	env, rf, req, root := h.env, h.rf, h.req, h.root
+	roots, err := hubApplyRoots(root, h.home, f.Roots, rf.extra)
+	if err != nil {
+		return false, err
 	}
 	after, err := dropRestoredHooks(root)
 	if err != nil {
-		return err
+		return false, err
 	}
-	dir := changelog.DirFor(cfg, root)
+	dir := changelog.DirFor(h.cfg, root)
 	if rf.dir != "" {
 		dir = filepath.Clean(rf.dir)
 	}
-	out := map[string]any{"to": req.to, "work_id": work, "applied": len(paths), "downloaded_bytes": total}
-	var merged []incmeta.Merged
-	for _, m := range metas {
-		merged = append(merged, m.Merged...)
-	}
-	if len(merged) > 0 {
-		out["merged"] = merged
-	}
 	stored, err := changelog.LoadRoots(dir)
-	partial := func() error { return nil } // exit 8 when the apply could not restore everything
 	if errors.Is(err, fs.ErrNotExist) {
-		// No changelog: nothing could undo an apply over files, so only
-		// an empty root, which gets a changelog of its own: the apply is
-		// then its pre-apply (the empty root) and its result, so it can
-		// be undone and a second apply into the directory works too.
-		ents, err := os.ReadDir(root)
-		if err != nil {
-			return err
+		if stored, err = h.newChangelog(dir, roots); err != nil {
+			return false, err
 		}
-		if len(ents) > 0 {
-			return fmt.Errorf("%s is not empty and has no changelog to undo the apply with; use an empty directory, or run agentscm changelog enable --root %s first", root, root)
-		}
-		if req.dryRun {
-			return usagef("--dry-run with --from-hub needs a checkout with a changelog (agentscm changelog enable --root %s); onto the empty %s the apply only creates paths", root, root)
-		}
-		if err := rf.saveLocation(env); err != nil { // --dir: where the hooks and later commands find it
-			return err
-		}
-		c, err := changelog.Open(dir, changelog.Options{Roots: roots, Exclude: []string{cfg}})
-		if err != nil {
-			return err
-		}
-		if err := c.SaveRoots(); err != nil {
-			return err
-		}
-		stored = roots
 	} else if err != nil {
-		return err
+		return false, err
 	}
-	{ // a block of its own (c, res), kept as it was to keep the diff small
-		if stored[0].Path != root {
-			return fmt.Errorf("changelog %s belongs to %s, not %s", dir, stored[0].Path, root)
+	if stored[0].Path != root {
+		return false, fmt.Errorf("changelog %s belongs to %s, not %s", dir, stored[0].Path, root)
+	}
+	for _, r := range roots[1:] {
+		if !hasRoot(stored, r) {
+			return false, fmt.Errorf("the changelog of %s has no capture root %s=%s; the increments need it", root, r.Name, r.Path)
 		}
-		for _, r := range roots[1:] {
-			if !hasRoot(stored, r) {
-				return fmt.Errorf("the changelog of %s has no capture root %s=%s; the increments need it", root, r.Name, r.Path)
+	}
+	c, err := changelog.Open(dir, changelog.Options{Roots: stored, Exclude: []string{h.cfg}})
+	if err != nil {
+		return false, err
+	}
+	if !req.dryRun {
+		if h.gate, err = holdTurns(env, c.Dir()); err != nil {
+			return false, err
+		}
+	}
+	res, err := c.ApplyChain(ctx, f.Paths, f.Positions, changelog.ApplyRequest{To: req.to, AfterExtract: after, Force: req.force, DryRun: req.dryRun})
+	if err != nil {
+		return false, applyExit(env, stored, req.format, err)
+	}
+	warnMixed(env, res.Target)
+	if res.DryRun {
+		return true, printDryRun(env, stored, req.format, fmt.Sprintf("applying increments 0..%d of work %s", req.to, plan.Work), res)
+	}
+	warnForced(env, stored, res)
+	h.out["unrestorable"], h.out["partial"] = jsonUnrestorable(stored, res.Unrestorable), isPartial(res)
+	h.partial = func() error { return partialExit(env, stored, res) }
+	h.out["undo_position"] = res.PreApply.Position
+	h.out["result_position"] = res.Result.Position
+	return false, nil
+}
+
+// newChangelog creates the changelog of an empty root the apply goes onto.
+// With no changelog nothing could undo an apply over files, so only an
+// empty root gets one of its own: the apply is then its pre-apply (the
+// empty root) and its result, so it can be undone and a second apply into
+// the directory works too.
+func (h *hubApplied) newChangelog(dir string, roots []changelog.Root) ([]changelog.Root, error) {
+	root := h.root
+	ents, err := os.ReadDir(root)
+	if err != nil {
+		return nil, err
+	}
+	if len(ents) > 0 {
+		return nil, fmt.Errorf("%s is not empty and has no changelog to undo the apply with; use an empty directory, or run agentscm changelog enable --root %s first", root, root)
+	}
+	if h.req.dryRun {
+		return nil, usagef("--dry-run with --from-hub needs a checkout with a changelog (agentscm changelog enable --root %s); onto the empty %s the apply only creates paths", root, root)
+	}
+	if err := h.rf.saveLocation(h.env); err != nil { // --dir: where the hooks and later commands find it
+		return nil, err
+	}
+	c, err := changelog.Open(dir, changelog.Options{Roots: roots, Exclude: []string{h.cfg}})
+	if err != nil {
+		return nil, err
+	}
+	if err := c.SaveRoots(); err != nil {
+		return nil, err
+	}
+	return roots, nil
+}
+
+// resume binds the applied call's conversation to a new session when
+// --resume-conversation asks, reading the call's result from a later
+// increment when the rewound transcript lacks it.
+func (h *hubApplied) resume(ctx context.Context, g hubapply.Getter, plan *hubapply.Plan, f *hubapply.Fetched) error {
+	if !h.req.resume {
+		return nil
+	}
+	target, req := f.Target, h.req
+	if h.convNote = hubapply.ConversationNote(target); h.convNote != "" {
+		h.out["conversation_shared"] = false
+		h.out["conversation_note"] = h.convNote
+		return nil
+	}
+	h.out["conversation_shared"] = true
+	if target.Kind != changelog.KindCall || target.SessionID == "" {
+		return fmt.Errorf("applied position %d, but it is not a tool call of a session, so there is no conversation to resume", req.to)
+	}
+	tdir := changelog.ClaudeProjectDir(h.home, h.root)
+	var pre []byte
+	if target.ToolUseID != "" {
+		if disk, err := changelog.ReadTranscript(tdir, target.SessionID); err != nil || !changelog.TranscriptHoldsResult(disk, target.ToolUseID) {
+			r := hubapply.FindResult(ctx, g, plan, f, disk)
+			if r.Err != nil {
+				fmt.Fprintf(h.env.Stderr, "agentscm: warning: reading call %d's result from the later increments: %s\n", req.to, oneLine(r.Err.Error()))
+			}
+			pre, h.resultNote = r.Pre, r.Note
+			if r.FromPosition > 0 {
+				h.out["result_from_position"] = r.FromPosition
 			}
 		}
-		c, err := changelog.Open(dir, changelog.Options{Roots: stored, Exclude: []string{cfg}})
-		if err != nil {
-			return err
-		}
-		if !req.dryRun {
-			g, err := holdTurns(env, c.Dir())
-			if err != nil {
-				return err
-			}
-			defer g.Release()
-		}
-		res, err := c.ApplyChain(ctx, paths, positions, changelog.ApplyRequest{To: req.to, AfterExtract: after, Force: req.force, DryRun: req.dryRun})
-		if err != nil {
-			return applyExit(env, stored, req.format, err)
-		}
-		warnMixed(env, res.Target)
-		if res.DryRun {
-			return printDryRun(env, stored, req.format, fmt.Sprintf("applying increments 0..%d of work %s", req.to, work), res)
-		}
-		warnForced(env, stored, res)
-		out["unrestorable"], out["partial"] = jsonUnrestorable(stored, res.Unrestorable), isPartial(res)
-		partial = func() error { return partialExit(env, stored, res) }
-		out["undo_position"] = res.PreApply.Position
-		out["result_position"] = res.Result.Position
 	}
-	var resumed *changelog.Resumed
-	resultNote := ""
-	convNote := ""
-	if req.resume {
-		convNote = conversationNotShared(target)
+	resumed, err := changelog.ResumeConversationFrom(tdir, target.SessionID, target.ToolUseID, pre)
+	if err != nil {
+		return fmt.Errorf("applied position %d, but the conversation could not be resumed: %w", req.to, err)
 	}
-	if convNote != "" {
-		out["conversation_shared"] = false
-		out["conversation_note"] = convNote
-	} else if req.resume {
-		out["conversation_shared"] = true
-		if target.Kind != changelog.KindCall || target.SessionID == "" {
-			return fmt.Errorf("applied position %d, but it is not a tool call of a session, so there is no conversation to resume", req.to)
-		}
-		tdir := changelog.ClaudeProjectDir(home, root)
-		var pre []byte
-		if target.ToolUseID != "" {
-			if disk, err := changelog.ReadTranscript(tdir, target.SessionID); err != nil || !changelog.TranscriptHoldsResult(disk, target.ToolUseID) {
-				var rest []api.IncrementInfo
-				for _, in := range seq {
-					if in.Position > req.to {
-						rest = append(rest, in)
-					}
-				}
-				slices.SortFunc(rest, func(x, y api.IncrementInfo) int { return cmp.Compare(x.Position, y.Position) })
-				// Later increments store the bytes appended since the
-				// previous one: they extend the copy the apply left.
-				local, ok := changelog.TranscriptLocalSize(paths, target.SessionID+".jsonl")
-				if !ok {
-					local = int64(len(disk))
-				}
-				later, err := laterResult(hctx, conn, work, rest, target, disk, local)
-				switch {
-				case err != nil:
-					fmt.Fprintf(env.Stderr, "agentscm: warning: reading call %d's result from the later increments: %s\n", req.to, oneLine(err.Error()))
-					resultNote = fmt.Sprintf("call %d's result could not be read from the later increments of work %s (%v); the conversation resumes without it", req.to, work, err)
-				case later == nil:
-					resultNote = fmt.Sprintf("no later increment of work %s stores call %d's result (%d after it on the Hub, at most %d read; a later tool call's capture stores it); the conversation resumes without it", work, req.to, len(rest), changelog.MaxLaterIncrements)
-				case !later.HoldsResult:
-					// The rewound copy lacks even the call (the host wrote
-					// its line after the hook): a later copy holds it.
-					pre = later.Data
-					resultNote = fmt.Sprintf("no later increment of work %s stores call %d's result; the conversation resumes after the call, without its result (the call from position %d)", work, req.to, later.Position)
-				default:
-					pre = later.Data
-					out["result_from_position"] = later.Position
-				}
-			}
-		}
-		resumed, err = changelog.ResumeConversationFrom(tdir, target.SessionID, target.ToolUseID, pre)
-		if err != nil {
-			return fmt.Errorf("applied position %d, but the conversation could not be resumed: %w", req.to, err)
-		}
-		out["resumed"] = resumed
-		if resultNote != "" {
-			out["result_note"] = resultNote
-		}
+	h.resumed = resumed
+	h.out["resumed"] = resumed
+	if h.resultNote != "" {
+		h.out["result_note"] = h.resultNote
 	}
-	if req.format == "json" {
+	return nil
+}
+
+// print reports the apply (JSON or text) and returns its exit.
+func (h *hubApplied) print(plan *hubapply.Plan, f *hubapply.Fetched) error {
+	env, out, to := h.env, h.out, h.req.to
+	if h.req.format == "json" {
 		if err := writeJSON(env.Stdout, out); err != nil {
 			return err
 		}
-		return partial()
+		return h.partial()
 	}
-	fmt.Fprintf(env.Stdout, "applied increments 0..%d of work %s from the Hub onto %s (%d bytes, digests verified)\n", req.to, work, root, total)
-	for _, m := range merged {
+	fmt.Fprintf(env.Stdout, "applied increments 0..%d of work %s from the Hub onto %s (%d bytes, digests verified)\n", to, plan.Work, h.root, f.Bytes)
+	for _, m := range f.Merged {
 		fmt.Fprintf(env.Stdout, "positions %d..%d came merged into a later increment (%s)\n", m.From, m.To, oneLine(m.Reason))
 	}
-	if convNote != "" {
-		fmt.Fprintln(env.Stdout, convNote)
+	if h.convNote != "" {
+		fmt.Fprintln(env.Stdout, h.convNote)
 	}
 	if u, ok := out["undo_position"]; ok {
-		fmt.Fprintf(env.Stdout, "undo with: agentscm changelog apply --root %s --to %d\n", root, u)
+		fmt.Fprintf(env.Stdout, "undo with: agentscm changelog apply --root %s --to %d\n", h.root, u)
 	}
-	if resumed != nil {
+	if h.resumed != nil {
 		if p, ok := out["result_from_position"]; ok {
-			fmt.Fprintf(env.Stdout, "call %d's result read from the transcript stored by increment %d\n", req.to, p)
+			fmt.Fprintf(env.Stdout, "call %d's result read from the transcript stored by increment %d\n", to, p)
 		}
-		if resultNote != "" {
-			fmt.Fprintln(env.Stdout, resultNote)
+		if h.resultNote != "" {
+			fmt.Fprintln(env.Stdout, h.resultNote)
 		}
-		fmt.Fprintf(env.Stdout, "conversation of session %s bound to %s; continue it with:\n  %s\n", resumed.FromSession, resumed.SessionID, resumed.Command)
+		fmt.Fprintf(env.Stdout, "conversation of session %s bound to %s; continue it with:\n  %s\n", h.resumed.FromSession, h.resumed.SessionID, h.resumed.Command)
 	}
-	return partial()
-}
-
-// laterResult downloads the increments after the target in order, only as
-// needed and at most changelog.MaxLaterIncrements of them, each verified
-// against its digest, and returns the first copy of the target session's
-// transcript that holds the target call's result (nil when none does).
-func laterResult(ctx context.Context, conn client.Conn, work string, rest []api.IncrementInfo, target *incmeta.Meta, base []byte, baseLocal int64) (*changelog.LaterTranscript, error) {
-	i := 0
-	next := func(ctx context.Context) (*changelog.LaterIncrement, error) {
-		if i >= len(rest) {
-			return nil, nil
-		}
-		in := rest[i]
-		i++
-		b, err := conn.GetIncrement(ctx, work, in)
-		if err != nil {
-			return nil, fmt.Errorf("download increment %d of work %s: %w", in.Position, work, err)
-		}
-		return &changelog.LaterIncrement{Position: in.Position, Data: b}, nil
-	}
-	return changelog.FindResultTranscript(ctx, next, target.SessionID, target.ToolUseID, base, baseLocal)
+	return h.partial()
 }
 
 func hasRoot(roots []changelog.Root, r changelog.Root) bool {
@@ -482,24 +396,6 @@ func hubApplyRoots(root, home string, m *incmeta.Meta, extra []string) ([]change
 		return nil, usagef("the increments hold other capture roots; say where they go: %s", strings.Join(missing, ", "))
 	}
 	return roots, nil
-}
-
-// conversationNotShared explains why the increment target, as downloaded
-// from the Hub, holds no conversation to resume ("" when it holds one).
-func conversationNotShared(target *incmeta.Meta) string {
-	if target.Conversation == incmeta.ConvWithheld {
-		mode := target.ConversationMode
-		if mode == "" {
-			mode = "metadata-only"
-		}
-		return fmt.Sprintf("the conversation was not shared: the checkout that captured it was in %s mode, so its transcripts stayed on that machine (only shared-conversation mode uploads them, redacted); the files are restored, there is no conversation to resume", mode)
-	}
-	for _, r := range target.Roots {
-		if changelog.IsConversationRoot(r.Name, r.Path) {
-			return ""
-		}
-	}
-	return "the increments hold no conversation (the changelog was enabled without a transcript root); the files are restored, there is no conversation to resume"
 }
 
 // hubView is what changelog status says the Hub holds of a checkout's

@@ -206,8 +206,8 @@ func printGroupHelp(w io.Writer, c *Command, path []string) {
 	}
 }
 
-// exitStatusHelp is the exit status table of agentscm (README.md holds the
-// same table; a script test checks both against the code).
+// exitStatusHelp is the exit status table of agentscm (docs/reference.md
+// holds the same table; a script test checks both against the code).
 const exitStatusHelp = `Exit status:
   0  success (also --help)
   1  error (the command failed; the message says why)
@@ -336,6 +336,9 @@ func defaultRootFlag(env *Env, fs *flag.FlagSet, wd string) error {
 	f := fs.Lookup("root")
 	if f == nil || f.Value.String() != "" || rootMeansAll(fs.Name()) {
 		return nil
+	}
+	if a := fs.Lookup("all"); a != nil && a.Value.String() == "true" {
+		return nil // --all (doctor): every checkout, not the enclosing one
 	}
 	root, err := enclosingCheckout(env, wd)
 	if err != nil {

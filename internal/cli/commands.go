@@ -3,10 +3,10 @@ package cli
 // rootCommands lists the top-level command groups. Each group lives in its
 // own file so that features can grow without touching each other.
 func rootCommands() []*Command {
-	return []*Command{
+	return append([]*Command{
 		changeCaptureCommand(),
 		hubCommand(), clientCommand(), workCommand(),
 		changelogCommand(), snapshotCommand(), rewindCommand(), revertCommand(),
 		uiCommand(),
-	}
+	}, newcomerCommands()...)
 }

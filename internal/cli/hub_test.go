@@ -97,7 +97,7 @@ func TestSoloFlow(t *testing.T) {
 	}
 	conn.Close()
 
-	text := runShow(t, env, "--root", root, "--work-id", w.ID)
+	text := runShow(t, env, "--root", root, "--work-id", w.ID, "--verbose")
 	// The session has not ended (and its tool call has no finish yet), so the
 	// record stays partial.
 	if text.code != 0 || !strings.Contains(text.stdout, "coverage: partial") || !strings.Contains(text.stdout, "has not ended") || !strings.Contains(text.stdout, "#2    Bash       unknown   position -") || !strings.Contains(text.stdout, "native sess-1") {
@@ -108,7 +108,7 @@ func TestSoloFlow(t *testing.T) {
 		t.Fatalf("record = %+v", rec)
 	}
 	// Without --work-id, show reads the checkout's current Work.
-	if r := runShow(t, env, "--root", root); r.code != 0 || !strings.Contains(r.stdout, w.ID) {
+	if r := runShow(t, env, "--root", root, "--verbose"); r.code != 0 || !strings.Contains(r.stdout, w.ID) {
 		t.Fatalf("show without --work-id: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 
@@ -209,7 +209,7 @@ func TestTeamFlow(t *testing.T) {
 	if r := runMain(t, env, "", "work", "start", "--root", rootB); r.code != 1 || !strings.Contains(r.stderr, "read-only") {
 		t.Fatalf("read-only start: %+v", r)
 	}
-	if r := runShow(t, env, "--root", rootB, "--work-id", w.ID); r.code != 0 || !strings.Contains(r.stdout, w.ID) {
+	if r := runShow(t, env, "--root", rootB, "--work-id", w.ID, "--verbose"); r.code != 0 || !strings.Contains(r.stdout, w.ID) {
 		t.Fatalf("a teammate's read of the change record: %+v", r)
 	}
 	mustRun(t, env, "work", "handover", "--root", rootA, "--note", "over to you")

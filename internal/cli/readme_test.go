@@ -8,11 +8,12 @@ import (
 	"testing"
 )
 
-// TestExitStatusTable: the README's exit status table and the one in
-// agentscm --help are the same rows, and every documented status is one a
+// TestExitStatusTable: the exit status table of docs/reference.md (where
+// the README's reference material lives) and the one in agentscm --help are
+// the same rows, and every documented status is one a
 // command really returns (the constants and archiveExit/turnExit codes).
 func TestExitStatusTable(t *testing.T) {
-	b, err := os.ReadFile("../../README.md")
+	b, err := os.ReadFile("../../docs/reference.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +28,7 @@ func TestExitStatusTable(t *testing.T) {
 		inHelp = append(inHelp, m[1]+"  "+m[2])
 	}
 	if len(readme) == 0 || strings.Join(readme, "\n") != strings.Join(inHelp, "\n") {
-		t.Fatalf("README table:\n%s\n--help table:\n%s", strings.Join(readme, "\n"), strings.Join(inHelp, "\n"))
+		t.Fatalf("docs/reference.md table:\n%s\n--help table:\n%s", strings.Join(readme, "\n"), strings.Join(inHelp, "\n"))
 	}
 	for _, code := range []int{ExitOK, ExitError, ExitUsage, ExitUnreadableArchive, ExitTurnRunning, ExitChangedSinceCapture, ExitGenerationChanged, ExitPartial} {
 		if !regexp.MustCompile(`(?m)^  ` + strconv.Itoa(code) + `  `).MatchString(exitStatusHelp) {

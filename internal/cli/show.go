@@ -19,14 +19,22 @@ func changeCaptureShowCommand() *Command {
 }
 
 func runChangeCaptureShow(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "agentscm change-capture show", "[--root PATH] [--work-id ID] [--format text|json | --record]",
+	fs := newFlags(env, "agentscm change-capture show", "[--root PATH] [--work-id ID] [--verbose] [--format text|json | --record]",
 		`Print a Work's timeline from its change record on the checkout's connected
-Hub: the coverage explained in words, each session's start and end, one line
-per tool call with its sequence number, tool, result (succeeded, failed, or
-unknown and why), changelog position and the files it created (+), modified
-(~) and deleted (-), the gaps with what they mean and why they are there, the
-actions with their source binding and drift, the usage totals, and last a
-summary line such as "4 calls, 1 failed; 1 created, 1 modified, 1 deleted".
+Hub. By default: the Work's title, the coverage in words ("complete for what
+Claude Code reports" when the only gaps are the host's normal missing
+identities), then for each session one line with its calls, failures, files
+created, modified and deleted and its duration, and one line per tool call
+with its time, tool, result (succeeded, failed, or unknown and why), its
+changelog position in brackets (what rewind --to takes) and the files it
+created (+), modified (~) and deleted (-); last a summary line such as
+"4 calls, 1 failed; 1 created, 1 modified, 1 deleted". No identifiers.
+
+--verbose is the full view: the Work and session identifiers, each call's
+sequence number, every reason for partial coverage and every gap with what
+it means and why it is there, the actions with their source binding and
+drift, and the usage totals. --format json carries everything (the exact
+gaps and reasons, and coverage_words).
 
 Without --root the checkout is the one containing the working directory;
 without --work-id the Work is the checkout's current Work. File names come
@@ -35,12 +43,13 @@ never contents; for a Work this checkout's changelog does not hold (another
 checkout's, or none here) they come from the increments on the Hub (at most
 64 MiB downloaded). It runs no model and changes nothing. Shared conversation
 bodies are never part of it (read them with change-capture conversation).
---format json prints the same timeline as JSON; --record prints the Hub's
+--format json prints the timeline as JSON; --record prints the Hub's
 change-record projection itself (the JSON of GET .../works/{work}/record).`)
 	root := fs.String("root", "", rootHelp)
 	id := fs.String("work-id", "", "the Work (default: the checkout's current Work)")
 	format := formatFlag(fs)
 	raw := fs.Bool("record", false, "print the Hub's change-record projection as JSON instead of the timeline")
+	verbose := fs.Bool("verbose", false, "the full view: the Work and session identifiers, each call's sequence number, every gap with what it means and why, the actions and the usage")
 	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
 	}
@@ -81,7 +90,11 @@ change-record projection itself (the JSON of GET .../works/{work}/record).`)
 	if *format == "json" {
 		return writeJSON(env.Stdout, tl)
 	}
-	timeline.WriteText(env.Stdout, tl)
+	if *verbose {
+		timeline.WriteText(env.Stdout, tl)
+	} else {
+		timeline.WriteSummary(env.Stdout, tl)
+	}
 	return nil
 }
 

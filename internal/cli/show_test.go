@@ -41,7 +41,7 @@ func TestShowAnotherCheckoutsWork(t *testing.T) {
 		t.Fatalf("work show: %v", err)
 	}
 	mustRun(t, env, "client", "setup", "--root", b, "--local", "--repository", "proj")
-	out := mustRun(t, env, "change-capture", "show", "--root", b, "--work-id", cur.Work.ID).stdout
+	out := mustRun(t, env, "change-capture", "show", "--root", b, "--work-id", cur.Work.ID, "--verbose").stdout
 	if !strings.Contains(out, "Write      succeeded position 0  +made.txt") || !strings.HasSuffix(out, "1 call, 0 failed; 1 created, 0 modified, 0 deleted\n") {
 		t.Fatalf("show from B:\n%s", out)
 	}

@@ -33,7 +33,10 @@ type checkoutStatus struct {
 	CurrentWorkTitle string           `json:"current_work_title,omitempty"`
 	Changelog        *changelogStatus `json:"changelog,omitempty"`
 	LastEvent        *time.Time       `json:"last_event,omitempty"`
-	Warnings         []string         `json:"warnings"`
+	// HookBinaries are the binaries the installed hooks name, each with
+	// its build and what is wrong with it (missing, another build).
+	HookBinaries []hookBinaryCheck `json:"hook_binaries,omitempty"`
+	Warnings     []string          `json:"warnings"`
 }
 
 type changelogStatus struct {
@@ -119,14 +122,8 @@ increments, the newest), the time of the last captured event, and warnings
 				warn("spool unreadable: %v", err)
 			} else {
 				st.Spool = sum
-				if sum.Fraction.Records >= 0.8 || sum.Fraction.Bytes >= 0.8 {
-					warn("the spool is past 80%% of a limit: agentscm change-capture compact --spool %s, or raise it with change-capture enable --max-records N --max-bytes N", b.Spool)
-				}
-				if sum.Paused {
-					warn("capture is paused: the spool is full")
-				}
-				for _, p := range sum.Problems {
-					warn("spool: %s", p)
+				for _, f := range spoolFindings(b, sum) {
+					warn("%s: %s", f.Problem, f.Fix)
 				}
 			}
 			if sp, err := spool.OpenReadOnly(b.Spool); err == nil {
@@ -137,6 +134,23 @@ increments, the newest), the time of the last captured event, and warnings
 							st.LastEvent = &t
 						}
 					}
+				}
+			}
+		}
+	}
+	if st.Capture != nil && st.Capture.Configured {
+		settings := st.Capture.ClaudeSettings
+		if settings == "" {
+			settings = binding.DefaultClaudeSettings
+		}
+		if !filepath.IsAbs(settings) {
+			settings = filepath.Join(root, filepath.FromSlash(settings))
+		}
+		if checks, err := checkHookBinaries(ctx, settings); err == nil {
+			for _, c := range checks {
+				st.HookBinaries = append(st.HookBinaries, c)
+				if c.Problem != "" {
+					warn("hook binary %s: %s: %s", c.Path, c.Problem, hookBinaryFix(c.Path))
 				}
 			}
 		}

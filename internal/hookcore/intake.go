@@ -79,5 +79,10 @@ func IntakeHook(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, 
 	}
 	warns.Add(CaptureWarning(res, err))
 	warns.Add(Guidance(store, b, stdout))
+	if p.HookEventName == "SessionStart" {
+		// Once per session: the full hook binary it hands events to must
+		// be of this build (issue 32); the capture above is done either way.
+		warns.Add(SiblingWarning(ctx, full))
+	}
 	return 0
 }

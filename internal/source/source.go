@@ -15,7 +15,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -160,6 +159,10 @@ func CaptureSource(ctx context.Context, root string) (*event.SourceBinding, erro
 // caller's action starts unbound) only when git cannot describe the
 // checkout; a capture that must not claim exact source returns a binding
 // with Stopped set and no manifest identity.
+//
+// The steps: observe (git's facts), plan (pure: which paths, the scope,
+// the omissions and the path bound), read (the working bytes, within the
+// file, total and time bounds) and seal (the manifest and its identity).
 func Capture(ctx context.Context, root string, o Options) (*event.SourceBinding, error) {
 	ctx, cancel := context.WithTimeout(ctx, Timeout)
 	defer cancel()
@@ -169,26 +172,161 @@ func Capture(ctx context.Context, root string, o Options) (*event.SourceBinding,
 		return nil, err
 	}
 	defer rd.close()
+	f, err := observe(ctx, root, o)
+	if f == nil {
+		return nil, err
+	}
+	sb := &event.SourceBinding{Head: f.head, Dirty: len(f.entries) > 0, Tree: f.tree, MergeBase: f.mergeBase}
+	if err != nil {
+		return stopped(sb, baseOmissions(f), err, o.StopLog)
+	}
+	p := plan(f, lim)
+	sb.Transformed = len(f.transforms) > 0
+	if p.manifest == nil {
+		sb.Omissions = sortedKeys(p.omit)
+		sb.Partial = len(sb.Omissions) > 0
+		return sb, nil
+	}
+	if p.stop != nil {
+		return stopped(sb, p.omit, p.stop, o.StopLog)
+	}
+	r := &reader{rd: rd, store: o.Store, lim: lim}
+	if err := r.read(ctx, p); err != nil {
+		return stopped(sb, p.omit, err, o.StopLog)
+	}
+	if !rd.same() {
+		return stopped(sb, p.omit, stop(StopRootChanged, root, errors.New("the worktree path no longer names the directory that was read")), o.StopLog)
+	}
+	if err := r.seal(p, sb, f.wantMergeBase); err != nil {
+		return stopped(sb, p.omit, err, o.StopLog)
+	}
+	return sb, nil
+}
 
-	// The independent git processes run concurrently.
+// stopped returns sb as a stopped binding when err stops the capture, and
+// err otherwise.
+func stopped(sb *event.SourceBinding, omit map[string]bool, err error, log func(error)) (*event.SourceBinding, error) {
+	var se *stopError
+	if !errors.As(err, &se) {
+		return nil, err
+	}
+	if log != nil {
+		log(err)
+	}
+	sb.Stopped, sb.Partial, sb.Omissions = se.reason, true, sortedKeys(omit)
+	return sb, nil
+}
+
+// facts is what git says about a checkout: observe's result, plan's input.
+type facts struct {
+	head          string
+	entries       []statusEntry
+	tree          string
+	mergeBase     string
+	wantMergeBase bool            // a base ref is configured (and trees looked up)
+	transforms    map[string]bool // what makes the worktree differ from the tree's blobs
+	tracked       []trackedPath   // the index's paths, listed when a transform applies
+}
+
+// observe asks git about the checkout at root: status, HEAD's tree, the
+// merge-base with the configured base ref, the transforms and (when one
+// applies) the tracked paths. A nil result comes with the error git failed
+// with; a non-nil one with an error is a capture that stopped.
+func observe(ctx context.Context, root string, o Options) (*facts, error) {
+	g, err := runGitFacts(ctx, root, o)
+	if err != nil {
+		return nil, err
+	}
+	head, entries, err := parseStatusV2(g.status)
+	if err != nil {
+		return nil, err
+	}
+	f := &facts{head: head, entries: entries, wantMergeBase: o.BaseRef != "" && !o.NoTree, transforms: map[string]bool{}}
+	if head != "" && !o.NoTree {
+		if f.tree, err = treeOf(ctx, root, head, o.TreeCache); err != nil {
+			return nil, err
+		}
+	}
+	// rev-parse prints the info/attributes path, then the base commit; a
+	// base ref that does not resolve fails it (the path is still printed).
+	lines := strings.Split(strings.TrimSpace(string(g.revParse)), "\n")
+	infoAttr := lines[0]
+	if g.revParseErr != nil && exitCode(g.revParseErr) < 0 {
+		return nil, g.revParseErr
+	}
+	if infoAttr != "" && !strings.HasPrefix(infoAttr, "/") {
+		infoAttr = root + "/" + infoAttr
+	}
+	if f.wantMergeBase {
+		base := ""
+		if g.revParseErr == nil && len(lines) == 2 && isObjectID(lines[1]) {
+			base = lines[1]
+		}
+		if base != "" && head != "" {
+			if f.mergeBase, err = mergeBaseOf(ctx, root, head, base, cacheBeside(o.TreeCache)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	// Transforms: settings, then the attributes of the tracked files when
+	// any attributes file can apply.
+	if g.set.crlf {
+		f.transforms[TransformCRLF] = true
+	}
+	hasAttrFiles := len(bytes.Trim(g.attrs, "\x00")) > 0 || attributeSourcesOutside(infoAttr, g.set)
+	for _, e := range entries {
+		if e.Path == ".gitattributes" || strings.HasSuffix(e.Path, "/.gitattributes") {
+			hasAttrFiles = true
+		}
+	}
+	if hasAttrFiles {
+		cands, err := transformCandidates(ctx, root, g.set)
+		if err != nil {
+			return f, err
+		}
+		ak, err := attrTransforms(ctx, root, cands, g.set)
+		if err != nil {
+			return nil, err
+		}
+		for k := range ak {
+			f.transforms[k] = true
+		}
+	}
+	if len(f.transforms) > 0 {
+		if f.tracked, err = listTracked(ctx, root); err != nil {
+			return f, err
+		}
+	}
+	return f, nil
+}
+
+// gitFacts are the outputs of the independent git processes of a capture.
+type gitFacts struct {
+	status, attrs, revParse []byte
+	revParseErr             error // kept: a base ref that does not resolve fails rev-parse
+	set                     settings
+}
+
+// runGitFacts runs the independent git processes concurrently: status,
+// the settings, the attributes files and rev-parse.
+func runGitFacts(ctx context.Context, root string, o Options) (gitFacts, error) {
 	var (
-		wg                    sync.WaitGroup
-		status, attrs, rp     []byte
-		serr, aerr, perr, cer error
-		set                   settings
+		wg               sync.WaitGroup
+		g                gitFacts
+		serr, aerr, cerr error
 	)
 	wg.Add(4)
 	go func() {
 		defer wg.Done()
-		status, serr = RunGit(ctx, root, maxGitOutput, "status", "--porcelain=v2", "--branch", "-z", "--untracked-files=all", "--ignore-submodules=none")
+		g.status, serr = RunGit(ctx, root, maxGitOutput, "status", "--porcelain=v2", "--branch", "-z", "--untracked-files=all", "--ignore-submodules=none")
 	}()
 	go func() {
 		defer wg.Done()
-		set, cer = readSettings(ctx, root)
+		g.set, cerr = readSettings(ctx, root)
 	}()
 	go func() {
 		defer wg.Done()
-		attrs, aerr = RunGit(ctx, root, maxGitOutput, "ls-files", "-z", "--", ":(glob)**/.gitattributes")
+		g.attrs, aerr = RunGit(ctx, root, maxGitOutput, "ls-files", "-z", "--", ":(glob)**/.gitattributes")
 	}()
 	go func() {
 		defer wg.Done()
@@ -196,180 +334,69 @@ func Capture(ctx context.Context, root string, o Options) (*event.SourceBinding,
 		if o.BaseRef != "" && !o.NoTree && !strings.HasPrefix(o.BaseRef, "-") {
 			args = append(args, "--verify", "--quiet", "--end-of-options", o.BaseRef+"^{commit}")
 		}
-		rp, perr = RunGit(ctx, root, 8192, args...)
+		g.revParse, g.revParseErr = RunGit(ctx, root, 8192, args...)
 	}()
 	wg.Wait()
-	if serr != nil {
-		return nil, serr
-	}
-	if cer != nil {
-		return nil, cer
-	}
-	if aerr != nil {
-		return nil, aerr
-	}
-	head, entries, err := parseStatusV2(status)
-	if err != nil {
-		return nil, err
-	}
-	sb := &event.SourceBinding{Head: head, Dirty: len(entries) > 0}
-	omit := map[string]bool{}
-	if head != "" && !o.NoTree {
-		if sb.Tree, err = treeOf(ctx, root, head, o.TreeCache); err != nil {
-			return nil, err
-		}
-	}
-	// rev-parse prints the info/attributes path, then the base commit; a
-	// base ref that does not resolve fails it (the path is still printed).
-	lines := strings.Split(strings.TrimSpace(string(rp)), "\n")
-	infoAttr := lines[0]
-	if perr != nil && exitCode(perr) < 0 {
-		return nil, perr
-	}
-	if infoAttr != "" && !strings.HasPrefix(infoAttr, "/") {
-		infoAttr = root + "/" + infoAttr
-	}
-	if o.BaseRef != "" && !o.NoTree {
-		base := ""
-		if perr == nil && len(lines) == 2 && isObjectID(lines[1]) {
-			base = lines[1]
-		}
-		if base != "" && head != "" {
-			if sb.MergeBase, err = mergeBaseOf(ctx, root, head, base, cacheBeside(o.TreeCache)); err != nil {
-				return nil, err
-			}
-		}
-		if sb.MergeBase == "" {
-			omit[OmissionMergeBase] = true
-		}
-	}
-
-	// Transforms: settings, then the attributes of the tracked files when
-	// any attributes file can apply.
-	kinds := map[string]bool{}
-	if set.crlf {
-		kinds[TransformCRLF] = true
-	}
-	hasAttrFiles := len(bytes.Trim(attrs, "\x00")) > 0 || attributeSourcesOutside(infoAttr, set)
-	for _, e := range entries {
-		if e.Path == ".gitattributes" || strings.HasSuffix(e.Path, "/.gitattributes") {
-			hasAttrFiles = true
-		}
-	}
-	stopped := func(err error) (*event.SourceBinding, error) {
-		var se *stopError
-		if !errors.As(err, &se) {
-			return nil, err
-		}
-		if o.StopLog != nil {
-			o.StopLog(err)
-		}
-		sb.Stopped, sb.Partial, sb.Omissions = se.reason, true, sortedKeys(omit)
-		return sb, nil
-	}
-	if hasAttrFiles {
-		cands, err := transformCandidates(ctx, root, set)
+	for _, err := range []error{serr, cerr, aerr} {
 		if err != nil {
-			return stopped(err)
-		}
-		ak, err := attrTransforms(ctx, root, cands, set)
-		if err != nil {
-			return nil, err
-		}
-		for k := range ak {
-			kinds[k] = true
+			return g, err
 		}
 	}
-	var tracked []trackedPath
-	if len(kinds) > 0 {
-		if tracked, err = listTracked(ctx, root); err != nil {
-			return stopped(err)
-		}
-	}
-	sb.Transformed = len(kinds) > 0
-	if len(entries) == 0 && !sb.Transformed {
-		sb.Omissions = sortedKeys(omit)
-		sb.Partial = len(sb.Omissions) > 0
-		return sb, nil
-	}
-	m := &Manifest{Version: 1, Head: head, Scope: "delta", Transforms: sortedKeys(kinds)}
-	want := map[string]*ManifestEntry{}
-	add := func(p, status string) *ManifestEntry {
-		if e, ok := want[p]; ok {
-			if status != "" {
-				e.Status = status
-			}
-			return e
-		}
-		e := &ManifestEntry{Path: p, Status: status}
-		want[p] = e
-		return e
-	}
-	for _, e := range entries {
-		me := add(e.Path, e.Status)
-		if e.staged() {
-			omit[OmissionIndex] = true
-		}
-		if strings.HasSuffix(e.Status, " S") {
-			me.Kind, me.Reason = "omitted", OmissionSubmodule
-		}
-	}
-	if sb.Transformed {
-		m.Scope = "worktree"
-		for _, t := range tracked {
-			me := add(t.path, "")
-			if t.gitlink {
-				me.Kind, me.Reason = "omitted", OmissionSubmodule
-			}
-		}
-	}
-	list := make([]*ManifestEntry, 0, len(want))
-	for _, e := range want {
-		list = append(list, e)
-	}
-	sort.Slice(list, func(i, j int) bool { return list[i].Path < list[j].Path })
+	return g, nil
+}
 
-	if len(list) > lim.Paths {
-		return stopped(stop(StopPathBound, list[lim.Paths].Path, fmt.Errorf("%d paths, bound %d", len(list), lim.Paths)))
-	}
-	var total, pending int64
-	var blobs []spool.Blob
-	flush := func() error {
-		if o.Store == nil || len(blobs) == 0 {
-			blobs, pending = nil, 0
-			return nil
-		}
-		if _, err := o.Store.PutBlobs(blobs); err != nil {
-			return stop(StopSpoolRefused, "", err)
-		}
-		blobs, pending = nil, 0
+// reader reads the planned paths' working bytes through the held root and
+// hands them to the store in batches.
+type reader struct {
+	rd      *rootDir
+	store   BlobStore
+	lim     Limits
+	blobs   []spool.Blob
+	pending int64 // bytes in blobs
+	total   int64 // working bytes read
+}
+
+// flush hands the batched blobs to the store.
+func (r *reader) flush() error {
+	if r.store == nil || len(r.blobs) == 0 {
+		r.blobs, r.pending = nil, 0
 		return nil
 	}
-	for _, e := range list {
+	if _, err := r.store.PutBlobs(r.blobs); err != nil {
+		return stop(StopSpoolRefused, "", err)
+	}
+	r.blobs, r.pending = nil, 0
+	return nil
+}
+
+// read fills in the planned entries from the worktree in path order and
+// records the omissions it meets in p.omit; it returns the stop (or the
+// error) that ends it early.
+func (r *reader) read(ctx context.Context, p *capturePlan) error {
+	for _, pe := range p.entries {
+		e := pe.entry
 		if err := ctx.Err(); err != nil {
-			return stopped(stop(StopTimeout, e.Path, err))
+			return stop(StopTimeout, e.Path, err)
 		}
-		path, nested := strings.CutSuffix(e.Path, "/")
-		parts, err := checkPath(path)
-		if err != nil {
-			return stopped(err)
+		if pe.pathErr != nil {
+			return pe.pathErr
 		}
 		if e.Kind == "omitted" {
-			omit[e.Reason] = true
+			p.omit[e.Reason] = true
 			continue
 		}
-		if nested {
+		if pe.nested {
 			// An untracked nested repository: git lists the directory.
 			e.Kind, e.Reason = "omitted", OmissionUnsupported
-			omit[OmissionUnsupported] = true
+			p.omit[OmissionUnsupported] = true
 			continue
 		}
-		obj, err := rd.read(e.Path, parts, lim.FileBytes)
+		obj, err := r.rd.read(e.Path, pe.parts, r.lim.FileBytes)
 		if errors.Is(err, errTooLarge) {
-			return stopped(stop(StopFileBound, e.Path, fmt.Errorf("above %d bytes", lim.FileBytes)))
+			return stop(StopFileBound, e.Path, fmt.Errorf("above %d bytes", r.lim.FileBytes))
 		}
 		if err != nil {
-			return stopped(err)
+			return err
 		}
 		switch obj.kind {
 		case "deleted":
@@ -377,57 +404,61 @@ func Capture(ctx context.Context, root string, o Options) (*event.SourceBinding,
 		case "symlink":
 			e.Kind, e.Target = "symlink", obj.target
 		case "file":
-			total += int64(len(obj.data))
-			if total > lim.TotalBytes {
-				return stopped(stop(StopTotalBound, e.Path, fmt.Errorf("above %d bytes in all", lim.TotalBytes)))
+			r.total += int64(len(obj.data))
+			if r.total > r.lim.TotalBytes {
+				return stop(StopTotalBound, e.Path, fmt.Errorf("above %d bytes in all", r.lim.TotalBytes))
 			}
 			sum := sha256.Sum256(obj.data)
 			e.Kind, e.Executable, e.Size, e.SHA256 = "file", obj.exec, int64(len(obj.data)), hex.EncodeToString(sum[:])
-			if o.Store != nil {
-				blobs = append(blobs, spool.Blob{MediaType: FileMediaType, Data: obj.data})
-				if pending += int64(len(obj.data)); pending >= flushBytes {
-					if err := flush(); err != nil {
-						return stopped(err)
+			if r.store != nil {
+				r.blobs = append(r.blobs, spool.Blob{MediaType: FileMediaType, Data: obj.data})
+				if r.pending += int64(len(obj.data)); r.pending >= flushBytes {
+					if err := r.flush(); err != nil {
+						return err
 					}
 				}
 			}
 		default: // a directory where git reported a path, a FIFO, socket or device
 			e.Kind, e.Reason = "omitted", OmissionUnsupported
-			omit[OmissionUnsupported] = true
+			p.omit[OmissionUnsupported] = true
 		}
 	}
-	if !rd.same() {
-		return stopped(stop(StopRootChanged, root, errors.New("the worktree path no longer names the directory that was read")))
+	return nil
+}
+
+// seal completes the manifest, retains it with the last working bytes
+// (when there is a store) and records its identity and the omissions in sb.
+func (r *reader) seal(p *capturePlan, sb *event.SourceBinding, wantMergeBase bool) error {
+	m := p.manifest
+	m.Entries = make([]ManifestEntry, len(p.entries))
+	for i, pe := range p.entries {
+		m.Entries[i] = *pe.entry
 	}
-	m.Entries = make([]ManifestEntry, len(list))
-	for i, e := range list {
-		m.Entries[i] = *e
-	}
-	delete(omit, OmissionMergeBase) // a binding fact, not one of the worktree
-	m.Omissions = sortedKeys(omit)
-	if sb.MergeBase == "" && o.BaseRef != "" && !o.NoTree {
-		omit[OmissionMergeBase] = true
+	delete(p.omit, OmissionMergeBase) // a binding fact, not one of the worktree
+	m.Omissions = sortedKeys(p.omit)
+	if sb.MergeBase == "" && wantMergeBase {
+		p.omit[OmissionMergeBase] = true
 	}
 	b, err := json.Marshal(m)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if o.Store != nil {
+	if r.store != nil {
 		// The last working bytes and the manifest go in one call (one
 		// directory fsync), the manifest last.
-		blobs = append(blobs, spool.Blob{MediaType: ManifestMediaType, Data: b})
-		if err := flush(); err != nil {
-			return stopped(err)
+		r.blobs = append(r.blobs, spool.Blob{MediaType: ManifestMediaType, Data: b})
+		if err := r.flush(); err != nil {
+			return err
 		}
 		sb.Retained = true
 	} else {
-		omit[OmissionNotRetained] = true
+		p.omit[OmissionNotRetained] = true
 	}
 	sum := sha256.Sum256(b)
 	sb.ManifestDigest, sb.ManifestBytes = hex.EncodeToString(sum[:]), int64(len(b))
-	sb.Omissions = sortedKeys(omit)
+	sb.Omissions = sortedKeys(p.omit)
 	sb.Partial = len(sb.Omissions) > 0
-	return sb, nil
+	return nil
 }
 
 // cacheBeside names the merge-base cache beside the tree cache.

@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/agentscm/agentscm/internal/event"
-	"github.com/agentscm/agentscm/internal/fsutil"
 )
 
 // DefaultProjection bounds each projection of an inspection report.
@@ -107,7 +106,9 @@ type Report struct {
 
 // Inspect classifies the spool at dir without writing, locking or requiring
 // safe authority: it works on uncommitted, damaged or unsafe spools too and
-// reports what it finds. limit bounds each projection (0: default).
+// reports what it finds. limit bounds each projection (0: default). Each
+// name is classified as recovery classifies it (classifyName), so what the
+// report predicts is what recovery does.
 func Inspect(dir string, limit int) (*Report, error) {
 	if err := checkAbs(dir); err != nil {
 		return nil, err
@@ -122,92 +123,140 @@ func Inspect(dir string, limit int) (*Report, error) {
 	if !fi.IsDir() {
 		return nil, fmt.Errorf("inspect: %s is not a directory", dir)
 	}
-	r := &Report{Spool: dir, Completeness: "unknown", ExecutionAuthority: "none", AuthoritySafe: true, Problems: []string{}}
-	diag := func(format string, a ...any) { r.Diagnostics.add(limit, fmt.Sprintf(format, a...)) }
-	problem := func(format string, a ...any) { r.Problems = append(r.Problems, fmt.Sprintf(format, a...)) }
-
-	s := &Spool{dir: dir, readOnly: true}
+	in := &inspector{dir: dir, limit: limit, s: &Spool{dir: dir, readOnly: true},
+		r: &Report{Spool: dir, Completeness: "unknown", ExecutionAuthority: "none", AuthoritySafe: true, Problems: []string{}}}
+	r := in.r
 	c, _, cerr := readCommit(dir)
 	if cerr == nil {
 		r.Committed, r.FormatVersion, r.SpoolID = true, c.Version, c.SpoolID
-		s.commit = c
+		in.s.commit = c
 	} else {
-		problem("%v", cerr)
+		in.problem("%v", cerr)
 	}
 	// Identity and authority are the health checks' (SetHealth), the very
 	// functions the delivery path calls.
 	for _, n := range rootFiles {
-		if fi, err := os.Lstat(filepath.Join(dir, n)); err == nil {
-			r.Usage.Records++
-			r.Usage.Bytes += fi.Size()
-		}
+		in.count(filepath.Join(dir, n))
 	}
-	lim, lerr := s.readLimits()
+	lim, lerr := in.s.readLimits()
 	if lerr == nil {
 		r.Limits = &lim
 	} else if r.Committed {
-		problem("%v", lerr)
+		in.problem("%v", lerr)
 		lim = DefaultLimits()
 	} else {
 		lim = DefaultLimits()
 	}
-	budget := scanBound(lim)
-	list := func(sub string) []string {
-		names, err := listBounded(filepath.Join(dir, sub), &budget)
-		if err != nil {
-			if !errors.Is(err, fs.ErrNotExist) && !strings.Contains(err.Error(), "no such file") {
-				problem("%s: %v", sub, err)
-			}
-			return nil
-		}
-		sort.Strings(names)
-		return names
-	}
-	for _, n := range list("") {
-		if strings.HasPrefix(n, fsutil.TempPrefix) {
-			r.Temporary++
+	in.budget = scanBound(lim)
+	in.names("") // the root: temporary files only
+	in.outboxAndAcks()
+	for _, n := range in.names(artifactsDir) {
+		if n.class == nameWellFormed {
+			r.Artifacts++
+			r.Usage.Records++
+			r.Usage.Bytes += n.artBytes
 		}
 	}
+	in.compaction()
+	in.queues()
+	if in.budget < 0 {
+		in.problem("%v", ErrScanBound)
+	}
+	if r.Limits != nil {
+		r.AboveCap = r.Usage.Records > lim.Records-HeadroomRecords || r.Usage.Bytes > lim.Bytes-HeadroomBytes
+		f := FractionsOf(r.Usage, lim)
+		r.UsageFraction = &f
+		r.Compaction.ReplayLimit, r.Compaction.ReplayBytesLimit = lim.ReplayEntries, lim.ReplayBytes
+	}
+	if r.Compaction.History == nil {
+		r.Compaction.History = []CompactionRun{}
+	}
+	r.SetHealth(CheckHealth(dir))
+	return r, nil
+}
 
+// inspector holds one inspection's report while Inspect fills it in.
+type inspector struct {
+	dir    string
+	limit  int
+	s      *Spool // read-only
+	r      *Report
+	budget int
+}
+
+func (in *inspector) diag(format string, a ...any) {
+	in.r.Diagnostics.add(in.limit, fmt.Sprintf(format, a...))
+}
+
+func (in *inspector) problem(format string, a ...any) {
+	in.r.Problems = append(in.r.Problems, fmt.Sprintf(format, a...))
+}
+
+// count adds the file at path, when it exists, to the usage.
+func (in *inspector) count(path string) {
+	if fi, err := os.Lstat(path); err == nil {
+		in.r.Usage.Records++
+		in.r.Usage.Bytes += fi.Size()
+	}
+}
+
+// names lists sub in name order within the scan budget and classifies
+// each name; it counts the temporary files and reports the unexpected
+// ones (a directory that does not exist lists nothing).
+func (in *inspector) names(sub string) []spoolName {
+	names, err := listBounded(filepath.Join(in.dir, sub), &in.budget)
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) && !strings.Contains(err.Error(), "no such file") {
+			in.problem("%s: %v", sub, err)
+		}
+		return nil
+	}
+	sort.Strings(names)
+	out := make([]spoolName, 0, len(names))
+	for _, n := range names {
+		sn := classifyName(sub, n)
+		switch {
+		case sn.class == nameTemp:
+			in.r.Temporary++
+		case sn.class == nameUnexpected && sub != "" && sub != compactDir:
+			in.diag("%s/%s: unexpected file (%s)", sub, n, unexpectedFate(sub))
+		}
+		out = append(out, sn)
+	}
+	return out
+}
+
+// outboxAndAcks reports the delivery attempts, the envelopes (pending,
+// deferred or acknowledged), the acknowledgements and the pause state.
+func (in *inspector) outboxAndAcks() {
+	r, s := in.r, in.s
 	cur, curErr := s.readCursor()
 	if curErr != nil && r.Committed {
-		diag("cursor: %v", curErr)
+		in.diag("cursor: %v", curErr)
 	}
 	attempts := map[uint64]int{}
 	for _, a := range cur.Recent {
 		attempts[a.Seq]++
 	}
 	for i := len(cur.Recent) - 1; i >= 0; i-- {
-		r.Attempts.add(limit, cur.Recent[i])
+		r.Attempts.add(in.limit, cur.Recent[i])
 	}
 	r.Attempts.Omitted += int(cur.AttemptsTotal) - len(cur.Recent)
 	r.Attempts.Total = int(cur.AttemptsTotal)
 
 	ackNames := map[uint64]string{}
-	for _, n := range list(acksDir) {
-		fi, _ := os.Lstat(filepath.Join(dir, acksDir, n))
-		if fi != nil {
-			r.Usage.Records++
-			r.Usage.Bytes += fi.Size()
-		}
-		if seq, ok := parseAckName(n); ok {
-			ackNames[seq] = n
-		} else if strings.HasPrefix(n, fsutil.TempPrefix) {
-			r.Temporary++
-		} else {
-			diag("acks/%s: unexpected file (recovery will quarantine it)", n)
+	for _, n := range in.names(acksDir) {
+		in.count(filepath.Join(in.dir, acksDir, n.name))
+		if n.class == nameWellFormed {
+			ackNames[n.ackSeq] = n.name
 		}
 	}
 	var outbox []outboxEntry
-	for _, n := range list(outboxDir) {
-		if e, ok := parseOutboxName(n); ok {
-			outbox = append(outbox, e)
+	for _, n := range in.names(outboxDir) {
+		if n.class == nameWellFormed {
+			outbox = append(outbox, n.outbox)
 			r.Usage.Records++
-			r.Usage.Bytes += e.size
-		} else if strings.HasPrefix(n, fsutil.TempPrefix) {
-			r.Temporary++
-		} else {
-			diag("outbox/%s: unexpected file (recovery will quarantine it)", n)
+			r.Usage.Bytes += n.outbox.size
 		}
 	}
 	var lastOrdinary, lastPause uint64
@@ -221,9 +270,9 @@ func Inspect(dir string, limit int) (*Report, error) {
 		env, err := s.readEnvelopeFile(e)
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
-				diag("outbox/%s disappeared during inspection (concurrent compaction)", e.name)
+				in.diag("outbox/%s disappeared during inspection (concurrent compaction)", e.name)
 			} else {
-				diag("outbox/%s: %v", e.name, err)
+				in.diag("outbox/%s: %v", e.name, err)
 			}
 			continue
 		}
@@ -232,19 +281,19 @@ func Inspect(dir string, limit int) (*Report, error) {
 			d, err := s.readAck(e.seq, n)
 			if err != nil {
 				r.DeliveryStopped = true
-				diag("acknowledgement %s: %v; delivery and compaction stop", n, err)
+				in.diag("acknowledgement %s: %v; delivery and compaction stop", n, err)
 			} else if d == env.Digest {
 				r.Acknowledged++
 				continue
 			} else {
-				diag("acknowledgement %s names %s, not the envelope digest %s", n, d, env.Digest)
+				in.diag("acknowledgement %s names %s, not the envelope digest %s", n, d, env.Digest)
 			}
 		}
 		item := PendingItem{Seq: e.seq, Class: env.Class, Kind: env.Record.Kind, SessionID: env.Record.SessionID, Digest: env.Digest, Attempts: attempts[e.seq]}
 		if e.seq <= cur.LastSeq {
-			r.Deferred.add(limit, item)
+			r.Deferred.add(in.limit, item)
 		} else {
-			r.Pending.add(limit, item)
+			r.Pending.add(in.limit, item)
 		}
 	}
 	r.Paused = lastPause > lastOrdinary
@@ -259,95 +308,63 @@ func Inspect(dir string, limit int) (*Report, error) {
 		if !found {
 			if _, err := s.readAck(seq, n); err != nil {
 				r.DeliveryStopped = true
-				diag("acknowledgement %s: %v; delivery and compaction stop", n, err)
+				in.diag("acknowledgement %s: %v; delivery and compaction stop", n, err)
 			}
 		}
 	}
-	for _, n := range list(artifactsDir) {
-		if _, size, ok := parseArtifactName(n); ok {
-			r.Artifacts++
-			r.Usage.Records++
-			r.Usage.Bytes += size
-		} else if strings.HasPrefix(n, fsutil.TempPrefix) {
-			r.Temporary++
-		} else {
-			diag("artifacts/%s: unexpected file (recovery will quarantine it)", n)
+}
+
+// compaction reports the compaction indexes and the current one.
+func (in *inspector) compaction() {
+	r := in.r
+	for _, n := range in.names(compactDir) {
+		in.count(filepath.Join(in.dir, compactDir, n.name))
+		if e := n.index; n.class == nameWellFormed && e.gen >= r.Compaction.Generation {
+			r.Compaction.Generation, r.Compaction.HighSeq = e.gen, e.high
+			r.Compaction.PendingCleanup = e.pending
 		}
 	}
-	for _, n := range list(compactDir) {
-		fi, _ := os.Lstat(filepath.Join(dir, compactDir, n))
-		if fi != nil {
-			r.Usage.Records++
-			r.Usage.Bytes += fi.Size()
-		}
-		if e, ok := parseIndexName(n); ok {
-			if e.gen >= r.Compaction.Generation {
-				r.Compaction.Generation, r.Compaction.HighSeq = e.gen, e.high
-				r.Compaction.PendingCleanup = e.pending
-			}
-		} else if strings.HasPrefix(n, fsutil.TempPrefix) {
-			r.Temporary++
-		}
-	}
-	if ix, _, err := s.currentIndex(); err == nil {
+	if ix, _, err := in.s.currentIndex(); err == nil {
 		r.Compaction.Digests, r.Compaction.Receipts, r.Compaction.Replay = len(ix.Digests), len(ix.Receipts), len(ix.Replay)
 		r.Compaction.ReplayBytes, r.Compaction.Runs, r.Compaction.History = ix.replayBytes(), ix.Runs, ix.History
 	} else if r.Committed {
-		diag("compaction index: %v", err)
+		in.diag("compaction index: %v", err)
 	}
-	for _, n := range list(quarantineDir) {
-		fi, err := os.Lstat(filepath.Join(dir, quarantineDir, n))
+}
+
+// queues reports the quarantine, the intake and the staged blobs, and
+// what the temporary files present mean.
+func (in *inspector) queues() {
+	r := in.r
+	for _, n := range in.names(quarantineDir) {
+		fi, err := os.Lstat(filepath.Join(in.dir, quarantineDir, n.name))
 		if err != nil {
 			continue
 		}
 		r.Usage.Records++
 		r.Usage.Bytes += fi.Size()
-		r.Quarantine.add(limit, QuarantineEntry{Name: n, Bytes: fi.Size(), Mode: fi.Mode().String(), ModTime: fi.ModTime().UTC()})
+		r.Quarantine.add(in.limit, QuarantineEntry{Name: n.name, Bytes: fi.Size(), Mode: fi.Mode().String(), ModTime: fi.ModTime().UTC()})
 	}
-	for _, n := range list(intakeDir) {
-		if fi, err := os.Lstat(filepath.Join(dir, intakeDir, n)); err == nil {
-			r.Usage.Records++
-			r.Usage.Bytes += fi.Size()
-		}
-		if _, ok := parseIntakeName(n); ok {
+	for _, n := range in.names(intakeDir) {
+		in.count(filepath.Join(in.dir, intakeDir, n.name))
+		if n.class == nameWellFormed {
 			r.Intake++
-		} else if strings.HasPrefix(n, fsutil.TempPrefix) {
-			r.Temporary++
-		} else {
-			diag("intake/%s: unexpected file (the next lock holder will quarantine it)", n)
 		}
 	}
 	staged := 0
-	for _, n := range list(stagedDir) {
-		if fi, err := os.Lstat(filepath.Join(dir, stagedDir, n)); err == nil {
-			r.Usage.Records++
-			r.Usage.Bytes += fi.Size()
-		}
+	for _, n := range in.names(stagedDir) {
+		in.count(filepath.Join(in.dir, stagedDir, n.name))
 		staged++
 	}
 	if staged > 0 {
-		diag("%d staged blob file(s) in %s: bytes hooks wrote for events not admitted yet, or debris the next admission with an empty intake removes", staged, stagedDir)
+		in.diag("%d staged blob file(s) in %s: bytes hooks wrote for events not admitted yet, or debris the next admission with an empty intake removes", staged, stagedDir)
 	}
 	if r.Intake > 0 {
-		diag("%d event(s) wait in the intake for the deliverer to admit them (change-capture deliver runs it now)", r.Intake)
+		in.diag("%d event(s) wait in the intake for the deliverer to admit them (change-capture deliver runs it now)", r.Intake)
 	}
 	if r.Temporary > 0 {
-		diag("%d temporary file(s) present: an active writer, or crash debris that the next locked open recovers", r.Temporary)
+		in.diag("%d temporary file(s) present: an active writer, or crash debris that the next locked open recovers", r.Temporary)
 	}
-	if budget < 0 {
-		problem("%v", ErrScanBound)
-	}
-	if r.Limits != nil {
-		r.AboveCap = r.Usage.Records > lim.Records-HeadroomRecords || r.Usage.Bytes > lim.Bytes-HeadroomBytes
-		f := FractionsOf(r.Usage, lim)
-		r.UsageFraction = &f
-		r.Compaction.ReplayLimit, r.Compaction.ReplayBytesLimit = lim.ReplayEntries, lim.ReplayBytes
-	}
-	if r.Compaction.History == nil {
-		r.Compaction.History = []CompactionRun{}
-	}
-	r.SetHealth(CheckHealth(dir))
-	return r, nil
 }
 
 // SetHealth records h as the report's health: a failing check stops

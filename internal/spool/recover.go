@@ -223,7 +223,8 @@ func listInto(dir string, budget *int, buf []byte) ([]string, error) {
 // written temporary files, removes exact duplicates, moves malformed or
 // ambiguous files into the quarantine, completes an interrupted compaction,
 // and computes the complete physical usage. It reads only names and sizes
-// except for temporary files and interrupted compactions.
+// except for temporary files and interrupted compactions. What each name
+// is comes from classifyNames, the classification Inspect reports.
 func (s *Spool) recoverLocked() (*state, error) {
 	lim, err := s.readLimits()
 	if err != nil {
@@ -233,33 +234,8 @@ func (s *Spool) recoverLocked() (*state, error) {
 	budget := scanBound(lim)
 	buf := make([]byte, 256<<10)
 
-	// Root.
-	names, err := listInto(s.dir, &budget, buf)
-	if err != nil {
+	if err := s.recoverDir(st, "", &budget, buf); err != nil {
 		return nil, err
-	}
-	known := map[string]bool{}
-	for _, n := range rootFiles {
-		known[n] = true
-	}
-	for _, n := range operationalDirs {
-		known[n] = true
-	}
-	known[intakeDir] = true
-	known[stagedDir] = true
-
-	for _, n := range names {
-		switch {
-		case known[n]:
-		case strings.HasPrefix(n, fsutil.TempPrefix):
-			if err := s.recoverTemp(st, "", n); err != nil {
-				return nil, err
-			}
-		default:
-			if err := s.quarantine(st, "", n); err != nil {
-				return nil, err
-			}
-		}
 	}
 	for _, n := range rootFiles {
 		fi, err := os.Lstat(filepath.Join(s.dir, n))
@@ -269,7 +245,6 @@ func (s *Spool) recoverLocked() (*state, error) {
 		st.usage.Records++
 		st.usage.Bytes += fi.Size()
 	}
-
 	// Compaction index, before the outbox and the acknowledgements are
 	// listed: completing an interrupted compaction removes envelopes and
 	// markers, and a listing taken before that would name files that are
@@ -277,102 +252,19 @@ func (s *Spool) recoverLocked() (*state, error) {
 	if err := s.recoverIndex(st, &budget); err != nil {
 		return nil, err
 	}
-
-	// Outbox.
-	if names, err = listInto(filepath.Join(s.dir, outboxDir), &budget, buf); err != nil {
-		return nil, err
-	}
-	var temps []string
-	for _, n := range names {
-		if e, ok := parseOutboxName(n); ok {
-			st.outbox = append(st.outbox, e)
-		} else if strings.HasPrefix(n, fsutil.TempPrefix) {
-			temps = append(temps, n)
-		} else if err := s.quarantine(st, outboxDir, n); err != nil {
+	for _, dir := range [...]string{outboxDir, acksDir, artifactsDir} {
+		if err := s.recoverDir(st, dir, &budget, buf); err != nil {
 			return nil, err
 		}
-	}
-	for _, t := range temps {
-		if err := s.recoverTemp(st, outboxDir, t); err != nil {
-			return nil, err
-		}
-	}
-	if hasDupSeq(st.outbox) {
-		st.sortOutbox()
-		// Two files with one sequence number: keep the one file whose
-		// content is a valid envelope matching its name; if there is not
-		// exactly one, all are ambiguous and quarantined.
-		kept := st.outbox[:0]
-		for i := 0; i < len(st.outbox); {
-			j := i + 1
-			for j < len(st.outbox) && st.outbox[j].seq == st.outbox[i].seq {
-				j++
-			}
-			if j-i == 1 {
-				kept = append(kept, st.outbox[i])
-				i = j
-				continue
-			}
-			valid := -1
-			for k, e := range st.outbox[i:j] {
-				if _, err := s.readEnvelopeFile(e); err == nil {
-					if valid >= 0 {
-						valid = -2
-						break
-					}
-					if valid == -1 {
-						valid = k
-					}
-				}
-			}
-			for k, e := range st.outbox[i:j] {
-				if k == valid {
-					kept = append(kept, e)
-					continue
-				}
-				if err := s.quarantine(st, outboxDir, e.name); err != nil {
-					return nil, err
-				}
-			}
-			i = j
-		}
-		st.outbox = kept
-	}
-
-	// Acknowledgements.
-	if names, err = listInto(filepath.Join(s.dir, acksDir), &budget, buf); err != nil {
-		return nil, err
-	}
-	for _, n := range names {
-		if seq, ok := parseAckName(n); ok {
-			st.acks[seq] = n
-		} else if strings.HasPrefix(n, fsutil.TempPrefix) {
-			if err := s.recoverTemp(st, acksDir, n); err != nil {
+		if dir == outboxDir {
+			if err := s.resolveDupSeqs(st); err != nil {
 				return nil, err
 			}
-		} else if err := s.quarantine(st, acksDir, n); err != nil {
-			return nil, err
 		}
 	}
-
-	// Artifacts.
-	if names, err = listInto(filepath.Join(s.dir, artifactsDir), &budget, buf); err != nil {
-		return nil, err
-	}
-	for _, n := range names {
-		if d, size, ok := parseArtifactName(n); ok {
-			st.artifacts[d] = size
-		} else if strings.HasPrefix(n, fsutil.TempPrefix) {
-			if err := s.recoverTemp(st, artifactsDir, n); err != nil {
-				return nil, err
-			}
-		} else if err := s.quarantine(st, artifactsDir, n); err != nil {
-			return nil, err
-		}
-	}
-
 	// Quarantine (counted against the limits, never deleted here).
-	if names, err = listInto(filepath.Join(s.dir, quarantineDir), &budget, buf); err != nil {
+	names, err := listInto(filepath.Join(s.dir, quarantineDir), &budget, buf)
+	if err != nil {
 		return nil, err
 	}
 	for _, n := range names {
@@ -388,8 +280,83 @@ func (s *Spool) recoverLocked() (*state, error) {
 	if err := s.countIntakeDir(st, &budget); err != nil {
 		return nil, err
 	}
+	s.countRecovered(st)
+	return st, nil
+}
 
-	// Usage and the derived ledger state.
+// recoverDir lists dir ("" is the root) and acts on each classified name:
+// a well-formed record joins st, a temporary file is recovered, anything
+// else is quarantined.
+func (s *Spool) recoverDir(st *state, dir string, budget *int, buf []byte) error {
+	names, err := listInto(filepath.Join(s.dir, dir), budget, buf)
+	if err != nil {
+		return err
+	}
+	for _, n := range classifyNames(dir, names) {
+		switch n.class {
+		case nameTemp:
+			err = s.recoverTemp(st, dir, n.name)
+		case nameUnexpected:
+			err = s.quarantine(st, dir, n.name)
+		default:
+			switch dir {
+			case outboxDir:
+				st.outbox = append(st.outbox, n.outbox)
+			case acksDir:
+				st.acks[n.ackSeq] = n.name
+			case artifactsDir:
+				st.artifacts[n.digest] = n.artBytes
+			}
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// resolveDupSeqs handles two outbox files with one sequence number: it
+// keeps the one file whose content is a valid envelope matching its name;
+// if there is not exactly one, all are ambiguous and quarantined.
+func (s *Spool) resolveDupSeqs(st *state) error {
+	if !hasDupSeq(st.outbox) {
+		return nil
+	}
+	var kept []outboxEntry
+	for _, g := range seqGroups(st.sortOutbox()) {
+		if len(g) == 1 {
+			kept = append(kept, g[0])
+			continue
+		}
+		valid := -1
+		for k, e := range g {
+			if _, err := s.readEnvelopeFile(e); err == nil {
+				if valid >= 0 {
+					valid = -2
+					break
+				}
+				if valid == -1 {
+					valid = k
+				}
+			}
+		}
+		for k, e := range g {
+			if k == valid {
+				kept = append(kept, e)
+				continue
+			}
+			if err := s.quarantine(st, outboxDir, e.name); err != nil {
+				return err
+			}
+		}
+	}
+	st.outbox = kept
+	return nil
+}
+
+// countRecovered computes the usage and the derived ledger state of a
+// recovered spool from what recovery kept, and marks the state live.
+func (s *Spool) countRecovered(st *state) {
 	for _, e := range st.outbox {
 		st.usage.Records++
 		st.usage.Bytes += e.size
@@ -423,7 +390,6 @@ func (s *Spool) recoverLocked() (*state, error) {
 	}
 	st.maxSeq = max(st.maxSeq, st.index.high)
 	st.live = true
-	return st, nil
 }
 
 // ackFileSize is the size of every well-formed acknowledgement marker.
@@ -640,16 +606,19 @@ func (s *Spool) recoverIndex(st *state, budget *int) error {
 	}
 	var idx []indexEntry
 	for _, n := range names {
-		if e, ok := parseIndexName(n); ok {
-			idx = append(idx, e)
-		} else if strings.HasPrefix(n, fsutil.TempPrefix) {
+		switch sn := classifyName(compactDir, n); sn.class {
+		case nameWellFormed:
+			idx = append(idx, sn.index)
+		case nameTemp:
 			if err := s.recoverTemp(st, compactDir, n); err != nil {
 				return err
 			}
 			// A completed index temp is now a .pending index; list again.
 			return s.recoverIndex(st, budget)
-		} else if err := s.quarantine(st, compactDir, n); err != nil {
-			return err
+		default:
+			if err := s.quarantine(st, compactDir, n); err != nil {
+				return err
+			}
 		}
 	}
 	if len(idx) == 0 {

@@ -39,6 +39,10 @@ type Timeline struct {
 	Changes     string  `json:"changes_source"`
 	ChangesNote string  `json:"changes_note,omitempty"`
 	Summary     Summary `json:"summary"`
+	// CoverageWords is the coverage as a person reads it ("complete for
+	// what Claude Code reports" when the only gaps are the host's normal
+	// missing identities); Coverage holds the exact reasons.
+	CoverageWords string `json:"coverage_words"`
 }
 
 // Coverage is the record's claim with each reason explained.
@@ -79,6 +83,8 @@ type Session struct {
 	Coverage    string `json:"coverage"`
 	Gaps        []Gap  `json:"gaps"`
 	Calls       []Call `json:"calls"`
+	// Summary counts the session's calls and the files they changed.
+	Summary Summary `json:"summary"`
 }
 
 // Gap is a gap of a session with its meaning and cause in words.
@@ -373,6 +379,7 @@ func Build(rec api.ChangeRecord, incs []Increment, src Source) *Timeline {
 		}
 	}
 	tl.Summary = summarize(tl)
+	tl.CoverageWords = coverageWords(rec, tl)
 	return tl
 }
 
@@ -677,28 +684,34 @@ func explainCoverage(rec api.ChangeRecord, agentOf map[sessKey]string) Coverage 
 }
 
 func summarize(tl *Timeline) Summary {
-	var s Summary
+	for i := range tl.Sessions {
+		tl.Sessions[i].Summary = summarizeCalls(tl.Sessions[i].Calls, tl.Changes == "")
+	}
+	var all []Call
 	for _, se := range tl.Sessions {
-		for _, c := range se.Calls {
-			s.Calls++
-			switch c.Result {
-			case "failed":
-				s.Failed++
-			case "unknown":
-				s.Unknown++
-			}
-			s.Created += len(c.Created) + c.CreatedOmitted
-			s.Modified += len(c.Modified) + c.ModifiedOmitted
-			s.Deleted += len(c.Deleted) + c.DeletedOmitted
+		all = append(all, se.Calls...)
+	}
+	return summarizeCalls(all, tl.Changes == "")
+}
+
+// summarizeCalls counts calls and the files they changed; noChangelog
+// marks the text when no changelog was read (the file counts are then 0).
+func summarizeCalls(calls []Call, noChangelog bool) Summary {
+	var s Summary
+	for _, c := range calls {
+		s.Calls++
+		switch c.Result {
+		case "failed":
+			s.Failed++
+		case "unknown":
+			s.Unknown++
 		}
+		s.Created += len(c.Created) + c.CreatedOmitted
+		s.Modified += len(c.Modified) + c.ModifiedOmitted
+		s.Deleted += len(c.Deleted) + c.DeletedOmitted
 	}
-	calls := plural(s.Calls, "call", "calls")
-	calls += fmt.Sprintf(", %d failed", s.Failed)
-	if s.Unknown > 0 {
-		calls += fmt.Sprintf(", %d unknown", s.Unknown)
-	}
-	s.Text = fmt.Sprintf("%s; %d created, %d modified, %d deleted", calls, s.Created, s.Modified, s.Deleted)
-	if tl.Changes == "" {
+	s.Text = sessionCounts(s)
+	if noChangelog {
 		s.Text += " (no changelog read)"
 	}
 	return s

@@ -48,7 +48,7 @@ func TestHubPageTimelineOfClaudeSession(t *testing.T) {
 	)
 
 	// The terminal view, from inside the checkout.
-	cmd := exec.Command(h.agentscm, "change-capture", "show")
+	cmd := exec.Command(h.agentscm, "change-capture", "show", "--verbose")
 	cmd.Dir, cmd.Env = c.root, c.env()
 	out, err := cmd.CombinedOutput()
 	if err != nil {

@@ -123,7 +123,7 @@ func TestSourceBindingOfDirtyCheckout(t *testing.T) {
 		}
 	}
 	// The text form of show names the binding in one line per action.
-	text := c.agentscm("change-capture", "show", "--root", c.root, "--work-id", work)
+	text := c.agentscm("change-capture", "show", "--root", c.root, "--work-id", work, "--verbose")
 	if n := strings.Count(text, ", kept in the private spool)"); n != 2 {
 		t.Fatalf("show says %d bindings are kept in the private spool:\n%s", n, text)
 	}

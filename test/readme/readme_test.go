@@ -1,6 +1,8 @@
-// Package readme runs the README's command blocks against freshly built
-// binaries, a temporary HOME and a real `agentscm hub serve` on 127.0.0.1,
-// so the README cannot drift from the CLI (issue 19).
+// Package readme runs the command blocks of the README and of
+// docs/reference.md (where the README's reference material lives) against
+// binaries installed as the README says, a temporary HOME and a real
+// `agentscm hub serve` on 127.0.0.1, so neither can drift from the CLI
+// (issues 19 and 32).
 package readme
 
 import (
@@ -104,8 +106,9 @@ func TestREADMECommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	tmp := t.TempDir()
-	r := &runner{t: t, module: module, bin: filepath.Join(tmp, "bin"), tmp: tmp}
 	home := filepath.Join(tmp, "home")
+	// scripts/install.sh installs into ~/.local/bin by default.
+	r := &runner{t: t, module: module, bin: filepath.Join(home, ".local", "bin"), tmp: tmp}
 	os.MkdirAll(home, 0o755)
 	r.env = append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"),
 		"PATH="+r.bin+":"+os.Getenv("PATH"), "GIT_CONFIG_NOSYSTEM=1", "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.invalid",
@@ -122,25 +125,52 @@ func TestREADMECommands(t *testing.T) {
 	os.MkdirAll(r.checkout, 0o755)
 	r.must(r.checkout, "git init -q && echo hello > README && git add README && git commit -qm init")
 	// Absolute paths outside the temporary directory are moved into it.
-	r.rewrites = []string{"/srv/agentscm", filepath.Join(tmp, "srv", "agentscm"), "/tmp/ws.tgz", filepath.Join(tmp, "ws.tgz")}
+	r.rewrites = []string{"/srv/agentscm", filepath.Join(tmp, "srv", "agentscm"), "/tmp/ws.tgz", filepath.Join(tmp, "ws.tgz"),
+		"~/code/myproject", r.checkout}
 
-	blocks := readBlocks(t, filepath.Join(module, "README.md"))
-	if len(blocks) < 7 {
-		t.Fatalf("found %d sh blocks in README.md", len(blocks))
+	readme := readBlocks(t, filepath.Join(module, "README.md"))
+	if len(readme) < 5 {
+		t.Fatalf("found %d sh blocks in README.md", len(readme))
 	}
+	if first := readme[0].lines[0]; !strings.HasPrefix(first, "scripts/install.sh") {
+		t.Fatalf("the README's first command block is %q, not the install and enable of the main job", first)
+	}
+	if first := readme[1].lines[0]; first != "scripts/test.sh" || !strings.Contains(mustRead(t, filepath.Join(module, ".ci", "run")), "scripts/test.sh") {
+		t.Fatalf("the README's second command block is %q, not the test command .ci/run runs", first)
+	}
+	reference := readBlocks(t, filepath.Join(module, "docs", "reference.md"))
+	if len(reference) < 4 {
+		t.Fatalf("found %d sh blocks in docs/reference.md", len(reference))
+	}
+	blocks := append(readme, reference...)
 	handled := 0
 	for _, b := range blocks {
 		first := b.lines[0]
 		switch {
-		case strings.HasPrefix(first, "CGO_ENABLED=0 go build -o bin/"):
+		case strings.HasPrefix(first, "scripts/install.sh"):
 			handled++
-			// The build runs in the module, into the test's bin directory.
-			r.must(module, strings.Replace(first, "-o bin/", "-o "+r.bin+"/", 1))
-			os.Symlink(r.bin, filepath.Join(r.checkout, "bin"))
+			// Install (into the temporary HOME's ~/.local/bin, on PATH) and
+			// enable the checkout named in the line, from the clone.
+			r.must(module, first)
 			for _, l := range b.lines[1:] {
 				r.must(r.checkout, l)
 			}
-			os.Remove(filepath.Join(r.checkout, "bin"))
+		case strings.HasPrefix(first, "agentscm enable"):
+			handled++
+			r.quickstart(b)
+		case strings.HasPrefix(first, "CGO_ENABLED=0 go build -o bin/"):
+			handled++
+			// The build runs in the module, into a directory of its own (the
+			// installed binaries the hooks run stay as they are).
+			built := filepath.Join(r.tmp, "handbuilt")
+			r.must(module, strings.Replace(first, "-o bin/", "-o "+built+"/", 1))
+			dir := filepath.Join(r.tmp, "handbuilt-checkout")
+			os.MkdirAll(dir, 0o755)
+			r.must(dir, "git init -q")
+			os.Symlink(built, filepath.Join(dir, "bin"))
+			for _, l := range b.lines[1:] {
+				r.must(dir, l)
+			}
 		case first == "scripts/test.sh":
 			handled++
 			t.Logf("README line %d: skipped %q: it is the test suite running this test", b.start, first)
@@ -177,11 +207,42 @@ func TestREADMECommands(t *testing.T) {
 			handled++
 			r.agentdiff(b)
 		default:
-			t.Errorf("README line %d: a command block this test does not know: %q (teach TestREADMECommands to run it)", b.start, first)
+			t.Errorf("line %d of README.md or docs/reference.md: a command block this test does not know: %q (teach TestREADMECommands to run it)", b.start, first)
 		}
 	}
 	if handled != len(blocks) {
 		t.Errorf("ran %d of %d blocks", handled, len(blocks))
+	}
+}
+
+func mustRead(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// quickstart runs the quickstart block in the checkout the main job
+// enabled: enable, then three tool calls' changelog captures (the hook's
+// own step: positions 0..2 each create a file), then the rest as written;
+// doctor must find nothing wrong with binaries installed as the README says.
+func (r *runner) quickstart(b block) {
+	r.must(r.checkout, b.lines[0])
+	for i := 0; i < 3; i++ {
+		r.must(r.checkout, fmt.Sprintf("echo %d > q%d.txt && agentscm changelog capture >/dev/null", i, i))
+	}
+	for _, l := range b.lines[1:] {
+		out := r.must(r.checkout, l)
+		if strings.HasPrefix(l, "agentscm doctor") && !strings.Contains(out, "no problems found") {
+			r.t.Fatalf("doctor after the quickstart:\n%s", out)
+		}
+	}
+	for name, want := range map[string]bool{"q0.txt": true, "q1.txt": false, "q2.txt": false} {
+		if _, err := os.Stat(filepath.Join(r.checkout, name)); (err == nil) != want {
+			r.t.Errorf("after the quickstart's rewind and revert, %s exists: %v, want %v", name, err == nil, want)
+		}
 	}
 }
 
