@@ -565,6 +565,11 @@ func run(o options) (bool, error) {
 	if invisible > 0 {
 		fail("%d deferred sequence numbers after their session's last event on the Hub lie in no named gap", invisible)
 	}
+	if unnamed > 0 {
+		// Every outage is named under its copied target (publishOutages),
+		// also where the session's own next event shows the hole.
+		fail("%d deferred sequence numbers are missing on the Hub without a named gap", unnamed)
+	}
 	var hubEvents, missing int64
 	for _, s := range rec.Sessions {
 		hubEvents += s.Events

@@ -100,6 +100,10 @@ type DeliverBounds struct {
 	// backoff) and try again, for at most RetryFor since the failures
 	// began, instead of ending the run with outcome "failed".
 	RetryFor time.Duration
+	// AttemptNow makes the run attempt delivery at once, whatever the
+	// retry schedule after transient failures says (retrypolicy.go): a
+	// person asked for it (change-capture deliver).
+	AttemptNow bool
 	// RefusedRetry is the wait before a refused envelope's first retry
 	// (0: RefusedRetryBase); see refusedretry.go.
 	RefusedRetry time.Duration
@@ -254,6 +258,25 @@ func (s StateDir) DeliverLock(f *os.File, spoolDir string) error {
 		return fmt.Errorf("the inherited deliver lock is not held: %v", err)
 	}
 	return nil
+}
+
+// HoldDeliverRun holds spoolDir's deliver run lock shared until release:
+// the deliverer process holds it for its whole life, so that WaitDeliverer
+// also waits for what it does after the spool (the changelog's uploads).
+func (s StateDir) HoldDeliverRun(spoolDir string) (release func(), err error) {
+	dir := s.ledgerDir(spoolDir)
+	if err := fsutil.MkdirPrivate(dir); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(filepath.Join(dir, deliverRunName), os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, fsutil.FileMode)
+	if err != nil {
+		return nil, fmt.Errorf("open deliver run lock: %w", err)
+	}
+	if err := flockShared(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { f.Close() }, nil
 }
 
 // WaitDeliverer waits (bounded by ctx) until no deliverer holds spoolDir's
@@ -451,12 +474,35 @@ func deliverSpool(ctx context.Context, store StateDir, hubs HubOpener, spoolDir 
 		return fmt.Errorf("capture binding of %s was saved for %s, but the checkout is now connected to %s; nothing delivered", bd.Root, binding.DescribeLineage(bd.Lineage()), binding.DescribeLineage(lin))
 	}
 	quiet := 0 // consecutive rounds that delivered and admitted nothing
-	var failingSince time.Time
-	backoff := deliverRetryFirst
+	dir := store.ledgerDir(spoolDir)
 	for {
+		// The one retry policy (retrypolicy.go): after transient failures
+		// (this run's or any process's) the next attempt waits until it is
+		// due. A run in a hook's process (MaxEnvelopes) never waits: it
+		// admits and delivers nothing this round; any other run sleeps
+		// until then (at most TransientRetry.Max, bounded by its window).
+		hold := false
+		if bo := readBackoff(dir); !bo.due(time.Now()) && !b.AttemptNow {
+			if b.MaxEnvelopes > 0 {
+				hold = true
+				if res.DeliveryErr == nil {
+					res.DeliveryErr = bo.waiting()
+				}
+			} else {
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Until(bo.Next)):
+				}
+				rep.Retries++
+			}
+		}
 		before := res.Delivered + res.Admitted
+		delivered := res.Delivered
 		transient := res.Failed - res.Refused
-		seen, idle, err := deliverRound(ctx, store, sp, bd, hub, b, res, rep)
+		seen, idle, err := deliverRound(ctx, store, sp, bd, hub, b, hold, res, rep)
+		if res.Delivered > delivered {
+			clearBackoff(dir)
+		}
 		if res.Delivered+res.Admitted == before {
 			quiet++
 		} else {
@@ -482,20 +528,31 @@ func deliverSpool(ctx context.Context, store StateDir, hubs HubOpener, spoolDir 
 			}
 			return nil
 		case res.Failed-res.Refused > transient:
-			if failingSince.IsZero() {
-				failingSince = time.Now()
-			}
-			if b.RetryFor > 0 && time.Since(failingSince)+backoff <= b.RetryFor {
-				// A transient failure (the Hub restarting): wait and try
-				// again rather than leave the tail to a later hook.
-				select {
-				case <-ctx.Done():
-				case <-time.After(backoff):
-				}
-				rep.Retries++
-				backoff = min(2*backoff, deliverRetryMax)
+			bo, berr := noteFailure(dir, TransientRetry, time.Now(), res.lastTransient)
+			if berr == nil && b.RetryFor > 0 && time.Since(bo.Since)+bo.Wait <= b.RetryFor {
+				// A transient failure (the Hub restarting): the next round
+				// waits until the next attempt is due and tries again,
+				// rather than leave the tail to a later hook.
 				continue
 			}
+			rep.Outcome = "failed"
+			if res.DeliveryErr != nil {
+				rep.Detail = res.DeliveryErr.Error()
+			}
+			return nil
+		case idle && res.held > 0:
+			// New sessions' files wait for the Hub to answer their
+			// resolution: a transient failure, retried like one.
+			cause := fmt.Errorf("%d intake files of new sessions wait for the Hub to resolve them: %v", res.held, res.heldErr)
+			bo, berr := noteFailure(dir, TransientRetry, time.Now(), cause)
+			if berr == nil && b.RetryFor > 0 && time.Since(bo.Since)+bo.Wait <= b.RetryFor {
+				continue
+			}
+			rep.Outcome, rep.Detail = "failed", cause.Error()
+			return nil
+		case hold && idle:
+			// Nothing delivered: the next attempt is not yet due and this
+			// run may not wait for it.
 			rep.Outcome = "failed"
 			if res.DeliveryErr != nil {
 				rep.Detail = res.DeliveryErr.Error()
@@ -505,10 +562,10 @@ func deliverSpool(ctx context.Context, store StateDir, hubs HubOpener, spoolDir 
 			rep.Outcome, rep.Detail = "bound", fmt.Sprintf("stopped after %d delivery attempts; pending envelopes stay pending", b.MaxEnvelopes)
 			return nil
 		case !idle:
-			if res.Delivered+res.Admitted > before && !failingSince.IsZero() {
+			if res.Delivered > delivered && res.DeliveryErr != nil && res.Failed > res.Refused {
 				// Recovered after the waits: the failure is not this
 				// run's outcome.
-				failingSince, backoff, res.DeliveryErr = time.Time{}, deliverRetryFirst, nil
+				res.DeliveryErr = nil
 			}
 			continue
 		}
@@ -577,7 +634,7 @@ type attempt struct {
 // its deliverable envelopes without the spool lock, and records the
 // outcomes under it. It returns the highest sequence the page's
 // acquisition saw and whether nothing was delivered (idle).
-func deliverRound(ctx context.Context, store StateDir, sp *spool.Spool, bd *binding.Binding, hub Hub, b DeliverBounds, res *HookResult, rep *DeliverReport) (uint64, bool, error) {
+func deliverRound(ctx context.Context, store StateDir, sp *spool.Spool, bd *binding.Binding, hub Hub, b DeliverBounds, hold bool, res *HookResult, rep *DeliverReport) (uint64, bool, error) {
 	now := time.Now()
 	admitted := res.Admitted
 	var envs []spool.Envelope
@@ -616,6 +673,11 @@ func deliverRound(ctx context.Context, store StateDir, sp *spool.Spool, bd *bind
 	}
 	dctx, cancel := context.WithTimeout(ctx, round)
 	defer cancel()
+	if hold {
+		// The next attempt after transient failures is not yet due
+		// (retrypolicy.go): admit only.
+		envs = nil
+	}
 	for i := range envs {
 		env := &envs[i]
 		if !Deliverable(&env.Record) {
@@ -643,6 +705,7 @@ func deliverRound(ctx context.Context, store StateDir, sp *spool.Spool, bd *bind
 		tries = append(tries, attempt{env: env, status: status, err: err})
 		var re *RefusedError
 		if err != nil && !errors.As(err, &re) {
+			res.lastTransient = err
 			break // transient: the Hub is down or failing; stop here
 		}
 	}
@@ -756,7 +819,7 @@ func withSession(ctx context.Context, store StateDir, sp *spool.Spool, bd *bindi
 		return err
 	}
 	ss.SetStream(stream)
-	adm := &admission{deadline: time.Now().Add(admitBudget), left: maxAdmitPerHook}
+	adm := &admission{deadline: time.Now().Add(admitBudget), left: maxAdmitPerHook, holdNew: true}
 	// The binding's compaction policy runs in every deliverer Session too,
 	// before admission: with a deliverer the acknowledgements happen in this
 	// process, and lock-holding hooks often queue their event behind a
@@ -837,15 +900,19 @@ func (s StateDir) WaitDeliverers(ctx context.Context) error {
 
 // ResumeDelivery is the resume half of the deliverer's durable note, for
 // processes other than hooks (change-capture status and show, the local
-// page): when spoolDir has work a deliverer should take up (intake files
-// waiting, a last run that ended at a bound with Resume set, or a refused
-// envelope whose RetryAt has come) and no deliverer runs, it starts one
-// through bg and reports true. Hooks need none of it: every hook makes
-// sure a deliverer runs (ensureDeliverer).
+// page): when spoolDir has work a deliverer should take up and no
+// deliverer runs, it starts one through bg and reports true. Work is due
+// when a last run ended at a bound with Resume set, when a refused
+// envelope's RetryAt has come, when the last run failed or could not run
+// (the Hub may be back), or when deliverable envelopes or intake files
+// wait that no run took up (a hook killed before it started one). Hooks
+// need none of it: every hook makes sure a deliverer runs
+// (ensureDeliverer). It only reads and starts a process: it never waits
+// for the Hub.
 func ResumeDelivery(store StateDir, bg Backgrounder, spoolDir string, now time.Time) (bool, error) {
 	due := false
 	if st, err := store.DeliverStatus(spoolDir); err == nil && st != nil {
-		due = st.Resume || (!st.RetryAt.IsZero() && !now.Before(st.RetryAt))
+		due = st.Resume || (!st.RetryAt.IsZero() && !now.Before(st.RetryAt)) || st.Outcome == "failed" || st.Outcome == "error"
 	}
 	if !due {
 		sp, err := spool.OpenReadOnly(spoolDir)
@@ -857,6 +924,13 @@ func ResumeDelivery(store StateDir, bg Backgrounder, spoolDir string, now time.T
 			return false, err
 		}
 		due = n > 0
+	}
+	if !due {
+		u, err := store.Undelivered(spoolDir, now)
+		if err != nil {
+			return false, err
+		}
+		due = u.Envelopes > 0
 	}
 	if !due {
 		return false, nil

@@ -138,6 +138,12 @@ type HookResult struct {
 	// intakeBase is the intake count just before the last admission's
 	// listing (admitIntake).
 	intakeBase int
+	// lastTransient is the last transient delivery failure.
+	lastTransient error
+	// held counts the intake files the last admission left waiting for
+	// the Hub (holdNewSession), heldErr why.
+	held    int
+	heldErr error
 }
 
 // HandleClaudeHook reads one Claude Code hook payload from in, finds the
@@ -663,7 +669,7 @@ func captureOccurrence(led *Ledger, ss *spool.Tx, bd *binding.Binding, observed,
 	var published []Outage
 	if resolved {
 		var err error
-		if published, err = publishOutages(ss, led, rec, observed, t); err != nil {
+		if published, err = publishOutages(ss, led, rec); err != nil {
 			return err
 		}
 		if err := publishDisabled(ss, led, rec, observed, rec.ObservedAt); err != nil { // disabled.go
@@ -716,22 +722,19 @@ func captureOccurrence(led *Ledger, ss *spool.Tx, bd *binding.Binding, observed,
 
 // publishOutages makes earlier deferred occurrences that copied an exact
 // target visible under that exact target: a deterministic
-// capture_interrupted gap over the reserved range, except where the
-// current event exposes the hole directly (same observed session and
-// target, observed id equal to the canonical one). A later generation never
-// absorbs the gap: it names the copied target. Outages stay recorded until
-// the caller clears them after the append.
-func publishOutages(ss *spool.Tx, led *Ledger, rec *event.Record, observed string, t Target) ([]Outage, error) {
+// capture_interrupted gap over the reserved range, for every outage. Where
+// the current event would expose the hole by itself (same observed session
+// and target, observed id equal to the canonical one) the gap is published
+// too: a hole the Hub shows only as missing numbers says nothing of why,
+// and whether a later event of that stream ever reaches the Hub is not
+// this hook's to know (the soak found such unnamed holes). A later
+// generation never absorbs the gap: it names the copied target. Outages
+// stay recorded until the caller clears them after the append.
+func publishOutages(ss *spool.Tx, led *Ledger, rec *event.Record) ([]Outage, error) {
 	var done []Outage
 	for _, o := range led.Outages() {
-		// An outage of another stream (a version 1 ledger's, in the legacy
-		// stream) is never exposed by this event: its hole is not in this
-		// event's stream.
-		direct := o.Observed == observed && o.Target == t && observed == t.Session && o.Stream == led.Stream()
-		if !direct {
-			if err := appendOutageGap(ss, led, rec, o); err != nil {
-				return done, err
-			}
+		if err := appendOutageGap(ss, led, rec, o); err != nil {
+			return done, err
 		}
 		done = append(done, o)
 	}
@@ -808,6 +811,18 @@ func deliver(ctx context.Context, sp *spool.Tx, led *Ledger, hub Hub, now time.T
 	ctx, cancel := context.WithTimeout(ctx, DeliveryTimeout)
 	defer cancel()
 	page := limit
+	// The one retry policy (retrypolicy.go): no attempt before the next
+	// one is due after transient failures; a transient failure stops
+	// this hook's delivery and schedules the next attempt.
+	var bo backoffState
+	if led != nil {
+		if bo = readBackoff(led.dir); !bo.due(time.Now()) {
+			if res.DeliveryErr == nil {
+				res.DeliveryErr = bo.waiting()
+			}
+			return
+		}
+	}
 	// Refused envelopes are retried with backoff (refusedretry.go).
 	var retries RefusalRetries
 	if led != nil {
@@ -868,6 +883,21 @@ func deliver(ctx context.Context, sp *spool.Tx, led *Ledger, hub Hub, now time.T
 						retries.refused(env, re.Reason, now, 0)
 						retried = true
 					}
+				} else {
+					// Transient: record the attempt, schedule the next one
+					// and stop, as the deliverer does.
+					if led != nil {
+						if _, berr := noteFailure(led.dir, TransientRetry, time.Now(), err); berr != nil {
+							res.DeliveryErr = fmt.Errorf("%w; and: %v", err, berr)
+						}
+					}
+					if len(a.Detail) > 300 {
+						a.Detail = a.Detail[:300]
+					}
+					if rerr := sp.RecordAttempt(a); rerr != nil && res.DeliveryErr == nil {
+						res.DeliveryErr = rerr
+					}
+					return
 				}
 			} else {
 				a.Outcome = status
@@ -878,6 +908,10 @@ func deliver(ctx context.Context, sp *spool.Tx, led *Ledger, hub Hub, now time.T
 					}
 				} else {
 					res.Delivered++
+					if led != nil && bo.Failures > 0 {
+						clearBackoff(led.dir)
+						bo = backoffState{}
+					}
 					if led != nil && retries.accepted(env, status, now) {
 						led.clearRefusal(env.Record.Seq, env.Digest)
 						a.Detail = "accepted on a retry after the Hub had refused it"

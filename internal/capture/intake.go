@@ -13,6 +13,7 @@ import (
 	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/fsutil"
+	"github.com/agentscm/agentscm/internal/hub/api"
 	"github.com/agentscm/agentscm/internal/spool"
 )
 
@@ -167,6 +168,10 @@ func (s StateDir) hubDownAtReceipt(spoolDir string) bool {
 type admission struct {
 	deadline time.Time
 	left     int
+	// holdNew lets new sessions' files wait for the Hub (holdNewSession):
+	// set by the deliverer, which retries them; a hook admits them as
+	// before (it may be the last process for a while).
+	holdNew bool
 }
 
 func admitIntake(ctx context.Context, store StateDir, led *Ledger, ss *spool.Tx, sp *spool.Spool, bd *binding.Binding, hub Hub, adm *admission, res *HookResult) (bool, error) {
@@ -183,25 +188,52 @@ func admitIntake(ctx context.Context, store StateDir, led *Ledger, ss *spool.Tx,
 	if n, err := sp.WaitingIntake(); err == nil {
 		res.intakeBase = n
 	}
-	files, err := ss.Intake(max(adm.left, 0) + 1)
+	// Files of new sessions held for the Hub (holdNewSession) take no
+	// admission budget: as many as the last admission held (up to
+	// maxHeldListed) are listed past it, so the files behind them are
+	// admitted during an outage, while an admission that held none reads
+	// no more files than its budget.
+	listed := max(adm.left, 0) + 1
+	if adm.holdNew {
+		listed += min(res.held, maxHeldListed)
+	}
+	files, err := ss.Intake(listed)
 	if err != nil {
 		return false, fmt.Errorf("intake: %w", err)
 	}
 	mark := led.readAdmitMark()
+	// Sessions whose files wait for the Hub (holdNewSession): a later file
+	// of one waits too, so the session keeps its receipt order.
+	held := map[string]bool{}
+	res.held, res.heldErr = 0, nil
 	for _, f := range files {
 		if adm.left <= 0 || time.Now().After(adm.deadline) || ctx.Err() != nil {
 			return true, nil
 		}
 		adm.left--
 		var ir intakeRecord
-		if err := json.Unmarshal(f.Data, &ir); err != nil || ir.Version != intakeVersion || ir.Record.Kind == "" {
-			if qerr := ss.QuarantineIntake(f.Name); qerr != nil {
+		if f.Malformed {
+			if qerr := quarantineUndecodable(store.ledgerDir(bd.Spool), led, ss, f.Name, f.Data, errors.New("its frame does not verify"), time.Now()); qerr != nil {
 				return false, qerr
 			}
+			res.Quarantined++
 			continue
 		}
-		if ir.SourceTaken && ir.Record.Kind == event.ToolStart {
-			ir.Source = admitStagedSource(ss, ir.Source, ir.Blobs)
+		if err := json.Unmarshal(f.Data, &ir); err != nil || ir.Version != intakeVersion || ir.Record.Kind == "" {
+			if err == nil {
+				err = fmt.Errorf("intake version %d, kind %q", ir.Version, ir.Record.Kind)
+			}
+			// Quarantined with a named gap (undecodable.go).
+			if qerr := quarantineUndecodable(store.ledgerDir(bd.Spool), led, ss, f.Name, f.Data, err, time.Now()); qerr != nil {
+				return false, qerr
+			}
+			res.Quarantined++
+			continue
+		}
+		if held[ir.Observed] {
+			res.held++
+			adm.left++ // a held file takes no admission budget
+			continue
 		}
 		// Resolve the exact current target now, once per session per hook.
 		r, ok := resolved[ir.Observed]
@@ -221,6 +253,23 @@ func admitIntake(ctx context.Context, store StateDir, led *Ledger, ss *spool.Tx,
 				_ = store.rememberTarget(bd, ir.Observed, r.t)
 			}
 			resolved[ir.Observed] = r
+		}
+		if adm.holdNew && holdNewSession(led, &ir, r.err) {
+			// The session's first events, received before any target and
+			// while the Hub cannot answer: admitted now they would stay
+			// unassociated for good; they wait in the intake until the Hub
+			// answers (or holdNewSessionFor passes) and are then admitted
+			// under the Work it resolves.
+			held[ir.Observed] = true
+			res.held++
+			adm.left++
+			if res.heldErr == nil {
+				res.heldErr = r.err
+			}
+			continue
+		}
+		if ir.SourceTaken && ir.Record.Kind == event.ToolStart {
+			ir.Source = admitStagedSource(ss, ir.Source, ir.Blobs)
 		}
 		refused := receiptTargetAt(&ir, r.t, r.err)
 		if !ir.Resolved && ir.Record.Kind == event.ToolStart && ir.SourceTaken {
@@ -287,6 +336,46 @@ func admitIntake(ctx context.Context, store StateDir, led *Ledger, ss *spool.Tx,
 		res.Admitted++
 	}
 	return false, nil
+}
+
+// holdNewSessionFor bounds how long a new session's intake files wait for
+// the Hub (holdNewSession): past it they are admitted as unassociated
+// deferred facts, as before, so the intake never holds them for good.
+const holdNewSessionFor = time.Hour
+
+// maxHeldListed bounds the held files one admission lists past its
+// budget: past it, what follows them waits (the intake's backpressure
+// then sends hooks to the locked path, which records their events).
+const maxHeldListed = 64
+
+// holdNewSession reports whether the intake record ir waits in the intake
+// instead of being admitted: its session had no exact target at receipt
+// nor since (a brand-new session), the Hub could not answer its
+// resolution (err: unreachable or a server error, not a refusal), and it
+// was received less than holdNewSessionFor ago.
+func holdNewSession(led *Ledger, ir *intakeRecord, err error) bool {
+	return err != nil && hubCouldNotAnswer(err) && newSessionFile(led, ir)
+}
+
+// newSessionFile reports whether ir is a file of a session without any
+// exact target (at receipt or since), received less than
+// holdNewSessionFor ago.
+func newSessionFile(led *Ledger, ir *intakeRecord) bool {
+	if _, ok := ir.AtReceipt.target(); ok {
+		return false
+	}
+	if _, ok := led.LastTarget(ir.Observed); ok {
+		return false // a copied target: an outage gap names it
+	}
+	return time.Since(ir.ReceivedAt) < holdNewSessionFor
+}
+
+// hubCouldNotAnswer reports whether a Hub call's error says the Hub could
+// not answer (unreachable, timed out, a server error), as opposed to an
+// answer (a refusal, a bad request).
+func hubCouldNotAnswer(err error) bool {
+	ae, ok := api.AsError(err)
+	return !ok || ae.Status >= 500
 }
 
 // receiptTargetAt decides the target an intake record is admitted under,

@@ -267,7 +267,9 @@ func (c *Changelog) applyLocked(ctx context.Context, paths []string, applied []i
 	}
 	res.PreApply = pre
 	err = rp.extract(ctx)
-	if err == nil {
+	if err == nil && !c.opts.ConversationRefs {
+		// In metadata-only mode the agent's transcripts stay as they
+		// are, even where older increments hold copies.
 		err = mergeConversations(c.opts.Roots, staged, rewoundSession(target))
 	}
 	if err != nil {
@@ -425,6 +427,9 @@ type overlay struct {
 	src  map[string]memberRef
 	prot *protection
 	disk *scanDisk // nil: lstat the disk
+	// withheld holds the secret files an uploaded increment named without
+	// their bytes, by key, until a later member stores the path.
+	withheld map[string]incmeta.WithheldFile
 }
 
 // memberRef is one member of one archive of a replay.
@@ -584,6 +589,7 @@ func (rp *replay) simulate() error {
 		listing: map[string]map[string]byte{}, fresh: map[string]bool{}, rootGone: map[string]bool{},
 		sizes: map[string][2]int64{},
 		src:   map[string]memberRef{}, prot: rp.prot, disk: rp.disk,
+		withheld: map[string]incmeta.WithheldFile{},
 	}
 	rp.sim = o
 	for _, ra := range rp.archives {
@@ -678,6 +684,7 @@ func (rp *replay) simulate() error {
 				}
 				o.listing[k] = l
 			case tar.TypeReg:
+				delete(o.withheld, vkey(m.Root, m.Rel))
 				o.set(m.Root, m.Rel, vFile)
 				o.sizes[vkey(m.Root, m.Rel)] = [2]int64{m.localLen(), m.Size}
 				o.src[vkey(m.Root, m.Rel)] = memberRef{ra: ra, m: m}
@@ -705,8 +712,14 @@ func (rp *replay) simulate() error {
 				ra.a.Members[mi].expect = sz[1]
 				o.sizes[k] = [2]int64{sz[0] + m.part.Length, sz[1] + m.Size}
 			case tar.TypeSymlink:
+				delete(o.withheld, vkey(m.Root, m.Rel))
 				o.set(m.Root, m.Rel, vSymlink)
 				o.src[vkey(m.Root, m.Rel)] = memberRef{ra: ra, m: m}
+			}
+		}
+		for _, w := range ra.a.Meta.WithheldFiles {
+			if _, ok := rp.roots[w.Root]; ok && !rp.prot.keep(w.Root, w.Path) {
+				o.withheld[vkey(w.Root, w.Path)] = w
 			}
 		}
 	}

@@ -277,8 +277,34 @@ func (c *Changelog) storeLocked(ctx context.Context, sc *walked, req CaptureRequ
 		baseline = c.loadBaseline()
 	}
 	outside, seen := false, 0 // a change outside the conversation roots; changes counted so far
+	mroots := sc.mroots
+	if c.opts.ConversationRefs {
+		// No copy of the conversation roots: a reference to the session's
+		// transcript instead, and no state for them (a later copy is
+		// whole).
+		var kept []*rootPlan
+		mroots = nil
+		for i, p := range plans {
+			if !p.conv {
+				kept = append(kept, p)
+				mroots = append(mroots, sc.mroots[i])
+				continue
+			}
+			ref, err := transcriptRef(p.root, refSession(req), c.dir)
+			if err != nil {
+				return nil, nil, err
+			}
+			if ref != nil {
+				meta.TranscriptRefs = append(meta.TranscriptRefs, *ref)
+			}
+		}
+		meta.RemovedRoots = slices.DeleteFunc(slices.Clone(meta.RemovedRoots), func(name string) bool {
+			return slices.ContainsFunc(plans, func(p *rootPlan) bool { return p.conv && p.root.Name == name })
+		})
+		plans = kept
+	}
 	for i, p := range plans {
-		r := c.opts.Roots[i]
+		r := p.root
 		old := st.root(r.Name)
 		if old != nil && old.Path != r.Path {
 			old = nil // the root moved: it was captured in full
@@ -317,7 +343,7 @@ func (c *Changelog) storeLocked(ctx context.Context, sc *walked, req CaptureRequ
 	if kind == KindOutside && !outside {
 		return nil, nil, errNothingOutside
 	}
-	meta.Roots = sc.mroots
+	meta.Roots = mroots
 	meta.Full = sc.full
 	meta.Changes = changes.result()
 

@@ -52,6 +52,11 @@ type Options struct {
 	Watch ChangeSource
 	// Failpoint, for failure tests, is FailpointEnv's value ("" none).
 	Failpoint string
+	// ConversationRefs keeps no copy of the conversation roots (a checkout
+	// in metadata-only mode): an increment then records, for its session's
+	// transcript, a reference (Meta.TranscriptRefs) instead of its bytes,
+	// and a rewind leaves the live transcripts alone.
+	ConversationRefs bool
 }
 
 // ChangeSource reports what changed below capture roots since a token.

@@ -123,6 +123,10 @@ func openForHook(configDir, dir, root string, opts HookOptions) (*Changelog, err
 		return nil, fmt.Errorf("changelog %s does not belong to %s", dir, root)
 	}
 	copts := Options{Roots: roots, Exclude: []string{configDir}, Failpoint: opts.Failpoint}
+	if opts.Sharing != nil {
+		// The binding's current mode ("" is a session that starts now).
+		copts.ConversationRefs = opts.Sharing(root)("").NoCopy
+	}
 	if opts.Watch != nil {
 		copts.Watch = opts.Watch(dir)
 	}

@@ -164,6 +164,11 @@ func mergeIncrements(bodies [][]byte, roots []Root, merged []incmeta.Merged) ([]
 		}
 	}
 	meta.Changes = composeChanges(metas)
+	stored := make(map[string]bool, len(files))
+	for _, n := range files {
+		stored[vkey(n.root, n.rel)] = true
+	}
+	meta.WithheldFiles = mergeWithheld(metas, stored)
 
 	var out bytes.Buffer
 	aw := newArchiveWriter(&out)

@@ -167,6 +167,9 @@ type UploadOptions struct {
 	// Sharing decides what of the conversation roots an upload may carry
 	// (see UploadForm); nil shares no conversation.
 	Sharing SharingPolicy
+	// Locked says the caller holds the changelog's upload lock
+	// (TryUploadLock: the detached deliverer), so Upload does not take it.
+	Locked bool
 	// Reconcile, for a remote that is a Lister, first compares the queue
 	// with what the remote holds (changelog upload does; the hook does
 	// not, to spare a request per tool call): the grant is read afresh,
@@ -193,11 +196,13 @@ func (c *Changelog) Upload(ctx context.Context, r Remote, opts UploadOptions) (*
 	if fp == nil {
 		fp = func(string) {}
 	}
-	lk, err := lockWait(ctx, filepath.Join(c.dir, uploadLockFile))
-	if err != nil {
-		return &UploadOutcome{Err: err.Error()}, nil
+	if !opts.Locked {
+		lk, err := lockWait(ctx, filepath.Join(c.dir, uploadLockFile))
+		if err != nil {
+			return &UploadOutcome{Err: err.Error()}, nil
+		}
+		defer lk.Close()
 	}
-	defer lk.Close()
 	q, err := c.loadUploads()
 	if err != nil {
 		return nil, err
@@ -558,4 +563,97 @@ func (c *Changelog) hubStatuses(positions []int) map[int]*HubStatus {
 		out[p] = st
 	}
 	return out
+}
+
+// TryUploadLock takes the changelog directory dir's upload lock without
+// waiting: nil, nil when another process holds it (a deliverer uploads, or
+// `changelog upload` runs). The hook takes it to hand it to the detached
+// deliverer it starts (one deliverer per changelog, as per spool), which
+// uploads with UploadOptions.Locked and lets it go when done.
+func TryUploadLock(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, uploadLockFile), os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, fsutil.FileMode)
+	if err != nil {
+		return nil, fmt.Errorf("open the upload lock: %w", err)
+	}
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		switch {
+		case err == nil:
+			return f, nil
+		case err == syscall.EINTR:
+			continue
+		case err == syscall.EWOULDBLOCK:
+			f.Close()
+			return nil, nil
+		}
+		f.Close()
+		return nil, fmt.Errorf("upload lock: %w", err)
+	}
+}
+
+// CheckUploadLock checks that f is dir's upload lock (the file a detached
+// deliverer inherited): same inode as the lock path, and held.
+func CheckUploadLock(f *os.File, dir string) error {
+	var a, b syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &a); err != nil {
+		return fmt.Errorf("upload lock: %w", err)
+	}
+	if err := syscall.Lstat(filepath.Join(dir, uploadLockFile), &b); err != nil {
+		return fmt.Errorf("upload lock: %w", err)
+	}
+	if a.Dev != b.Dev || a.Ino != b.Ino {
+		return errors.New("the inherited file is not this changelog's upload lock")
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		return fmt.Errorf("the inherited upload lock is not held: %w", err)
+	}
+	return nil
+}
+
+// WaitUploads waits (bounded by ctx) until no process holds dir's upload
+// lock: for tests and commands that must not leave a deliverer running,
+// while no hook runs (a hook that finds the lock held by the waiter
+// leaves its increment to the next kick).
+func WaitUploads(ctx context.Context, dir string) error {
+	f, err := lockWait(ctx, filepath.Join(dir, uploadLockFile))
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+// OpenForUpload opens the changelog directory dir (of a checkout whose
+// config directory is configDir) for its upload queue.
+func OpenForUpload(configDir, dir string) (*Changelog, string, error) {
+	roots, err := LoadRoots(dir)
+	if err != nil {
+		return nil, "", err
+	}
+	if len(roots) == 0 {
+		return nil, "", fmt.Errorf("changelog %s has no roots", dir)
+	}
+	c, err := Open(dir, Options{Roots: roots, Exclude: []string{configDir}})
+	if err != nil {
+		return nil, "", err
+	}
+	return c, roots[0].Path, nil
+}
+
+// PendingUploads counts the stored positions of the changelog directory
+// dir that its upload queue has not put on the Hub yet (read-only: the
+// queue file and the stored positions).
+func PendingUploads(configDir, dir string) (int, error) {
+	c, _, err := OpenForUpload(configDir, dir)
+	if err != nil {
+		return 0, err
+	}
+	q, err := c.loadUploads()
+	if err != nil {
+		return 0, err
+	}
+	next, err := c.NextPosition()
+	if err != nil {
+		return 0, err
+	}
+	return c.countPending(q, next-1), nil
 }

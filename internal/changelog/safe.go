@@ -4,15 +4,19 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/klauspost/compress/gzip"
+	"golang.org/x/sys/unix"
 
 	"github.com/agentscm/agentscm/internal/scan"
 )
@@ -606,8 +610,12 @@ type Unrestorable struct {
 	Path   string `json:"path"`
 	Reason string `json:"reason"`
 	// Withheld marks a conversation root left off the Hub by the
-	// checkout's sharing choice; it makes a rewind partial like the rest.
+	// checkout's sharing choice, or a secret file whose bytes never leave
+	// the machine; it makes a rewind partial like the rest.
 	Withheld bool `json:"withheld,omitempty"`
+	// Digest is the SHA-256 (hex) of a withheld secret file's bytes at the
+	// target: a local copy with this digest is what the rewind wanted.
+	Digest string `json:"digest,omitempty"`
 }
 
 // unrestorable lists what the simulated replay cannot restore: symlinks of
@@ -638,6 +646,7 @@ func (rp *replay) unrestorable(roots []Root) []Unrestorable {
 	if rp.sim == nil {
 		return out
 	}
+	out = append(out, rp.withheldFiles()...)
 	var links []Unrestorable
 	for k, ref := range rp.sim.src {
 		if ref.m.Type != tar.TypeSymlink {
@@ -668,4 +677,62 @@ func (rp *replay) unrestorable(roots []Root) []Unrestorable {
 		return comparePaths(a.Path, b.Path)
 	})
 	return append(out, links...)
+}
+
+// withheldFiles lists the secret files the simulated result holds whose
+// bytes the replayed increments left out (an uploaded form: see
+// UploadFormOf), sorted: each stays as the disk holds it, which restores it
+// only when the disk's copy has the recorded digest.
+func (rp *replay) withheldFiles() []Unrestorable {
+	var out []Unrestorable
+	for _, w := range rp.sim.withheld {
+		par := parentOf(w.Path)
+		if rp.sim.lookup(w.Root, par) != vDir {
+			continue
+		}
+		if l, ok := rp.sim.listing[vkey(w.Root, par)]; ok {
+			if _, in := l[path.Base(w.Path)]; !in {
+				continue // removed by the target
+			}
+		}
+		r, ok := rp.roots[w.Root]
+		if !ok {
+			continue
+		}
+		why := fmt.Sprintf("a secret file (%s), withheld from the Hub in every capture mode: its %d bytes stay in the local increments of the machine that captured it", w.Pattern, w.Size)
+		if sum, err := fileDigest(filepath.Join(r.Path, filepath.FromSlash(w.Path))); err == nil {
+			if sum == w.Digest {
+				continue // the copy here is the one the target held
+			}
+			why += "; the file here is another version, left as it is"
+		} else {
+			why += "; not restored"
+		}
+		out = append(out, Unrestorable{Root: w.Root, Path: w.Path, Withheld: true, Digest: w.Digest, Reason: why})
+	}
+	slices.SortFunc(out, func(a, b Unrestorable) int {
+		if a.Root != b.Root {
+			return strings.Compare(a.Root, b.Root)
+		}
+		return comparePaths(a.Path, b.Path)
+	})
+	return out
+}
+
+// fileDigest is the SHA-256 (hex) of the regular file at p, not following a
+// symlink.
+func fileDigest(p string) (string, error) {
+	f, err := os.OpenFile(p, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return "", fmt.Errorf("%s is not a regular file", p)
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }

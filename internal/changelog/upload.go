@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/agentscm/agentscm/internal/changelog/incmeta"
@@ -16,15 +17,18 @@ import (
 )
 
 // The privacy boundary of the changelog: what of a local increment may
-// leave the machine. A local increment holds everything its capture roots
-// hold, the Claude Code transcripts of a conversation root included. The
+// leave the machine (docs/privacy.md). A local increment holds everything
+// its capture roots hold, the Claude Code transcripts of a conversation
+// root included unless the checkout is in metadata-only mode (then it
+// holds references: convref.go). Secret files (redact.FileSet) never leave
+// it in any mode: the uploaded form names them by path and digest. The
 // form uploaded to a Hub holds conversation bodies only when the tool
 // call's session is shared (the checkout in shared-conversation mode, the
 // session started under it), and then only transcript copies redacted by
 // internal/redact, line by line, with the counts in the metadata; in every
 // other case the conversation roots are left out entirely (their members,
 // their transcript parts and the roots themselves), and the metadata says
-// so (Meta.Conversation, ConvWithheld). Every path that sends an increment
+// so (Meta.Conversation, incmeta.ConvWithheld). Every path that sends an increment
 // anywhere calls UploadForm; nothing else reads an increment for upload.
 
 // Sharing is what may leave the machine of one session's conversation.
@@ -37,6 +41,10 @@ type Sharing struct {
 	Share bool
 	// Reason explains a Share of false.
 	Reason string
+	// NoCopy is true for a checkout whose capture binding is in
+	// metadata-only mode: the changelog then keeps no copy of the
+	// conversation, even locally (Options.ConversationRefs).
+	NoCopy bool
 }
 
 // SharingPolicy decides Sharing for the session of an increment. A nil
@@ -44,17 +52,22 @@ type Sharing struct {
 type SharingPolicy func(session string) Sharing
 
 // UploadForm returns the form of the stored increment at pos that may
-// leave the machine under policy (see UploadFormOf), with its digest.
+// leave the machine under policy and the changelog's secret-file set (see
+// UploadFormOf), with its digest.
 func (c *Changelog) UploadForm(pos int, policy SharingPolicy) (RemoteIncrement, error) {
-	return uploadFormFile(c.incrementPath(pos), pos, policy)
+	secret, err := SecretFiles(c.dir)
+	if err != nil {
+		return RemoteIncrement{}, err
+	}
+	return uploadFormFile(c.incrementPath(pos), pos, policy, secret)
 }
 
-func uploadFormFile(path string, pos int, policy SharingPolicy) (RemoteIncrement, error) {
+func uploadFormFile(path string, pos int, policy SharingPolicy, secret redact.FileSet) (RemoteIncrement, error) {
 	local, err := fsutil.ReadFileNoFollow(path, MaxRemoteBytes)
 	if err != nil {
 		return RemoteIncrement{}, fmt.Errorf("read increment %d for upload: %w", pos, err)
 	}
-	body, meta, err := UploadFormOf(local, policy)
+	body, meta, err := UploadFormOf(local, policy, secret)
 	if err != nil {
 		return RemoteIncrement{}, fmt.Errorf("increment %d: %w", pos, err)
 	}
@@ -77,10 +90,14 @@ func transcriptSession(rel string) string {
 }
 
 // UploadFormOf is the pure transformation of a local increment into the
-// bytes allowed to leave the machine under policy, and their metadata. An
-// increment without conversation roots is returned unchanged. Otherwise the
-// archive is validated as an apply validates it and rewritten, workspace
-// members copied as they are (the form stays a GNU incremental archive).
+// bytes allowed to leave the machine under policy and the secret-file set
+// secret, and their metadata. An increment without conversation roots and
+// without a secret file is returned unchanged. Otherwise the archive is
+// validated as an apply validates it and rewritten, workspace members
+// copied as they are (the form stays a GNU incremental archive) but for the
+// secret files: their bytes are left out, in every mode, and the metadata
+// names each with its digest (Meta.WithheldFiles); their directories'
+// listings still name them, so a replay leaves a local copy in place.
 // Each file of a conversation root is decided by its own session
 // (<session>.jsonl, <session>/...), whichever call's increment captured it:
 // the file of a shared session is redacted line by line (transcript copies
@@ -88,7 +105,7 @@ func transcriptSession(rel string) string {
 // any other file is left out. A conversation root with nothing shared (the
 // increment's session not shared, no file of a shared session) is left out
 // entirely: its members, its parts and the root itself.
-func UploadFormOf(local []byte, policy SharingPolicy) ([]byte, *incmeta.Meta, error) {
+func UploadFormOf(local []byte, policy SharingPolicy, secret redact.FileSet) ([]byte, *incmeta.Meta, error) {
 	a, err := readArchive(bytes.NewReader(local), nil)
 	if err != nil {
 		return nil, nil, err
@@ -99,7 +116,18 @@ func UploadFormOf(local []byte, policy SharingPolicy) ([]byte, *incmeta.Meta, er
 			conv[r.Name] = true
 		}
 	}
-	if len(conv) == 0 {
+	// The secret files of the workspace roots, by member ordinal.
+	secrets := map[int]*incmeta.WithheldFile{}
+	for i := range a.Members {
+		m := &a.Members[i]
+		if conv[m.Root] || m.Type != tar.TypeReg {
+			continue
+		}
+		if p, ok := secret.Withheld(m.Rel); ok {
+			secrets[m.offset] = &incmeta.WithheldFile{Root: m.Root, Path: m.Rel, Size: m.localLen(), Pattern: p}
+		}
+	}
+	if len(conv) == 0 && len(secrets) == 0 && len(a.Meta.TranscriptRefs) == 0 {
 		m := a.Meta
 		return local, &m, nil
 	}
@@ -116,8 +144,11 @@ func UploadFormOf(local []byte, policy SharingPolicy) ([]byte, *incmeta.Meta, er
 		return sh
 	}
 	meta := a.Meta
-	own := decide(a.Meta.SessionID)
-	meta.ConversationMode = own.Mode
+	own := Sharing{}
+	if len(conv) > 0 || len(a.Meta.TranscriptRefs) > 0 {
+		own = decide(a.Meta.SessionID)
+		meta.ConversationMode = own.Mode
+	}
 	// Which archive members (by ordinal) belong to a conversation root and
 	// whether each is shared; which roots keep anything.
 	type convMember struct {
@@ -177,6 +208,10 @@ func UploadFormOf(local []byte, policy SharingPolicy) ([]byte, *incmeta.Meta, er
 			meta.Files--
 		}
 	}
+	for _, w := range secrets {
+		meta.Files--
+		meta.Bytes -= w.Size
+	}
 	meta.Files, meta.Bytes = max(meta.Files, 0), max(meta.Bytes, 0)
 	meta.Transcripts = nil
 	for _, pt := range a.Meta.Transcripts {
@@ -184,9 +219,18 @@ func UploadFormOf(local []byte, policy SharingPolicy) ([]byte, *incmeta.Meta, er
 			meta.Transcripts = append(meta.Transcripts, pt)
 		}
 	}
-	// Redaction counts, in a first pass (the metadata comes first).
+	// Redaction counts and the secret files' digests, in a first pass
+	// (the metadata comes first).
 	total := 0
 	err = eachMember(local, func(i int, h *tar.Header, r io.Reader) error {
+		if w := secrets[i]; w != nil {
+			d := sha256.New()
+			if _, err := io.Copy(d, r); err != nil {
+				return archiveError("member %q: %v", h.Name, err)
+			}
+			w.Digest = hex.EncodeToString(d.Sum(nil))
+			return nil
+		}
 		cm := members[i]
 		if cm == nil || !cm.share || (h.Typeflag != tar.TypeReg && h.Typeflag != tar.TypeRegA) {
 			return nil
@@ -213,10 +257,31 @@ func UploadFormOf(local []byte, policy SharingPolicy) ([]byte, *incmeta.Meta, er
 		}
 	}
 	meta.Redactions = total
-	meta.Conversation = incmeta.ConvWithheld
-	for _, k := range keepRoot {
-		if k {
-			meta.Conversation = incmeta.ConvRedacted
+	if len(conv) > 0 {
+		meta.Conversation = incmeta.ConvWithheld
+		for _, k := range keepRoot {
+			if k {
+				meta.Conversation = incmeta.ConvRedacted
+			}
+		}
+	}
+	if len(meta.TranscriptRefs) > 0 {
+		// A metadata-only position: no copy to share, and its references
+		// stay on this machine.
+		for _, r := range meta.TranscriptRefs {
+			if !slices.Contains(meta.WithheldRoots, r.Root) {
+				meta.WithheldRoots = append(meta.WithheldRoots, r.Root)
+			}
+		}
+		if meta.Conversation == "" {
+			meta.Conversation = incmeta.ConvWithheld
+		}
+		meta.TranscriptRefs = nil
+	}
+	meta.WithheldFiles = nil
+	for i := range a.Members {
+		if w := secrets[a.Members[i].offset]; w != nil {
+			meta.WithheldFiles = append(meta.WithheldFiles, *w)
 		}
 	}
 
@@ -226,8 +291,8 @@ func UploadFormOf(local []byte, policy SharingPolicy) ([]byte, *incmeta.Meta, er
 		return nil, nil, err
 	}
 	err = eachMember(local, func(i int, h *tar.Header, r io.Reader) error {
-		if i == 0 {
-			return nil // the metadata, written above
+		if i == 0 || secrets[i] != nil {
+			return nil // the metadata, written above; a secret file's bytes
 		}
 		cm := members[i]
 		isFile := h.Typeflag == tar.TypeReg || h.Typeflag == tar.TypeRegA

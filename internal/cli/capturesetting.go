@@ -209,7 +209,8 @@ a fraction of each limit, the compaction policy and the last compaction
 (manual or automatic), the envelopes not yet acknowledged by the Hub, and how
 many facts stayed local as deferred facts and why (the Hub was unreachable,
 no current Work, a refused target), so a session that never reached the Hub
-is visible.`)
+is visible. After its output, for a spool where deliverable work waits and
+no deliverer runs, it starts the background deliverer (as a hook would).`)
 	root := fs.String("root", "", "path of a checkout (default: every bound checkout)")
 	format := formatFlag(fs)
 	if err := parseFlags(env, fs, args, false); err != nil {
@@ -234,6 +235,7 @@ is visible.`)
 		return err
 	}
 	out := make([]statusOut, 0, len(list))
+	var kick []string
 	for _, s := range list {
 		o := statusOut{Setting: s}
 		if b := cfg.Find(s.Root); b != nil {
@@ -242,9 +244,18 @@ is visible.`)
 			} else {
 				o.SpoolStatus = sum
 			}
+			if b.Enabled {
+				kick = append(kick, b.Spool)
+			}
 		}
 		out = append(out, o)
 	}
+	// After the output: work a deliverer should take up gets one.
+	defer func() {
+		for _, sp := range kick {
+			kickDelivery(env, store, sp)
+		}
+	}()
 	if *format == "json" {
 		if *root != "" {
 			return writeJSON(env.Stdout, out[0])

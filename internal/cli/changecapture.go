@@ -61,6 +61,7 @@ func changeCaptureCommand() *Command {
 				return nil
 			}},
 			{Name: "deliver", Summary: "deliver a spool's pending envelopes to the Hub now (the background deliverer's run, in the foreground)", Run: runDeliver},
+			{Name: "deliver-spool", Summary: "the background deliverer process that hooks, status, show and the local page start (one bounded run)", Run: runDeliverSpool},
 			{Name: "events", Summary: "list a spool's sessions and their events in order (read-only)", Run: runEvents},
 			changeCaptureShowCommand(),
 			changeCaptureConversationCommand(),

@@ -168,7 +168,7 @@ func openChangelog(env *Env, rf *rootFlags, capture bool) (*changelog.Changelog,
 			return nil, err
 		}
 	}
-	c, err := changelog.Open(dir, changelog.Options{Roots: roots, Exclude: configExclude(env)})
+	c, err := changelog.Open(dir, changelog.Options{Roots: roots, Exclude: configExclude(env), ConversationRefs: conversationRefs(env, root)})
 	if err != nil {
 		return nil, err
 	}
@@ -621,6 +621,7 @@ directory, everything git ignores) are never deleted or changed.`)
 	}
 	warnForced(env, c.Roots(), res)
 	var resumed *changelog.Resumed
+	fromAgent := false // rebuilt from the agent's own transcript (metadata-only)
 	if *resume {
 		if res.Target.Kind != changelog.KindCall || res.Target.SessionID == "" {
 			return fmt.Errorf("rewound to position %d, but it is not a tool call of a session, so there is no conversation to resume", *to)
@@ -630,6 +631,14 @@ directory, everything git ignores) are never deleted or changed.`)
 		} else if isCodex {
 			resumed, err = resumeGemini(env, res.Target, env.Now())
 		} else {
+			if ref := changelog.TranscriptRefFor(&res.Target, res.Target.SessionID); ref != nil {
+				// Metadata-only: no copy was kept; the agent's transcript
+				// must still hold what the position saw.
+				if err := changelog.CheckTranscriptRef(projectDir, ref); err != nil {
+					return fmt.Errorf("rewound to position %d, but the conversation can no longer be resumed: %w", *to, err)
+				}
+				fromAgent = true
+			}
 			resumed, err = changelog.ResumeConversationFrom(projectDir, res.Target.SessionID, res.Target.ToolUseID, live)
 		}
 		if err != nil {
@@ -637,8 +646,12 @@ directory, everything git ignores) are never deleted or changed.`)
 		}
 	}
 	if *format == "json" {
-		if err := writeJSON(env.Stdout, map[string]any{"to": *to, "applied": res.Applied, "undo_position": res.PreApply.Position, "result_position": res.Result.Position, "resumed": resumed, "forced": jsonChanges(res.Conflicts),
-			"discarded_outside_work": jsonChanges(res.Outside), "unrestorable": jsonUnrestorable(c.Roots(), res.Unrestorable), "partial": isPartial(res)}); err != nil {
+		out := map[string]any{"to": *to, "applied": res.Applied, "undo_position": res.PreApply.Position, "result_position": res.Result.Position, "resumed": resumed, "forced": jsonChanges(res.Conflicts),
+			"discarded_outside_work": jsonChanges(res.Outside), "unrestorable": jsonUnrestorable(c.Roots(), res.Unrestorable), "partial": isPartial(res)}
+		if fromAgent {
+			out["conversation_source"] = "agent_transcript"
+		}
+		if err := writeJSON(env.Stdout, out); err != nil {
 			return err
 		}
 		return partialExit(env, c.Roots(), res)
@@ -649,6 +662,9 @@ directory, everything git ignores) are never deleted or changed.`)
 		note := "it ends with the call's result"
 		if !resumed.IncludesResult {
 			note = "the host had not written the call's result yet"
+		}
+		if fromAgent {
+			fmt.Fprintf(env.Stdout, "conversation rebuilt from the agent's own transcript, which still holds what position %d saw (metadata-only mode keeps no copy)\n", *to)
 		}
 		fmt.Fprintf(env.Stdout, "conversation of session %s bound to %s (%s); continue it with:\n  %s\n", resumed.FromSession, resumed.SessionID, note, resumed.Command)
 	}

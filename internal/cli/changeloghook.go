@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/agentscm/agentscm/internal/agent/adapter"
@@ -17,6 +18,7 @@ import (
 	"github.com/agentscm/agentscm/internal/connections"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/hookrun"
+	"github.com/agentscm/agentscm/internal/redact"
 )
 
 // turnExit maps a refusal during a running turn to its exit status.
@@ -64,7 +66,7 @@ func runChangelogHook(ctx context.Context, env *Env, a adapter.Adapter) int {
 }
 
 func runChangelogEnable(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "agentscm changelog enable", "[--root PATH] [--extra-root NAME=ABS]... [--include-ignored] [--no-transcript-root] [--claude-settings REL] [--parallel-sessions[=false]] [--format text|json]", `
+	fs := newFlags(env, "agentscm changelog enable", "[--root PATH] [--extra-root NAME=ABS]... [--include-ignored] [--no-transcript-root] [--claude-settings REL] [--parallel-sessions[=false]] [--withhold GLOB]... [--share GLOB]... [--format text|json]", `
 Turn on the per-tool-call changelog of a checkout: the capture roots are
 recorded (the checkout without .git and, by default, without git-ignored
 paths; the checkout's Claude Code transcript directory
@@ -93,7 +95,19 @@ sessions' turns run in the checkout at once (recorded in the changelog;
 --parallel-sessions=false turns it off again, and without the flag the
 setting is kept): every position names its session and the sessions whose
 turns ran beside it, and a rewind to such a position warns that their
-writes are mixed in.`)
+writes are mixed in.
+Secret files never leave the machine, in any capture mode: .env and .env.*
+(not templates such as .env.example), keys (*.pem, *.key, *.p12, id_rsa*,
+id_ed25519*), .netrc, .npmrc, .pypirc, cloud credential files, *.tfstate
+and the agents' own settings (.claude/settings*.json, .codex/, .gemini/);
+docs/privacy.md lists the set. They stay in the local increments; an
+increment uploaded to the Hub names each by path and digest only, and a
+rewind from the Hub lists them (exit status 8). --withhold GLOB adds a
+pattern, --share GLOB takes matching paths out of the set (both
+repeatable; given, each replaces the recorded list of its kind; an empty
+value clears it; without them the recorded set is kept). On a checkout
+connected to a Hub, enable says what the first increment would upload
+(files, bytes) and which secret files it withholds, before any upload.`)
 	var rf rootFlags
 	rf.register(fs, true)
 	settings := fs.String("claude-settings", binding.DefaultClaudeSettings, "Claude settings file for the hooks, relative to the root")
@@ -101,9 +115,17 @@ writes are mixed in.`)
 	parallel := fs.Bool("parallel-sessions", false, "let several sessions' turns run in this checkout at once (each position then names its session); =false: one session at a time again (the default)")
 	noTranscript := fs.Bool("no-transcript-root", false, "do not capture the checkout's Claude Code transcript directory (root claude-transcript)")
 	agent := fs.String("agent", "", agentFlagHelp+"; for codex the hooks go to .codex/hooks.json and no transcript root is recorded (the rollout is append-only)")
+	var withhold, share multiFlag
+	fs.Var(&withhold, "withhold", "also withhold files matching GLOB from the Hub (repeatable; see docs/privacy.md for the pattern syntax)")
+	fs.Var(&share, "share", "upload files matching GLOB although the default secret-file set withholds them (repeatable)")
 	format := formatFlag(fs)
 	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
+	}
+	for _, p := range slices.Concat(withhold, share) {
+		if err := redact.CheckPattern(p); p != "" && err != nil {
+			return usagef("%v", err)
+		}
 	}
 	rf.transcript, rf.home = transcriptOn, env.Getenv("HOME")
 	if *noTranscript {
@@ -112,6 +134,12 @@ writes are mixed in.`)
 	o := changelogEnableOptions{rf: &rf, settings: *settings, settingsSet: settingsSet(fs), agent: *agent}
 	if flagSet(fs, "parallel-sessions") {
 		o.parallel = parallel
+	}
+	if flagSet(fs, "withhold") {
+		o.withhold = append([]string{}, withhold...)
+	}
+	if flagSet(fs, "share") {
+		o.share = append([]string{}, share...)
 	}
 	res, err := enableChangelog(ctx, env, o)
 	if err != nil {
@@ -147,6 +175,9 @@ type changelogEnableOptions struct {
 	settingsSet bool
 	agent       string
 	parallel    *bool
+	// withhold and share, when not nil, replace the recorded secret-file
+	// patterns of their kind (changelog enable --withhold, --share).
+	withhold, share []string
 }
 
 // changelogEnableResult is what enableChangelog did.
@@ -205,6 +236,11 @@ func enableChangelog(ctx context.Context, env *Env, o changelogEnableOptions) (*
 			return nil, err
 		}
 	}
+	if o.withhold != nil || o.share != nil {
+		if err := setSecretFiles(c.Dir(), o.withhold, o.share); err != nil {
+			return nil, err
+		}
+	}
 	root := c.Roots()[0].Path
 	path := filepath.Join(root, filepath.FromSlash(settings))
 	// Claude Code: one entry per event, running both parts where the
@@ -223,8 +259,12 @@ func enableChangelog(ctx context.Context, env *Env, o changelogEnableOptions) (*
 	if err != nil {
 		return nil, err
 	}
+	up := uploadPlanFor(cfg, root, c.Roots())
+	if up.Preview, err = c.UploadPreview(ctx); err != nil {
+		return nil, fmt.Errorf("what the first increment would upload: %w", err)
+	}
 	return &changelogEnableResult{Root: root, Dir: c.Dir(), Agent: ad.Name(), Settings: path, Events: events, Changed: changed,
-		Roots: c.Roots(), Upload: uploadPlanFor(cfg, root, c.Roots()), Parallel: changelog.ParallelSessions(c.Dir()), TrustNote: ad.TrustNote(root)}, nil
+		Roots: c.Roots(), Upload: up, Parallel: changelog.ParallelSessions(c.Dir()), TrustNote: ad.TrustNote(root)}, nil
 }
 
 // uploadPlan is what changelog enable says leaves the machine, and where.
@@ -243,6 +283,62 @@ type uploadPlan struct {
 	Transcripts string `json:"transcripts"`
 	CaptureMode string `json:"capture_mode"`
 	Reason      string `json:"reason,omitempty"`
+	// Preview is what an increment of the whole workspace uploads (the
+	// first one) and the secret files it withholds.
+	Preview *changelog.UploadPreview `json:"first_increment,omitempty"`
+}
+
+// setSecretFiles records the checkout's --withhold and --share patterns:
+// each list given (not nil) replaces the recorded one (empty values
+// dropped).
+func setSecretFiles(dir string, withhold, share []string) error {
+	setW, setS := withhold != nil, share != nil
+	cur, err := changelog.SecretFiles(dir)
+	if err != nil {
+		cur = redact.FileSet{} // replaced below by what was given
+	}
+	keep := func(l []string) []string {
+		return slices.DeleteFunc(slices.Clone(l), func(p string) bool { return p == "" })
+	}
+	if setW {
+		cur.Withhold = keep(withhold)
+	}
+	if setS {
+		cur.Share = keep(share)
+	}
+	return changelog.SetSecretFiles(dir, cur)
+}
+
+// describeWithheld is the text lines saying which secret files stay on
+// this machine.
+func describeWithheld(b *strings.Builder, pv *changelog.UploadPreview, width int) {
+	if pv == nil {
+		return
+	}
+	label := fmt.Sprintf("  %-*s", width, "withheld:")
+	indent := strings.Repeat(" ", len(label))
+	if pv.WithheldCount == 0 {
+		fmt.Fprintf(b, "%sno secret file found (docs/privacy.md lists the set)\n", label)
+	} else {
+		var names []string
+		for _, w := range pv.Withheld {
+			if len(names) == 10 {
+				break
+			}
+			names = append(names, w.Path)
+		}
+		more := ""
+		if pv.WithheldCount > len(names) {
+			more = fmt.Sprintf(" and %d more", pv.WithheldCount-len(names))
+		}
+		fmt.Fprintf(b, "%s%d secret %s (%d bytes) never uploaded, kept in the local increments only: %s%s\n", label, pv.WithheldCount, plural(pv.WithheldCount, "file", "files"), pv.WithheldBytes, strings.Join(names, ", "), more)
+	}
+	if len(pv.SecretFiles.Withhold) > 0 {
+		fmt.Fprintf(b, "%salso withheld (--withhold): %s\n", indent, strings.Join(pv.SecretFiles.Withhold, " "))
+	}
+	if len(pv.SecretFiles.Share) > 0 {
+		fmt.Fprintf(b, "%sshared anyway (--share): %s\n", indent, strings.Join(pv.SecretFiles.Share, " "))
+	}
 }
 
 func uploadPlanFor(configDir, root string, roots []changelog.Root) uploadPlan {
@@ -276,7 +372,15 @@ func (up uploadPlan) describe() string {
 	} else {
 		fmt.Fprintf(&b, "  uploads:    every increment goes to repository %s on %s (the current Work's changelog)\n", up.Repository, up.Hub)
 		fmt.Fprintf(&b, "              uploaded as captured: %s\n", strings.Join(up.Roots, ", "))
+		if pv := up.Preview; pv != nil {
+			what := "the first increment will upload"
+			if pv.Captured {
+				what = "the captured workspace holds"
+			}
+			fmt.Fprintf(&b, "  first upload: %s %d %s, %d bytes, to %s\n", what, pv.Files, plural(pv.Files, "file", "files"), pv.Bytes, up.Hub)
+		}
 	}
+	describeWithheld(&b, up.Preview, 12)
 	if len(up.LocalRoots) > 0 {
 		switch {
 		case !up.Connected:

@@ -147,7 +147,10 @@ func TestChangelogApplyFromHub(t *testing.T) {
 		t.Fatalf("B after apply --from-hub --to 1: %v, want %v", got, after1)
 	}
 	// Its dry run says the apply would be partial, and lists the root.
-	if out := must("changelog", "apply", "--root", b, "--to", "2", "--from-hub", "--work", w.ID, "--dry-run"); !strings.Contains(out, fmt.Sprintf("it would be partial (exit status %d): 1 path cannot be restored:\n  %s: withheld from the Hub", ExitPartial, changelog.TranscriptRootName)) {
+	// The Claude settings file the hooks were installed in is a secret
+	// file: withheld too.
+	if out := must("changelog", "apply", "--root", b, "--to", "2", "--from-hub", "--work", w.ID, "--dry-run"); !strings.Contains(out, fmt.Sprintf("it would be partial (exit status %d): 2 paths cannot be restored:\n  %s: withheld from the Hub", ExitPartial, changelog.TranscriptRootName)) ||
+		!strings.Contains(out, filepath.Join(b, ".claude", "settings.local.json")+": a secret file (.claude/settings*.json), withheld from the Hub") {
 		t.Fatalf("apply --from-hub --dry-run:\n%s", out)
 	}
 	if out := must("changelog", "apply", "--root", b, "--to", "2", "--from-hub", "--work", w.ID, "--dry-run", "--format", "json"); !strings.Contains(out, `"partial": true`) || !strings.Contains(out, `"withheld": true`) {
@@ -160,13 +163,16 @@ func TestChangelogApplyFromHub(t *testing.T) {
 		Partial      bool `json:"partial"`
 		Unrestorable []struct {
 			Root     string `json:"root"`
+			Path     string `json:"path"`
 			Withheld bool   `json:"withheld"`
 		} `json:"unrestorable"`
 	}
 	if err := json.Unmarshal([]byte(fromHub("changelog", "apply", "--root", b, "--to", "2", "--from-hub", "--work", w.ID, "--format", "json")), &second); err != nil {
 		t.Fatal(err)
 	}
-	if !second.Partial || len(second.Unrestorable) != 1 || second.Unrestorable[0].Root != changelog.TranscriptRootName || !second.Unrestorable[0].Withheld {
+	// The transcript root, and the Claude settings file (a secret file).
+	if !second.Partial || len(second.Unrestorable) != 2 || second.Unrestorable[0].Root != changelog.TranscriptRootName || !second.Unrestorable[0].Withheld ||
+		second.Unrestorable[1].Path != ".claude/settings.local.json" || !second.Unrestorable[1].Withheld {
 		t.Fatalf("apply --format json does not list the withheld root as partial: %+v", second)
 	}
 	if got := files(t, b); fmt.Sprint(got) != fmt.Sprint(files(t, a)) {
@@ -397,7 +403,13 @@ func testApplyFromHubResume(t *testing.T, shared bool) {
 		}
 		args := []string{"changelog", "apply", "--root", dst, "--to", fmt.Sprint(to), "--from-hub", "--work", w.ID, "--resume-conversation", "--format", format}
 		if shared {
-			return must(args...), dst
+			// The Claude settings file is a secret file, withheld: the
+			// apply is partial (exit 8) for it alone.
+			r := runMain(t, env, "", args...)
+			if r.code != ExitPartial || !strings.Contains(r.stderr, "settings.local.json: a secret file") || strings.Contains(r.stderr, changelog.TranscriptRootName+": withheld") {
+				t.Fatalf("%v: %d, want %d listing the settings file alone:\n%s", args, r.code, ExitPartial, r.stderr)
+			}
+			return r.stdout, dst
 		}
 		// Metadata-only: the transcript root is withheld from the Hub, so
 		// the apply is partial (exit 8) and lists it.
@@ -489,7 +501,8 @@ func testApplyFromHubResume(t *testing.T, shared bool) {
 	r := runMain(t, env, "", "changelog", "apply", "--root", d, "--to", "2", "--from-hub", "--work", w.ID, "--resume-conversation", "--format", "json")
 	res.From, res.Note, res.Resumed = nil, "", nil
 	json.Unmarshal([]byte(r.stdout), &res)
-	if r.code != 0 || !strings.Contains(r.stderr, "warning: reading call 2's result from the later increments") || !strings.Contains(r.stderr, `".." component`) ||
+	// Exit 8: the Claude settings file is a secret file, withheld.
+	if r.code != ExitPartial || !strings.Contains(r.stderr, "warning: reading call 2's result from the later increments") || !strings.Contains(r.stderr, `".." component`) ||
 		res.Resumed == nil || res.Resumed.IncludesResult || res.From != nil || !strings.Contains(res.Note, "could not be read") {
 		t.Fatalf("hostile later increment: %d %s %s", r.code, r.stdout, r.stderr)
 	}
@@ -545,7 +558,12 @@ func TestChangelogApplyFromHubMerged(t *testing.T) {
 	if r.code == 0 || !strings.Contains(r.stderr, "position 1 has no increment of its own on the Hub") || !strings.Contains(r.stderr, "increment 2 carries positions 1..2") {
 		t.Fatalf("apply --from-hub of a merged position: %d %s", r.code, r.stderr)
 	}
-	out = must("changelog", "apply", "--root", fresh, "--to", "2", "--from-hub", "--work", w.ID)
+	// Partial: the Claude settings file is a secret file, withheld.
+	r = runMain(t, env, "", "changelog", "apply", "--root", fresh, "--to", "2", "--from-hub", "--work", w.ID)
+	if r.code != ExitPartial || !strings.Contains(r.stderr, "settings.local.json: a secret file") {
+		t.Fatalf("apply --from-hub of the carrier: %d %s", r.code, r.stderr)
+	}
+	out = r.stdout
 	if !strings.Contains(out, "positions 1..1 came merged") {
 		t.Fatalf("apply --from-hub of the carrier: %s", out)
 	}
@@ -565,7 +583,7 @@ func TestChangelogApplyFromHubMerged(t *testing.T) {
 		t.Fatalf("apply --from-hub without a connection or --work: %d %s", r.code, r.stderr)
 	}
 	r = runMain(t, env, "", "changelog", "apply", "--root", bare, "--to", "2", "--from-hub", "--work", w.ID)
-	if r.code != 0 || !strings.Contains(r.stderr, "connected "+bare+" to repository proj on local (the Hub holding work "+w.ID) {
+	if r.code != ExitPartial || !strings.Contains(r.stderr, "connected "+bare+" to repository proj on local (the Hub holding work "+w.ID) || !strings.Contains(r.stderr, "settings.local.json: a secret file") {
 		t.Fatalf("apply --from-hub onto a bare directory: %d %s %s", r.code, r.stdout, r.stderr)
 	}
 	if got := files(t, bare); got["f1.txt"] != "1" {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/agentscm/agentscm/internal/changelog"
@@ -125,8 +126,12 @@ parallel sessions are on. Starts nothing, changes nothing.`)
 		turns = []changelog.TurnStatus{}
 	}
 	parallel := changelog.ParallelSessions(c.Dir())
+	withheld, err := c.UploadPreview(ctx)
+	if err != nil {
+		return err
+	}
 	if *format == "json" {
-		return writeJSON(env.Stdout, map[string]any{"dir": c.Dir(), "root": c.Roots()[0].Path, "next_position": next, "watch": rep, "hub": hub, "turns": turns, "parallel_sessions": parallel})
+		return writeJSON(env.Stdout, map[string]any{"dir": c.Dir(), "root": c.Roots()[0].Path, "next_position": next, "watch": rep, "hub": hub, "turns": turns, "parallel_sessions": parallel, "uploads": withheld})
 	}
 	defer printTurns(env, turns, parallel)
 	fmt.Fprintf(env.Stdout, "changelog of %s (%s)\n  next position: %d\n", c.Roots()[0].Path, c.Dir(), next)
@@ -139,6 +144,10 @@ parallel sessions are on. Starts nothing, changes nothing.`)
 		fmt.Fprintf(env.Stdout, "  watch:         does not vouch: %s\n", rep.Reason)
 	}
 	fmt.Fprintf(env.Stdout, "  hub:           %s\n", hub.describe())
+	var b strings.Builder
+	fmt.Fprintf(&b, "  uploads:       %d %s, %d bytes of the workspace as captured (a Hub gets them as increments)\n", withheld.Files, plural(withheld.Files, "file", "files"), withheld.Bytes)
+	describeWithheld(&b, withheld, 15)
+	fmt.Fprint(env.Stdout, b.String())
 	return nil
 }
 

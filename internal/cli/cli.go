@@ -216,7 +216,7 @@ const exitStatusHelp = `Exit status:
   5  changelog apply, rewind, snapshot load, changelog enable/disable: a live session's agent turn is running (each is named; nothing overrides it)
   6  changelog apply, rewind, snapshot load: paths changed since the newest capture (--discard-uncaptured-edits overrides), or work done outside the agent after the target would change (--discard-outside-edits overrides)
   7  work takeover or another checkpoint: the Work is at another generation than expected
-  8  changelog apply, rewind, snapshot load: partial (the listed paths could not be restored, a conversation root withheld from the Hub among them); revert: conflicts were left alone
+  8  changelog apply, rewind, snapshot load: partial (the listed paths could not be restored, a conversation root or secret files withheld from the Hub among them); revert: conflicts were left alone
   The hooks (hook-claude, hook-codex, hook-gemini, agentscm-hook) always exit 0;
   change-capture run-recipe exits with the recipe's own status when it failed.
 `

@@ -34,7 +34,7 @@ were not delivered.`, args, true, false, nil)
 	if err != nil {
 		return err
 	}
-	rep, err := capture.DeliverSpool(ctx, store, delivery.Opener{ConfigDir: store.Dir}, dir, nil, capture.DeliverBounds{})
+	rep, err := capture.DeliverSpool(ctx, store, delivery.Opener{ConfigDir: store.Dir}, dir, nil, capture.DeliverBounds{AttemptNow: true})
 	if rep != nil && rep.Outcome == "busy" {
 		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		werr := store.WaitDeliverer(wctx, dir)

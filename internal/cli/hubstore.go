@@ -14,6 +14,7 @@ import (
 	"github.com/agentscm/agentscm/internal/hub/objects/s3"
 	"github.com/agentscm/agentscm/internal/hub/store"
 	"github.com/agentscm/agentscm/internal/hub/store/postgres"
+	"github.com/agentscm/agentscm/internal/hub/store/sqlite"
 )
 
 // The environment variables a Hub's stores may come from, so that a
@@ -167,7 +168,7 @@ func (r resolvedBackend) openStores(ctx context.Context, env *Env) (store.Store,
 	if r.dsn != "" {
 		st, err = postgres.Open(ctx, r.dsn)
 	} else {
-		st, err = store.OpenSQLite(ctx, r.data)
+		st, err = sqlite.Open(ctx, r.data)
 	}
 	if err != nil {
 		return nil, nil, err

@@ -9,6 +9,7 @@ import (
 
 	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/changelog"
+	"github.com/agentscm/agentscm/internal/hookrun"
 )
 
 // configExclude is the agentscm config directory (spool, changelog store,
@@ -19,6 +20,14 @@ func configExclude(env *Env) []string {
 		return nil
 	}
 	return []string{filepath.Clean(cfg)}
+}
+
+// conversationRefs reports whether the checkout at root keeps no copy of
+// its conversation in the changelog (its capture binding is in
+// metadata-only mode; see changelog.Options.ConversationRefs).
+func conversationRefs(env *Env, root string) bool {
+	cfg, err := binding.ConfigDir(env.Getenv)
+	return err == nil && hookrun.MetadataOnlyBinding(cfg, root)
 }
 
 // displayPath names a path of a rewind for people: its absolute path.
@@ -227,6 +236,9 @@ func jsonUnrestorable(roots []changelog.Root, list []changelog.Unrestorable) []m
 		m := map[string]any{"root": u.Root, "path": u.Path, "abs_path": unrestorablePath(roots, u), "reason": u.Reason}
 		if u.Withheld {
 			m["withheld"] = true
+		}
+		if u.Digest != "" {
+			m["digest"] = u.Digest
 		}
 		out = append(out, m)
 	}

@@ -60,6 +60,9 @@ change-record projection itself (the JSON of GET .../works/{work}/record).`)
 		return err
 	}
 	defer conn.Close()
+	// After the output: what this checkout's spool still holds for the Hub
+	// gets a deliverer (the timeline shows what reached the Hub).
+	defer kickCheckout(env, c.Root)
 	work := *id
 	if work == "" {
 		cur, err := conn.CurrentWork(ctx, c.WorktreeID)

@@ -188,7 +188,7 @@ older form of --file.`)
 		}
 		roots = stored
 	}
-	c, err := changelog.Open(dir, changelog.Options{Roots: roots, Exclude: configExclude(env)})
+	c, err := changelog.Open(dir, changelog.Options{Roots: roots, Exclude: configExclude(env), ConversationRefs: conversationRefs(env, root)})
 	if err != nil {
 		return err
 	}

@@ -118,6 +118,10 @@ increments, the newest), the time of the last captured event, and warnings
 	}
 	if cfg, err := store.Bindings().Load(); err == nil {
 		if b := cfg.Find(root); b != nil {
+			if b.Enabled {
+				defer kickDelivery(env, store, b.Spool) // after the output
+			}
+			defer kickUploads(env, store.Dir, root)
 			if sum, err := store.SummarizeSpool(b); err != nil {
 				warn("spool unreadable: %v", err)
 			} else {

@@ -84,6 +84,7 @@ off needs no confirmation (as change-capture set-mode --mode metadata-only).
 		},
 		Retention:  func(ctx context.Context, root string) (int, error) { return hubRetention(ctx, store.Dir, root) },
 		Agent:      func(root string) string { return detectAgent(env, root) },
+		Resume:     func(root string) { kickCheckout(env, root) },
 		Executable: env.Executable,
 		Now:        uiClock(env),
 	}, ln.Addr().String())

@@ -140,7 +140,24 @@ func admissionCrash(t *testing.T, fp, ev, extra string) bool {
 		t.Fatal(err)
 	}
 	seen := map[string]uint64{}
+	seqs := map[uint64]bool{}
+	shared := map[string]uint64{}
 	for _, r := range recs {
+		if seqs[r.Seq] {
+			// Two envelopes under one sequence (issue 31: a kill at
+			// append.envelope.*): the spool's order is no order.
+			t.Fatalf("%s/%s: two records with spool sequence %d", fp, ev, r.Seq)
+		}
+		seqs[r.Seq] = true
+		if r.Sequenced && r.Kind != event.KindGap && r.SharedSeq != 0 {
+			// Nor two events one shared sequence of their target's
+			// stream (a gap shares its event's on purpose).
+			k := fmt.Sprintf("%s/%s/%d/%s/%d", r.Stream, r.WorkID, r.Generation, r.CanonicalSession, r.SharedSeq)
+			if prev, ok := shared[k]; ok {
+				t.Fatalf("%s/%s: records %d and %d share the target sequence %s", fp, ev, prev, r.Seq, k)
+			}
+			shared[k] = r.Seq
+		}
 		r2 := r
 		r2.Seq, r2.Body, r2.BodyRef = 0, nil, nil
 		b, _ := json.Marshal(r2)

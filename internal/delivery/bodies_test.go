@@ -10,8 +10,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentscm/agentscm/internal/binding"
+	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/client"
 	"github.com/agentscm/agentscm/internal/connections"
 	"github.com/agentscm/agentscm/internal/event"
@@ -239,7 +241,7 @@ func (f *fixture) pendingWithBody(t *testing.T) int {
 // TestBodyUploadFailureKeepsEnvelopePending: the Hub accepts the event but
 // its object store fails (an object's fan-out directory is a file): the
 // envelope stays pending and the body awaits upload; once the store is
-// back, the next hook's delivery replays the envelope (a duplicate), uploads
+// back, the next hook's delivery once the next attempt is due replays the envelope (a duplicate), uploads
 // the body and acknowledges it.
 func TestBodyUploadFailureKeepsEnvelopePending(t *testing.T) {
 	f := newFixtureWith(t, func(o *binding.EnableOptions) { o.Mode = event.ModeSharedConversation })
@@ -272,6 +274,9 @@ func TestBodyUploadFailureKeepsEnvelopePending(t *testing.T) {
 	if err := os.Remove(blocker); err != nil {
 		t.Fatal(err)
 	}
+	// The first hook after the next attempt is due (the one retry policy,
+	// capture.TransientRetry: no hook attempts before).
+	time.Sleep(capture.TransientRetry.First + 50*time.Millisecond)
 	f.hook(t, pl("Stop", ""))
 	list, _ = bc.ListBodies(context.Background(), work)
 	if len(list.Bodies) != 1 || list.Bodies[0].State != api.BodyAvailable {

@@ -431,10 +431,16 @@ func TestOutageCopiesTarget(t *testing.T) {
 	if s := byName["native-2"]; s.Events != 2 || s.LastSeq != 3 || s.MissingSeqs != 1 {
 		t.Fatalf("native-2: %+v", s)
 	}
-	// The aliased session's outage is a gap over its reserved range;
-	// native-2's own next event exposes its hole directly.
-	if len(rec.Gaps) != 1 || gapFor(rec, "default") != (api.Gap{Kind: event.GapCaptureInterrupted, Reason: "target_unavailable", FromSeq: 3, ToSeq: 4}) {
+	// Every outage is a named gap over its reserved range: the aliased
+	// session's, and native-2's too, although its own next event shows the
+	// hole (the soak found such holes without a name: a missing number
+	// says nothing of why).
+	if len(rec.Gaps) != 2 || gapFor(rec, "default") != (api.Gap{Kind: event.GapCaptureInterrupted, Reason: "target_unavailable", FromSeq: 3, ToSeq: 4}) ||
+		gapFor(rec, "native-2") != (api.Gap{Kind: event.GapCaptureInterrupted, Reason: "target_unavailable", FromSeq: 2, ToSeq: 2}) {
 		t.Fatalf("gaps %+v", rec.Gaps)
+	}
+	if n := unnamedHoles(t, rec); n != 0 {
+		t.Fatalf("%d missing numbers on the Hub lie in no named gap: %+v", n, rec.Gaps)
 	}
 	b, _ := json.Marshal(rec)
 	sp, _ := spool.Open(f.spool)
@@ -459,7 +465,7 @@ func TestOutageCopiesTarget(t *testing.T) {
 	}
 	// A later hook publishes nothing again.
 	hook("native-1", "Stop", "")
-	if rec := f.record(t, work); len(rec.Gaps) != 1 {
+	if rec := f.record(t, work); len(rec.Gaps) != 2 {
 		t.Fatalf("gap published twice: %+v", rec.Gaps)
 	}
 }
@@ -601,4 +607,27 @@ func TestSessionStartSources(t *testing.T) {
 			t.Fatalf("session %+v", s)
 		}
 	}
+}
+
+// unnamedHoles counts the numbers the Hub's sessions miss that lie in no
+// named capture_interrupted gap of their session (the numbers such a gap
+// covers were never received: they are deferred facts or lost records).
+func unnamedHoles(t *testing.T, rec api.ChangeRecord) int64 {
+	t.Helper()
+	var n int64
+	for _, s := range rec.Sessions {
+		covered := map[int64]bool{}
+		for _, g := range rec.Gaps {
+			if g.Session != s.Session || g.Kind != event.GapCaptureInterrupted || g.FromSeq == 0 {
+				continue
+			}
+			for q := g.FromSeq; q <= g.ToSeq && q <= s.LastSeq; q++ {
+				covered[q] = true
+			}
+		}
+		if d := s.MissingSeqs - int64(len(covered)); d > 0 {
+			n += d
+		}
+	}
+	return n
 }

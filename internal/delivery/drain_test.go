@@ -68,9 +68,20 @@ func TestDelivererDrainsTailWithoutLaterHook(t *testing.T) {
 type olderHub struct {
 	h   http.Handler
 	old atomic.Bool
+	// failing makes the front answer every envelope POST 503 (the Hub
+	// failing transiently); posts counts the envelope POSTs it saw.
+	failing atomic.Bool
+	posts   atomic.Int64
 }
 
 func (o *olderHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/envelopes") {
+		o.posts.Add(1)
+		if o.failing.Load() {
+			http.Error(w, `{"error":{"code":"unavailable","message":"restarting (test)"}}`, http.StatusServiceUnavailable)
+			return
+		}
+	}
 	if o.old.Load() && r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/envelopes") {
 		b, err := io.ReadAll(r.Body)
 		if err == nil {
@@ -283,5 +294,43 @@ func TestResumeDeliveryStartsDeliverer(t *testing.T) {
 	bg.wg.Wait()
 	if rec := f.record(t, work); len(rec.Events) != 3 {
 		t.Fatalf("Hub events %d, want 3", len(rec.Events))
+	}
+}
+
+// TestInlineDeliveryFollowsRetryPolicy: hooks that deliver in-process
+// (no background deliverer) follow the one retry policy of the deliverer
+// after a transient failure of a real Hub on loopback (503 on every
+// envelope): the first hook's attempt fails and schedules the next, the
+// hooks right after it make no attempt (the agent's hooks do not each pay
+// a failed Hub call), and the first hook after the next attempt is due,
+// with the Hub back, delivers everything. On main every hook attempted
+// (each envelope of its page) and the schedule did not exist.
+func TestInlineDeliveryFollowsRetryPolicy(t *testing.T) {
+	f, front := newHTTPFixture(t)
+	work := f.startWork(t)
+	f.hook(t, f.payload("SessionStart", `,"source":"startup"`))
+	front.failing.Store(true)
+	before := front.posts.Load()
+	if r := f.hook(t, f.payload("Stop", "")); r.Delivered != 0 || r.DeliveryErr == nil {
+		t.Fatalf("first hook in the failure: %+v", r)
+	}
+	if n := front.posts.Load() - before; n != 1 {
+		t.Fatalf("the first hook made %d attempts, want 1 (it stops at a transient failure)", n)
+	}
+	for range 3 {
+		if r := f.hook(t, f.payload("Stop", "")); r.Delivered != 0 || r.DeliveryErr == nil || !strings.Contains(r.DeliveryErr.Error(), "next delivery attempt is due") {
+			t.Fatalf("hook before the next attempt is due: %+v", r)
+		}
+	}
+	if n := front.posts.Load() - before; n != 1 {
+		t.Fatalf("%d delivery attempts before the next one was due, want 1", n)
+	}
+	front.failing.Store(false)
+	time.Sleep(300 * time.Millisecond) // the first wait (capture.TransientRetry.First) has passed
+	if r := f.hook(t, f.payload("Stop", "")); r.DeliveryErr != nil || r.Delivered != 5 {
+		t.Fatalf("hook after the Hub is back: %+v", r)
+	}
+	if rec := f.record(t, work); len(rec.Events) != 6 {
+		t.Fatalf("Hub events %d, want 6", len(rec.Events))
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -137,8 +138,29 @@ func CaptureWarning(res *capture.HookResult, err error) string {
 // never waits for it), inheriting the held deliver lock as fd 3. It is not
 // waited for: the hook exits and init reaps the deliverer.
 func StartDeliverer(exe, configDir string, lock *os.File, spoolDir string) error {
-	cmd := exec.Command(exe, "change-capture", "deliver-spool", "--config-dir", configDir, "--spool", spoolDir, "--lock-fd", "3")
-	cmd.ExtraFiles = []*os.File{lock}
+	return StartDelivererFor(exe, configDir, lock, spoolDir, nil, "")
+}
+
+// StartDelivererFor is StartDeliverer for the spool (when spoolLock is not
+// nil), the changelog directory clDir (when clLock, its held upload lock,
+// is not nil), or both in one process: the one deliverer of a checkout.
+// Each held lock is inherited (fd 3, then fd 4).
+func StartDelivererFor(exe, configDir string, spoolLock *os.File, spoolDir string, clLock *os.File, clDir string) error {
+	args := []string{"change-capture", "deliver-spool", "--config-dir", configDir}
+	var files []*os.File
+	if spoolLock != nil {
+		args = append(args, "--spool", spoolDir, "--lock-fd", strconv.Itoa(3+len(files)))
+		files = append(files, spoolLock)
+	}
+	if clLock != nil {
+		args = append(args, "--changelog", clDir, "--changelog-lock-fd", strconv.Itoa(3+len(files)))
+		files = append(files, clLock)
+	}
+	if len(files) == 0 {
+		return nil
+	}
+	cmd := exec.Command(exe, args...)
+	cmd.ExtraFiles = files
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		return err

@@ -15,11 +15,13 @@ import (
 	"github.com/agentscm/agentscm/internal/agent"
 	"github.com/agentscm/agentscm/internal/agent/adapter"
 	"github.com/agentscm/agentscm/internal/agent/hookfile"
+	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/changelog"
 	"github.com/agentscm/agentscm/internal/changelog/hubremote"
 	"github.com/agentscm/agentscm/internal/connections"
 	"github.com/agentscm/agentscm/internal/delivery"
+	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/hookcore"
 )
 
@@ -93,6 +95,7 @@ func ClaudeHook(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, 
 		cerr    error
 		starter *deferredOpener
 		lw      string
+		stored  string // the changelog directory an increment was stored in
 		wg      sync.WaitGroup
 	)
 	takeIncrement := o.Changelog && slices.Contains(changelog.HookEvents, p.HookEventName)
@@ -110,11 +113,19 @@ func ClaudeHook(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, 
 			watch = WatchFor(o.Exe, getenv)
 		}
 		pc := *p // its own copy: the capture may normalise fields of p
+		// With a detached deliverer (Exe) the hook never uploads: it
+		// stores the increment and the deliverer uploads it (one
+		// deliverer for events and increments, kicked below). Without
+		// one the increment is uploaded in-process, as before.
+		var remote func(context.Context, string) (changelog.Remote, func(), error)
+		if o.Exe == "" {
+			remote = hubremote.ForCheckout(dir)
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			lw, refused = runChangelog(ctx, dir, &pc, now, changelog.HookOptions{Watch: watch, Failpoint: getenv(changelog.FailpointEnv), Agent: agent.Name(), TurnWait: o.TurnWait,
-				Remote: hubremote.ForCheckout(dir), Sharing: func(root string) changelog.SharingPolicy { return CheckoutSharing(dir, root) }})
+			lw, refused, stored = runChangelog(ctx, dir, &pc, now, changelog.HookOptions{Watch: watch, Failpoint: getenv(changelog.FailpointEnv), Agent: agent.Name(), TurnWait: o.TurnWait,
+				Remote: remote, Sharing: func(root string) changelog.SharingPolicy { return CheckoutSharing(dir, root) }})
 		}()
 	}
 	if o.Capture {
@@ -129,13 +140,31 @@ func ClaudeHook(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, 
 		cres, cerr = hookcore.RunCapture(ctx, store, hubs, b, p, now)
 	}
 	wg.Wait()
-	if starter != nil {
+	var clLock *os.File
+	if stored != "" && o.Exe != "" {
+		// The increment waits in the upload queue: the deliverer that
+		// starts below (with the spool's, or on its own) uploads it;
+		// when the lock is held, the running deliverer looks again
+		// before it exits (DrainChangelog).
+		if l, err := changelog.TryUploadLock(stored); err != nil {
+			lw = joinWarn(lw, "changelog upload: "+hookcore.OneLine(err.Error()))
+		} else {
+			clLock = l
+		}
+	}
+	if starter != nil || clLock != nil {
+		if starter == nil {
+			starter = &deferredOpener{detachedOpener: detachedOpener{Opener: delivery.Opener{ConfigDir: dir}, exe: o.Exe}}
+		}
 		// Also after a failed capture: it may have asked for a deliverer
 		// before it failed (events of earlier hooks wait in the intake).
 		if cres == nil {
 			cres = &capture.HookResult{}
 		}
-		starter.start(ctx, store, cres)
+		starter.clLock, starter.clDir = clLock, stored
+		if w := starter.start(ctx, store, cres); w != "" {
+			lw = joinWarn(lw, w)
+		}
 	}
 	if o.Capture {
 		warns.Add(hookcore.CaptureWarning(cres, cerr))
@@ -154,7 +183,7 @@ func ClaudeHook(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, 
 
 // runChangelog is the changelog part: its message (without the prefix),
 // "" when it has nothing to say, and the prompt it refused (nil: none).
-func runChangelog(ctx context.Context, configDir string, p *agent.Payload, now time.Time, opts changelog.HookOptions) (warn string, refused *changelog.PromptRefusal) {
+func runChangelog(ctx context.Context, configDir string, p *agent.Payload, now time.Time, opts changelog.HookOptions) (warn string, refused *changelog.PromptRefusal, stored string) {
 	defer func() {
 		if r := recover(); r != nil {
 			warn, refused = fmt.Sprintf("changelog hook failed: internal error: %v", r), nil
@@ -164,7 +193,10 @@ func runChangelog(ctx context.Context, configDir string, p *agent.Payload, now t
 	if err == nil && res != nil {
 		refused = res.Refused
 	}
-	return changelogWarning(res, err), refused
+	if res != nil && res.Increment != nil {
+		stored = res.Dir
+	}
+	return changelogWarning(res, err), refused, stored
 }
 
 // changelogWarning is what `agentscm changelog hook-claude` has always said,
@@ -247,8 +279,20 @@ func CheckoutSharing(configDir, root string) changelog.SharingPolicy {
 		if err != nil {
 			return changelog.Sharing{Mode: sh.Mode, Reason: sh.Reason + ": " + err.Error()}
 		}
-		return changelog.Sharing{Mode: sh.Mode, Share: sh.Share, Reason: sh.Reason}
+		return changelog.Sharing{Mode: sh.Mode, Share: sh.Share, Reason: sh.Reason, NoCopy: MetadataOnlyBinding(configDir, root)}
 	}
+}
+
+// MetadataOnlyBinding reports whether the checkout at root has a capture
+// binding in metadata-only mode: its changelog then keeps no copy of the
+// conversation (changelog.Options.ConversationRefs).
+func MetadataOnlyBinding(configDir, root string) bool {
+	cfg, err := binding.Registry{Dir: configDir}.Load()
+	if err != nil {
+		return false
+	}
+	b := cfg.ForPath(root)
+	return b != nil && b.CaptureMode == event.ModeMetadataOnly
 }
 
 // deferredOpener is the detachedOpener of a hook that runs the changelog
@@ -263,6 +307,10 @@ type deferredOpener struct {
 	now   bool
 	lock  *os.File
 	spool string
+	// clLock and clDir are the changelog's held upload lock and directory
+	// when the hook stored an increment: the same deliverer uploads it.
+	clLock *os.File
+	clDir  string
 }
 
 func (o *deferredOpener) StartDeliverer(lock *os.File, spoolDir string) error {
@@ -278,29 +326,59 @@ func (o *deferredOpener) StartDeliverer(lock *os.File, spoolDir string) error {
 	return nil
 }
 
-// start starts the deferred deliverer, or delivers in-process (as the
-// capture does when no process can be started), and folds what happened
-// into res.
-func (o *deferredOpener) start(ctx context.Context, store capture.StateDir, res *capture.HookResult) {
-	if o.lock == nil {
-		return
+// start starts the deferred deliverer (the spool's, the changelog's or
+// both in one process), or delivers in-process (as the capture does when
+// no process can be started), and folds what happened into res; it
+// returns the changelog part's warning.
+func (o *deferredOpener) start(ctx context.Context, store capture.StateDir, res *capture.HookResult) (warn string) {
+	if o.lock == nil && o.clLock == nil {
+		return ""
 	}
-	defer o.lock.Close()
-	err := o.detachedOpener.StartDeliverer(o.lock, o.spool)
+	if o.lock != nil {
+		defer o.lock.Close()
+	}
+	if o.clLock != nil {
+		defer o.clLock.Close()
+	}
+	err := hookcore.StartDelivererFor(o.exe, o.ConfigDir, o.lock, o.spool, o.clLock, o.clDir)
 	if err == nil {
-		return
+		return ""
 	}
-	if res.DeliveryErr == nil {
-		res.DeliveryErr = fmt.Errorf("start the background deliverer (delivering in-process): %w", err)
+	if o.lock != nil {
+		if res.DeliveryErr == nil {
+			res.DeliveryErr = fmt.Errorf("start the background deliverer (delivering in-process): %w", err)
+		}
+		rep, err := capture.DeliverSpool(ctx, store, o.Opener, o.spool, o.lock, capture.DeliverBounds{MaxRun: capture.DeliveryTimeout, MaxEnvelopes: capture.DeliveryPageSize})
+		if rep != nil {
+			res.Delivered += rep.Delivered
+			res.Failed += rep.Failed
+			res.Refused += rep.Refused
+			res.Admitted += rep.Admitted
+		}
+		if err != nil && res.DeliveryErr == nil {
+			res.DeliveryErr = err
+		}
 	}
-	rep, err := capture.DeliverSpool(ctx, store, o.Opener, o.spool, o.lock, capture.DeliverBounds{MaxRun: capture.DeliveryTimeout, MaxEnvelopes: capture.DeliveryPageSize})
-	if rep != nil {
-		res.Delivered += rep.Delivered
-		res.Failed += rep.Failed
-		res.Refused += rep.Refused
-		res.Admitted += rep.Admitted
+	if o.clLock != nil {
+		// No process: upload in-process within the hook's bound, as the
+		// hook did before the one deliverer.
+		uctx, cancel := context.WithTimeout(ctx, changelog.RemoteDeadline)
+		defer cancel()
+		dup, derr := syscall.Dup(int(o.clLock.Fd()))
+		if derr != nil {
+			return "changelog upload: " + hookcore.OneLine(derr.Error())
+		}
+		if _, _, uerr := DrainChangelog(uctx, o.ConfigDir, o.clDir, os.NewFile(uintptr(dup), "upload.lock")); uerr != nil {
+			return "increment stored locally, upload pending: " + hookcore.OneLine(uerr.Error())
+		}
 	}
-	if err != nil && res.DeliveryErr == nil {
-		res.DeliveryErr = err
+	return ""
+}
+
+// joinWarn joins two warnings of one hook into one line's text.
+func joinWarn(a, b string) string {
+	if a == "" {
+		return b
 	}
+	return a + "; " + b
 }

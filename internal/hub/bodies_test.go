@@ -24,6 +24,7 @@ import (
 	"github.com/agentscm/agentscm/internal/hub/store"
 	"github.com/agentscm/agentscm/internal/hub/store/postgres"
 	"github.com/agentscm/agentscm/internal/hub/store/postgres/pgtest"
+	"github.com/agentscm/agentscm/internal/hub/store/sqlite"
 )
 
 // clock is the Hub's injected Now.
@@ -81,7 +82,7 @@ func openBodyStore(t *testing.T, dir string) store.Store {
 		}
 		return st
 	}
-	st, err := store.OpenSQLite(ctx, dir)
+	st, err := sqlite.Open(ctx, dir)
 	if err != nil {
 		t.Fatal(err)
 	}

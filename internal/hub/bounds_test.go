@@ -20,7 +20,7 @@ import (
 
 	"github.com/agentscm/agentscm/internal/hub"
 	"github.com/agentscm/agentscm/internal/hub/api"
-	"github.com/agentscm/agentscm/internal/hub/store"
+	"github.com/agentscm/agentscm/internal/hub/store/sqlite"
 )
 
 // setJSON replaces the value at path ("events.0.seq") of a decoded JSON
@@ -270,7 +270,7 @@ func TestRecordNeverFailsOnSums(t *testing.T) {
 	svc.Close()
 
 	// Around the Hub: values admission would refuse.
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(data, store.DBFile))
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(data, sqlite.DBFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -466,7 +466,7 @@ func TestTakeoverAtLastGeneration(t *testing.T) {
 		t.Fatal(err)
 	}
 	svc.Close()
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(data, store.DBFile))
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(data, sqlite.DBFile))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/agentscm/agentscm/internal/hub/api"
 	"github.com/agentscm/agentscm/internal/hub/objects"
 	"github.com/agentscm/agentscm/internal/hub/store"
+	"github.com/agentscm/agentscm/internal/hub/store/sqlite"
 )
 
 // Retention bounds of shared conversation bodies, in days.
@@ -99,7 +100,8 @@ func Operator() Principal {
 	return Principal{HumanName: "operator", Admin: true, Scope: api.ScopeReadWrite}
 }
 
-// New returns a Service over a store and an object store.
+// New returns a Service over a store and an object store (whose objects it
+// checks against their digests: objects.Verified).
 func New(st store.Store, obj objects.Store, cfg Config) (*Service, error) {
 	if cfg.RetentionDays == 0 {
 		cfg.RetentionDays = DefaultRetentionDays
@@ -110,7 +112,7 @@ func New(st store.Store, obj objects.Store, cfg Config) (*Service, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Service{st: st, obj: obj, cfg: cfg, authCache: map[string]cachedPrincipal{}, instance: newID("hub_")}, nil
+	return &Service{st: st, obj: objects.Verified(obj), cfg: cfg, authCache: map[string]cachedPrincipal{}, instance: newID("hub_")}, nil
 }
 
 // Open opens the Hub in a data directory (created 0700 when missing): the
@@ -125,7 +127,7 @@ func Open(ctx context.Context, dataDir string, cfg Config) (*Service, error) {
 	if err := fsutil.CheckPrivateDir(dataDir); err != nil {
 		return nil, fmt.Errorf("hub data directory: %w", err)
 	}
-	st, err := store.OpenSQLite(ctx, dataDir)
+	st, err := sqlite.Open(ctx, dataDir)
 	if err != nil {
 		return nil, err
 	}

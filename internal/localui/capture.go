@@ -112,6 +112,9 @@ func (s *Server) checkouts(ctx context.Context) ([]Checkout, error) {
 			continue
 		}
 		out = append(out, describe(*set))
+		if s.cfg.Resume != nil && set.Enabled {
+			go s.cfg.Resume(r)
+		}
 	}
 	var wg sync.WaitGroup
 	for i := range out {

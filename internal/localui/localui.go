@@ -70,6 +70,11 @@ type Config struct {
 	// Agent names the agent whose hooks a new binding installs (empty:
 	// Claude Code); nil asks for the default.
 	Agent func(root string) string
+	// Resume, when set, is called (in its own goroutine, so the page never
+	// waits for it) for each enabled checkout the page lists: it starts a
+	// deliverer when deliverable work waits in the checkout's spool and
+	// none runs (capture.ResumeDelivery), as a hook would.
+	Resume func(root string)
 	// Executable is the agentscm binary the installed hooks call.
 	Executable string
 	// Now is the server's clock (tests inject one).

@@ -55,6 +55,10 @@ type IntakeFile struct {
 	Name       string
 	ReceivedAt time.Time
 	Data       []byte
+	// Malformed is true for a file whose frame does not verify (torn,
+	// tampered): Data is then its raw bytes as read (nil when unreadable)
+	// and the caller quarantines it (QuarantineIntake), naming its loss.
+	Malformed bool
 }
 
 type intakeEntry struct {
@@ -384,9 +388,9 @@ func (ss *Tx) Intake(max int) ([]IntakeFile, error) {
 				}
 			}
 		}
-		if qerr := s.quarantineIntake(st, e.name); qerr != nil {
-			return nil, qerr
-		}
+		// Returned for the caller to quarantine: it names the loss with
+		// what can still be read of it.
+		out = append(out, IntakeFile{Name: e.name, ReceivedAt: time.Unix(0, e.ns).UTC(), Data: b, Malformed: true})
 	}
 	return out, nil
 }

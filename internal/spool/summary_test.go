@@ -272,7 +272,8 @@ func TestIntakeWithoutLock(t *testing.T) {
 	if v.usage.Records != before.usage.Records+5 {
 		t.Fatalf("usage %d records, want %d + 5 intake files", v.usage.Records, before.usage.Records)
 	}
-	// A torn intake file and a dead writer's temporary: quarantined and
+	// A torn intake file and a dead writer's temporary: returned as
+	// malformed (the caller quarantines it, naming its loss) and
 	// completed; a live writer's temporary (flocked) is left alone.
 	idir := filepath.Join(sp.dir, intakeDir)
 	torn := intakeName(1700000000000000009, 1, "deadbeef", 77)
@@ -289,8 +290,14 @@ func TestIntakeWithoutLock(t *testing.T) {
 	}
 	files, err := ss.Intake(100)
 	ss.Close()
-	if err != nil || len(files) != 5 {
-		t.Fatalf("with a young dead temporary: %d files (%v), want the 5 installed ones", len(files), err)
+	var malformed []string
+	for _, f := range files {
+		if f.Malformed {
+			malformed = append(malformed, f.Name)
+		}
+	}
+	if err != nil || len(files) != 6 || !slices.Equal(malformed, []string{torn}) {
+		t.Fatalf("with a young dead temporary: %d files, malformed %v (%v), want the 5 installed ones and the torn one", len(files), malformed, err)
 	}
 	hook.intakeGrace = 0
 	ss, err = hook.Begin(context.Background())
@@ -303,13 +310,21 @@ func TestIntakeWithoutLock(t *testing.T) {
 	}
 	var got []string
 	for _, f := range files {
-		got = append(got, string(f.Data))
+		if !f.Malformed {
+			got = append(got, string(f.Data))
+		}
 	}
 	want := []string{"event-0", "event-1", "event-2", "event-3", "event-4", "event-dead"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("intake order %q, want %q", got, want)
 	}
 	for _, f := range files {
+		if f.Malformed {
+			if err := ss.QuarantineIntake(f.Name); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
 		if _, err := ss.Append(tagged(string(f.Data), event.PromptSubmit)); err != nil {
 			t.Fatal(err)
 		}

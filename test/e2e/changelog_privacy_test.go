@@ -13,12 +13,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/changelog"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/test/e2e/scriptedapi"
 )
@@ -35,6 +37,21 @@ const (
 	privError  = "PRIVERROR-77b1"  // printed by a failing command, likewise
 	privToken  = "ghp_" + "Zx81Qw72Er63Ty54Ui45Op36As27Df18Gh09"
 )
+
+// The secret files' markers: in the checkout before the session (.env.local,
+// id_rsa, a Claude settings file with a token in its env block) and in a
+// file the agent writes (.env.production, its marker computed by the
+// command so that it is in no tool input).
+const (
+	secEnvLocal = "ENVLOCAL-SECRET-1a2b"
+	secRSA      = "RSAKEY-SECRET-3c4d"
+	secSettings = "SETTINGSTOKEN-5e6f"
+	secEnvProd  = "ENVPROD-SECRET-7a8b" // printed by `printf 'ENVPROD%s' -SECRET-7a8b`
+)
+
+// secretFiles are the secret files of the privacy tests, as rewinds from
+// the Hub list them.
+var secretFiles = []string{".claude/settings.local.json", ".env.local", ".env.production", "id_rsa"}
 
 // hubBytes returns every byte that reached the Hub: each file of its data
 // directory (object directory, SQLite database and its WAL and shared
@@ -125,7 +142,11 @@ func (c *checkout) startHubLogged(data string) (url string, stop func() []byte) 
 // session's prompt, tool input and outputs: absent in metadata-only and
 // local-conversation mode (while the local changelog holds them), and in
 // shared-conversation mode present only redacted (the token only as
-// [REDACTED:github_token]).
+// [REDACTED:github_token]). The secret files (.env.local, id_rsa, a Claude
+// settings file with a token, and a .env.production the agent writes) never
+// reach the Hub in any mode: changelog enable says so before the first
+// upload, and an apply from the Hub onto a fresh directory restores the
+// ordinary files, lists the secret ones and exits 8 (partial).
 func TestChangelogPrivacyAcrossModes(t *testing.T) {
 	for _, mode := range []string{event.ModeMetadataOnly, event.ModeLocalConversation, event.ModeSharedConversation} {
 		t.Run(mode, func(t *testing.T) {
@@ -137,6 +158,17 @@ func TestChangelogPrivacyAcrossModes(t *testing.T) {
 			c.agentscm("hub", "admin", "token", "create", "--data", data, "--human", "alice", "--repository", "proj", "--output", tok)
 			url, stop := c.startHubLogged(data)
 			c.agentscm("client", "setup", "--root", c.root, "--hub", url, "--repository", "proj", "--token-file", tok)
+			// The secret files, beside an ordinary one, before capture is
+			// set up (the settings file already exists, so setup leaves it
+			// out of the local exclude).
+			c.write(".env.local", "DATABASE_URL="+secEnvLocal+"\n")
+			c.write("id_rsa", "-----BEGIN OPENSSH PRIVATE KEY-----\n"+secRSA+"\n")
+			c.write(".env.example", "DATABASE_URL=\n")
+			c.write("ordinary.txt", "ordinary\n")
+			if err := os.MkdirAll(filepath.Join(c.root, ".claude"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			c.write(".claude/settings.local.json", `{"env":{"PRIV_SETTINGS_TOKEN":"`+secSettings+`"}}`+"\n")
 			c.agentscm("change-capture", "configure", "--root", c.root, "--spool", c.spool, "--capture-mode", mode)
 			work := c.startWork("privacy " + mode)
 			var en struct {
@@ -144,6 +176,13 @@ func TestChangelogPrivacyAcrossModes(t *testing.T) {
 					Connected   bool   `json:"connected"`
 					Hub         string `json:"hub"`
 					Transcripts string `json:"transcripts"`
+					First       *struct {
+						Files    int   `json:"files"`
+						Bytes    int64 `json:"bytes"`
+						Withheld []struct {
+							Path string `json:"path"`
+						} `json:"withheld"`
+					} `json:"first_increment"`
 				} `json:"upload"`
 			}
 			if err := json.Unmarshal([]byte(c.agentscm("changelog", "enable", "--root", c.root, "--format", "json")), &en); err != nil {
@@ -156,9 +195,19 @@ func TestChangelogPrivacyAcrossModes(t *testing.T) {
 			if !en.Upload.Connected || en.Upload.Hub != url || en.Upload.Transcripts != wantForm {
 				t.Fatalf("changelog enable says %+v, want transcripts %s to %s", en.Upload, wantForm, url)
 			}
+			// Said before the first upload: what it sends and what it
+			// withholds.
+			if f := en.Upload.First; f == nil || f.Files < 4 || f.Bytes <= 0 || fmt.Sprint(f.Withheld) != "[{.claude/settings.local.json} {.env.local} {id_rsa}]" {
+				t.Fatalf("changelog enable's first increment: %+v", en.Upload.First)
+			}
+			if text := c.agentscm("changelog", "enable", "--root", c.root); !strings.Contains(text, "first upload: the first increment will upload") || !strings.Contains(text, "to "+url) ||
+				!strings.Contains(text, "3 secret files") || !strings.Contains(text, ".env.local") {
+				t.Fatalf("changelog enable does not say what the first increment uploads and withholds:\n%s", text)
+			}
 			api, err := scriptedapi.Start(scriptedapi.Turn{Marker: "SCENARIO-PRIV", Steps: [][]scriptedapi.ToolCall{
 				{bash("printf 'PRIV%s\\n' OUTPUT-3f80; printf 'ghp_%s\\n' Zx81Qw72Er63Ty54Ui45Op36As27Df18Gh09 # " + privInput)},
 				{write(filepath.Join(c.root, "neutral.txt"), "neutral\n")},
+				{bash("printf 'API_KEY=ENVPROD%s\\n' -SECRET-7a8b > .env.production")},
 				{bash("printf 'PRIV%s\\n' ERROR-77b1 >&2; exit 3")},
 				{bash("echo done > done.txt")},
 				// Claude Code may flush a call's result line to the
@@ -172,15 +221,26 @@ func TestChangelogPrivacyAcrossModes(t *testing.T) {
 			defer api.Close()
 			c.runClaude(api, "-p", "Please run SCENARIO-PRIV now. "+privPrompt+" token "+privToken)
 			list := c.changelogList()
-			if len(list) != 5 {
-				t.Fatalf("%d increments, want 5: %+v", len(list), list)
+			if len(list) != 6 {
+				t.Fatalf("%d increments, want 6: %+v", len(list), list)
 			}
-			// The local changelog holds the conversation (so the search
-			// below can find it when it leaks).
+			// The local changelog holds the secret files and, but in
+			// metadata-only mode, the conversation (so the search below can
+			// find them when they leak). In metadata-only mode nothing
+			// under the client's config directory holds the conversation.
 			local := hubBytes(t, c.changelogDir(), nil)
-			for _, s := range []string{privPrompt, privInput, privOutput, privError} {
-				if !anyHolds(local, s) {
+			conversation := []string{privPrompt, privInput, privOutput, privError}
+			for _, s := range append([]string{secEnvLocal, secRSA, secSettings, secEnvProd}, conversation...) {
+				if !anyHolds(local, s) && (mode != event.ModeMetadataOnly || !slices.Contains(conversation, s)) {
 					t.Fatalf("the local changelog does not hold %q: the test would not see a leak", s)
+				}
+			}
+			if mode == event.ModeMetadataOnly {
+				config := hubBytes(t, c.config, nil)
+				for _, s := range append(conversation, "SCENARIO-PRIV") {
+					if anyHolds(config, s) {
+						t.Errorf("metadata-only mode: %q is kept under the config directory in %s", s, where(config, s))
+					}
 				}
 			}
 			// Another machine (a fresh root with its own connection and
@@ -200,10 +260,10 @@ func TestChangelogPrivacyAcrossModes(t *testing.T) {
 					Transcript string `json:"transcript"`
 				} `json:"resumed"`
 			}
-			apply := []string{"changelog", "apply", "--root", b, "--to", "3", "--from-hub", "--work", work, "--resume-conversation", "--format", "json"}
+			apply := []string{"changelog", "apply", "--root", b, "--to", "4", "--from-hub", "--work", work, "--resume-conversation", "--format", "json"}
 			var out string
 			if mode == event.ModeSharedConversation {
-				out = c.agentscm(apply...)
+				out = c.applySecretsWithheld(apply...)
 			} else {
 				// The transcript root was withheld from the Hub: listed,
 				// and the apply is partial (exit 8).
@@ -215,8 +275,16 @@ func TestChangelogPrivacyAcrossModes(t *testing.T) {
 			if err := json.Unmarshal([]byte(out), &ap); err != nil {
 				t.Fatal(err)
 			}
-			if !exists(t, filepath.Join(b, "neutral.txt")) || !exists(t, filepath.Join(b, "done.txt")) {
-				t.Fatalf("apply --from-hub did not restore the files")
+			checkSecretsListed(t, out)
+			for _, f := range []string{"neutral.txt", "done.txt", "ordinary.txt", ".env.example"} {
+				if !exists(t, filepath.Join(b, f)) {
+					t.Fatalf("apply --from-hub did not restore %s", f)
+				}
+			}
+			for _, f := range secretFiles {
+				if exists(t, filepath.Join(b, f)) {
+					t.Fatalf("apply --from-hub restored the secret file %s", f)
+				}
 			}
 			if mode != event.ModeSharedConversation {
 				if ap.Shared || !strings.Contains(ap.Note, "not shared") || ap.Resumed != nil {
@@ -243,17 +311,25 @@ func TestChangelogPrivacyAcrossModes(t *testing.T) {
 					objects++
 				}
 			}
-			if objects < 5 {
-				t.Fatalf("%d increments in the Hub's objects, want 5", objects)
+			if objects < 6 {
+				t.Fatalf("%d increments in the Hub's objects, want 6", objects)
 			}
 			if anyHolds(got, privToken) {
 				t.Errorf("the token reached the Hub in %s", where(got, privToken))
+			}
+			for _, s := range []string{secEnvLocal, secRSA, secSettings, secEnvProd} {
+				if anyHolds(got, s) {
+					t.Errorf("%s mode: the secret file's %q reached the Hub in %s", mode, s, where(got, s))
+				}
 			}
 			if mode != event.ModeSharedConversation {
 				for _, s := range []string{privPrompt, privInput, privOutput, privError, "SCENARIO-PRIV"} {
 					if anyHolds(got, s) {
 						t.Errorf("%s mode: %q reached the Hub in %s", mode, s, where(got, s))
 					}
+				}
+				if mode == event.ModeMetadataOnly {
+					resumeFromAgentTranscript(t, c)
 				}
 				return
 			}
@@ -277,6 +353,84 @@ func TestChangelogPrivacyAcrossModes(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// resumeFromAgentTranscript: in metadata-only mode a rewind with
+// --resume-conversation rebuilds the conversation from the agent's own
+// transcript (no copy was kept), and says plainly that it no longer can
+// once that transcript is gone.
+func resumeFromAgentTranscript(t *testing.T, c *checkout) {
+	t.Helper()
+	var rw struct {
+		Source  string `json:"conversation_source"`
+		Resumed *struct {
+			SessionID  string `json:"session_id"`
+			Transcript string `json:"transcript"`
+		} `json:"resumed"`
+	}
+	if err := json.Unmarshal([]byte(c.agentscm("rewind", "--root", c.root, "--to", "1", "--resume-conversation", "--format", "json")), &rw); err != nil {
+		t.Fatal(err)
+	}
+	if rw.Source != "agent_transcript" || rw.Resumed == nil {
+		t.Fatalf("metadata-only rewind --resume-conversation: %+v", rw)
+	}
+	tb, err := os.ReadFile(rw.Resumed.Transcript)
+	if err != nil || !bytes.Contains(tb, []byte(privPrompt)) || bytes.Contains(tb, []byte(privError)) {
+		t.Fatalf("the resumed conversation is not the session cut at call 1 (%v):\n%.2000s", err, tb)
+	}
+	if exists(t, filepath.Join(c.root, "done.txt")) || !exists(t, filepath.Join(c.root, "neutral.txt")) {
+		t.Fatal("the rewind to 1 did not restore call 1's files")
+	}
+	// The agent's transcript removed: the files still rewind, the
+	// conversation cannot be rebuilt, and the command says why.
+	session := c.changelogList()[1].Session
+	if err := os.Remove(filepath.Join(changelog.ClaudeProjectDir(c.home, c.root), session+".jsonl")); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := c.agentscmExit("rewind", "--root", c.root, "--to", "1", "--resume-conversation")
+	if code == 0 || !strings.Contains(stderr, "can no longer be resumed") || !strings.Contains(stderr, "was removed") || !strings.Contains(stderr, "metadata-only") {
+		t.Fatalf("rewind --resume-conversation after the transcript was removed: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+}
+
+// applySecretsWithheld runs an apply from the Hub that must be partial
+// (exit 8) for the secret files alone, and returns its stdout.
+func (c *checkout) applySecretsWithheld(args ...string) string {
+	c.t.Helper()
+	code, stdout, stderr := c.agentscmExit(args...)
+	if code != 8 || !strings.Contains(stderr, "the rewind is partial") || !strings.Contains(stderr, "a secret file") {
+		c.t.Fatalf("agentscm %v: exit %d, want 8 listing the secret files\nstdout: %s\nstderr: %s", args, code, stdout, stderr)
+	}
+	return stdout
+}
+
+// checkSecretsListed checks that an apply's --format json output lists
+// every secret file as withheld, with its digest.
+func checkSecretsListed(t *testing.T, out string) {
+	t.Helper()
+	var res struct {
+		Partial      bool `json:"partial"`
+		Unrestorable []struct {
+			Path     string `json:"path"`
+			Withheld bool   `json:"withheld"`
+			Digest   string `json:"digest"`
+		} `json:"unrestorable"`
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatal(err)
+	}
+	var listed []string
+	for _, u := range res.Unrestorable {
+		if u.Path != "" {
+			if !u.Withheld || len(u.Digest) != 64 {
+				t.Fatalf("unrestorable %+v is not a withheld secret file", u)
+			}
+			listed = append(listed, u.Path)
+		}
+	}
+	if !res.Partial || strings.Join(listed, " ") != strings.Join(secretFiles, " ") {
+		t.Fatalf("apply --from-hub lists %v (partial %v), want the secret files %v:\n%s", listed, res.Partial, secretFiles, out)
 	}
 }
 

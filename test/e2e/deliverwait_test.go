@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agentscm/agentscm/internal/capture"
+	"github.com/agentscm/agentscm/internal/changelog"
 )
 
 // waitDelivered waits until no background deliverer of the checkout's
@@ -23,5 +24,13 @@ func (c *checkout) waitDelivered() {
 	defer cancel()
 	if err := (capture.StateDir{Dir: filepath.Join(c.config, "agentscm")}).WaitDeliverers(ctx); err != nil {
 		c.t.Fatalf("background deliverers: %v", err)
+	}
+	// The same deliverer uploads the changelog's increments (a checkout
+	// with a changelog and no capture has a deliverer for them alone).
+	dirs, _ := filepath.Glob(filepath.Join(c.config, "agentscm", "changelog", "*"))
+	for _, d := range dirs {
+		if err := changelog.WaitUploads(ctx, d); err != nil {
+			c.t.Fatalf("the changelog's deliverer: %v", err)
+		}
 	}
 }

@@ -67,6 +67,18 @@ type Meta struct {
 	WithheldRoots []string `json:"withheld_roots,omitempty"`
 	// Redactions counts the redactions of an uploaded, redacted form.
 	Redactions int `json:"redactions,omitempty"`
+	// TranscriptRefs, in the local increments of a checkout in
+	// metadata-only mode, stand for the conversation roots, which are then
+	// not copied: each names the session's transcript by file identity,
+	// length and digest of its bytes up to that length, so a resume can
+	// rebuild the conversation from the agent's own transcript while it
+	// still matches. Absent in older increments and in uploaded forms.
+	TranscriptRefs []TranscriptRef `json:"transcript_refs,omitempty"`
+	// WithheldFiles lists the secret files (redact.FileSet) of the
+	// workspace roots whose bytes an uploaded form left out: each by path
+	// and digest, so a rewind from the Hub can name it and verify a local
+	// copy. Only uploaded forms have it; older ones never withheld a file.
+	WithheldFiles []WithheldFile `json:"withheld_files,omitempty"`
 	// Changes names the paths this increment's capture created, modified
 	// and deleted and the bytes it changed (nil in increments written
 	// before it was recorded).
@@ -93,6 +105,32 @@ type Meta struct {
 	// Reverted is the position of the tool call an increment of kind
 	// "revert" undid (see agentscm revert).
 	Reverted *int `json:"reverted,omitempty"`
+}
+
+// TranscriptRef is a transcript a metadata-only increment names instead of
+// copying it.
+type TranscriptRef struct {
+	Root string `json:"root"`
+	Path string `json:"path"` // slash path inside the root
+	// Dev and Ino identify the file; Length is how many of its bytes the
+	// position saw (cut at the last complete line) and Digest their
+	// SHA-256 (hex).
+	Dev    uint64 `json:"dev,omitempty"`
+	Ino    uint64 `json:"ino,omitempty"`
+	Length int64  `json:"length"`
+	Digest string `json:"digest"`
+}
+
+// WithheldFile is a secret file an uploaded increment names without its
+// bytes.
+type WithheldFile struct {
+	Root string `json:"root"`
+	Path string `json:"path"` // slash path inside the root
+	// Digest is the SHA-256 of the file's bytes (hex), Size their count.
+	Digest string `json:"digest"`
+	Size   int64  `json:"size"`
+	// Pattern is the secret-file pattern that withheld it.
+	Pattern string `json:"pattern,omitempty"`
 }
 
 // Held is a position whose increment could not be stored, carried by a

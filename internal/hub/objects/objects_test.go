@@ -18,6 +18,7 @@ func digestOf(b []byte) string {
 	return hex.EncodeToString(s[:])
 }
 
+// TestDir: what the suite cannot see from outside (file modes, symlinks).
 func TestDir(t *testing.T) {
 	ctx := context.Background()
 	d, err := OpenDir(filepath.Join(t.TempDir(), "objects"))
@@ -42,7 +43,7 @@ func TestDir(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			err := d.Put(ctx, tc.digest, bytes.NewReader(tc.body), tc.limit)
+			err := Verified(d).Put(ctx, tc.digest, bytes.NewReader(tc.body), tc.limit)
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("Put = %v, want %v", err, tc.want)
 			}
@@ -56,11 +57,11 @@ func TestDir(t *testing.T) {
 	if err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("object mode: %v %v", fi.Mode(), err)
 	}
-	// A corrupted object is refused, not served.
+	// A corrupted object is refused through Verified, not served.
 	if err := os.WriteFile(filepath.Join(d.root, dg[:2], dg), []byte("tampered"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.Get(ctx, dg, 100); !errors.Is(err, ErrDigest) {
+	if _, err := Verified(d).Get(ctx, dg, 100); !errors.Is(err, ErrDigest) {
 		t.Fatalf("Get tampered = %v", err)
 	}
 	if ok, _ := d.Has(ctx, dg); !ok {

@@ -1,6 +1,8 @@
-// Package store is the Hub's storage: an interface of transactional
-// primitives that the Hub service composes into its rules, and an SQLite
-// implementation (the embedded default).
+// Package store is the Hub's storage contract: the Store and Tx interfaces
+// of transactional primitives that the Hub service composes into its rules,
+// and the rows they carry. sqlstore implements Tx once in SQL; sqlite (the
+// embedded default) and postgres (a team Hub) are the Stores; storetest is
+// the conformance suite every Store runs.
 package store
 
 import (

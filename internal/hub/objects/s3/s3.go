@@ -1,15 +1,13 @@
 // Package s3 keeps the Hub's objects in an S3-compatible bucket (minio-go):
-// content-addressed keys <prefix>/<first two hex>/<digest>, every body
-// verified against its digest on write and on read, bounded on both, and
-// uploaded in parts above PartSize. It is linked only by the command tree
+// content-addressed keys <prefix>/<first two hex>/<digest>, bounded on write
+// and on read, and uploaded in parts above PartSize. It moves bytes: the
+// Hub checks them against their digest through objects.Verified. It is linked only by the command tree
 // (internal/cli), never by agentscm-hook.
 package s3
 
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -131,7 +129,7 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 }
 
 func (s *Store) key(digest string) (string, error) {
-	if !isDigest(digest) {
+	if !objects.ValidDigest(digest) {
 		return "", objects.ErrBadName
 	}
 	k := digest[:2] + "/" + digest
@@ -146,9 +144,8 @@ func notFound(err error) bool {
 	return r.Code == minio.NoSuchKey || r.StatusCode == http.StatusNotFound
 }
 
-// Put stores at most limit bytes from r under digest, verifying that they
-// hash to it. An object already present is kept as it is (its bytes are
-// the same, by their name).
+// Put stores at most limit bytes from r under digest. An object already
+// present is kept as it is (its bytes are the same, by their name).
 func (s *Store) Put(ctx context.Context, digest string, r io.Reader, limit int64) error {
 	k, err := s.key(digest)
 	if err != nil {
@@ -158,18 +155,15 @@ func (s *Store) Put(ctx context.Context, digest string, r io.Reader, limit int64
 	if err != nil {
 		return fmt.Errorf("read object: %w", err)
 	}
-	sum := sha256.Sum256(b)
-	if hex.EncodeToString(sum[:]) != digest {
-		return objects.ErrDigest
-	}
 	if has, err := s.Has(ctx, digest); err != nil {
 		return err
 	} else if has {
 		return nil
 	}
-	// DisableContentSha256: the body is already verified, and over plain
-	// HTTP some servers keep minio-go's chunk-signature framing of a
-	// multipart upload in the stored bytes (caught on read if they do).
+	// DisableContentSha256: the body is verified by its digest
+	// (objects.Verified), and over plain HTTP some servers keep minio-go's
+	// chunk-signature framing of a multipart upload in the stored bytes
+	// (caught by Verified on read if they do).
 	_, err = s.c.PutObject(ctx, s.bucket, k, bytes.NewReader(b), int64(len(b)), minio.PutObjectOptions{
 		ContentType: "application/octet-stream", PartSize: s.partSize, DisableContentSha256: true,
 	})
@@ -179,7 +173,7 @@ func (s *Store) Put(ctx context.Context, digest string, r io.Reader, limit int64
 	return nil
 }
 
-// Get returns an object's bytes (at most limit), verified against its digest.
+// Get returns an object's bytes (at most limit).
 func (s *Store) Get(ctx context.Context, digest string, limit int64) ([]byte, error) {
 	k, err := s.key(digest)
 	if err != nil {
@@ -199,10 +193,6 @@ func (s *Store) Get(ctx context.Context, digest string, limit int64) ([]byte, er
 			return nil, objects.ErrNotFound
 		}
 		return nil, fmt.Errorf("read object: %w", err)
-	}
-	sum := sha256.Sum256(b)
-	if hex.EncodeToString(sum[:]) != digest {
-		return nil, objects.ErrDigest
 	}
 	return b, nil
 }
@@ -232,16 +222,4 @@ func (s *Store) Delete(ctx context.Context, digest string) error {
 		return fmt.Errorf("delete object: %w", err)
 	}
 	return nil
-}
-
-func isDigest(s string) bool {
-	if len(s) != 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
 }

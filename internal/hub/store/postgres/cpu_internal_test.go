@@ -119,7 +119,7 @@ func BenchmarkIngestEventsCPU(b *testing.B) {
 				}
 				return s.Update(ctx, func(tx store.Tx) error {
 					if mode == "update-async-commit" {
-						if _, err := tx.(*pgTx).exec("SET LOCAL synchronous_commit=off"); err != nil {
+						if _, err := tx.(*pgTx).c.Exec("SET LOCAL synchronous_commit=off"); err != nil {
 							return err
 						}
 					}

@@ -2,10 +2,10 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"sync"
 
 	"github.com/agentscm/agentscm/internal/hub/store"
+	"github.com/agentscm/agentscm/internal/hub/store/sqlstore"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -36,7 +36,7 @@ type writeOp struct {
 	done chan error
 }
 
-var errClosed = errors.New("hub store is closed")
+var errClosed = sqlstore.ErrClosed
 
 // startWriters starts n writer goroutines (none when n < 1: every Update
 // runs on its own).
@@ -61,7 +61,7 @@ func (s *Store) stopWriters() {
 func (s *Store) writer() {
 	defer s.writers.Done()
 	for {
-		group, ok := store.NextGroup(s.ops, s.quit, MaxGroup)
+		group, ok := sqlstore.NextGroup(s.ops, s.quit, MaxGroup)
 		if !ok {
 			return
 		}
@@ -129,8 +129,8 @@ func (s *Store) tryGroup(group []*writeOp) (bool, error) {
 		return false, nil
 	}
 	for _, op := range group {
-		t := &pgTx{ctx: ctx, tx: tx}
-		if err := op.fn(t); err != nil || t.conflict != nil {
+		t := s.newTx(ctx, tx)
+		if err := op.fn(t); err != nil || t.c.conflict != nil {
 			tx.Rollback(ctx)
 			return false, nil
 		}

@@ -16,7 +16,7 @@ import (
 	"strings"
 
 	"github.com/agentscm/agentscm/internal/hub/objects"
-	"github.com/agentscm/agentscm/internal/hub/store"
+	"github.com/agentscm/agentscm/internal/hub/store/sqlite"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -46,13 +46,15 @@ type CopyReport struct {
 // PostgreSQL transaction, so a failed copy leaves dst empty.
 func CopyFromSQLite(ctx context.Context, dir string, dst *Store, srcObj, dstObj objects.Store) (CopyReport, error) {
 	var rep CopyReport
+	// Every object read or written is checked against its digest.
+	srcObj, dstObj = objects.Verified(srcObj), objects.Verified(dstObj)
 	// Opening the store brings an older schema up to date first.
-	s, err := store.OpenSQLite(ctx, dir)
+	s, err := sqlite.Open(ctx, dir)
 	if err != nil {
 		return rep, fmt.Errorf("source: %w", err)
 	}
 	s.Close()
-	src, err := sql.Open("sqlite", "file:"+(&url.URL{Path: filepath.Join(dir, store.DBFile)}).EscapedPath()+
+	src, err := sql.Open("sqlite", "file:"+(&url.URL{Path: filepath.Join(dir, sqlite.DBFile)}).EscapedPath()+
 		"?mode=ro&_pragma=busy_timeout(10000)&_pragma=query_only(1)")
 	if err != nil {
 		return rep, fmt.Errorf("source: %w", err)
@@ -67,8 +69,8 @@ func CopyFromSQLite(ctx context.Context, dir string, dst *Store, srcObj, dstObj 
 	if err := stx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
 		return rep, fmt.Errorf("source: %w", err)
 	}
-	if v != SchemaVersion || store.SchemaVersion != SchemaVersion {
-		return rep, fmt.Errorf("source schema version %d, SQLite store %d, PostgreSQL store %d: this agentscm cannot copy it", v, store.SchemaVersion, SchemaVersion)
+	if v != SchemaVersion || sqlite.SchemaVersion != SchemaVersion {
+		return rep, fmt.Errorf("source schema version %d, SQLite store %d, PostgreSQL store %d: this agentscm cannot copy it", v, sqlite.SchemaVersion, SchemaVersion)
 	}
 	if err := sameTables(ctx, stx); err != nil {
 		return rep, err

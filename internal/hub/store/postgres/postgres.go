@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/agentscm/agentscm/internal/hub/store"
+	"github.com/agentscm/agentscm/internal/hub/store/sqlstore"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -58,6 +59,7 @@ const MaxRetries = 30
 type Store struct {
 	pool    *pgxpool.Pool
 	retries atomic.Int64
+	rebind  sqlstore.Rebinder
 
 	// Group commit (group.go).
 	ops                        chan *writeOp
@@ -214,7 +216,7 @@ func (s *Store) View(ctx context.Context, fn func(store.Tx) error) error {
 		return fmt.Errorf("begin hub read: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	return fn(&pgTx{ctx: ctx, tx: tx})
+	return fn(s.newTx(ctx, tx))
 }
 
 // Update runs fn in a SERIALIZABLE transaction and commits it. A
@@ -263,12 +265,12 @@ func (s *Store) try(ctx context.Context, fn func(store.Tx) error) error {
 	if err != nil {
 		return fmt.Errorf("begin hub transaction: %w", err)
 	}
-	t := &pgTx{ctx: ctx, tx: tx}
+	t := s.newTx(ctx, tx)
 	ferr := fn(t)
-	if t.conflict != nil || ferr != nil {
+	if t.c.conflict != nil || ferr != nil {
 		tx.Rollback(context.WithoutCancel(ctx))
-		if t.conflict != nil {
-			return t.conflict // whatever fn made of it
+		if t.c.conflict != nil {
+			return t.c.conflict // whatever fn made of it
 		}
 		return ferr
 	}
@@ -284,74 +286,73 @@ func retryable(err error) bool {
 	return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01")
 }
 
-// pgTx implements store.Tx on one pgx transaction.
+// Dialect is PostgreSQL's sqlstore.Dialect: exact numeric sums and pgx's
+// error classification.
+func Dialect() sqlstore.Dialect {
+	return sqlstore.Dialect{NumericSums: true, IsNoRows: isNoRows, IsUnique: isUnique}
+}
+
+func isNoRows(err error) bool { return errors.Is(err, pgx.ErrNoRows) }
+
+func isUnique(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23505"
+}
+
+// pgTx is store.Tx on one pgx transaction: sqlstore's statements, plus the
+// ones written for PostgreSQL alone (tx.go).
 type pgTx struct {
+	*sqlstore.Tx
+	c *conn
+}
+
+// newTx returns the store.Tx of the transaction tx.
+func (s *Store) newTx(ctx context.Context, tx pgx.Tx) *pgTx {
+	c := &conn{ctx: ctx, tx: tx, rb: &s.rebind}
+	return &pgTx{Tx: sqlstore.NewTx(c, Dialect()), c: c}
+}
+
+// conn is sqlstore.DB on one pgx transaction.
+type conn struct {
 	ctx context.Context
 	tx  pgx.Tx
+	rb  *sqlstore.Rebinder
 	// conflict is the first serialization failure seen: the transaction is
 	// aborted and is retried whatever fn returns.
 	conflict error
 }
 
-func (t *pgTx) note(err error) error {
-	if err != nil && t.conflict == nil && retryable(err) {
-		t.conflict = err
+func (c *conn) note(err error) error {
+	if err != nil && c.conflict == nil && retryable(err) {
+		c.conflict = err
 	}
-	return mapErr(err)
+	return err
 }
 
-// exec runs a statement and returns the rows it affected.
-func (t *pgTx) exec(q string, args ...any) (int64, error) {
-	tag, err := t.tx.Exec(t.ctx, q, args...)
+// Exec runs a statement and returns the rows it affected.
+func (c *conn) Exec(q string, args ...any) (int64, error) {
+	tag, err := c.tx.Exec(c.ctx, c.rb.Rebind(q), args...)
 	if err != nil {
-		return 0, t.note(err)
+		return 0, c.note(err)
 	}
 	return tag.RowsAffected(), nil
 }
 
-// insert runs an INSERT ... ON CONFLICT DO NOTHING: no row inserted means
-// the key exists. (A failing statement would abort the whole transaction,
-// where SQLite lets the caller go on after ErrExists.)
-func (t *pgTx) insert(q string, args ...any) error {
-	n, err := t.exec(q, args...)
-	if err != nil {
-		return err
-	}
-	if n == 0 {
-		return fmt.Errorf("%w: %s", store.ErrExists, strings.Fields(q)[2])
-	}
-	return nil
+func (c *conn) QueryRow(q string, args []any, dest ...any) error {
+	return c.note(c.tx.QueryRow(c.ctx, c.rb.Rebind(q), args...).Scan(dest...))
 }
 
-func (t *pgTx) row(q string, args []any, dest ...any) error {
-	return t.note(t.tx.QueryRow(t.ctx, q, args...).Scan(dest...))
-}
-
-// rows runs a query and calls each for every row.
-func (t *pgTx) rows(q string, args []any, each func(pgx.Rows) error) error {
-	rows, err := t.tx.Query(t.ctx, q, args...)
+// Query runs a query and calls each for every row.
+func (c *conn) Query(q string, args []any, each func(sqlstore.Scanner) error) error {
+	rows, err := c.tx.Query(c.ctx, c.rb.Rebind(q), args...)
 	if err != nil {
-		return t.note(err)
+		return c.note(err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		if err := each(rows); err != nil {
-			return t.note(err)
+			return c.note(err)
 		}
 	}
-	return t.note(rows.Err())
-}
-
-func mapErr(err error) error {
-	if err == nil {
-		return nil
-	}
-	if errors.Is(err, pgx.ErrNoRows) {
-		return store.ErrNotFound
-	}
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == "23505" {
-		return fmt.Errorf("%w: %v", store.ErrExists, err)
-	}
-	return err
+	return c.note(rows.Err())
 }

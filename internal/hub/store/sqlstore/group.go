@@ -1,4 +1,4 @@
-package store
+package sqlstore
 
 // NextGroup waits for the first operation on ops, then takes the others
 // already waiting, up to max in all, so that one transaction commits them

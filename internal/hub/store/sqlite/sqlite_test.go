@@ -1,10 +1,11 @@
-package store
+package sqlite
 
 import (
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/agentscm/agentscm/internal/hub/store"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,9 +15,9 @@ import (
 	"time"
 )
 
-func open(t *testing.T, dir string) *SQLite {
+func open(t *testing.T, dir string) *Store {
 	t.Helper()
-	s, err := OpenSQLite(context.Background(), dir)
+	s, err := Open(context.Background(), dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,10 +25,10 @@ func open(t *testing.T, dir string) *SQLite {
 	return s
 }
 
-func countHumans(t *testing.T, s *SQLite) int {
+func countHumans(t *testing.T, s *Store) int {
 	t.Helper()
 	var n int
-	err := s.View(context.Background(), func(tx Tx) error {
+	err := s.View(context.Background(), func(tx store.Tx) error {
 		hs, err := tx.ListHumans()
 		n = len(hs)
 		return err
@@ -41,7 +42,7 @@ func countHumans(t *testing.T, s *SQLite) int {
 func TestFilesArePrivate(t *testing.T) {
 	dir := t.TempDir()
 	s := open(t, dir)
-	if err := s.Update(context.Background(), func(tx Tx) error { return tx.InsertHuman(Human{ID: "h1", Name: "a"}) }); err != nil {
+	if err := s.Update(context.Background(), func(tx store.Tx) error { return tx.InsertHuman(store.Human{ID: "h1", Name: "a"}) }); err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range []string{DBFile, DBFile + "-wal", DBFile + "-shm"} {
@@ -61,7 +62,7 @@ func TestRefusals(t *testing.T) {
 		target := filepath.Join(t.TempDir(), "elsewhere.db")
 		os.WriteFile(target, nil, 0o600)
 		os.Symlink(target, filepath.Join(dir, DBFile))
-		if _, err := OpenSQLite(context.Background(), dir); err == nil {
+		if _, err := Open(context.Background(), dir); err == nil {
 			t.Fatal("opened a symlinked database")
 		}
 	})
@@ -77,7 +78,7 @@ func TestRefusals(t *testing.T) {
 			t.Fatal(err)
 		}
 		db.Close()
-		if _, err := OpenSQLite(context.Background(), dir); err == nil {
+		if _, err := Open(context.Background(), dir); err == nil {
 			t.Fatal("opened a database with a newer schema")
 		}
 	})
@@ -97,7 +98,7 @@ func TestRefusals(t *testing.T) {
 		db.Close()
 		s = open(t, dir)
 		defer s.Close()
-		err = s.View(context.Background(), func(tx Tx) error {
+		err = s.View(context.Background(), func(tx store.Tx) error {
 			_, err := tx.ChangelogUsage("wrk_x")
 			return err
 		})
@@ -108,11 +109,11 @@ func TestRefusals(t *testing.T) {
 	t.Run("duplicate key", func(t *testing.T) {
 		s := open(t, t.TempDir())
 		ctx := context.Background()
-		ins := func(tx Tx) error { return tx.InsertHuman(Human{ID: "h", Name: "same"}) }
+		ins := func(tx store.Tx) error { return tx.InsertHuman(store.Human{ID: "h", Name: "same"}) }
 		if err := s.Update(ctx, ins); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Update(ctx, ins); !errors.Is(err, ErrExists) {
+		if err := s.Update(ctx, ins); !errors.Is(err, store.ErrExists) {
 			t.Fatalf("second insert: %v", err)
 		}
 	})
@@ -130,8 +131,8 @@ func TestGroupCommitIsolation(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = s.Update(ctx, func(tx Tx) error {
-				if err := tx.InsertHuman(Human{ID: fmt.Sprint("h", i), Name: fmt.Sprint("n", i)}); err != nil {
+			errs[i] = s.Update(ctx, func(tx store.Tx) error {
+				if err := tx.InsertHuman(store.Human{ID: fmt.Sprint("h", i), Name: fmt.Sprint("n", i)}); err != nil {
 					return err
 				}
 				if i%3 == 0 {
@@ -154,11 +155,11 @@ func TestGroupCommitIsolation(t *testing.T) {
 	if got := countHumans(t, s); got != want {
 		t.Fatalf("%d humans committed, want %d", got, want)
 	}
-	err := s.View(ctx, func(tx Tx) error {
+	err := s.View(ctx, func(tx store.Tx) error {
 		_, err := tx.HumanByName("n3")
 		return err
 	})
-	if !errors.Is(err, ErrNotFound) {
+	if !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("a failed update's write survived: %v", err)
 	}
 }
@@ -170,12 +171,12 @@ func TestManyProcesses(t *testing.T) {
 		id := os.Getenv("HUB_STORE_CHILD_ID")
 		n, _ := strconv.Atoi(os.Getenv("HUB_STORE_CHILD_N"))
 		for i := range n {
-			s, err := OpenSQLite(context.Background(), dir)
+			s, err := Open(context.Background(), dir)
 			if err != nil {
 				t.Fatal(err)
 			}
-			err = s.Update(context.Background(), func(tx Tx) error {
-				return tx.InsertHuman(Human{ID: fmt.Sprint(id, "-", i), Name: fmt.Sprint(id, "-", i)})
+			err = s.Update(context.Background(), func(tx store.Tx) error {
+				return tx.InsertHuman(store.Human{ID: fmt.Sprint(id, "-", i), Name: fmt.Sprint(id, "-", i)})
 			})
 			s.Close()
 			if err != nil {
@@ -232,7 +233,7 @@ func TestLockWaitHonoursContext(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	err = s.Update(ctx, func(tx Tx) error { return tx.InsertHuman(Human{ID: "h", Name: "n"}) })
+	err = s.Update(ctx, func(tx store.Tx) error { return tx.InsertHuman(store.Human{ID: "h", Name: "n"}) })
 	if err == nil {
 		t.Fatal("Update succeeded while another connection held the write lock")
 	}
@@ -252,11 +253,11 @@ func TestLockWaitHonoursContext(t *testing.T) {
 func TestReadAfterWriterOnlyClose(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
-	s, err := OpenSQLite(ctx, dir)
+	s, err := Open(ctx, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Update(ctx, func(tx Tx) error { return tx.InsertHuman(Human{ID: "h", Name: "n"}) }); err != nil {
+	if err := s.Update(ctx, func(tx store.Tx) error { return tx.InsertHuman(store.Human{ID: "h", Name: "n"}) }); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
@@ -298,7 +299,7 @@ func TestWriterHealsAnOpenTransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"a", "b"} {
-		op := &writeOp{ctx: context.Background(), fn: func(tx Tx) error { return tx.InsertHuman(Human{ID: id, Name: id}) }, done: make(chan error, 1)}
+		op := &writeOp{ctx: context.Background(), fn: func(tx store.Tx) error { return tx.InsertHuman(store.Human{ID: id, Name: id}) }, done: make(chan error, 1)}
 		s.commitGroup(conn, map[string]*sql.Stmt{}, []*writeOp{op})
 		if err := <-op.done; err != nil {
 			t.Fatalf("group %s on a connection left in a transaction: %v", id, err)

@@ -1,8 +1,9 @@
-package store
+package sqlite
 
 import (
 	"context"
 	"database/sql"
+	"github.com/agentscm/agentscm/internal/hub/store"
 	"path/filepath"
 	"testing"
 
@@ -36,8 +37,8 @@ func TestUsageMigrationFromV1(t *testing.T) {
 	s := open(t, dir)
 	n := func(v int64) *int64 { return &v }
 	ctx := context.Background()
-	err = s.Update(ctx, func(tx Tx) error {
-		sc := Scope{WorkID: "w1", Generation: 1, Session: "default", ReceivedAt: 200}
+	err = s.Update(ctx, func(tx store.Tx) error {
+		sc := store.Scope{WorkID: "w1", Generation: 1, Session: "default", ReceivedAt: 200}
 		sc.Identity = "id2"
 		if err := tx.InsertUsage(sc, &api.Usage{Scope: api.UsageScopeRequest, MessageID: "msg_2", OutputTokens: n(1)}); err != nil {
 			return err
@@ -53,7 +54,7 @@ func TestUsageMigrationFromV1(t *testing.T) {
 		t.Fatal(err)
 	}
 	var u api.UsageTotals
-	if err := s.View(ctx, func(tx Tx) error { var err error; u, err = tx.UsageTotals("w1"); return err }); err != nil {
+	if err := s.View(ctx, func(tx store.Tx) error { var err error; u, err = tx.UsageTotals("w1"); return err }); err != nil {
 		t.Fatal(err)
 	}
 	if u.Records != 2 || u.InputTokens != 10 || u.OutputTokens != 6 || u.CacheReadInputTokens != 2 {

@@ -1,8 +1,9 @@
-package store
+package sqlite
 
 import (
 	"context"
 	"database/sql"
+	"github.com/agentscm/agentscm/internal/hub/store"
 	"path/filepath"
 	"testing"
 
@@ -45,8 +46,8 @@ func TestStreamMigrationFromV2(t *testing.T) {
 	if err := s.r.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil || v != SchemaVersion {
 		t.Fatalf("version %d %v", v, err)
 	}
-	sc := Scope{WorkID: "w1", Generation: 1, Session: "default", Identity: "id4", ReceivedAt: 200}
-	err = s.Update(ctx, func(tx Tx) error {
+	sc := store.Scope{WorkID: "w1", Generation: 1, Session: "default", Identity: "id4", ReceivedAt: 200}
+	err = s.Update(ctx, func(tx store.Tx) error {
 		if err := tx.InsertEvents(sc, []api.Event{{Seq: 1, Kind: "prompt_submit"}}); err == nil {
 			t.Error("seq 1 of the legacy stream was taken twice")
 		}
@@ -56,10 +57,10 @@ func TestStreamMigrationFromV2(t *testing.T) {
 		t.Fatal(err)
 	}
 	sc.Stream, sc.Identity = "obs_x.1", "id5"
-	if err := s.Update(ctx, func(tx Tx) error { return tx.InsertEvents(sc, []api.Event{{Seq: 1, Kind: "prompt_submit"}}) }); err != nil {
+	if err := s.Update(ctx, func(tx store.Tx) error { return tx.InsertEvents(sc, []api.Event{{Seq: 1, Kind: "prompt_submit"}}) }); err != nil {
 		t.Fatal(err)
 	}
-	err = s.View(ctx, func(tx Tx) error {
+	err = s.View(ctx, func(tx store.Tx) error {
 		st, err := tx.SessionStats("w1")
 		if err != nil {
 			return err
