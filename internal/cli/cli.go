@@ -269,7 +269,9 @@ func parseFlags(env *Env, fs *flag.FlagSet, args []string, allowPos bool) error 
 	}
 	// Every command that registers --format gets it checked here.
 	if f := fs.Lookup("format"); f != nil {
-		if err := checkFormat(f.Value.String()); err != nil {
+		if _, own := f.Value.(ownFormat); own {
+			// checked by its command (export --format agent-trace)
+		} else if err := checkFormat(f.Value.String()); err != nil {
 			return err
 		}
 	}

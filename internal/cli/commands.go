@@ -7,6 +7,7 @@ func rootCommands() []*Command {
 		changeCaptureCommand(),
 		hubCommand(), clientCommand(), workCommand(),
 		changelogCommand(), snapshotCommand(), rewindCommand(), revertCommand(),
+		blameCommand(), attributionCommand(), exportTraceCommand(),
 		uiCommand(),
 	}, newcomerCommands()...)
 }

@@ -173,6 +173,7 @@ func New(svc *hub.Service, opts Options) (*Server, error) {
 	s.mux.HandleFunc("POST /signout", s.authed(s.signout))
 	s.mux.HandleFunc("GET /works", s.authed(s.works))
 	s.mux.HandleFunc("GET /works/{work}", s.authed(s.work))
+	s.mux.HandleFunc("GET /works/{work}/agent-trace.json", s.authed(s.agentTrace))
 	s.mux.HandleFunc("GET /settings", s.authed(s.settings))
 	s.mux.HandleFunc("GET /works/{work}/bodies/{digest}", s.authed(s.body))
 	s.mux.HandleFunc("POST /works/{work}/bodies/{digest}/delete", s.authed(s.deleteBody))
