@@ -300,7 +300,7 @@ func Configure(ctx context.Context, store State, conns Connections, o ConfigureO
 		// Source bindings carry the merge-base with the base ref: a ref
 		// that does not resolve is refused, naming it.
 		if _, err := source.ResolveBaseRef(ctx, root, o.BaseRef); err != nil {
-			return nil, fmt.Errorf("--base-ref: %w", err)
+			return nil, fmt.Errorf("--base-ref: %w; fetch it or name a ref that exists", err)
 		}
 	}
 	unlock, err := conns.Lock()

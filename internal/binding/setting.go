@@ -13,6 +13,7 @@ import (
 	"github.com/agentscm/agentscm/internal/action"
 	"github.com/agentscm/agentscm/internal/agent/adapter"
 	"github.com/agentscm/agentscm/internal/event"
+	"github.com/agentscm/agentscm/internal/fsutil"
 	"github.com/agentscm/agentscm/internal/source"
 	"github.com/agentscm/agentscm/internal/spool"
 )
@@ -241,10 +242,8 @@ func EnableCapture(ctx context.Context, store State, conns Connections, o Enable
 		return nil, err
 	}
 	out := &EnableResult{Action: did, ConfigureResult: res}
-	if res.BaseRef != "" {
-		if _, err := source.ResolveBaseRef(ctx, root, res.BaseRef); err != nil {
-			out.Warnings = append(out.Warnings, err.Error()+"; action source bindings name merge_base as omitted (partial) until it resolves")
-		}
+	if w := warnBaseRefOnce(ctx, store, root, res); w != "" {
+		out.Warnings = append(out.Warnings, w)
 	}
 	if did == "created" && res.SettingsCreated {
 		added, err := addExclude(ctx, root, settingsRel(res.ClaudeSettings, root))
@@ -275,6 +274,55 @@ func defaultBaseRef(ctx context.Context, root string) string {
 		}
 	}
 	return "origin/main"
+}
+
+// baseRefWarnedName is the file, in the capture layer's private state of
+// a spool (beside its summary), naming the base ref enable last warned
+// does not resolve. It is kept out of capture.json, whose strict readers
+// would refuse a new field.
+const baseRefWarnedName = "base-ref-warned"
+
+// warnBaseRefOnce returns enable's warning that the binding's base ref
+// does not resolve, with advice that works in this repository, or "": it
+// warns once per spool and ref (the spool is the checkout's for life),
+// remembering that it did in baseRefWarnedName; once the ref resolves the
+// note is removed, so a ref that stops resolving later is named again. A
+// note that cannot be written costs one more warning next time.
+func warnBaseRefOnce(ctx context.Context, store State, root string, res *ConfigureResult) string {
+	if res.BaseRef == "" {
+		return ""
+	}
+	note := filepath.Join(filepath.Dir(store.SummaryPath(res.Spool)), baseRefWarnedName)
+	_, err := source.ResolveBaseRef(ctx, root, res.BaseRef)
+	var unresolved *source.UnresolvedBaseRefError
+	switch {
+	case err == nil:
+		_ = os.Remove(note)
+		return ""
+	case !errors.As(err, &unresolved):
+		return err.Error() // not a ref name: say so every time
+	}
+	if b, err := fsutil.ReadFileNoFollow(note, 4096); err == nil && strings.TrimSpace(string(b)) == res.BaseRef {
+		return ""
+	}
+	_ = os.MkdirAll(filepath.Dir(note), fsutil.DirMode)
+	_ = fsutil.WriteAtomic(note, []byte(res.BaseRef+"\n"), fsutil.FileMode)
+	return fmt.Sprintf("base ref %q does not resolve yet, so source bindings name merge_base as omitted (partial); %s (this warning is not repeated)",
+		res.BaseRef, baseRefAdvice(ctx, root, res.BaseRef))
+}
+
+// baseRefAdvice says how ref (a remote-tracking ref such as origin/main,
+// the seed's default) comes to resolve in the repository at root.
+func baseRefAdvice(ctx context.Context, root, ref string) string {
+	remote, branch, ok := strings.Cut(ref, "/")
+	if !ok || remote == "" || branch == "" {
+		return fmt.Sprintf("create or fetch %s", ref)
+	}
+	if _, err := gitOut(ctx, root, "remote", "get-url", "--", remote); err != nil {
+		return fmt.Sprintf("this repository has no remote %q: it resolves once it has one with a branch %s (git remote add %s URL && git fetch %s)",
+			remote, branch, remote, remote)
+	}
+	return fmt.Sprintf("it resolves once the branch is fetched (git fetch %s %s)", remote, branch)
 }
 
 func gitOut(ctx context.Context, root string, args ...string) (string, error) {

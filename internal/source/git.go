@@ -95,9 +95,20 @@ func isObjectID(s string) bool {
 	return err == nil && strings.ToLower(s) == s
 }
 
+// UnresolvedBaseRefError is ResolveBaseRef's error when the ref names no
+// commit in the repository (no such remote, branch not fetched).
+type UnresolvedBaseRefError struct {
+	Ref, Root string
+}
+
+func (e *UnresolvedBaseRefError) Error() string {
+	return fmt.Sprintf("base ref %q does not resolve to a commit in %s (git rev-parse --verify %s^{commit})", e.Ref, e.Root, e.Ref)
+}
+
 // ResolveBaseRef resolves ref to the commit it names in the repository at
-// root, or fails naming it: configure refuses a base ref that does not
-// resolve.
+// root, or fails naming it (an *UnresolvedBaseRefError when it names no
+// commit): configure refuses a base ref that does not resolve. The error
+// gives no advice; callers know which remedy their command offers.
 func ResolveBaseRef(ctx context.Context, root, ref string) (string, error) {
 	if ref == "" || strings.HasPrefix(ref, "-") {
 		return "", fmt.Errorf("base ref %q is not a ref name", ref)
@@ -107,7 +118,7 @@ func ResolveBaseRef(ctx context.Context, root, ref string) (string, error) {
 	out, err := RunGit(ctx, root, 4096, "rev-parse", "--verify", "--quiet", "--end-of-options", ref+"^{commit}")
 	c := strings.TrimSpace(string(out))
 	if err != nil || !isObjectID(c) {
-		return "", fmt.Errorf("base ref %q does not resolve to a commit in %s (git rev-parse --verify %s^{commit}); fetch it or name an existing ref, e.g. --base-ref origin/main", ref, root, ref)
+		return "", &UnresolvedBaseRefError{Ref: ref, Root: root}
 	}
 	return c, nil
 }
