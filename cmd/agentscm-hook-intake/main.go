@@ -16,7 +16,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/agentscm/agentscm/internal/agent/claude"
+	"github.com/agentscm/agentscm/internal/agent/hookfile"
 	"github.com/agentscm/agentscm/internal/buildinfo"
 	"github.com/agentscm/agentscm/internal/hookcore"
 )
@@ -38,9 +38,9 @@ additional context.
 `
 
 func main() {
-	full := claude.HookBinary
+	full := hookfile.HookBinary
 	if exe, err := os.Executable(); err == nil {
-		full = filepath.Join(filepath.Dir(exe), claude.HookBinary)
+		full = filepath.Join(filepath.Dir(exe), hookfile.HookBinary)
 	}
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr, os.Getenv, time.Now, full))
 }

@@ -30,7 +30,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/agentscm/agentscm/internal/agent/claude"
+	"github.com/agentscm/agentscm/internal/agent"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/source"
 	"github.com/agentscm/agentscm/internal/spool"
@@ -191,7 +191,7 @@ type Facts struct {
 }
 
 // FactsOf derives the input digest and exit code facts of p.
-func FactsOf(p *claude.Payload) Facts {
+func FactsOf(p *agent.Payload) Facts {
 	code, field := ExplicitExitCode(p.ToolResponse)
 	return Facts{InputDigest: CanonicalInputDigest(p.ToolInput), ExitCode: code, ExitCodeField: field}
 }

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentscm/agentscm/internal/agent/claude"
+	"github.com/agentscm/agentscm/internal/agent/hookfile"
 	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/connections"
@@ -156,7 +156,7 @@ func TestConfigureTwiceAndUnconfigure(t *testing.T) {
 	if err != nil || !un.HooksRemoved || !un.SpoolRetained {
 		t.Fatalf("unconfigure: %+v %v", un, err)
 	}
-	if evs, _ := claude.MarkedEvents(filepath.Join(f.root, binding.DefaultClaudeSettings)); len(evs) != 0 {
+	if evs, _ := hookfile.MarkedEvents(filepath.Join(f.root, binding.DefaultClaudeSettings)); len(evs) != 0 {
 		t.Fatalf("hooks left: %v", evs)
 	}
 	cfg, _ = f.store.Bindings().Load()

@@ -14,9 +14,6 @@ import (
 
 	"github.com/agentscm/agentscm/internal/action"
 	"github.com/agentscm/agentscm/internal/agent/adapter"
-	"github.com/agentscm/agentscm/internal/agent/claude"
-	"github.com/agentscm/agentscm/internal/agent/codex"
-	"github.com/agentscm/agentscm/internal/agent/gemini"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/hub/api"
 	"github.com/agentscm/agentscm/internal/source"
@@ -74,7 +71,7 @@ type ConfigureOptions struct {
 	// empty).
 	compactionBy string
 	// Executable is the agentscm binary; the installed hooks run it, or the
-	// lean agentscm-hook next to it (claude.HookExecutable).
+	// lean agentscm-hook next to it (hookfile.HookExecutable).
 	Executable string
 	Now        time.Time
 }
@@ -222,7 +219,7 @@ func prepare(o ConfigureOptions, root string, lin Lineage) (*prepared, error) {
 	if err != nil {
 		return nil, err
 	}
-	if ad.Name() != claude.AgentName && o.ClaudeSettings == "" {
+	if o.ClaudeSettings == "" {
 		o.ClaudeSettings = ad.HookFile()
 	}
 	if o.ClaudeSettings != "" {
@@ -419,17 +416,7 @@ func configureLocked(ctx context.Context, store State, root string, lin Lineage,
 		return nil, err
 	}
 	events := ad.CaptureEvents()
-	var changed bool
-	if ad.Name() == claude.AgentName {
-		// One entry per event: where the changelog is on too, the entry
-		// runs both (and an install with two entries there is upgraded).
-		cur, _, perr := claude.InstalledParts(settings)
-		if err = perr; err == nil {
-			changed, err = claude.InstallParts(settings, claude.HookExecutable(o.Executable), claude.Parts{Capture: true, Changelog: cur.Changelog})
-		}
-	} else {
-		changed, err = claude.InstallHooksWith(settings, claude.CommandFor(claude.HookExecutable(o.Executable), ad.CaptureSubcommand()), events, adapter.HookTimeout(ad))
-	}
+	changed, err := ad.InstallHooks(settings, o.Executable, adapter.PartCapture)
 	if err != nil {
 		return nil, fmt.Errorf("install %s hooks: %w", ad.Name(), err)
 	}
@@ -444,11 +431,8 @@ func configureLocked(ctx context.Context, store State, root string, lin Lineage,
 	if res.ActionRules == nil {
 		res.ActionRules = []action.Rule{}
 	}
-	switch ad.Name() {
-	case codex.AgentName:
-		res.Warnings = append(res.Warnings, codex.TrustNote(root))
-	case gemini.AgentName:
-		res.Warnings = append(res.Warnings, gemini.TrustNote(root))
+	if note := ad.TrustNote(root); note != "" {
+		res.Warnings = append(res.Warnings, note)
 	}
 	for _, r := range b.Recipes {
 		res.Recipes = append(res.Recipes, r.ID+"@"+r.Digest[:12])
@@ -513,16 +497,8 @@ func Unconfigure(ctx context.Context, store State, root string) (*UnconfigureRes
 		if err != nil {
 			return nil, err
 		}
-		var removed bool
-		if ad.Name() == claude.AgentName {
-			// The changelog keeps its part of the one entry per event.
-			cur, _, perr := claude.InstalledParts(b.SettingsPath())
-			if err = perr; err == nil && cur.Capture {
-				removed, err = claude.InstallParts(b.SettingsPath(), "", claude.Parts{Changelog: cur.Changelog})
-			}
-		} else {
-			removed, err = claude.RemoveHooksFor(b.SettingsPath(), ad.CaptureSubcommand())
-		}
+		// The changelog keeps its part of Claude Code's one entry per event.
+		removed, err := ad.RemoveHooks(b.SettingsPath(), adapter.PartCapture)
 		if err != nil {
 			return nil, fmt.Errorf("remove %s hooks: %w", ad.Name(), err)
 		}
@@ -592,7 +568,7 @@ func DescribeLineage(l Lineage) string {
 // agentField is the binding's Agent value: empty for Claude Code, so a
 // Claude binding is saved exactly as before.
 func agentField(a adapter.Adapter) string {
-	if a.Name() == claude.AgentName {
+	if adapter.IsDefault(a) {
 		return ""
 	}
 	return a.Name()

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/agentscm/agentscm/internal/action"
-	"github.com/agentscm/agentscm/internal/agent/claude"
+	"github.com/agentscm/agentscm/internal/agent"
 	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/spool"
@@ -53,7 +53,7 @@ type actionEnv struct {
 	sp        *spool.Spool
 	configDir string
 	bd        *binding.Binding
-	p         *claude.Payload
+	p         *agent.Payload
 	rec       *event.Record
 	now       time.Time
 	// source captures the checkout's source; nil: action.Record's
@@ -67,7 +67,7 @@ type actionEnv struct {
 	facts *action.Facts
 }
 
-func factsOf(p *claude.Payload) action.Facts {
+func factsOf(p *agent.Payload) action.Facts {
 	f := action.FactsOf(p)
 	f.CommandDigest = bashCommandDigest(p)
 	return f

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agentscm/agentscm/internal/action"
+	"github.com/agentscm/agentscm/internal/agent"
 	"github.com/agentscm/agentscm/internal/agent/claude"
 	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/event"
@@ -119,7 +120,7 @@ func newActionFixture(t *testing.T) *actionFixture {
 }
 
 // hook appends the lifecycle record of payload p and records its action.
-func (f *actionFixture) hook(p *claude.Payload, limit int) (string, error) {
+func (f *actionFixture) hook(p *agent.Payload, limit int) (string, error) {
 	f.t.Helper()
 	rec, ok, err := claude.Map(p, event.ModeMetadataOnly, time.Now())
 	if err != nil || !ok {
@@ -154,8 +155,8 @@ func (f *actionFixture) actions() []event.Record {
 	return out
 }
 
-func pre(id string) *claude.Payload {
-	return &claude.Payload{SessionID: "native-1", Cwd: "/x", HookEventName: "PreToolUse", ToolName: "Bash", ToolUseID: id, ToolInput: json.RawMessage(`{"command":"true"}`)}
+func pre(id string) *agent.Payload {
+	return &agent.Payload{SessionID: "native-1", Cwd: "/x", HookEventName: "PreToolUse", ToolName: "Bash", ToolUseID: id, ToolInput: json.RawMessage(`{"command":"true"}`)}
 }
 
 // TestActionReceiptLimit: past the receipt bound a start is refused with a

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/agent"
 	"github.com/agentscm/agentscm/internal/agent/claude"
 	"github.com/agentscm/agentscm/internal/event"
 )
@@ -19,7 +20,7 @@ func FuzzPayloadIdentity(f *testing.F) {
 	f.Add([]byte(`{"session_id":"s","cwd":"/r","hook_event_name":"SessionStart","source":"startup"}`))
 	f.Add([]byte(`{"session_id":"s","cwd":"/r","hook_event_name":"PostToolUseFailure","tool_name":"Bash","tool_use_id":"t","error":7}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		p, err := claude.DecodePayload(b)
+		p, err := agent.DecodePayload(b)
 		if err != nil {
 			return
 		}

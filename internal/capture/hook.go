@@ -13,8 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/agent"
 	"github.com/agentscm/agentscm/internal/agent/adapter"
-	"github.com/agentscm/agentscm/internal/agent/claude"
 	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/fsutil"
@@ -162,7 +162,7 @@ func HandleClaudeHook(ctx context.Context, store StateDir, hubs HubOpener, in io
 // adapter (Claude Code, Codex CLI): the adapter decodes and maps, the rest
 // is the same capture.
 func HandleAgentHook(ctx context.Context, store StateDir, hubs HubOpener, a adapter.Adapter, in io.Reader, now time.Time) (*HookResult, error) {
-	b, err := fsutil.ReadBounded(in, claude.MaxPayloadBytes)
+	b, err := fsutil.ReadBounded(in, agent.MaxPayloadBytes)
 	if err != nil {
 		return nil, fmt.Errorf("read hook payload: %w", err)
 	}
@@ -174,10 +174,10 @@ func HandleAgentHook(ctx context.Context, store StateDir, hubs HubOpener, a adap
 }
 
 // HandleAgentPayload is HandleAgentHook for a payload already read (b, at
-// most claude.MaxPayloadBytes) and decoded by a (p): the one hook pipeline
+// most agent.MaxPayloadBytes) and decoded by a (p): the one hook pipeline
 // (internal/hookrun) decodes once and hands the same payload to the
 // changelog.
-func HandleAgentPayload(ctx context.Context, store StateDir, hubs HubOpener, a adapter.Adapter, b []byte, p *claude.Payload, now time.Time) (*HookResult, error) {
+func HandleAgentPayload(ctx context.Context, store StateDir, hubs HubOpener, a adapter.Adapter, b []byte, p *agent.Payload, now time.Time) (*HookResult, error) {
 	cfg, err := store.Bindings().Load()
 	if err != nil {
 		return nil, err

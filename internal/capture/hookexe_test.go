@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentscm/agentscm/internal/agent/claude"
+	"github.com/agentscm/agentscm/internal/agent/hookfile"
 )
 
 // Configure installs the lean agentscm-hook next to the agentscm binary when
@@ -16,7 +16,7 @@ func TestConfigureInstallsLeanHookBinary(t *testing.T) {
 	f := newFixture(t)
 	bin := t.TempDir()
 	f.exe = filepath.Join(bin, "agentscm")
-	lean := filepath.Join(bin, claude.HookBinary)
+	lean := filepath.Join(bin, hookfile.HookBinary)
 	if err := os.WriteFile(lean, []byte("#!/bin/sh\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -28,12 +28,12 @@ func TestConfigureInstallsLeanHookBinary(t *testing.T) {
 			t.Fatal(err)
 		}
 		s := string(b)
-		want := claude.HookCommand(wantExe)
-		if n := strings.Count(s, want+`"`); n != len(claude.HookEvents) {
-			t.Fatalf("%d hooks run %q, want %d:\n%s", n, want, len(claude.HookEvents), s)
+		want := hookfile.HookCommand(wantExe)
+		if n := strings.Count(s, want+`"`); n != len(hookfile.HookEvents) {
+			t.Fatalf("%d hooks run %q, want %d:\n%s", n, want, len(hookfile.HookEvents), s)
 		}
-		if n := strings.Count(s, claude.HookSubcommand); n != len(claude.HookEvents) {
-			t.Fatalf("%d marked hooks, want %d:\n%s", n, len(claude.HookEvents), s)
+		if n := strings.Count(s, hookfile.HookSubcommand); n != len(hookfile.HookEvents) {
+			t.Fatalf("%d marked hooks, want %d:\n%s", n, len(hookfile.HookEvents), s)
 		}
 	}
 	check(lean)

@@ -7,7 +7,7 @@ import (
 	"encoding/json"
 	"strconv"
 
-	"github.com/agentscm/agentscm/internal/agent/claude"
+	"github.com/agentscm/agentscm/internal/agent"
 	"github.com/agentscm/agentscm/internal/event"
 )
 
@@ -54,7 +54,7 @@ func Informational(k event.Kind) bool {
 // result, error and outcome (and, for other identified events, their
 // typed fields). Receipt time, cwd and transcript path never enter it. It
 // stays local: Hub envelopes never carry it.
-func PhaseFingerprint(p *claude.Payload, rec *event.Record) string {
+func PhaseFingerprint(p *agent.Payload, rec *event.Record) string {
 	f := struct {
 		V         string          `json:"v"`
 		HookEvent string          `json:"hook_event"`

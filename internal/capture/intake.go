@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/agentscm/agentscm/internal/action"
-	"github.com/agentscm/agentscm/internal/agent/claude"
+	"github.com/agentscm/agentscm/internal/agent"
 	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/fsutil"
@@ -101,7 +101,7 @@ func (s StateDir) openHookSpool(dir string) (*spool.Spool, error) {
 // (obs.target, from its session record): the hook that leaves its event in
 // the intake does not open the Hub, and admission holds the event to the
 // target it was received under (admitIntake).
-func writeIntake(ctx context.Context, store StateDir, sp *spool.Spool, bd *binding.Binding, p *claude.Payload, rec *event.Record, obs Observation, now time.Time) (string, error) {
+func writeIntake(ctx context.Context, store StateDir, sp *spool.Spool, bd *binding.Binding, p *agent.Payload, rec *event.Record, obs Observation, now time.Time) (string, error) {
 	ir := intakeRecord{Version: intakeVersion, Observed: p.SessionID, Fingerprint: PhaseFingerprint(p, rec),
 		Record: *rec, Observation: obs, AtReceipt: obs.target, Facts: factsOf(p), ReceivedAt: now.UTC()}
 	if ir.AtReceipt != nil && store.hubDownAtReceipt(bd.Spool) {
@@ -459,7 +459,7 @@ func admitOne(ctx context.Context, store StateDir, led *Ledger, ss *spool.Tx, sp
 		// requests unread until a later session. The setup artifact of a
 		// SessionStart needs the raw payload, which the intake does not
 		// keep; the event itself carries the observed setup.
-		p := &claude.Payload{SessionID: ir.Observed, HookEventName: rec.HookEvent, Source: rec.Source}
+		p := &agent.Payload{SessionID: ir.Observed, HookEventName: rec.HookEvent, Source: rec.Source}
 		if _, err := store.TranscriptStep(ss, bd, nil, p, ir.Target, ir.Observation.Mode, ir.ReceivedAt); err != nil {
 			return fmt.Errorf("%w: %w", errTranscriptAtAdmission, err)
 		}

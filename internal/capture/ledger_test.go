@@ -8,14 +8,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/agent"
 	"github.com/agentscm/agentscm/internal/agent/claude"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/spool"
 )
 
-func mustPayload(t *testing.T, s string) (*claude.Payload, *event.Record) {
+func mustPayload(t *testing.T, s string) (*agent.Payload, *event.Record) {
 	t.Helper()
-	p, err := claude.DecodePayload([]byte(s))
+	p, err := agent.DecodePayload([]byte(s))
 	if err != nil {
 		t.Fatal(err)
 	}

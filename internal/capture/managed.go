@@ -30,7 +30,7 @@ import (
 	"time"
 
 	"github.com/agentscm/agentscm/internal/action"
-	"github.com/agentscm/agentscm/internal/agent/claude"
+	"github.com/agentscm/agentscm/internal/agent"
 	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/fsutil"
@@ -96,7 +96,7 @@ func commandDigest(cmd string) string {
 
 // bashCommandDigest is the digest of a Bash call's exact string command,
 // or "" (another tool, no command, a command that is not a string).
-func bashCommandDigest(p *claude.Payload) string {
+func bashCommandDigest(p *agent.Payload) string {
 	if p == nil || p.ToolName != "Bash" || len(p.ToolInput) == 0 {
 		return ""
 	}
@@ -154,10 +154,10 @@ func RecipeGuidance(bd *binding.Binding) (string, error) {
 // additional context, only for a SessionStart whose cwd an enabled binding
 // with registered recipes covers. It is empty (nothing printed) otherwise.
 func SessionStartOutput(store StateDir, payload []byte) ([]byte, error) {
-	if len(payload) == 0 || len(payload) > claude.MaxPayloadBytes || !strings.Contains(string(payload), "SessionStart") {
+	if len(payload) == 0 || len(payload) > agent.MaxPayloadBytes || !strings.Contains(string(payload), "SessionStart") {
 		return nil, nil
 	}
-	p, err := claude.DecodePayload(payload)
+	p, err := agent.DecodePayload(payload)
 	if err != nil || p.HookEventName != "SessionStart" {
 		return nil, nil
 	}

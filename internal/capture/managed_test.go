@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentscm/agentscm/internal/agent/claude"
+	"github.com/agentscm/agentscm/internal/agent"
 	"github.com/agentscm/agentscm/internal/binding"
 )
 
@@ -46,7 +46,7 @@ func TestManagedRecipeExactCommand(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			d := bashCommandDigest(&claude.Payload{ToolName: tc.tool, ToolInput: tc.in})
+			d := bashCommandDigest(&agent.Payload{ToolName: tc.tool, ToolInput: tc.in})
 			if _, got := managedRecipe(tc.bd, tc.tool, d); got != tc.want {
 				t.Fatalf("match %v, want %v", got, tc.want)
 			}

@@ -11,7 +11,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/agentscm/agentscm/internal/agent/claude"
+	"github.com/agentscm/agentscm/internal/agent"
 	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/fsutil"
@@ -84,7 +84,7 @@ func (s StateDir) saveTranscriptState(path string, st transcriptState) error {
 // statePath; the hook's own event carries its identity and the observed
 // values. Writing it twice is harmless (WriteNew, same content).
 func retainSetup(statePath string, raw []byte) error {
-	setup := claude.ObservedSetup(raw)
+	setup := agent.ObservedSetup(raw)
 	if setup == nil {
 		return nil
 	}
@@ -121,7 +121,7 @@ func (s StateDir) intakeSetup(bd *binding.Binding, session string, raw []byte) e
 // saved only after the records are durably appended: a crash in between
 // re-reads them, and their provider identities make the replay a
 // duplicate. It returns how many records it appended.
-func (s StateDir) TranscriptStep(ss *spool.Tx, bd *binding.Binding, raw []byte, p *claude.Payload, t Target, mode string, now time.Time) (int, error) {
+func (s StateDir) TranscriptStep(ss *spool.Tx, bd *binding.Binding, raw []byte, p *agent.Payload, t Target, mode string, now time.Time) (int, error) {
 	path, ok := s.transcriptStatePath(bd.Spool, p.SessionID)
 	if !ok {
 		return 0, nil
@@ -156,7 +156,7 @@ func (s StateDir) TranscriptStep(ss *spool.Tx, bd *binding.Binding, raw []byte, 
 			r := &recs[i]
 			base(r)
 			if mode == event.ModeSharedConversation && r.Body != nil {
-				claude.RedactBody(r.Body)
+				agent.RedactBody(r.Body)
 			}
 			seq, err := ss.Append(r)
 			if err == nil {

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentscm/agentscm/internal/agent/claude"
+	"github.com/agentscm/agentscm/internal/agent"
 	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/fsutil"
 	"github.com/agentscm/agentscm/internal/spool"
@@ -60,11 +60,11 @@ func BenchmarkTranscriptStep(b *testing.B) {
 		return StateDir{Dir: filepath.Join(dir, "cfg")}, bd, ss, tr
 	}
 	target := Target{WorkID: "wrk_1", Generation: 1, Session: "default"}
-	stop := &claude.Payload{SessionID: session, HookEventName: "Stop"}
+	stop := &agent.Payload{SessionID: session, HookEventName: "Stop"}
 	raw := []byte(`{"hook_event_name":"Stop"}`)
 	b.Run("nothing-new", func(b *testing.B) {
 		st, bd, ss, _ := setup(b)
-		if _, err := st.TranscriptStep(ss, bd, raw, &claude.Payload{SessionID: session, HookEventName: "SessionStart", Source: "startup"}, target, "metadata-only", time.Now()); err != nil {
+		if _, err := st.TranscriptStep(ss, bd, raw, &agent.Payload{SessionID: session, HookEventName: "SessionStart", Source: "startup"}, target, "metadata-only", time.Now()); err != nil {
 			b.Fatal(err)
 		}
 		for b.Loop() {
@@ -75,7 +75,7 @@ func BenchmarkTranscriptStep(b *testing.B) {
 	})
 	b.Run("one-turn", func(b *testing.B) {
 		st, bd, ss, tr := setup(b)
-		if _, err := st.TranscriptStep(ss, bd, raw, &claude.Payload{SessionID: session, HookEventName: "SessionStart", Source: "startup"}, target, "metadata-only", time.Now()); err != nil {
+		if _, err := st.TranscriptStep(ss, bd, raw, &agent.Payload{SessionID: session, HookEventName: "SessionStart", Source: "startup"}, target, "metadata-only", time.Now()); err != nil {
 			b.Fatal(err)
 		}
 		i := 1

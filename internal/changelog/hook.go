@@ -8,7 +8,9 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/agent"
 	"github.com/agentscm/agentscm/internal/agent/claude"
+	"github.com/agentscm/agentscm/internal/agent/hookfile"
 	"github.com/agentscm/agentscm/internal/binding/checkout"
 	"github.com/agentscm/agentscm/internal/changelog/incmeta"
 	"github.com/agentscm/agentscm/internal/fsutil"
@@ -18,7 +20,7 @@ import (
 // tool finishes take an increment; a tool call's start and prompt
 // submission capture outside work; prompt submission and the turn's or
 // session's end keep the running-turn marker.
-var HookEvents = claude.ChangelogEvents[:]
+var HookEvents = hookfile.ChangelogEvents[:]
 
 // HookResult says what one changelog hook invocation did.
 type HookResult struct {
@@ -70,7 +72,7 @@ const TurnWait = 15 * time.Second
 // promptTurn starts the prompt's turn: at once with parallel sessions,
 // otherwise once no other live session's turn runs, waiting at most
 // TurnWait; then the prompt is refused (res.Refused).
-func promptTurn(ctx context.Context, dir, root string, p *claude.Payload, now time.Time, opts HookOptions, res *HookResult) error {
+func promptTurn(ctx context.Context, dir, root string, p *agent.Payload, now time.Time, opts HookOptions, res *HookResult) error {
 	agent := opts.Agent
 	if agent == "" {
 		agent = claude.AgentName
@@ -134,7 +136,7 @@ func openForHook(configDir, dir, root string, opts HookOptions) (*Changelog, err
 // captureOutsideFor stores, before the tool call or the turn of payload p
 // starts, what changed outside the conversation roots since the last
 // increment as an outside increment (nil when nothing did).
-func captureOutsideFor(ctx context.Context, configDir, dir, root string, p *claude.Payload, opts HookOptions) (*Increment, error) {
+func captureOutsideFor(ctx context.Context, configDir, dir, root string, p *agent.Payload, opts HookOptions) (*Increment, error) {
 	c, err := openForHook(configDir, dir, root, opts)
 	if err != nil {
 		return nil, err
@@ -160,11 +162,11 @@ func HandleClaudeHook(ctx context.Context, configDir string, in io.Reader, now t
 // increment stored locally is then uploaded, after the positions still
 // pending from earlier hooks, within RemoteDeadline.
 func HandleClaudeHookWith(ctx context.Context, configDir string, in io.Reader, now time.Time, opts HookOptions) (*HookResult, error) {
-	b, err := fsutil.ReadBounded(in, claude.MaxPayloadBytes)
+	b, err := fsutil.ReadBounded(in, agent.MaxPayloadBytes)
 	if err != nil {
 		return nil, fmt.Errorf("read hook payload: %w", err)
 	}
-	p, err := claude.DecodePayload(b)
+	p, err := agent.DecodePayload(b)
 	if err != nil {
 		return nil, err
 	}
@@ -174,7 +176,7 @@ func HandleClaudeHookWith(ctx context.Context, configDir string, in io.Reader, n
 // HandlePayload is HandleClaudeHookWith for a payload already decoded (the
 // one hook pipeline, internal/hookrun, decodes once for the capture and the
 // changelog).
-func HandlePayload(ctx context.Context, configDir string, p *claude.Payload, now time.Time, opts HookOptions) (*HookResult, error) {
+func HandlePayload(ctx context.Context, configDir string, p *agent.Payload, now time.Time, opts HookOptions) (*HookResult, error) {
 	type found struct{ dir, root string }
 	f, ok := checkout.Lookup(p.Cwd, func(path string) (found, bool) {
 		dir, root, ok := FindDir(configDir, path)

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentscm/agentscm/internal/agent/claude"
+	"github.com/agentscm/agentscm/internal/agent"
 )
 
 func hookFixture(t *testing.T) (cfg, root, dir string) {
@@ -72,7 +72,7 @@ func runningTurns(t *testing.T, dir string) []string {
 // (the turn lives on its lease).
 func runHookOpts(t *testing.T, cfg, cwd, event, session string, opts HookOptions) (*HookResult, error) {
 	t.Helper()
-	p, err := claude.DecodePayload([]byte(`{"session_id":"` + session + `","cwd":"` + cwd + `","hook_event_name":"` + event + `","tool_name":"Write","tool_use_id":"toolu_x"}`))
+	p, err := agent.DecodePayload([]byte(`{"session_id":"` + session + `","cwd":"` + cwd + `","hook_event_name":"` + event + `","tool_name":"Write","tool_use_id":"toolu_x"}`))
 	if err != nil {
 		t.Fatal(err)
 	}

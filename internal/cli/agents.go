@@ -9,10 +9,11 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/agent"
 	"github.com/agentscm/agentscm/internal/agent/adapter"
-	"github.com/agentscm/agentscm/internal/agent/claude"
 	"github.com/agentscm/agentscm/internal/agent/codex"
 	"github.com/agentscm/agentscm/internal/agent/gemini"
+	"github.com/agentscm/agentscm/internal/agent/hookfile"
 	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/changelog"
 	"github.com/agentscm/agentscm/internal/changelog/incmeta"
@@ -33,12 +34,12 @@ func detectAgent(env *Env, root string) string {
 	}
 	pick := func(base string) string {
 		found := ""
-		for _, a := range []struct{ dir, name string }{{".claude", claude.AgentName}, {".codex", codex.AgentName}, {".gemini", gemini.AgentName}} {
-			if exists(filepath.Join(base, a.dir)) {
+		for _, a := range adapter.All() {
+			if exists(filepath.Join(base, a.ConfigDir())) {
 				if found != "" {
 					return "" // several: no detection
 				}
-				found = a.name
+				found = a.Name()
 			}
 		}
 		return found
@@ -51,7 +52,7 @@ func detectAgent(env *Env, root string) string {
 			return a
 		}
 	}
-	return claude.AgentName
+	return adapter.All()[0].Name()
 }
 
 // resolveAgent validates --agent (empty: detection) and returns the adapter.
@@ -112,11 +113,11 @@ func rewindAgent(env *Env, flag, root string) (adapter.Adapter, error) {
 		}
 		return a, nil
 	}
-	cx, _ := claude.MarkedEventsFor(filepath.Join(root, filepath.FromSlash(codex.HookFile)), codex.ChangelogSubcommand)
-	gm, _ := claude.MarkedEventsFor(filepath.Join(root, filepath.FromSlash(gemini.HookFile)), gemini.ChangelogSubcommand)
+	cx, _ := hookfile.MarkedEventsFor(filepath.Join(root, filepath.FromSlash(codex.HookFile)), codex.ChangelogSubcommand)
+	gm, _ := hookfile.MarkedEventsFor(filepath.Join(root, filepath.FromSlash(gemini.HookFile)), gemini.ChangelogSubcommand)
 	var cl []string
 	for _, f := range []string{".claude/settings.local.json", ".claude/settings.json"} {
-		ev, _ := claude.MarkedEventsFor(filepath.Join(root, filepath.FromSlash(f)), claude.ChangelogSubcommand)
+		ev, _ := hookfile.MarkedEventsFor(filepath.Join(root, filepath.FromSlash(f)), hookfile.ChangelogSubcommand)
 		cl = append(cl, ev...)
 	}
 	switch {
@@ -139,12 +140,12 @@ func runHookGemini(ctx context.Context, env *Env) int {
 // as PostToolUseFailure) and handed to the changelog hook as the decoded
 // form it reads. It fails open.
 func runChangelogHookGemini(ctx context.Context, env *Env) int {
-	return runChangelogHookAs(ctx, env, adapter.Gemini{}, func(b []byte) (*claude.Payload, error) {
+	return runChangelogHookAs(ctx, env, adapter.Gemini{}, func(b []byte) (*agent.Payload, error) {
 		cfg, err := binding.ConfigDir(env.Getenv)
 		if err != nil {
 			return nil, err
 		}
-		return gemini.Orderer{Dir: filepath.Join(cfg, "agent-state", "gemini-changelog")}.Decode(b)
+		return adapter.Gemini{}.WithState(cfg, "changelog").Decode(b)
 	})
 }
 
@@ -160,9 +161,9 @@ func runChangelogHookCodex(ctx context.Context, env *Env) int {
 // failed tool call (failedFinish) and runs the changelog hook on the
 // decoded form, as host a (whose answer a refused prompt gets). It fails
 // open.
-func runChangelogHookAs(ctx context.Context, env *Env, a adapter.Adapter, decode func([]byte) (*claude.Payload, error)) int {
-	b, err := fsutil.ReadBounded(env.Stdin, claude.MaxPayloadBytes)
-	var p *claude.Payload
+func runChangelogHookAs(ctx context.Context, env *Env, a adapter.Adapter, decode func([]byte) (*agent.Payload, error)) int {
+	b, err := fsutil.ReadBounded(env.Stdin, agent.MaxPayloadBytes)
+	var p *agent.Payload
 	if err == nil {
 		p, err = decode(b)
 	}
@@ -185,7 +186,7 @@ func runChangelogHookAs(ctx context.Context, env *Env, a adapter.Adapter, decode
 // text) a PostToolUseFailure, as Claude Code's own hook reports a failed
 // call, so the changelog flags the call as failed. Codex and Gemini have no
 // failure event of their own (a Gemini error already decodes as one).
-func failedFinish(p *claude.Payload) {
+func failedFinish(p *agent.Payload) {
 	if p.HookEventName != "PostToolUse" || p.ExitCodeSource == "" {
 		return
 	}

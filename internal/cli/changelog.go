@@ -13,8 +13,8 @@ import (
 	"text/tabwriter"
 
 	"github.com/agentscm/agentscm/internal/agent/adapter"
-	"github.com/agentscm/agentscm/internal/agent/claude"
 	"github.com/agentscm/agentscm/internal/agent/codex"
+	"github.com/agentscm/agentscm/internal/agent/hookfile"
 	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/changelog"
 	"github.com/agentscm/agentscm/internal/changelog/hubremote"
@@ -476,7 +476,7 @@ func dropRestoredHooks(root string) (func(context.Context, []changelog.Root) err
 	files := []string{filepath.Join(root, ".claude", "settings.json"), filepath.Join(root, ".claude", "settings.local.json"), filepath.Join(root, ".codex", "hooks.json"), filepath.Join(root, ".gemini", "settings.json")}
 	had := map[string]bool{}
 	for _, f := range files {
-		ev, err := claude.MarkedEvents(f)
+		ev, err := hookfile.MarkedEvents(f)
 		if err == nil && len(ev) > 0 {
 			had[f] = true
 		}
@@ -486,7 +486,7 @@ func dropRestoredHooks(root string) (func(context.Context, []changelog.Root) err
 			if had[f] {
 				continue
 			}
-			if _, err := claude.RemoveHooks(f); err != nil {
+			if _, err := hookfile.RemoveHooks(f); err != nil {
 				return fmt.Errorf("drop restored capture hooks from %s: %w", f, err)
 			}
 		}
@@ -564,7 +564,7 @@ directory, everything git ignores) are never deleted or changed.`)
 	if *fromHub && *resume && *agent != "" {
 		if a, err := adapter.For(*agent); err != nil {
 			return usagef("--agent: %v", err)
-		} else if a.Name() != claude.AgentName {
+		} else if !a.ChangelogTranscript() {
 			return usagef("--from-hub --resume-conversation resumes Claude Code conversations only: the %s session file is not part of the uploaded increments (rewind on the machine that ran the session instead)", a.Name())
 		}
 	}
@@ -594,7 +594,7 @@ directory, everything git ignores) are never deleted or changed.`)
 	if err != nil {
 		return err
 	}
-	isCodex := ad.Name() != claude.AgentName // Codex or Gemini: their own session files
+	isCodex := !ad.ChangelogTranscript() // Codex or Gemini: their own session files
 	if *resume && !isCodex && !filepath.IsAbs(home) {
 		return usagef("--resume-conversation needs an absolute HOME (where Claude Code keeps transcripts)")
 	}

@@ -11,9 +11,6 @@ import (
 	"strings"
 
 	"github.com/agentscm/agentscm/internal/agent/adapter"
-	"github.com/agentscm/agentscm/internal/agent/claude"
-	"github.com/agentscm/agentscm/internal/agent/codex"
-	"github.com/agentscm/agentscm/internal/agent/gemini"
 	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/changelog"
@@ -154,11 +151,8 @@ connected to a Hub, enable says what the first increment would upload
 		return writeJSON(env.Stdout, out)
 	}
 	fmt.Fprintf(env.Stdout, "changelog enabled for %s (%s)\n  increments: %s\n  hooks:      %s (%d events)\n", root, res.Agent, res.Dir, path, len(events))
-	switch res.Agent {
-	case codex.AgentName:
-		fmt.Fprintf(env.Stdout, "  note:       %s\n", codex.TrustNote(root))
-	case gemini.AgentName:
-		fmt.Fprintf(env.Stdout, "  note:       %s\n", gemini.TrustNote(root))
+	if note := res.TrustNote; note != "" {
+		fmt.Fprintf(env.Stdout, "  note:       %s\n", note)
 	}
 	for _, r := range res.Roots[1:] {
 		fmt.Fprintf(env.Stdout, "  extra root: %s=%s\n", r.Name, r.Path)
@@ -197,6 +191,9 @@ type changelogEnableResult struct {
 	Roots    []changelog.Root `json:"roots"`
 	Upload   uploadPlan       `json:"upload"`
 	Parallel bool             `json:"parallel_sessions"`
+	// TrustNote is what the host needs before it runs the hooks (text
+	// output only).
+	TrustNote string `json:"-"`
 }
 
 // enableChangelog is changelog enable's domain step (also agentscm
@@ -212,13 +209,12 @@ func enableChangelog(ctx context.Context, env *Env, o changelogEnableOptions) (*
 	if settings == "" {
 		settings = binding.DefaultClaudeSettings
 	}
-	events := changelog.HookEvents
-	if ad.Name() != claude.AgentName {
+	events := ad.ChangelogEvents()
+	if !ad.ChangelogTranscript() {
 		rf.transcript = transcriptOff
-		events = ad.ChangelogEvents()
-		if !o.settingsSet {
-			settings = ad.HookFile()
-		}
+	}
+	if !o.settingsSet {
+		settings = ad.HookFile()
 	}
 	if !filepath.IsAbs(env.Executable) {
 		return nil, fmt.Errorf("cannot install hooks: agentscm executable path %q is not absolute", env.Executable)
@@ -247,17 +243,9 @@ func enableChangelog(ctx context.Context, env *Env, o changelogEnableOptions) (*
 	}
 	root := c.Roots()[0].Path
 	path := filepath.Join(root, filepath.FromSlash(settings))
-	var changed bool
-	if ad.Name() == claude.AgentName {
-		// One entry per event: where the capture is on too, the entry runs
-		// both (an install with two entries there is upgraded).
-		cur, _, perr := claude.InstalledParts(path)
-		if err = perr; err == nil {
-			changed, err = claude.InstallParts(path, claude.HookExecutable(env.Executable), claude.Parts{Capture: cur.Capture, Changelog: true})
-		}
-	} else {
-		changed, err = claude.InstallHooksWith(path, claude.CommandFor(env.Executable, ad.ChangelogSubcommand()), events, adapter.HookTimeout(ad))
-	}
+	// Claude Code: one entry per event, running both parts where the
+	// capture is on too (an install with two entries there is upgraded).
+	changed, err := ad.InstallHooks(path, env.Executable, adapter.PartChangelog)
 	if err != nil {
 		return nil, fmt.Errorf("install changelog hooks: %w", err)
 	}
@@ -276,7 +264,7 @@ func enableChangelog(ctx context.Context, env *Env, o changelogEnableOptions) (*
 		return nil, fmt.Errorf("what the first increment would upload: %w", err)
 	}
 	return &changelogEnableResult{Root: root, Dir: c.Dir(), Agent: ad.Name(), Settings: path, Events: events, Changed: changed,
-		Roots: c.Roots(), Upload: up, Parallel: changelog.ParallelSessions(c.Dir())}, nil
+		Roots: c.Roots(), Upload: up, Parallel: changelog.ParallelSessions(c.Dir()), TrustNote: ad.TrustNote(root)}, nil
 }
 
 // uploadPlan is what changelog enable says leaves the machine, and where.
@@ -452,7 +440,7 @@ func disableChangelog(env *Env, rf *rootFlags, settings string, settingsGiven bo
 	if settings == "" {
 		settings = binding.DefaultClaudeSettings
 	}
-	if ad.Name() != claude.AgentName && !settingsGiven {
+	if !settingsGiven {
 		settings = ad.HookFile()
 	}
 	c, err := openChangelog(env, rf, false)
@@ -469,16 +457,8 @@ func disableChangelog(env *Env, rf *rootFlags, settings string, settingsGiven bo
 	if _, err := os.Stat(path); err != nil {
 		return nil, fmt.Errorf("no Claude settings file at %s", path)
 	}
-	var removed bool
-	if ad.Name() == claude.AgentName {
-		// The capture keeps its part of the one entry per event.
-		cur, _, perr := claude.InstalledParts(path)
-		if err = perr; err == nil && cur.Changelog {
-			removed, err = claude.InstallParts(path, "", claude.Parts{Capture: cur.Capture})
-		}
-	} else {
-		removed, err = claude.RemoveHooksFor(path, ad.ChangelogSubcommand())
-	}
+	// The capture keeps its part of Claude Code's one entry per event.
+	removed, err := ad.RemoveHooks(path, adapter.PartChangelog)
 	if err != nil {
 		return nil, err
 	}

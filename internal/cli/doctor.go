@@ -19,6 +19,7 @@ import (
 	"github.com/agentscm/agentscm/internal/agent/claude"
 	"github.com/agentscm/agentscm/internal/agent/codex"
 	"github.com/agentscm/agentscm/internal/agent/gemini"
+	"github.com/agentscm/agentscm/internal/agent/hookfile"
 	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/buildinfo"
 	"github.com/agentscm/agentscm/internal/capture"
@@ -326,7 +327,7 @@ func hookAgents(root string, primary adapter.Adapter) []adapter.Adapter {
 
 // hasMarked reports whether the file holds a marked hook of subcommand.
 func hasMarked(file, subcommand string) bool {
-	evs, err := claude.MarkedEventsFor(file, subcommand)
+	evs, err := hookfile.MarkedEventsFor(file, subcommand)
 	return err == nil && len(evs) > 0
 }
 
@@ -380,7 +381,7 @@ func doctorHooks(root string, ad adapter.Adapter, settings string, captureOn, ch
 	var out []doctorCheck
 	for _, p := range parts {
 		d := doctorCheck{Checkout: root, Agent: ad.Name(), Check: checkHooks}
-		have, err := claude.MarkedEventsFor(settings, p.sub)
+		have, err := hookfile.MarkedEventsFor(settings, p.sub)
 		if err != nil {
 			d.Status, d.Detail, d.Fix = statusProblem, fmt.Sprintf("%s hooks: %s is unreadable: %v", p.name, rel, err), "fix or remove "+settings+", then agentscm enable"
 			out = append(out, d)
@@ -498,20 +499,20 @@ type hookBinaryCheck struct {
 // the settings file name, and of the siblings those run, and compares
 // each build with this agentscm's.
 func checkHookBinaries(ctx context.Context, settings string) ([]hookBinaryCheck, error) {
-	hooks, err := claude.MarkedHooks(settings)
+	hooks, err := hookfile.MarkedHooks(settings)
 	if err != nil {
 		return nil, err
 	}
 	// The intake binary hands events and the deliverer to agentscm-hook
 	// beside it, and agentscm-hook starts the changelog's watch server
 	// from the agentscm beside it: those run too.
-	exes := claude.HookExecutables(hooks)
+	exes := hookfile.HookExecutables(hooks)
 	for i := 0; i < len(exes); i++ {
 		sibling := ""
 		switch filepath.Base(exes[i]) {
-		case claude.IntakeBinary:
-			sibling = filepath.Join(filepath.Dir(exes[i]), claude.HookBinary)
-		case claude.HookBinary:
+		case hookfile.IntakeBinary:
+			sibling = filepath.Join(filepath.Dir(exes[i]), hookfile.HookBinary)
+		case hookfile.HookBinary:
 			sibling = filepath.Join(filepath.Dir(exes[i]), "agentscm")
 		}
 		if sibling != "" && !slices.Contains(exes, sibling) {

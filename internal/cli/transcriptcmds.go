@@ -7,10 +7,8 @@ import (
 	"io"
 	"strings"
 
+	"github.com/agentscm/agentscm/internal/agent/adapter"
 	"github.com/agentscm/agentscm/internal/agent/capability"
-	"github.com/agentscm/agentscm/internal/agent/claude"
-	"github.com/agentscm/agentscm/internal/agent/codex"
-	"github.com/agentscm/agentscm/internal/agent/gemini"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/redact"
 	"github.com/agentscm/agentscm/internal/spool"
@@ -132,16 +130,12 @@ claimed.`)
 		return err
 	}
 	var decls []capability.Declaration
-	switch *agent {
-	case "":
-		decls = []capability.Declaration{claude.Capabilities(), codex.Capabilities(), gemini.Capabilities()}
-	case claude.AgentName:
-		decls = []capability.Declaration{claude.Capabilities()}
-	case codex.AgentName:
-		decls = []capability.Declaration{codex.Capabilities()}
-	case gemini.AgentName:
-		decls = []capability.Declaration{gemini.Capabilities()}
-	default:
+	for _, a := range adapter.All() {
+		if *agent == "" || *agent == a.Name() {
+			decls = append(decls, a.Capabilities())
+		}
+	}
+	if len(decls) == 0 {
 		return usagef("--agent must be claude-code, codex or gemini, not %q", *agent)
 	}
 	if *format == "json" {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/agent"
 	"github.com/agentscm/agentscm/internal/agent/claude"
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/client"
@@ -41,7 +42,7 @@ func writeV1Ledger(t *testing.T, f *fixture, tg capture.Target, last, from, to, 
 	if err := os.WriteFile(filepath.Join(dir, "ledger.json"), b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p, err := claude.DecodePayload([]byte(payload))
+	p, err := agent.DecodePayload([]byte(payload))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,15 +18,15 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/agent"
 	"github.com/agentscm/agentscm/internal/agent/adapter"
-	"github.com/agentscm/agentscm/internal/agent/claude"
 	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/fsutil"
 )
 
 // Timeout bounds one hook invocation as a whole; the host's own timeout of
-// an installed hook is longer (claude.HookTimeoutSeconds).
+// an installed hook is longer (hookfile.HookTimeoutSeconds).
 const Timeout = 15 * time.Second
 
 // OneLine flattens s to one line of at most 1,000 bytes (plus an ellipsis)
@@ -63,16 +63,16 @@ func (w *Warnings) Flush(stderr io.Writer) {
 }
 
 // ReadPayload reads one Claude Code hook payload from stdin (at most
-// claude.MaxPayloadBytes) and decodes it, and finds the agentscm config
+// agent.MaxPayloadBytes) and decodes it, and finds the agentscm config
 // directory: what every hook process does first.
-func ReadPayload(stdin io.Reader, getenv func(string) string) (b []byte, configDir string, p *claude.Payload, err error) {
-	if b, err = fsutil.ReadBounded(stdin, claude.MaxPayloadBytes); err != nil {
+func ReadPayload(stdin io.Reader, getenv func(string) string) (b []byte, configDir string, p *agent.Payload, err error) {
+	if b, err = fsutil.ReadBounded(stdin, agent.MaxPayloadBytes); err != nil {
 		return nil, "", nil, fmt.Errorf("read hook payload: %w", err)
 	}
 	if configDir, err = binding.ConfigDir(getenv); err != nil {
 		return nil, "", nil, err
 	}
-	if p, err = claude.DecodePayload(b); err != nil {
+	if p, err = agent.DecodePayload(b); err != nil {
 		return nil, "", nil, err
 	}
 	return b, configDir, p, nil
@@ -80,7 +80,7 @@ func ReadPayload(stdin io.Reader, getenv func(string) string) (b []byte, configD
 
 // RunCapture is the capture part of a hook process, its panic turned into
 // its error.
-func RunCapture(ctx context.Context, store capture.StateDir, hubs capture.HubOpener, b []byte, p *claude.Payload, now time.Time) (res *capture.HookResult, err error) {
+func RunCapture(ctx context.Context, store capture.StateDir, hubs capture.HubOpener, b []byte, p *agent.Payload, now time.Time) (res *capture.HookResult, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			res, err = nil, fmt.Errorf("internal error: %v", r)

@@ -8,7 +8,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/agentscm/agentscm/internal/agent/claude"
+	"github.com/agentscm/agentscm/internal/agent/hookfile"
 	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/connections"
@@ -17,8 +17,8 @@ import (
 // IntakeBinary is the capture hook's intake binary (cmd/agentscm-hook-intake):
 // `change-capture hook-claude` only, installed on the Claude Code events on
 // which the capture runs without the changelog, next to the full hook
-// binary (claude.HookBinary) it hands everything else to.
-const IntakeBinary = claude.IntakeBinary
+// binary (hookfile.HookBinary) it hands everything else to.
+const IntakeBinary = hookfile.IntakeBinary
 
 // errNeedsHub is what the intake hook's Hub opener answers: the event
 // took a path that opens the Hub (backpressure, a failed intake write), which

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"path/filepath"
 	"time"
 
 	"github.com/agentscm/agentscm/internal/agent/adapter"
@@ -28,11 +27,8 @@ func AgentCapture(ctx context.Context, a adapter.Adapter, stdin io.Reader, stder
 	defer cancel()
 	dir, err := binding.ConfigDir(getenv)
 	var res *capture.HookResult
-	if g, ok := a.(adapter.Gemini); ok && g.OrderDir == "" && err == nil {
-		g.OrderDir = filepath.Join(dir, "agent-state", "gemini-capture")
-		a = g
-	}
 	if err == nil {
+		a = a.WithState(dir, "capture")
 		store := capture.StateDir{Dir: dir}
 		res, err = capture.HandleAgentHook(ctx, store, delivery.Opener{ConfigDir: store.Dir}, a, stdin, now)
 	}

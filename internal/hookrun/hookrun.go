@@ -16,7 +16,7 @@ import (
 )
 
 // Timeout bounds one hook invocation as a whole; the host's own timeout of
-// an installed hook is longer (claude.HookTimeoutSeconds).
+// an installed hook is longer (hookfile.HookTimeoutSeconds).
 const Timeout = hookcore.Timeout
 
 // ClaudeCapture runs the capture hook on one Claude Code payload read from

@@ -12,8 +12,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/agent"
 	"github.com/agentscm/agentscm/internal/agent/adapter"
-	"github.com/agentscm/agentscm/internal/agent/claude"
+	"github.com/agentscm/agentscm/internal/agent/hookfile"
 	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/changelog"
@@ -40,7 +41,7 @@ import (
 
 // ChangelogTimeout bounds a hook process that runs the changelog part (the
 // capture part keeps its own Timeout inside it); the host's timeout of an
-// installed hook is longer (claude.HookTimeoutSeconds).
+// installed hook is longer (hookfile.HookTimeoutSeconds).
 const ChangelogTimeout = 18 * time.Second
 
 // Parts are what one hook process runs.
@@ -182,7 +183,7 @@ func ClaudeHook(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, 
 
 // runChangelog is the changelog part: its message (without the prefix),
 // "" when it has nothing to say, and the prompt it refused (nil: none).
-func runChangelog(ctx context.Context, configDir string, p *claude.Payload, now time.Time, opts changelog.HookOptions) (warn string, refused *changelog.PromptRefusal, stored string) {
+func runChangelog(ctx context.Context, configDir string, p *agent.Payload, now time.Time, opts changelog.HookOptions) (warn string, refused *changelog.PromptRefusal, stored string) {
 	defer func() {
 		if r := recover(); r != nil {
 			warn, refused = fmt.Sprintf("changelog hook failed: internal error: %v", r), nil
@@ -256,7 +257,7 @@ func WatchFor(exe string, getenv func(string) string) func(dir string) changelog
 	server := ""
 	if filepath.IsAbs(exe) {
 		server = exe
-		if filepath.Base(exe) == claude.HookBinary {
+		if filepath.Base(exe) == hookfile.HookBinary {
 			server = filepath.Join(filepath.Dir(exe), "agentscm")
 		}
 	}

@@ -7,24 +7,31 @@ package adapter
 
 import (
 	"fmt"
+	"path/filepath"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/agent"
 	"github.com/agentscm/agentscm/internal/agent/capability"
 	"github.com/agentscm/agentscm/internal/agent/claude"
 	"github.com/agentscm/agentscm/internal/agent/codex"
 	"github.com/agentscm/agentscm/internal/agent/gemini"
+	"github.com/agentscm/agentscm/internal/agent/hookfile"
 	"github.com/agentscm/agentscm/internal/event"
 )
 
-// Adapter is one agent host's integration.
+// Adapter is one agent host's integration. Everything that differs between
+// hosts is a method here, so no caller switches on an agent's name.
 type Adapter interface {
 	// Name is the agent name in event records (claude-code, codex).
 	Name() string
 	// Decode validates one bounded hook payload and normalises it.
-	Decode(b []byte) (*claude.Payload, error)
+	Decode(b []byte) (*agent.Payload, error)
 	// Map turns a decoded payload into the record to retain (ok=false:
 	// not captured).
-	Map(p *claude.Payload, mode string, now time.Time) (*event.Record, bool, error)
+	Map(p *agent.Payload, mode string, now time.Time) (*event.Record, bool, error)
+	// ConfigDir is the checkout- or HOME-relative directory whose presence
+	// says the host is used there (.claude, .codex, .gemini).
+	ConfigDir() string
 	// HookFile is the checkout-relative file the hooks are installed in.
 	HookFile() string
 	// CaptureEvents and ChangelogEvents are the host events each hook takes.
@@ -33,6 +40,30 @@ type Adapter interface {
 	// CaptureSubcommand and ChangelogSubcommand mark the installed hooks.
 	CaptureSubcommand() string
 	ChangelogSubcommand() string
+	// HookTimeout is the timeout value of an installed hook entry, in the
+	// host's unit (seconds for Claude Code and Codex, milliseconds for
+	// Gemini CLI).
+	HookTimeout() int
+	// InstallHooks installs the marked entries of part in the settings file
+	// at path, running the agentscm executable exe (or the lean hook binary
+	// beside it where the host's hook runs it), and keeps the entries of the
+	// other part; it reports whether the file changed.
+	InstallHooks(path, exe string, part Part) (bool, error)
+	// RemoveHooks removes the marked entries of part from the settings file
+	// at path, keeping the other part's; it reports whether the file changed.
+	RemoveHooks(path string, part Part) (bool, error)
+	// TrustNote says what the host needs before it runs the hooks installed
+	// in the checkout at root ("" when nothing).
+	TrustNote(root string) string
+	// ChangelogTranscript reports whether the changelog captures the host's
+	// conversation transcript as a root (Claude Code), so a rewind restores
+	// it from the increments; the other hosts resume from their own session
+	// files on this machine.
+	ChangelogTranscript() bool
+	// WithState returns the adapter a hook of kind hook ("capture",
+	// "changelog") uses, its per-session state (if any) kept under the
+	// agentscm config directory configDir.
+	WithState(configDir, hook string) Adapter
 	Capabilities() capability.Declaration
 	// BlockPrompt is the host's blocking answer to its prompt-submission
 	// hook (stdout, exit status 0): the prompt does not run and the host
@@ -40,28 +71,38 @@ type Adapter interface {
 	BlockPrompt(reason string) []byte
 }
 
+// Part is an agentscm part a marked hook entry runs.
+type Part int
+
+const (
+	// PartCapture is the change capture (change-capture hook-*).
+	PartCapture Part = iota
+	// PartChangelog is the changelog (changelog hook-*).
+	PartChangelog
+)
+
 // Claude is the Claude Code adapter.
 type Claude struct{}
 
-func (Claude) Name() string                             { return claude.AgentName }
-func (Claude) Decode(b []byte) (*claude.Payload, error) { return claude.DecodePayload(b) }
-func (Claude) Map(p *claude.Payload, mode string, now time.Time) (*event.Record, bool, error) {
+func (Claude) Name() string                            { return claude.AgentName }
+func (Claude) Decode(b []byte) (*agent.Payload, error) { return agent.DecodePayload(b) }
+func (Claude) Map(p *agent.Payload, mode string, now time.Time) (*event.Record, bool, error) {
 	return claude.Map(p, mode, now)
 }
 func (Claude) HookFile() string                     { return ".claude/settings.local.json" }
-func (Claude) CaptureEvents() []string              { return claude.HookEvents[:] }
-func (Claude) ChangelogEvents() []string            { return nil } // changelog.HookEvents
-func (Claude) CaptureSubcommand() string            { return claude.HookSubcommand }
-func (Claude) ChangelogSubcommand() string          { return claude.ChangelogSubcommand }
+func (Claude) CaptureEvents() []string              { return hookfile.HookEvents[:] }
+func (Claude) ChangelogEvents() []string            { return hookfile.ChangelogEvents[:] }
+func (Claude) CaptureSubcommand() string            { return hookfile.HookSubcommand }
+func (Claude) ChangelogSubcommand() string          { return hookfile.ChangelogSubcommand }
 func (Claude) Capabilities() capability.Declaration { return claude.Capabilities() }
 func (Claude) BlockPrompt(reason string) []byte     { return claude.BlockPrompt(reason) }
 
 // Codex is the Codex CLI adapter.
 type Codex struct{}
 
-func (Codex) Name() string                             { return codex.AgentName }
-func (Codex) Decode(b []byte) (*claude.Payload, error) { return codex.Decode(b) }
-func (Codex) Map(p *claude.Payload, mode string, now time.Time) (*event.Record, bool, error) {
+func (Codex) Name() string                            { return codex.AgentName }
+func (Codex) Decode(b []byte) (*agent.Payload, error) { return codex.Decode(b) }
+func (Codex) Map(p *agent.Payload, mode string, now time.Time) (*event.Record, bool, error) {
 	return codex.Map(p, mode, now)
 }
 func (Codex) HookFile() string                     { return codex.HookFile }
@@ -78,10 +119,10 @@ func (Codex) BlockPrompt(reason string) []byte     { return codex.BlockPrompt(re
 type Gemini struct{ OrderDir string }
 
 func (Gemini) Name() string { return gemini.AgentName }
-func (g Gemini) Decode(b []byte) (*claude.Payload, error) {
+func (g Gemini) Decode(b []byte) (*agent.Payload, error) {
 	return gemini.Orderer{Dir: g.OrderDir}.Decode(b)
 }
-func (Gemini) Map(p *claude.Payload, mode string, now time.Time) (*event.Record, bool, error) {
+func (Gemini) Map(p *agent.Payload, mode string, now time.Time) (*event.Record, bool, error) {
 	return gemini.Map(p, mode, now)
 }
 func (Gemini) HookFile() string                     { return gemini.HookFile }
@@ -92,31 +133,119 @@ func (Gemini) ChangelogSubcommand() string          { return gemini.ChangelogSub
 func (Gemini) Capabilities() capability.Declaration { return gemini.Capabilities() }
 func (Gemini) BlockPrompt(reason string) []byte     { return gemini.BlockPrompt(reason) }
 
-// HookTimeout is the timeout value of an installed hook entry of agent a,
-// in its host's unit.
-func HookTimeout(a Adapter) int {
-	if a.Name() == gemini.AgentName {
-		return gemini.HookTimeoutMillis
+// All is the table of supported adapters, Claude Code (the default) first.
+func All() []Adapter { return []Adapter{Claude{}, Codex{}, Gemini{}} }
+
+// Names returns the supported agent names, in the order of All.
+func Names() []string {
+	var out []string
+	for _, a := range All() {
+		out = append(out, a.Name())
 	}
-	return claude.HookTimeoutSeconds
+	return out
 }
 
-// Names lists the supported agents.
-var names = []string{claude.AgentName, codex.AgentName, gemini.AgentName}
-
-// Names returns the supported agent names.
-func Names() []string { return append([]string(nil), names...) }
+// IsDefault reports whether a is the default adapter (Claude Code), the
+// one a binding saved without an agent name means.
+func IsDefault(a Adapter) bool { return a.Name() == All()[0].Name() }
 
 // For returns the adapter of an agent name ("" is Claude Code; "claude" is
 // accepted for claude-code).
 func For(name string) (Adapter, error) {
-	switch name {
-	case "", claude.AgentName, "claude":
-		return Claude{}, nil
-	case codex.AgentName:
-		return Codex{}, nil
-	case gemini.AgentName:
-		return Gemini{}, nil
+	if name == "" || name == "claude" {
+		return All()[0], nil
+	}
+	for _, a := range All() {
+		if a.Name() == name {
+			return a, nil
+		}
 	}
 	return nil, fmt.Errorf("unknown agent %q: use claude-code, codex or gemini", name)
+}
+
+// claudeParts returns the Claude Code parts to install so that part is on
+// (on) or off and the other part of the settings file at path is kept.
+func claudeParts(path string, part Part, on bool) (cur, want hookfile.Parts, err error) {
+	cur, _, err = hookfile.InstalledParts(path)
+	want = cur
+	if part == PartCapture {
+		want.Capture = on
+	} else {
+		want.Changelog = on
+	}
+	return cur, want, err
+}
+
+func (Claude) ConfigDir() string { return ".claude" }
+func (Claude) HookTimeout() int  { return hookfile.HookTimeoutSeconds }
+
+// InstallHooks writes one entry per event: where the other part is on too,
+// the entry runs both (and an install with two entries there is upgraded).
+func (Claude) InstallHooks(path, exe string, part Part) (bool, error) {
+	_, want, err := claudeParts(path, part, true)
+	if err != nil {
+		return false, err
+	}
+	return hookfile.InstallParts(path, hookfile.HookExecutable(exe), want)
+}
+
+// RemoveHooks keeps the other part's share of the one entry per event.
+func (Claude) RemoveHooks(path string, part Part) (bool, error) {
+	cur, want, err := claudeParts(path, part, false)
+	if err != nil || cur == want {
+		return false, err
+	}
+	return hookfile.InstallParts(path, "", want)
+}
+func (Claude) TrustNote(string) string            { return "" }
+func (Claude) ChangelogTranscript() bool          { return true }
+func (c Claude) WithState(string, string) Adapter { return c }
+
+// markedHooks installs the entries of part for a host whose file holds
+// one marked entry per part and event: the capture runs the lean hook
+// binary beside exe, the changelog exe itself.
+func markedHooks(a Adapter, path, exe string, part Part) (bool, error) {
+	sub, events := a.CaptureSubcommand(), a.CaptureEvents()
+	if part == PartCapture {
+		exe = hookfile.HookExecutable(exe)
+	} else {
+		sub, events = a.ChangelogSubcommand(), a.ChangelogEvents()
+	}
+	return hookfile.InstallHooksWith(path, hookfile.CommandFor(exe, sub), events, a.HookTimeout())
+}
+
+func removeMarked(a Adapter, path string, part Part) (bool, error) {
+	sub := a.CaptureSubcommand()
+	if part == PartChangelog {
+		sub = a.ChangelogSubcommand()
+	}
+	return hookfile.RemoveHooksFor(path, sub)
+}
+
+func (Codex) ConfigDir() string { return ".codex" }
+func (Codex) HookTimeout() int  { return hookfile.HookTimeoutSeconds }
+func (c Codex) InstallHooks(path, exe string, part Part) (bool, error) {
+	return markedHooks(c, path, exe, part)
+}
+func (c Codex) RemoveHooks(path string, part Part) (bool, error) { return removeMarked(c, path, part) }
+func (Codex) TrustNote(root string) string                       { return codex.TrustNote(root) }
+func (Codex) ChangelogTranscript() bool                          { return false }
+func (c Codex) WithState(string, string) Adapter                 { return c }
+
+func (Gemini) ConfigDir() string { return ".gemini" }
+func (Gemini) HookTimeout() int  { return gemini.HookTimeoutMillis }
+func (g Gemini) InstallHooks(path, exe string, part Part) (bool, error) {
+	return markedHooks(g, path, exe, part)
+}
+func (g Gemini) RemoveHooks(path string, part Part) (bool, error) { return removeMarked(g, path, part) }
+func (Gemini) TrustNote(root string) string                       { return gemini.TrustNote(root) }
+func (Gemini) ChangelogTranscript() bool                          { return false }
+
+// WithState keeps the order counters of a hook of kind hook under
+// configDir/agent-state/gemini-<hook>, unless OrderDir is set already.
+func (g Gemini) WithState(configDir, hook string) Adapter {
+	if g.OrderDir == "" {
+		g.OrderDir = filepath.Join(configDir, "agent-state", "gemini-"+hook)
+	}
+	return g
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/agent"
 	"github.com/agentscm/agentscm/internal/event"
 )
 
@@ -74,7 +75,7 @@ func TestMapEvents(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			p, err := DecodePayload([]byte(tc.payload))
+			p, err := agent.DecodePayload([]byte(tc.payload))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -118,22 +119,22 @@ func TestDecodeRefusals(t *testing.T) {
 	}
 	for name, p := range cases {
 		t.Run(name, func(t *testing.T) {
-			if _, err := DecodePayload([]byte(p)); !errors.Is(err, ErrInvalidPayload) {
-				t.Fatalf("err = %v, want ErrInvalidPayload", err)
+			if _, err := agent.DecodePayload([]byte(p)); !errors.Is(err, agent.ErrInvalidPayload) {
+				t.Fatalf("err = %v, want agent.ErrInvalidPayload", err)
 			}
 		})
 	}
-	if _, err := DecodePayload(make([]byte, MaxPayloadBytes+1)); !errors.Is(err, ErrInvalidPayload) {
+	if _, err := agent.DecodePayload(make([]byte, agent.MaxPayloadBytes+1)); !errors.Is(err, agent.ErrInvalidPayload) {
 		t.Fatalf("oversized payload: %v", err)
 	}
 }
 
 func TestToolEventNeedsToolName(t *testing.T) {
-	p, err := DecodePayload([]byte(`{"cwd":"/r","session_id":"s","hook_event_name":"PreToolUse","tool_name":"` + strings.Repeat("t", 300) + `"}`))
+	p, err := agent.DecodePayload([]byte(`{"cwd":"/r","session_id":"s","hook_event_name":"PreToolUse","tool_name":"` + strings.Repeat("t", 300) + `"}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := Map(p, event.ModeMetadataOnly, now); !errors.Is(err, ErrInvalidPayload) {
+	if _, _, err := Map(p, event.ModeMetadataOnly, now); !errors.Is(err, agent.ErrInvalidPayload) {
 		t.Fatalf("oversized tool name accepted: %v", err)
 	}
 }
@@ -146,7 +147,7 @@ func FuzzDecodeAndMap(f *testing.F) {
 	f.Add([]byte(`{"session_id":"s","cwd":"/r","hook_event_name":"SubagentStart","agent_id":"","agent_type":"x"}`))
 	f.Add([]byte(`{"session_id":"s","cwd":"/r","hook_event_name":"UserPromptSubmit","prompt":null}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		p, err := DecodePayload(b)
+		p, err := agent.DecodePayload(b)
 		if err != nil {
 			return
 		}

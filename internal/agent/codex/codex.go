@@ -21,8 +21,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/agent"
 	"github.com/agentscm/agentscm/internal/agent/capability"
-	"github.com/agentscm/agentscm/internal/agent/claude"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/fsutil"
 )
@@ -69,8 +69,8 @@ const maxRolloutBytes = 256 << 20
 // it as tool_response {"exit_code": N, "output": <the host's text>}, so
 // the action path reads it as an explicit exit code; ExitCodeSource says
 // where it came from or why it is unknown.
-func Decode(b []byte) (*claude.Payload, error) {
-	p, err := claude.DecodePayload(b)
+func Decode(b []byte) (*agent.Payload, error) {
+	p, err := agent.DecodePayload(b)
 	if err != nil {
 		return nil, fmt.Errorf("codex: %w", err)
 	}
@@ -98,8 +98,8 @@ var sessionEndReasons = map[string]bool{"other": true, "clear": true, "logout": 
 // exit code or a failed status, and of unknown outcome, with the reason,
 // when the rollout does not say; Stop carries last_assistant_message in a
 // conversation mode.
-func Map(p *claude.Payload, mode string, now time.Time) (*event.Record, bool, error) {
-	rec, ok, err := claude.Map(p, mode, now)
+func Map(p *agent.Payload, mode string, now time.Time) (*event.Record, bool, error) {
+	rec, ok, err := agent.MapHook(p, AgentName, mode, now)
 	if err != nil || !ok {
 		return rec, ok, err
 	}
@@ -128,7 +128,7 @@ func Map(p *claude.Payload, mode string, now time.Time) (*event.Record, bool, er
 				body.Message = *p.LastAssistantMessage
 			}
 			if mode == event.ModeSharedConversation {
-				claude.RedactBody(&body)
+				agent.RedactBody(&body)
 			}
 			rec.Body = &body
 		}

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentscm/agentscm/internal/agent/claude"
+	"github.com/agentscm/agentscm/internal/agent/hookfile"
 	"github.com/agentscm/agentscm/internal/event"
 )
 
@@ -189,9 +189,9 @@ func TestInstallPreservesOtherHooks(t *testing.T) {
 	os.MkdirAll(filepath.Dir(path), 0o755)
 	mine := `{"hooks":{"PreToolUse":[{"matcher":"Bash","hooks":[{"type":"command","command":"my-guard"}]}]},"other":1}`
 	os.WriteFile(path, []byte(mine), 0o644)
-	cmd := claude.CommandFor("/usr/bin/agentscm", HookSubcommand)
+	cmd := hookfile.CommandFor("/usr/bin/agentscm", HookSubcommand)
 	for range 2 {
-		if _, err := claude.InstallHooks(path, cmd, HookEvents); err != nil {
+		if _, err := hookfile.InstallHooks(path, cmd, HookEvents); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -201,10 +201,10 @@ func TestInstallPreservesOtherHooks(t *testing.T) {
 	if !strings.Contains(string(b), "my-guard") || !strings.Contains(compact.String(), `"other":1`) || strings.Count(string(b), HookSubcommand) != len(HookEvents) {
 		t.Fatalf("hooks.json after install:\n%s", b)
 	}
-	if ev, _ := claude.MarkedEventsFor(path, HookSubcommand); len(ev) != len(HookEvents) {
+	if ev, _ := hookfile.MarkedEventsFor(path, HookSubcommand); len(ev) != len(HookEvents) {
 		t.Fatalf("marked events %v", ev)
 	}
-	if _, err := claude.RemoveHooksFor(path, HookSubcommand); err != nil {
+	if _, err := hookfile.RemoveHooksFor(path, HookSubcommand); err != nil {
 		t.Fatal(err)
 	}
 	b, _ = os.ReadFile(path)

@@ -19,8 +19,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/agent"
 	"github.com/agentscm/agentscm/internal/agent/capability"
-	"github.com/agentscm/agentscm/internal/agent/claude"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/fsutil"
 )
@@ -136,8 +136,8 @@ func (o Orderer) next(session string, finish bool) (int, error) {
 // error field turned into PostToolUseFailure, and AfterAgent's
 // prompt_response as the turn's last assistant message. Unknown events keep
 // their name (and are then not captured).
-func (o Orderer) Decode(b []byte) (*claude.Payload, error) {
-	p, err := claude.DecodePayload(b)
+func (o Orderer) Decode(b []byte) (*agent.Payload, error) {
+	p, err := agent.DecodePayload(b)
 	if err != nil {
 		return nil, fmt.Errorf("gemini: %w", err)
 	}
@@ -253,8 +253,8 @@ var sessionEndReasons = map[string]bool{"exit": true, "clear": true, "logout": t
 // kept in hook_event, a shell finish that states a non-zero exit code
 // failed, and AfterAgent's response as the turn end's message in a
 // conversation mode.
-func Map(p *claude.Payload, mode string, now time.Time) (*event.Record, bool, error) {
-	rec, ok, err := claude.Map(p, mode, now)
+func Map(p *agent.Payload, mode string, now time.Time) (*event.Record, bool, error) {
+	rec, ok, err := agent.MapHook(p, AgentName, mode, now)
 	if err != nil || !ok {
 		return rec, ok, err
 	}
@@ -283,7 +283,7 @@ func Map(p *claude.Payload, mode string, now time.Time) (*event.Record, bool, er
 		if local && p.LastAssistantMessage != nil && *p.LastAssistantMessage != "" {
 			body := event.Body{Message: *p.LastAssistantMessage}
 			if mode == event.ModeSharedConversation {
-				claude.RedactBody(&body)
+				agent.RedactBody(&body)
 			}
 			rec.Body = &body
 		}

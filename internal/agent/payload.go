@@ -1,4 +1,9 @@
-package claude
+// Package agent is the agent-neutral contract the adapters share: the
+// decoded hook payload (Payload) with its bounded decode, the hook-event
+// mapping the hosts that speak Claude Code's hook format share, and the
+// setup a payload exposes. The adapters (internal/agent/claude, codex,
+// gemini) import this package and never each other.
+package agent
 
 import (
 	"bytes"
@@ -23,14 +28,12 @@ const (
 	maxToolNameLen = 256
 )
 
-// AgentName identifies this adapter in event records.
-const AgentName = "claude-code"
-
-// ErrInvalidPayload reports a hook payload that is not a valid Claude Code
-// hook input.
+// ErrInvalidPayload reports a hook payload that is not a valid hook input
+// (the message names Claude Code, whose hook format the hosts share).
 var ErrInvalidPayload = errors.New("invalid Claude Code hook payload")
 
-// Payload is the part of a Claude Code hook input that agentscm reads.
+// Payload is the part of a hook input that agentscm reads: Claude Code's
+// hook fields, which Codex CLI shares and Gemini CLI's adapter normalises to.
 type Payload struct {
 	SessionID      string          `json:"session_id"`
 	TranscriptPath string          `json:"transcript_path"`
@@ -116,12 +119,13 @@ var sessionStartSources = map[string]bool{"startup": true, "resume": true, "clea
 
 var sessionEndReasons = map[string]bool{"clear": true, "logout": true, "prompt_input_exit": true}
 
-// Map turns a payload into the event record to retain, in the given capture
-// mode, stamped with receipt time now. It returns ok=false for events that
-// are ignored (unrecognised events, subagent markers without an agent id).
-func Map(p *Payload, mode string, now time.Time) (rec *event.Record, ok bool, err error) {
+// MapHook turns a payload in Claude Code's hook format into the event
+// record of agent name to retain, in the given capture mode, stamped with
+// receipt time now. It returns ok=false for events that are ignored
+// (unrecognised events, subagent markers without an agent id).
+func MapHook(p *Payload, name, mode string, now time.Time) (rec *event.Record, ok bool, err error) {
 	rec = &event.Record{
-		Agent:       AgentName,
+		Agent:       name,
 		SessionID:   p.SessionID,
 		HookEvent:   p.HookEventName,
 		ObservedAt:  now.UTC().Truncate(time.Second),
@@ -235,7 +239,7 @@ func compactJSON(raw json.RawMessage) json.RawMessage {
 }
 
 // CheckID validates an identifier taken from a hook payload: printable, no
-// spaces, at most limit bytes (for the other agents' adapters).
+// spaces, at most limit bytes.
 func CheckID(name, v string, limit int, required bool) error {
 	return checkID(name, v, limit, required)
 }

@@ -1,7 +1,8 @@
-// Package claude is the Claude Code adapter: hook payloads, the hook entries
-// agentscm installs in Claude Code settings files, and the mapping of hook
-// events to typed event records.
-package claude
+// Package hookfile reads and writes the marked hook entries agentscm
+// installs in a host's settings JSON (Claude Code's .claude/settings.local.json,
+// Codex CLI's hooks.json, Gemini CLI's settings.json share the shape), and
+// the Claude Code hook parts (capture, changelog) those entries run.
+package hookfile
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package claude
+package hookfile
 
 import (
 	"encoding/json"
