@@ -8,6 +8,7 @@ import (
 
 	"github.com/agentscm/agentscm/internal/agent/adapter"
 	"github.com/agentscm/agentscm/internal/agent/claude"
+	"github.com/agentscm/agentscm/internal/agent/hookfile"
 )
 
 // strayHookFiles are the hook files of a checkout that may hold marked
@@ -65,7 +66,7 @@ func hasCaptureHooks(path string) bool {
 		if err != nil {
 			continue
 		}
-		if ev, err := claude.MarkedEventsFor(path, ad.CaptureSubcommand()); err == nil && len(ev) > 0 {
+		if ev, err := hookfile.MarkedEventsFor(path, ad.CaptureSubcommand()); err == nil && len(ev) > 0 {
 			return true
 		}
 	}
@@ -78,12 +79,12 @@ func hasCaptureHooks(path string) bool {
 func removeStrayHooks(files []string) (bool, error) {
 	removed := false
 	for _, f := range files {
-		cur, _, err := claude.InstalledParts(f)
+		cur, _, err := hookfile.InstalledParts(f)
 		if err != nil {
 			return removed, fmt.Errorf("remove capture hooks from %s: %w", f, err)
 		}
 		if cur.Capture {
-			changed, err := claude.InstallParts(f, "", claude.Parts{Changelog: cur.Changelog})
+			changed, err := hookfile.InstallParts(f, "", hookfile.Parts{Changelog: cur.Changelog})
 			if err != nil {
 				return removed, fmt.Errorf("remove capture hooks from %s: %w", f, err)
 			}
@@ -94,7 +95,7 @@ func removeStrayHooks(files []string) (bool, error) {
 			if err != nil || ad.Name() == claude.AgentName {
 				continue
 			}
-			changed, err := claude.RemoveHooksFor(f, ad.CaptureSubcommand())
+			changed, err := hookfile.RemoveHooksFor(f, ad.CaptureSubcommand())
 			if err != nil {
 				return removed, fmt.Errorf("remove capture hooks from %s: %w", f, err)
 			}
