@@ -7,6 +7,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+
+	"github.com/agentscm/agentscm/internal/changelog"
 )
 
 // Line is one line of a blamed file and who last wrote it.
@@ -29,10 +32,16 @@ type FileBlame struct {
 // asked for).
 var ErrNoFile = errors.New("no such file")
 
+// ErrNoPosition reports a position the changelog does not hold.
+var ErrNoPosition = errors.New("no such position in the changelog")
+
 // Blame attributes each line of the file rel (a slash path in the
 // checkout): as it is now when at < 0, else as it was right after
 // position at.
 func (r *Repo) Blame(ctx context.Context, rel string, at int) (*FileBlame, error) {
+	if at >= 0 && !slices.ContainsFunc(r.infos, func(i changelog.Info) bool { return i.Position == at }) {
+		return nil, fmt.Errorf("position %d: %w", at, ErrNoPosition)
+	}
 	h, err := r.FileHistory(ctx, rel, at)
 	if err != nil {
 		return nil, err

@@ -303,6 +303,13 @@ func (r *Repo) history(ctx context.Context, rel string, end, depth int) (*Histor
 		}
 		h.add(v, inf.Position)
 	}
+	if first && depth == 0 && end == len(r.infos) {
+		// No increment yet: the file as HEAD holds it is the state before
+		// capture, as for a file the first increment reports modified.
+		if b, err := r.gitShow(ctx, "HEAD", rel); err == nil {
+			h.add(Version{Owner: ownerBefore, Present: true, Lines: SplitLines(b)}, -1)
+		}
+	}
 	return h, nil
 }
 

@@ -2,6 +2,7 @@ package attribution
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -118,6 +119,26 @@ func TestFirstIncrement(t *testing.T) {
 	}
 	if got := r.blame("kept.txt", 0); got != "k1=before_capture k2=before_capture" {
 		t.Errorf("--at 0: %s", got)
+	}
+}
+
+// TestBeforeAnyIncrement: with no increment yet, the lines HEAD holds are
+// before capture and only the lines changed since are not captured yet.
+func TestBeforeAnyIncrement(t *testing.T) {
+	r := newTestRepo(t, map[string]string{"a.txt": "a1\na2\n"})
+	if got := r.blame("a.txt", -1); got != "a1=before_capture a2=before_capture" {
+		t.Errorf("unchanged: %s", got)
+	}
+	r.write("a.txt", "a1\nmine\na2\n")
+	if got := r.blame("a.txt", -1); got != "a1=before_capture mine=uncaptured a2=before_capture" {
+		t.Errorf("edited: %s", got)
+	}
+	repo, err := Open(r.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := repo.Blame(context.Background(), "a.txt", 3); !errors.Is(err, ErrNoPosition) {
+		t.Errorf("--at 3 with no increment: %v, want ErrNoPosition", err)
 	}
 }
 
