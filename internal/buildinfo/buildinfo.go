@@ -1,9 +1,11 @@
 // Package buildinfo names the build a binary came from, the same way in
 // every agentscm binary (the hook binaries included, so it links nothing
-// but runtime/debug), so that binaries of one build can be matched.
+// but runtime/debug and debug/buildinfo), so that binaries of one build can
+// be matched.
 package buildinfo
 
 import (
+	"debug/buildinfo"
 	"fmt"
 	"runtime/debug"
 	"strings"
@@ -69,4 +71,29 @@ func BuildOf(versionLine string) string {
 	}
 	_, rest, _ := strings.Cut(line, " ")
 	return strings.TrimSpace(rest)
+}
+
+// stampFlag is how scripts/install.sh sets Stamp, as the linker flags
+// recorded in a binary's build information show it.
+const stampFlag = "-X github.com/agentscm/agentscm/internal/buildinfo.Stamp="
+
+// BuildOfFile is the build the binary at path names (what BuildOf gives
+// for its --version line), read from its build information without
+// running it: a hook can afford it.
+func BuildOfFile(path string) (string, error) {
+	bi, err := buildinfo.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	var stamp string
+	for _, s := range bi.Settings {
+		if s.Key != "-ldflags" {
+			continue
+		}
+		if _, rest, ok := strings.Cut(s.Value, stampFlag); ok {
+			stamp, _, _ = strings.Cut(rest, " ")
+			stamp = strings.Trim(stamp, `"'`)
+		}
+	}
+	return BuildOf(versionOf("x", stamp, bi)), nil
 }
