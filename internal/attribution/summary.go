@@ -146,13 +146,10 @@ func (r *Repo) Summarize(ctx context.Context, since string) (*Summary, error) {
 
 type changedFile struct{ path, old string }
 
-// changedFiles lists the files of the working tree that differ from rev
-// (tracked, with renames, and untracked not ignored).
-func (r *Repo) changedFiles(ctx context.Context, rev string) ([]changedFile, error) {
-	out, err := gitOutput(ctx, r.root, "diff", "--name-status", "-z", "-M", "--relative", rev, "--")
-	if err != nil {
-		return nil, err
-	}
+// parseNameStatus reads git's `--name-status -z` output: renamed and
+// copied files with their old names, added ones without, deleted ones
+// left out, every other one under its own name.
+func parseNameStatus(out []byte) []changedFile {
 	var files []changedFile
 	f := strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00")
 	for i := 0; i < len(f); i++ {
@@ -167,7 +164,9 @@ func (r *Repo) changedFiles(ctx context.Context, rev string) ([]changedFile, err
 			}
 			i += 2
 		case 'A':
-			files = append(files, changedFile{path: f[i+1]})
+			if i+1 < len(f) {
+				files = append(files, changedFile{path: f[i+1]})
+			}
 			i++
 		case 'D':
 			i++
@@ -178,6 +177,17 @@ func (r *Repo) changedFiles(ctx context.Context, rev string) ([]changedFile, err
 			i++
 		}
 	}
+	return files
+}
+
+// changedFiles lists the files of the working tree that differ from rev
+// (tracked, with renames, and untracked not ignored).
+func (r *Repo) changedFiles(ctx context.Context, rev string) ([]changedFile, error) {
+	out, err := gitOutput(ctx, r.root, "diff", "--name-status", "-z", "-M", "--relative", rev, "--")
+	if err != nil {
+		return nil, err
+	}
+	files := parseNameStatus(out)
 	un, err := gitOutput(ctx, r.root, "ls-files", "--others", "--exclude-standard", "-z")
 	if err != nil {
 		return nil, err

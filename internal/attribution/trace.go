@@ -306,33 +306,7 @@ func (r *Repo) commitFiles(ctx context.Context, parent, sha string) ([]changedFi
 	if err != nil {
 		return nil, err
 	}
-	var files []changedFile
-	f := strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00")
-	for i := 0; i < len(f); i++ {
-		st := f[i]
-		if st == "" {
-			continue
-		}
-		switch st[0] {
-		case 'R', 'C':
-			if i+2 < len(f) {
-				files = append(files, changedFile{path: f[i+2], old: f[i+1]})
-			}
-			i += 2
-		case 'A':
-			if i+1 < len(f) {
-				files = append(files, changedFile{path: f[i+1]})
-			}
-			i++
-		case 'D':
-			i++
-		default:
-			if i+1 < len(f) {
-				files = append(files, changedFile{path: f[i+1], old: f[i+1]})
-			}
-			i++
-		}
-	}
+	files := parseNameStatus(out)
 	sort.Slice(files, func(i, j int) bool { return files[i].path < files[j].path })
 	return files, nil
 }
