@@ -152,7 +152,7 @@ func deliverSpoolPart(ctx context.Context, configDir, spoolDir string, lockFD in
 	}
 	rep, err := capture.DeliverSpool(ctx, store, delivery.Opener{ConfigDir: configDir}, spoolDir, lock, capture.DeliverBounds{MaxRun: capture.DelivererMaxRun,
 		MaxDrain: capture.DelivererMaxDrain, RetryFor: capture.DelivererRetryFor,
-		Settle: capture.DelivererSettle, SettleMax: capture.DelivererSettleMax, SettleFiles: capture.DelivererSettleFiles})
+		Settle: capture.DelivererSettle, SettleMax: capture.DelivererSettleMax, SettleFiles: capture.DelivererSettleFiles, Linger: capture.DelivererLinger})
 	switch {
 	case rep != nil && rep.Outcome == "busy":
 		fmt.Fprintf(stderr, "agentscm: deliverer: %s\n", hookcore.OneLine(rep.Detail))
