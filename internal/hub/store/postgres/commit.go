@@ -13,6 +13,7 @@ import (
 	"github.com/agentscm/agentscm/internal/hub/store"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 var _ store.EventsCommitter = (*Store)(nil)
@@ -60,8 +61,17 @@ func (s *Store) CommitEvents(ctx context.Context, e store.Envelope, sc store.Sco
 		seqs[i], kinds[i], bodies[i] = ev.Seq, ev.Kind, string(body)
 	}
 	args := []any{e.RepositoryID, e.Identity, e.Digest, e.Type, sc.WorkID, sc.Generation, sc.Session, sc.ReceivedAt, sc.Stream, seqs, kinds, bodies, accepting}
+	if s.evOps != nil {
+		return s.commitEventsGrouped(ctx, args, len(events))
+	}
+	return s.commitEventsAlone(ctx, args, len(events))
+}
+
+// commitEventsAlone commits one envelope in a transaction of its own, with
+// the retries.
+func (s *Store) commitEventsAlone(ctx context.Context, args []any, n int) (store.CommittedEvents, error) {
 	for attempt := 0; ; attempt++ {
-		out, err := s.commitEvents(ctx, args, len(events))
+		out, err := s.commitEvents(ctx, args, n)
 		if err == nil || !retryable(err) || attempt >= MaxRetries {
 			return out, err
 		}
@@ -76,32 +86,50 @@ func (s *Store) CommitEvents(ctx context.Context, e store.Envelope, sc store.Sco
 }
 
 func (s *Store) commitEvents(ctx context.Context, args []any, n int) (store.CommittedEvents, error) {
-	var out store.CommittedEvents
 	if err := ctx.Err(); err != nil {
-		return out, err
+		return store.CommittedEvents{}, err
 	}
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return out, fmt.Errorf("hub store: acquire a connection: %w", err)
+		return store.CommittedEvents{}, fmt.Errorf("hub store: acquire a connection: %w", err)
 	}
 	// A connection left inside a transaction is destroyed on Release.
 	defer conn.Release()
-	bg := context.WithoutCancel(ctx)
+	outs, err := runEventsPipeline(context.WithoutCancel(ctx), conn, [][]any{args}, []int{n})
+	if err != nil {
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "23505" && pe.ConstraintName == "events_pkey" {
+			return store.CommittedEvents{SequenceTaken: true}, nil
+		}
+		if retryable(err) {
+			return store.CommittedEvents{}, err
+		}
+		return store.CommittedEvents{}, fmt.Errorf("hub store: ingest events: %w", err)
+	}
+	return outs[0], nil
+}
+
+// runEventsPipeline sends BEGIN ISOLATION LEVEL SERIALIZABLE, commitEventsSQL
+// once per envelope (args[i], of n[i] events) and COMMIT as one pipeline (one
+// round trip) and reads what each statement found and did. An error means
+// nothing was committed when it is a *pgconn.PgError (a statement failed,
+// or the commit did: the transaction is rolled back); any other error leaves
+// the outcome unknown (say, the connection broke).
+func runEventsPipeline(ctx context.Context, conn *pgxpool.Conn, args [][]any, n []int) ([]store.CommittedEvents, error) {
 	b := &pgx.Batch{}
 	b.Queue("BEGIN ISOLATION LEVEL SERIALIZABLE")
-	b.Queue(commitEventsSQL, args...)
-	b.Queue("COMMIT")
-	br := conn.SendBatch(bg, b)
-	var claimed, inserted int64
-	var taken *string
-	var found *bool
-	var w struct {
-		id, repo, title, state, createdBy *string
-		gen, createdAt, updatedAt         *int64
+	for _, a := range args {
+		b.Queue(commitEventsSQL, a...)
 	}
-	_, err = br.Exec()
-	if err == nil {
-		err = br.QueryRow().Scan(&claimed, &inserted, &taken, &found, &w.id, &w.repo, &w.title, &w.state, &w.gen, &w.createdBy, &w.createdAt, &w.updatedAt)
+	b.Queue("COMMIT")
+	br := conn.SendBatch(ctx, b)
+	outs := make([]store.CommittedEvents, len(args))
+	_, err := br.Exec()
+	for i := range args {
+		if err != nil {
+			break
+		}
+		outs[i], err = scanCommitted(br.QueryRow(), n[i])
 	}
 	var tag pgconn.CommandTag
 	if err == nil {
@@ -111,27 +139,38 @@ func (s *Store) commitEvents(ctx context.Context, args []any, n int) (store.Comm
 		err = cerr
 	}
 	if conn.Conn().PgConn().TxStatus() != 'I' {
-		// The statement failed and the pipeline skipped the COMMIT.
-		conn.Exec(bg, "ROLLBACK")
+		// A statement failed and the pipeline skipped the COMMIT.
+		conn.Exec(ctx, "ROLLBACK")
 	}
 	if err != nil {
-		var pe *pgconn.PgError
-		if errors.As(err, &pe) && pe.Code == "23505" && pe.ConstraintName == "events_pkey" {
-			out.SequenceTaken = true
-			return out, nil
-		}
-		if retryable(err) {
-			return out, err
-		}
-		return out, fmt.Errorf("hub store: ingest events: %w", err)
+		return nil, err
 	}
 	if tag.String() != "COMMIT" {
-		return out, fmt.Errorf("hub store: ingest events: the transaction ended in %q, not COMMIT", tag.String())
+		return nil, fmt.Errorf("the transaction ended in %q, not COMMIT", tag.String())
+	}
+	return outs, nil
+}
+
+// errPartial is a statement that claimed an envelope and inserted fewer
+// events than it carries: it cannot happen (every event is inserted or the
+// statement fails), and the commit is reported, not hidden.
+var errPartial = errors.New("an envelope was committed with only some of its events")
+
+// scanCommitted reads commitEventsSQL's row for an envelope of n events.
+func scanCommitted(row pgx.Row, n int) (store.CommittedEvents, error) {
+	var out store.CommittedEvents
+	var claimed, inserted int64
+	var taken *string
+	var found *bool
+	var w struct {
+		id, repo, title, state, createdBy *string
+		gen, createdAt, updatedAt         *int64
+	}
+	if err := row.Scan(&claimed, &inserted, &taken, &found, &w.id, &w.repo, &w.title, &w.state, &w.gen, &w.createdBy, &w.createdAt, &w.updatedAt); err != nil {
+		return out, err
 	}
 	if claimed == 1 && inserted != int64(n) {
-		// Cannot happen (every event is inserted or the statement fails);
-		// the commit is reported, not hidden.
-		return out, fmt.Errorf("hub store: ingest events: committed %d of %d events", inserted, n)
+		return out, fmt.Errorf("%w: %d of %d", errPartial, inserted, n)
 	}
 	out.Accepted = claimed == 1
 	if taken != nil {
