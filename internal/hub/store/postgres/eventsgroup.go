@@ -39,8 +39,7 @@ const EventCommittersParam = "agentscm_event_committers"
 // eventsOp is one CommitEvents waiting for a committer.
 type eventsOp struct {
 	ctx  context.Context
-	args []any
-	n    int
+	st   eventsStmt
 	out  store.CommittedEvents
 	err  error
 	done chan struct{}
@@ -63,8 +62,8 @@ func (s *Store) startEventCommitters(n int) {
 
 // commitEventsGrouped hands one envelope to a committer and waits for its
 // outcome (once taken, even if ctx ends: the commit may be under way).
-func (s *Store) commitEventsGrouped(ctx context.Context, args []any, n int) (store.CommittedEvents, error) {
-	op := &eventsOp{ctx: ctx, args: args, n: n, done: make(chan struct{})}
+func (s *Store) commitEventsGrouped(ctx context.Context, st eventsStmt) (store.CommittedEvents, error) {
+	op := &eventsOp{ctx: ctx, st: st, done: make(chan struct{})}
 	select {
 	case s.evOps <- op:
 	case <-ctx.Done():
@@ -100,7 +99,7 @@ func (s *Store) runEventsGroup(group []*eventsOp) {
 		live = append(live, op)
 	}
 	alone := func(op *eventsOp) {
-		op.out, op.err = s.commitEventsAlone(op.ctx, op.args, op.n)
+		op.out, op.err = s.commitEventsAlone(op.ctx, op.st)
 		close(op.done)
 	}
 	switch len(live) {
@@ -151,12 +150,11 @@ func (s *Store) tryEventsGroup(group []*eventsOp) (outs []store.CommittedEvents,
 		return nil, true, nil // nothing sent: each tries on its own
 	}
 	defer conn.Release()
-	args := make([][]any, len(group))
-	n := make([]int, len(group))
+	stmts := make([]eventsStmt, len(group))
 	for i, op := range group {
-		args[i], n[i] = op.args, op.n
+		stmts[i] = op.st
 	}
-	outs, err = runEventsPipeline(ctx, conn, args, n)
+	outs, err = runEventsPipeline(ctx, conn, stmts)
 	var pe *pgconn.PgError
 	switch {
 	case err == nil:

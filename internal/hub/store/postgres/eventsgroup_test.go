@@ -255,3 +255,56 @@ func TestEventCommittersParam(t *testing.T) {
 		}
 	}
 }
+
+// TestCommitEventsStreamArrivals: a stream's arrival is recorded once, by
+// its first envelope, in the order the streams first came, whichever
+// instance (each with its own memory of the streams it saw) takes the
+// envelopes; a later envelope of a known stream records nothing more.
+func TestCommitEventsStreamArrivals(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgtest.Database(t)
+	a, err := postgres.Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := postgres.Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	seedEventsWork(t, a)
+	next := map[string]int64{}
+	for i, step := range []struct {
+		st     *postgres.Store
+		stream string
+	}{{a, "A"}, {a, "B"}, {a, "A"}, {b, "A"}, {b, "C"}, {a, "C"}, {b, "B"}, {a, "D"}, {a, "A"}} {
+		row, sc, evs := groupEnvelope(fmt.Sprintf("arrival-%d", i), "sha256:x", "s1", step.stream, next[step.stream]+1)
+		next[step.stream] += int64(len(evs))
+		out, err := step.st.CommitEvents(ctx, row, sc, evs, []string{api.StateActive})
+		if err != nil || !out.Accepted {
+			t.Fatalf("envelope %d (stream %s): %+v %v", i, step.stream, out, err)
+		}
+	}
+	rows, err := a.Pool().Query(ctx, "SELECT stream, arrival FROM streams ORDER BY arrival")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for rows.Next() {
+		var s string
+		var n int64
+		if err := rows.Scan(&s, &n); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprintf("%s=%d", s, n))
+	}
+	rows.Close()
+	if strings.Join(got, " ") != "A=1 B=2 C=3 D=4" {
+		t.Fatalf("arrivals: %v", got)
+	}
+	var events int
+	if err := a.Pool().QueryRow(ctx, "SELECT count(*) FROM events").Scan(&events); err != nil || events != 90 {
+		t.Fatalf("%d events (%v)", events, err)
+	}
+}

@@ -71,6 +71,7 @@ type Store struct {
 	// Group commit of plain events envelopes (eventsgroup.go).
 	evOps                            chan *eventsOp
 	evGroups, evGrouped, evFallbacks atomic.Int64
+	streams                          streamCache
 }
 
 // Retries counts the Update attempts rolled back for a serialization
