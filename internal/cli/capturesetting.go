@@ -367,8 +367,8 @@ absolute path it was saved with. The next enable creates a new spool.`)
 	for _, l := range res.ExcludeRemoved {
 		fmt.Fprintf(env.Stdout, "  local exclude: removed %s\n", l)
 	}
-	if res.SettingsRemoved != "" {
-		fmt.Fprintf(env.Stdout, "  removed %s (created by setup, left empty)\n", res.SettingsRemoved)
+	for _, f := range res.HookFilesRemoved {
+		fmt.Fprintf(env.Stdout, "  removed %s (created by setup, left empty)\n", f)
 	}
 	for _, w := range res.Warnings {
 		fmt.Fprintf(env.Stderr, "warning: %s\n", w)
