@@ -446,7 +446,7 @@ type ForgetResult struct {
 	// agents, the first such file, and HookFilesRemoved lists them all.
 	SettingsRemoved  string   `json:"settings_removed,omitempty"`
 	HookFilesRemoved []string `json:"hook_files_removed,omitempty"`
-	Warnings        []string `json:"warnings,omitempty"`
+	Warnings         []string `json:"warnings,omitempty"`
 }
 
 // Forget removes a disabled binding from the capture config. The spool is
