@@ -278,7 +278,7 @@ no deliverer runs, it starts the background deliverer (as a hook would).`)
 		}
 		fmt.Fprintf(env.Stdout, "  capture_mode: %s\n  enabled: %v\n  saved for: %s on %s\n  spool: %s\n", s.Mode, s.Enabled, s.Repository, s.Hub, s.Spool)
 		for _, a := range s.Agents {
-			fmt.Fprintf(env.Stdout, "  agent: %s\n", agentHooksLine(s.Root, a))
+			fmt.Fprintf(env.Stdout, "  agent: %s\n", agentHooksLine(s.Root, a, s.Enabled))
 		}
 		if s.ConnectedHub != "" {
 			fmt.Fprintf(env.Stdout, "  connected to: %s on %s\n", s.ConnectedRepository, s.ConnectedHub)
@@ -382,10 +382,12 @@ absolute path it was saved with. The next enable creates a new spool.`)
 }
 
 // agentHooksLine says where one agent of a binding reads its capture hooks
-// and whether they are all there.
-func agentHooksLine(root string, a binding.AgentHookState) string {
+// and whether they are all there (enabled: the binding is on).
+func agentHooksLine(root string, a binding.AgentHookState, enabled bool) string {
 	rel := relTo(root, a.Settings)
 	switch {
+	case !enabled && len(a.Installed) == 0:
+		return fmt.Sprintf("%s: off (its hooks go back in %s on agentscm enable)", agentTitle(a.Agent), rel)
 	case a.Error != "":
 		return fmt.Sprintf("%s: hooks in %s unreadable: %s", agentTitle(a.Agent), rel, a.Error)
 	case len(a.Installed) == len(a.Events):

@@ -371,7 +371,9 @@ the same spool. Refused with exit status 5 while an agent turn runs.`)
 			if res.Capture != nil {
 				rep.Kept = append(rep.Kept, "the capture spool "+res.Capture.Spool)
 			}
-		case rep.Changelog == nil || !errors.Is(err, binding.ErrAgentNotBound) && !errors.Is(err, binding.ErrNoBinding):
+		case !slices.ContainsFunc(rep.Agents, func(c changelogDisableResult) bool { return c.Removed }) ||
+			!errors.Is(err, binding.ErrAgentNotBound) && !errors.Is(err, binding.ErrNoBinding):
+			// Nothing of the agent's was on: say why.
 			return err
 		}
 	} else {

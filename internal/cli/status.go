@@ -167,7 +167,7 @@ increments, the newest), the time of the last captured event, and warnings
 		if st.Capture.Enabled {
 			for _, a := range st.Capture.Agents {
 				if len(a.Installed) < len(a.Events) {
-					warn("%s", agentHooksLine(root, a))
+					warn("%s", agentHooksLine(root, a, true))
 				}
 			}
 		}
@@ -216,7 +216,7 @@ func printCheckoutStatus(env *Env, st *checkoutStatus) {
 		if s.Configured {
 			fmt.Fprintf(w, "  capture:      %s (%s, enabled %v)\n", s.State, s.Mode, s.Enabled)
 			for _, a := range s.Agents {
-				fmt.Fprintf(w, "  agent:        %s\n", agentHooksLine(st.Root, a))
+				fmt.Fprintf(w, "  agent:        %s\n", agentHooksLine(st.Root, a, s.Enabled))
 			}
 		} else if len(s.StrayHooks) > 0 {
 			fmt.Fprintf(w, "  capture:      %s, but capture hooks are installed (half configured: see the warning)\n", s.State)
