@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -380,7 +381,18 @@ quarantine use 'change-capture inspect'.`)
 	}
 	fmt.Fprintf(env.Stdout, "spool %s: %d events in %d sessions\n", out.Spool, out.Events, len(out.Sessions))
 	for _, s := range out.Sessions {
-		fmt.Fprintf(env.Stdout, "\nsession %s (%d events)\n", s.SessionID, len(s.Events))
+		// The agent whose hooks observed the session (several agents may be
+		// captured in one checkout; every record names its agent).
+		var agents []string
+		for _, r := range s.Events {
+			if r.Agent != "" && !slices.Contains(agents, r.Agent) {
+				agents = append(agents, r.Agent)
+			}
+		}
+		if len(agents) == 0 {
+			agents = []string{"agent unknown"}
+		}
+		fmt.Fprintf(env.Stdout, "\nsession %s (%s, %d events)\n", s.SessionID, strings.Join(agents, ", "), len(s.Events))
 		for _, r := range s.Events {
 			fmt.Fprintf(env.Stdout, "  %6d  %s  %-16s %s\n", r.Seq, r.ObservedAt.Format(time.RFC3339), r.Kind, describe(r))
 		}
