@@ -182,7 +182,7 @@ and changes nothing.`)
 	fs.Int64Var(&o.Limits.ReplayBytes, "max-replay-bytes", 0, "bound of the compaction replay index in bytes (default: an eighth of the byte limit, at most 8 MiB)")
 	compactionFlags(fs, &o.Compaction)
 	fs.StringVar(&o.ClaudeSettings, "claude-settings", "", "Claude settings file for the hooks, relative to the root (default .claude/settings.local.json; for --agent codex .codex/hooks.json, gemini .gemini/settings.json)")
-	fs.StringVar(&o.Agent, "agent", "", "claude-code (default), codex or gemini: whose hooks to install (docs/agents.md)")
+	fs.StringVar(&o.Agent, "agent", "", "claude-code (default), codex or gemini: whose hooks to install; on a bound checkout it is added beside the binding's agents, and without --agent they are kept (docs/agents.md)")
 	format := formatFlag(fs)
 	if err := parseFlags(env, fs, args, false); err != nil {
 		return err

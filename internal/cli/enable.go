@@ -84,7 +84,10 @@ start'), so the record reaches the Hub. It prints what it did and what to
 run next. Running it again changes nothing that is already on and puts
 back hooks that were removed. The agent (Claude Code, Codex CLI or Gemini
 CLI) is the one whose directory (.claude, .codex, .gemini) the checkout or
-your home holds, or --agent. 'agentscm disable' undoes it and keeps the
+your home holds, or --agent; on a checkout already on for other agents,
+--agent adds that agent (its hooks where it reads them) and keeps theirs,
+so one checkout may be captured for several agents ('agentscm disable
+--agent' removes one). 'agentscm disable' undoes it and keeps the
 record; the change-capture, changelog and work commands give full control.`)
 	root := fs.String("root", "", rootHelp)
 	agent := fs.String("agent", "", agentFlagHelp)
