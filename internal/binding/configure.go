@@ -480,9 +480,9 @@ type UnconfigureResult struct {
 }
 
 // Unconfigure removes the marked capture hooks of a checkout (of every agent
-// of its binding, from the file each reads) and disables the binding, which keeps its spool and
-// lineage. It works on a deleted checkout given its saved absolute path and
-// then touches nothing in the missing tree.
+// of its binding, from the file each reads) and disables the binding, which
+// keeps its spool and lineage. It works on a deleted checkout given its saved
+// absolute path and then touches nothing in the missing tree.
 func Unconfigure(ctx context.Context, store State, root string) (*UnconfigureResult, error) {
 	canon, err := SavedRoot(root)
 	if err != nil {
