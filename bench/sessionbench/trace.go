@@ -311,6 +311,13 @@ func (tl *traceLog) report(w io.Writer, an, variant, bin string, calls int) {
 		k := p.command(bin)
 		if f := strings.Fields(k); len(f) > 3 {
 			k = strings.Join(f[:3], " ")
+			// Which parts a deliverer carries: the spool's, the
+			// changelog's increment uploads, or both.
+			for _, a := range f[3:] {
+				if a == "--spool" || a == "--changelog" {
+					k += " " + a
+				}
+			}
 		}
 		if p.exit == 0 {
 			running[k]++
