@@ -174,10 +174,104 @@ func HandleAgentHook(ctx context.Context, store StateDir, hubs HubOpener, a adap
 }
 
 // HandleAgentPayload is HandleAgentHook for a payload already read (b, at
-// most agent.MaxPayloadBytes) and decoded by a (p): the one hook pipeline
-// (internal/hookrun) decodes once and hands the same payload to the
-// changelog.
+// most agent.MaxPayloadBytes) and decoded by a (p), with the dependencies
+// hubs offers (DepsOf).
 func HandleAgentPayload(ctx context.Context, store StateDir, hubs HubOpener, a adapter.Adapter, b []byte, p *agent.Payload, now time.Time) (*HookResult, error) {
+	return RunHook(ctx, store, DepsOf(hubs), a, b, p, now)
+}
+
+// HookDeps are what a hook's capture uses besides the config directory.
+type HookDeps struct {
+	// Hubs opens the checkout's Hub (the locked path resolves and
+	// delivers through it).
+	Hubs HubOpener
+	// Lookup, when not nil, finds the checkout's connection without
+	// opening the Hub, so a hook that leaves its event in the intake never
+	// opens it; nil: the Hub is opened to learn its lineage.
+	Lookup ConnectionLooker
+	// Deliverer, when not nil, starts the detached deliverer: the hook
+	// then writes its event into the intake (ModeIntakeFirst) and the
+	// deliverer admits and delivers it; nil: the locked path, which
+	// delivers in-process.
+	Deliverer Backgrounder
+}
+
+// DepsOf is the HookDeps of an opener that may also offer the cheap
+// connection lookup (ConnectionLooker) and the deliverer's start
+// (Backgrounder): the form of callers that hand one value.
+func DepsOf(hubs HubOpener) HookDeps {
+	d := HookDeps{Hubs: hubs}
+	d.Lookup, _ = hubs.(ConnectionLooker)
+	d.Deliverer, _ = hubs.(Backgrounder)
+	return d
+}
+
+// HookMode is how a hook's capture writes its event.
+type HookMode int
+
+const (
+	// ModeLocked: the hook takes the spool lock (without waiting; busy, it
+	// writes the intake) and does the full work: resolution, claim,
+	// append, admission, and delivery of a page in-process.
+	ModeLocked HookMode = iota
+	// ModeIntakeFirst: the hook writes one durable intake file without the
+	// spool lock and without the Hub, and makes sure the detached
+	// deliverer runs, which admits and delivers the event. Past the
+	// backlog bounds the hook waits for the lock instead (backpressure).
+	ModeIntakeFirst
+)
+
+func (m HookMode) String() string {
+	if m == ModeIntakeFirst {
+		return "intake-first"
+	}
+	return "locked"
+}
+
+// hookPlan is what a hook decides before it writes: its mode and the
+// bounds that go with it.
+type hookPlan struct {
+	Mode HookMode
+	// PendingBound and IntakeBound are the backlogs (undelivered
+	// envelopes, waiting intake files) from which the hook waits for the
+	// spool lock and does the full work (backpressure).
+	PendingBound, IntakeBound int
+	// AdmitLeft and AdmitBudget bound what the hook admits from the intake
+	// under the lock.
+	AdmitLeft   int
+	AdmitBudget time.Duration
+}
+
+// planHook decides a hook's mode: intake-first whenever a detached
+// deliverer can be started (every agent's hook alike), else locked.
+func planHook(deliverer bool) hookPlan {
+	if deliverer {
+		return hookPlan{Mode: ModeIntakeFirst, PendingBound: BackgroundPendingBackpressure, IntakeBound: BackgroundIntakeBackpressure,
+			AdmitLeft: backgroundAdmitPerHook, AdmitBudget: backgroundAdmitBudget}
+	}
+	return hookPlan{Mode: ModeLocked, PendingBound: PendingBackpressure, IntakeBound: IntakeBackpressure,
+		AdmitLeft: maxAdmitPerHook, AdmitBudget: admitBudget}
+}
+
+// backpressure reports whether the spool's backlog (waiting intake files,
+// undelivered envelopes) makes a hook of plan wait for the spool lock.
+func (pl hookPlan) backpressure(waiting, pending int) bool {
+	return waiting >= pl.IntakeBound || pending >= pl.PendingBound
+}
+
+// deliverInline reports whether a lock-holding hook of plan delivers a page
+// in-process: always on the locked path; intake-first only past the
+// deliverer's backlog bound, so that growth stays bounded when the
+// deliverer falls behind.
+func (pl hookPlan) deliverInline(pending int) bool {
+	return pl.Mode == ModeLocked || pending >= BackgroundPendingBackpressure
+}
+
+// RunHook is the capture of one hook payload already read (b, at most
+// agent.MaxPayloadBytes) and decoded by a (p): the one hook pipeline
+// (internal/hookrun) decodes once and hands the same payload to the
+// changelog. Its mode is planHook's.
+func RunHook(ctx context.Context, store StateDir, deps HookDeps, a adapter.Adapter, b []byte, p *agent.Payload, now time.Time) (*HookResult, error) {
 	cfg, err := store.Bindings().Load()
 	if err != nil {
 		return nil, err
@@ -194,14 +288,9 @@ func HandleAgentPayload(ctx context.Context, store StateDir, hubs HubOpener, a a
 	if !ok {
 		return &HookResult{Ignored: true, Reason: "event " + p.HookEventName + " is not captured", Spool: bd.Spool}, nil
 	}
-	// With a cheap connection lookup the Hub (an embedded store is an
-	// SQLite database to open) is opened only by the hook that holds the
-	// spool lock; a hook that finds the lock busy never opens it.
-	looker, cheap := hubs.(ConnectionLooker)
-	// With a Backgrounder, delivery leaves the hook's critical path: the
-	// hook appends and admits under the spool lock, lets it go, and makes
-	// sure a background deliverer runs (deliverer.go).
-	bg, background := hubs.(Backgrounder)
+	hubs, looker, bg := deps.Hubs, deps.Lookup, deps.Deliverer
+	plan := planHook(bg != nil)
+	background := plan.Mode == ModeIntakeFirst
 	var hub Hub
 	openHub := func() (*HookResult, error) {
 		h, err := hubs.Open(ctx, bd.Root)
@@ -222,7 +311,7 @@ func HandleAgentPayload(ctx context.Context, store StateDir, hubs HubOpener, a a
 			hub.Close()
 		}
 	}()
-	if cheap {
+	if looker != nil {
 		lin, err := looker.LookupConnection(bd.Root)
 		if errors.Is(err, binding.ErrNoConnection) {
 			return &HookResult{Ignored: true, Reason: "the checkout has no client connection", Spool: bd.Spool}, nil
@@ -309,10 +398,6 @@ func HandleAgentPayload(ctx context.Context, store StateDir, hubs HubOpener, a a
 			}()
 		}
 	}
-	pendingBound, intakeBound := PendingBackpressure, IntakeBackpressure
-	if background {
-		pendingBound, intakeBound = BackgroundPendingBackpressure, BackgroundIntakeBackpressure
-	}
 	// With a background deliverer every event goes straight to the intake
 	// (intake-first): the hook takes no spool lock and never opens the
 	// Hub; the deliverer it makes sure of resolves and admits the event (in
@@ -333,7 +418,7 @@ func HandleAgentPayload(ctx context.Context, store StateDir, hubs HubOpener, a a
 	backlog := 0
 	if errors.Is(err, spool.ErrBusy) {
 		backlog = sp.PendingBacklog()
-		if n, werr := sp.WaitingIntake(); werr == nil && (n >= intakeBound || backlog >= pendingBound) {
+		if n, werr := sp.WaitingIntake(); werr == nil && plan.backpressure(n, backlog) {
 			// Backpressure: the holders are behind; wait for the lock
 			// (bounded) and do the full work. A wait that expires still
 			// leaves the event in the intake below.
@@ -444,15 +529,14 @@ func HandleAgentPayload(ctx context.Context, store StateDir, hubs HubOpener, a a
 	// In-process delivery under the lock: always without a background
 	// deliverer; with one only past its backlog bound, so that growth
 	// stays bounded when the deliverer falls behind.
-	inline := !background
 	if background {
 		if n, ok := ss.PendingCount(); ok {
 			backlog = n
 		} else if backlog == 0 {
 			backlog = sp.PendingBacklog()
 		}
-		inline = backlog >= BackgroundPendingBackpressure
 	}
+	inline := plan.deliverInline(backlog)
 	defer followUp() // after the session and the ledger are closed
 	defer ss.Close()
 	led, err := store.OpenLedger(bd.Spool)
@@ -477,12 +561,9 @@ func HandleAgentPayload(ctx context.Context, store StateDir, hubs HubOpener, a a
 	}
 	// Earlier events waiting in the intake go first (receipt order). When
 	// more wait than one hook admits, this event queues behind them.
-	adm := &admission{deadline: time.Now().Add(admitBudget), left: maxAdmitPerHook}
-	if background {
-		// The deliverer admits the bulk of a backlog; a hook admits a few
-		// (its event then queues behind the rest).
-		adm = &admission{deadline: time.Now().Add(backgroundAdmitBudget), left: backgroundAdmitPerHook}
-	}
+	// With a deliverer, it admits the bulk of a backlog; a hook admits a
+	// few (its event then queues behind the rest).
+	adm := &admission{deadline: time.Now().Add(plan.AdmitBudget), left: plan.AdmitLeft}
 	more, ierr := admitIntake(ctx, store, led, ss, sp, bd, hub, adm, res)
 	if ierr == nil && more {
 		name, werr := writeIntake(ctx, store, sp, bd, p, rec, obs, now)

@@ -35,8 +35,8 @@ func ClaudeCaptureOut(ctx context.Context, stdin io.Reader, stdout, stderr io.Wr
 }
 
 // claudeCaptureOut is ClaudeCaptureOut; a non-empty exe hands delivery to a
-// detached deliverer started from it (ClaudeCaptureDetached). It is the one
-// hook pipeline (ClaudeHook) with the capture part only.
+// detached deliverer started from it. It is the one hook pipeline
+// (ClaudeHook) with the capture part only.
 func claudeCaptureOut(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string, now time.Time, exe string) int {
 	return ClaudeHook(ctx, stdin, stdout, stderr, getenv, now, Options{Parts: Parts{Capture: true}, Exe: exe})
 }
