@@ -59,6 +59,7 @@ func TestEveryAgentIsIntakeFirst(t *testing.T) {
 			f.detached = true
 			t.Cleanup(func() { f.waitDeliverer(t) })
 			release := f.holdDeliverLock(t)
+			t.Cleanup(release) // before waitDeliverer (cleanups run last first)
 			cmd := f.hookCmd(tc.payload(f))
 			cmd.Args = append([]string{cmd.Args[0]}, tc.args...)
 			out, err := cmd.CombinedOutput()
