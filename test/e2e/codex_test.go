@@ -66,7 +66,9 @@ func (c *checkout) runCodex(args ...string) string {
 	cmd.Stdin = nil
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
+	err := cmd.Run()
+	c.waitDelivered() // deliverwait_test.go: the hooks' background deliverers
+	if err != nil {
 		c.t.Fatalf("codex %v: %v\nstdout: %s\nstderr: %s", full, err, stdout.String(), stderr.String())
 	}
 	sc := bufio.NewScanner(&stdout)

@@ -56,7 +56,9 @@ func (c *checkout) runGemini(api *scriptedgemini.Server, args ...string) string 
 	cmd.Stdin = nil
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
+	err := cmd.Run()
+	c.waitDelivered() // deliverwait_test.go: the hooks' background deliverers
+	if err != nil {
 		c.t.Fatalf("gemini %v: %v\nstdout: %s\nstderr: %s", full, err, stdout.String(), stderr.String())
 	}
 	var res struct {
