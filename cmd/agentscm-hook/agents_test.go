@@ -1,14 +1,19 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/agentscm/agentscm/internal/event"
+	"github.com/agentscm/agentscm/internal/hookroute"
 	"github.com/agentscm/agentscm/internal/spool"
 )
 
@@ -94,5 +99,27 @@ func TestEveryAgentIsIntakeFirst(t *testing.T) {
 				t.Fatalf("the Hub holds %d %s events: %+v", n, tc.kind, rec.Events)
 			}
 		})
+	}
+}
+
+// TestEveryRouteRuns: agentscm-hook runs every route of the route table
+// (every command line an installed entry names): a payload outside any
+// binding or changelog exits 0 and says nothing, where a command it did
+// not route would print the usage and exit 2.
+func TestEveryRouteRuns(t *testing.T) {
+	cfg := t.TempDir()
+	getenv := func(k string) string {
+		if k == "XDG_CONFIG_HOME" || k == "HOME" {
+			return cfg
+		}
+		return ""
+	}
+	for _, r := range hookroute.Table() {
+		var out, errb bytes.Buffer
+		in := `{"session_id":"s1","cwd":"/nowhere","hook_event_name":"SessionStart","source":"startup"}`
+		code := run(context.Background(), r.Args, strings.NewReader(in), &out, &errb, getenv, time.Now, "")
+		if code != 0 || out.Len() != 0 || errb.Len() != 0 {
+			t.Errorf("%s: exit %d, stdout %q, stderr %q", r.Command(), code, out.String(), errb.String())
+		}
 	}
 }
