@@ -297,13 +297,27 @@ func TestCompactionCrashDeliveryContinues(t *testing.T) {
 			if !errors.As(err, &ee) || ee.ProcessState.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
 				t.Fatalf("deliverer child at %s: %v, want killed by SIGKILL\n%s", fp, err, out)
 			}
+			// Before any holder completes it, inspect reports a committed (linked)
+			// compaction's cleanup as pending, and neither it nor the
+			// health checks call delivery stopped.
+			ins, err := spool.Inspect(f.spool, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if committed := fp == "compact.index.linked" || fp == "compact.committed" || fp == "compact.mid-cleanup" || fp == "compact.cleaned"; ins.Compaction.PendingCleanup != committed || ins.DeliveryStopped {
+				t.Fatalf("inspect after a kill at %s: cleanup pending %v (want %v), delivery stopped %v; problems %v",
+					fp, ins.Compaction.PendingCleanup, committed, ins.DeliveryStopped, ins.Problems)
+			}
+			if h := spool.CheckHealth(f.spool); !h.Healthy {
+				t.Fatalf("health after a kill at %s: %+v", fp, h.Failing)
+			}
 			intake("toolu_after_1")
 			intake("toolu_after_2")
 			rep, err := capture.DeliverSpool(context.Background(), f.store, Opener{f.cfg}, f.spool, nil, capture.DeliverBounds{})
 			if err != nil || rep.Outcome != "idle" || rep.Detail != "" {
 				t.Fatalf("deliver after the crash at %s: %+v %v", fp, rep, err)
 			}
-			ins, err := spool.Inspect(f.spool, 10)
+			ins, err = spool.Inspect(f.spool, 10)
 			if err != nil || ins.Intake != 0 || ins.Pending.Total != 0 || ins.DeliveryStopped || ins.Compaction.PendingCleanup || ins.Compaction.Runs == 0 {
 				t.Fatalf("after deliver: intake %d pending %d stopped %v cleanup %v runs %d %v", ins.Intake, ins.Pending.Total,
 					ins.DeliveryStopped, ins.Compaction.PendingCleanup, ins.Compaction.Runs, err)
