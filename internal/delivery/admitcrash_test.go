@@ -24,7 +24,10 @@ import (
 // (grep fail(" in internal/spool and internal/capture): the capture
 // ledger's reservation and claim, every write of the event, its body
 // artifact and its gaps, the intake file's removal, and the summary the
-// holder writes when it lets the lock go.
+// holder writes when it lets the lock go. The failpoints of an action
+// start's source bytes (blob.artifact.*, stage.admit.renamed) are killed
+// in cmd/agentscm-hook-intake's TestIntakeAdmissionOfSourceBytesKilled,
+// on a dirty Git checkout.
 var admissionFailpoints = []string{
 	"capture.reserved", "capture.claimed",
 	"append.envelope.temp-written", "append.envelope.temp-synced", "append.envelope.linked",
