@@ -341,7 +341,8 @@ func TestIntakeHookCaptureDisabledWindowReachesTheHub(t *testing.T) {
 
 // The installed intake hook on a spool at the 48-record floor: prompts
 // fill it until capture pauses (record_limit), more are lost while
-// paused; deliver and compact (the gap's advice) work when followed,
+// paused; the hook's advice (change-capture compact on this spool), after
+// delivery, works when followed,
 // capture resumes, and every number the Hub misses is covered by a gap.
 func TestIntakeHookFloorAdviceWorks(t *testing.T) {
 	if testing.Short() {
@@ -350,9 +351,13 @@ func TestIntakeHookFloorAdviceWorks(t *testing.T) {
 	f := newLossFixture(t, build(t), "--max-records", "48", "--no-auto-compact")
 	const s = "floor"
 	f.run(t, s, startFields())
-	paused := false
+	paused, advice := false, ""
 	for i := range 40 {
-		f.run(t, s, promptFields(i))
+		if w := f.run(t, s, promptFields(i)); advice == "" {
+			if _, rest, ok := strings.Cut(w, "run agentscm change-capture compact --spool "); ok {
+				advice, _, _ = strings.Cut(rest, ",")
+			}
+		}
 		rep, err := spool.Inspect(f.spool, 1)
 		if err != nil {
 			t.Fatal(err)
@@ -365,8 +370,13 @@ func TestIntakeHookFloorAdviceWorks(t *testing.T) {
 	if !paused {
 		t.Fatal("capture never paused at the floor")
 	}
+	// The advice the hook gave, followed word for word (after delivery,
+	// which the deliverer would do by itself).
+	if advice != f.spool {
+		t.Fatalf("no hook advised change-capture compact on this spool (advice %q)", advice)
+	}
 	f.agentscm(t, "change-capture", "deliver", "--spool", f.spool)
-	f.agentscm(t, "change-capture", "compact", "--spool", f.spool)
+	f.agentscm(t, "change-capture", "compact", "--spool", advice)
 	for i := 40; i < 43; i++ {
 		f.run(t, s, promptFields(i))
 	}
