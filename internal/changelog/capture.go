@@ -44,6 +44,19 @@ type CaptureRequest struct {
 	// Outside describes a KindOutside capture.
 	Outside *incmeta.Outside
 
+	// CaptureID identifies a hook's request of this capture (see
+	// CaptureOps); it is stored in the increment's metadata.
+	CaptureID string
+	// recognise: the watcher may already hold an increment of CaptureID
+	// (the hook gave up waiting for its answer); one stored since start
+	// is returned instead of a second capture.
+	recognise bool
+	start     time.Time
+	// abandoned, checked once the lock is held, ends a capture the
+	// requester no longer waits for (errAbandoned) before anything is
+	// stored.
+	abandoned func() error
+
 	// holes are the recorded positions whose increments were not stored
 	// (see holes.go), loaded by Capture.
 	holes []incmeta.Held
@@ -90,6 +103,16 @@ func (c *Changelog) Capture(ctx context.Context, req CaptureRequest) (*Increment
 	defer lk.Unlock()
 	if req.Kind == "" {
 		req.Kind = KindCall
+	}
+	if req.abandoned != nil {
+		if err := req.abandoned(); err != nil {
+			return nil, err
+		}
+	}
+	if req.recognise {
+		if inc := c.recognise(req); inc != nil {
+			return inc, nil
+		}
 	}
 	req.holes = c.loadHoles()
 	inc, ok, err := c.captureFast(ctx, req)
@@ -261,7 +284,7 @@ func (c *Changelog) storeLocked(ctx context.Context, sc *walked, req CaptureRequ
 	meta := &incmeta.Meta{
 		Version: 1, Position: req.Position, SessionID: req.SessionID, ToolUseID: req.ToolUseID, Tool: req.Tool, Failed: req.Failed,
 		Kind: kind, CreatedAt: start.UTC(), RemovedRoots: sc.removed, AppliedTo: appliedTo, Outside: req.Outside,
-		Reverted: req.reverted,
+		Reverted: req.reverted, CaptureID: req.CaptureID,
 	}
 	for _, h := range holds {
 		if h.Position < req.Position {
@@ -362,6 +385,7 @@ func (c *Changelog) storeLocked(ctx context.Context, sc *walked, req CaptureRequ
 		tmp.Close()
 		return nil, nil, fmt.Errorf("sync increment: %w", err)
 	}
+	c.crashpoint("synced")
 	fi, err := tmp.Stat()
 	if err != nil {
 		tmp.Close()
@@ -395,6 +419,7 @@ func (c *Changelog) storeLocked(ctx context.Context, sc *walked, req CaptureRequ
 		release()
 		return nil, nil, err
 	}
+	c.crashpoint("linked")
 	inc := &Increment{Position: req.Position, Path: final, Size: size, Meta: *meta}
 	if err := c.advanceState(st, next); err != nil {
 		// The state may or may not have been replaced; keep the increment
@@ -409,6 +434,7 @@ func (c *Changelog) storeLocked(ctx context.Context, sc *walked, req CaptureRequ
 	if st.LastPosition < 0 {
 		c.dropBaseline()
 	}
+	c.crashpoint("advanced")
 	return inc, next, nil
 }
 
