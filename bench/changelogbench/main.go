@@ -98,8 +98,9 @@ func tree(env []string, repo string, files int) error {
 }
 
 type sample struct {
-	d     time.Duration
-	rssKB int64
+	d      time.Duration
+	rssKB  int64
+	minflt int64 // minor page faults
 }
 
 func timed(cmd *exec.Cmd) (sample, error) {
@@ -114,11 +115,11 @@ func timed(cmd *exec.Cmd) (sample, error) {
 		return sample{}, fmt.Errorf("%v warned: %s", cmd.Args, errb.String())
 	}
 	ru, _ := cmd.ProcessState.SysUsage().(*syscall.Rusage)
-	var rss int64
+	var rss, flt int64
 	if ru != nil {
-		rss = int64(ru.Maxrss)
+		rss, flt = int64(ru.Maxrss), int64(ru.Minflt)
 	}
-	return sample{d: d, rssKB: rss}, nil
+	return sample{d: d, rssKB: rss, minflt: flt}, nil
 }
 
 func run(files, n int, keep, full bool) error {
@@ -239,7 +240,7 @@ func run(files, n int, keep, full bool) error {
 	fmt.Printf("changelog hook, whole process, %d files, %d calls each, interleaved (median; per-call ratios in brackets)\n", files, n)
 	fmt.Printf("first (full) increment: %.0f ms / %.0f ms; the call that starts the watch server (waits for it, lists every directory): %.0f ms\n", ms(first[0].d), ms(first[1].d), ms(tokenCall.d))
 	line := func(name string, s []sample) {
-		fmt.Printf("%-34s p50 %8.1f ms  max %8.1f ms  peak RSS p50 %6.1f MB  ratio to git status %.2fx [", name, ms(med(s).d), ms(maxd(s)), float64(medRSS(s))/1024, float64(med(s).d)/float64(med(git).d))
+		fmt.Printf("%-34s p50 %8.1f ms  max %8.1f ms  peak RSS p50 %6.1f MB  minor faults p50 %5d  ratio to git status %.2fx [", name, ms(med(s).d), ms(maxd(s)), float64(medRSS(s))/1024, medFlt(s), float64(med(s).d)/float64(med(git).d))
 		for i := range s {
 			if i > 0 {
 				fmt.Print(" ")
@@ -317,6 +318,12 @@ func med(s []sample) sample {
 	c := append([]sample(nil), s...)
 	sort.Slice(c, func(a, b int) bool { return c[a].d < c[b].d })
 	return c[len(c)/2]
+}
+
+func medFlt(s []sample) int64 {
+	c := append([]sample(nil), s...)
+	sort.Slice(c, func(a, b int) bool { return c[a].minflt < c[b].minflt })
+	return c[len(c)/2].minflt
 }
 
 func medRSS(s []sample) int64 {
