@@ -371,30 +371,13 @@ func (c *Changelog) storeLocked(ctx context.Context, sc *walked, req CaptureRequ
 	meta.Changes = changes.result()
 
 	incDir := filepath.Join(c.dir, incrementsDir)
-	tmp, err := createTempFile(incDir)
+	tmpName, size, err := c.writeTempIncrement(ctx, incDir, meta, plans, start)
+	if tmpName != "" {
+		defer os.Remove(tmpName)
+	}
 	if err != nil {
 		return nil, nil, err
 	}
-	tmpName := tmp.Name()
-	defer os.Remove(tmpName)
-	if err := writeIncrement(ctx, tmp, meta, plans, start); err != nil {
-		tmp.Close()
-		return nil, nil, fmt.Errorf("write increment %d: %w", req.Position, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return nil, nil, fmt.Errorf("sync increment: %w", err)
-	}
-	c.crashpoint("synced")
-	fi, err := tmp.Stat()
-	if err != nil {
-		tmp.Close()
-		return nil, nil, err
-	}
-	if err := tmp.Close(); err != nil {
-		return nil, nil, fmt.Errorf("close increment: %w", err)
-	}
-	size := fi.Size()
 	if res := c.opts.Reservation; res != nil {
 		if err := res.Reserve(1, size); err != nil {
 			return nil, nil, fmt.Errorf("increment %d of %d bytes refused: %w", req.Position, size, err)
@@ -436,6 +419,34 @@ func (c *Changelog) storeLocked(ctx context.Context, sc *walked, req CaptureRequ
 	}
 	c.crashpoint("advanced")
 	return inc, next, nil
+}
+
+// writeTempIncrement writes meta's increment to a new temporary file in
+// incDir and fsyncs it, returning its name (also on failure, once created,
+// for the caller to remove) and its size.
+func (c *Changelog) writeTempIncrement(ctx context.Context, incDir string, meta *incmeta.Meta, plans []*rootPlan, start time.Time) (string, int64, error) {
+	tmp, err := createTempFile(incDir)
+	if err != nil {
+		return "", 0, err
+	}
+	if err := writeIncrement(ctx, tmp, meta, plans, start); err != nil {
+		tmp.Close()
+		return tmp.Name(), 0, fmt.Errorf("write increment %d: %w", meta.Position, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return tmp.Name(), 0, fmt.Errorf("sync increment: %w", err)
+	}
+	c.crashpoint("synced")
+	fi, err := tmp.Stat()
+	if err != nil {
+		tmp.Close()
+		return tmp.Name(), 0, err
+	}
+	if err := tmp.Close(); err != nil {
+		return tmp.Name(), 0, fmt.Errorf("close increment: %w", err)
+	}
+	return tmp.Name(), fi.Size(), nil
 }
 
 func createTempFile(dir string) (*os.File, error) {
