@@ -480,14 +480,11 @@ func DeliverSpool(ctx context.Context, store StateDir, hubs HubOpener, spoolDir 
 	return rep, err
 }
 
-// deliverSpool is one window of a DeliverSpool run: rounds until idle, a
-// failure or the window's bound, adding to res and rep. held is cleared
-// while the run has let the deliver lock go (it looks once more without it) and set again when it takes it back: only a run
-// that still holds it may go on with another window.
-func deliverSpool(ctx context.Context, store StateDir, hubs HubOpener, spoolDir string, lock *os.File, b DeliverBounds, rep *DeliverReport, res *HookResult, held *bool) error {
+// enabledBindingOf is the enabled capture binding that uses spoolDir.
+func enabledBindingOf(store StateDir, spoolDir string) (*binding.Binding, error) {
 	cfg, err := store.Bindings().Load()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var bd *binding.Binding
 	for i := range cfg.Bindings {
@@ -496,7 +493,19 @@ func deliverSpool(ctx context.Context, store StateDir, hubs HubOpener, spoolDir 
 		}
 	}
 	if bd == nil {
-		return fmt.Errorf("no enabled capture binding uses the spool %s; its pending envelopes stay pending", spoolDir)
+		return nil, fmt.Errorf("no enabled capture binding uses the spool %s; its pending envelopes stay pending", spoolDir)
+	}
+	return bd, nil
+}
+
+// deliverSpool is one window of a DeliverSpool run: rounds until idle, a
+// failure or the window's bound, adding to res and rep. held is cleared
+// while the run has let the deliver lock go (it looks once more without it) and set again when it takes it back: only a run
+// that still holds it may go on with another window.
+func deliverSpool(ctx context.Context, store StateDir, hubs HubOpener, spoolDir string, lock *os.File, b DeliverBounds, rep *DeliverReport, res *HookResult, held *bool) error {
+	bd, err := enabledBindingOf(store, spoolDir)
+	if err != nil {
+		return err
 	}
 	sp, err := store.openHookSpool(bd.Spool)
 	if err != nil {
