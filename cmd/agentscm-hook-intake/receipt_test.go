@@ -430,7 +430,9 @@ func TestIntakeOutageKeepsTargetAtReceipt(t *testing.T) {
 }
 
 // Checkout A makes three tool calls at generation 1 and checkout B takes
-// the Work over 0.3 s later, before A's deliverer admitted them: they are
+// the Work over 0.3 s later, before A's deliverer admitted them (and so
+// does a brand-new session of A, none of whose events resolved before the
+// takeover: it is held to the checkout's generation at receipt): they are
 // accounted for under generation 1 (a capture_interrupted gap carrying
 // A's exact target there, since the Hub keeps no events of an older
 // generation), never under a later generation and never unassociated; so
@@ -456,6 +458,13 @@ func TestIntakeTakeoverKeepsGenerationAtReceipt(t *testing.T) {
 
 			release := a.holdDeliverLock(t)
 			ids := a.toolCalls(t, s, "t", 3)
+			// A brand-new session's first events, received at generation
+			// 1 before any of them resolved: the checkout's target at
+			// receipt holds them to generation 1 too.
+			const fresh = "takeover-fresh"
+			a.send(t, fresh, `"hook_event_name":"SessionStart","source":"startup"`)
+			a.send(t, fresh, `"hook_event_name":"UserPromptSubmit","prompt":"go"`)
+			freshIDs := a.toolCalls(t, fresh, "f", 2)
 			time.Sleep(300 * time.Millisecond)
 			takeover(t, b, w.ID, 2)
 			ids = append(ids, a.toolCalls(t, s, "late", 1)...)
@@ -475,6 +484,18 @@ func TestIntakeTakeoverKeepsGenerationAtReceipt(t *testing.T) {
 			t.Logf("%d records delivered as events, %d inside gaps under generation 1", events, gapped)
 			if gapped != 2*len(ids) {
 				t.Errorf("%d of %d records are inside a gap under generation 1", gapped, 2*len(ids))
+			}
+			if events, gapped := accounted(t, a, rec, 1, freshIDs); gapped != 2*len(freshIDs) {
+				t.Errorf("the brand-new session: %d of %d records inside a gap under generation 1 (%d events)", gapped, 2*len(freshIDs), events)
+			}
+			if back {
+				// Generation 3 resolves for the fresh session now: it holds
+				// nothing the session did before the takeover.
+				for _, se := range rec.Sessions {
+					if se.Generation != 1 && se.Events > 0 {
+						t.Errorf("session %s at generation %d holds %d events", se.Session, se.Generation, se.Events)
+					}
+				}
 			}
 			for _, e := range rec.Events {
 				if e.Generation != 1 {

@@ -58,6 +58,17 @@ type intakeRecord struct {
 	// resolution and in records written before it was kept. Admission
 	// holds the event to it (admitIntake).
 	AtReceipt *receiptTarget `json:"target_at_receipt,omitempty"`
+	// CheckoutAtReceipt is, for an event of a session without a target at
+	// receipt (a brand-new session), the checkout's current Work and
+	// generation when the hook received it, with a canonical session the
+	// Hub has at that generation, as the checkout target file kept it
+	// (rememberCheckoutTarget; Observation.checkout). Absent when neither
+	// is known and in records written before it was kept (old readers
+	// ignore it). Admission admits the event under the Work the Hub
+	// resolves only while that is this Work and generation; otherwise the
+	// event is a deferred fact copying it, its hole named there
+	// (receiptTargetAt), so a later generation never absorbs it.
+	CheckoutAtReceipt *receiptTarget `json:"checkout_at_receipt,omitempty"`
 	// Target and Resolved are decided at admission from AtReceipt and the
 	// Hub's answer.
 	Target      Target               `json:"-"`
@@ -104,6 +115,13 @@ func (s StateDir) openHookSpool(dir string) (*spool.Spool, error) {
 func writeIntake(ctx context.Context, store StateDir, sp *spool.Spool, bd *binding.Binding, p *agent.Payload, rec *event.Record, obs Observation, now time.Time) (string, error) {
 	ir := intakeRecord{Version: intakeVersion, Observed: p.SessionID, Fingerprint: PhaseFingerprint(p, rec),
 		Record: *rec, Observation: obs, AtReceipt: obs.target, Facts: factsOf(p), ReceivedAt: now.UTC()}
+	if ir.AtReceipt == nil {
+		// A session without a target of its own: the checkout's Work and
+		// generation at receipt (kept whether or not the Hub is known to
+		// be down: it only bounds what admission may attribute the event
+		// to, and names where its hole is).
+		ir.CheckoutAtReceipt = obs.checkout
+	}
 	if ir.AtReceipt != nil && store.hubDownAtReceipt(bd.Spool) {
 		// As far as this machine knows the Hub is unreachable now: no
 		// exact authorized target at receipt, so admission resolves the
@@ -384,7 +402,13 @@ func hubCouldNotAnswer(err error) bool {
 // record's deferral reason. An event belongs to the target it was received
 // under, never to what the Hub resolves later:
 //
-//   - no target at receipt (the session's first events): the Hub's answer,
+//   - no target at receipt (the session's first events), but the
+//     checkout's Work and generation at receipt (ir.CheckoutAtReceipt):
+//     the Hub's answer when it resolves the session to that Work and
+//     generation; otherwise (refused, unreachable, another Work, a later
+//     generation) a deferred fact copying the checkout's target, refused
+//     when its generation is superseded;
+//   - no target at receipt and no checkout target: the Hub's answer,
 //     as the locked path decides (deferred, unassociated or copying the
 //     session's last exact target, with the Hub's reason when it fails;
 //     refused when that is stale_generation);
@@ -403,6 +427,21 @@ func hubCouldNotAnswer(err error) bool {
 //     for the next resolved event).
 func receiptTargetAt(ir *intakeRecord, t Target, err error) (refused bool) {
 	at, ok := ir.AtReceipt.target()
+	if ck, known := ir.CheckoutAtReceipt.target(); !ok && known && !(err == nil && t.WorkID == ck.WorkID && t.Generation == ck.Generation) {
+		// A brand-new session whose checkout had a Work at receipt, which
+		// the Hub does not confirm now: a deferred fact copying it.
+		ir.Target, ir.Resolved = ck, false
+		switch {
+		case err == nil && t.WorkID == ck.WorkID && t.Generation > ck.Generation:
+			ir.Record.DeferredReason = DeferTargetChanged
+			return true
+		case err == nil:
+			ir.Record.DeferredReason = DeferWorkChanged
+			return false
+		}
+		ir.Record.DeferredReason = DeferReason(err)
+		return superseded(err)
+	}
 	switch {
 	case !ok:
 		ir.Target, ir.Resolved = t, err == nil
