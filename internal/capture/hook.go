@@ -280,7 +280,9 @@ func HandleAgentPayload(ctx context.Context, store StateDir, hubs HubOpener, a a
 			return
 		}
 		for range 3 {
-			if n, err := sp.WaitingIntake(); err != nil || n == 0 {
+			// Files held for the Hub (holdNewSession) are not for this
+			// follow-up: it would only hold them again.
+			if n, err := sp.WaitingIntake(); err != nil || n <= res.held {
 				return
 			}
 			fs, err := sp.TryBegin(ctx, 0)
@@ -494,6 +496,13 @@ func HandleAgentPayload(ctx context.Context, store StateDir, hubs HubOpener, a a
 			maintain(store, ss, bd, p.SessionID, res) // a backlog must not keep compaction from running
 			return res, nil
 		}
+	}
+	if ierr == nil && holdOwnEvent(ctx, store, led, sp, bd, p, rec, obs, rerr, now, res) {
+		// A new session's event while the Hub cannot answer: it waits in
+		// the intake, as the deliverer's admission keeps such events
+		// (intake.go), and is admitted under its Work once the Hub answers.
+		maintain(store, ss, bd, p.SessionID, res)
+		return res, nil
 	}
 	// Delivery runs even when this event was not appended (a conflict, a
 	// paused spool): earlier retained envelopes still go out.

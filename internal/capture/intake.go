@@ -186,10 +186,6 @@ func (s StateDir) hubDownAtReceipt(spoolDir string) bool {
 type admission struct {
 	deadline time.Time
 	left     int
-	// holdNew lets new sessions' files wait for the Hub (holdNewSession):
-	// set by the deliverer, which retries them; a hook admits them as
-	// before (it may be the last process for a while).
-	holdNew bool
 }
 
 func admitIntake(ctx context.Context, store StateDir, led *Ledger, ss *spool.Tx, sp *spool.Spool, bd *binding.Binding, hub Hub, adm *admission, res *HookResult) (bool, error) {
@@ -211,10 +207,7 @@ func admitIntake(ctx context.Context, store StateDir, led *Ledger, ss *spool.Tx,
 	// maxHeldListed) are listed past it, so the files behind them are
 	// admitted during an outage, while an admission that held none reads
 	// no more files than its budget.
-	listed := max(adm.left, 0) + 1
-	if adm.holdNew {
-		listed += min(res.held, maxHeldListed)
-	}
+	listed := max(adm.left, 0) + 1 + min(res.held, maxHeldListed)
 	files, err := ss.Intake(listed)
 	if err != nil {
 		return false, fmt.Errorf("intake: %w", err)
@@ -272,7 +265,7 @@ func admitIntake(ctx context.Context, store StateDir, led *Ledger, ss *spool.Tx,
 			}
 			resolved[ir.Observed] = r
 		}
-		if adm.holdNew && holdNewSession(led, &ir, r.err) {
+		if holdNewSession(led, &ir, r.err) {
 			// The session's first events, received before any target and
 			// while the Hub cannot answer: admitted now they would stay
 			// unassociated for good; they wait in the intake until the Hub
@@ -354,6 +347,41 @@ func admitIntake(ctx context.Context, store StateDir, led *Ledger, ss *spool.Tx,
 		res.Admitted++
 	}
 	return false, nil
+}
+
+// holdOwnEvent is the locked path's half of holdNewSession: a lock holder
+// whose own event belongs to a session without any exact target (none at
+// receipt, none in the ledger) and whose resolution the Hub could not
+// answer (rerr) leaves the event in the intake, where every admission
+// holds it until the Hub answers, instead of admitting it as an
+// unassociated deferred fact for good. It reports whether it did; it does
+// not when the intake cannot take the record (full, too large, an I/O
+// error), and the caller then admits the event as before. The held file
+// is counted in res.held, so that a holder's follow-up admission stops at
+// it, and a background deliverer, which the caller makes sure of, retries
+// it.
+func holdOwnEvent(ctx context.Context, store StateDir, led *Ledger, sp *spool.Spool, bd *binding.Binding, p *agent.Payload, rec *event.Record, obs Observation, rerr error, now time.Time, res *HookResult) bool {
+	if rerr == nil || !hubCouldNotAnswer(rerr) || obs.target != nil {
+		return false
+	}
+	if _, ok := led.LastTarget(p.SessionID); ok {
+		return false // a copied target: an outage gap names it
+	}
+	r := *rec
+	r.DeferredSource = nil // the intake record keeps the source at receipt itself
+	name, err := writeIntake(ctx, store, sp, bd, p, &r, obs, now)
+	if err != nil {
+		return false
+	}
+	res.Intake = name
+	res.held++
+	if res.heldErr == nil {
+		res.heldErr = rerr
+	}
+	if res.DeliveryErr == nil {
+		res.DeliveryErr = fmt.Errorf("the Hub could not resolve the new session (%w); its event waits in the intake until it does", rerr)
+	}
+	return true
 }
 
 // holdNewSessionFor bounds how long a new session's intake files wait for
