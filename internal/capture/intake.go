@@ -282,6 +282,12 @@ func admitIntake(ctx context.Context, store StateDir, led *Ledger, ss *spool.Tx,
 		if ir.SourceTaken && ir.Record.Kind == event.ToolStart {
 			ir.Source = admitStagedSource(ss, ir.Source, ir.Blobs)
 		}
+		if _, ok := led.LastTarget(ir.Observed); ok {
+			// The session has an exact target of its own in the ledger
+			// (its record's copy was lost or is stale): a deferred fact
+			// copies that one (RouteFor), not the checkout's.
+			ir.CheckoutAtReceipt = nil
+		}
 		refused := receiptTargetAt(&ir, r.t, r.err)
 		if !ir.Resolved && ir.Record.Kind == event.ToolStart && ir.SourceTaken {
 			ir.Record.DeferredSource = ir.Source
