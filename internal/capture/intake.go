@@ -391,8 +391,9 @@ func holdOwnEvent(ctx context.Context, store StateDir, led *Ledger, sp *spool.Sp
 }
 
 // holdNewSessionFor bounds how long a new session's intake files wait for
-// the Hub (holdNewSession): past it they are admitted as unassociated
-// deferred facts, as before, so the intake never holds them for good.
+// the Hub (holdNewSession): past it they are admitted as deferred facts
+// (copying the checkout's target at receipt when they carry one, else
+// unassociated), so the intake never holds them for good.
 const holdNewSessionFor = time.Hour
 
 // maxHeldListed bounds the held files one admission lists past its
