@@ -17,7 +17,8 @@ import (
 // lostGapCheck runs one good PreToolUse, then lost ones (fail makes each
 // hook's append fail), then a good one, and checks that the later hook
 // recorded a capture_interrupted gap with the reason naming exactly the
-// reserved sequence range of the lost events.
+// reserved sequence range of the lost events, which the Hub then holds
+// over every number it misses.
 func lostGapCheck(t *testing.T, f *burstFixture, reason string, fail func(i int) []string, after func()) {
 	t.Helper()
 	session := "diskfull-" + reason
@@ -82,6 +83,10 @@ func lostGapCheck(t *testing.T, f *burstFixture, reason string, fail func(i int)
 	if g.Gap.FromSeq != b+1 || g.Gap.ToSeq != a-1 || g.WorkID == "" || !g.Sequenced {
 		t.Fatalf("gap covers %d..%d on %q, want the lost range %d..%d between %d and %d: %+v", g.Gap.FromSeq, g.Gap.ToSeq, g.WorkID, b+1, a-1, b, a, g.Gap)
 	}
+	// The Hub: the gap reached it under the session's target, and every
+	// number it misses is covered.
+	f.settle(t)
+	coveredHoles(t, f.hubRecord(t), session, reason, 3)
 }
 
 // ENOSPC and EIO injected at the envelope and gap writes (the spool's

@@ -341,22 +341,39 @@ func TestCaptureDisabledWindowReachesTheHub(t *testing.T) {
 	}
 }
 
-// A spool at the 48-record floor, with the Hub reachable: hooks fill it
+// A spool at the 48-record floor, with the Hub reachable, on both paths of
+// the agentscm-hook binary (inline delivery, detached deliverer): hooks fill it
 // until capture pauses (record_limit), more events are lost while paused;
 // the advice the quota gap gives, change-capture compact, works when
 // followed, capture resumes, and the Hub's holes are all covered by the
 // gaps naming the losses. On main gaps could spend the whole headroom, so
 // acknowledgement and compaction were refused at the limit.
 func TestFloorAdviceWorks(t *testing.T) {
-	f := newLossFixture(t, false, "--max-records", "48", "--action-rule", "Bash=execution:partial:process_exit_code")
+	for _, detached := range []bool{false, true} {
+		t.Run(fmt.Sprintf("detached=%v", detached), func(t *testing.T) {
+			t.Parallel()
+			floorAdviceWorks(t, detached)
+		})
+	}
+}
+
+func floorAdviceWorks(t *testing.T, detached bool) {
+	f := newLossFixture(t, detached, "--max-records", "48", "--action-rule", "Bash=execution:partial:process_exit_code")
+	hook := func(payload string) {
+		t.Helper()
+		f.runHook(t, payload)
+		if f.detached {
+			f.waitDeliverer(t)
+		}
+	}
 	session := "floor"
 	prompt := func(i int) string {
 		return `{"session_id":"` + session + `","cwd":"` + f.root + `","hook_event_name":"UserPromptSubmit","prompt":"p` + fmt.Sprint(i) + `"}`
 	}
-	f.runHook(t, `{"session_id":"`+session+`","cwd":"`+f.root+`","hook_event_name":"SessionStart","source":"startup"}`)
+	hook(`{"session_id":"` + session + `","cwd":"` + f.root + `","hook_event_name":"SessionStart","source":"startup"}`)
 	paused := false
 	for i := range 40 {
-		f.runHook(t, prompt(i))
+		hook(prompt(i))
 		rep, err := spool.Inspect(f.spool, 1)
 		if err != nil {
 			t.Fatal(err)
@@ -372,7 +389,7 @@ func TestFloorAdviceWorks(t *testing.T) {
 	f.agentscm(t, "change-capture", "deliver", "--spool", f.spool)
 	f.agentscm(t, "change-capture", "compact", "--spool", f.spool)
 	for i := 40; i < 43; i++ {
-		f.runHook(t, prompt(i))
+		hook(prompt(i))
 	}
 	f.agentscm(t, "change-capture", "deliver", "--spool", f.spool)
 	rec := f.hubRecord(t)

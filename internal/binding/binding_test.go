@@ -174,7 +174,7 @@ func TestConfigureTwiceAndUnconfigure(t *testing.T) {
 func TestConfigVersionRefused(t *testing.T) {
 	dir := t.TempDir()
 	s := binding.Registry{Dir: dir}
-	for _, content := range []string{`{"version": 8, "bindings": []}`, `{"version": 6, "bindings": [{"root": "/r", "spool": "/s", "capture_mode": "metadata-only", "enabled": true, "configured_at": "2026-01-01T00:00:00Z", "limits": {"records": 4096, "bytes": 67108864, "artifact_bytes": 16777216}, "compaction": {"threshold_percent": 50, "chosen_by": "enable", "chosen_at": "2026-01-01T00:00:00Z"}}]}`, `{"version": 4}`, `{"bindings": []}`, `{"version": 5, "bindings": [], "extra": 1}`, `nope`} {
+	for _, content := range []string{`{"version": 9, "bindings": []}`, `{"version": 6, "bindings": [{"root": "/r", "spool": "/s", "capture_mode": "metadata-only", "enabled": true, "configured_at": "2026-01-01T00:00:00Z", "limits": {"records": 4096, "bytes": 67108864, "artifact_bytes": 16777216}, "compaction": {"threshold_percent": 50, "chosen_by": "enable", "chosen_at": "2026-01-01T00:00:00Z"}}]}`, `{"version": 4}`, `{"bindings": []}`, `{"version": 5, "bindings": [], "extra": 1}`, `nope`} {
 		os.WriteFile(filepath.Join(dir, configFile), []byte(content), 0o600)
 		if _, err := s.Load(); err == nil {
 			t.Errorf("Load accepted %s", content)
@@ -187,7 +187,7 @@ func TestConfigVersionRefused(t *testing.T) {
 			t.Errorf("refused config was rewritten: %s", b)
 		}
 	}
-	os.WriteFile(filepath.Join(dir, configFile), []byte(`{"version": 8}`), 0o600)
+	os.WriteFile(filepath.Join(dir, configFile), []byte(`{"version": 9}`), 0o600)
 	if _, err := s.Load(); !errors.Is(err, binding.ErrUnknownVersion) {
 		t.Fatalf("err = %v, want ErrUnknownVersion", err)
 	}

@@ -1,7 +1,7 @@
 // Package binding holds capture bindings: which checkout is captured into
 // which spool, in which mode, with which consent, lineage, recipes and
 // compaction policy, recorded in a versioned capture config file
-// (capture.json v5-v7) under the user's config directory; and the
+// (capture.json v5-v8) under the user's config directory; and the
 // operations that change them (configure, enable, set-mode, move-spool,
 // forget, the git local exclude).
 package binding
@@ -23,8 +23,9 @@ import (
 	"github.com/agentscm/agentscm/internal/spool"
 )
 
-// Capture config versions. Version 7 is written only while some binding
-// records a compaction policy; version 6 only while some binding is in
+// Capture config versions. Version 8 is written only while some binding
+// installs the hooks of several agents (agents); version 7 only while some
+// binding records a compaction policy; version 6 only while some binding is in
 // shared-conversation mode or records a non-default Claude settings path;
 // otherwise the file stays at version 5 so older binaries keep reading it.
 // Any other version is refused, never half-read.
@@ -32,6 +33,7 @@ const (
 	ConfigVersion5 = 5
 	ConfigVersion6 = 6
 	ConfigVersion7 = 7
+	ConfigVersion8 = 8
 )
 
 // File names under the agentscm config directory.
@@ -89,6 +91,11 @@ type Binding struct {
 	// file (internal/agent/adapter); empty is Claude Code. Optional, so a
 	// version 7 config without it keeps its old meaning.
 	Agent string `json:"agent,omitempty"`
+	// Agents lists the agents whose hooks the binding installs, each with
+	// its hook file, when there are several (version 8); Agent and
+	// ClaudeSettings are then empty. Read it through Hooks, which gives the
+	// one agent of a binding without it.
+	Agents []AgentHooks `json:"agents,omitempty"`
 
 	// Hub and Repository are the lineage the binding was saved for; a
 	// disabled binding keeps them.
@@ -124,13 +131,10 @@ type Binding struct {
 // DefaultClaudeSettings is where hooks are installed, relative to the root.
 const DefaultClaudeSettings = ".claude/settings.local.json"
 
-// SettingsPath returns the absolute Claude settings file of the binding.
+// SettingsPath returns the absolute hook file of the binding's first agent
+// (Hooks lists every agent's).
 func (b *Binding) SettingsPath() string {
-	rel := b.ClaudeSettings
-	if rel == "" {
-		rel = DefaultClaudeSettings
-	}
-	return filepath.Join(b.Root, filepath.FromSlash(rel))
+	return b.Hooks()[0].Path(b.Root)
 }
 
 // ValidMode reports whether m is a capture mode this binary supports.
@@ -150,7 +154,17 @@ func modeRank(m string) int {
 	return 0
 }
 
-// needsV7 reports whether c can only be written as version 7.
+// needsV8 reports whether c can only be written as version 8.
+func (c *Config) needsV8() bool {
+	for _, b := range c.Bindings {
+		if len(b.Agents) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// needsV7 reports whether c can only be written as version 7 (or later).
 func (c *Config) needsV7() bool {
 	for _, b := range c.Bindings {
 		if b.Compaction != nil {
@@ -192,8 +206,8 @@ func decodeConfig(b []byte) (*Config, error) {
 	if probe.Version == nil {
 		return nil, errors.New("capture config has no version")
 	}
-	if *probe.Version != ConfigVersion5 && *probe.Version != ConfigVersion6 && *probe.Version != ConfigVersion7 {
-		return nil, fmt.Errorf("%w: file is version %d, this binary reads versions %d to %d", ErrUnknownVersion, *probe.Version, ConfigVersion5, ConfigVersion7)
+	if *probe.Version < ConfigVersion5 || *probe.Version > ConfigVersion8 {
+		return nil, fmt.Errorf("%w: file is version %d, this binary reads versions %d to %d", ErrUnknownVersion, *probe.Version, ConfigVersion5, ConfigVersion8)
 	}
 	var c Config
 	dec := json.NewDecoder(bytes.NewReader(b))
@@ -215,12 +229,20 @@ func decodeConfig(b []byte) (*Config, error) {
 				return nil, fmt.Errorf("capture config: binding %d: %w", i, err)
 			}
 		}
+		if len(bd.Agents) > 0 {
+			if err := checkAgents(&bd); err != nil {
+				return nil, fmt.Errorf("capture config: binding %d: %w", i, err)
+			}
+		}
 	}
 	if c.Version == ConfigVersion5 && c.needsV6() {
 		return nil, errors.New("capture config: version 5 cannot hold a shared-conversation binding or a claude_settings path")
 	}
-	if c.Version != ConfigVersion7 && c.needsV7() {
+	if c.Version < ConfigVersion7 && c.needsV7() {
 		return nil, fmt.Errorf("capture config: version %d cannot hold a compaction policy", c.Version)
+	}
+	if c.Version < ConfigVersion8 && c.needsV8() {
+		return nil, fmt.Errorf("capture config: version %d cannot hold a binding of several agents (agents)", c.Version)
 	}
 	return &c, nil
 }
@@ -233,6 +255,9 @@ func (s Registry) save(c *Config) error {
 	}
 	if c.needsV7() {
 		c.Version = ConfigVersion7
+	}
+	if c.needsV8() {
+		c.Version = ConfigVersion8
 	}
 	b, err := json.MarshalIndent(c, "", "  ")
 	if err != nil {

@@ -57,8 +57,11 @@ type ConfigureOptions struct {
 	// default .claude/settings.local.json.
 	ClaudeSettings string
 	// Agent is the agent whose hooks are installed (adapter.For); empty is
-	// Claude Code. For another agent an empty ClaudeSettings is that
-	// agent's hook file (Codex: .codex/hooks.json).
+	// Claude Code for a new binding and, for a bound checkout, keeps the
+	// agents it has. An agent the binding does not have yet is added beside
+	// the others (each agent's hooks in its own file). For another agent an
+	// empty ClaudeSettings is that agent's hook file (Codex:
+	// .codex/hooks.json).
 	Agent string
 	// Limits are the spool limits; zero fields take the defaults (a new
 	// spool) or keep the current value (an existing spool, whose limits
@@ -98,6 +101,10 @@ type ConfigureResult struct {
 	Agent          string            `json:"agent"`
 	HookEvents     []string          `json:"hook_events"`
 	SettingsChange bool              `json:"settings_changed"`
+	// Agents are every agent whose hooks the binding installs, the one
+	// Agent names (this call's) among them, with what this call did to
+	// each agent's hook file.
+	Agents []InstalledHooks `json:"agents"`
 	// Created is true when this call made a new binding.
 	Created bool `json:"created"`
 	// SettingsCreated is true when this call created the settings file.
@@ -320,6 +327,7 @@ func Configure(ctx context.Context, store State, conns Connections, o ConfigureO
 // lock with the current binding (nil when none) to adjust the options.
 func configureLocked(ctx context.Context, store State, root string, lin Lineage, o ConfigureOptions, decide func(cur *Binding, o *ConfigureOptions) error) (*ConfigureResult, error) {
 	var p *prepared
+	var req AgentHooks
 	created := false
 	limitsChanged, prevLimits := false, (*spool.Limits)(nil)
 	err := store.Bindings().Update(func(c *Config) (bool, error) {
@@ -392,6 +400,9 @@ func configureLocked(ctx context.Context, store State, root string, lin Lineage,
 		if p.b.Compaction, err = o.Compaction.Apply(curPolicy, by, o.Now); err != nil {
 			return false, err
 		}
+		if req, err = mergeAgents(&p.b, cur, o); err != nil {
+			return false, err
+		}
 		if cur != nil {
 			*cur = p.b
 		} else {
@@ -409,30 +420,38 @@ func configureLocked(ctx context.Context, store State, root string, lin Lineage,
 	// holds); best effort: without it the first hook takes the lock and
 	// writes it.
 	store.PrepareSpool(ctx, b.Spool)
-	settings := b.SettingsPath()
-	_, statErr := os.Lstat(settings)
-	ad, err := adapter.For(b.Agent)
+	// Every agent's hooks where that agent reads them: a re-run puts back
+	// hooks removed meanwhile, and an added agent keeps the others'.
+	installed, err := installAllHooks(&b, o.Executable)
 	if err != nil {
 		return nil, err
 	}
-	events := ad.CaptureEvents()
-	changed, err := ad.InstallHooks(settings, o.Executable, adapter.PartCapture)
+	ad, err := adapter.For(req.Agent)
 	if err != nil {
-		return nil, fmt.Errorf("install %s hooks: %w", ad.Name(), err)
+		return nil, err
 	}
 	res := &ConfigureResult{
 		Root: root, Spool: b.Spool, CaptureMode: b.CaptureMode, Hub: b.Hub, Repository: b.Repository,
 		WorktreeID: b.WorktreeID, BaseRef: b.BaseRef, SetupDigest: b.SetupDigest, ActionRules: b.ActionRules,
 		Recipes: []string{}, Limits: b.Limits, LimitsChanged: limitsChanged, PreviousLimits: prevLimits,
-		Compaction: b.Compaction, ClaudeSettings: settings, Agent: ad.Name(),
-		HookEvents: append([]string(nil), events...), SettingsChange: changed, Created: created,
-		SettingsCreated: errors.Is(statErr, fs.ErrNotExist),
+		Compaction: b.Compaction, ClaudeSettings: req.Path(root), Agent: ad.Name(),
+		HookEvents: append([]string(nil), ad.CaptureEvents()...), Created: created, Agents: installed,
+	}
+	for _, in := range installed {
+		res.SettingsChange = res.SettingsChange || in.Changed
+		if in.Agent == ad.Name() {
+			res.SettingsCreated = in.Created
+		}
 	}
 	if res.ActionRules == nil {
 		res.ActionRules = []action.Rule{}
 	}
-	if note := ad.TrustNote(root); note != "" {
-		res.Warnings = append(res.Warnings, note)
+	for _, h := range b.Hooks() {
+		if a, err := adapter.For(h.Agent); err == nil {
+			if note := a.TrustNote(root); note != "" {
+				res.Warnings = append(res.Warnings, note)
+			}
+		}
 	}
 	for _, r := range b.Recipes {
 		res.Recipes = append(res.Recipes, r.ID+"@"+r.Digest[:12])
@@ -446,6 +465,9 @@ type UnconfigureResult struct {
 	Spool          string `json:"spool"`
 	ClaudeSettings string `json:"claude_settings"`
 	HooksRemoved   bool   `json:"hooks_removed"`
+	// HookFiles are the hook files of every agent of the binding, the
+	// first agent's (ClaudeSettings) first.
+	HookFiles []string `json:"hook_files,omitempty"`
 	// StrayHooks, when set, are the files whose capture hooks were removed
 	// although no enabled binding recorded them (a half-configured
 	// checkout, StrayHooks): nothing else changed.
@@ -457,10 +479,10 @@ type UnconfigureResult struct {
 	Warning string `json:"warning,omitempty"`
 }
 
-// Unconfigure removes the marked hooks of a checkout (from the settings file
-// its binding recorded) and disables the binding, which keeps its spool and
-// lineage. It works on a deleted checkout given its saved absolute path and
-// then touches nothing in the missing tree.
+// Unconfigure removes the marked capture hooks of a checkout (of every agent
+// of its binding, from the file each reads) and disables the binding, which
+// keeps its spool and lineage. It works on a deleted checkout given its saved
+// absolute path and then touches nothing in the missing tree.
 func Unconfigure(ctx context.Context, store State, root string) (*UnconfigureResult, error) {
 	canon, err := SavedRoot(root)
 	if err != nil {
@@ -486,6 +508,9 @@ func Unconfigure(ctx context.Context, store State, root string) (*UnconfigureRes
 		return nil, err
 	}
 	res := &UnconfigureResult{Root: b.Root, Spool: b.Spool, ClaudeSettings: b.SettingsPath(), SpoolRetained: true}
+	for _, h := range b.Hooks() {
+		res.HookFiles = append(res.HookFiles, h.Path(b.Root))
+	}
 	// The sessions open now get a capture_disabled gap if they come back
 	// after a re-enable (disabled.go).
 	if err := store.NoteDisabled(b.Spool, time.Now()); err != nil {
@@ -493,16 +518,19 @@ func Unconfigure(ctx context.Context, store State, root string) (*UnconfigureRes
 	}
 	if fi, err := os.Stat(b.Root); err == nil && fi.IsDir() {
 		res.CheckoutExists = true
-		ad, err := adapter.For(b.Agent)
-		if err != nil {
-			return nil, err
+		for _, h := range b.Hooks() {
+			ad, err := adapter.For(h.Agent)
+			if err != nil {
+				return nil, err
+			}
+			// The changelog keeps its part of Claude Code's one entry per
+			// event.
+			removed, err := ad.RemoveHooks(h.Path(b.Root), adapter.PartCapture)
+			if err != nil {
+				return nil, fmt.Errorf("remove %s hooks: %w", ad.Name(), err)
+			}
+			res.HooksRemoved = res.HooksRemoved || removed
 		}
-		// The changelog keeps its part of Claude Code's one entry per event.
-		removed, err := ad.RemoveHooks(b.SettingsPath(), adapter.PartCapture)
-		if err != nil {
-			return nil, fmt.Errorf("remove %s hooks: %w", ad.Name(), err)
-		}
-		res.HooksRemoved = removed
 	}
 	return res, nil
 }
@@ -572,4 +600,32 @@ func agentField(a adapter.Adapter) string {
 		return ""
 	}
 	return a.Name()
+}
+
+// mergeAgents sets the agents of the prepared binding p: a new binding has
+// the agent asked for; a bound checkout keeps its agents, plus the agent
+// asked for (o.Agent or o.ClaudeSettings given) when it is not among them,
+// or with the hook file given. It returns the entry of the agent this call
+// is about (the one asked for, else the binding's first).
+func mergeAgents(p *Binding, cur *Binding, o ConfigureOptions) (AgentHooks, error) {
+	req := p.Hooks()[0]
+	if cur == nil {
+		return req, nil
+	}
+	hs := cur.Hooks()
+	asked := o.Agent != "" || o.ClaudeSettings != ""
+	have, bound := cur.HookOf(req.Agent)
+	switch {
+	case !asked:
+		req = hs[0]
+	case bound && o.ClaudeSettings == "":
+		req = have
+	default:
+		if err := checkHookFileFree(hs, req); err != nil {
+			return req, err
+		}
+		hs = withAgent(hs, req)
+	}
+	p.setHooks(hs)
+	return req, nil
 }

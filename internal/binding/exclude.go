@@ -124,8 +124,9 @@ func addExclude(ctx context.Context, root, rel string) ([]string, error) {
 	return added, writeExcludeRecord(excl, rec)
 }
 
-// removeExclude removes the lines recorded for root, unless another binding
-// of the same repository uses the same relative settings path.
+// removeExclude removes the lines recorded for root's settings file rel,
+// unless another binding of the same repository uses the same relative
+// settings path.
 func removeExclude(ctx context.Context, root, rel string, others []Binding) ([]string, error) {
 	if _, err := gitOut(ctx, root, "rev-parse", "--git-dir"); err != nil {
 		return nil, nil
@@ -138,13 +139,13 @@ func removeExclude(ctx context.Context, root, rel string, others []Binding) ([]s
 	if err != nil {
 		return nil, err
 	}
-	idx := slices.IndexFunc(rec.Entries, func(e excludeEntry) bool { return e.Root == root })
+	idx := slices.IndexFunc(rec.Entries, func(e excludeEntry) bool { return e.Root == root && e.Settings == rel })
 	if idx < 0 {
 		return nil, nil
 	}
 	entry := rec.Entries[idx]
 	for _, o := range others {
-		if settingsRel(o.SettingsPath(), o.Root) != entry.Settings {
+		if !slices.ContainsFunc(o.Hooks(), func(h AgentHooks) bool { return settingsRel(h.Path(o.Root), o.Root) == entry.Settings }) {
 			continue
 		}
 		if fi, err := os.Stat(o.Root); err != nil || !fi.IsDir() {

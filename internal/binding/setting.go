@@ -46,9 +46,11 @@ type Setting struct {
 	Spool               string `json:"spool,omitempty"`
 	WorktreeID          string `json:"worktree_id,omitempty"`
 	ClaudeSettings      string `json:"claude_settings,omitempty"`
-	// Agent is the agent whose hooks the binding installed (claude-code,
-	// codex, gemini).
-	Agent string `json:"agent,omitempty"`
+	// Agent is the first agent whose hooks the binding installs
+	// (claude-code, codex, gemini); Agents lists every agent with the state
+	// of its hooks.
+	Agent  string           `json:"agent,omitempty"`
+	Agents []AgentHookState `json:"agents,omitempty"`
 	// Refused lists the envelopes of the spool the Hub permanently
 	// refused (retained locally, each marked on the Hub by a hub_refused
 	// gap where it had a place in a stream).
@@ -105,9 +107,8 @@ func CaptureSetting(store State, conns Connections, root string) (*Setting, erro
 	s.Configured, s.Enabled, s.Mode = true, b.Enabled, b.CaptureMode
 	s.Hub, s.Repository, s.Spool, s.WorktreeID = b.Hub, b.Repository, b.Spool, b.WorktreeID
 	s.ClaudeSettings = b.SettingsPath()
-	if a, err := adapter.For(b.Agent); err == nil {
-		s.Agent = a.Name()
-	}
+	s.Agent = b.Hooks()[0].Agent
+	s.Agents = b.HookStates()
 	s.Compaction = b.Compaction
 	s.LineageMismatch = cerr == nil && b.Hub != "" && !SameRepo(lin, b.Lineage())
 	if rep, err := store.Refusals(b.Spool); err == nil && rep.Total > 0 {
@@ -150,8 +151,9 @@ type EnableOptions struct {
 	// (the defaults for a new spool).
 	Limits spool.Limits
 	// Agent is the agent whose hooks a new binding installs (adapter.For;
-	// empty is Claude Code). An existing binding keeps its agent: asking
-	// for another is refused.
+	// empty is Claude Code). An existing binding keeps its agents; an agent
+	// it does not have is added, its hooks installed where it reads them
+	// beside the others'.
 	Agent string
 	// Compaction sets or clears the automatic compaction policy. A new
 	// binding records the default policy (DefaultCompactThreshold) unless
@@ -193,12 +195,11 @@ func EnableCapture(ctx context.Context, store State, conns Connections, o Enable
 		return nil, fmt.Errorf("this checkout is now connected to %s on %s; refresh and confirm again", lin.Repository, lin.Hub)
 	}
 	did := ""
-	want, err := adapter.For(o.Agent)
-	if err != nil {
+	if _, err := adapter.For(o.Agent); err != nil {
 		return nil, err
 	}
 	co := ConfigureOptions{Root: root, CaptureMode: o.Mode, Executable: o.Executable, Now: o.Now,
-		Compaction: o.Compaction, compactionBy: "enable", Agent: agentField(want)}
+		Compaction: o.Compaction, compactionBy: "enable", Agent: o.Agent}
 	decide := func(cur *Binding, co *ConfigureOptions) error {
 		switch {
 		case cur == nil:
@@ -222,12 +223,8 @@ func EnableCapture(ctx context.Context, store State, conns Connections, o Enable
 				return fmt.Errorf("the capture binding of this checkout was saved for %s, but it is now connected to %s; %s",
 					DescribeLineage(cur.Lineage()), DescribeLineage(lin), startFreshAdvice(cur))
 			}
-			if have, err := adapter.For(cur.Agent); err != nil {
-				return err
-			} else if o.Agent != "" && have.Name() != want.Name() {
-				return fmt.Errorf("the capture binding of this checkout installs %s hooks, not %s; run change-capture unconfigure --root %s first (the spool is kept)", have.Name(), want.Name(), root)
-			}
-			co.Agent = cur.Agent
+			// The binding keeps its agents; an agent asked for that it does
+			// not have is added beside them (configureLocked).
 			did = "re-enabled"
 			if cur.Enabled {
 				did = "mode-changed"
@@ -236,7 +233,7 @@ func EnableCapture(ctx context.Context, store State, conns Connections, o Enable
 				co.CaptureMode = cur.CaptureMode
 			}
 			co.Spool, co.WorktreeID, co.BaseRef, co.SetupDigest = cur.Spool, cur.WorktreeID, cur.BaseRef, cur.SetupDigest
-			co.ClaudeHistoryRoot, co.ClaudeSettings = cur.ClaudeHistoryRoot, cur.ClaudeSettings
+			co.ClaudeHistoryRoot = cur.ClaudeHistoryRoot
 			co.Limits = o.Limits // zero fields keep the spool's current limits
 			co.ActionRules = nil
 			for _, r := range cur.ActionRules {
@@ -254,12 +251,17 @@ func EnableCapture(ctx context.Context, store State, conns Connections, o Enable
 	if w := warnBaseRefOnce(ctx, store, root, res); w != "" {
 		out.Warnings = append(out.Warnings, w)
 	}
-	if did == "created" && res.SettingsCreated {
-		added, err := addExclude(ctx, root, settingsRel(res.ClaudeSettings, root))
-		if err != nil {
-			out.Warnings = append(out.Warnings, "could not add the Claude settings file to the repository's local exclude: "+err.Error())
+	// A hook file this call created (a new binding's, or an added
+	// agent's) goes into the repository's local exclude.
+	for _, in := range res.Agents {
+		if !in.Created {
+			continue
 		}
-		out.ExcludeAdded = added
+		added, err := addExclude(ctx, root, settingsRel(in.Settings, root))
+		if err != nil {
+			out.Warnings = append(out.Warnings, "could not add the hook file "+in.Settings+" to the repository's local exclude: "+err.Error())
+		}
+		out.ExcludeAdded = append(out.ExcludeAdded, added...)
 	}
 	return out, nil
 }
@@ -440,9 +442,11 @@ type ForgetResult struct {
 	SpoolRetained  bool     `json:"spool_retained"`
 	ExcludeRemoved []string `json:"exclude_removed,omitempty"`
 	// SettingsRemoved names the hook settings file (relative to the root)
-	// forget removed: setup created it and it was left empty.
-	SettingsRemoved string   `json:"settings_removed,omitempty"`
-	Warnings        []string `json:"warnings,omitempty"`
+	// forget removed: setup created it and it was left empty; with several
+	// agents, the first such file, and HookFilesRemoved lists them all.
+	SettingsRemoved  string   `json:"settings_removed,omitempty"`
+	HookFilesRemoved []string `json:"hook_files_removed,omitempty"`
+	Warnings         []string `json:"warnings,omitempty"`
 }
 
 // Forget removes a disabled binding from the capture config. The spool is
@@ -478,16 +482,21 @@ func Forget(ctx context.Context, store State, root string) (*ForgetResult, error
 	}
 	res := &ForgetResult{Root: gone.Root, Spool: gone.Spool, SpoolRetained: true}
 	if fi, err := os.Stat(gone.Root); err == nil && fi.IsDir() {
-		removed, err := removeExclude(ctx, gone.Root, settingsRel(gone.SettingsPath(), gone.Root), others)
-		if err != nil {
-			res.Warnings = append(res.Warnings, "could not update the repository's local exclude: "+err.Error())
-		}
-		res.ExcludeRemoved = removed
-		rel := settingsRel(gone.SettingsPath(), gone.Root)
-		if removedFile, err := removeCreatedEmptySettings(gone.SettingsPath(), rel, removed); err != nil {
-			res.Warnings = append(res.Warnings, "could not remove the emptied settings file: "+err.Error())
-		} else if removedFile {
-			res.SettingsRemoved = rel
+		for _, h := range gone.Hooks() {
+			rel := settingsRel(h.Path(gone.Root), gone.Root)
+			removed, err := removeExclude(ctx, gone.Root, rel, others)
+			if err != nil {
+				res.Warnings = append(res.Warnings, "could not update the repository's local exclude: "+err.Error())
+			}
+			res.ExcludeRemoved = append(res.ExcludeRemoved, removed...)
+			if removedFile, err := removeCreatedEmptySettings(h.Path(gone.Root), rel, removed); err != nil {
+				res.Warnings = append(res.Warnings, "could not remove the emptied settings file: "+err.Error())
+			} else if removedFile {
+				if res.SettingsRemoved == "" {
+					res.SettingsRemoved = rel
+				}
+				res.HookFilesRemoved = append(res.HookFilesRemoved, rel)
+			}
 		}
 	}
 	return res, nil

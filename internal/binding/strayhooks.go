@@ -24,7 +24,9 @@ func strayHookFiles(root string, b *Binding) []string {
 		}
 	}
 	if b != nil {
-		add(b.SettingsPath())
+		for _, h := range b.Hooks() {
+			add(h.Path(b.Root))
+		}
 	}
 	for _, name := range adapter.Names() {
 		if ad, err := adapter.For(name); err == nil {

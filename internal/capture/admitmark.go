@@ -68,6 +68,18 @@ type admitMark struct {
 	// LastError is the error that ended the previous attempt, if it
 	// returned one (a crash leaves none).
 	LastError string `json:"last_error,omitempty"`
+	// Quarantine is set once a holder began to quarantine the file: a
+	// holder that finds it resumes that quarantine with the same gap.
+	Quarantine *quarantineStart `json:"quarantine,omitempty"`
+}
+
+// quarantineStart is what a quarantine's gap is made of, fixed when it
+// began, so a quarantine cut off by a crash is resumed with the same gap
+// (found above Floor, not appended twice).
+type quarantineStart struct {
+	Floor     uint64 `json:"floor"`
+	Failures  int    `json:"failures"`
+	LastError string `json:"last_error"`
 }
 
 // readAdmitMark returns the ledger directory's admission mark (zero when
@@ -134,26 +146,39 @@ func (l *Ledger) noteReserved(r Route) error {
 // resuming reports whether an admission cut off earlier is being redone.
 func (l *Ledger) resuming() bool { return l.admitting != nil && l.admitting.Attempts > 1 }
 
-// quarantineIntakeFile moves an intake file whose admission failed
-// maxAdmitAttempts times into the spool's quarantine (kept for diagnosis,
-// never deleted automatically) and appends a capture_interrupted gap
-// (reason admission_failed) naming it: under the event's original route
-// and sequence when a claim or the mark holds one, else under the target
-// the admission resolved, else as a local fact of the observed session.
+// quarantineIntakeFile appends a capture_interrupted gap (reason
+// admission_failed) naming an intake file whose admission failed
+// maxAdmitAttempts times, then moves the file into the spool's quarantine
+// (kept for diagnosis, never deleted automatically). The gap goes under
+// the event's original route and sequence when a claim or the mark holds
+// one, else under the target the admission resolved, else as a local fact
+// of the observed session.
 func quarantineIntakeFile(led *Ledger, ss *spool.Tx, ir *intakeRecord, name string, m admitMark) error {
-	if err := ss.QuarantineIntake(name); err != nil {
-		return err
-	}
 	if ir == nil {
-		return nil // undecodable: the quarantine keeps it; nothing names a target
+		return ss.QuarantineIntake(name) // undecodable: the quarantine keeps it; nothing names a target
 	}
+	// The gap first, then the move: a crash between them leaves the file
+	// in the intake and the mark's quarantine, which the next holder
+	// resumes (the gap found above its floor); the other order left a
+	// quarantined file whose loss no gap named.
+	if m.Quarantine == nil {
+		floor, err := ss.MaxSeq()
+		if err != nil {
+			return err
+		}
+		m.Quarantine = &quarantineStart{Floor: floor, Failures: m.Failures, LastError: lastErr(m)}
+		if err := led.writeAdmitMark(&m); err != nil {
+			return err
+		}
+	}
+	q := m.Quarantine
 	rec := ir.Record
 	gap := &event.Record{
 		Agent: rec.Agent, SessionID: rec.SessionID, Kind: event.KindGap, HookEvent: rec.HookEvent,
 		ObservedAt: rec.ObservedAt, CaptureMode: rec.CaptureMode,
 		Gap: &event.GapInfo{Kind: event.GapCaptureInterrupted, Reason: GapReasonAdmissionFailed, RefusedKind: rec.Kind,
 			Detail: fmt.Sprintf("the intake file %s could not be admitted (%d attempts failed) and is kept in the spool's quarantine (change-capture quarantine); last error: %s",
-				name, m.Failures, lastErr(m))},
+				name, q.Failures, q.LastError)},
 	}
 	route := m.Route
 	if occ, ok := ProviderOccurrence(&rec); ok {
@@ -173,10 +198,13 @@ func quarantineIntakeFile(led *Ledger, ss *spool.Tx, ir *intakeRecord, name stri
 	default:
 		gap.Deferred, gap.Association = true, AssocUnassociated
 	}
-	if _, err := appendInStream(ss, led, gap); err != nil && !errors.Is(err, fs.ErrExist) {
-		return fmt.Errorf("intake %s quarantined; recording its admission_failed gap failed: %w", name, err)
+	ss.ResumeAfter(q.Floor)
+	_, err := appendInStream(ss, led, gap)
+	ss.ResumeAfter(0)
+	if err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("intake %s not quarantined: recording its admission_failed gap failed: %w", name, err)
 	}
-	return nil
+	return ss.QuarantineIntake(name)
 }
 
 func lastErr(m admitMark) string {

@@ -22,7 +22,7 @@ import (
 )
 
 // agentFlagHelp documents --agent on enable and changelog enable.
-const agentFlagHelp = "the agent whose hooks to install: claude-code, codex or gemini (default: the one agent whose config directory exists in the checkout, else in HOME; claude-code when several or none)"
+const agentFlagHelp = "the agent whose hooks to install: claude-code, codex or gemini (default: the one agent whose config directory exists in the checkout, else in HOME; claude-code when several or none); on a checkout already captured for other agents it is added beside them, their hooks kept"
 
 // detectAgent picks the agent of a checkout when --agent is not given: the
 // one agent whose config directory exists in the checkout (.claude, .codex),

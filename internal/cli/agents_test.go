@@ -39,8 +39,9 @@ func TestAgentHooksFailOpen(t *testing.T) {
 
 // TestEnableAgent: change-capture enable and changelog enable install the
 // Codex or Gemini hooks in that agent's own file, keep the user's hooks,
-// detect the agent when only its config directory exists, refuse to switch
-// an existing binding's agent, and unconfigure removes them again.
+// detect the agent when only its config directory exists, add Claude Code
+// beside the binding's agent (each agent's hooks in its own file), and
+// unconfigure removes every agent's again.
 func TestEnableAgent(t *testing.T) {
 	for _, tc := range []struct {
 		agent, file, dir, timeout string
@@ -72,8 +73,16 @@ func TestEnableAgent(t *testing.T) {
 					t.Fatalf("%s lacks %q:\n%s", tc.file, want, b)
 				}
 			}
-			if r := runMain(t, env, "", "change-capture", "enable", "--root", root, "--agent", "claude-code"); r.code == 0 || !strings.Contains(r.stderr, "installs "+tc.agent+" hooks") {
-				t.Fatalf("switching the agent: exit %d %s", r.code, r.stderr)
+			both := decode[map[string]any](t, mustRun(t, env, "change-capture", "enable", "--root", root, "--agent", "claude-code", "--format", "json").stdout)
+			if agents, _ := both["agents"].([]any); both["agent"] != "claude-code" || len(agents) != 2 {
+				t.Fatalf("adding Claude Code: %v", both)
+			}
+			claudeFile := filepath.Join(root, ".claude", "settings.local.json")
+			if c, _ := os.ReadFile(claudeFile); !strings.Contains(string(c), "change-capture hook-claude") {
+				t.Fatalf("Claude Code hooks not added:\n%s", c)
+			}
+			if b, _ := os.ReadFile(path); !strings.Contains(string(b), "change-capture hook-"+tc.agent) {
+				t.Fatalf("adding Claude Code removed the %s hooks:\n%s", tc.agent, b)
 			}
 			if r := runMain(t, env, "", "change-capture", "enable", "--root", root, "--agent", "nope"); r.code != ExitUsage {
 				t.Fatalf("unknown agent: exit %d %s", r.code, r.stderr)
@@ -83,6 +92,9 @@ func TestEnableAgent(t *testing.T) {
 			b, _ = os.ReadFile(path)
 			if strings.Contains(string(b), "hook-"+tc.agent) || !strings.Contains(string(b), "my-own-hook") {
 				t.Fatalf("after unconfigure and disable:\n%s", b)
+			}
+			if c, _ := os.ReadFile(claudeFile); strings.Contains(string(c), "change-capture hook-claude") {
+				t.Fatalf("unconfigure left the Claude Code hooks:\n%s", c)
 			}
 		})
 	}

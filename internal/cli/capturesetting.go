@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/agentscm/agentscm/internal/agent/adapter"
@@ -275,6 +277,9 @@ no deliverer runs, it starts the background deliverer (as a hook would).`)
 			continue
 		}
 		fmt.Fprintf(env.Stdout, "  capture_mode: %s\n  enabled: %v\n  saved for: %s on %s\n  spool: %s\n", s.Mode, s.Enabled, s.Repository, s.Hub, s.Spool)
+		for _, a := range s.Agents {
+			fmt.Fprintf(env.Stdout, "  agent: %s\n", agentHooksLine(s.Root, a, s.Enabled))
+		}
 		if s.ConnectedHub != "" {
 			fmt.Fprintf(env.Stdout, "  connected to: %s on %s\n", s.ConnectedRepository, s.ConnectedHub)
 		} else {
@@ -367,11 +372,34 @@ absolute path it was saved with. The next enable creates a new spool.`)
 	for _, l := range res.ExcludeRemoved {
 		fmt.Fprintf(env.Stdout, "  local exclude: removed %s\n", l)
 	}
-	if res.SettingsRemoved != "" {
-		fmt.Fprintf(env.Stdout, "  removed %s (created by setup, left empty)\n", res.SettingsRemoved)
+	for _, f := range res.HookFilesRemoved {
+		fmt.Fprintf(env.Stdout, "  removed %s (created by setup, left empty)\n", f)
 	}
 	for _, w := range res.Warnings {
 		fmt.Fprintf(env.Stderr, "warning: %s\n", w)
 	}
 	return nil
+}
+
+// agentHooksLine says where one agent of a binding reads its capture hooks
+// and whether they are all there (enabled: the binding is on).
+func agentHooksLine(root string, a binding.AgentHookState, enabled bool) string {
+	rel := relTo(root, a.Settings)
+	switch {
+	case !enabled && len(a.Installed) == 0:
+		return fmt.Sprintf("%s: off (its hooks go back in %s on agentscm enable)", agentTitle(a.Agent), rel)
+	case a.Error != "":
+		return fmt.Sprintf("%s: hooks in %s unreadable: %s", agentTitle(a.Agent), rel, a.Error)
+	case len(a.Installed) == len(a.Events):
+		return fmt.Sprintf("%s: capture hooks in %s (%d events)", agentTitle(a.Agent), rel, len(a.Events))
+	case len(a.Installed) == 0:
+		return fmt.Sprintf("%s: NO capture hooks in %s (run agentscm enable --agent %s)", agentTitle(a.Agent), rel, a.Agent)
+	}
+	var missing []string
+	for _, ev := range a.Events {
+		if !slices.Contains(a.Installed, ev) {
+			missing = append(missing, ev)
+		}
+	}
+	return fmt.Sprintf("%s: capture hooks in %s MISSING for %s (run agentscm enable --agent %s)", agentTitle(a.Agent), rel, strings.Join(missing, ", "), a.Agent)
 }

@@ -6,10 +6,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/agentscm/agentscm/internal/action"
+	"github.com/agentscm/agentscm/internal/agent/adapter"
 	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/delivery"
@@ -180,7 +182,7 @@ and changes nothing.`)
 	fs.Int64Var(&o.Limits.ReplayBytes, "max-replay-bytes", 0, "bound of the compaction replay index in bytes (default: an eighth of the byte limit, at most 8 MiB)")
 	compactionFlags(fs, &o.Compaction)
 	fs.StringVar(&o.ClaudeSettings, "claude-settings", "", "Claude settings file for the hooks, relative to the root (default .claude/settings.local.json; for --agent codex .codex/hooks.json, gemini .gemini/settings.json)")
-	fs.StringVar(&o.Agent, "agent", "", "claude-code (default), codex or gemini: whose hooks to install (docs/agents.md)")
+	fs.StringVar(&o.Agent, "agent", "", "claude-code (default), codex or gemini: whose hooks to install; on a bound checkout it is added beside the binding's agents, and without --agent they are kept (docs/agents.md)")
 	format := formatFlag(fs)
 	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
@@ -242,6 +244,11 @@ func printConfigure(env *Env, title string, res *binding.ConfigureResult) {
 	}
 	fmt.Fprintf(w, "  compaction:    %s\n", res.Compaction)
 	fmt.Fprintf(w, "  claude hooks:  %s (%d events)\n", res.ClaudeSettings, len(res.HookEvents))
+	for _, a := range res.Agents {
+		if a.Agent != res.Agent {
+			fmt.Fprintf(w, "  also captured: %s, hooks in %s (%d events)\n", a.Agent, a.Settings, len(a.Events))
+		}
+	}
 	if !res.SettingsChange {
 		fmt.Fprintln(w, "  (hooks were already installed; nothing changed there)")
 	}
@@ -251,11 +258,14 @@ func printConfigure(env *Env, title string, res *binding.ConfigureResult) {
 }
 
 func runUnconfigure(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "agentscm change-capture unconfigure", "[--root PATH] [--format text|json]",
-		`Remove only the marked agentscm hooks from the checkout's Claude settings
-file and disable its capture binding. The binding and the private spool are
-kept; nothing captured is deleted.`)
+	fs := newFlags(env, "agentscm change-capture unconfigure", "[--root PATH] [--agent NAME] [--format text|json]",
+		`Remove only the marked agentscm capture hooks from the hook file of every
+agent of the checkout's binding and disable its capture binding. The
+binding and the private spool are kept; nothing captured is deleted. With
+--agent, only that agent's capture hooks go and the binding keeps the
+others (it is disabled only when that was its last agent).`)
 	root := fs.String("root", "", rootHelp+"; as it was configured")
+	agent := fs.String("agent", "", "remove only this agent's capture hooks (claude-code, codex or gemini), keeping the binding's other agents")
 	format := formatFlag(fs)
 	if err := parseFlags(env, fs, args, false); err != nil {
 		return err
@@ -263,6 +273,28 @@ kept; nothing captured is deleted.`)
 	store, err := configStore(env)
 	if err != nil {
 		return err
+	}
+	if *agent != "" {
+		if _, err := adapter.For(*agent); err != nil {
+			return usagef("--agent: %v", err)
+		}
+		res, err := binding.RemoveAgent(ctx, store, *root, *agent)
+		if err != nil {
+			return err
+		}
+		if *format == "json" {
+			return writeJSON(env.Stdout, res)
+		}
+		if res.Capture != nil {
+			fmt.Fprintf(env.Stdout, "capture disabled for %s (%s was its last agent)\n  %s\n  spool retained:     %s\n", res.Root, res.Agent, unconfigureHooksLine(res.Capture), res.Capture.Spool)
+			return nil
+		}
+		state := "held no agentscm capture hooks"
+		if res.HooksRemoved {
+			state = "hooks removed"
+		}
+		fmt.Fprintf(env.Stdout, "capture of %s removed for %s\n  %s: %s\n  still captured:     %s\n", res.Agent, res.Root, res.Settings, state, strings.Join(res.Remaining, ", "))
+		return nil
 	}
 	res, err := binding.Unconfigure(ctx, store, *root)
 	if err != nil {
@@ -284,13 +316,17 @@ kept; nothing captured is deleted.`)
 
 // unconfigureHooksLine says what happened to the hooks, and only that.
 func unconfigureHooksLine(res *binding.UnconfigureResult) string {
+	files := res.ClaudeSettings
+	if len(res.HookFiles) > 1 {
+		files = strings.Join(res.HookFiles, ", ")
+	}
 	switch {
 	case res.HooksRemoved:
-		return "hooks removed from: " + res.ClaudeSettings
+		return "hooks removed from: " + files
 	case !res.CheckoutExists:
-		return "hooks untouched:    the checkout no longer exists, so " + res.ClaudeSettings + " was not read or changed"
+		return "hooks untouched:    the checkout no longer exists, so " + files + " was not read or changed"
 	default:
-		return "hooks untouched:    " + res.ClaudeSettings + " held no agentscm capture hooks"
+		return "hooks untouched:    " + files + " held no agentscm capture hooks"
 	}
 }
 
@@ -345,7 +381,18 @@ quarantine use 'change-capture inspect'.`)
 	}
 	fmt.Fprintf(env.Stdout, "spool %s: %d events in %d sessions\n", out.Spool, out.Events, len(out.Sessions))
 	for _, s := range out.Sessions {
-		fmt.Fprintf(env.Stdout, "\nsession %s (%d events)\n", s.SessionID, len(s.Events))
+		// The agent whose hooks observed the session (several agents may be
+		// captured in one checkout; every record names its agent).
+		var agents []string
+		for _, r := range s.Events {
+			if r.Agent != "" && !slices.Contains(agents, r.Agent) {
+				agents = append(agents, r.Agent)
+			}
+		}
+		if len(agents) == 0 {
+			agents = []string{"agent unknown"}
+		}
+		fmt.Fprintf(env.Stdout, "\nsession %s (%s, %d events)\n", s.SessionID, strings.Join(agents, ", "), len(s.Events))
 		for _, r := range s.Events {
 			fmt.Fprintf(env.Stdout, "  %6d  %s  %-16s %s\n", r.Seq, r.ObservedAt.Format(time.RFC3339), r.Kind, describe(r))
 		}

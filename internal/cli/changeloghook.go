@@ -174,7 +174,11 @@ type changelogEnableOptions struct {
 	settings    string
 	settingsSet bool
 	agent       string
-	parallel    *bool
+	// more are other agents whose changelog hooks go in as well, each in
+	// its own default hook file (agentscm enable: every agent of the
+	// capture binding).
+	more     []string
+	parallel *bool
 	// withhold and share, when not nil, replace the recorded secret-file
 	// patterns of their kind (changelog enable --withhold, --share).
 	withhold, share []string
@@ -182,23 +186,36 @@ type changelogEnableOptions struct {
 
 // changelogEnableResult is what enableChangelog did.
 type changelogEnableResult struct {
-	Root     string           `json:"root"`
-	Dir      string           `json:"dir"`
-	Agent    string           `json:"agent"`
-	Settings string           `json:"claude_settings"`
-	Events   []string         `json:"hook_events"`
-	Changed  bool             `json:"settings_changed"`
-	Roots    []changelog.Root `json:"roots"`
-	Upload   uploadPlan       `json:"upload"`
-	Parallel bool             `json:"parallel_sessions"`
+	Root     string   `json:"root"`
+	Dir      string   `json:"dir"`
+	Agent    string   `json:"agent"`
+	Settings string   `json:"claude_settings"`
+	Events   []string `json:"hook_events"`
+	Changed  bool     `json:"settings_changed"`
+	// Agents are the agents whose changelog hooks this call installed,
+	// Agent's first, each with its hook file.
+	Agents   []changelogAgentHooks `json:"agents"`
+	Roots    []changelog.Root      `json:"roots"`
+	Upload   uploadPlan            `json:"upload"`
+	Parallel bool                  `json:"parallel_sessions"`
 	// TrustNote is what the host needs before it runs the hooks (text
 	// output only).
 	TrustNote string `json:"-"`
 }
 
+// changelogAgentHooks is one agent's changelog hooks as enable left them.
+type changelogAgentHooks struct {
+	Agent    string   `json:"agent"`
+	Settings string   `json:"settings"`
+	Events   []string `json:"hook_events"`
+	Changed  bool     `json:"settings_changed"`
+}
+
 // enableChangelog is changelog enable's domain step (also agentscm
-// enable's): it records the roots, installs the marked hooks of the agent,
-// records the baseline; refused with exit status 5 while a turn runs.
+// enable's): it records the roots, installs the marked hooks of the agent
+// (and of o.more, each where that agent reads them; the hooks of other
+// agents are kept), records the baseline; refused with exit status 5 while
+// a turn runs.
 func enableChangelog(ctx context.Context, env *Env, o changelogEnableOptions) (*changelogEnableResult, error) {
 	rf := o.rf
 	ad, err := resolveAgent(env, o.agent, rf.root)
@@ -210,7 +227,22 @@ func enableChangelog(ctx context.Context, env *Env, o changelogEnableOptions) (*
 		settings = binding.DefaultClaudeSettings
 	}
 	events := ad.ChangelogEvents()
-	if !ad.ChangelogTranscript() {
+	var more []adapter.Adapter
+	for _, name := range o.more {
+		a, err := adapter.For(name)
+		if err != nil {
+			return nil, usagef("--agent: %v", err)
+		}
+		if a.Name() != ad.Name() {
+			more = append(more, a)
+		}
+	}
+	// The transcript root stays while any agent of the checkout rewinds
+	// its conversation from the increments (Claude Code): the one asked
+	// for, the others enabled with it, or one whose changelog hooks the
+	// checkout holds already.
+	if !slices.ContainsFunc(append([]adapter.Adapter{ad}, more...), adapter.Adapter.ChangelogTranscript) &&
+		!slices.ContainsFunc(changelogHookAgents(rf.root), adapter.Adapter.ChangelogTranscript) {
 		rf.transcript = transcriptOff
 	}
 	if !o.settingsSet {
@@ -249,6 +281,16 @@ func enableChangelog(ctx context.Context, env *Env, o changelogEnableOptions) (*
 	if err != nil {
 		return nil, fmt.Errorf("install changelog hooks: %w", err)
 	}
+	agents := []changelogAgentHooks{{Agent: ad.Name(), Settings: path, Events: events, Changed: changed}}
+	for _, a := range more {
+		p := filepath.Join(root, filepath.FromSlash(a.HookFile()))
+		ch, err := a.InstallHooks(p, env.Executable, adapter.PartChangelog)
+		if err != nil {
+			return nil, fmt.Errorf("install %s changelog hooks: %w", a.Name(), err)
+		}
+		agents = append(agents, changelogAgentHooks{Agent: a.Name(), Settings: p, Events: a.ChangelogEvents(), Changed: ch})
+		changed = changed || ch
+	}
 	// The first capture stores every path (so the sequence replays onto an
 	// empty directory); the baseline, taken once the hooks are installed,
 	// lets it still say what the first call changed.
@@ -264,7 +306,7 @@ func enableChangelog(ctx context.Context, env *Env, o changelogEnableOptions) (*
 		return nil, fmt.Errorf("what the first increment would upload: %w", err)
 	}
 	return &changelogEnableResult{Root: root, Dir: c.Dir(), Agent: ad.Name(), Settings: path, Events: events, Changed: changed,
-		Roots: c.Roots(), Upload: up, Parallel: changelog.ParallelSessions(c.Dir()), TrustNote: ad.TrustNote(root)}, nil
+		Agents: agents, Roots: c.Roots(), Upload: up, Parallel: changelog.ParallelSessions(c.Dir()), TrustNote: ad.TrustNote(root)}, nil
 }
 
 // uploadPlan is what changelog enable says leaves the machine, and where.
@@ -463,6 +505,21 @@ func disableChangelog(env *Env, rf *rootFlags, settings string, settingsGiven bo
 		return nil, err
 	}
 	return &changelogDisableResult{Settings: path, Dir: c.Dir(), Removed: removed}, nil
+}
+
+// changelogHookAgents are the agents whose own hook file in root holds
+// marked changelog hooks.
+func changelogHookAgents(root string) []adapter.Adapter {
+	var out []adapter.Adapter
+	if root == "" {
+		return out
+	}
+	for _, a := range adapter.All() {
+		if hasMarked(filepath.Join(root, filepath.FromSlash(a.HookFile())), a.ChangelogSubcommand()) {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // rewindCommand is the friendly name of changelog apply.

@@ -248,13 +248,17 @@ func doctorCheckout(ctx context.Context, env *Env, root string) []doctorCheck {
 		return out
 	}
 	ad := primary
-	for _, a := range hookAgents(root, primary) {
+	for _, a := range hookAgents(root, primary, b) {
 		settings := filepath.Join(root, filepath.FromSlash(a.HookFile()))
-		captureOn := b != nil && b.Enabled && a.Name() == primary.Name()
-		if captureOn {
-			settings = b.SettingsPath()
+		captureOn := false
+		if b != nil && b.Enabled {
+			if h, ok := b.HookOf(a.Name()); ok {
+				captureOn, settings = true, h.Path(root)
+			}
 		}
-		changelogHere := changelogOn && (a.Name() == primary.Name() || hasMarked(settings, a.ChangelogSubcommand()))
+		// Every captured agent needs the changelog's hooks too (agentscm
+		// enable installs them for each).
+		changelogHere := changelogOn && (captureOn || a.Name() == primary.Name() || hasMarked(settings, a.ChangelogSubcommand()))
 		if !captureOn && !changelogHere {
 			continue
 		}
@@ -282,20 +286,20 @@ func doctorCheckout(ctx context.Context, env *Env, root string) []doctorCheck {
 	return out
 }
 
-// bindingAgent is the agent of a capture binding ("" without one: Claude
-// Code).
+// bindingAgent is the first agent of a capture binding ("" without one:
+// Claude Code).
 func bindingAgent(b *binding.Binding) string {
 	if b == nil {
 		return ""
 	}
-	return b.Agent
+	return b.Hooks()[0].Agent
 }
 
-// primaryAgent is the capture binding's agent, else the first agent whose
+// primaryAgent is the capture binding's first agent, else the first agent whose
 // hook file in root holds marked agentscm hooks, else Claude Code.
 func primaryAgent(root string, b *binding.Binding) string {
 	if b != nil {
-		return b.Agent
+		return b.Hooks()[0].Agent
 	}
 	for _, name := range []string{claude.AgentName, codex.AgentName, gemini.AgentName} {
 		if a, err := adapter.For(name); err == nil {
@@ -308,17 +312,21 @@ func primaryAgent(root string, b *binding.Binding) string {
 	return claude.AgentName
 }
 
-// hookAgents is primary, then every other agent whose hook file in root
-// holds marked agentscm hooks of its own.
-func hookAgents(root string, primary adapter.Adapter) []adapter.Adapter {
+// hookAgents is primary, then every other agent of the capture binding b
+// (nil: none) and every other agent whose hook file in root holds marked
+// agentscm hooks of its own, in the order of the agent table.
+func hookAgents(root string, primary adapter.Adapter, b *binding.Binding) []adapter.Adapter {
 	out := []adapter.Adapter{primary}
-	for _, name := range []string{claude.AgentName, codex.AgentName, gemini.AgentName} {
-		a, err := adapter.For(name)
-		if err != nil || a.Name() == primary.Name() {
+	for _, a := range adapter.All() {
+		if a.Name() == primary.Name() {
 			continue
 		}
+		bound := false
+		if b != nil {
+			_, bound = b.HookOf(a.Name())
+		}
 		file := filepath.Join(root, filepath.FromSlash(a.HookFile()))
-		if hasMarked(file, a.CaptureSubcommand()) || hasMarked(file, a.ChangelogSubcommand()) {
+		if bound || hasMarked(file, a.CaptureSubcommand()) || hasMarked(file, a.ChangelogSubcommand()) {
 			out = append(out, a)
 		}
 	}

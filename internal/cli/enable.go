@@ -6,8 +6,12 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
+	"github.com/agentscm/agentscm/internal/agent/adapter"
 	"github.com/agentscm/agentscm/internal/agent/codex"
 	"github.com/agentscm/agentscm/internal/agent/gemini"
 	"github.com/agentscm/agentscm/internal/binding"
@@ -80,7 +84,10 @@ start'), so the record reaches the Hub. It prints what it did and what to
 run next. Running it again changes nothing that is already on and puts
 back hooks that were removed. The agent (Claude Code, Codex CLI or Gemini
 CLI) is the one whose directory (.claude, .codex, .gemini) the checkout or
-your home holds, or --agent. 'agentscm disable' undoes it and keeps the
+your home holds, or --agent; on a checkout already on for other agents,
+--agent adds that agent (its hooks where it reads them) and keeps theirs,
+so one checkout may be captured for several agents ('agentscm disable
+--agent' removes one). 'agentscm disable' undoes it and keeps the
 record; the change-capture, changelog and work commands give full control.`)
 	root := fs.String("root", "", rootHelp)
 	agent := fs.String("agent", "", agentFlagHelp)
@@ -139,7 +146,13 @@ func enableCheckout(ctx context.Context, env *Env, rootFlag, agent string) (*ena
 	rep.Warnings = append(rep.Warnings, capRes.Warnings...)
 
 	rf := rootFlags{root: root, transcript: transcriptOn, home: env.Getenv("HOME")}
-	clRes, err := enableChangelog(ctx, env, changelogEnableOptions{rf: &rf, agent: capRes.Agent})
+	// The changelog's hooks for every agent capture has (the one asked
+	// for first), each where that agent reads them.
+	var more []string
+	for _, a := range capRes.Agents {
+		more = append(more, a.Agent)
+	}
+	clRes, err := enableChangelog(ctx, env, changelogEnableOptions{rf: &rf, agent: capRes.Agent, more: more})
 	if err != nil {
 		return rep, fmt.Errorf("capture is on, but the changelog is not: %w", err)
 	}
@@ -195,6 +208,11 @@ func printEnableReport(w io.Writer, rep *enableReport) {
 			what = "turned on again (same spool)"
 		}
 		fmt.Fprintf(w, "  capture %s (%s): %s hooks in %s\n", what, c.CaptureMode, agentTitle(c.Agent), relTo(rep.Root, c.ClaudeSettings))
+		for _, a := range c.Agents {
+			if a.Agent != c.Agent {
+				fmt.Fprintf(w, "  capture kept for %s: hooks in %s\n", agentTitle(a.Agent), relTo(rep.Root, a.Settings))
+			}
+		}
 	}
 	if cl := rep.Changelog; cl != nil {
 		fmt.Fprintln(w, "  changelog on: one increment per tool call, so you can rewind")
@@ -206,16 +224,32 @@ func printEnableReport(w io.Writer, rep *enableReport) {
 			fmt.Fprintf(w, "  Work already current (%s)\n", orUntitled(wk.Title))
 		}
 	}
-	switch agentOf(rep) {
-	case codex.AgentName:
-		fmt.Fprintf(w, "  note: %s (agentscm doctor checks the project's trust)\n", codex.TrustNote(rep.Root))
-	case gemini.AgentName:
-		fmt.Fprintf(w, "  note: %s\n", gemini.TrustNote(rep.Root))
+	for _, a := range agentsOf(rep) {
+		switch a {
+		case codex.AgentName:
+			fmt.Fprintf(w, "  note: %s (agentscm doctor checks the project's trust)\n", codex.TrustNote(rep.Root))
+		case gemini.AgentName:
+			fmt.Fprintf(w, "  note: %s\n", gemini.TrustNote(rep.Root))
+		}
 	}
 	fmt.Fprintf(w, "\nNow use %s in this checkout, then:\n", agentTitle(agentOf(rep)))
 	for _, n := range rep.Next {
 		fmt.Fprintf(w, "  %-24s %s\n", n.Command, n.Does)
 	}
+}
+
+// agentsOf is every agent capture has after enable, the one enable was
+// about first.
+func agentsOf(rep *enableReport) []string {
+	out := []string{agentOf(rep)}
+	if rep.Capture != nil {
+		for _, a := range rep.Capture.Agents {
+			if a.Agent != out[0] {
+				out = append(out, a.Agent)
+			}
+		}
+	}
+	return out
 }
 
 func agentOf(rep *enableReport) string {
@@ -256,24 +290,34 @@ func relTo(root, path string) string {
 
 // disableReport is what agentscm disable did, also its --format json.
 type disableReport struct {
-	Root      string                     `json:"root"`
+	Root string `json:"root"`
+	// Agent is the one agent --agent turned off ("" for all).
+	Agent     string                     `json:"agent,omitempty"`
 	Changelog *changelogDisableResult    `json:"changelog,omitempty"`
 	Capture   *binding.UnconfigureResult `json:"capture,omitempty"`
+	// Agents are the changelog hooks removed, one entry per agent.
+	Agents []changelogDisableResult `json:"changelog_agents,omitempty"`
+	// Removed is what --agent did to capture: that agent's hooks gone,
+	// the others' kept (capture stays on while any agent remains).
+	Removed *binding.RemoveAgentResult `json:"capture_agent,omitempty"`
 	// Kept lists what stays: the spool, the changelog's increments, the
 	// connection and the Work.
 	Kept []string `json:"kept"`
 }
 
 func runNewcomerDisable(ctx context.Context, env *Env, args []string) error {
-	flags := newFlags(env, "agentscm disable", "[--root PATH] [--format text|json]",
+	flags := newFlags(env, "agentscm disable", "[--root PATH] [--agent NAME] [--format text|json]",
 		`Undo agentscm enable for the checkout holding the working directory:
-remove the changelog's hooks ('changelog disable') and the capture hooks,
-and disable the capture binding ('change-capture unconfigure'). Nothing
-recorded is deleted: the spool, the changelog's increments (rewind keeps
-working), the client connection and the Work stay; 'agentscm enable' turns
-it all on again with the same spool. Refused with exit status 5 while an
-agent turn runs.`)
+remove the changelog's hooks ('changelog disable') and the capture hooks
+of every agent, and disable the capture binding ('change-capture
+unconfigure'). With --agent, only that agent's hooks (capture and
+changelog) go: the other agents of the checkout stay captured, and capture
+turns off only when it was the last. Nothing recorded is deleted: the
+spool, the changelog's increments (rewind keeps working), the client
+connection and the Work stay; 'agentscm enable' turns it all on again with
+the same spool. Refused with exit status 5 while an agent turn runs.`)
 	root := flags.String("root", "", rootHelp)
+	agent := flags.String("agent", "", "turn off only this agent (claude-code, codex or gemini), keeping the others")
 	format := formatFlag(flags)
 	if err := parseFlags(env, flags, args, false); err != nil {
 		return err
@@ -286,33 +330,64 @@ agent turn runs.`)
 	if err != nil {
 		return err
 	}
-	rep := &disableReport{Root: canon, Kept: []string{}}
+	one := ""
+	if *agent != "" {
+		a, err := adapter.For(*agent)
+		if err != nil {
+			return usagef("--agent: %v", err)
+		}
+		one = a.Name()
+	}
+	rep := &disableReport{Root: canon, Agent: one, Kept: []string{}}
+	var b *binding.Binding
+	if cfg, err := store.Bindings().Load(); err == nil {
+		b = cfg.Find(canon)
+	}
 	if dir := changelog.DirFor(store.Dir, canon); dir != "" {
 		if _, err := changelog.LoadRoots(dir); err == nil {
-			agent := ""
-			if cfg, err := store.Bindings().Load(); err == nil {
-				if b := cfg.Find(canon); b != nil {
-					agent = b.Agent
+			for _, h := range disableAgents(canon, b, one) {
+				if one == "" {
+					if _, err := os.Stat(h.Path(canon)); err != nil {
+						continue // no hook file: nothing of this agent's to remove
+					}
 				}
+				rf := rootFlags{root: canon}
+				res, err := disableChangelog(env, &rf, h.Settings, true, h.Agent)
+				if err != nil {
+					return fmt.Errorf("turn off the changelog of %s: %w", agentTitle(h.Agent), err)
+				}
+				if rep.Changelog == nil {
+					rep.Changelog = res
+					rep.Kept = append(rep.Kept, "the changelog's increments in "+res.Dir+" (rewind still works)")
+				}
+				rep.Agents = append(rep.Agents, *res)
 			}
-			rf := rootFlags{root: canon}
-			res, err := disableChangelog(env, &rf, "", false, agent)
-			if err != nil {
-				return fmt.Errorf("turn off the changelog: %w", err)
-			}
-			rep.Changelog = res
-			rep.Kept = append(rep.Kept, "the changelog's increments in "+res.Dir+" (rewind still works)")
 		} else if !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
 	}
-	res, err := binding.Unconfigure(ctx, store, canon)
-	switch {
-	case err == nil:
-		rep.Capture = res
-		rep.Kept = append(rep.Kept, "the capture spool "+res.Spool)
-	case rep.Changelog == nil:
-		return err
+	if one != "" {
+		res, err := binding.RemoveAgent(ctx, store, canon, one)
+		switch {
+		case err == nil:
+			rep.Removed, rep.Capture = res, res.Capture
+			if res.Capture != nil {
+				rep.Kept = append(rep.Kept, "the capture spool "+res.Capture.Spool)
+			}
+		case !slices.ContainsFunc(rep.Agents, func(c changelogDisableResult) bool { return c.Removed }) ||
+			!errors.Is(err, binding.ErrAgentNotBound) && !errors.Is(err, binding.ErrNoBinding):
+			// Nothing of the agent's was on: say why.
+			return err
+		}
+	} else {
+		res, err := binding.Unconfigure(ctx, store, canon)
+		switch {
+		case err == nil:
+			rep.Capture = res
+			rep.Kept = append(rep.Kept, "the capture spool "+res.Spool)
+		case rep.Changelog == nil:
+			return err
+		}
 	}
 	if c, err := connections.Lookup(store.Dir, canon); err == nil {
 		rep.Kept = append(rep.Kept, fmt.Sprintf("the connection to repository %s on %s, and its Works", c.Repository, c.Hub))
@@ -320,11 +395,28 @@ agent turn runs.`)
 	if *format == "json" {
 		return writeJSON(env.Stdout, rep)
 	}
-	fmt.Fprintf(env.Stdout, "agentscm is off for %s\n", canon)
-	if rep.Changelog != nil {
-		fmt.Fprintln(env.Stdout, "  changelog hooks removed")
+	if r := rep.Removed; r != nil && len(r.Remaining) > 0 {
+		fmt.Fprintf(env.Stdout, "agentscm is off for %s in %s\n", agentTitle(one), canon)
+	} else {
+		fmt.Fprintf(env.Stdout, "agentscm is off for %s\n", canon)
 	}
-	if rep.Capture != nil {
+	for _, c := range rep.Agents {
+		if c.Removed {
+			fmt.Fprintf(env.Stdout, "  changelog hooks removed from %s\n", relTo(canon, c.Settings))
+		}
+	}
+	if r := rep.Removed; r != nil && len(r.Remaining) > 0 {
+		line := "no capture hooks were in " + relTo(canon, r.Settings)
+		if r.HooksRemoved {
+			line = "hooks removed from " + relTo(canon, r.Settings)
+		}
+		fmt.Fprintf(env.Stdout, "  capture of %s: %s\n", agentTitle(one), line)
+		var names []string
+		for _, a := range r.Remaining {
+			names = append(names, agentTitle(a))
+		}
+		fmt.Fprintf(env.Stdout, "  capture stays on for %s\n", strings.Join(names, ", "))
+	} else if rep.Capture != nil {
 		fmt.Fprintf(env.Stdout, "  capture: %s\n", unconfigureHooksLine(rep.Capture))
 		if rep.Capture.Warning != "" {
 			fmt.Fprintf(env.Stderr, "agentscm: warning: %s\n", rep.Capture.Warning)
@@ -335,4 +427,35 @@ agent turn runs.`)
 	}
 	fmt.Fprintln(env.Stdout, "Run agentscm enable to turn it on again.")
 	return nil
+}
+
+// disableAgents are the agents whose changelog hooks disable removes, each
+// with its hook file: one when given; else every agent of the capture
+// binding b (nil: none) and every agent whose own hook file in root holds
+// changelog hooks (Claude Code when none). A binding's agent keeps the
+// hook file the binding records.
+func disableAgents(root string, b *binding.Binding, one string) []binding.AgentHooks {
+	var out []binding.AgentHooks
+	add := func(h binding.AgentHooks) {
+		if !slices.ContainsFunc(out, func(o binding.AgentHooks) bool { return o.Agent == h.Agent }) {
+			out = append(out, h)
+		}
+	}
+	if b != nil {
+		for _, h := range b.Hooks() {
+			if one == "" || h.Agent == one {
+				add(h)
+			}
+		}
+	}
+	for _, a := range adapter.All() {
+		if one == "" && slices.Contains(changelogHookAgents(root), a) || a.Name() == one {
+			add(binding.AgentHooks{Agent: a.Name(), Settings: a.HookFile()})
+		}
+	}
+	if len(out) == 0 {
+		a := adapter.All()[0]
+		add(binding.AgentHooks{Agent: a.Name(), Settings: a.HookFile()})
+	}
+	return out
 }

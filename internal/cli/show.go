@@ -9,6 +9,7 @@ import (
 	"github.com/agentscm/agentscm/internal/changelog/incmeta"
 	"github.com/agentscm/agentscm/internal/client"
 	"github.com/agentscm/agentscm/internal/hub/api"
+	"github.com/agentscm/agentscm/internal/spool"
 	"github.com/agentscm/agentscm/internal/timeline"
 )
 
@@ -89,6 +90,7 @@ change-record projection itself (the JSON of GET .../works/{work}/record).`)
 			incs, src = hincs, hsrc
 		}
 	}
+	src.Agents = spoolAgents(env, c.Root)
 	tl := timeline.Build(rec, incs, src)
 	if *format == "json" {
 		return writeJSON(env.Stdout, tl)
@@ -99,6 +101,39 @@ change-record projection itself (the JSON of GET .../works/{work}/record).`)
 		timeline.WriteSummary(env.Stdout, tl)
 	}
 	return nil
+}
+
+// spoolAgents is the agent of each native session the checkout's spool
+// holds (nil when it has none or it is unreadable): several agents may be
+// captured in one checkout, and the Hub's record does not name them.
+func spoolAgents(env *Env, root string) map[string]string {
+	store, err := configStore(env)
+	if err != nil {
+		return nil
+	}
+	cfg, err := store.Bindings().Load()
+	if err != nil {
+		return nil
+	}
+	b := cfg.Find(root)
+	if b == nil {
+		return nil
+	}
+	sp, err := spool.OpenReadOnly(b.Spool)
+	if err != nil {
+		return nil
+	}
+	recs, err := sp.Events()
+	if err != nil {
+		return nil
+	}
+	out := map[string]string{}
+	for _, r := range recs {
+		if r.Agent != "" && r.SessionID != "" {
+			out[r.SessionID] = r.Agent
+		}
+	}
+	return out
 }
 
 // localIncrements reads the checkout's local changelog for the timeline's

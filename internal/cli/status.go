@@ -146,18 +146,28 @@ increments, the newest), the time of the last captured event, and warnings
 		}
 	}
 	if st.Capture != nil && st.Capture.Configured {
-		settings := st.Capture.ClaudeSettings
-		if settings == "" {
-			settings = binding.DefaultClaudeSettings
-		}
-		if !filepath.IsAbs(settings) {
-			settings = filepath.Join(root, filepath.FromSlash(settings))
-		}
-		if checks, err := checkHookBinaries(ctx, settings); err == nil {
+		// The binaries every agent's hooks name, each binary once.
+		seen := map[string]bool{}
+		for _, a := range st.Capture.Agents {
+			checks, err := checkHookBinaries(ctx, a.Settings)
+			if err != nil {
+				continue
+			}
 			for _, c := range checks {
+				if seen[c.Path] {
+					continue
+				}
+				seen[c.Path] = true
 				st.HookBinaries = append(st.HookBinaries, c)
 				if c.Problem != "" {
 					warn("hook binary %s: %s: %s", c.Path, c.Problem, hookBinaryFix(c.Path))
+				}
+			}
+		}
+		if st.Capture.Enabled {
+			for _, a := range st.Capture.Agents {
+				if len(a.Installed) < len(a.Events) {
+					warn("%s", agentHooksLine(root, a, true))
 				}
 			}
 		}
@@ -205,6 +215,9 @@ func printCheckoutStatus(env *Env, st *checkoutStatus) {
 	if s := st.Capture; s != nil {
 		if s.Configured {
 			fmt.Fprintf(w, "  capture:      %s (%s, enabled %v)\n", s.State, s.Mode, s.Enabled)
+			for _, a := range s.Agents {
+				fmt.Fprintf(w, "  agent:        %s\n", agentHooksLine(st.Root, a, s.Enabled))
+			}
 		} else if len(s.StrayHooks) > 0 {
 			fmt.Fprintf(w, "  capture:      %s, but capture hooks are installed (half configured: see the warning)\n", s.State)
 		} else {

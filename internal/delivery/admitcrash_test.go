@@ -2,6 +2,8 @@ package delivery
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,7 +26,10 @@ import (
 // (grep fail(" in internal/spool and internal/capture): the capture
 // ledger's reservation and claim, every write of the event, its body
 // artifact and its gaps, the intake file's removal, and the summary the
-// holder writes when it lets the lock go.
+// holder writes when it lets the lock go. The failpoints of an action
+// start's source bytes (blob.artifact.*, stage.admit.renamed) are killed
+// in cmd/agentscm-hook-intake's TestIntakeAdmissionOfSourceBytesKilled,
+// on a dirty Git checkout.
 var admissionFailpoints = []string{
 	"capture.reserved", "capture.claimed",
 	"append.envelope.temp-written", "append.envelope.temp-synced", "append.envelope.linked",
@@ -297,13 +302,27 @@ func TestCompactionCrashDeliveryContinues(t *testing.T) {
 			if !errors.As(err, &ee) || ee.ProcessState.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
 				t.Fatalf("deliverer child at %s: %v, want killed by SIGKILL\n%s", fp, err, out)
 			}
+			// Before any holder completes it, inspect reports a committed (linked)
+			// compaction's cleanup as pending, and neither it nor the
+			// health checks call delivery stopped.
+			ins, err := spool.Inspect(f.spool, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if committed := fp == "compact.index.linked" || fp == "compact.committed" || fp == "compact.mid-cleanup" || fp == "compact.cleaned"; ins.Compaction.PendingCleanup != committed || ins.DeliveryStopped {
+				t.Fatalf("inspect after a kill at %s: cleanup pending %v (want %v), delivery stopped %v; problems %v",
+					fp, ins.Compaction.PendingCleanup, committed, ins.DeliveryStopped, ins.Problems)
+			}
+			if h := spool.CheckHealth(f.spool); !h.Healthy {
+				t.Fatalf("health after a kill at %s: %+v", fp, h.Failing)
+			}
 			intake("toolu_after_1")
 			intake("toolu_after_2")
 			rep, err := capture.DeliverSpool(context.Background(), f.store, Opener{f.cfg}, f.spool, nil, capture.DeliverBounds{})
 			if err != nil || rep.Outcome != "idle" || rep.Detail != "" {
 				t.Fatalf("deliver after the crash at %s: %+v %v", fp, rep, err)
 			}
-			ins, err := spool.Inspect(f.spool, 10)
+			ins, err = spool.Inspect(f.spool, 10)
 			if err != nil || ins.Intake != 0 || ins.Pending.Total != 0 || ins.DeliveryStopped || ins.Compaction.PendingCleanup || ins.Compaction.Runs == 0 {
 				t.Fatalf("after deliver: intake %d pending %d stopped %v cleanup %v runs %d %v", ins.Intake, ins.Pending.Total,
 					ins.DeliveryStopped, ins.Compaction.PendingCleanup, ins.Compaction.Runs, err)
@@ -312,5 +331,109 @@ func TestCompactionCrashDeliveryContinues(t *testing.T) {
 				t.Fatalf("Hub events %d, want %d", len(rec.Events), before+3)
 			}
 		})
+	}
+}
+
+// TestAdmissionQuarantineCrashKeepsGap kills a real deliverer process
+// (SIGKILL) at each failpoint of the quarantine of an intake file that
+// failed admission maxAdmitAttempts times (its gap's writes, the move):
+// the next deliverer completes it, the admission_failed gap names the file
+// exactly once, and the Hub shows it over the file's sequence. Before, the
+// move came first and its gap after: a kill at recover.quarantined left
+// the file quarantined and its loss named nowhere.
+func TestAdmissionQuarantineCrashKeepsGap(t *testing.T) {
+	if os.Getenv("AGENTSCM_TEST_DELIVERER_CHILD") != "" {
+		return
+	}
+	for _, fp := range []string{"append.gap.temp-written", "append.gap.linked", "recover.quarantined"} {
+		t.Run(fp, func(t *testing.T) { admissionQuarantineCrash(t, fp) })
+	}
+}
+
+func admissionQuarantineCrash(t *testing.T, fp string) {
+	f := newFixture(t)
+	work := f.startWork(t)
+	f.hook(t, f.payload("SessionStart", `,"source":"startup"`))
+	ro, err := spool.OpenReadOnly(f.spool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := action.OpenReceipts(f.cfg, ro)
+	if err := rs.Ensure(); err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(rs.Dir(), action.ID("claude-code", "native-1", "toolu_bad")+".s.pending")
+	if err := os.WriteFile(bad, []byte("{not a receipt"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{
+		f.payload("PreToolUse", `,"tool_name":"Bash","tool_use_id":"toolu_bad","tool_input":{"command":"ls"}`),
+		f.payload("PreToolUse", `,"tool_name":"Bash","tool_use_id":"toolu_ok","tool_input":{"command":"ls"}`),
+	} {
+		if res, err := capture.HandleClaudeHook(context.Background(), f.store, noopBG{Opener{f.cfg}}, strings.NewReader(p), time.Now()); err != nil || res.Intake == "" {
+			t.Fatalf("intake-first hook: %+v %v", res, err)
+		}
+	}
+	// Deliverers fail the file's admission until the next one quarantines
+	// it: the admission mark in the ledger directory counts the failures.
+	sum := sha256.Sum256([]byte(f.spool))
+	markPath := filepath.Join(f.cfg, "capture-ledger", hex.EncodeToString(sum[:8]), "admission")
+	for run := 0; ; run++ {
+		var mark struct {
+			Failures int `json:"failures"`
+		}
+		if b, err := os.ReadFile(markPath); err == nil && json.Unmarshal(b, &mark) == nil && mark.Failures == 2 {
+			break
+		}
+		if run == 5 {
+			t.Fatal("the admission mark never counted two failures")
+		}
+		capture.DeliverSpool(context.Background(), f.store, Opener{f.cfg}, f.spool, nil, capture.DeliverBounds{})
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestDelivererChild$")
+	cmd.Env = append(os.Environ(), "AGENTSCM_TEST_DELIVERER_CHILD="+f.cfg+"\n"+f.spool, spool.FailpointEnv+"="+fp)
+	out, err := cmd.CombinedOutput()
+	if ee := (*exec.ExitError)(nil); !errors.As(err, &ee) || ee.ProcessState.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("the quarantining deliverer at %s: %v, want killed by SIGKILL\n%s", fp, err, out)
+	}
+	for range 2 {
+		if _, err := capture.DeliverSpool(context.Background(), f.store, Opener{f.cfg}, f.spool, nil, capture.DeliverBounds{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ins, err := spool.Inspect(f.spool, 10)
+	if err != nil || ins.Intake != 0 || ins.Pending.Total != 0 || ins.Quarantine.Total != 1 {
+		t.Fatalf("intake %d pending %d quarantine %d %v", ins.Intake, ins.Pending.Total, ins.Quarantine.Total, err)
+	}
+	rec := f.record(t, work)
+	named := 0
+	for _, g := range rec.Gaps {
+		if g.Reason == capture.GapReasonAdmissionFailed {
+			named++
+			if g.FromSeq != 2 || g.ToSeq != 2 {
+				t.Errorf("admission_failed gap over %d..%d, want 2..2", g.FromSeq, g.ToSeq)
+			}
+		}
+	}
+	if named != 1 || rec.Sessions[0].MissingSeqs != 0 {
+		t.Fatalf("%d admission_failed gaps on the Hub, want 1; session %+v; gaps %+v", named, rec.Sessions[0], rec.Gaps)
+	}
+	// The spool holds the gap once.
+	sp, err := spool.Open(f.spool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := sp.Events()
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := 0
+	for _, r := range recs {
+		if r.Kind == event.KindGap && r.Gap != nil && r.Gap.Reason == capture.GapReasonAdmissionFailed {
+			local++
+		}
+	}
+	if local != 1 {
+		t.Fatalf("the spool holds %d admission_failed gaps, want 1", local)
 	}
 }

@@ -43,8 +43,27 @@ func TestDelivererDrainsTailWithoutLaterHook(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Outcome != "idle" || rep.Windows < 2 || rep.Admitted != n {
-		t.Fatalf("deliverer %+v: want idle after more than one window, %d admitted", rep, n)
+	switch {
+	case rep.Outcome == "idle":
+		if rep.Windows < 2 || rep.Admitted != n {
+			t.Fatalf("deliverer %+v: want idle after more than one window, %d admitted", rep, n)
+		}
+	case rep.Outcome == "bound" && rep.Resume:
+		// A window that made no progress (on a loaded machine a 150 ms
+		// window can go to opening the Hub) ends the run with the
+		// durable note instead, and the next process of any kind
+		// (ResumeDelivery: status, show, the local page) resumes it.
+		t.Logf("the run stopped at a window without progress: %s", rep.Detail)
+		bg := newBG(f)
+		if ok, err := capture.ResumeDelivery(f.store, bg, f.spool, time.Now()); err != nil || !ok {
+			t.Fatalf("the run's note did not resume delivery: %v %v", ok, err)
+		}
+		bg.wg.Wait()
+		if len(*bg.reports) != 1 || (*bg.reports)[0].Outcome != "idle" {
+			t.Fatalf("the resumed deliverer: %+v", *bg.reports)
+		}
+	default:
+		t.Fatalf("deliverer %+v: want idle after more than one window, or a bound with the note that resumes it", rep)
 	}
 	if ins, err := spool.Inspect(f.spool, 1); err != nil || ins.Intake != 0 || ins.Pending.Total != 0 {
 		t.Fatalf("left: intake %d pending %d %v", ins.Intake, ins.Pending.Total, err)

@@ -199,6 +199,11 @@ type Source struct {
 	// Note says why.
 	Name string
 	Note string
+	// Agents, when set, is the agent of each native session this
+	// machine's spool observed (every spool record names its agent): it
+	// names a session the record itself does not mark (the Hub does not
+	// store the agent).
+	Agents map[string]string
 }
 
 // Event kinds of the record that a timeline reads.
@@ -222,6 +227,14 @@ func Build(rec api.ChangeRecord, incs []Increment, src Source) *Timeline {
 	tl := &Timeline{Work: rec.Work, Usage: rec.Usage, Setups: rec.Setups, EventsOmitted: rec.EventsOmitted,
 		Changes: src.Name, ChangesNote: src.Note, Sessions: []Session{}, Actions: []Action{}, Rewinds: []Position{}}
 	agentOf := sessionAgents(rec)
+	for _, s := range rec.Sessions {
+		k := sessKey{s.Generation, s.Session}
+		for _, n := range s.NativeSessionIDs {
+			if a := src.Agents[n]; agentOf[k] == "" && a != "" {
+				agentOf[k] = a
+			}
+		}
+	}
 	tl.Coverage = explainCoverage(rec, agentOf)
 
 	// Sessions, in the record's order, with their gaps.

@@ -303,15 +303,19 @@ func TestResultWhyNamesTheRule(t *testing.T) {
 }
 
 // TestAgentTexts: a session's host is read from the record (Gemini CLI's
-// own hook event names; an action id of Codex's formula) and its gap and
-// result texts name that agent, not Claude Code (issue 28 item 6).
+// own hook event names; an action id of Codex's formula), else from the
+// local spool's records (Source.Agents: a Codex session the record does
+// not mark, issue 29), and its gap and result texts name that agent, not
+// Claude Code (issue 28 item 6).
 func TestAgentTexts(t *testing.T) {
 	gemini := map[string]string{"PreToolUse": "BeforeTool", "PostToolUse": "AfterTool", "PostToolUseFailure": "AfterTool", "UserPromptSubmit": "BeforeAgent", "Stop": "AfterAgent"}
 	for _, tc := range []struct {
 		agent, name string
 		mutate      func(r *api.ChangeRecord)
+		fromSpool   bool
 	}{
-		{AgentClaude, "Claude Code", func(r *api.ChangeRecord) {}},
+		{AgentCodex, "Codex CLI", func(r *api.ChangeRecord) { r.Actions = nil }, true},
+		{AgentClaude, "Claude Code", func(r *api.ChangeRecord) {}, false},
 		{AgentGemini, "Gemini CLI", func(r *api.ChangeRecord) {
 			for i, e := range r.Events {
 				if g, ok := gemini[e.HookEvent]; ok {
@@ -319,7 +323,7 @@ func TestAgentTexts(t *testing.T) {
 				}
 			}
 			r.Actions = nil
-		}},
+		}, false},
 		{AgentCodex, "Codex CLI", func(r *api.ChangeRecord) {
 			for i, a := range r.Actions {
 				for _, e := range r.Events {
@@ -330,12 +334,19 @@ func TestAgentTexts(t *testing.T) {
 					}
 				}
 			}
-		}},
+		}, false},
 	} {
-		t.Run(tc.agent, func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s/spool=%v", tc.agent, tc.fromSpool), func(t *testing.T) {
 			rec, incs := fixture(t)
 			tc.mutate(&rec)
-			tl := Build(rec, incs, Source{Name: "local changelog"})
+			src := Source{Name: "local changelog"}
+			if tc.fromSpool {
+				src.Agents = map[string]string{}
+				for _, n := range rec.Sessions[0].NativeSessionIDs {
+					src.Agents[n] = tc.agent
+				}
+			}
+			tl := Build(rec, incs, src)
 			s := tl.Sessions[0]
 			if tc.agent != AgentClaude && s.Agent != tc.agent {
 				t.Fatalf("session agent %q, want %q", s.Agent, tc.agent)

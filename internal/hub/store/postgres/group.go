@@ -44,7 +44,10 @@ func (s *Store) startWriters(n int) {
 	if n < 1 {
 		return
 	}
-	s.ops, s.quit = make(chan *writeOp), make(chan struct{})
+	s.ops = make(chan *writeOp)
+	if s.quit == nil {
+		s.quit = make(chan struct{})
+	}
 	for range n {
 		s.writers.Add(1)
 		go s.writer()

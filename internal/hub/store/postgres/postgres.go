@@ -67,6 +67,11 @@ type Store struct {
 	closeOnce                  sync.Once
 	writers                    sync.WaitGroup
 	groups, grouped, fallbacks atomic.Int64
+
+	// Group commit of plain events envelopes (eventsgroup.go).
+	evOps                            chan *eventsOp
+	evGroups, evGrouped, evFallbacks atomic.Int64
+	streams                          streamCache
 }
 
 // Retries counts the Update attempts rolled back for a serialization
@@ -82,11 +87,17 @@ type Stats struct {
 	// Updates in them; Fallbacks: groups rolled back whose Updates then
 	// ran on their own.
 	Groups, Grouped, Fallbacks int64
+	// EventGroups: transactions that committed two or more plain events
+	// envelopes (CommitEvents); EventGrouped: the envelopes in them;
+	// EventFallbacks: groups that committed nothing and whose envelopes
+	// then ran on their own.
+	EventGroups, EventGrouped, EventFallbacks int64
 }
 
 // Stats returns the counters.
 func (s *Store) Stats() Stats {
-	return Stats{Retries: s.retries.Load(), Groups: s.groups.Load(), Grouped: s.grouped.Load(), Fallbacks: s.fallbacks.Load()}
+	return Stats{Retries: s.retries.Load(), Groups: s.groups.Load(), Grouped: s.grouped.Load(), Fallbacks: s.fallbacks.Load(),
+		EventGroups: s.evGroups.Load(), EventGrouped: s.evGrouped.Load(), EventFallbacks: s.evFallbacks.Load()}
 }
 
 // Options tune a Store.
@@ -94,6 +105,11 @@ type Options struct {
 	// Writers is the number of group-commit writers: 0 or a negative
 	// number means none (every Update its own transaction, the default).
 	Writers int
+	// EventCommitters is the number of goroutines that group-commit
+	// concurrent plain events envelopes (CommitEvents, eventsgroup.go):
+	// 0 means DefaultEventCommitters, a negative number none (each
+	// envelope its own transaction).
+	EventCommitters int
 }
 
 // Open connects to the database a DSN names (postgres://... or key=value;
@@ -128,6 +144,11 @@ func OpenWith(ctx context.Context, dsn string, o Options) (*Store, error) {
 		return nil, err
 	}
 	s.startWriters(o.Writers)
+	committers := o.EventCommitters
+	if committers == 0 {
+		committers = DefaultEventCommitters
+	}
+	s.startEventCommitters(committers)
 	return s, nil
 }
 
@@ -137,25 +158,36 @@ func OpenWith(ctx context.Context, dsn string, o Options) (*Store, error) {
 const WritersParam = "agentscm_writers"
 
 func takeWriters(dsn string, o *Options) (string, error) {
-	if !strings.Contains(dsn, WritersParam) {
+	if !strings.Contains(dsn, WritersParam) && !strings.Contains(dsn, EventCommittersParam) {
 		return dsn, nil
 	}
 	u, err := url.Parse(dsn)
 	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-		return "", fmt.Errorf("hub store: %s is only understood in a postgres:// DSN", WritersParam)
+		return "", fmt.Errorf("hub store: %s and %s are only understood in a postgres:// DSN", WritersParam, EventCommittersParam)
 	}
 	q := u.Query()
-	n, err := strconv.Atoi(q.Get(WritersParam))
-	if err != nil || n < -1 || n > 64 {
-		return "", fmt.Errorf("hub store: %s must be 1 to 64 writers, or 0 or -1 for no group commit", WritersParam)
+	if q.Has(WritersParam) {
+		n, err := strconv.Atoi(q.Get(WritersParam))
+		if err != nil || n < -1 || n > 64 {
+			return "", fmt.Errorf("hub store: %s must be 1 to 64 writers, or 0 or -1 for no group commit", WritersParam)
+		}
+		o.Writers = n
+		q.Del(WritersParam)
 	}
-	o.Writers = n
-	q.Del(WritersParam)
+	if q.Has(EventCommittersParam) {
+		n, err := strconv.Atoi(q.Get(EventCommittersParam))
+		if err != nil || n < -1 || n > 64 {
+			return "", fmt.Errorf("hub store: %s must be 1 to 64 committers, 0 for the default (%d) or -1 for none", EventCommittersParam, DefaultEventCommitters)
+		}
+		o.EventCommitters = n
+		q.Del(EventCommittersParam)
+	}
 	u.RawQuery = q.Encode()
 	return u.String(), nil
 }
 
-// Close stops the writers (after their current group) and closes the pool.
+// Close stops the writers and event committers (after their current
+// group) and closes the pool.
 func (s *Store) Close() error {
 	s.stopWriters()
 	s.pool.Close()
