@@ -7,9 +7,14 @@
 //
 //   - no watcher: every call lists every directory (the state is read from
 //     disk by a new process: nothing is warm but the page cache);
-//   - watcher: the default (AGENTSCM_CHANGELOG_WATCH unset), a watch server
-//     started on demand by the first incremental call, so the calls after
-//     the one that takes the first token list only what changed;
+//   - watcher, warm capture: the default (AGENTSCM_CHANGELOG_WATCH and
+//     AGENTSCM_CHANGELOG_WARM unset), a watch server started on demand by
+//     the first incremental call, which then takes each capture for the
+//     hook (changelog.CaptureOps): the hook process only asks and waits;
+//   - watcher, hook captures (AGENTSCM_CHANGELOG_WARM=0, the default before
+//     issue 33): the same server, on the same checkout, interleaved call by
+//     call with the warm capture, only answers what changed and the hook
+//     process lists those directories and stores the increment itself;
 //   - `agentscm-hook --help` (`agentscm --version` with -full): the process
 //     start of the same binary, the part
 //     of the watcher's hook that is not the capture's.
@@ -33,6 +38,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/changelog"
 	"github.com/agentscm/agentscm/internal/watch"
 )
 
@@ -92,8 +98,9 @@ func tree(env []string, repo string, files int) error {
 }
 
 type sample struct {
-	d     time.Duration
-	rssKB int64
+	d      time.Duration
+	rssKB  int64
+	minflt int64 // minor page faults
 }
 
 func timed(cmd *exec.Cmd) (sample, error) {
@@ -108,11 +115,11 @@ func timed(cmd *exec.Cmd) (sample, error) {
 		return sample{}, fmt.Errorf("%v warned: %s", cmd.Args, errb.String())
 	}
 	ru, _ := cmd.ProcessState.SysUsage().(*syscall.Rusage)
-	var rss int64
+	var rss, flt int64
 	if ru != nil {
-		rss = int64(ru.Maxrss)
+		rss, flt = int64(ru.Maxrss), int64(ru.Minflt)
 	}
-	return sample{d: d, rssKB: rss}, nil
+	return sample{d: d, rssKB: rss, minflt: flt}, nil
 }
 
 func run(files, n int, keep, full bool) error {
@@ -137,7 +144,8 @@ func run(files, n int, keep, full bool) error {
 	fmt.Printf("# hook process: %s changelog hook-claude\n", filepath.Base(hookBin))
 	env := append(os.Environ(), "HOME="+filepath.Join(base, "home"), "XDG_CONFIG_HOME="+filepath.Join(base, "config"), "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1")
 	plain := append(env[:len(env):len(env)], "AGENTSCM_CHANGELOG_WATCH=0")
-	watched := append(env[:len(env):len(env)], "AGENTSCM_CHANGELOG_WATCH=") // the default: on
+	watched := append(env[:len(env):len(env)], "AGENTSCM_CHANGELOG_WATCH=")                           // the default: on
+	cold := append(env[:len(env):len(env)], "AGENTSCM_CHANGELOG_WATCH=", "AGENTSCM_CHANGELOG_WARM=0") // the hook captures
 	repos := []string{filepath.Join(base, "a", "repo"), filepath.Join(base, "b", "repo")}
 	t0 := time.Now()
 	for _, r := range repos {
@@ -193,8 +201,8 @@ func run(files, n int, keep, full bool) error {
 	if err := waitReady(filepath.Join(base, "config"), repos[1]); err != nil {
 		return err
 	}
-	var ours, git, watch, start []sample
-	for range n {
+	var ours, git, watch, hookWatch, start []sample
+	for i := range n {
 		touch(repos[0])
 		s, err := hook(repos[0], plain)
 		if err != nil {
@@ -206,11 +214,19 @@ func run(files, n int, keep, full bool) error {
 			return err
 		}
 		git = append(git, s)
-		touch(repos[1])
-		if s, err = hook(repos[1], watched); err != nil {
-			return err
+		// The two watched subjects alternate which runs first (each
+		// hook leaves a detached deliverer running behind it).
+		for j := range 2 {
+			e, into := watched, &watch
+			if (i+j)%2 == 1 {
+				e, into = cold, &hookWatch
+			}
+			touch(repos[1])
+			if s, err = hook(repos[1], e); err != nil {
+				return err
+			}
+			*into = append(*into, s)
 		}
-		watch = append(watch, s)
 		startArg := "--help"
 		if full {
 			startArg = "--version"
@@ -224,7 +240,7 @@ func run(files, n int, keep, full bool) error {
 	fmt.Printf("changelog hook, whole process, %d files, %d calls each, interleaved (median; per-call ratios in brackets)\n", files, n)
 	fmt.Printf("first (full) increment: %.0f ms / %.0f ms; the call that starts the watch server (waits for it, lists every directory): %.0f ms\n", ms(first[0].d), ms(first[1].d), ms(tokenCall.d))
 	line := func(name string, s []sample) {
-		fmt.Printf("%-34s p50 %8.1f ms  max %8.1f ms  peak RSS p50 %6.1f MB  ratio to git status %.2fx [", name, ms(med(s).d), ms(maxd(s)), float64(medRSS(s))/1024, float64(med(s).d)/float64(med(git).d))
+		fmt.Printf("%-34s p50 %8.1f ms  max %8.1f ms  peak RSS p50 %6.1f MB  minor faults p50 %5d  ratio to git status %.2fx [", name, ms(med(s).d), ms(maxd(s)), float64(medRSS(s))/1024, medFlt(s), float64(med(s).d)/float64(med(git).d))
 		for i := range s {
 			if i > 0 {
 				fmt.Print(" ")
@@ -235,9 +251,18 @@ func run(files, n int, keep, full bool) error {
 	}
 	line("hook, no watcher (cold)", ours)
 	line("git status --porcelain (reference)", git)
-	line("hook, watcher (warm)", watch)
+	line("hook, watcher, warm capture", watch)
+	line("hook, watcher, hook captures", hookWatch)
 	line(filepath.Base(hookBin)+" --help/--version (process start)", start)
-	fmt.Printf("peak RSS ratio to git status: no watcher %.2fx, watcher %.2fx\n", float64(medRSS(ours))/float64(medRSS(git)), float64(medRSS(watch))/float64(medRSS(git)))
+	fmt.Printf("peak RSS ratio to git status: no watcher %.2fx, watcher (warm capture) %.2fx, watcher (hook captures) %.2fx\n", float64(medRSS(ours))/float64(medRSS(git)), float64(medRSS(watch))/float64(medRSS(git)), float64(medRSS(hookWatch))/float64(medRSS(git)))
+	fmt.Printf("warm capture / hook captures: p50 ratio %.2fx [", float64(med(watch).d)/float64(med(hookWatch).d))
+	for i := range watch {
+		if i > 0 {
+			fmt.Print(" ")
+		}
+		fmt.Printf("%.2f", float64(watch[i].d)/float64(hookWatch[i].d))
+	}
+	fmt.Println("]")
 	// Every call stored its own increment.
 	for i, r := range repos {
 		out, err := sh(env, "", bin, "changelog", "list", "--root", r, "--format", "json")
@@ -246,11 +271,23 @@ func run(files, n int, keep, full bool) error {
 		}
 		want := n + 1
 		if i == 1 {
-			want = n + 2
+			want = 2*n + 2
 		}
 		if c := strings.Count(out, `"position"`); c != want {
 			return fmt.Errorf("%s holds %d increments, want %d", r, c, want)
 		}
+	}
+	// The warm calls asked the server (their increments carry a capture
+	// id); the others did not.
+	incs, _ := filepath.Glob(filepath.Join(base, "config", "agentscm", "changelog", "*", "increments", "*.tgz"))
+	asked := 0
+	for _, p := range incs {
+		if m, err := changelog.ReadMeta(p); err == nil && m.CaptureID != "" {
+			asked++
+		}
+	}
+	if asked != n+2 { // and the two warm-up calls of the watched checkout
+		return fmt.Errorf("%d increments were asked of the watch server, want %d", asked, n+2)
 	}
 	return nil
 }
@@ -281,6 +318,12 @@ func med(s []sample) sample {
 	c := append([]sample(nil), s...)
 	sort.Slice(c, func(a, b int) bool { return c[a].d < c[b].d })
 	return c[len(c)/2]
+}
+
+func medFlt(s []sample) int64 {
+	c := append([]sample(nil), s...)
+	sort.Slice(c, func(a, b int) bool { return c[a].minflt < c[b].minflt })
+	return c[len(c)/2].minflt
 }
 
 func medRSS(s []sample) int64 {

@@ -1,5 +1,7 @@
-// Command hookbench measures the Claude Code capture hook as the agent runs
-// it: a fresh process per event, a recorded payload on stdin, a durable
+// Command hookbench measures the agents' capture hooks as the host runs
+// them (Claude Code by default; -agents codex,gemini adds Codex CLI's and
+// Gemini CLI's hooks on every one of their capture events, and -shell starts
+// every subject, references included, through `sh -c` as the hosts do): a fresh process per event, a recorded payload on stdin, a durable
 // append to a real spool, target resolution and delivery to a real Hub. Every
 // event kind is measured against two checkouts, each with a current Work:
 // one connected to the embedded Hub (in-process SQLite, the solo default)
@@ -15,6 +17,7 @@
 // fsyncref and the median minor page faults of each subject.
 //
 //	go run ./bench/hookbench -n 150 -runs 2
+//	go run ./bench/hookbench -shell -agents claude,codex,gemini -bins intake,lean -stores embedded
 package main
 
 import (
@@ -49,6 +52,9 @@ type options struct {
 	kinds   string
 	jsonOut string
 	base    string
+	agents  string
+	shell   bool
+	enable  bool
 }
 
 func main() {
@@ -61,6 +67,9 @@ func main() {
 	flag.StringVar(&o.kinds, "kinds", "SessionStart,UserPromptSubmit,PreToolUse,PostToolUse,PostToolUseFailure,Stop", "hook events to measure, in session order")
 	flag.StringVar(&o.jsonOut, "json", "", "also write the results as JSON to this file")
 	flag.StringVar(&o.base, "base", "", "also measure this agentscm binary (e.g. built from main) with its own checkouts")
+	flag.StringVar(&o.agents, "agents", "claude", "agent hosts whose capture hook to measure: claude (the events of -kinds), codex, gemini (every capture event of the host)")
+	flag.BoolVar(&o.enable, "enable", false, "bind each checkout with `change-capture enable --agent A` (what a user gets: the default Bash execution rule, so tool calls also bind the source and record actions) instead of `change-capture configure` (no rules)")
+	flag.BoolVar(&o.shell, "shell", false, "start every subject, the references included, through `sh -c` as the host starts a hook")
 	flag.Parse()
 	var all [][]row
 	for r := 1; r <= *runs; r++ {
@@ -145,6 +154,10 @@ func run(o options) ([]row, error) {
 	if err := os.Mkdir(refDir, 0o700); err != nil {
 		return nil, err
 	}
+	agents, err := agentsFor(o.agents, strings.Split(o.kinds, ","))
+	if err != nil {
+		return nil, err
+	}
 	subjects := []*subject{
 		{name: "/bin/true", argv: []string{"/bin/true"}, stdin: func(int) []byte { return nil }},
 		{name: "fsyncref (one durable write)", argv: []string{ref, refDir}, stdin: payload("PreToolUse", "/", "ref")},
@@ -175,22 +188,38 @@ func run(o options) ([]row, error) {
 	}()
 	for _, store := range strings.Split(o.stores, ",") {
 		for _, b := range bins {
-			dir := filepath.Join(work, store+"-"+b.label)
-			root, env, srv, err := setup(b.admin, dir, store)
-			if srv != nil {
-				servers = append(servers, srv)
+			for _, ag := range agents {
+				label := b.label
+				if len(agents) > 1 || ag.name != "claude-code" {
+					label = ag.name + " " + b.label
+				}
+				dir := filepath.Join(work, store+"-"+strings.ReplaceAll(label, " ", "-"))
+				var enable []string
+				if o.enable {
+					enable = []string{"--agent", ag.name}
+				}
+				root, env, srv, err := setup(b.admin, dir, store, enable)
+				if srv != nil {
+					servers = append(servers, srv)
+				}
+				if err != nil {
+					return nil, fmt.Errorf("%s %s: %w", store, label, err)
+				}
+				for _, ev := range ag.kinds {
+					subjects = append(subjects, &subject{
+						name:  fmt.Sprintf("%s %s %s", label, store, ev),
+						argv:  append([]string{b.exe}, ag.args...),
+						env:   env,
+						stdin: ag.payload(ev, root, "bench-"+store+"-"+strings.ReplaceAll(label, " ", "-"), dir),
+					})
+				}
 			}
-			if err != nil {
-				return nil, fmt.Errorf("%s %s: %w", store, b.label, err)
-			}
-			for _, ev := range strings.Split(o.kinds, ",") {
-				subjects = append(subjects, &subject{
-					name:  fmt.Sprintf("%s %s %s", b.label, store, ev),
-					argv:  []string{b.exe, "change-capture", "hook-claude"},
-					env:   env,
-					stdin: payload(ev, root, "bench-"+store+"-"+b.label),
-				})
-			}
+		}
+	}
+	if o.shell {
+		for _, s := range subjects {
+			s.argv = viaShell(s.argv)
+			s.name = "sh -c " + s.name
 		}
 	}
 	for i := 0; i < o.n; i++ {
@@ -206,14 +235,14 @@ func run(o options) ([]row, error) {
 	slices.Sort(subjects[1].times)
 	ref50, ref99 := ms(pct(subjects[1].times, 50)), ms(pct(subjects[1].times, 99))
 	var rows []row
-	fmt.Printf("%-38s %5s %8s %8s %8s %9s %9s %7s\n", "subject", "runs", "p50 ms", "p90 ms", "p99 ms", "p50/ref", "p99/ref", "faults")
+	fmt.Printf("%-46s %5s %8s %8s %8s %9s %9s %7s\n", "subject", "runs", "p50 ms", "p90 ms", "p99 ms", "p50/ref", "p99/ref", "faults")
 	for _, s := range subjects {
 		slices.Sort(s.times)
 		slices.Sort(s.faults)
 		r := row{Name: s.name, Runs: len(s.times), P50: ms(pct(s.times, 50)), P90: ms(pct(s.times, 90)), P99: ms(pct(s.times, 99)), Faults: s.faults[len(s.faults)/2]}
 		r.P50Ratio, r.P99Ratio = r.P50/ref50, r.P99/ref99
 		rows = append(rows, r)
-		fmt.Printf("%-38s %5d %8.2f %8.2f %8.2f %8.2fx %8.2fx %7d\n", r.Name, r.Runs, r.P50, r.P90, r.P99, r.P50Ratio, r.P99Ratio, r.Faults)
+		fmt.Printf("%-46s %5d %8.2f %8.2f %8.2f %8.2fx %8.2fx %7d\n", r.Name, r.Runs, r.P50, r.P90, r.P99, r.P50Ratio, r.P99Ratio, r.Faults)
 	}
 	return rows, nil
 }
@@ -261,7 +290,7 @@ func sh(env []string, argv ...string) error {
 // setup makes a checkout under dir connected to a Hub (embedded, or a new
 // `hub serve` on loopback, which it returns to be stopped), binds it to a
 // spool with the capture hooks and starts a Work.
-func setup(bin, dir, store string) (string, []string, *exec.Cmd, error) {
+func setup(bin, dir, store string, enable []string) (string, []string, *exec.Cmd, error) {
 	root := filepath.Join(dir, "repo")
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return "", nil, nil, err
@@ -304,8 +333,14 @@ func setup(bin, dir, store string) (string, []string, *exec.Cmd, error) {
 	default:
 		return "", nil, nil, fmt.Errorf("unknown store %q", store)
 	}
+	bind := []string{"change-capture", "configure", "--root", root, "--spool", filepath.Join(dir, "spool")}
+	if len(enable) > 0 {
+		// What a user gets: the binding of the agent's host, its hooks in
+		// its own file, the default rules.
+		bind = append([]string{"change-capture", "enable", "--root", root}, enable...)
+	}
 	for _, args := range [][]string{
-		{"change-capture", "configure", "--root", root, "--spool", filepath.Join(dir, "spool")},
+		bind,
 		{"work", "start", "--root", root, "--title", "hook benchmark"},
 	} {
 		if err := sh(env, append([]string{bin}, args...)...); err != nil {

@@ -66,7 +66,9 @@ func TestLinksOnlyTheIntake(t *testing.T) {
 	}
 }
 
-// TestArgs: usage on bad arguments (exit 2), help on stdout (exit 0).
+// TestArgs: usage on bad arguments (exit 2), help on stdout (exit 0); a
+// route that runs the changelog is handed to the full hook binary (here
+// missing: one warning line, exit 0, as every hook fails open).
 func TestArgs(t *testing.T) {
 	for _, c := range []struct {
 		args     []string
@@ -75,8 +77,9 @@ func TestArgs(t *testing.T) {
 	}{
 		{[]string{"--help"}, 0, "agentscm-hook-intake change-capture hook-claude", ""},
 		{nil, 2, "", "Usage:"},
-		{[]string{"change-capture", "hook-claude", "--changelog"}, 2, "", "Usage:"},
-		{[]string{"changelog", "hook-claude"}, 2, "", "Usage:"},
+		{[]string{"change-capture", "hook-claude", "--verbose"}, 2, "", "Usage:"},
+		{[]string{"change-capture", "hook-claude", "--changelog"}, 0, "", "agentscm: warning: change-capture hook-claude --changelog: run it with /nonexistent/agentscm-hook: "},
+		{[]string{"changelog", "hook-codex"}, 0, "", "agentscm: warning: changelog hook-codex: run it with /nonexistent/agentscm-hook: "},
 	} {
 		var out, errb bytes.Buffer
 		code := run(context.Background(), c.args, strings.NewReader(""), &out, &errb, func(string) string { return "" }, time.Now, "/nonexistent/agentscm-hook")

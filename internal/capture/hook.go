@@ -174,10 +174,128 @@ func HandleAgentHook(ctx context.Context, store StateDir, hubs HubOpener, a adap
 }
 
 // HandleAgentPayload is HandleAgentHook for a payload already read (b, at
-// most agent.MaxPayloadBytes) and decoded by a (p): the one hook pipeline
-// (internal/hookrun) decodes once and hands the same payload to the
-// changelog.
+// most agent.MaxPayloadBytes) and decoded by a (p), with the dependencies
+// hubs offers (DepsOf).
 func HandleAgentPayload(ctx context.Context, store StateDir, hubs HubOpener, a adapter.Adapter, b []byte, p *agent.Payload, now time.Time) (*HookResult, error) {
+	return RunHook(ctx, store, DepsOf(hubs), a, b, p, now)
+}
+
+// HookDeps are what a hook's capture uses besides the config directory.
+type HookDeps struct {
+	// Hubs opens the checkout's Hub (the locked path resolves and
+	// delivers through it).
+	Hubs HubOpener
+	// Lookup, when not nil, finds the checkout's connection without
+	// opening the Hub, so a hook that leaves its event in the intake never
+	// opens it; nil: the Hub is opened to learn its lineage.
+	Lookup ConnectionLooker
+	// Deliverer, when not nil, starts the detached deliverer: the hook
+	// then writes its event into the intake (ModeIntakeFirst) and the
+	// deliverer admits and delivers it; nil: the locked path, which
+	// delivers in-process.
+	Deliverer Backgrounder
+}
+
+// DepsOf is the HookDeps of an opener that may also offer the cheap
+// connection lookup (ConnectionLooker) and the deliverer's start
+// (Backgrounder): the form of callers that hand one value.
+func DepsOf(hubs HubOpener) HookDeps {
+	d := HookDeps{Hubs: hubs}
+	d.Lookup, _ = hubs.(ConnectionLooker)
+	d.Deliverer, _ = hubs.(Backgrounder)
+	return d
+}
+
+// HookMode is how a hook's capture writes its event.
+type HookMode int
+
+const (
+	// ModeLocked: the hook takes the spool lock (without waiting; busy, it
+	// writes the intake) and does the full work: resolution, claim,
+	// append, admission, and delivery of a page in-process.
+	ModeLocked HookMode = iota
+	// ModeIntakeFirst: the hook writes one durable intake file without the
+	// spool lock and without the Hub, and makes sure the detached
+	// deliverer runs, which admits and delivers the event. Past the
+	// backlog bounds the hook waits for the lock instead (backpressure).
+	ModeIntakeFirst
+)
+
+func (m HookMode) String() string {
+	if m == ModeIntakeFirst {
+		return "intake-first"
+	}
+	return "locked"
+}
+
+// hookPlan is what a hook decides before it writes: its mode and the
+// bounds that go with it.
+type hookPlan struct {
+	Mode HookMode
+	// PendingBound and IntakeBound are the backlogs (undelivered
+	// envelopes, waiting intake files) from which the hook waits for the
+	// spool lock and does the full work (backpressure).
+	PendingBound, IntakeBound int
+	// AdmitLeft and AdmitBudget bound what the hook admits from the intake
+	// under the lock.
+	AdmitLeft   int
+	AdmitBudget time.Duration
+}
+
+// planHook decides a hook's mode: intake-first whenever a detached
+// deliverer can be started (every agent's hook alike), else locked.
+func planHook(deliverer bool) hookPlan {
+	if deliverer {
+		return hookPlan{Mode: ModeIntakeFirst, PendingBound: BackgroundPendingBackpressure, IntakeBound: BackgroundIntakeBackpressure,
+			AdmitLeft: backgroundAdmitPerHook, AdmitBudget: backgroundAdmitBudget}
+	}
+	return hookPlan{Mode: ModeLocked, PendingBound: PendingBackpressure, IntakeBound: IntakeBackpressure,
+		AdmitLeft: maxAdmitPerHook, AdmitBudget: admitBudget}
+}
+
+// writeStep is how a hook that found the spool lock busy (or, intake-first,
+// did not try it) writes its event.
+type writeStep int
+
+const (
+	// stepIntake: one durable intake file, without the lock.
+	stepIntake writeStep = iota
+	// stepWaitLock: wait for the lock (bounded) and do the full work; a
+	// wait that expires still writes the intake.
+	stepWaitLock
+)
+
+// whenBusy decides how a hook without the spool lock writes its event,
+// from the spool's backlog: past the plan's bounds the lock holders are
+// behind, and the hook waits for the lock and does the full work, so that
+// neither the intake nor the pending envelopes grow without bound.
+func (pl hookPlan) whenBusy(waiting, pending int) writeStep {
+	if pl.backpressure(waiting, pending) {
+		return stepWaitLock
+	}
+	return stepIntake
+}
+
+// backpressure reports whether the spool's backlog (waiting intake files,
+// undelivered envelopes) makes a hook of plan wait for the spool lock.
+func (pl hookPlan) backpressure(waiting, pending int) bool {
+	return waiting >= pl.IntakeBound || pending >= pl.PendingBound
+}
+
+// deliverInline reports whether a lock-holding hook of plan delivers a page
+// in-process: always on the locked path; intake-first only past the
+// deliverer's backlog bound, so that growth stays bounded when the
+// deliverer falls behind.
+func (pl hookPlan) deliverInline(pending int) bool {
+	return pl.Mode == ModeLocked || pending >= BackgroundPendingBackpressure
+}
+
+// RunHook is the capture of one hook payload already read (b, at most
+// agent.MaxPayloadBytes) and decoded by a (p): the one hook pipeline
+// (internal/hookrun) decodes once and hands the same payload to the
+// changelog. It decides (planHook, then hookPlan's decisions on what it
+// sees of the spool) and executes (hookRun).
+func RunHook(ctx context.Context, store StateDir, deps HookDeps, a adapter.Adapter, b []byte, p *agent.Payload, now time.Time) (*HookResult, error) {
 	cfg, err := store.Bindings().Load()
 	if err != nil {
 		return nil, err
@@ -194,152 +312,153 @@ func HandleAgentPayload(ctx context.Context, store StateDir, hubs HubOpener, a a
 	if !ok {
 		return &HookResult{Ignored: true, Reason: "event " + p.HookEventName + " is not captured", Spool: bd.Spool}, nil
 	}
-	// With a cheap connection lookup the Hub (an embedded store is an
-	// SQLite database to open) is opened only by the hook that holds the
-	// spool lock; a hook that finds the lock busy never opens it.
-	looker, cheap := hubs.(ConnectionLooker)
-	// With a Backgrounder, delivery leaves the hook's critical path: the
-	// hook appends and admits under the spool lock, lets it go, and makes
-	// sure a background deliverer runs (deliverer.go).
-	bg, background := hubs.(Backgrounder)
-	var hub Hub
-	openHub := func() (*HookResult, error) {
-		h, err := hubs.Open(ctx, bd.Root)
-		if errors.Is(err, binding.ErrNoConnection) {
-			return &HookResult{Ignored: true, Reason: "the checkout has no client connection", Spool: bd.Spool}, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		hub = h
-		if lin := hub.Lineage(); bd.Hub != "" && !binding.SameRepo(lin, bd.Lineage()) {
-			return nil, fmt.Errorf("capture binding of %s was saved for %s, but the checkout is now connected to %s; nothing captured", bd.Root, binding.DescribeLineage(bd.Lineage()), binding.DescribeLineage(lin))
-		}
-		return nil, nil
-	}
+	h := &hookRun{ctx: ctx, store: store, deps: deps, a: a, b: b, p: p, now: now, plan: planHook(deps.Deliverer != nil), bd: bd, rec: rec}
 	defer func() {
-		if hub != nil {
-			hub.Close()
+		if h.hub != nil {
+			h.hub.Close()
 		}
 	}()
-	if cheap {
-		lin, err := looker.LookupConnection(bd.Root)
-		if errors.Is(err, binding.ErrNoConnection) {
-			return &HookResult{Ignored: true, Reason: "the checkout has no client connection", Spool: bd.Spool}, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		if bd.Hub != "" && !binding.SameRepo(lin, bd.Lineage()) {
-			return nil, fmt.Errorf("capture binding of %s was saved for %s, but the checkout is now connected to %s; nothing captured", bd.Root, binding.DescribeLineage(bd.Lineage()), binding.DescribeLineage(lin))
-		}
-	} else if r, err := openHub(); r != nil || err != nil {
+	if r, err := h.connect(); r != nil || err != nil {
 		return r, err
 	}
-	// An intake-first hook writes a new session's record beside its
-	// event's intake write (observeStart says when that is safe); any
-	// other hook records the session first.
-	var obs Observation
-	var writeSession func() error
-	if background {
-		obs, writeSession, err = store.observeStart(bd, p.SessionID, p.HookEventName, rec.Source)
-	} else {
-		obs, err = store.Observe(bd, p.SessionID, p.HookEventName, rec.Source)
+	if err := h.observe(); err != nil {
+		return nil, err
 	}
-	if err != nil {
-		return nil, fmt.Errorf("session record: %w", err)
-	}
-	if obs.Mode != bd.CaptureMode {
-		if rec, _, err = a.Map(p, obs.Mode, now); err != nil {
-			return nil, err
-		}
-	}
-	res := &HookResult{Spool: bd.Spool}
+	h.res = &HookResult{Spool: bd.Spool}
 	// OpenAppender skips the open-time recovery, and one Session does the
 	// append and the delivery bookkeeping under a single guarded lock
 	// acquisition (one identity revalidation, and the pending summary
 	// instead of a scan of the retained history, per hook).
-	sp, err := store.openHookSpool(bd.Spool)
+	if h.sp, err = store.openHookSpool(bd.Spool); err != nil {
+		return nil, err
+	}
+	ss, err := h.receive()
+	if ss == nil || err != nil {
+		if err != nil {
+			return nil, err
+		}
+		return h.res, nil // in the intake
+	}
+	if h.hub == nil {
+		if r, err := h.openHub(); r != nil || err != nil {
+			ss.Close()
+			return r, err
+		}
+	}
+	defer h.followUp() // after the session and the ledger are closed
+	defer ss.Close()
+	return h.underLock(ss)
+}
+
+// hookRun is the executor of one hook's capture: what RunHook found and
+// holds while it follows its plan.
+type hookRun struct {
+	ctx   context.Context
+	store StateDir
+	deps  HookDeps
+	a     adapter.Adapter
+	b     []byte
+	p     *agent.Payload
+	now   time.Time
+	plan  hookPlan
+	bd    *binding.Binding
+	rec   *event.Record
+	obs   Observation
+	// writeSession, when not nil, writes a new session's record (an
+	// intake-first hook writes it beside its intake write).
+	writeSession func() error
+	hub          Hub
+	sp           *spool.Spool
+	res          *HookResult
+	// backlog is the pending backlog the hook last saw.
+	backlog int
+}
+
+// noConnection is the result of a checkout without a client connection.
+func (h *hookRun) noConnection() *HookResult {
+	return &HookResult{Ignored: true, Reason: "the checkout has no client connection", Spool: h.bd.Spool}
+}
+
+// moved is the refusal of a checkout connected elsewhere than its binding
+// was saved for.
+func (h *hookRun) moved(lin binding.Lineage) error {
+	if h.bd.Hub == "" || binding.SameRepo(lin, h.bd.Lineage()) {
+		return nil
+	}
+	return fmt.Errorf("capture binding of %s was saved for %s, but the checkout is now connected to %s; nothing captured", h.bd.Root, binding.DescribeLineage(h.bd.Lineage()), binding.DescribeLineage(lin))
+}
+
+// openHub opens the checkout's Hub (a result: the event is ignored).
+func (h *hookRun) openHub() (*HookResult, error) {
+	hub, err := h.deps.Hubs.Open(h.ctx, h.bd.Root)
+	if errors.Is(err, binding.ErrNoConnection) {
+		return h.noConnection(), nil
+	}
 	if err != nil {
 		return nil, err
 	}
-	// A hook that cannot take the spool lock at once (another hook holds
-	// it, perhaps across its Hub delivery) durably writes its event into
-	// the spool's intake and returns: the lock holder resolves and admits
-	// it (intake.go). Only a full intake makes it wait for the lock.
-	// followUp closes the intake's race with a holder that is letting go:
-	// a hook that wrote an intake file, and a holder after it released the
-	// lock, look once more and admit what waits if the lock is free now
-	// (if it is not, that holder does the same after its release), so no
-	// intake file waits for a later session's hook.
-	followUp := func() {
-		if background {
-			// The deliverer admits what waits (every round, and once more
-			// after it lets its lock go): make sure one runs.
-			ensureDeliverer(ctx, store, bd, bg, hubs, res, deliveryLimit(res))
-			return
-		}
-		for range 3 {
-			// Files held for the Hub (holdNewSession) are not for this
-			// follow-up: it would only hold them again.
-			if n, err := sp.WaitingIntake(); err != nil || n <= res.held {
-				return
-			}
-			fs, err := sp.TryBegin(ctx, 0)
-			if err != nil {
-				return
-			}
-			func() {
-				defer fs.Close()
-				if hub == nil {
-					if r, err := openHub(); r != nil || err != nil {
-						return
-					}
-				}
-				led, err := store.OpenLedger(bd.Spool)
-				if err != nil {
-					return
-				}
-				defer led.Close()
-				stream, err := led.BindStream(sp.ObservationScope())
-				if err != nil {
-					return
-				}
-				fs.SetStream(stream)
-				adm := &admission{deadline: time.Now().Add(admitBudget), left: maxAdmitPerHook}
-				admitIntake(ctx, store, led, fs, sp, bd, hub, adm, res)
-			}()
-		}
+	h.hub = hub
+	return nil, h.moved(hub.Lineage())
+}
+
+// connect checks the checkout's connection: with a cheap lookup the Hub
+// (an embedded store is an SQLite database to open) is opened only by a
+// hook that holds the spool lock; a hook that leaves its event in the
+// intake never opens it.
+func (h *hookRun) connect() (*HookResult, error) {
+	if h.deps.Lookup == nil {
+		return h.openHub()
 	}
-	pendingBound, intakeBound := PendingBackpressure, IntakeBackpressure
-	if background {
-		pendingBound, intakeBound = BackgroundPendingBackpressure, BackgroundIntakeBackpressure
+	lin, err := h.deps.Lookup.LookupConnection(h.bd.Root)
+	if errors.Is(err, binding.ErrNoConnection) {
+		return h.noConnection(), nil
 	}
-	// With a background deliverer every event goes straight to the intake
-	// (intake-first): the hook takes no spool lock and never opens the
-	// Hub; the deliverer it makes sure of resolves and admits the event (in
-	// receipt order, under the same limits) and delivers it. That takes
-	// the Hub open, the resolution and the claim and envelope writes
-	// (about ten fsyncs) off the agent's wait. What the locked path does
-	// with the raw payload or the held lock the hook does here: it writes
-	// the session's setup artifact, and warns once per session from the
-	// spool summary when usage passes UsageWarnPercent (compaction and its
-	// warnings run in the deliverer and in lock-holding hooks).
-	intakeFirst := background
-	var ss *spool.Tx
-	if intakeFirst {
-		err = spool.ErrBusy
+	if err != nil {
+		return nil, err
+	}
+	return nil, h.moved(lin)
+}
+
+// observe records the session: an intake-first hook writes a new
+// session's record beside its event's intake write (observeStart says
+// when that is safe); any other hook records the session first. A mode
+// the session started in re-maps the event.
+func (h *hookRun) observe() error {
+	var err error
+	if h.plan.Mode == ModeIntakeFirst {
+		h.obs, h.writeSession, err = h.store.observeStart(h.bd, h.p.SessionID, h.p.HookEventName, h.rec.Source)
 	} else {
-		ss, err = sp.TryBegin(ctx, IntakeLockWait)
+		h.obs, err = h.store.Observe(h.bd, h.p.SessionID, h.p.HookEventName, h.rec.Source)
 	}
-	backlog := 0
+	if err != nil {
+		return fmt.Errorf("session record: %w", err)
+	}
+	if h.obs.Mode != h.bd.CaptureMode {
+		if h.rec, _, err = h.a.Map(h.p, h.obs.Mode, h.now); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// receive writes the event as the plan says: into the intake (nil
+// session: done), or under the spool lock it returns held. An
+// intake-first hook takes no spool lock and never opens the Hub; the
+// deliverer it makes sure of resolves, admits and delivers the event. A
+// locked hook that finds the lock busy writes the intake too; past the
+// backlog bounds either waits for the lock (backpressure). Only a failed
+// intake write makes a hook wait for the lock otherwise.
+func (h *hookRun) receive() (*spool.Tx, error) {
+	var ss *spool.Tx
+	err := spool.ErrBusy
+	if h.plan.Mode == ModeLocked {
+		ss, err = h.sp.TryBegin(h.ctx, IntakeLockWait)
+	}
 	if errors.Is(err, spool.ErrBusy) {
-		backlog = sp.PendingBacklog()
-		if n, werr := sp.WaitingIntake(); werr == nil && (n >= intakeBound || backlog >= pendingBound) {
-			// Backpressure: the holders are behind; wait for the lock
-			// (bounded) and do the full work. A wait that expires still
-			// leaves the event in the intake below.
-			if ss, err = sp.Begin(ctx); err != nil && !lockWaitExpired(err) {
+		h.backlog = h.sp.PendingBacklog()
+		if n, werr := h.sp.WaitingIntake(); werr == nil && h.plan.whenBusy(n, h.backlog) == stepWaitLock {
+			// A wait that expires still leaves the event in the intake.
+			if ss, err = h.sp.Begin(h.ctx); err != nil && !lockWaitExpired(err) {
 				return nil, err
 			} else if err != nil {
 				err = spool.ErrBusy
@@ -347,117 +466,181 @@ func HandleAgentPayload(ctx context.Context, store StateDir, hubs HubOpener, a a
 		}
 	}
 	if errors.Is(err, spool.ErrBusy) {
-		// The session's record and setup artifact are written beside the
-		// event's intake write, each durable before the hook answers: a
-		// new session's first hook waits for about one round of fsyncs,
-		// not three.
-		var side sync.WaitGroup
-		var sessionErr, setupErr error
-		if ws := writeSession; ws != nil {
-			// Only a new session has writes to overlap; every other event
-			// stays on one goroutine.
-			writeSession = nil
-			side.Add(2)
-			go func() { defer side.Done(); sessionErr = ws() }()
-			go func() { defer side.Done(); setupErr = store.intakeSetup(bd, p.SessionID, b) }()
-		} else {
-			setupErr = store.intakeSetup(bd, p.SessionID, b)
-		}
-		name, ierr := writeIntake(ctx, store, sp, bd, p, rec, obs, now)
-		side.Wait()
-		if setupErr != nil {
-			res.Warning = setupErr.Error()
-		}
-		if sessionErr != nil {
-			// The event is kept; a later hook of the session that finds no
-			// record reports it as started late (a gap, never a hole
-			// hidden).
-			res.Warning = joinWarning(res.Warning, "session record: "+sessionErr.Error())
-		}
+		ierr := h.toIntake()
 		if ierr == nil {
-			res.Intake = name
-			if u, l, ok := sp.SummaryUsage(); ok && res.Warning == "" {
-				usageWarning(store, bd, p.SessionID, u, l, res)
-			}
-			followUp()
-			return res, nil
+			h.followUp()
+			return nil, nil
 		}
 		// The intake is full or could not take this record (too large, no
 		// space, an I/O error): take the locked path, which records the
 		// event, or its loss with its reserved sequence, as without the
 		// intake.
-		ss, err = sp.Begin(ctx)
-		if err != nil {
-			// Neither the intake nor the lock: the event is lost, but not
-			// silently. The loss is noted under the session's target at
-			// receipt, and the next lock holder publishes it there as a
-			// capture_interrupted gap over sequences it reserves for it.
-			reason := lossReason(ierr) // no space, an I/O error, a quota
-			if reason == "" && lockWaitExpired(err) {
-				reason = "lock_timeout"
-			} else if reason == "" {
-				reason = event.GapReasonWriteFailed
-			}
-			detail := "intake: " + ierr.Error() + "; spool lock: " + err.Error()
-			if nerr := store.noteLostAtReceipt(bd.Spool, rec, p.SessionID, obs.target, reason, detail, now); nerr == nil {
-				return nil, fmt.Errorf("%w; the intake write failed too (%v), so the next hook records a capture_interrupted gap (%s) for this event", err, ierr, reason)
-			}
-			return nil, fmt.Errorf("%w; the intake write failed too: %v", err, ierr)
+		if ss, err = h.sp.Begin(h.ctx); err != nil {
+			return nil, h.lostAtReceipt(ierr, err)
 		}
 	}
-	if writeSession != nil {
+	if err == nil && h.writeSession != nil {
 		// Backpressure took the locked path without an intake write: the
 		// session is recorded first, as Observe does.
-		if werr := writeSession(); werr != nil {
-			if ss != nil {
-				ss.Close()
-			}
+		if werr := h.writeSession(); werr != nil {
+			ss.Close()
 			return nil, fmt.Errorf("session record: %w", werr)
 		}
 	}
-	if err != nil {
-		return nil, err
+	return ss, err
+}
+
+// toIntake writes the event into the intake, with the session's record
+// and setup artifact beside it, each durable before the hook answers: a
+// new session's first hook waits for about one round of fsyncs, not three.
+// What the locked path does with the raw payload or the held lock the hook
+// does here: it writes the setup artifact, and warns once per session from
+// the spool summary when usage passes UsageWarnPercent.
+func (h *hookRun) toIntake() error {
+	var side sync.WaitGroup
+	var sessionErr, setupErr error
+	if ws := h.writeSession; ws != nil {
+		// Only a new session has writes to overlap; every other event
+		// stays on one goroutine.
+		h.writeSession = nil
+		side.Add(2)
+		go func() { defer side.Done(); sessionErr = ws() }()
+		go func() { defer side.Done(); setupErr = h.store.intakeSetup(h.bd, h.p.SessionID, h.b) }()
+	} else {
+		setupErr = h.store.intakeSetup(h.bd, h.p.SessionID, h.b)
 	}
-	if hub == nil {
-		if r, err := openHub(); r != nil || err != nil {
-			ss.Close()
-			return r, err
+	name, ierr := writeIntake(h.ctx, h.store, h.sp, h.bd, h.p, h.rec, h.obs, h.now)
+	side.Wait()
+	res := h.res
+	if setupErr != nil {
+		res.Warning = setupErr.Error()
+	}
+	if sessionErr != nil {
+		// The event is kept; a later hook of the session that finds no
+		// record reports it as started late (a gap, never a hole hidden).
+		res.Warning = joinWarning(res.Warning, "session record: "+sessionErr.Error())
+	}
+	if ierr != nil {
+		return ierr
+	}
+	res.Intake = name
+	if u, l, ok := h.sp.SummaryUsage(); ok && res.Warning == "" {
+		usageWarning(h.store, h.bd, h.p.SessionID, u, l, res)
+	}
+	return nil
+}
+
+// lostAtReceipt is the error of an event that neither the intake nor the
+// lock took: lost, but not silently. The loss is noted under the session's
+// target at receipt, and the next lock holder publishes it there as a
+// capture_interrupted gap over sequences it reserves for it.
+func (h *hookRun) lostAtReceipt(ierr, err error) error {
+	reason := lossReason(ierr) // no space, an I/O error, a quota
+	if reason == "" && lockWaitExpired(err) {
+		reason = "lock_timeout"
+	} else if reason == "" {
+		reason = event.GapReasonWriteFailed
+	}
+	detail := "intake: " + ierr.Error() + "; spool lock: " + err.Error()
+	if nerr := h.store.noteLostAtReceipt(h.bd.Spool, h.rec, h.p.SessionID, h.obs.target, reason, detail, h.now); nerr == nil {
+		return fmt.Errorf("%w; the intake write failed too (%v), so the next hook records a capture_interrupted gap (%s) for this event", err, ierr, reason)
+	}
+	return fmt.Errorf("%w; the intake write failed too: %v", err, ierr)
+}
+
+// followUp closes the intake's race with a holder that is letting go: a
+// hook that wrote an intake file, and a holder after it released the
+// lock, look once more and admit what waits if the lock is free now (if it
+// is not, that holder does the same after its release), so no intake file
+// waits for a later session's hook. With a deliverer, which admits what
+// waits (every round, and once more after it lets its lock go), it makes
+// sure one runs.
+func (h *hookRun) followUp() {
+	if h.plan.Mode == ModeIntakeFirst {
+		ensureDeliverer(h.ctx, h.store, h.bd, h.deps.Deliverer, h.deps.Hubs, h.res, deliveryLimit(h.res))
+		return
+	}
+	for range 3 {
+		// Files held for the Hub (holdNewSession) are not for this
+		// follow-up: it would only hold them again.
+		if n, err := h.sp.WaitingIntake(); err != nil || n <= h.res.held {
+			return
+		}
+		if !h.admitWaiting() {
+			return
 		}
 	}
-	rctx, cancel := context.WithTimeout(ctx, ResolveTimeout)
-	t, rerr := resolveSession(rctx, hub, bd.WorktreeID, p.SessionID)
+}
+
+// admitWaiting takes the spool lock if it is free and admits what waits in
+// the intake; false when it could not.
+func (h *hookRun) admitWaiting() bool {
+	fs, err := h.sp.TryBegin(h.ctx, 0)
+	if err != nil {
+		return false
+	}
+	defer fs.Close()
+	if h.hub == nil {
+		if r, err := h.openHub(); r != nil || err != nil {
+			return true
+		}
+	}
+	led, err := h.store.OpenLedger(h.bd.Spool)
+	if err != nil {
+		return true
+	}
+	defer led.Close()
+	stream, err := led.BindStream(h.sp.ObservationScope())
+	if err != nil {
+		return true
+	}
+	fs.SetStream(stream)
+	adm := &admission{deadline: time.Now().Add(admitBudget), left: maxAdmitPerHook}
+	admitIntake(h.ctx, h.store, led, fs, h.sp, h.bd, h.hub, adm, h.res)
+	return true
+}
+
+// resolve resolves the session's exact target through the Hub (an error:
+// deferred, the route copies the session's last exact target) and keeps
+// it for later intake-first hooks of the session. An unresolved
+// PreToolUse of a ruled tool keeps the source it ran on, when possible
+// (seed); a failure leaves it absent.
+func (h *hookRun) resolve(ss *spool.Tx) (Target, error) {
+	rctx, cancel := context.WithTimeout(h.ctx, ResolveTimeout)
+	t, rerr := resolveSession(rctx, h.hub, h.bd.WorktreeID, h.p.SessionID)
 	cancel()
 	if rerr != nil {
-		t = Target{} // deferred: the route copies the session's last exact target
-	} else if werr := store.rememberTarget(bd, p.SessionID, t); werr != nil {
+		t = Target{}
+	} else if werr := h.store.rememberTarget(h.bd, h.p.SessionID, t); werr != nil {
 		// Later intake-first hooks of the session then record an older
 		// target (or none) at receipt; the event itself is unaffected.
-		res.Warning = joinWarning(res.Warning, werr.Error())
+		h.res.Warning = joinWarning(h.res.Warning, werr.Error())
 	}
-	if rerr != nil && rec.Kind == event.ToolStart {
-		if _, ok := ruleFor(bd, rec.ToolName); ok {
-			// An unresolved PreToolUse of a ruled tool keeps the source it
-			// ran on, when possible (seed); a failure leaves it absent.
-			if sb, err := captureSource(ctx, bd.Root, sourceOptions{baseRef: bd.BaseRef, store: ss}); err == nil {
-				rec.DeferredSource = sb
+	if rerr != nil && h.rec.Kind == event.ToolStart {
+		if _, ok := ruleFor(h.bd, h.rec.ToolName); ok {
+			if sb, err := captureSource(h.ctx, h.bd.Root, sourceOptions{baseRef: h.bd.BaseRef, store: ss}); err == nil {
+				h.rec.DeferredSource = sb
 			}
 		}
 	}
-	// In-process delivery under the lock: always without a background
-	// deliverer; with one only past its backlog bound, so that growth
-	// stays bounded when the deliverer falls behind.
-	inline := !background
-	if background {
+	return t, rerr
+}
+
+// underLock is the locked part: resolution, the earlier losses and intake
+// files, this event's claim and append, its action, the transcript step,
+// delivery where the plan says so, and maintenance.
+func (h *hookRun) underLock(ss *spool.Tx) (*HookResult, error) {
+	res, bd := h.res, h.bd
+	t, rerr := h.resolve(ss)
+	if h.plan.Mode == ModeIntakeFirst {
 		if n, ok := ss.PendingCount(); ok {
-			backlog = n
-		} else if backlog == 0 {
-			backlog = sp.PendingBacklog()
+			h.backlog = n
+		} else if h.backlog == 0 {
+			h.backlog = h.sp.PendingBacklog()
 		}
-		inline = backlog >= BackgroundPendingBackpressure
 	}
-	defer followUp() // after the session and the ledger are closed
-	defer ss.Close()
-	led, err := store.OpenLedger(bd.Spool)
+	inline := h.plan.deliverInline(h.backlog)
+	led, err := h.store.OpenLedger(bd.Spool)
 	if err != nil {
 		return nil, err
 	}
@@ -467,49 +650,67 @@ func HandleAgentPayload(ctx context.Context, store StateDir, hubs HubOpener, a a
 	// new one at sequence 1, so nothing already in the spool (legacy or
 	// imported local-only records included) raises its floor, and every
 	// record appended in this Session carries it.
-	stream, err := led.BindStream(sp.ObservationScope())
+	stream, err := led.BindStream(h.sp.ObservationScope())
 	if err != nil {
 		return nil, err
 	}
 	ss.SetStream(stream)
 	// Records an earlier hook could not append (disk full, I/O error)
 	// become capture_interrupted gaps naming their reserved sequences.
-	if _, err := publishLost(store.ledgerDir(bd.Spool), ss, led, now); err != nil {
+	if _, err := publishLost(h.store.ledgerDir(bd.Spool), ss, led, h.now); err != nil {
 		res.DeliveryErr = err
 	}
 	// Earlier events waiting in the intake go first (receipt order). When
 	// more wait than one hook admits, this event queues behind them.
-	adm := &admission{deadline: time.Now().Add(admitBudget), left: maxAdmitPerHook}
-	if background {
-		// The deliverer admits the bulk of a backlog; a hook admits a few
-		// (its event then queues behind the rest).
-		adm = &admission{deadline: time.Now().Add(backgroundAdmitBudget), left: backgroundAdmitPerHook}
-	}
-	more, ierr := admitIntake(ctx, store, led, ss, sp, bd, hub, adm, res)
+	adm := &admission{deadline: time.Now().Add(h.plan.AdmitBudget), left: h.plan.AdmitLeft}
+	more, ierr := admitIntake(h.ctx, h.store, led, ss, h.sp, bd, h.hub, adm, res)
 	if ierr == nil && more {
-		name, werr := writeIntake(ctx, store, sp, bd, p, rec, obs, now)
+		name, werr := writeIntake(h.ctx, h.store, h.sp, bd, h.p, h.rec, h.obs, h.now)
 		if werr == nil {
 			res.Intake = name
 			if inline {
-				deliver(ctx, ss, led, hub, now, res, deliveryLimit(res))
+				deliver(h.ctx, ss, led, h.hub, h.now, res, deliveryLimit(res))
 			}
-			maintain(store, ss, bd, p.SessionID, res) // a backlog must not keep compaction from running
+			maintain(h.store, ss, bd, h.p.SessionID, res) // a backlog must not keep compaction from running
 			return res, nil
 		}
 	}
-	if ierr == nil && holdOwnEvent(ctx, store, led, sp, bd, p, rec, obs, rerr, now, res) {
+	if ierr == nil && holdOwnEvent(h.ctx, h.store, led, h.sp, bd, h.p, h.rec, h.obs, rerr, h.now, res) {
 		// A new session's event while the Hub cannot answer: it waits in
 		// the intake, as the deliverer's admission keeps such events
 		// (intake.go), and is admitted under its Work once the Hub answers.
-		maintain(store, ss, bd, p.SessionID, res)
+		maintain(h.store, ss, bd, h.p.SessionID, res)
 		return res, nil
 	}
+	cerr := h.record(ss, led, t, rerr)
 	// Delivery runs even when this event was not appended (a conflict, a
-	// paused spool): earlier retained envelopes still go out.
+	// paused spool): earlier retained envelopes still go out. It keeps
+	// pace with what this hook admitted (the soak showed a short page
+	// during bursts leaving thousands of envelopes pending).
+	if inline {
+		deliver(h.ctx, ss, led, h.hub, h.now, res, deliveryLimit(res))
+	}
+	// Events that arrived in the intake while this hook held the lock
+	// (its delivery included) are admitted before it lets go.
+	if _, aerr := admitIntake(h.ctx, h.store, led, ss, h.sp, bd, h.hub, adm, res); aerr != nil && ierr == nil {
+		ierr = aerr
+	}
+	if cerr == nil && ierr != nil {
+		cerr = ierr
+	}
+	maintain(h.store, ss, bd, h.p.SessionID, res) // compaction policy, capacity warnings
+	return res, cerr
+}
+
+// record claims and appends this hook's event, its action (execution
+// rules), a loss note when neither it nor the spool's gap could be
+// retained, and the transcript step.
+func (h *hookRun) record(ss *spool.Tx, led *Ledger, t Target, rerr error) error {
+	res, bd, p, rec := h.res, h.bd, h.p, h.rec
 	if rerr != nil {
 		rec.DeferredReason = DeferReason(rerr)
 	}
-	cerr := captureOccurrence(led, ss, bd, p.SessionID, PhaseFingerprint(p, rec), rec, obs, t, rerr == nil, res)
+	cerr := captureOccurrence(led, ss, bd, p.SessionID, PhaseFingerprint(p, rec), rec, h.obs, t, rerr == nil, res)
 	if cerr == nil && superseded(rerr) && rec.Association == AssocCopied {
 		// The copied target's generation is superseded: show its hole now.
 		cerr = publishRefusedOutages(ss, led, rec, Target{WorkID: rec.WorkID, Generation: rec.Generation, Session: rec.CanonicalSession})
@@ -519,9 +720,7 @@ func HandleAgentPayload(ctx context.Context, store StateDir, hubs HubOpener, a a
 		// finish of this tool call, appended in the same spool Session
 		// after the event and before delivery. An exact re-run reaches its
 		// retained receipt (a duplicate, or the append a crash cut off).
-		var aerr error
-		res.Action, aerr = recordAction(ctx, actionEnv{ss: ss, sp: sp, configDir: store.Dir, bd: bd, p: p, rec: rec, now: now})
-		cerr = aerr
+		res.Action, cerr = recordAction(h.ctx, actionEnv{ss: ss, sp: h.sp, configDir: h.store.Dir, bd: bd, p: p, rec: rec, now: h.now})
 	}
 	reason := lossReason(cerr)
 	if reason == "" && errors.Is(cerr, spool.ErrGapNotRecorded) {
@@ -531,30 +730,16 @@ func HandleAgentPayload(ctx context.Context, store StateDir, hubs HubOpener, a a
 		(errors.Is(cerr, spool.ErrGapNotRecorded) || !errors.Is(cerr, spool.ErrCapturePaused)) {
 		// Neither the record nor the spool's own gap is retained: keep the
 		// loss where no new block is needed, for the next hook to publish.
-		if nerr := noteLost(store.ledgerDir(bd.Spool), rec, p.SessionID, t, rerr == nil, reason, cerr.Error(), now); nerr == nil {
+		if nerr := noteLost(h.store.ledgerDir(bd.Spool), rec, p.SessionID, t, rerr == nil, reason, cerr.Error(), h.now); nerr == nil {
 			cerr = fmt.Errorf("%w; the next hook records a capture_interrupted gap (%s) for it", cerr, reason)
 		}
 	}
 	if rerr == nil && cerr == nil {
 		// Transcript reader and setup artifact (transcript.go): bounded,
 		// appends usage records to this same spool session.
-		_, cerr = store.TranscriptStep(ss, bd, b, p, t, obs.Mode, now)
+		_, cerr = h.store.TranscriptStep(ss, bd, h.b, p, t, h.obs.Mode, h.now)
 	}
-	// Delivery keeps pace with what this hook admitted (the soak showed a
-	// short page during bursts leaving thousands of envelopes pending).
-	if inline {
-		deliver(ctx, ss, led, hub, now, res, deliveryLimit(res))
-	}
-	// Events that arrived in the intake while this hook held the lock
-	// (its delivery included) are admitted before it lets go.
-	if _, aerr := admitIntake(ctx, store, led, ss, sp, bd, hub, adm, res); aerr != nil && ierr == nil {
-		ierr = aerr
-	}
-	if cerr == nil && ierr != nil {
-		cerr = ierr
-	}
-	maintain(store, ss, bd, p.SessionID, res) // compaction policy, capacity warnings
-	return res, cerr
+	return cerr
 }
 
 // lockWaitExpired reports whether a bounded wait for the spool lock ended

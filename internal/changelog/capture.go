@@ -44,6 +44,19 @@ type CaptureRequest struct {
 	// Outside describes a KindOutside capture.
 	Outside *incmeta.Outside
 
+	// CaptureID identifies a hook's request of this capture (see
+	// CaptureOps); it is stored in the increment's metadata.
+	CaptureID string
+	// recognise: the watcher may already hold an increment of CaptureID
+	// (the hook gave up waiting for its answer); one stored since start
+	// is returned instead of a second capture.
+	recognise bool
+	start     time.Time
+	// abandoned, checked once the lock is held, ends a capture the
+	// requester no longer waits for (errAbandoned) before anything is
+	// stored.
+	abandoned func() error
+
 	// holes are the recorded positions whose increments were not stored
 	// (see holes.go), loaded by Capture.
 	holes []incmeta.Held
@@ -90,6 +103,16 @@ func (c *Changelog) Capture(ctx context.Context, req CaptureRequest) (*Increment
 	defer lk.Unlock()
 	if req.Kind == "" {
 		req.Kind = KindCall
+	}
+	if req.abandoned != nil {
+		if err := req.abandoned(); err != nil {
+			return nil, err
+		}
+	}
+	if req.recognise {
+		if inc := c.recognise(req); inc != nil {
+			return inc, nil
+		}
 	}
 	req.holes = c.loadHoles()
 	inc, ok, err := c.captureFast(ctx, req)
@@ -261,7 +284,7 @@ func (c *Changelog) storeLocked(ctx context.Context, sc *walked, req CaptureRequ
 	meta := &incmeta.Meta{
 		Version: 1, Position: req.Position, SessionID: req.SessionID, ToolUseID: req.ToolUseID, Tool: req.Tool, Failed: req.Failed,
 		Kind: kind, CreatedAt: start.UTC(), RemovedRoots: sc.removed, AppliedTo: appliedTo, Outside: req.Outside,
-		Reverted: req.reverted,
+		Reverted: req.reverted, CaptureID: req.CaptureID,
 	}
 	for _, h := range holds {
 		if h.Position < req.Position {
@@ -348,29 +371,13 @@ func (c *Changelog) storeLocked(ctx context.Context, sc *walked, req CaptureRequ
 	meta.Changes = changes.result()
 
 	incDir := filepath.Join(c.dir, incrementsDir)
-	tmp, err := createTempFile(incDir)
+	tmpName, size, err := c.writeTempIncrement(ctx, incDir, meta, plans, start)
+	if tmpName != "" {
+		defer os.Remove(tmpName)
+	}
 	if err != nil {
 		return nil, nil, err
 	}
-	tmpName := tmp.Name()
-	defer os.Remove(tmpName)
-	if err := writeIncrement(ctx, tmp, meta, plans, start); err != nil {
-		tmp.Close()
-		return nil, nil, fmt.Errorf("write increment %d: %w", req.Position, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return nil, nil, fmt.Errorf("sync increment: %w", err)
-	}
-	fi, err := tmp.Stat()
-	if err != nil {
-		tmp.Close()
-		return nil, nil, err
-	}
-	if err := tmp.Close(); err != nil {
-		return nil, nil, fmt.Errorf("close increment: %w", err)
-	}
-	size := fi.Size()
 	if res := c.opts.Reservation; res != nil {
 		if err := res.Reserve(1, size); err != nil {
 			return nil, nil, fmt.Errorf("increment %d of %d bytes refused: %w", req.Position, size, err)
@@ -395,6 +402,7 @@ func (c *Changelog) storeLocked(ctx context.Context, sc *walked, req CaptureRequ
 		release()
 		return nil, nil, err
 	}
+	c.crashpoint("linked")
 	inc := &Increment{Position: req.Position, Path: final, Size: size, Meta: *meta}
 	if err := c.advanceState(st, next); err != nil {
 		// The state may or may not have been replaced; keep the increment
@@ -409,7 +417,36 @@ func (c *Changelog) storeLocked(ctx context.Context, sc *walked, req CaptureRequ
 	if st.LastPosition < 0 {
 		c.dropBaseline()
 	}
+	c.crashpoint("advanced")
 	return inc, next, nil
+}
+
+// writeTempIncrement writes meta's increment to a new temporary file in
+// incDir and fsyncs it, returning its name (also on failure, once created,
+// for the caller to remove) and its size.
+func (c *Changelog) writeTempIncrement(ctx context.Context, incDir string, meta *incmeta.Meta, plans []*rootPlan, start time.Time) (string, int64, error) {
+	tmp, err := createTempFile(incDir)
+	if err != nil {
+		return "", 0, err
+	}
+	if err := writeIncrement(ctx, tmp, meta, plans, start); err != nil {
+		tmp.Close()
+		return tmp.Name(), 0, fmt.Errorf("write increment %d: %w", meta.Position, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return tmp.Name(), 0, fmt.Errorf("sync increment: %w", err)
+	}
+	c.crashpoint("synced")
+	fi, err := tmp.Stat()
+	if err != nil {
+		tmp.Close()
+		return tmp.Name(), 0, err
+	}
+	if err := tmp.Close(); err != nil {
+		return tmp.Name(), 0, fmt.Errorf("close increment: %w", err)
+	}
+	return tmp.Name(), fi.Size(), nil
 }
 
 func createTempFile(dir string) (*os.File, error) {

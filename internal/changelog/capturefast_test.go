@@ -181,23 +181,6 @@ func (f *fixedHints) Since(ctx context.Context, roots []string, since string) (s
 	return tok, []*Hint{h}, nil
 }
 
-// trackerSource is a ChangeSource backed by a real, in-process watch.Tracker.
-type trackerSource struct{ t *watch.Tracker }
-
-func (s trackerSource) Since(ctx context.Context, roots []string, since string) (string, []*Hint, error) {
-	tok, ch, err := s.t.Since(ctx, roots, since)
-	if err != nil {
-		return "", nil, err
-	}
-	out := make([]*Hint, len(ch))
-	for i, c := range ch {
-		if c != nil {
-			out[i] = &Hint{Dirs: c.Dirs, Trees: c.Trees}
-		}
-	}
-	return tok, out, nil
-}
-
 func statesEqual(t *testing.T, what string, a, b *captureState) {
 	t.Helper()
 	if len(a.Roots) != len(b.Roots) {

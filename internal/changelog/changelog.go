@@ -91,6 +91,9 @@ type Increment struct {
 	// Watched: the watcher vouched for every existing root, so the capture
 	// listed only the directories it reported changed.
 	Watched bool
+	// Warm: the watch server took this capture for the hook (see
+	// CaptureOps).
+	Warm bool
 }
 
 // Layout inside the changelog directory.

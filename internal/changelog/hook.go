@@ -113,8 +113,9 @@ func FindDir(configDir, cwd string) (dir, root string, ok bool) {
 }
 
 // openForHook opens the changelog directory dir of the checkout at root
-// with its recorded roots.
-func openForHook(configDir, dir, root string, opts HookOptions) (*Changelog, error) {
+// with its recorded roots, listing what src reports changed (nil: every
+// directory).
+func openForHook(configDir, dir, root string, opts HookOptions, src ChangeSource) (*Changelog, error) {
 	roots, err := LoadRoots(dir)
 	if err != nil {
 		return nil, err
@@ -127,26 +128,48 @@ func openForHook(configDir, dir, root string, opts HookOptions) (*Changelog, err
 		// The binding's current mode ("" is a session that starts now).
 		copts.ConversationRefs = opts.Sharing(root)("").NoCopy
 	}
-	if opts.Watch != nil {
-		copts.Watch = opts.Watch(dir)
-	}
+	copts.Watch = src
 	return Open(dir, copts)
+}
+
+// captureForHook takes the hook's capture req of the changelog dir: by the
+// watch server when it answers (the warm capture, see CaptureOps),
+// otherwise here, recognising a capture the server took for this request
+// after all. c is the changelog opened here (nil when the server
+// captured).
+func captureForHook(ctx context.Context, configDir, dir, root string, req CaptureRequest, opts HookOptions) (inc *Increment, c *Changelog, err error) {
+	var src ChangeSource
+	if opts.Watch != nil {
+		src = opts.Watch(dir)
+	}
+	if w, ok := src.(*watchSource); ok && w.warm {
+		refs := false
+		if opts.Sharing != nil {
+			refs = opts.Sharing(root)("").NoCopy
+		}
+		inc, done, err := w.warmCapture(ctx, configDir, dir, root, &req, refs, opts.Failpoint)
+		if done {
+			return inc, nil, err
+		}
+	}
+	if c, err = openForHook(configDir, dir, root, opts, src); err != nil {
+		return nil, nil, err
+	}
+	inc, err = c.Capture(ctx, req)
+	return inc, c, err
 }
 
 // captureOutsideFor stores, before the tool call or the turn of payload p
 // starts, what changed outside the conversation roots since the last
 // increment as an outside increment (nil when nothing did).
 func captureOutsideFor(ctx context.Context, configDir, dir, root string, p *agent.Payload, opts HookOptions) (*Increment, error) {
-	c, err := openForHook(configDir, dir, root, opts)
-	if err != nil {
-		return nil, err
-	}
 	tool := p.ToolName
 	if len(tool) > 256 {
 		tool = tool[:256]
 	}
 	out := &incmeta.Outside{Event: p.HookEventName, SessionID: p.SessionID, BeforeToolUseID: p.ToolUseID, BeforeTool: tool}
-	return c.CaptureOutside(ctx, CaptureRequest{Position: -1, SessionID: p.SessionID, Outside: out})
+	inc, _, err := captureForHook(ctx, configDir, dir, root, CaptureRequest{Position: -1, SessionID: p.SessionID, Kind: KindOutside, Outside: out}, opts)
+	return inc, err
 }
 
 // HandleClaudeHook reads one Claude Code hook payload and keeps the
@@ -213,10 +236,6 @@ func HandlePayload(ctx context.Context, configDir string, p *agent.Payload, now 
 		res.Ignored = true
 		return res, nil
 	}
-	c, err := openForHook(configDir, dir, root, opts)
-	if err != nil {
-		return nil, err
-	}
 	tool := p.ToolName
 	if len(tool) > 256 {
 		tool = tool[:256]
@@ -226,7 +245,7 @@ func HandlePayload(ctx context.Context, configDir string, p *agent.Payload, now 
 	// Decided now: which other sessions' turns run while this position is
 	// taken (their writes may be in it).
 	concurrent := otherRunningTurns(dir, p.SessionID, now)
-	inc, err := c.Capture(ctx, CaptureRequest{Position: -1, SessionID: p.SessionID, ToolUseID: p.ToolUseID, Tool: tool, Failed: p.HookEventName == "PostToolUseFailure", ConcurrentSessions: concurrent})
+	inc, c, err := captureForHook(ctx, configDir, dir, root, CaptureRequest{Position: -1, SessionID: p.SessionID, ToolUseID: p.ToolUseID, Tool: tool, Failed: p.HookEventName == "PostToolUseFailure", ConcurrentSessions: concurrent}, opts)
 	if err != nil {
 		return res, err
 	}
@@ -249,6 +268,12 @@ func HandlePayload(ctx context.Context, configDir string, p *agent.Payload, now 
 	}
 	if r == nil {
 		return res, nil
+	}
+	if c == nil {
+		// The watch server captured: open the changelog for the upload.
+		if c, err = openForHook(configDir, dir, root, opts, nil); err != nil {
+			return res, fmt.Errorf("increment %d stored locally; upload queue: %w", inc.Position, err)
+		}
 	}
 	var policy SharingPolicy
 	if opts.Sharing != nil {

@@ -15,7 +15,9 @@ import (
 
 // TestMain lets the test binary act as a hook process (see helperMain).
 func TestMain(m *testing.M) {
-	if mode := os.Getenv("AGENTSCM_CHANGELOG_HELPER"); mode != "" {
+	if mode := os.Getenv("AGENTSCM_CHANGELOG_HELPER"); mode == "watch-serve" {
+		os.Exit(serveMain())
+	} else if mode != "" {
 		os.Exit(helperMain(mode))
 	}
 	code := m.Run()

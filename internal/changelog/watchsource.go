@@ -47,9 +47,19 @@ func WatchCommand(agentscm, dir string) []string {
 // starts none (a running server is still asked). Both hook entry points
 // (agentscm changelog hook-claude, agentscm-hook) pass it as
 // HookOptions.Watch.
+//
+// Unless getenv(WarmEnv) is "0", the hook also asks the running server to
+// take the capture itself (the warm capture, see CaptureOps), waiting at
+// most WarmWait (getenv(WarmWaitEnv) overrides it) before it captures
+// itself.
 func HookWatch(getenv func(string) string, agentscm string) func(dir string) ChangeSource {
 	if getenv(WatchEnv) == "0" {
 		return nil
+	}
+	warm := getenv(WarmEnv) != "0"
+	wait := WarmWait
+	if d, err := time.ParseDuration(getenv(WarmWaitEnv)); err == nil && d > 0 {
+		wait = d
 	}
 	return func(dir string) ChangeSource {
 		if !WatchEnabled(dir) {
@@ -59,24 +69,24 @@ func HookWatch(getenv func(string) string, agentscm string) func(dir string) Cha
 		if agentscm != "" {
 			cmd = WatchCommand(agentscm, dir)
 		}
-		return WatchSource(dir, cmd)
+		return &watchSource{c: watchClient(dir, cmd), warm: warm, wait: wait}
 	}
 }
 
-type watchSource struct{ c *watch.Client }
+type watchSource struct {
+	c *watch.Client
+	// warm: ask the server to take the capture (warmCapture), waiting at
+	// most wait.
+	warm bool
+	wait time.Duration
+}
 
 func (w *watchSource) Since(ctx context.Context, roots []string, since string) (string, []*Hint, error) {
 	tok, ch, err := w.c.Since(ctx, roots, since)
 	if err != nil {
 		return "", nil, err
 	}
-	out := make([]*Hint, len(ch))
-	for i, c := range ch {
-		if c != nil {
-			out[i] = &Hint{Dirs: c.Dirs, Trees: c.Trees}
-		}
-	}
-	return tok, out, nil
+	return tok, hints(ch), nil
 }
 
 // watchSettingFile holds the changelog's watcher setting ("off" turns it

@@ -1,24 +1,16 @@
 package cli
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"time"
 
-	"github.com/agentscm/agentscm/internal/agent"
 	"github.com/agentscm/agentscm/internal/agent/adapter"
 	"github.com/agentscm/agentscm/internal/agent/codex"
 	"github.com/agentscm/agentscm/internal/agent/gemini"
 	"github.com/agentscm/agentscm/internal/agent/hookfile"
-	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/changelog"
 	"github.com/agentscm/agentscm/internal/changelog/incmeta"
-	"github.com/agentscm/agentscm/internal/fsutil"
-	"github.com/agentscm/agentscm/internal/hookrun"
 )
 
 // agentFlagHelp documents --agent on enable and changelog enable.
@@ -65,12 +57,6 @@ func resolveAgent(env *Env, flag, root string) (adapter.Adapter, error) {
 		return nil, usagef("--agent: %v", err)
 	}
 	return a, nil
-}
-
-// runHookCodex is `agentscm change-capture hook-codex`: the Codex CLI
-// capture hook (fails open, exit 0).
-func runHookCodex(ctx context.Context, env *Env) int {
-	return hookrun.AgentCapture(ctx, adapter.Codex{}, env.Stdin, env.Stderr, env.Getenv, env.Now())
 }
 
 // codexHome is $CODEX_HOME, else $HOME/.codex.
@@ -127,75 +113,6 @@ func rewindAgent(env *Env, flag, root string) (adapter.Adapter, error) {
 		return adapter.Gemini{}, nil
 	}
 	return adapter.Claude{}, nil
-}
-
-// runHookGemini is `agentscm change-capture hook-gemini`: the Gemini CLI
-// capture hook (fails open, exit 0).
-func runHookGemini(ctx context.Context, env *Env) int {
-	return hookrun.AgentCapture(ctx, adapter.Gemini{}, env.Stdin, env.Stderr, env.Getenv, env.Now())
-}
-
-// runChangelogHookGemini is `agentscm changelog hook-gemini`: the Gemini
-// payload normalised (events renamed, the call's order id, a failed call
-// as PostToolUseFailure) and handed to the changelog hook as the decoded
-// form it reads. It fails open.
-func runChangelogHookGemini(ctx context.Context, env *Env) int {
-	return runChangelogHookAs(ctx, env, adapter.Gemini{}, func(b []byte) (*agent.Payload, error) {
-		cfg, err := binding.ConfigDir(env.Getenv)
-		if err != nil {
-			return nil, err
-		}
-		return adapter.Gemini{}.WithState(cfg, "changelog").Decode(b)
-	})
-}
-
-// runChangelogHookCodex is `agentscm changelog hook-codex`: the Codex
-// payload decoded as the capture decodes it (the call's exit code from
-// the rollout), a failed call as PostToolUseFailure, handed to the
-// changelog hook. It fails open.
-func runChangelogHookCodex(ctx context.Context, env *Env) int {
-	return runChangelogHookAs(ctx, env, adapter.Codex{}, codex.Decode)
-}
-
-// runChangelogHookAs decodes the host's payload with decode, marks a
-// failed tool call (failedFinish) and runs the changelog hook on the
-// decoded form, as host a (whose answer a refused prompt gets). It fails
-// open.
-func runChangelogHookAs(ctx context.Context, env *Env, a adapter.Adapter, decode func([]byte) (*agent.Payload, error)) int {
-	b, err := fsutil.ReadBounded(env.Stdin, agent.MaxPayloadBytes)
-	var p *agent.Payload
-	if err == nil {
-		p, err = decode(b)
-	}
-	var nb []byte
-	if err == nil {
-		failedFinish(p)
-		nb, err = json.Marshal(p)
-	}
-	if err != nil {
-		fmt.Fprintf(env.Stderr, "agentscm: warning: changelog hook failed: %s\n", oneLine(err.Error()))
-		return ExitOK
-	}
-	e := *env
-	e.Stdin = bytes.NewReader(nb)
-	return runChangelogHook(ctx, &e, a)
-}
-
-// failedFinish makes a tool finish whose host reported a non-zero exit
-// code (Codex: read from its rollout; Gemini: from the shell tool's result
-// text) a PostToolUseFailure, as Claude Code's own hook reports a failed
-// call, so the changelog flags the call as failed. Codex and Gemini have no
-// failure event of their own (a Gemini error already decodes as one).
-func failedFinish(p *agent.Payload) {
-	if p.HookEventName != "PostToolUse" || p.ExitCodeSource == "" {
-		return
-	}
-	var v struct {
-		ExitCode *int `json:"exit_code"`
-	}
-	if json.Unmarshal(p.ToolResponse, &v) == nil && v.ExitCode != nil && *v.ExitCode != 0 {
-		p.HookEventName = "PostToolUseFailure"
-	}
 }
 
 // resumeGemini binds the Gemini conversation of the rewound call (its

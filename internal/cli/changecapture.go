@@ -17,7 +17,6 @@ import (
 	"github.com/agentscm/agentscm/internal/delivery"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/hookcore"
-	"github.com/agentscm/agentscm/internal/hookrun"
 	"github.com/agentscm/agentscm/internal/hub/api"
 	"github.com/agentscm/agentscm/internal/spool"
 )
@@ -39,27 +38,27 @@ func changeCaptureCommand() *Command {
 					return nil
 				}
 				if len(args) == 1 && args[0] == "--changelog" {
-					runHookClaudeChangelog(ctx, env)
+					runHookArgs(ctx, env, "change-capture", "hook-claude", "--changelog")
 					return nil
 				}
 				if len(args) > 0 {
 					return usagef("hook-claude takes no arguments but --changelog")
 				}
-				runHookClaude(ctx, env)
+				runHookArgs(ctx, env, "change-capture", "hook-claude")
 				return nil
 			}},
 			{Name: "hook-codex", Summary: "the Codex CLI hook (reads one hook payload on stdin)", Run: func(ctx context.Context, env *Env, args []string) error {
 				if len(args) > 0 {
 					return usagef("hook-codex takes no arguments")
 				}
-				runHookCodex(ctx, env)
+				runHookArgs(ctx, env, "change-capture", "hook-codex")
 				return nil
 			}},
 			{Name: "hook-gemini", Summary: "the Gemini CLI hook (reads one hook payload on stdin)", Run: func(ctx context.Context, env *Env, args []string) error {
 				if len(args) > 0 {
 					return usagef("hook-gemini takes no arguments")
 				}
-				runHookGemini(ctx, env)
+				runHookArgs(ctx, env, "change-capture", "hook-gemini")
 				return nil
 			}},
 			{Name: "deliver", Summary: "deliver a spool's pending envelopes to the Hub now (the background deliverer's run, in the foreground)", Run: runDeliver},
@@ -96,21 +95,6 @@ func configStore(env *Env) (capture.StateDir, error) {
 		return capture.StateDir{}, err
 	}
 	return capture.StateDir{Dir: dir}, nil
-}
-
-// runHookClaude is the hook entry point: it always exits 0, and prints on
-// stdout only an answer the host reads (SessionStart's recipe guidance).
-// The lean agentscm-hook binary runs the same hookrun.ClaudeCapture.
-func runHookClaude(ctx context.Context, env *Env) int {
-	return hookrun.ClaudeCaptureOut(ctx, env.Stdin, env.Stdout, env.Stderr, env.Getenv, env.Now())
-}
-
-// runHookClaudeChangelog is `change-capture hook-claude --changelog`, the one
-// entry of an event on which change capture and the changelog are both on:
-// one process captures and then takes the changelog increment.
-func runHookClaudeChangelog(ctx context.Context, env *Env) int {
-	return hookrun.ClaudeHook(ctx, env.Stdin, env.Stdout, env.Stderr, env.Getenv, env.Now(),
-		hookrun.Options{Parts: hookrun.Parts{Capture: true, Changelog: true}, Watch: changelogWatchSource(env)})
 }
 
 func oneLine(s string) string { return hookcore.OneLine(s) }

@@ -42,7 +42,7 @@ func changelogCommand() *Command {
 				if len(args) > 0 {
 					return usagef("hook-claude takes no arguments")
 				}
-				runChangelogHook(ctx, env, adapter.Claude{})
+				runHookArgs(ctx, env, "changelog", "hook-claude")
 				return nil
 			}},
 			{Name: "watch-serve", Summary: "the on-demand filesystem watcher of a changelog (started by the hook)", Run: runChangelogWatchServe},
@@ -53,14 +53,14 @@ func changelogCommand() *Command {
 				if len(args) > 0 {
 					return usagef("hook-codex takes no arguments")
 				}
-				runChangelogHookCodex(ctx, env)
+				runHookArgs(ctx, env, "changelog", "hook-codex")
 				return nil
 			}},
 			{Name: "hook-gemini", Summary: "the Gemini CLI changelog hook (reads one hook payload on stdin)", Run: func(ctx context.Context, env *Env, args []string) error {
 				if len(args) > 0 {
 					return usagef("hook-gemini takes no arguments")
 				}
-				runChangelogHookGemini(ctx, env)
+				runHookArgs(ctx, env, "changelog", "hook-gemini")
 				return nil
 			}},
 			{Name: "capture", Summary: "store the writes and deletions since the last increment as the next one", Run: runChangelogCapture},

@@ -56,15 +56,6 @@ func warnMixed(env *Env, target incmeta.Meta) {
 		target.Position, target.SessionID, strings.Join(target.ConcurrentSessions, ", "))
 }
 
-// runChangelogHook is the changelog hook alone (a checkout with only
-// `changelog enable`) of agent a's host: the one hook pipeline with the
-// changelog part; always exit 0, empty stdout but for the host's blocking
-// answer to a refused prompt.
-func runChangelogHook(ctx context.Context, env *Env, a adapter.Adapter) int {
-	return hookrun.ClaudeHook(ctx, env.Stdin, env.Stdout, env.Stderr, env.Getenv, env.Now(),
-		hookrun.Options{Parts: hookrun.Parts{Changelog: true}, Exe: "", Watch: changelogWatchSource(env), Agent: a})
-}
-
 func runChangelogEnable(ctx context.Context, env *Env, args []string) error {
 	fs := newFlags(env, "agentscm changelog enable", "[--root PATH] [--extra-root NAME=ABS]... [--include-ignored] [--no-transcript-root] [--claude-settings REL] [--parallel-sessions[=false]] [--withhold GLOB]... [--share GLOB]... [--format text|json]", `
 Turn on the per-tool-call changelog of a checkout: the capture roots are

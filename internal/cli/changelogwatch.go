@@ -76,7 +76,8 @@ func runChangelogWatchServe(ctx context.Context, env *Env, args []string) error 
 			return usagef("root %q is not a clean absolute path", r)
 		}
 	}
-	err := watch.Serve(ctx, *dir, fs.Args(), watch.ServeOptions{Idle: *idle})
+	// The hooks' captures are taken here too (changelog.CaptureOps).
+	err := watch.Serve(ctx, *dir, fs.Args(), watch.ServeOptions{Idle: *idle, Ops: changelog.CaptureOps(*dir, env.Getenv(changelog.FailpointEnv))})
 	if errors.Is(err, watch.ErrRunning) {
 		return nil
 	}

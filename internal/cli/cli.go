@@ -14,11 +14,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agentscm/agentscm/internal/agent/adapter"
 	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/changelog"
 	"github.com/agentscm/agentscm/internal/cliflag"
 	"github.com/agentscm/agentscm/internal/connections"
+	"github.com/agentscm/agentscm/internal/hookroute"
 )
 
 // Env carries a command's input, output and environment so that commands
@@ -91,33 +91,10 @@ func Root() *Command {
 // Main runs agentscm with args (without the program name) and returns the
 // process exit status.
 func Main(ctx context.Context, env *Env, args []string) int {
-	// The hook runs on every agent tool call: route it before anything else.
-	if len(args) == 2 && args[1] == "hook-gemini" {
-		switch args[0] {
-		case "change-capture":
-			return runHookGemini(ctx, env)
-		case "changelog":
-			return runChangelogHookGemini(ctx, env)
-		}
-	}
-	if len(args) == 2 && args[1] == "hook-codex" {
-		switch args[0] {
-		case "change-capture":
-			return runHookCodex(ctx, env)
-		case "changelog":
-			return runChangelogHookCodex(ctx, env)
-		}
-	}
-	if len(args) == 3 && args[0] == "change-capture" && args[1] == "hook-claude" && args[2] == "--changelog" {
-		return runHookClaudeChangelog(ctx, env)
-	}
-	if len(args) == 2 && args[1] == "hook-claude" {
-		switch args[0] {
-		case "change-capture":
-			return runHookClaude(ctx, env)
-		case "changelog":
-			return runChangelogHook(ctx, env, adapter.Claude{})
-		}
+	// The hook runs on every agent tool call: route it before anything else
+	// (the one route table, every command string ever installed).
+	if r, ok := hookroute.Find(args); ok {
+		return runHookRoute(ctx, env, r)
 	}
 	if len(args) == 1 && (args[0] == "--version" || args[0] == "-version") {
 		fmt.Fprintln(env.Stdout, cliflag.Version("agentscm"))

@@ -62,25 +62,26 @@ func (w *Warnings) Flush(stderr io.Writer) {
 	}
 }
 
-// ReadPayload reads one Claude Code hook payload from stdin (at most
-// agent.MaxPayloadBytes) and decodes it, and finds the agentscm config
-// directory: what every hook process does first.
-func ReadPayload(stdin io.Reader, getenv func(string) string) (b []byte, configDir string, p *agent.Payload, err error) {
+// ReadPayload reads one hook payload of agent a's host from stdin (at most
+// agent.MaxPayloadBytes), finds the agentscm config directory and decodes
+// the payload with a's per-hook state (adapter.WithState: hook is
+// "capture" or "changelog"): what every hook process does first, once.
+func ReadPayload(stdin io.Reader, getenv func(string) string, a adapter.Adapter, hook string) (b []byte, configDir string, p *agent.Payload, err error) {
 	if b, err = fsutil.ReadBounded(stdin, agent.MaxPayloadBytes); err != nil {
 		return nil, "", nil, fmt.Errorf("read hook payload: %w", err)
 	}
 	if configDir, err = binding.ConfigDir(getenv); err != nil {
 		return nil, "", nil, err
 	}
-	if p, err = agent.DecodePayload(b); err != nil {
+	if p, err = a.WithState(configDir, hook).Decode(b); err != nil {
 		return nil, "", nil, err
 	}
 	return b, configDir, p, nil
 }
 
-// RunCapture is the capture part of a hook process, its panic turned into
-// its error.
-func RunCapture(ctx context.Context, store capture.StateDir, hubs capture.HubOpener, b []byte, p *agent.Payload, now time.Time) (res *capture.HookResult, err error) {
+// RunCapture is the capture part of a hook process of agent a's host, its
+// panic turned into its error.
+func RunCapture(ctx context.Context, store capture.StateDir, deps capture.HookDeps, a adapter.Adapter, b []byte, p *agent.Payload, now time.Time) (res *capture.HookResult, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			res, err = nil, fmt.Errorf("internal error: %v", r)
@@ -88,7 +89,7 @@ func RunCapture(ctx context.Context, store capture.StateDir, hubs capture.HubOpe
 	}()
 	ctx, cancel := context.WithTimeout(ctx, Timeout)
 	defer cancel()
-	return capture.HandleAgentPayload(ctx, store, hubs, adapter.Claude{}, b, p, now)
+	return capture.RunHook(ctx, store, deps, a, b, p, now)
 }
 
 // Guidance writes a SessionStart's recipe guidance to stdout and returns

@@ -12,10 +12,11 @@ import (
 	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/connections"
+	"github.com/agentscm/agentscm/internal/hookroute"
 )
 
 // IntakeBinary is the capture hook's intake binary (cmd/agentscm-hook-intake):
-// `change-capture hook-claude` only, installed on the Claude Code events on
+// the capture-only routes, installed on the Claude Code events on
 // which the capture runs without the changelog, next to the full hook
 // binary (hookfile.HookBinary) it hands everything else to.
 const IntakeBinary = hookfile.IntakeBinary
@@ -50,35 +51,38 @@ func (o intakeOpener) StartDeliverer(lock *os.File, spoolDir string) error {
 	return StartDeliverer(o.full, o.configDir, lock, spoolDir)
 }
 
-// IntakeHook is `agentscm-hook-intake change-capture hook-claude`: the
-// capture hook of one Claude Code payload read from stdin, exactly as
-// `agentscm-hook change-capture hook-claude` runs it, for the events whose
-// capture writes the intake and hands the rest to the detached deliverer
-// (started from full, the full hook binary). An event that needs the Hub
-// in the hook (backpressure, a failed intake write) is run again, from the
-// start, by full: this process execs it with the same payload on stdin
-// (what this one wrote before is idempotent: the session's record and
-// setup artifact). It fails open like every hook: at most one warning line
-// on stderr, exit status 0, nothing on stdout but a SessionStart's recipe
-// guidance.
-func IntakeHook(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string, now time.Time, full string) int {
+// IntakeHook is the capture hook of route r (a capture-only route of the
+// route table) in the agentscm-hook-intake binary: one payload read from
+// stdin, captured exactly as agentscm-hook captures it, for the events
+// whose capture writes the intake and hands the rest to the detached
+// deliverer (started from full, the full hook binary). An event that needs
+// the Hub in the hook (backpressure, a failed intake write) is run again,
+// from the start, by full: this process execs it with the same arguments
+// and payload on stdin (what this one wrote before is idempotent: the
+// session's record and setup artifact). It fails open like every hook: at
+// most one warning line on stderr, exit status 0, nothing on stdout but a
+// SessionStart's recipe guidance (where the route prints it).
+func IntakeHook(ctx context.Context, r hookroute.Route, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string, now time.Time, full string) int {
 	var warns Warnings
 	defer warns.Flush(stderr)
 	const failed = "capture hook failed: "
-	b, dir, p, err := ReadPayload(stdin, getenv)
+	b, dir, p, err := ReadPayload(stdin, getenv, r.Agent, "capture")
 	if err != nil {
 		warns.Add(failed + OneLine(err.Error()))
 		return 0
 	}
 	store := capture.StateDir{Dir: dir}
-	res, err := RunCapture(ctx, store, intakeOpener{configDir: dir, full: full}, b, p, now)
+	o := intakeOpener{configDir: dir, full: full}
+	res, err := RunCapture(ctx, store, capture.HookDeps{Hubs: o, Lookup: o, Deliverer: o}, r.Agent, b, p, now)
 	if errors.Is(err, errNeedsHub) {
 		// Only returns when the exec failed.
-		err = fmt.Errorf("%w; running it with %s failed: %w", errNeedsHub, full, execHook(full, b))
+		err = fmt.Errorf("%w; running it with %s failed: %w", errNeedsHub, full, execHook(full, r.Args, b))
 		res = nil
 	}
 	warns.Add(CaptureWarning(res, err))
-	warns.Add(Guidance(store, b, stdout))
+	if r.Guidance {
+		warns.Add(Guidance(store, b, stdout))
+	}
 	if p.HookEventName == "SessionStart" {
 		// Once per session: the full hook binary it hands events to must
 		// be of this build (issue 32); the capture above is done either way.

@@ -32,16 +32,6 @@ func (o detachedOpener) StartDeliverer(lock *os.File, spoolDir string) error {
 	return hookcore.StartDeliverer(o.exe, o.ConfigDir, lock, spoolDir)
 }
 
-// ClaudeCaptureDetached is ClaudeCapture with delivery taken off the hook's
-// critical path: after the durable append the hook hands delivery to a
-// detached deliverer started from exe (the running agentscm-hook binary,
-// which must understand `change-capture deliver-spool`), or delivers
-// in-process when none can be started. An empty exe is ClaudeCapture.
-// Its stdout is ClaudeCaptureOut's (the recipe guidance on a SessionStart).
-func ClaudeCaptureDetached(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string, now time.Time, exe string) int {
-	return claudeCaptureOut(ctx, stdin, stdout, stderr, getenv, now, exe)
-}
-
 // delivererNice is the detached deliverer's scheduling niceness.
 const delivererNice = 10
 

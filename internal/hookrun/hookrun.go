@@ -1,10 +1,9 @@
-// Package hookrun is the Claude Code hook pipeline as a process
-// (ClaudeHook, pipeline.go): one process per event decodes the payload once
-// and runs the capture and, beside it, the changelog increment, then
-// delivery. It is
-// the one entry point shared by `agentscm change-capture hook-claude
-// [--changelog]`, `agentscm changelog hook-claude` and the lean
-// agentscm-hook binary, which links only what the hook needs.
+// Package hookrun is the agents' hook pipeline as a process (Run,
+// pipeline.go): one process per event runs one route of the route table
+// (internal/hookroute), decodes the payload once with the route's adapter
+// and runs the capture and, beside it, the changelog increment, then one
+// deliverer kick. It is the one entry point shared by agentscm and the
+// lean agentscm-hook binary, which links only what the hook needs.
 package hookrun
 
 import (
@@ -35,8 +34,8 @@ func ClaudeCaptureOut(ctx context.Context, stdin io.Reader, stdout, stderr io.Wr
 }
 
 // claudeCaptureOut is ClaudeCaptureOut; a non-empty exe hands delivery to a
-// detached deliverer started from it (ClaudeCaptureDetached). It is the one
-// hook pipeline (ClaudeHook) with the capture part only.
+// detached deliverer started from it. It is the one hook pipeline
+// (ClaudeHook) with the capture part only.
 func claudeCaptureOut(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string, now time.Time, exe string) int {
 	return ClaudeHook(ctx, stdin, stdout, stderr, getenv, now, Options{Parts: Parts{Capture: true}, Exe: exe})
 }

@@ -2,6 +2,7 @@ package hookrun
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -23,21 +24,24 @@ import (
 	"github.com/agentscm/agentscm/internal/delivery"
 	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/hookcore"
+	"github.com/agentscm/agentscm/internal/hookroute"
 )
 
-// One hook pipeline. Every Claude Code hook event starts one hook process:
-// it reads and decodes the payload once, then runs the parts its settings
-// entry names (Parts): the capture (the durable intake write or the locked
-// append) and, on an event the changelog handles, beside it on a second
-// thread, the changelog increment of the same checkout (the two write
-// separate stores; two threads keep the parallelism two processes had);
-// then delivery, once both are done (the detached deliverer the capture
-// asked for is started only now, so that it does not compete with the
-// increment for the CPU the agent waits on). One fail-open wrapper: whatever fails, at
-// most one warning line on stderr (each part's own message, joined with
-// "; "), exit status 0, and nothing on stdout but a SessionStart's recipe
-// guidance or, for a prompt the changelog refused (another session's turn
-// runs), the host's blocking answer.
+// One hook pipeline. Every agent hook event starts one hook process: its
+// arguments name a route of the one route table (hookroute: verb x agent),
+// it reads and decodes the payload once with the route's adapter, then runs
+// the parts the route names: the capture (the durable intake write, or the
+// locked append where no detached deliverer can be started) and, on an
+// event the changelog handles, beside it on a second thread, the changelog
+// increment of the same checkout (the two write separate stores; two
+// threads keep the parallelism two processes had); then one deliverer
+// kick, once both are done (the detached deliverer the capture asked for is
+// started only now, so that it does not compete with the increment for the
+// CPU the agent waits on). One fail-open wrapper: whatever fails, at most
+// one warning line on stderr (each part's own message, joined with "; "),
+// exit status 0, and nothing on stdout but a SessionStart's recipe guidance
+// (Claude Code) or, for a prompt the changelog refused (another session's
+// turn runs), the host's blocking answer.
 
 // ChangelogTimeout bounds a hook process that runs the changelog part (the
 // capture part keeps its own Timeout inside it); the host's timeout of an
@@ -45,20 +49,16 @@ import (
 const ChangelogTimeout = 18 * time.Second
 
 // Parts are what one hook process runs.
-type Parts struct {
-	// Capture is the change capture (every captured event).
-	Capture bool
-	// Changelog is the changelog increment (after a tool call) and its
-	// turn marker (prompt, Stop, SessionEnd).
-	Changelog bool
-}
+type Parts = hookroute.Parts
 
-// Options configure ClaudeHook.
+// Options configure a hook process.
 type Options struct {
 	Parts
 	// Exe, when not empty, is the binary a detached deliverer is started
-	// from (`EXE change-capture deliver-spool`); empty: the capture
-	// delivers in-process.
+	// from (`EXE change-capture deliver-spool`): every agent's capture
+	// then writes the intake and the deliverer admits and delivers, and
+	// an increment is uploaded by it too; empty: the capture takes the
+	// locked path and delivers, and the increment uploads, in-process.
 	Exe string
 	// Watch is the changelog's ChangeSource factory (changelog.HookOptions
 	// Watch); nil: WatchFor(Exe, getenv) when the changelog part runs.
@@ -70,21 +70,35 @@ type Options struct {
 	TurnWait time.Duration
 }
 
-// ClaudeHook runs the parts of o on one Claude Code payload read from
-// stdin. It fails open (see above) and returns exit status 0.
+// ClaudeHook runs the parts of o on one payload of o.Agent's host (Claude
+// Code when nil) read from stdin: Run with the route those name. It fails
+// open (see above) and returns exit status 0.
 func ClaudeHook(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string, now time.Time, o Options) int {
+	a := o.Agent
+	if a == nil {
+		a = adapter.Claude{}
+	}
+	r := hookroute.Route{Agent: a, Parts: o.Parts, Guidance: adapter.IsDefault(a)}
+	return Run(ctx, r, stdin, stdout, stderr, getenv, now, o)
+}
+
+// Run is the hook process of route r (its Agent and Parts override o's)
+// on one payload read from stdin. It fails open (see above) and returns
+// exit status 0.
+func Run(ctx context.Context, r hookroute.Route, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string, now time.Time, o Options) int {
 	var warns hookcore.Warnings
 	defer warns.Flush(stderr)
+	o.Parts, o.Agent = r.Parts, r.Agent
 	if o.Changelog {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, ChangelogTimeout)
 		defer cancel()
 	}
-	failed := "capture hook failed: "
+	failed, kind := "capture hook failed: ", "capture"
 	if !o.Capture {
-		failed = "changelog hook failed: "
+		failed, kind = "changelog hook failed: ", "changelog"
 	}
-	b, dir, p, err := hookcore.ReadPayload(stdin, getenv)
+	b, dir, p, err := hookcore.ReadPayload(stdin, getenv, r.Agent, kind)
 	if err != nil {
 		warns.Add(failed + hookcore.OneLine(err.Error()))
 		return 0
@@ -99,10 +113,7 @@ func ClaudeHook(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, 
 		wg      sync.WaitGroup
 	)
 	takeIncrement := o.Changelog && slices.Contains(changelog.HookEvents, p.HookEventName)
-	agent := o.Agent
-	if agent == nil {
-		agent = adapter.Claude{}
-	}
+	agent := r.Agent
 	var refused *changelog.PromptRefusal
 	if takeIncrement {
 		// The increment runs beside the capture: the two write separate
@@ -113,6 +124,7 @@ func ClaudeHook(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, 
 			watch = WatchFor(o.Exe, getenv)
 		}
 		pc := *p // its own copy: the capture may normalise fields of p
+		FailedFinish(&pc)
 		// With a detached deliverer (Exe) the hook never uploads: it
 		// stores the increment and the deliverer uploads it (one
 		// deliverer for events and increments, kicked below). Without
@@ -129,15 +141,18 @@ func ClaudeHook(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, 
 		}()
 	}
 	if o.Capture {
-		var hubs capture.HubOpener = delivery.Opener{ConfigDir: dir}
+		op := delivery.Opener{ConfigDir: dir}
+		deps := capture.HookDeps{Hubs: op, Lookup: op}
 		if o.Exe != "" {
+			// Every agent's capture is intake-first: the deferred
+			// opener starts the detached deliverer after the increment.
 			starter = &deferredOpener{detachedOpener: detachedOpener{Opener: delivery.Opener{ConfigDir: dir}, exe: o.Exe}}
 			if !takeIncrement {
 				starter.now = true // nothing runs after the capture: start it at once
 			}
-			hubs = starter
+			deps = capture.HookDeps{Hubs: starter, Lookup: op, Deliverer: starter}
 		}
-		cres, cerr = hookcore.RunCapture(ctx, store, hubs, b, p, now)
+		cres, cerr = hookcore.RunCapture(ctx, store, deps, r.Agent, b, p, now)
 	}
 	wg.Wait()
 	var clLock *os.File
@@ -168,7 +183,9 @@ func ClaudeHook(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, 
 	}
 	if o.Capture {
 		warns.Add(hookcore.CaptureWarning(cres, cerr))
-		warns.Add(hookcore.Guidance(store, b, stdout))
+		if r.Guidance {
+			warns.Add(hookcore.Guidance(store, b, stdout))
+		}
 	}
 	warns.Add(lw)
 	if refused != nil {
@@ -179,6 +196,23 @@ func ClaudeHook(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, 
 		}
 	}
 	return 0
+}
+
+// FailedFinish makes a tool finish whose host reported a non-zero exit
+// code (Codex: read from its rollout; Gemini: from the shell tool's result
+// text) a PostToolUseFailure, as Claude Code's own hook reports a failed
+// call, so the changelog flags the call as failed. Codex and Gemini have no
+// failure event of their own (a Gemini error already decodes as one).
+func FailedFinish(p *agent.Payload) {
+	if p.HookEventName != "PostToolUse" || p.ExitCodeSource == "" {
+		return
+	}
+	var v struct {
+		ExitCode *int `json:"exit_code"`
+	}
+	if json.Unmarshal(p.ToolResponse, &v) == nil && v.ExitCode != nil && *v.ExitCode != 0 {
+		p.HookEventName = "PostToolUseFailure"
+	}
 }
 
 // runChangelog is the changelog part: its message (without the prefix),

@@ -206,6 +206,21 @@ type Source struct {
 	Agents map[string]string
 }
 
+// fillAgentsFromSpool names, from the spool's agents by native session,
+// each session of rec that the record itself does not mark, and returns
+// agentOf.
+func fillAgentsFromSpool(agentOf map[sessKey]string, rec api.ChangeRecord, spool map[string]string) map[sessKey]string {
+	for _, s := range rec.Sessions {
+		k := sessKey{s.Generation, s.Session}
+		for _, n := range s.NativeSessionIDs {
+			if a := spool[n]; agentOf[k] == "" && a != "" {
+				agentOf[k] = a
+			}
+		}
+	}
+	return agentOf
+}
+
 // Event kinds of the record that a timeline reads.
 const (
 	kindToolStart    = "tool_start"
@@ -226,15 +241,7 @@ type sessKey struct {
 func Build(rec api.ChangeRecord, incs []Increment, src Source) *Timeline {
 	tl := &Timeline{Work: rec.Work, Usage: rec.Usage, Setups: rec.Setups, EventsOmitted: rec.EventsOmitted,
 		Changes: src.Name, ChangesNote: src.Note, Sessions: []Session{}, Actions: []Action{}, Rewinds: []Position{}}
-	agentOf := sessionAgents(rec)
-	for _, s := range rec.Sessions {
-		k := sessKey{s.Generation, s.Session}
-		for _, n := range s.NativeSessionIDs {
-			if a := src.Agents[n]; agentOf[k] == "" && a != "" {
-				agentOf[k] = a
-			}
-		}
-	}
+	agentOf := fillAgentsFromSpool(sessionAgents(rec), rec, src.Agents)
 	tl.Coverage = explainCoverage(rec, agentOf)
 
 	// Sessions, in the record's order, with their gaps.

@@ -45,6 +45,11 @@ type request struct {
 	Op    string   `json:"op,omitempty"`
 	Roots []string `json:"roots"`
 	Token string   `json:"token"`
+	// Body is the argument of an operation of ServeOptions.Ops.
+	Body json.RawMessage `json:"body,omitempty"`
+	// Wait bounds, in milliseconds, how long the client waits for the
+	// answer of an operation of ServeOptions.Ops (0: the default bound).
+	Wait int64 `json:"wait_ms,omitempty"`
 }
 
 type response struct {
@@ -55,7 +60,23 @@ type response struct {
 	PID   int          `json:"pid,omitempty"`
 	Since time.Time    `json:"since,omitzero"`
 	Roots []RootStatus `json:"roots,omitempty"`
+	// Body is the answer of an operation of ServeOptions.Ops.
+	Body json.RawMessage `json:"body,omitempty"`
 }
+
+// Handler serves one operation a host of the server adds (ServeOptions.Ops):
+// body is the client's argument, t the server's Tracker, and gone reports
+// whether the client has closed its connection (it gave up waiting). An
+// error answers the client with no body: the operation did nothing.
+type Handler func(ctx context.Context, t *Tracker, body json.RawMessage, gone func() bool) (json.RawMessage, error)
+
+// ErrOp reports an operation the server refused or did not carry out (an
+// unknown operation, a bad request, the handler's error): it did nothing.
+var ErrOp = errors.New("watch: operation not carried out")
+
+// MaxOpWait bounds how long a server works on one operation of
+// ServeOptions.Ops for a client.
+const MaxOpWait = 10 * time.Minute
 
 // Status is a running server's answer to Client.Status.
 type Status struct {
@@ -75,6 +96,10 @@ type ServeOptions struct {
 	Idle time.Duration
 	// Ready, when set, is called once the socket listens.
 	Ready func()
+	// Ops are further operations the server answers (the changelog's
+	// capture, see changelog.CaptureOps), by name; the built-in names
+	// ("", "status", "stop") cannot be replaced.
+	Ops map[string]Handler
 }
 
 // Serve hosts a Tracker on the Unix socket dir/sock until ctx ends, the
@@ -176,7 +201,7 @@ func Serve(ctx context.Context, dir string, roots []string, opts ServeOptions) e
 			}
 			return fmt.Errorf("watch: accept: %w", err)
 		}
-		go handle(ctx, t, conn, started, cancel)
+		go handle(ctx, t, conn, started, cancel, opts.Ops)
 	}
 }
 
@@ -198,7 +223,7 @@ func waitWatched(ctx context.Context, t *Tracker, roots []string, d time.Duratio
 	}
 }
 
-func handle(ctx context.Context, t *Tracker, conn *net.UnixConn, started time.Time, stop context.CancelFunc) {
+func handle(ctx context.Context, t *Tracker, conn *net.UnixConn, started time.Time, stop context.CancelFunc, ops map[string]Handler) {
 	defer conn.Close()
 	conn.SetDeadline(time.Now().Add(10 * time.Second))
 	if uid, err := peerUID(conn); err != nil || uid != os.Getuid() {
@@ -212,6 +237,9 @@ func handle(ctx context.Context, t *Tracker, conn *net.UnixConn, started time.Ti
 	resp := response{}
 	if err := json.Unmarshal(line, &req); err != nil {
 		resp.Error = "bad request"
+	} else if h := ops[req.Op]; h != nil && req.Op != opStatus && req.Op != opStop {
+		serveOp(ctx, t, conn, h, &req)
+		return
 	} else if req.Op == opStop {
 		resp.PID = os.Getpid()
 		b, _ := json.Marshal(resp)
@@ -239,6 +267,42 @@ func handle(ctx context.Context, t *Tracker, conn *net.UnixConn, started time.Ti
 	}
 	b, _ := json.Marshal(resp)
 	conn.Write(append(b, '\n'))
+}
+
+// serveOp answers one operation of ServeOptions.Ops: the handler runs
+// (bounded by MaxOpWait) while the client waits; gone reports a client
+// that closed its end.
+func serveOp(ctx context.Context, t *Tracker, conn *net.UnixConn, h Handler, req *request) {
+	conn.SetDeadline(time.Now().Add(MaxOpWait))
+	ctx, cancel := context.WithTimeout(ctx, MaxOpWait)
+	defer cancel()
+	t.touch()
+	body, err := h(ctx, t, req.Body, func() bool { return peerGone(conn) })
+	t.touch()
+	resp := response{Body: body}
+	if err != nil {
+		resp = response{Error: err.Error()}
+	}
+	b, _ := json.Marshal(resp)
+	conn.Write(append(b, '\n'))
+}
+
+// peerGone reports whether the client closed its end of conn (a peek
+// without waiting reads end of file).
+func peerGone(conn *net.UnixConn) bool {
+	raw, err := conn.SyscallConn()
+	if err != nil {
+		return true
+	}
+	gone := false
+	var b [1]byte
+	if err := raw.Control(func(fd uintptr) {
+		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		gone = err == nil && n == 0 || err != nil && !errors.Is(err, syscall.EAGAIN) && !errors.Is(err, syscall.EINTR)
+	}); err != nil {
+		return true
+	}
+	return gone
 }
 
 // Client reaches the server of one private directory, starting it on
@@ -336,7 +400,7 @@ func (c *Client) call(ctx context.Context, req request, create bool) (*response,
 		return nil, fmt.Errorf("watch: bad answer: %w", err)
 	}
 	if resp.Error != "" {
-		return nil, fmt.Errorf("watch: server: %s", resp.Error)
+		return nil, fmt.Errorf("%w: watch: server: %s", ErrOp, resp.Error)
 	}
 	return &resp, nil
 }
@@ -364,6 +428,32 @@ func (c *Client) Since(ctx context.Context, roots []string, token string) (strin
 		return "", nil, errors.New("watch: bad answer")
 	}
 	return resp.Token, resp.Changes, nil
+}
+
+// Do asks the running server to carry out the operation op of its
+// ServeOptions.Ops with body, waiting at most wait for the answer (0: the
+// client's Timeout); it starts no server. ErrNoServer (wrapped): none
+// answered, the request was not sent. ErrOp (wrapped): the server answered
+// that it did nothing. Any other error leaves open whether the operation
+// was carried out (the server died, or the wait ended first).
+func (c *Client) Do(ctx context.Context, op string, body any, wait time.Duration) (json.RawMessage, error) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	if wait <= 0 {
+		wait = c.timeout()
+	}
+	cc := *c
+	cc.Timeout = wait
+	resp, err := cc.call(ctx, request{Op: op, Body: b, Wait: wait.Milliseconds()}, false)
+	if err != nil {
+		return nil, err
+	}
+	if resp.Body == nil {
+		return nil, fmt.Errorf("%w: no answer", ErrOp)
+	}
+	return resp.Body, nil
 }
 
 // Status asks the running server whether it vouches for roots' changes

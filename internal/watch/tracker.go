@@ -153,6 +153,14 @@ func (t *Tracker) LastUsed() time.Time {
 	return t.lastUsed
 }
 
+// touch records a use of the server (an operation of ServeOptions.Ops),
+// which keeps it from its idle exit.
+func (t *Tracker) touch() {
+	t.mu.Lock()
+	t.lastUsed = time.Now()
+	t.mu.Unlock()
+}
+
 func (t *Tracker) loop() {
 	defer close(t.done)
 	for {

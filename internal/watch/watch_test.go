@@ -2,6 +2,7 @@ package watch
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -398,5 +399,60 @@ func TestStartedServerVouchesForTheNextCall(t *testing.T) {
 	}
 	if pid, err := c.Stop(ctx); err != nil || pid != st.PID {
 		t.Fatalf("Stop = %d, %v", pid, err)
+	}
+}
+
+// An operation of ServeOptions.Ops: answered with its body; an unknown
+// operation or the handler's error is ErrOp (nothing done); a client that
+// stops waiting is seen by the handler as gone; the built-in operations
+// cannot be replaced.
+func TestServerOps(t *testing.T) {
+	root := t.TempDir()
+	gone := make(chan bool, 1)
+	release := make(chan struct{})
+	ops := map[string]Handler{
+		"echo": func(ctx context.Context, tr *Tracker, body json.RawMessage, g func() bool) (json.RawMessage, error) {
+			if tr == nil || g() {
+				return nil, errors.New("no tracker, or gone while waited for")
+			}
+			return body, nil
+		},
+		"fail": func(context.Context, *Tracker, json.RawMessage, func() bool) (json.RawMessage, error) {
+			return nil, errors.New("refused")
+		},
+		"slow": func(ctx context.Context, _ *Tracker, _ json.RawMessage, g func() bool) (json.RawMessage, error) {
+			<-release
+			gone <- g()
+			return json.RawMessage(`{}`), nil
+		},
+		"stop": func(context.Context, *Tracker, json.RawMessage, func() bool) (json.RawMessage, error) {
+			return json.RawMessage(`"replaced"`), nil
+		},
+	}
+	dir, _ := serve(t, []string{root}, ServeOptions{Ops: ops})
+	c := &Client{Dir: dir}
+	ctx := context.Background()
+	if b, err := c.Do(ctx, "echo", map[string]int{"n": 7}, time.Second); err != nil || string(b) != `{"n":7}` {
+		t.Fatalf("echo: %s %v", b, err)
+	}
+	for _, op := range []string{"fail", "unknown"} {
+		if _, err := c.Do(ctx, op, nil, time.Second); !errors.Is(err, ErrOp) {
+			t.Fatalf("%s: %v, want ErrOp", op, err)
+		}
+	}
+	_, err := c.Do(ctx, "slow", nil, 100*time.Millisecond)
+	if err == nil || errors.Is(err, ErrOp) || errors.Is(err, ErrNoServer) {
+		t.Fatalf("slow: %v, want a timeout that leaves the outcome open", err)
+	}
+	close(release)
+	if g := <-gone; !g {
+		t.Fatal("the handler did not see the client gone")
+	}
+	if _, err := (&Client{Dir: filepath.Join(t.TempDir(), "none")}).Do(ctx, "echo", nil, time.Second); !errors.Is(err, ErrNoServer) {
+		t.Fatalf("no server: %v", err)
+	}
+	// "stop" is still the built-in stop.
+	if pid, err := c.Stop(ctx); err != nil || pid != os.Getpid() {
+		t.Fatalf("stop: %d %v", pid, err)
 	}
 }

@@ -127,6 +127,23 @@ func TestChangelogWatcherOnByDefault(t *testing.T) {
 	c.agentscm("changelog", "watch", "--root", c.root, "on")
 	st = vouched()
 	pids = append(pids, st.Watch.PID)
+	// The server takes the captures (issue 33 item 1). Wedged (stopped),
+	// it makes the hook wait AGENTSCM_CHANGELOG_WARM_WAIT and capture
+	// itself; continued, it finds the request's deadline passed and
+	// stores nothing for it (the count below would show a second
+	// increment), and takes the next call's capture.
+	if err := syscall.Kill(st.Watch.PID, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	edit("AGENTSCM_CHANGELOG_WARM_WAIT=500ms")
+	waited := time.Since(start)
+	syscall.Kill(st.Watch.PID, syscall.SIGCONT)
+	if waited < 500*time.Millisecond {
+		t.Fatalf("the hook answered after %v with the server stopped: it did not ask it", waited)
+	}
+	edit()
+	edit()
 	// Every call is one increment holding its file; a replay of the whole
 	// sequence gives the checkout as it is.
 	list := c.changelogList()

@@ -66,7 +66,9 @@ func (c *checkout) runCodex(args ...string) string {
 	cmd.Stdin = nil
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
+	err := cmd.Run()
+	c.waitDelivered() // deliverwait_test.go: the hooks' background deliverers
+	if err != nil {
 		c.t.Fatalf("codex %v: %v\nstdout: %s\nstderr: %s", full, err, stdout.String(), stderr.String())
 	}
 	sc := bufio.NewScanner(&stdout)
@@ -134,7 +136,7 @@ func TestCodexCaptureRewindResume(t *testing.T) {
 	c.spool = en.Spool
 	c.agentscm("changelog", "enable", "--root", c.root, "--agent", "codex")
 	hooks, _ := os.ReadFile(filepath.Join(c.root, ".codex", "hooks.json"))
-	for _, want := range []string{"agentscm-hook change-capture hook-codex", " changelog hook-codex"} {
+	for _, want := range []string{"agentscm-hook-intake change-capture hook-codex", " changelog hook-codex"} {
 		if !strings.Contains(string(hooks), want) {
 			t.Fatalf(".codex/hooks.json lacks %q:\n%s", want, hooks)
 		}

@@ -56,7 +56,9 @@ func (c *checkout) runGemini(api *scriptedgemini.Server, args ...string) string 
 	cmd.Stdin = nil
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
+	err := cmd.Run()
+	c.waitDelivered() // deliverwait_test.go: the hooks' background deliverers
+	if err != nil {
 		c.t.Fatalf("gemini %v: %v\nstdout: %s\nstderr: %s", full, err, stdout.String(), stderr.String())
 	}
 	var res struct {
@@ -95,7 +97,7 @@ func TestGeminiCaptureRewindResume(t *testing.T) {
 	c.spool = en.Spool
 	c.agentscm("changelog", "enable", "--root", c.root, "--agent", "gemini")
 	hooks, _ := os.ReadFile(filepath.Join(c.root, ".gemini", "settings.json"))
-	for _, want := range []string{"agentscm-hook change-capture hook-gemini", " changelog hook-gemini", `"timeout": 20000`} {
+	for _, want := range []string{"agentscm-hook-intake change-capture hook-gemini", " changelog hook-gemini", `"timeout": 20000`} {
 		if !strings.Contains(string(hooks), want) {
 			t.Fatalf(".gemini/settings.json lacks %q:\n%s", want, hooks)
 		}

@@ -32,7 +32,6 @@ type longFunc struct {
 // test until its entry is removed (one that shrank but is still over may
 // have its entry lowered).
 var longFuncs = map[string]longFunc{
-	"internal/capture/hook.go:HandleAgentPayload":              {370, "the hook orchestrator; issue 29 step 3 replaces it with one pipeline (plan, then execute)"},
 	"internal/changelog/capturefast.go:Changelog.scanRootFast": {287, "the hot-path tree scan, kept in one loop for the per-call budget; split with a same-run measurement"},
 	"internal/changelog/format.go:readTar":                     {232, "the increment archive reader's one bounded pass over every record kind; to split per record kind"},
 	"internal/changelog/upload.go:UploadFormOf":                {226, "builds every part of an increment's upload form in one place; to split per part"},

@@ -202,12 +202,13 @@ func (Claude) ChangelogTranscript() bool          { return true }
 func (c Claude) WithState(string, string) Adapter { return c }
 
 // markedHooks installs the entries of part for a host whose file holds
-// one marked entry per part and event: the capture runs the lean hook
-// binary beside exe, the changelog exe itself.
+// one marked entry per part and event: the capture runs the intake binary
+// beside exe (else the lean hook binary, else exe), the changelog exe
+// itself.
 func markedHooks(a Adapter, path, exe string, part Part) (bool, error) {
 	sub, events := a.CaptureSubcommand(), a.CaptureEvents()
 	if part == PartCapture {
-		exe = hookfile.HookExecutable(exe)
+		exe = hookfile.IntakeExecutable(exe)
 	} else {
 		sub, events = a.ChangelogSubcommand(), a.ChangelogEvents()
 	}

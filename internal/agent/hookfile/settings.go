@@ -82,6 +82,21 @@ func HookExecutable(exe string) string {
 	return exe
 }
 
+// IntakeExecutable returns the executable an installed capture-only hook
+// entry runs for the agentscm binary exe: IntakeBinary when it sits next
+// to HookExecutable(exe) (it starts faster, and hands what needs the Hub
+// to HookBinary), else HookExecutable(exe).
+func IntakeExecutable(exe string) string {
+	lean := HookExecutable(exe)
+	if filepath.Base(lean) != HookBinary {
+		return lean
+	}
+	if in := filepath.Join(filepath.Dir(lean), IntakeBinary); isExecutableFile(in) {
+		return in
+	}
+	return lean
+}
+
 // isExecutableFile reports whether path is a regular file executable by
 // someone.
 func isExecutableFile(path string) bool {

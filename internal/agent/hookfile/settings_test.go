@@ -290,3 +290,32 @@ func TestHookExecutable(t *testing.T) {
 		t.Fatalf("relative exe: got %s", got)
 	}
 }
+
+// TestIntakeExecutable: a capture-only entry runs the intake binary only
+// when it and the lean hook binary it hands the Hub paths to both sit next
+// to agentscm; otherwise what HookExecutable chooses.
+func TestIntakeExecutable(t *testing.T) {
+	exec := func(d, name string) { os.WriteFile(filepath.Join(d, name), []byte("#!/bin/sh\n"), 0o755) }
+	for _, c := range []struct {
+		name  string
+		setup func(dir string)
+		want  string
+	}{
+		{"neither", func(string) {}, "agentscm"},
+		{"lean only", func(d string) { exec(d, HookBinary) }, HookBinary},
+		{"intake only", func(d string) { exec(d, IntakeBinary) }, "agentscm"},
+		{"both", func(d string) { exec(d, HookBinary); exec(d, IntakeBinary) }, IntakeBinary},
+		{"intake not executable", func(d string) {
+			exec(d, HookBinary)
+			os.WriteFile(filepath.Join(d, IntakeBinary), []byte("x"), 0o644)
+		}, HookBinary},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			c.setup(dir)
+			if got := IntakeExecutable(filepath.Join(dir, "agentscm")); got != filepath.Join(dir, c.want) {
+				t.Fatalf("IntakeExecutable = %s, want %s", got, filepath.Join(dir, c.want))
+			}
+		})
+	}
+}

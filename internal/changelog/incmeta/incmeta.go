@@ -105,6 +105,12 @@ type Meta struct {
 	// Reverted is the position of the tool call an increment of kind
 	// "revert" undid (see agentscm revert).
 	Reverted *int `json:"reverted,omitempty"`
+	// CaptureID identifies the hook's request of a capture the watcher
+	// was asked to take (see changelog.CaptureOps): a hook that gave up
+	// waiting recognises the increment by it rather than store a second
+	// one. Absent in older increments and in captures no watcher was
+	// asked for.
+	CaptureID string `json:"capture_id,omitempty"`
 }
 
 // TranscriptRef is a transcript a metadata-only increment names instead of
