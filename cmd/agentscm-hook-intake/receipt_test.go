@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -430,7 +431,9 @@ func TestIntakeOutageKeepsTargetAtReceipt(t *testing.T) {
 }
 
 // Checkout A makes three tool calls at generation 1 and checkout B takes
-// the Work over 0.3 s later, before A's deliverer admitted them: they are
+// the Work over 0.3 s later, before A's deliverer admitted them (and so
+// does a brand-new session of A, none of whose events resolved before the
+// takeover: it is held to the checkout's generation at receipt): they are
 // accounted for under generation 1 (a capture_interrupted gap carrying
 // A's exact target there, since the Hub keeps no events of an older
 // generation), never under a later generation and never unassociated; so
@@ -456,6 +459,13 @@ func TestIntakeTakeoverKeepsGenerationAtReceipt(t *testing.T) {
 
 			release := a.holdDeliverLock(t)
 			ids := a.toolCalls(t, s, "t", 3)
+			// A brand-new session's first events, received at generation
+			// 1 before any of them resolved: the checkout's target at
+			// receipt holds them to generation 1 too.
+			const fresh = "takeover-fresh"
+			a.send(t, fresh, `"hook_event_name":"SessionStart","source":"startup"`)
+			a.send(t, fresh, `"hook_event_name":"UserPromptSubmit","prompt":"go"`)
+			freshIDs := a.toolCalls(t, fresh, "f", 2)
 			time.Sleep(300 * time.Millisecond)
 			takeover(t, b, w.ID, 2)
 			ids = append(ids, a.toolCalls(t, s, "late", 1)...)
@@ -475,6 +485,18 @@ func TestIntakeTakeoverKeepsGenerationAtReceipt(t *testing.T) {
 			t.Logf("%d records delivered as events, %d inside gaps under generation 1", events, gapped)
 			if gapped != 2*len(ids) {
 				t.Errorf("%d of %d records are inside a gap under generation 1", gapped, 2*len(ids))
+			}
+			if events, gapped := accounted(t, a, rec, 1, freshIDs); gapped != 2*len(freshIDs) {
+				t.Errorf("the brand-new session: %d of %d records inside a gap under generation 1 (%d events)", gapped, 2*len(freshIDs), events)
+			}
+			if back {
+				// Generation 3 resolves for the fresh session now: it holds
+				// nothing the session did before the takeover.
+				for _, se := range rec.Sessions {
+					if se.Generation != 1 && se.Events > 0 {
+						t.Errorf("session %s at generation %d holds %d events", se.Session, se.Generation, se.Events)
+					}
+				}
 			}
 			for _, e := range rec.Events {
 				if e.Generation != 1 {
@@ -550,5 +572,206 @@ func TestIntakeWorkStartSplitsAtReceipt(t *testing.T) {
 				t.Errorf("work %s holds %s %s, received under the other Work", c.work.ID, e.Kind, e.ToolUseID)
 			}
 		}
+	}
+}
+
+// hookWarned runs the binary exe of bin (agentscm-hook or
+// agentscm-hook-intake) with args on one payload of session, failing the
+// test unless it exits 0 with nothing on stdout and at most one warning
+// line on stderr (delivery may be pending while the Hub is down), which it
+// returns.
+func (f *fixture) hookWarned(t *testing.T, exe string, args []string, session, payload string) string {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(f.bin, exe), args...)
+	cmd.Env = f.env()
+	cmd.Stdin = strings.NewReader(`{"session_id":"` + session + `","cwd":"` + f.root + `",` + payload + `}`)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil || out.Len() > 0 || strings.Count(errb.String(), "\n") > 1 {
+		t.Fatalf("%s %v %s: %v, stdout %q, stderr %q", exe, args, payload, err, out.String(), errb.String())
+	}
+	return errb.String()
+}
+
+// hooks runs n intake hooks at once (eight at a time), the i-th on
+// payload(i), failing the test unless each exits 0 silently.
+func (f *fixture) hooks(t *testing.T, n int, payload func(i int) string) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	sem := make(chan struct{}, 8)
+	for i := range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			cmd := exec.Command(filepath.Join(f.bin, "agentscm-hook-intake"), "change-capture", "hook-claude")
+			cmd.Env = f.env()
+			cmd.Stdin = strings.NewReader(payload(i))
+			if out, err := cmd.CombinedOutput(); err != nil || len(out) > 0 {
+				errs <- fmt.Errorf("hook %d: %v %s", i, err, out)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+// A hook that admits itself (the locked path: Codex and Gemini hooks, and
+// the intake hook past its backpressure bound, which hands the event to
+// agentscm-hook) keeps a brand-new session's events during a Hub outage as
+// the deliverer's admission does: they wait in the intake instead of
+// becoming unassociated deferred facts for good, and once the Hub is back
+// they are delivered under the Work, nothing of the session deferred.
+func TestLockedPathNewSessionDuringOutage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binaries and runs a Hub")
+	}
+	bin := build(t)
+	newSessionEvents := func(tool string) []string {
+		in := `"tool_name":"Bash","tool_use_id":"` + tool + `","tool_input":{"command":"true"}`
+		return []string{
+			`"hook_event_name":"SessionStart","source":"startup"`,
+			`"hook_event_name":"PreToolUse",` + in,
+			`"hook_event_name":"PostToolUse",` + in + `,"tool_response":{"exit_code":0}`,
+		}
+	}
+	for _, c := range []struct {
+		name string
+		exe  string
+		args []string
+		// backpressure: the new session's events arrive with more than
+		// capture.BackgroundPendingBackpressure envelopes pending (the
+		// outage's backlog), so the intake hook takes the locked path.
+		backpressure bool
+	}{
+		{"codex", "agentscm-hook", []string{"change-capture", "hook-codex"}, false},
+		{"backpressure", "agentscm-hook-intake", []string{"change-capture", "hook-claude"}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := startHub(t, bin)
+			f := hubFixture(t, bin, h, true)
+			w := f.startWork(t)
+			const old, fresh = "locked-old", "locked-new"
+			f.send(t, old, `"hook_event_name":"SessionStart","source":"startup"`)
+			f.drain(t)
+			if c.backpressure {
+				// A session with a target runs Bash calls (two envelopes
+				// each, the event and its action start) while the Hub is
+				// up; they are admitted while it is down, in batches that
+				// stay under the intake's own backpressure bound.
+				const batch = capture.BackgroundIntakeBackpressure - 16
+				for b := 0; ; b++ {
+					rep, err := spool.Inspect(f.spool, 1)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if rep.Pending.Total > capture.BackgroundPendingBackpressure {
+						t.Logf("%d envelopes pending after %d batches", rep.Pending.Total, b)
+						break
+					}
+					if h.cmd == nil {
+						h.start(t)
+					}
+					release := f.holdDeliverLock(t)
+					f.hooks(t, batch, func(i int) string {
+						return fmt.Sprintf(`{"session_id":"%s","cwd":"%s","hook_event_name":"PreToolUse","tool_name":"Bash","tool_use_id":"toolu_fill%d_%03d","tool_input":{"command":"true"}}`, old, f.root, b, i)
+					})
+					h.stop()
+					release()
+					for i := 0; f.intakeFiles(t) > 0; i++ {
+						if i == 100 {
+							t.Fatalf("%d intake files left", f.intakeFiles(t))
+						}
+						f.waitDeliverer(t)
+						_ = f.deliver(t)
+					}
+				}
+			}
+			h.stop()
+			for _, p := range newSessionEvents("toolu_locked") {
+				// Past the backpressure bound the hook says its event waits
+				// for the Hub: only the locked path's hold says so (an
+				// intake-first hook would name the last delivery attempt).
+				// Codex hooks took the locked path until the one hook
+				// pipeline moved them to the intake: either way nothing of
+				// the session may become a deferred fact.
+				if warn := f.hookWarned(t, c.exe, c.args, fresh, p); c.backpressure && !strings.Contains(warn, "could not resolve the new session") {
+					t.Errorf("%s: the hook's warning %q", p, warn)
+				}
+			}
+			if dep, err := capture.ListDeferred(f.spool, 1000); err != nil {
+				t.Fatal(err)
+			} else {
+				for _, fact := range dep.Facts {
+					if fact.Session == fresh {
+						t.Errorf("during the outage the new session's %s became a deferred fact (%s)", fact.Kind, fact.Association)
+					}
+				}
+			}
+			h.start(t)
+			// The Hub is back: the next hook (here another session's; a
+			// Codex hook admits what waits) and the deliverer admit the
+			// held events under the Work.
+			f.hookWarned(t, c.exe, c.args, old, `"hook_event_name":"Stop"`)
+			// Each deliver run is bounded: run it while it makes progress.
+			for last, stuck := -1, 0; ; {
+				f.waitDeliverer(t)
+				err := f.deliver(t)
+				rep, ierr := spool.Inspect(f.spool, 1)
+				if ierr != nil {
+					t.Fatal(ierr)
+				}
+				// The filler session's events received during the known
+				// outage stay deferred facts (named by an outage gap): not
+				// pending.
+				left, pending := rep.Intake, rep.Pending.Total
+				if left == 0 && pending == 0 && err == nil {
+					break
+				}
+				if left+pending == last {
+					stuck++
+				}
+				if stuck == 3 {
+					t.Fatalf("%d intake files and %d undelivered envelopes left (%v)", left, pending, err)
+				}
+				last = left + pending
+			}
+			sp, err := spool.OpenReadOnly(f.spool)
+			if err != nil {
+				t.Fatal(err)
+			}
+			recs, err := sp.Events()
+			if err != nil {
+				t.Fatal(err)
+			}
+			kinds := map[event.Kind]bool{}
+			for _, r := range recs {
+				if r.SessionID != fresh || (r.Kind != event.SessionStart && r.Kind != event.ToolStart && r.Kind != event.ToolFinish) {
+					continue
+				}
+				kinds[r.Kind] = true
+				if r.Deferred || r.Association != capture.AssocExact || r.WorkID != w.ID {
+					t.Errorf("the new session's %s: deferred %v (%s), association %q, work %q; want it under the Work %s",
+						r.Kind, r.Deferred, r.DeferredReason, r.Association, r.WorkID, w.ID)
+				}
+			}
+			if !kinds[event.SessionStart] || !kinds[event.ToolStart] || !kinds[event.ToolFinish] {
+				t.Errorf("the new session's records in the spool: %v", kinds)
+			}
+			onHub := 0
+			for _, e := range f.record(t, w.ID).Events {
+				if e.ToolUseID == "toolu_locked" {
+					onHub++
+				}
+			}
+			if onHub != 2 {
+				t.Errorf("%d of the new session's tool events on the Hub, want 2", onHub)
+			}
+		})
 	}
 }

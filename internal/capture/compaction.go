@@ -116,6 +116,11 @@ const (
 	// generation of the Work the hook received the event under; the fact
 	// keeps the target at receipt.
 	DeferTargetChanged = "target_changed"
+	// DeferWorkChanged: a brand-new session's event was received while
+	// the checkout had one Work, and the Hub resolves the session to
+	// another one now (a work start since): the event keeps the Work it
+	// was received under, as a deferred fact with a gap there.
+	DeferWorkChanged = "work_changed"
 )
 
 // resolveSession asks hub for the exact target of a native session, except
@@ -155,6 +160,8 @@ func DescribeDeferReason(r string) string {
 		return "no current Work for this worktree (agentscm work start)"
 	case r == DeferTargetChanged:
 		return "the Work was taken over after the hook received the event; it keeps the generation it was received under"
+	case r == DeferWorkChanged:
+		return "the checkout started another Work after the hook received the event; it keeps the Work it was received under"
 	case r == api.ReasonBadSessionID:
 		return "the agent's session id is not one the Hub accepts (" + api.SessionIDRule + "), so the hook never asked the Hub: its facts stay local"
 	case r == "unrecorded":

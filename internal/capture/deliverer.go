@@ -875,7 +875,7 @@ func withSession(ctx context.Context, store StateDir, sp *spool.Spool, bd *bindi
 		return err
 	}
 	ss.SetStream(stream)
-	adm := &admission{deadline: time.Now().Add(admitBudget), left: maxAdmitPerHook, holdNew: true}
+	adm := &admission{deadline: time.Now().Add(admitBudget), left: maxAdmitPerHook}
 	// The binding's compaction policy runs in every deliverer Session too,
 	// before admission: with a deliverer the acknowledgements happen in this
 	// process, and lock-holding hooks often queue their event behind a

@@ -561,7 +561,9 @@ func (h *hookRun) followUp() {
 		return
 	}
 	for range 3 {
-		if n, err := h.sp.WaitingIntake(); err != nil || n == 0 {
+		// Files held for the Hub (holdNewSession) are not for this
+		// follow-up: it would only hold them again.
+		if n, err := h.sp.WaitingIntake(); err != nil || n <= h.res.held {
 			return
 		}
 		if !h.admitWaiting() {
@@ -672,6 +674,13 @@ func (h *hookRun) underLock(ss *spool.Tx) (*HookResult, error) {
 			maintain(h.store, ss, bd, h.p.SessionID, res) // a backlog must not keep compaction from running
 			return res, nil
 		}
+	}
+	if ierr == nil && holdOwnEvent(h.ctx, h.store, led, h.sp, bd, h.p, h.rec, h.obs, rerr, h.now, res) {
+		// A new session's event while the Hub cannot answer: it waits in
+		// the intake, as the deliverer's admission keeps such events
+		// (intake.go), and is admitted under its Work once the Hub answers.
+		maintain(h.store, ss, bd, h.p.SessionID, res)
+		return res, nil
 	}
 	cerr := h.record(ss, led, t, rerr)
 	// Delivery runs even when this event was not appended (a conflict, a

@@ -58,6 +58,17 @@ type intakeRecord struct {
 	// resolution and in records written before it was kept. Admission
 	// holds the event to it (admitIntake).
 	AtReceipt *receiptTarget `json:"target_at_receipt,omitempty"`
+	// CheckoutAtReceipt is, for an event of a session without a target at
+	// receipt (a brand-new session), the checkout's current Work and
+	// generation when the hook received it, with a canonical session the
+	// Hub has at that generation, as the checkout target file kept it
+	// (rememberCheckoutTarget; Observation.checkout). Absent when neither
+	// is known and in records written before it was kept (old readers
+	// ignore it). Admission admits the event under the Work the Hub
+	// resolves only while that is this Work and generation; otherwise the
+	// event is a deferred fact copying it, its hole named there
+	// (receiptTargetAt), so a later generation never absorbs it.
+	CheckoutAtReceipt *receiptTarget `json:"checkout_at_receipt,omitempty"`
 	// Target and Resolved are decided at admission from AtReceipt and the
 	// Hub's answer.
 	Target      Target               `json:"-"`
@@ -104,6 +115,13 @@ func (s StateDir) openHookSpool(dir string) (*spool.Spool, error) {
 func writeIntake(ctx context.Context, store StateDir, sp *spool.Spool, bd *binding.Binding, p *agent.Payload, rec *event.Record, obs Observation, now time.Time) (string, error) {
 	ir := intakeRecord{Version: intakeVersion, Observed: p.SessionID, Fingerprint: PhaseFingerprint(p, rec),
 		Record: *rec, Observation: obs, AtReceipt: obs.target, Facts: factsOf(p), ReceivedAt: now.UTC()}
+	if ir.AtReceipt == nil {
+		// A session without a target of its own: the checkout's Work and
+		// generation at receipt (kept whether or not the Hub is known to
+		// be down: it only bounds what admission may attribute the event
+		// to, and names where its hole is).
+		ir.CheckoutAtReceipt = obs.checkout
+	}
 	if ir.AtReceipt != nil && store.hubDownAtReceipt(bd.Spool) {
 		// As far as this machine knows the Hub is unreachable now: no
 		// exact authorized target at receipt, so admission resolves the
@@ -168,10 +186,6 @@ func (s StateDir) hubDownAtReceipt(spoolDir string) bool {
 type admission struct {
 	deadline time.Time
 	left     int
-	// holdNew lets new sessions' files wait for the Hub (holdNewSession):
-	// set by the deliverer, which retries them; a hook admits them as
-	// before (it may be the last process for a while).
-	holdNew bool
 }
 
 func admitIntake(ctx context.Context, store StateDir, led *Ledger, ss *spool.Tx, sp *spool.Spool, bd *binding.Binding, hub Hub, adm *admission, res *HookResult) (bool, error) {
@@ -193,10 +207,7 @@ func admitIntake(ctx context.Context, store StateDir, led *Ledger, ss *spool.Tx,
 	// maxHeldListed) are listed past it, so the files behind them are
 	// admitted during an outage, while an admission that held none reads
 	// no more files than its budget.
-	listed := max(adm.left, 0) + 1
-	if adm.holdNew {
-		listed += min(res.held, maxHeldListed)
-	}
+	listed := max(adm.left, 0) + 1 + min(res.held, maxHeldListed)
 	files, err := ss.Intake(listed)
 	if err != nil {
 		return false, fmt.Errorf("intake: %w", err)
@@ -254,7 +265,7 @@ func admitIntake(ctx context.Context, store StateDir, led *Ledger, ss *spool.Tx,
 			}
 			resolved[ir.Observed] = r
 		}
-		if adm.holdNew && holdNewSession(led, &ir, r.err) {
+		if holdNewSession(led, &ir, r.err) {
 			// The session's first events, received before any target and
 			// while the Hub cannot answer: admitted now they would stay
 			// unassociated for good; they wait in the intake until the Hub
@@ -270,6 +281,12 @@ func admitIntake(ctx context.Context, store StateDir, led *Ledger, ss *spool.Tx,
 		}
 		if ir.SourceTaken && ir.Record.Kind == event.ToolStart {
 			ir.Source = admitStagedSource(ss, ir.Source, ir.Blobs)
+		}
+		if _, ok := led.LastTarget(ir.Observed); ok {
+			// The session has an exact target of its own in the ledger
+			// (its record's copy was lost or is stale): a deferred fact
+			// copies that one (RouteFor), not the checkout's.
+			ir.CheckoutAtReceipt = nil
 		}
 		refused := receiptTargetAt(&ir, r.t, r.err)
 		if !ir.Resolved && ir.Record.Kind == event.ToolStart && ir.SourceTaken {
@@ -338,9 +355,45 @@ func admitIntake(ctx context.Context, store StateDir, led *Ledger, ss *spool.Tx,
 	return false, nil
 }
 
+// holdOwnEvent is the locked path's half of holdNewSession: a lock holder
+// whose own event belongs to a session without any exact target (none at
+// receipt, none in the ledger) and whose resolution the Hub could not
+// answer (rerr) leaves the event in the intake, where every admission
+// holds it until the Hub answers, instead of admitting it as an
+// unassociated deferred fact for good. It reports whether it did; it does
+// not when the intake cannot take the record (full, too large, an I/O
+// error), and the caller then admits the event as before. The held file
+// is counted in res.held, so that a holder's follow-up admission stops at
+// it, and a background deliverer, which the caller makes sure of, retries
+// it.
+func holdOwnEvent(ctx context.Context, store StateDir, led *Ledger, sp *spool.Spool, bd *binding.Binding, p *agent.Payload, rec *event.Record, obs Observation, rerr error, now time.Time, res *HookResult) bool {
+	if rerr == nil || !hubCouldNotAnswer(rerr) || obs.target != nil {
+		return false
+	}
+	if _, ok := led.LastTarget(p.SessionID); ok {
+		return false // a copied target: an outage gap names it
+	}
+	r := *rec
+	r.DeferredSource = nil // the intake record keeps the source at receipt itself
+	name, err := writeIntake(ctx, store, sp, bd, p, &r, obs, now)
+	if err != nil {
+		return false
+	}
+	res.Intake = name
+	res.held++
+	if res.heldErr == nil {
+		res.heldErr = rerr
+	}
+	if res.DeliveryErr == nil {
+		res.DeliveryErr = fmt.Errorf("the Hub could not resolve the new session (%w); its event waits in the intake until it does", rerr)
+	}
+	return true
+}
+
 // holdNewSessionFor bounds how long a new session's intake files wait for
-// the Hub (holdNewSession): past it they are admitted as unassociated
-// deferred facts, as before, so the intake never holds them for good.
+// the Hub (holdNewSession): past it they are admitted as deferred facts
+// (copying the checkout's target at receipt when they carry one, else
+// unassociated), so the intake never holds them for good.
 const holdNewSessionFor = time.Hour
 
 // maxHeldListed bounds the held files one admission lists past its
@@ -384,7 +437,13 @@ func hubCouldNotAnswer(err error) bool {
 // record's deferral reason. An event belongs to the target it was received
 // under, never to what the Hub resolves later:
 //
-//   - no target at receipt (the session's first events): the Hub's answer,
+//   - no target at receipt (the session's first events), but the
+//     checkout's Work and generation at receipt (ir.CheckoutAtReceipt):
+//     the Hub's answer when it resolves the session to that Work and
+//     generation; otherwise (refused, unreachable, another Work, a later
+//     generation) a deferred fact copying the checkout's target, refused
+//     when its generation is superseded;
+//   - no target at receipt and no checkout target: the Hub's answer,
 //     as the locked path decides (deferred, unassociated or copying the
 //     session's last exact target, with the Hub's reason when it fails;
 //     refused when that is stale_generation);
@@ -403,6 +462,21 @@ func hubCouldNotAnswer(err error) bool {
 //     for the next resolved event).
 func receiptTargetAt(ir *intakeRecord, t Target, err error) (refused bool) {
 	at, ok := ir.AtReceipt.target()
+	if ck, known := ir.CheckoutAtReceipt.target(); !ok && known && !(err == nil && t.WorkID == ck.WorkID && t.Generation == ck.Generation) {
+		// A brand-new session whose checkout had a Work at receipt, which
+		// the Hub does not confirm now: a deferred fact copying it.
+		ir.Target, ir.Resolved = ck, false
+		switch {
+		case err == nil && t.WorkID == ck.WorkID && t.Generation > ck.Generation:
+			ir.Record.DeferredReason = DeferTargetChanged
+			return true
+		case err == nil:
+			ir.Record.DeferredReason = DeferWorkChanged
+			return false
+		}
+		ir.Record.DeferredReason = DeferReason(err)
+		return superseded(err)
+	}
 	switch {
 	case !ok:
 		ir.Target, ir.Resolved = t, err == nil

@@ -48,11 +48,37 @@ type sessionRecord struct {
 // space.
 const workEpochName = "current work"
 
+// checkoutTargetName is the file, in a spool's session-record directory,
+// that keeps the checkout's current Work and generation as a lock holder
+// last resolved them for any of its sessions (rememberCheckoutTarget): the
+// target at receipt of a brand-new session's events, which no resolution
+// of their own has given a target yet. No session id can name it: ids have
+// no space.
+const checkoutTargetName = "checkout target"
+
+// checkoutRecord is the content of the checkout target file.
+type checkoutRecord struct {
+	// Target is the exact target a lock holder last resolved for one of
+	// the checkout's sessions: its Work and generation are the checkout's,
+	// and its canonical session exists on the Hub at that generation (so a
+	// gap can name it there).
+	Target *receiptTarget `json:"target"`
+	// WorkEpoch is the spool's current-work epoch when Target was
+	// recorded: after a local work start or takeover it is not the
+	// checkout's any more.
+	WorkEpoch string `json:"work_epoch,omitempty"`
+}
+
+// sessionsDirOf is the session-record directory of a spool.
+func (s StateDir) sessionsDirOf(spoolDir string) string {
+	sum := sha256.Sum256([]byte(spoolDir))
+	return filepath.Join(s.Dir, sessionsDir, hex.EncodeToString(sum[:8]))
+}
+
 // workEpoch returns the spool's current-work epoch: "" before any change
 // was noted, "?" when it cannot be read (which no record's epoch matches).
 func (s StateDir) workEpoch(spoolDir string) string {
-	sum := sha256.Sum256([]byte(spoolDir))
-	b, err := fsutil.ReadFileNoFollow(filepath.Join(s.Dir, sessionsDir, hex.EncodeToString(sum[:8]), workEpochName), 64)
+	b, err := fsutil.ReadFileNoFollow(filepath.Join(s.sessionsDirOf(spoolDir), workEpochName), 64)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return ""
@@ -129,6 +155,11 @@ type Observation struct {
 	// part of the intake record's observation (unexported); the intake
 	// record keeps it in its own field.
 	target *receiptTarget
+	// checkout is, for a session without a target (target nil), the
+	// checkout's current Work and generation as a lock holder last
+	// resolved them under the current work epoch (checkoutAtReceipt): a
+	// brand-new session's target at receipt, as far as this machine knows.
+	checkout *receiptTarget
 }
 
 // sessionPath returns the record of one native session of a spool. Session
@@ -170,6 +201,7 @@ func (s StateDir) Observe(b *binding.Binding, session, hookEvent, source string)
 		enc, _ := json.Marshal(rec)
 		err := fsutil.WriteNew(p, enc, fsutil.FileMode)
 		if err == nil {
+			obs.checkout = s.checkoutAtReceipt(b.Spool)
 			return obs, nil
 		}
 		if !errors.Is(err, fs.ErrExist) {
@@ -192,8 +224,61 @@ func (s StateDir) Observe(b *binding.Binding, session, hookEvent, source string)
 	}
 	if _, ok := rec.Target.target(); ok && rec.WorkEpoch == s.workEpoch(b.Spool) {
 		obs.target = rec.Target
+	} else {
+		obs.checkout = s.checkoutAtReceipt(b.Spool)
 	}
 	return obs, nil
+}
+
+// checkoutAtReceipt returns the checkout's target as the checkout target
+// file keeps it, nil when there is none, it cannot be read, or it was
+// recorded under another current-work epoch (a local work start or
+// takeover since). Two small reads, no write.
+func (s StateDir) checkoutAtReceipt(spoolDir string) *receiptTarget {
+	b, err := fsutil.ReadFileNoFollow(filepath.Join(s.sessionsDirOf(spoolDir), checkoutTargetName), 4096)
+	if err != nil {
+		return nil
+	}
+	var rec checkoutRecord
+	if json.Unmarshal(b, &rec) != nil {
+		return nil
+	}
+	if _, ok := rec.Target.target(); !ok || rec.WorkEpoch != s.workEpoch(spoolDir) {
+		return nil
+	}
+	return rec.Target
+}
+
+// rememberCheckoutTarget records t, an exact target a lock holder just
+// resolved for one of the checkout's sessions, as the checkout's target
+// (checkoutAtReceipt). It writes only when the file holds another target
+// or epoch (once per generation), atomically and durably; callers hold
+// the spool lock, which serialises the writers.
+func (s StateDir) rememberCheckoutTarget(b *binding.Binding, t Target) error {
+	dir := s.sessionsDirOf(b.Spool)
+	p := filepath.Join(dir, checkoutTargetName)
+	epoch := s.workEpoch(b.Spool)
+	if data, err := fsutil.ReadFileNoFollow(p, 4096); err == nil {
+		var rec checkoutRecord
+		if json.Unmarshal(data, &rec) == nil && rec.WorkEpoch == epoch {
+			if cur, ok := rec.Target.target(); ok && cur.WorkID == t.WorkID && cur.Generation == t.Generation {
+				return nil // the same Work and generation: any session of it will do
+			}
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if err := fsutil.MkdirPrivate(dir); err != nil {
+		return err
+	}
+	enc, err := json.Marshal(checkoutRecord{Target: toReceiptTarget(t), WorkEpoch: epoch})
+	if err != nil {
+		return err
+	}
+	if err := fsutil.WriteAtomic(p, enc, fsutil.FileMode); err != nil {
+		return fmt.Errorf("checkout target %s: %w", p, err)
+	}
+	return nil
 }
 
 // rememberTarget records t, the exact target a lock holder just resolved
@@ -201,9 +286,14 @@ func (s StateDir) Observe(b *binding.Binding, session, hookEvent, source string)
 // carry it from receipt (writeIntake). It writes only when the record
 // holds another target (once per session and generation), atomically and
 // durably, and never creates a record (Observe decides what a new one
-// says). Callers hold the spool lock, which serialises the writers;
+// says). It also records t as the checkout's target
+// (rememberCheckoutTarget), which a brand-new session's events carry at
+// receipt. Callers hold the spool lock, which serialises the writers;
 // readers see the old or the new record whole.
 func (s StateDir) rememberTarget(b *binding.Binding, session string, t Target) error {
+	if err := s.rememberCheckoutTarget(b, t); err != nil {
+		return err
+	}
 	p, ok := s.sessionPath(b.Spool, session)
 	if !ok {
 		return nil
@@ -263,7 +353,7 @@ func (s StateDir) observeStart(b *binding.Binding, session, hookEvent, source st
 		}
 		return nil
 	}
-	return Observation{Mode: b.CaptureMode}, write, nil
+	return Observation{Mode: b.CaptureMode, checkout: s.checkoutAtReceipt(b.Spool)}, write, nil
 }
 
 // Sharing says whether the conversation bodies of one session of a checkout
