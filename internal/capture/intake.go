@@ -222,20 +222,10 @@ func admitIntake(ctx context.Context, store StateDir, led *Ledger, ss *spool.Tx,
 			return true, nil
 		}
 		adm.left--
-		var ir intakeRecord
-		if f.Malformed {
-			if qerr := quarantineUndecodable(store.ledgerDir(bd.Spool), led, ss, f.Name, f.Data, errors.New("its frame does not verify"), time.Now()); qerr != nil {
-				return false, qerr
-			}
-			res.Quarantined++
-			continue
-		}
-		if err := json.Unmarshal(f.Data, &ir); err != nil || ir.Version != intakeVersion || ir.Record.Kind == "" {
-			if err == nil {
-				err = fmt.Errorf("intake version %d, kind %q", ir.Version, ir.Record.Kind)
-			}
+		ir, derr := decodeIntake(f)
+		if derr != nil {
 			// Quarantined with a named gap (undecodable.go).
-			if qerr := quarantineUndecodable(store.ledgerDir(bd.Spool), led, ss, f.Name, f.Data, err, time.Now()); qerr != nil {
+			if qerr := quarantineUndecodable(store.ledgerDir(bd.Spool), led, ss, f.Name, f.Data, derr, time.Now()); qerr != nil {
 				return false, qerr
 			}
 			res.Quarantined++
@@ -353,6 +343,22 @@ func admitIntake(ctx context.Context, store StateDir, led *Ledger, ss *spool.Tx,
 		res.Admitted++
 	}
 	return false, nil
+}
+
+// decodeIntake decodes one intake file, or says why it cannot be admitted
+// (its frame does not verify, or its record does not decode).
+func decodeIntake(f spool.IntakeFile) (intakeRecord, error) {
+	var ir intakeRecord
+	if f.Malformed {
+		return ir, errors.New("its frame does not verify")
+	}
+	if err := json.Unmarshal(f.Data, &ir); err != nil {
+		return ir, err
+	}
+	if ir.Version != intakeVersion || ir.Record.Kind == "" {
+		return ir, fmt.Errorf("intake version %d, kind %q", ir.Version, ir.Record.Kind)
+	}
+	return ir, nil
 }
 
 // holdOwnEvent is the locked path's half of holdNewSession: a lock holder
