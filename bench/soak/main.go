@@ -232,8 +232,11 @@ type statusJSON struct {
 
 type deferredJSON struct {
 	Facts []struct {
-		Association string  `json:"association"`
-		Sequence    *uint64 `json:"sequence"`
+		Session     string    `json:"session"`
+		HookEvent   string    `json:"hook_event"`
+		ObservedAt  time.Time `json:"observed_at"`
+		Association string    `json:"association"`
+		Sequence    *uint64   `json:"sequence"`
 		Target      *struct {
 			WorkID     string `json:"work_id"`
 			Generation int64  `json:"generation"`
@@ -474,7 +477,10 @@ func run(o options) (bool, error) {
 		if r.stderr == "" {
 			continue
 		}
-		inOutage := !a.IsZero() && r.start.Add(r.dur).After(a.Add(-time.Second)) && (b.IsZero() || r.start.Before(b.Add(2*time.Second)))
+		// After the Hub is back, the one retry policy may hold the next
+		// attempt for up to its longest wait: hooks until then say,
+		// truly, that their event waits.
+		inOutage := !a.IsZero() && r.start.Add(r.dur).After(a.Add(-time.Second)) && (b.IsZero() || r.start.Before(b.Add(capture.TransientRetry.Max+time.Second)))
 		if inOutage && strings.HasPrefix(r.stderr, "agentscm: warning: event retained locally, delivery pending:") {
 			expected++
 			continue
@@ -510,6 +516,18 @@ func run(o options) (bool, error) {
 	if err := json.Unmarshal([]byte(defOut), &def); err != nil {
 		return false, err
 	}
+	// What stayed local, by association; an unassociated fact (a session
+	// without any target) is listed with when it was observed against the
+	// outage.
+	byAssoc := map[string]int{}
+	for _, f := range def.Facts {
+		byAssoc[f.Association]++
+		if f.Association == "unassociated" && byAssoc[f.Association] <= 5 {
+			fmt.Printf("  unassociated deferred fact: session %s %s observed %s (outage %s to %s)\n", f.Session, f.HookEvent,
+				f.ObservedAt.Format("15:04:05.000"), a.Format("15:04:05.000"), b.Format("15:04:05.000"))
+		}
+	}
+	fmt.Printf("  deferred facts by association: %v\n", byAssoc)
 	// Every sequence number a session's stream is missing on the Hub must
 	// be a deferred fact copied to that session and lie in one of its
 	// named gaps.

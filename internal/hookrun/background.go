@@ -143,6 +143,19 @@ func deliverSpoolPart(ctx context.Context, configDir, spoolDir string, lockFD in
 	rep, err := capture.DeliverSpool(ctx, store, delivery.Opener{ConfigDir: configDir}, spoolDir, lock, capture.DeliverBounds{MaxRun: capture.DelivererMaxRun,
 		MaxDrain: capture.DelivererMaxDrain, RetryFor: capture.DelivererRetryFor,
 		Settle: capture.DelivererSettle, SettleMax: capture.DelivererSettleMax, SettleFiles: capture.DelivererSettleFiles, Linger: capture.DelivererLinger})
+	if successorDue(rep) {
+		// Its drain bound ended a run that delivered or admitted in every
+		// window: work is still arriving. A fresh deliverer takes over at
+		// once (when something is due), rather than leave the tail to a
+		// later hook that may not come (each process stays bounded).
+		if exe, xerr := os.Executable(); xerr == nil {
+			if ok, rerr := capture.ResumeDelivery(store, detachedOpener{Opener: delivery.Opener{ConfigDir: configDir}, exe: exe}, spoolDir, time.Now()); rerr != nil {
+				fmt.Fprintf(stderr, "agentscm: warning: deliverer: start its successor: %s\n", hookcore.OneLine(rerr.Error()))
+			} else if ok {
+				fmt.Fprintf(stderr, "agentscm: deliverer: a successor goes on after %d windows\n", rep.Windows)
+			}
+		}
+	}
 	switch {
 	case rep != nil && rep.Outcome == "busy":
 		fmt.Fprintf(stderr, "agentscm: deliverer: %s\n", hookcore.OneLine(rep.Detail))
@@ -231,4 +244,14 @@ func delivererFailpoint(name string) {
 	if os.Getenv(changelog.FailpointEnv) == "deliver."+name {
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	}
+}
+
+// successorDue reports whether a deliverer run stopped at its drain bound
+// (capture.DelivererMaxDrain) with work left (Resume): the run went on
+// window after window because each one delivered or admitted, so a
+// successor should go on. A run that stopped earlier, on a window without
+// progress, leaves its note for the next process instead (a successor
+// would make no more progress than it did).
+func successorDue(rep *capture.DeliverReport) bool {
+	return rep != nil && rep.Resume && rep.Outcome == "bound" && rep.Finished.Sub(rep.Started) >= capture.DelivererMaxDrain
 }
