@@ -528,6 +528,12 @@ func run(o options) (bool, error) {
 		}
 	}
 	fmt.Printf("  deferred facts by association: %v\n", byAssoc)
+	if n := byAssoc["unassociated"]; n > 0 {
+		// Every soak session starts while the checkout has a Work: an event
+		// it received belongs to that Work (issue 27 item 1), even when its
+		// session began during the outage.
+		fail("%d deferred facts stayed unassociated (a session that began during the outage)", n)
+	}
 	// Every sequence number a session's stream is missing on the Hub must
 	// be a deferred fact copied to that session and lie in one of its
 	// named gaps.
