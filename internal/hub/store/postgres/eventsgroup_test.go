@@ -237,25 +237,6 @@ func TestEventsGroupCommitCancelled(t *testing.T) {
 	}
 }
 
-// TestEventCommittersParam: agentscm_event_committers is taken from a
-// postgres:// DSN and bounded.
-func TestEventCommittersParam(t *testing.T) {
-	ctx := context.Background()
-	dsn := pgtest.Database(t)
-	for _, tc := range []struct {
-		param string
-		ok    bool
-	}{{"2", true}, {"-1", true}, {"0", true}, {"65", false}, {"-2", false}, {"x", false}} {
-		st, err := postgres.Open(ctx, dsn+"&"+postgres.EventCommittersParam+"="+tc.param)
-		if (err == nil) != tc.ok {
-			t.Fatalf("%s=%s: %v", postgres.EventCommittersParam, tc.param, err)
-		}
-		if err == nil {
-			st.Close()
-		}
-	}
-}
-
 // TestCommitEventsStreamArrivals: a stream's arrival is recorded once, by
 // its first envelope, in the order the streams first came, whichever
 // instance (each with its own memory of the streams it saw) takes the

@@ -151,21 +151,23 @@ func TestGroupCommitCancelled(t *testing.T) {
 	}
 }
 
-// TestWritersParam: agentscm_writers is taken from a postgres:// DSN and
-// bounded.
+// TestWritersParam: agentscm_writers and agentscm_event_committers are
+// taken from a postgres:// DSN and bounded.
 func TestWritersParam(t *testing.T) {
 	ctx := context.Background()
 	dsn := pgtest.Database(t)
-	for _, tc := range []struct {
-		param string
-		ok    bool
-	}{{"2", true}, {"-1", true}, {"0", true}, {"65", false}, {"-2", false}, {"x", false}} {
-		st, err := postgres.Open(ctx, dsn+"&"+postgres.WritersParam+"="+tc.param)
-		if (err == nil) != tc.ok {
-			t.Fatalf("%s=%s: %v", postgres.WritersParam, tc.param, err)
-		}
-		if err == nil {
-			st.Close()
+	for _, name := range []string{postgres.WritersParam, postgres.EventCommittersParam} {
+		for _, tc := range []struct {
+			param string
+			ok    bool
+		}{{"2", true}, {"-1", true}, {"0", true}, {"65", false}, {"-2", false}, {"x", false}} {
+			st, err := postgres.Open(ctx, dsn+"&"+name+"="+tc.param)
+			if (err == nil) != tc.ok {
+				t.Fatalf("%s=%s: %v", name, tc.param, err)
+			}
+			if err == nil {
+				st.Close()
+			}
 		}
 	}
 	if _, err := postgres.Open(ctx, "host=127.0.0.1 "+postgres.WritersParam+"=2"); err == nil || !strings.Contains(err.Error(), postgres.WritersParam) {
