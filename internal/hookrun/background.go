@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"syscall"
 	"time"
@@ -254,4 +255,25 @@ func delivererFailpoint(name string) {
 // would make no more progress than it did).
 func successorDue(rep *capture.DeliverReport) bool {
 	return rep != nil && rep.Resume && rep.Outcome == "bound" && rep.Finished.Sub(rep.Started) >= capture.DelivererMaxDrain
+}
+
+// WaitBackground waits (bounded by ctx) until no background deliverer of
+// the config directory configDir runs: every spool's deliverer and every
+// changelog's uploads (the same process uploads a changelog's increments,
+// and a checkout with a changelog and no capture has one for them alone).
+// For tests and commands that must not leave one running.
+func WaitBackground(ctx context.Context, configDir string) error {
+	if err := (capture.StateDir{Dir: configDir}).WaitDeliverers(ctx); err != nil {
+		return fmt.Errorf("background deliverers: %w", err)
+	}
+	dirs, err := filepath.Glob(filepath.Join(configDir, "changelog", "*"))
+	if err != nil {
+		return err
+	}
+	for _, d := range dirs {
+		if err := changelog.WaitUploads(ctx, d); err != nil {
+			return fmt.Errorf("the changelog's deliverer: %w", err)
+		}
+	}
+	return nil
 }

@@ -7,8 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/agentscm/agentscm/internal/capture"
-	"github.com/agentscm/agentscm/internal/changelog"
+	"github.com/agentscm/agentscm/internal/hookrun"
 )
 
 // waitDelivered waits until no background deliverer of the checkout's
@@ -22,15 +21,7 @@ func (c *checkout) waitDelivered() {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	if err := (capture.StateDir{Dir: filepath.Join(c.config, "agentscm")}).WaitDeliverers(ctx); err != nil {
-		c.t.Fatalf("background deliverers: %v", err)
-	}
-	// The same deliverer uploads the changelog's increments (a checkout
-	// with a changelog and no capture has a deliverer for them alone).
-	dirs, _ := filepath.Glob(filepath.Join(c.config, "agentscm", "changelog", "*"))
-	for _, d := range dirs {
-		if err := changelog.WaitUploads(ctx, d); err != nil {
-			c.t.Fatalf("the changelog's deliverer: %v", err)
-		}
+	if err := hookrun.WaitBackground(ctx, filepath.Join(c.config, "agentscm")); err != nil {
+		c.t.Fatal(err)
 	}
 }

@@ -40,6 +40,7 @@ var claims = []claim{
 		s.must(s.checkout, "echo TOKEN=s3cret > .env && echo a > a.txt")
 		p := fmt.Sprintf(`{"session_id":"s1","cwd":%q,"hook_event_name":"PostToolUse","tool_name":"Write","tool_use_id":"toolu_1"}`, s.checkout)
 		s.expect(s.checkout, "agentscm changelog hook-claude", p, 0, regexp.MustCompile(`^$`))
+		s.waitDeliverers() // the increment reaches the Hub in the hook's background deliverer
 		fresh := filepath.Join(s.dir, "fresh")
 		r := s.expect(s.dir, "agentscm changelog apply --root '"+fresh+"' --to 0 --from-hub --work "+w.ID, "", 8, nil)
 		if !strings.Contains(r.stderr, ".env") {

@@ -25,6 +25,7 @@ package readme
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -34,6 +35,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/agentscm/agentscm/internal/hookrun"
 )
 
 // runnableBlock is one runnable block of a markdown file.
@@ -156,8 +160,23 @@ func newSandbox(t *testing.T, bin string) *sandbox {
 		"GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.invalid")
 	s.env = slicesDeleteEnv(s.env, "AGENTSCM_SPOOL_FAILPOINT", "AGENTSCM_CHANGELOG_FAILPOINT", "AGENTSCM_RECIPE_FAILPOINT", "CLAUDECODE", "CLAUDE_CODE_SESSION_ID", "AGENTSCM_CHANGELOG_WATCH")
 	os.MkdirAll(s.checkout, 0o755)
+	// A hook's background deliverer lingers a second after its last
+	// envelope: wait for it before t.TempDir removes the spool under it
+	// (registered after TempDir, so it runs first).
+	t.Cleanup(s.waitDeliverers)
 	s.must(s.checkout, "git init -q && echo hello > README && git add README && git commit -qm init")
 	return s
+}
+
+// waitDeliverers waits (a minute at most) until no background deliverer
+// of the sandbox's config directory runs.
+func (s *sandbox) waitDeliverers() {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := hookrun.WaitBackground(ctx, filepath.Join(s.dir, "home", ".config", "agentscm")); err != nil {
+		s.t.Error(err)
+	}
 }
 
 func slicesDeleteEnv(env []string, keys ...string) []string {
