@@ -265,7 +265,7 @@ func TestSignInSessionAndHeaders(t *testing.T) {
 		t.Fatal("the token is in a URL")
 	}
 	resp, body = get(t, c, f.srv.URL+"/works")
-	if resp.StatusCode != 200 || !strings.Contains(body, f.work) || !strings.Contains(body, "<td class=\"state state-active\">active</td>\n<td>1</td>\n<td>1</td>") {
+	if resp.StatusCode != 200 || !strings.Contains(body, f.work) || !strings.Contains(body, "<td class=\"state state-active\">active</td>\n<td>1</td>\n<td>1<br><small class=\"agents\">claude-code</small></td>") {
 		t.Fatalf("works page %d:\n%s", resp.StatusCode, body)
 	}
 	// The session expires.
