@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -38,7 +39,12 @@ func TestIntakeNewSessionDuringOutage(t *testing.T) {
 		// outage (the checkout target file a lock holder writes); without
 		// it only `work start` knows the Work when the Hub goes down.
 		earlier bool
-	}{{"earlier-session", true}, {"right-after-work-start", false}} {
+		// failpoint is the spool failpoint of the new session's hooks
+		// during the outage: "intake=enospc" refuses every intake write,
+		// so the hook records the event itself under the spool lock (the
+		// locked path) and cannot hold it in the intake either.
+		failpoint string
+	}{{"earlier-session", true, ""}, {"right-after-work-start", false, ""}, {"intake-refused", true, "intake=enospc"}} {
 		t.Run(c.name, func(t *testing.T) {
 			h := startHub(t, bin)
 			f := hubFixture(t, bin, h, true)
@@ -51,6 +57,10 @@ func TestIntakeNewSessionDuringOutage(t *testing.T) {
 				f.drain(t)
 			}
 			h.stop()
+			if c.failpoint != "" {
+				os.Setenv("AGENTSCM_SPOOL_FAILPOINT", c.failpoint)
+				t.Cleanup(func() { os.Unsetenv("AGENTSCM_SPOOL_FAILPOINT") })
+			}
 			const fresh = "outage-fresh"
 			for _, p := range []string{startFields(), `"hook_event_name":"UserPromptSubmit","prompt":"go"`} {
 				f.hookWarned(t, "agentscm-hook-intake", []string{"change-capture", "hook-claude"}, fresh, p)
@@ -58,11 +68,29 @@ func TestIntakeNewSessionDuringOutage(t *testing.T) {
 			ids = append(ids, f.toolCallsWarned(t, fresh, "down", 2)...)
 			f.hookWarned(t, "agentscm-hook-intake", []string{"change-capture", "hook-claude"}, fresh, `"hook_event_name":"Stop","stop_hook_active":false`)
 			f.waitDeliverer(t)
+			os.Unsetenv("AGENTSCM_SPOOL_FAILPOINT")
 			_ = f.deliver(t) // the Hub is down: admission only
 			h.start(t)
 			f.hookWarned(t, "agentscm-hook-intake", []string{"change-capture", "hook-claude"}, fresh, `"hook_event_name":"UserPromptSubmit","prompt":"again"`)
 			ids = append(ids, f.toolCallsWarned(t, fresh, "up", 1)...)
-			f.drain(t)
+			if c.failpoint == "" {
+				f.drain(t)
+			} else {
+				// The events the hook recorded itself while the Hub was
+				// down stay deferred facts copying the checkout's target
+				// (the Hub holds a named gap for them); the rest drains.
+				f.waitDeliverer(t)
+				if err := f.deliver(t); err != nil {
+					t.Fatal(err)
+				}
+				rep, err := spool.Inspect(f.spool, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if rep.Intake != 0 || rep.Pending.Total != 0 || rep.Deferred.Total == 0 {
+					t.Errorf("after delivery: %d intake files, %d pending, %d deferred; want 0, 0 and the outage's deferred facts", rep.Intake, rep.Pending.Total, rep.Deferred.Total)
+				}
+			}
 
 			checkNewSession(t, f, w.ID, fresh, ids)
 		})

@@ -224,7 +224,8 @@ func (f *fixture) drain(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, left, pending := f.delivered(t); left != 0 || pending != 0 {
-		t.Fatalf("%d intake files and %d undelivered envelopes left", left, pending)
+		st, _ := exec.Command(filepath.Join(f.bin, "agentscm"), "change-capture", "status", "--spool", f.spool).CombinedOutput()
+		t.Fatalf("%d intake files and %d undelivered envelopes left; change-capture status:\n%s", left, pending, st)
 	}
 }
 
@@ -553,7 +554,8 @@ func TestIntakeWorkStartSplitsAtReceipt(t *testing.T) {
 	}
 	f.waitDeliverer(t)
 	if _, left, pending := f.delivered(t); left != 0 || pending != 0 {
-		t.Fatalf("%d intake files and %d undelivered envelopes left", left, pending)
+		st, _ := exec.Command(filepath.Join(f.bin, "agentscm"), "change-capture", "status", "--spool", f.spool).CombinedOutput()
+		t.Fatalf("%d intake files and %d undelivered envelopes left; change-capture status:\n%s", left, pending, st)
 	}
 	for _, c := range []struct {
 		work api.Work

@@ -682,6 +682,9 @@ func (h *hookRun) underLock(ss *spool.Tx) (*HookResult, error) {
 		maintain(h.store, ss, bd, h.p.SessionID, res)
 		return res, nil
 	}
+	if rerr != nil {
+		t = h.checkoutAtReceipt()
+	}
 	cerr := h.record(ss, led, t, rerr)
 	// Delivery runs even when this event was not appended (a conflict, a
 	// paused spool): earlier retained envelopes still go out. It keeps
@@ -700,6 +703,21 @@ func (h *hookRun) underLock(ss *spool.Tx) (*HookResult, error) {
 	}
 	maintain(h.store, ss, bd, h.p.SessionID, res) // compaction policy, capacity warnings
 	return res, cerr
+}
+
+// checkoutAtReceipt is the locked path's half of receiptTargetAt for an
+// event the Hub could not resolve (unreachable or refused) and the intake
+// could not hold (holdOwnEvent: full, too large, an I/O error): a session
+// without a target of its own whose checkout had a Work and generation at
+// receipt (Observation.checkout) copies that target, as an intake file of
+// it would, instead of staying unassociated for good. Otherwise the zero
+// Target: the route copies the session's last exact target, if any.
+func (h *hookRun) checkoutAtReceipt() Target {
+	if h.obs.target != nil {
+		return Target{}
+	}
+	ck, _ := h.obs.checkout.target()
+	return ck
 }
 
 // record claims and appends this hook's event, its action (execution
