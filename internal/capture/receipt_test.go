@@ -273,3 +273,58 @@ func TestRouteForCopiesTargetAtReceipt(t *testing.T) {
 		}
 	}
 }
+
+// work start and work takeover record the checkout target with their new
+// epoch (NoteWorkStarted): a brand-new session carries it at receipt
+// before any lock holder resolved one; an incomplete target is refused.
+func TestNoteWorkStarted(t *testing.T) {
+	dir := t.TempDir()
+	s := StateDir{Dir: filepath.Join(dir, "config")}
+	b := &binding.Binding{Root: filepath.Join(dir, "repo"), Spool: filepath.Join(dir, "spool"), CaptureMode: event.ModeMetadataOnly, Enabled: true}
+	other := binding.Binding{Root: filepath.Join(dir, "other"), Spool: filepath.Join(dir, "other-spool"), CaptureMode: event.ModeMetadataOnly, Enabled: true}
+	if err := s.Bindings().Update(func(c *binding.Config) (bool, error) {
+		c.Bindings = append(c.Bindings, *b, other)
+		return true, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	gen1 := Target{WorkID: "wrk_1", Generation: 1, Session: "default"}
+	gen2 := Target{WorkID: "wrk_1", Generation: 2, Session: "default"}
+	for _, c := range []struct {
+		name string
+		t    Target
+		want *Target
+	}{
+		{"start", gen1, &gen1},
+		{"takeover", gen2, &gen2},
+		{"no session", Target{WorkID: "wrk_1", Generation: 3}, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := s.NoteWorkStarted(b.Root, c.t)
+			if (err != nil) != (c.want == nil) {
+				t.Fatalf("NoteWorkStarted(%+v): %v", c.t, err)
+			}
+			if c.want == nil {
+				return
+			}
+			obs, err := s.Observe(b, "new-"+c.name, "UserPromptSubmit", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, ok := obs.checkout.target(); !ok || got != *c.want {
+				t.Fatalf("checkout target at receipt %+v, want %+v", obs.checkout, *c.want)
+			}
+		})
+	}
+	if ck := s.checkoutAtReceipt(other.Spool); ck != nil {
+		t.Fatalf("another checkout's binding got a checkout target: %+v", ck)
+	}
+	// A later NoteWorkChanged (enable, a tool that knows no target) makes
+	// it none again.
+	if err := s.NoteWorkChanged(b.Root); err != nil {
+		t.Fatal(err)
+	}
+	if ck := s.checkoutAtReceipt(b.Spool); ck != nil {
+		t.Fatalf("after a work change without a target: %+v", ck)
+	}
+}

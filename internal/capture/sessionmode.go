@@ -96,16 +96,37 @@ func (s StateDir) workEpoch(spoolDir string) string {
 // each session again. It writes a new random epoch for every binding of
 // root, enabled or not.
 func (s StateDir) NoteWorkChanged(root string) error {
+	return s.noteWork(root, nil)
+}
+
+// NoteWorkStarted is NoteWorkChanged for a new current Work and generation
+// whose exact target the caller has from the Hub: t names the alias
+// canonical session the Hub created at that generation (work start's
+// --session-alias or "default", a takeover's "default"). Every binding of
+// root also records t as the checkout's target under the new epoch, so a
+// brand-new session's events carry it from receipt even when no lock
+// holder resolved any session since (a Hub outage right after the start):
+// they are delivered under it, or named by a gap there, never unassociated.
+func (s StateDir) NoteWorkStarted(root string, t Target) error {
+	if t.WorkID == "" || t.Generation < 1 || t.Session == "" {
+		return fmt.Errorf("capture: note the new current Work: incomplete target %+v", t)
+	}
+	return s.noteWork(root, &t)
+}
+
+// noteWork writes a new epoch for every binding of root and, with t, the
+// checkout target under it.
+func (s StateDir) noteWork(root string, t *Target) error {
 	cfg, err := s.Bindings().Load()
 	if err != nil {
 		return err
 	}
-	for _, b := range cfg.Bindings {
+	for i := range cfg.Bindings {
+		b := &cfg.Bindings[i]
 		if b.Root != root {
 			continue
 		}
-		sum := sha256.Sum256([]byte(b.Spool))
-		dir := filepath.Join(s.Dir, sessionsDir, hex.EncodeToString(sum[:8]))
+		dir := s.sessionsDirOf(b.Spool)
 		if err := fsutil.MkdirPrivate(dir); err != nil {
 			return err
 		}
@@ -114,6 +135,12 @@ func (s StateDir) NoteWorkChanged(root string) error {
 			return err
 		}
 		if err := fsutil.WriteAtomic(filepath.Join(dir, workEpochName), []byte(hex.EncodeToString(epoch[:])), fsutil.FileMode); err != nil {
+			return fmt.Errorf("capture: note the new current Work: %w", err)
+		}
+		if t == nil {
+			continue
+		}
+		if err := s.rememberCheckoutTarget(b, *t); err != nil {
 			return fmt.Errorf("capture: note the new current Work: %w", err)
 		}
 	}

@@ -10,9 +10,11 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/changelog"
 	"github.com/agentscm/agentscm/internal/client"
 	"github.com/agentscm/agentscm/internal/connections"
+	"github.com/agentscm/agentscm/internal/hub"
 	"github.com/agentscm/agentscm/internal/hub/api"
 )
 
@@ -106,7 +108,11 @@ canonical session named by --session-alias (default "default").`)
 		return err
 	}
 	forgetGrant(env, c.Root)
-	noteWorkChanged(env, c.Root)
+	session := *alias
+	if session == "" {
+		session = hub.DefaultSessionAlias
+	}
+	noteWorkStarted(env, c.Root, capture.Target{WorkID: w.ID, Generation: w.Generation, Session: session})
 	if *format == "json" {
 		return writeJSON(env.Stdout, w)
 	}
@@ -322,7 +328,9 @@ Of concurrent takeovers exactly one wins each generation.`, ExitGenerationChange
 	}
 	if action == api.CheckpointTakeover {
 		forgetGrant(env, c.Root)
-		noteWorkChanged(env, c.Root)
+		// The takeover's new generation starts with the Hub's default
+		// alias session, which this checkout's first session joins.
+		noteWorkStarted(env, c.Root, capture.Target{WorkID: w.ID, Generation: w.Generation, Session: hub.DefaultSessionAlias})
 	}
 	if *format == "json" {
 		return writeJSON(env.Stdout, w)
@@ -401,6 +409,20 @@ func noteWorkChanged(env *Env, root string) {
 	store, err := configStore(env)
 	if err == nil {
 		err = store.NoteWorkChanged(root)
+	}
+	if err != nil {
+		fmt.Fprintf(env.Stderr, "warning: %v; events of sessions already running in this checkout may be held to the former Work until the next one is delivered\n", err)
+	}
+}
+
+// noteWorkStarted is noteWorkChanged for a Work this checkout just started
+// or took over, whose exact target t the Hub returned
+// (capture.StateDir.NoteWorkStarted): a session that begins right after,
+// while the Hub is unreachable, keeps its events under t from receipt.
+func noteWorkStarted(env *Env, root string, t capture.Target) {
+	store, err := configStore(env)
+	if err == nil {
+		err = store.NoteWorkStarted(root, t)
 	}
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "warning: %v; events of sessions already running in this checkout may be held to the former Work until the next one is delivered\n", err)

@@ -89,6 +89,8 @@ type hub struct {
 	// root and configDir locate the checkout's capture binding, for the
 	// body upload after acceptance (bodies.go).
 	root, configDir string
+	// agent says whether the Hub accepts an envelope's agent (agent.go).
+	agent agentSupport
 }
 
 func (h *hub) Lineage() binding.Lineage { return h.lineage }
@@ -108,6 +110,9 @@ func (h *hub) Resolve(ctx context.Context, worktreeID, nativeSession string) (ca
 func (h *hub) Deliver(ctx context.Context, env *spool.Envelope) (string, error) {
 	e, err := Envelope(env.Record)
 	if err != nil {
+		return "", err
+	}
+	if err := h.agent.strip(ctx, h.conn, e); err != nil { // agent.go
 		return "", err
 	}
 	res, err := h.conn.Deliver(ctx, e)
@@ -153,7 +158,7 @@ func Envelope(r event.Record) (*api.Envelope, error) {
 		return nil, fmt.Errorf("sequence %d out of range", r.Seq)
 	}
 	env := &api.Envelope{Identity: Identity(r), WorkID: r.WorkID, Generation: r.Generation,
-		Session: r.CanonicalSession, NativeSessionID: r.SessionID}
+		Session: r.CanonicalSession, NativeSessionID: r.SessionID, Agent: envelopeAgent(r)}
 	env.Body = bodyDeclaration(r) // bodies.go: shared-conversation bodies only
 	if r.Kind != event.KindUsage {
 		// The sequence (and gap range) stream on the Hub; a legacy record

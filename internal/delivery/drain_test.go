@@ -91,9 +91,16 @@ type olderHub struct {
 	// failing transiently); posts counts the envelope POSTs it saw.
 	failing atomic.Bool
 	posts   atomic.Int64
+	// preAgent makes the front a Hub before the envelope's agent: whoami
+	// lists no features and an envelope with an agent is refused as that
+	// Hub's strict decoding refuses it (400 unknown_field).
+	preAgent atomic.Bool
 }
 
 func (o *olderHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if o.preAgent.Load() && o.servePreAgent(w, r) {
+		return
+	}
 	if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/envelopes") {
 		o.posts.Add(1)
 		if o.failing.Load() {
@@ -113,6 +120,37 @@ func (o *olderHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(b)), int64(len(b))
 	}
 	o.h.ServeHTTP(w, r)
+}
+
+// servePreAgent answers what a Hub before the envelope's agent answers
+// differently, and reports whether it answered.
+func (o *olderHub) servePreAgent(w http.ResponseWriter, r *http.Request) bool {
+	switch {
+	case r.Method == http.MethodGet && r.URL.Path == "/v1/hub/whoami":
+		rec := httptest.NewRecorder()
+		o.h.ServeHTTP(rec, r)
+		var m map[string]any
+		if rec.Code != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &m) != nil {
+			w.WriteHeader(rec.Code)
+			w.Write(rec.Body.Bytes())
+			return true
+		}
+		delete(m, "features")
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(m)
+		return true
+	case r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/envelopes"):
+		b, _ := io.ReadAll(r.Body)
+		var m map[string]any
+		if json.Unmarshal(b, &m) == nil && m["agent"] != nil {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadRequest)
+			w.Write([]byte(`{"error":{"code":"unknown_field","message":"json: unknown field \"agent\""}}`))
+			return true
+		}
+		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(b)), int64(len(b))
+	}
+	return false
 }
 
 // newHTTPFixture is newFixture with the checkout connected over HTTP to a

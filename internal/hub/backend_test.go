@@ -45,6 +45,7 @@ var suite = map[string]func(*testing.T){
 	"TestBodySweepSeveralInstances":         TestBodySweepSeveralInstances,
 	"TestCheckpointNoteText":                TestCheckpointNoteText,
 	"TestIngestEventsOutcomes":              TestIngestEventsOutcomes,
+	"TestSessionAgentOverHTTP":              TestSessionAgentOverHTTP,
 }
 
 // notInSuite are the tests that are about something other than the store,

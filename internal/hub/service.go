@@ -67,6 +67,9 @@ type Service struct {
 
 	// instance names this Service as the holder of the sweep's lease.
 	instance string
+
+	// agents remembers sessions whose agent is stored (agent.go).
+	agents agentKnown
 }
 
 // cachedPrincipal is an authentication remembered for AuthCacheTTL.
@@ -228,7 +231,7 @@ func (s *Service) Whoami(ctx context.Context, p Principal) (api.Whoami, error) {
 	return api.Whoami{
 		Human: p.HumanName, HumanID: p.HumanID, Admin: p.Admin, Repository: p.RepositoryName,
 		TokenID: p.TokenID, Scope: p.Scope, SharedConversationRetentionDays: s.cfg.RetentionDays,
-		HubVersion: api.APIVersion,
+		HubVersion: api.APIVersion, Features: api.Features(),
 	}, nil
 }
 
@@ -406,11 +409,16 @@ func (s *Service) Ingest(ctx context.Context, p Principal, repository string, en
 		return api.IngestResult{}, err
 	}
 	digest := env.Digest()
-	if res, ok, err := s.ingestCommitted(ctx, p, repository, env, digest); ok { // ingestfast.go
-		return res, err
+	fast := plainEvents(env) && s.fastPathAgent(env) // agent.go
+	if fast {
+		if res, ok, err := s.ingestCommitted(ctx, p, repository, env, digest); ok { // ingestfast.go
+			return res, err
+		}
 	}
 	res := api.IngestResult{Identity: env.Identity, Digest: digest}
+	agentStored := false
 	err := s.st.Update(ctx, func(tx store.Tx) error {
+		agentStored = false // the transaction may run again
 		repo, err := authorize(tx, p, repository, true)
 		if err != nil {
 			return err
@@ -436,8 +444,8 @@ func (s *Service) Ingest(ctx context.Context, p Principal, repository string, en
 			res.Status = api.StatusDuplicate
 			return nil
 		}
-		if fast, ok := tx.(store.EventsIngester); ok && plainEvents(env) {
-			return ingestEventsFast(fast, repo, row, env, &res, taken) // ingestfast.go
+		if ing, ok := tx.(store.EventsIngester); ok && fast {
+			return ingestEventsFast(ing, repo, row, env, &res, taken) // ingestfast.go
 		}
 		err = tx.InsertEnvelope(row)
 		if errors.Is(err, store.ErrExists) {
@@ -459,9 +467,13 @@ func (s *Service) Ingest(ctx context.Context, p Principal, repository string, en
 		if env.Generation != w.Generation && !gapHistory(env, w) {
 			return api.Refusef(api.ReasonStaleGeneration, "work %s is at generation %d, not %d", w.ID, w.Generation, env.Generation)
 		}
-		if _, err := tx.Session(w.ID, env.Generation, env.Session); errors.Is(err, store.ErrNotFound) {
+		sess, err := tx.Session(w.ID, env.Generation, env.Session)
+		if errors.Is(err, store.ErrNotFound) {
 			return api.Refusef(api.ReasonUnknownSession, "work %s has no session %q at generation %d", w.ID, env.Session, env.Generation)
 		} else if err != nil {
+			return err
+		}
+		if agentStored, err = claimAgent(tx, sess, env); err != nil { // agent.go
 			return err
 		}
 		sc := store.Scope{WorkID: w.ID, Generation: env.Generation, Session: env.Session, Stream: env.Stream, Identity: env.Identity, ReceivedAt: now}
@@ -479,6 +491,9 @@ func (s *Service) Ingest(ctx context.Context, p Principal, repository string, en
 	})
 	if err != nil {
 		return api.IngestResult{}, internal(err)
+	}
+	if agentStored {
+		s.agents.add(keyOf(env))
 	}
 	return res, nil
 }
@@ -810,10 +825,12 @@ func (s *Service) Record(ctx context.Context, p Principal, repository, id string
 		}
 		var reasons []string
 		var boundaries []api.GapRecord
+		agentOf := map[store.SessionKey]string{}
 		rec.Sessions = []api.SessionRecord{}
 		for _, ss := range sessions {
 			k := store.SessionKey{Generation: ss.Generation, Canonical: ss.Canonical}
 			sr, bs := sessionRecord(ss, natives[k], byKey[k])
+			agentOf[k] = ss.Agent
 			boundaries = append(boundaries, bs...)
 			if sr.MissingSeqs > 0 {
 				reasons = append(reasons, fmt.Sprintf("session %s (generation %d): %d sequence numbers missing", ss.Canonical, ss.Generation, sr.MissingSeqs))
@@ -832,6 +849,9 @@ func (s *Service) Record(ctx context.Context, p Principal, repository, id string
 		if rec.Events == nil {
 			rec.Events = []api.EventRecord{}
 		}
+		for i, e := range rec.Events {
+			rec.Events[i].Agent = agentOf[store.SessionKey{Generation: e.Generation, Canonical: e.Session}]
+		}
 		rec.EventsOmitted = total - int64(len(rec.Events))
 		actions, err := tx.Actions(w.ID)
 		if err != nil {
@@ -840,7 +860,8 @@ func (s *Service) Record(ctx context.Context, p Principal, repository, id string
 		rec.Actions = []api.ActionRecord{}
 		var open, orphan int
 		for _, a := range actions {
-			ar := api.ActionRecord{Session: a.Session, Generation: a.Generation, ActionID: a.ActionID, Start: a.Start, Finish: a.Finish}
+			ar := api.ActionRecord{Session: a.Session, Generation: a.Generation, ActionID: a.ActionID, Start: a.Start, Finish: a.Finish,
+				Agent: agentOf[store.SessionKey{Generation: a.Generation, Canonical: a.Session}]}
 			switch {
 			case a.Start != nil && a.Finish != nil:
 				ar.Status = "complete"
@@ -917,7 +938,7 @@ func missingSeqs(last, events int64) int64 {
 // stream_boundary gap says that one account ended and another began and
 // that nothing in between was observed.
 func sessionRecord(ss store.Session, natives []string, streams []store.SessionStats) (api.SessionRecord, []api.GapRecord) {
-	sr := api.SessionRecord{Session: ss.Canonical, Generation: ss.Generation, WorktreeID: ss.WorktreeID, NativeSessionIDs: natives}
+	sr := api.SessionRecord{Session: ss.Canonical, Generation: ss.Generation, WorktreeID: ss.WorktreeID, NativeSessionIDs: natives, Agent: ss.Agent}
 	if sr.NativeSessionIDs == nil {
 		sr.NativeSessionIDs = []string{}
 	}

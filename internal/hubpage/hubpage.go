@@ -27,6 +27,7 @@ import (
 	"log"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -420,7 +421,10 @@ func (s *Server) signout(w http.ResponseWriter, r *http.Request, c *caller) {
 // workRow is one line of the Works page.
 type workRow struct {
 	api.Work
-	Sessions     int
+	Sessions int
+	// Agents are the agents the Hub stored for the Work's sessions, in
+	// session order, each once.
+	Agents       []string
 	LastActivity int64
 	Coverage     string
 	Read         bool
@@ -447,6 +451,9 @@ func (s *Server) works(w http.ResponseWriter, r *http.Request, c *caller) {
 				// native session joined it.
 				if se.Events > 0 || len(se.NativeSessionIDs) > 0 {
 					row.Sessions++
+				}
+				if se.Agent != "" && !slices.Contains(row.Agents, se.Agent) {
+					row.Agents = append(row.Agents, se.Agent)
 				}
 			}
 			for _, e := range rec.Events {

@@ -126,7 +126,7 @@ func newFixture(t *testing.T) *fixture {
 	sum := sha256.Sum256([]byte(bodyText))
 	f.bodyDigest = hex.EncodeToString(sum[:])
 	env := &api.Envelope{Identity: randHex(t), Type: api.TypeEvents, WorkID: tg.WorkID, Generation: tg.Generation, Session: tg.Session,
-		NativeSessionID: "n1", Events: evs, Body: &api.BodyDeclaration{Digest: f.bodyDigest, Bytes: int64(len(bodyText)), MediaType: api.BodyMediaType,
+		NativeSessionID: "n1", Agent: "claude-code", Events: evs, Body: &api.BodyDeclaration{Digest: f.bodyDigest, Bytes: int64(len(bodyText)), MediaType: api.BodyMediaType,
 			Retention: api.RetentionSharedApproved, Availability: api.BodyRetained, CaptureMode: "shared-conversation"}}
 	if _, err := svc.Ingest(ctx, p, "proj", env); err != nil {
 		t.Fatal(err)
@@ -265,7 +265,7 @@ func TestSignInSessionAndHeaders(t *testing.T) {
 		t.Fatal("the token is in a URL")
 	}
 	resp, body = get(t, c, f.srv.URL+"/works")
-	if resp.StatusCode != 200 || !strings.Contains(body, f.work) || !strings.Contains(body, "<td class=\"state state-active\">active</td>\n<td>1</td>\n<td>1</td>") {
+	if resp.StatusCode != 200 || !strings.Contains(body, f.work) || !strings.Contains(body, "<td class=\"state state-active\">active</td>\n<td>1</td>\n<td>1<br><small class=\"agents\">claude-code</small></td>") {
 		t.Fatalf("works page %d:\n%s", resp.StatusCode, body)
 	}
 	// The session expires.
@@ -289,10 +289,14 @@ func TestWorkPageEscapesAndKeepsBodiesOut(t *testing.T) {
 		"&#34;&gt;&lt;img src=x onerror=alert(1)&gt;",
 		"&lt;script&gt;alert(&#34;title&#34;)&lt;/script&gt;",
 		"Claude Code reported that the tool failed (PostToolUseFailure)",
+		`agent <strong class="agent">claude-code</strong>`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("work page lacks %q", want)
 		}
+	}
+	if _, list := get(t, c, f.srv.URL+"/works"); !strings.Contains(list, `<small class="agents">claude-code</small>`) {
+		t.Errorf("works page does not name the session's agent:\n%s", list)
 	}
 	for _, bad := range []string{"<script>alert", "<img src=x", bodyText, "alert('body')"} {
 		if strings.Contains(body, bad) {

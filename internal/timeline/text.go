@@ -88,8 +88,12 @@ func WriteText(w io.Writer, tl *Timeline) {
 		} else if s.End != 0 {
 			end = "last event " + Time(s.End) + ", not ended"
 		}
-		fmt.Fprintf(w, "\nsession %s (generation %d, %s): started %s, %s; %d events, coverage %s\n",
-			Clean(s.Session), s.Generation, natives, Time(s.Start), end, s.Events, s.Coverage)
+		agent := "agent unknown"
+		if s.Agent != "" {
+			agent = "agent " + Clean(s.Agent)
+		}
+		fmt.Fprintf(w, "\nsession %s (generation %d, %s, %s): started %s, %s; %d events, coverage %s\n",
+			Clean(s.Session), s.Generation, agent, natives, Time(s.Start), end, s.Events, s.Coverage)
 		if s.MissingSeqs > 0 {
 			fmt.Fprintf(w, "  %d sequence numbers never reached the Hub\n", s.MissingSeqs)
 		}

@@ -201,8 +201,8 @@ type Source struct {
 	Note string
 	// Agents, when set, is the agent of each native session this
 	// machine's spool observed (every spool record names its agent): it
-	// names a session the record itself does not mark (the Hub does not
-	// store the agent).
+	// names a session the record itself does not mark (one that only
+	// clients before the envelope's agent delivered to).
 	Agents map[string]string
 }
 
@@ -407,21 +407,25 @@ func Build(rec api.ChangeRecord, incs []Increment, src Source) *Timeline {
 // keep in hook_event (the other hosts share Claude Code's names).
 var geminiHookEvents = map[string]bool{"BeforeTool": true, "AfterTool": true, "BeforeAgent": true, "AfterAgent": true, "PreCompress": true}
 
-// sessionAgents tells each session's host from what the record holds (the
-// Hub does not store it): Gemini CLI's own hook event names, Codex's
-// apply_patch tool, or an action id that one agent's formula gives for a
-// call of the session. A session none of them marks is left out (its
-// texts read as Claude Code's, the default host).
+// sessionAgents tells each session's host from what the record holds: the
+// agent the Hub stored for it (SessionRecord.Agent) or, for a session
+// only clients before that field delivered to, Gemini CLI's own hook
+// event names, Codex's apply_patch tool, or an action id that one agent's
+// formula gives for a call of the session. A session none of them marks
+// is left out (its texts read as Claude Code's, the default host).
 func sessionAgents(rec api.ChangeRecord) map[sessKey]string {
 	natives := map[sessKey][]string{}
+	out := map[sessKey]string{}
 	for _, s := range rec.Sessions {
 		natives[sessKey{s.Generation, s.Session}] = s.NativeSessionIDs
+		if s.Agent != "" {
+			out[sessKey{s.Generation, s.Session}] = s.Agent
+		}
 	}
 	actions := map[string]bool{}
 	for _, a := range rec.Actions {
 		actions[a.ActionID] = true
 	}
-	out := map[sessKey]string{}
 	for _, e := range rec.Events {
 		k := sessKey{e.Generation, e.Session}
 		if out[k] != "" {

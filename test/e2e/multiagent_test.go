@@ -22,7 +22,8 @@ import (
 // others' (it was refused: "the capture binding of this checkout installs
 // codex hooks, not gemini"); one binding lists the three; each CLI's
 // session writes a file; every spool record of a session carries that
-// session's agent, every event reaches the served Hub under its session,
+// session's agent, every event reaches the served Hub under its session
+// and the Hub stores each session's agent (events and actions name it),
 // the timeline (agentscm show) names each session's agent, and the changelog holds one
 // increment per call of the three. `agentscm disable --agent gemini`
 // then removes only Gemini's hooks.
@@ -143,11 +144,23 @@ func TestThreeAgentsOneCheckout(t *testing.T) {
 		if len(s.NativeSessionIDs) != 1 || agentOf[s.NativeSessionIDs[0]] == "" {
 			t.Fatalf("hub session %+v is none of %v", s, agentOf)
 		}
+		// The Hub stores each session's agent (the envelopes carry it).
+		if want := agentOf[s.NativeSessionIDs[0]]; s.Agent != want {
+			t.Fatalf("hub session %s (native %s): agent %q, want %q", s.Session, s.NativeSessionIDs[0], s.Agent, want)
+		}
 		canonical[s.Session] = s.NativeSessionIDs[0]
 	}
 	hubEvents := map[string]int{}
 	for _, e := range rec.Events {
 		hubEvents[canonical[e.Session]]++
+		if want := agentOf[canonical[e.Session]]; e.Agent != want {
+			t.Fatalf("hub event %+v: agent %q, want %q", e, e.Agent, want)
+		}
+	}
+	for _, a := range rec.Actions {
+		if want := agentOf[canonical[a.Session]]; a.Agent != want {
+			t.Fatalf("hub action %+v: agent %q, want %q", a, a.Agent, want)
+		}
 	}
 	for session := range agentOf {
 		evs, _ := split(perSession[session])
@@ -171,8 +184,8 @@ func TestThreeAgentsOneCheckout(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, s := range tl.Sessions {
-		// The local spool names every session's agent, Claude Code's too
-		// (the Hub's record does not store it).
+		// The Hub's record names every session's agent, Claude Code's
+		// too.
 		if want := agentOf[s.NativeSessionIDs[0]]; s.Agent != want {
 			t.Fatalf("timeline session %v: agent %q, want %q", s.NativeSessionIDs, s.Agent, agentOf[s.NativeSessionIDs[0]])
 		}

@@ -139,10 +139,30 @@ type Whoami struct {
 	// shared body (1 to 3650).
 	SharedConversationRetentionDays int `json:"shared_conversation_retention_days"`
 	HubVersion                      int `json:"hub_api_version"`
+	// Features lists the optional request fields this Hub accepts beyond
+	// hub_api_version 1 (FeatureAgent); an older Hub lists none and
+	// refuses them as unknown fields.
+	Features []string `json:"features,omitempty"`
 }
 
 // APIVersion is the version of the /v1/ API this Hub serves.
 const APIVersion = 1
+
+// FeatureAgent in Whoami.Features: the Hub accepts an envelope's agent.
+const FeatureAgent = "envelope_agent"
+
+// Features is what this Hub lists in Whoami.Features.
+func Features() []string { return []string{FeatureAgent} }
+
+// HasFeature reports whether the Hub that answered w accepts feature.
+func (w Whoami) HasFeature(feature string) bool {
+	for _, f := range w.Features {
+		if f == feature {
+			return true
+		}
+	}
+	return false
+}
 
 // ResolveRequest asks for the exact current target of a native session.
 type ResolveRequest struct {

@@ -29,6 +29,7 @@ const (
 	MaxTextLen        = 1024
 	MaxIDLen          = 256
 	MaxStreamLen      = 128
+	MaxAgentLen       = 64
 )
 
 // Envelope is one delivery unit from a client's spool: a typed payload bound
@@ -51,6 +52,12 @@ type Envelope struct {
 	// and the next begins. Empty is the legacy stream of clients before
 	// streams.
 	Stream string `json:"stream,omitempty"`
+	// Agent names the host adapter whose hook observed the record
+	// (claude-code, codex, gemini); empty from clients before the field.
+	// A client sends it only to a Hub whose whoami lists FeatureAgent: an
+	// older Hub refuses unknown fields. It never enters Digest, so a
+	// replay with or without it is the same envelope.
+	Agent string `json:"agent,omitempty"`
 
 	Events       []Event       `json:"events,omitempty"`
 	ActionStart  *ActionStart  `json:"action_start,omitempty"`
@@ -271,6 +278,21 @@ func ValidName(s string) bool {
 	return true
 }
 
+// ValidAgent reports whether s is a usable agent name: 1 to MaxAgentLen
+// bytes of lowercase ASCII letters, digits, '.', '_' and '-'. Any such
+// name is kept, so a client with a new adapter is not refused.
+func ValidAgent(s string) bool {
+	if s == "" || len(s) > MaxAgentLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '.' && c != '_' && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
 func validText(s string) bool {
 	if len(s) > MaxTextLen || !utf8.ValidString(s) {
 		return false
@@ -287,6 +309,20 @@ func bad(format string, a ...any) *Error {
 	return Errorf(http.StatusBadRequest, CodeBadRequest, format, a...)
 }
 
+// validateNames checks the optional names: native session, stream, agent.
+func (e *Envelope) validateNames() error {
+	if e.NativeSessionID != "" && !ValidName(e.NativeSessionID) {
+		return bad("native_session_id is not valid")
+	}
+	if e.Stream != "" && (!ValidName(e.Stream) || len(e.Stream) > MaxStreamLen) {
+		return bad("stream is not valid (at most %d printable bytes, no slashes)", MaxStreamLen)
+	}
+	if e.Agent != "" && !ValidAgent(e.Agent) {
+		return bad("agent is not valid (1 to %d bytes of a-z, 0-9, '.', '_' or '-')", MaxAgentLen)
+	}
+	return nil
+}
+
 // Validate checks an envelope's shape: exactly the payload its type names,
 // known kinds and bounded fields.
 func (e *Envelope) Validate() error {
@@ -299,11 +335,8 @@ func (e *Envelope) Validate() error {
 	if err := e.checkBounds(); err != nil {
 		return err
 	}
-	if e.NativeSessionID != "" && !ValidName(e.NativeSessionID) {
-		return bad("native_session_id is not valid")
-	}
-	if e.Stream != "" && (!ValidName(e.Stream) || len(e.Stream) > MaxStreamLen) {
-		return bad("stream is not valid (at most %d printable bytes, no slashes)", MaxStreamLen)
+	if err := e.validateNames(); err != nil {
+		return err
 	}
 	if e.Body != nil {
 		if e.Type == TypeUsage || e.Type == TypeGap {
@@ -469,10 +502,12 @@ func (e *Envelope) Validate() error {
 }
 
 // Digest is the SHA-256 of the envelope's canonical JSON with every event's
-// observed_at cleared: the body compared against a retained envelope of the
-// same identity. The caller must have validated the envelope.
+// observed_at and the agent cleared: the body compared against a retained
+// envelope of the same identity. The caller must have validated the
+// envelope.
 func (e *Envelope) Digest() string {
 	c := *e
+	c.Agent = ""
 	if len(e.Events) > 0 {
 		c.Events = make([]Event, len(e.Events))
 		copy(c.Events, e.Events)

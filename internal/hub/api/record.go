@@ -31,9 +31,13 @@ type SessionRecord struct {
 	Generation       int64    `json:"generation"`
 	WorktreeID       string   `json:"worktree_id"`
 	NativeSessionIDs []string `json:"native_session_ids"`
-	Events           int64    `json:"events"`
-	FirstSeq         int64    `json:"first_seq"`
-	LastSeq          int64    `json:"last_seq"`
+	// Agent is the host adapter that fed the session (claude-code, codex,
+	// gemini): the first agent its envelopes named; "" (unknown) when
+	// only clients before the field delivered to it.
+	Agent    string `json:"agent"`
+	Events   int64  `json:"events"`
+	FirstSeq int64  `json:"first_seq"`
+	LastSeq  int64  `json:"last_seq"`
 	// MissingSeqs counts sequence numbers between 1 and LastSeq that the Hub
 	// never received, summed over the session's streams.
 	MissingSeqs int64 `json:"missing_seqs"`
@@ -72,17 +76,21 @@ type EventRecord struct {
 	Generation int64  `json:"generation"`
 	// Stream is the client stream the event's seq belongs to.
 	Stream string `json:"stream,omitempty"`
+	// Agent is the agent of the event's session (SessionRecord.Agent).
+	Agent string `json:"agent,omitempty"`
 	Event
 	ReceivedAt int64 `json:"received_at"`
 }
 
 // ActionRecord pairs an action start with its finish, when one arrived.
 type ActionRecord struct {
-	Session    string        `json:"session"`
-	Generation int64         `json:"generation"`
-	ActionID   string        `json:"action_id"`
-	Start      *ActionStart  `json:"start,omitempty"`
-	Finish     *ActionFinish `json:"finish,omitempty"`
+	Session    string `json:"session"`
+	Generation int64  `json:"generation"`
+	ActionID   string `json:"action_id"`
+	// Agent is the agent of the action's session (SessionRecord.Agent).
+	Agent  string        `json:"agent,omitempty"`
+	Start  *ActionStart  `json:"start,omitempty"`
+	Finish *ActionFinish `json:"finish,omitempty"`
 	// Status is complete, incomplete (no finish yet) or finish_without_start.
 	Status string `json:"status"`
 }

@@ -99,6 +99,10 @@ type Session struct {
 	WorktreeID string
 	Alias      bool
 	CreatedAt  int64
+	// Agent is the host adapter whose envelopes feed the session
+	// (claude-code, codex, gemini), as the first envelope that named one
+	// said; "" while no envelope named it (clients before the field).
+	Agent string
 }
 
 // Envelope is the retained identity and digest of an accepted envelope.
@@ -196,6 +200,9 @@ type Tx interface {
 	// that no native session has joined yet.
 	UnboundAlias(workID string, generation int64, worktreeID string) (Session, error)
 	BindNative(workID string, generation int64, canonical, native string, at int64) error
+	// ClaimSessionAgent sets a session's agent if it has none yet; a
+	// session that already names one keeps it.
+	ClaimSessionAgent(workID string, generation int64, canonical, agent string) error
 	// Natives lists the native ids bound to each session, keyed by
 	// generation and canonical id.
 	Natives(workID string) (map[SessionKey][]string, error)

@@ -31,7 +31,7 @@ import (
 // SchemaVersion is the schema this binary writes; it follows the SQLite
 // store's numbering (store.SchemaVersion), so a schema change is one entry
 // appended to migrations in each store.
-const SchemaVersion = 4
+const SchemaVersion = 5
 
 // migration brings a database to version by running sql.
 type migration struct {
@@ -46,6 +46,7 @@ var migrations = []migration{
 	{2, schemaV2},
 	{3, schemaV3},
 	{4, schemaV4},
+	{5, schemaV5},
 }
 
 // schemaLockKey is the pg_advisory_xact_lock key of schema migrations.

@@ -66,6 +66,10 @@ INSERT INTO streams(work_id,generation,session,stream,arrival) SELECT DISTINCT w
 ALTER TABLE gaps ADD COLUMN stream TEXT NOT NULL DEFAULT '';
 `, " TEXT", ` TEXT COLLATE "C"`)
 
+// schemaV5 is the SQLite store's version 5: the session's agent, "" for
+// sessions of earlier versions.
+var schemaV5 = `ALTER TABLE sessions ADD COLUMN agent TEXT COLLATE "C" NOT NULL DEFAULT '';`
+
 // Table describes one table for hub migrate: its columns in the SQLite
 // store's order, its key (the copy's and the digest's order) and which
 // columns are BOOLEAN here and INTEGER 0/1 in SQLite.
@@ -85,7 +89,7 @@ var Tables = []Table{
 	{"works", cols("id,repository_id,title,state,generation,created_by,created_at,updated_at"), cols("id"), nil},
 	{"checkpoints", cols("work_id,seq,action,from_state,to_state,generation,human_id,worktree_id,note,at"), cols("work_id,seq"), nil},
 	{"currents", cols("repository_id,worktree_id,work_id,generation,updated_at"), cols("repository_id,worktree_id"), nil},
-	{"sessions", cols("work_id,generation,canonical,worktree_id,alias,created_at"), cols("work_id,generation,canonical"), cols("alias")},
+	{"sessions", cols("work_id,generation,canonical,worktree_id,alias,created_at,agent"), cols("work_id,generation,canonical"), cols("alias")},
 	{"session_natives", cols("work_id,generation,native,canonical,first_seen"), cols("work_id,generation,native"), nil},
 	{"envelopes", cols("repository_id,identity,digest,type,work_id,generation,session,received_at"), cols("repository_id,identity"), nil},
 	{"events", cols("work_id,generation,session,stream,seq,kind,body,identity,received_at"), cols("work_id,generation,session,stream,seq"), nil},

@@ -80,6 +80,48 @@ func TestSchema3FromVersion2(t *testing.T) {
 	}
 }
 
+// TestSchema5FromVersion4: a session of a version-4 database has no agent
+// ("", unknown) after the upgrade, and takes the first one claimed.
+func TestSchema5FromVersion4(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgtest.Database(t)
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for _, q := range []string{
+		"CREATE TABLE agentscm_schema(version INTEGER NOT NULL)", "INSERT INTO agentscm_schema VALUES(4)", schemaV2, schemaV3, schemaV4,
+		"INSERT INTO repositories VALUES('r','r',0)", "INSERT INTO works VALUES('w','r','','active',1,'',0,0)",
+		"INSERT INTO sessions VALUES('w',1,'s','wt',false,3)",
+	} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%.60s: %v", q, err)
+		}
+	}
+	s, err := Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	agent := func() string {
+		var sess store.Session
+		if err := s.View(ctx, func(tx store.Tx) (err error) { sess, err = tx.Session("w", 1, "s"); return err }); err != nil {
+			t.Fatal(err)
+		}
+		return sess.Agent
+	}
+	if a := agent(); a != "" {
+		t.Fatalf("agent after the migration %q, want unknown", a)
+	}
+	if err := s.Update(ctx, func(tx store.Tx) error { return tx.ClaimSessionAgent("w", 1, "s", "codex") }); err != nil {
+		t.Fatal(err)
+	}
+	if a := agent(); a != "codex" {
+		t.Fatalf("agent after a claim %q", a)
+	}
+}
+
 // TestSumsSaturate: sums that would leave int64 (only data written around
 // the Hub) are capped and named, as on SQLite, never an error.
 func TestSumsSaturate(t *testing.T) {

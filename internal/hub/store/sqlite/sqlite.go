@@ -34,8 +34,9 @@ const DBFile = "hub.db"
 // sequence key (events: work, generation, session, stream, seq) and to
 // gaps; rows of earlier versions are in the legacy stream ”. Version 4
 // added shared conversation bodies: the bodies (declarations),
-// body_removals and leases tables (bodiesSchema).
-const SchemaVersion = 4
+// body_removals and leases tables (bodiesSchema). Version 5 added the
+// session's agent (sessions.agent, "" for sessions of earlier versions).
+const SchemaVersion = 5
 
 // migrations[v] brings a version-v database to v+1 before the schema (all
 // CREATE ... IF NOT EXISTS) is applied. All of them, the schema and the
@@ -52,6 +53,31 @@ CREATE TABLE IF NOT EXISTS gaps(work_id TEXT NOT NULL, generation INTEGER NOT NU
   kind TEXT NOT NULL, reason TEXT NOT NULL, from_seq INTEGER NOT NULL, to_seq INTEGER NOT NULL, received_at INTEGER NOT NULL,
   PRIMARY KEY(work_id, identity)) WITHOUT ROWID;
 ALTER TABLE gaps RENAME TO gaps_v2;`,
+}
+
+// addedColumns[v] are the columns version v+1 added to tables that exist
+// before it: after the schema, a database that was at v or below gets each
+// one it lacks.
+var addedColumns = map[int][]addedColumn{
+	4: {{"sessions", "agent", "TEXT NOT NULL DEFAULT ''"}},
+}
+
+type addedColumn struct{ table, name, decl string }
+
+// addColumns adds the columns of addedColumns[u] that the database lacks.
+func addColumns(ctx context.Context, tx *sql.Tx, u int) error {
+	for _, c := range addedColumns[u] {
+		var n int
+		if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM pragma_table_info(?) WHERE name=?", c.table, c.name).Scan(&n); err != nil {
+			return err
+		}
+		if n == 0 {
+			if _, err := tx.ExecContext(ctx, "ALTER TABLE "+c.table+" ADD COLUMN "+c.name+" "+c.decl); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // postMigrations[v] runs after the schema for a database that was at v.
@@ -185,7 +211,8 @@ CREATE TABLE IF NOT EXISTS currents(repository_id TEXT NOT NULL, worktree_id TEX
   generation INTEGER NOT NULL, updated_at INTEGER NOT NULL, PRIMARY KEY(repository_id, worktree_id)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS currents_work ON currents(work_id);
 CREATE TABLE IF NOT EXISTS sessions(work_id TEXT NOT NULL REFERENCES works(id), generation INTEGER NOT NULL, canonical TEXT NOT NULL,
-  worktree_id TEXT NOT NULL, alias INTEGER NOT NULL, created_at INTEGER NOT NULL, PRIMARY KEY(work_id, generation, canonical)) WITHOUT ROWID;
+  worktree_id TEXT NOT NULL, alias INTEGER NOT NULL, created_at INTEGER NOT NULL, agent TEXT NOT NULL DEFAULT '',
+  PRIMARY KEY(work_id, generation, canonical)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS session_natives(work_id TEXT NOT NULL, generation INTEGER NOT NULL, native TEXT NOT NULL, canonical TEXT NOT NULL,
   first_seen INTEGER NOT NULL, PRIMARY KEY(work_id, generation, native)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS envelopes(repository_id TEXT NOT NULL, identity TEXT NOT NULL, digest TEXT NOT NULL, type TEXT NOT NULL,
@@ -283,6 +310,9 @@ func (s *Store) migrate(ctx context.Context) error {
 				if _, err := tx.ExecContext(ctx, m); err != nil {
 					return fmt.Errorf("migrate hub schema from version %d: %w", u, err)
 				}
+			}
+			if err := addColumns(ctx, tx, u); err != nil {
+				return fmt.Errorf("migrate hub schema from version %d: %w", u, err)
 			}
 		}
 		if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", SchemaVersion)); err != nil {

@@ -94,3 +94,42 @@ func TestStreamMigrationFromV2(t *testing.T) {
 		}
 	}
 }
+
+// TestSchema5FromVersion4: a session of a version-4 database has no agent
+// ("", unknown) after the upgrade, and takes the first one claimed.
+func TestSchema5FromVersion4(t *testing.T) {
+	dir := t.TempDir()
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, DBFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`CREATE TABLE sessions(work_id TEXT NOT NULL REFERENCES works(id), generation INTEGER NOT NULL, canonical TEXT NOT NULL,
+  worktree_id TEXT NOT NULL, alias INTEGER NOT NULL, created_at INTEGER NOT NULL, PRIMARY KEY(work_id, generation, canonical)) WITHOUT ROWID`,
+		`INSERT INTO sessions VALUES('w',1,'s','wt',0,3)`,
+		`PRAGMA user_version = 4`,
+	} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(q, err)
+		}
+	}
+	db.Close()
+	s := open(t, dir)
+	ctx := context.Background()
+	agent := func() string {
+		var sess store.Session
+		if err := s.View(ctx, func(tx store.Tx) (err error) { sess, err = tx.Session("w", 1, "s"); return err }); err != nil {
+			t.Fatal(err)
+		}
+		return sess.Agent
+	}
+	if a := agent(); a != "" {
+		t.Fatalf("agent after the migration %q, want unknown", a)
+	}
+	if err := s.Update(ctx, func(tx store.Tx) error { return tx.ClaimSessionAgent("w", 1, "s", "codex") }); err != nil {
+		t.Fatal(err)
+	}
+	if a := agent(); a != "codex" {
+		t.Fatalf("agent after a claim %q", a)
+	}
+}

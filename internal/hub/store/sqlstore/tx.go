@@ -171,15 +171,20 @@ func (t *Tx) CurrentsForWork(workID string) ([]store.Current, error) {
 		})
 }
 
-const sessionCols = "work_id,generation,canonical,worktree_id,alias,created_at"
+const sessionCols = "work_id,generation,canonical,worktree_id,alias,created_at,agent"
 
 func sessionDest(s *store.Session) []any {
-	return []any{&s.WorkID, &s.Generation, &s.Canonical, &s.WorktreeID, &s.Alias, &s.CreatedAt}
+	return []any{&s.WorkID, &s.Generation, &s.Canonical, &s.WorktreeID, &s.Alias, &s.CreatedAt, &s.Agent}
 }
 
 func (t *Tx) InsertSession(s store.Session) error {
-	return t.insert("INSERT INTO sessions("+sessionCols+") VALUES(?,?,?,?,?,?) ON CONFLICT DO NOTHING",
-		s.WorkID, s.Generation, s.Canonical, s.WorktreeID, s.Alias, s.CreatedAt)
+	return t.insert("INSERT INTO sessions("+sessionCols+") VALUES(?,?,?,?,?,?,?) ON CONFLICT DO NOTHING",
+		s.WorkID, s.Generation, s.Canonical, s.WorktreeID, s.Alias, s.CreatedAt, s.Agent)
+}
+
+func (t *Tx) ClaimSessionAgent(workID string, generation int64, canonical, agent string) error {
+	return t.exec("UPDATE sessions SET agent=? WHERE work_id=? AND generation=? AND canonical=? AND agent=''",
+		agent, workID, generation, canonical)
 }
 
 func (t *Tx) Session(workID string, generation int64, canonical string) (store.Session, error) {
@@ -199,7 +204,7 @@ func (t *Tx) Sessions(workID string) ([]store.Session, error) {
 
 func (t *Tx) SessionByNative(workID string, generation int64, native string) (store.Session, error) {
 	var s store.Session
-	err := t.row(`SELECT s.work_id,s.generation,s.canonical,s.worktree_id,s.alias,s.created_at
+	err := t.row(`SELECT s.work_id,s.generation,s.canonical,s.worktree_id,s.alias,s.created_at,s.agent
 		FROM session_natives n JOIN sessions s ON s.work_id=n.work_id AND s.generation=n.generation AND s.canonical=n.canonical
 		WHERE n.work_id=? AND n.generation=? AND n.native=?`, []any{workID, generation, native}, sessionDest(&s)...)
 	return s, err

@@ -37,6 +37,7 @@ func Run(t *testing.T, open Open) {
 		{"Checkpoints", testCheckpoints},
 		{"Currents", testCurrents},
 		{"Sessions", testSessions},
+		{"SessionAgent", testSessionAgent},
 		{"IdempotentEnvelopes", testEnvelopes},
 		{"EventSequences", testEventSequences},
 		{"Actions", testActions},
@@ -359,6 +360,42 @@ func testSessions(t *testing.T, s store.Store) {
 			{Generation: 1, Canonical: "default"}: {"native-1", "native-0"},
 			{Generation: 1, Canonical: "s"}:       {"native-2"},
 		}, nil})
+		return nil
+	})
+}
+
+// testSessionAgent: a session's agent round-trips through every read;
+// ClaimSessionAgent sets it once and never replaces it.
+func testSessionAgent(t *testing.T, s store.Store) {
+	seed(t, s)
+	claude := store.Session{WorkID: "w1", Generation: 1, Canonical: "c", WorktreeID: "wt", CreatedAt: 6, Agent: "claude-code"}
+	unknown := store.Session{WorkID: "w1", Generation: 1, Canonical: "u", WorktreeID: "wt", CreatedAt: 7}
+	update(t, s, func(tx store.Tx) error {
+		return errors.Join(tx.InsertSession(claude), tx.InsertSession(unknown), tx.BindNative("w1", 1, "c", "native-c", 8))
+	})
+	view(t, s, func(tx store.Tx) error {
+		got, err := tx.Session("w1", 1, "c")
+		equal(t, "Session with an agent", []any{got, err}, []any{claude, nil})
+		got, err = tx.SessionByNative("w1", 1, "native-c")
+		equal(t, "SessionByNative with an agent", []any{got, err}, []any{claude, nil})
+		got, err = tx.Session("w1", 1, "u")
+		equal(t, "Session without an agent", []any{got, err}, []any{unknown, nil})
+		return nil
+	})
+	update(t, s, func(tx store.Tx) error {
+		return errors.Join(tx.ClaimSessionAgent("w1", 1, "c", "codex"), tx.ClaimSessionAgent("w1", 1, "u", "gemini"),
+			tx.ClaimSessionAgent("w1", 1, "u", "codex"), tx.ClaimSessionAgent("w1", 1, "missing", "codex"))
+	})
+	view(t, s, func(tx store.Tx) error {
+		ss, err := tx.Sessions("w1")
+		if err != nil {
+			return err
+		}
+		agents := map[string]string{}
+		for _, x := range ss {
+			agents[x.Canonical] = x.Agent
+		}
+		equal(t, "Sessions' agents after claims", agents, map[string]string{"s": "", "c": "claude-code", "u": "gemini"})
 		return nil
 	})
 }
