@@ -4,7 +4,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+
+	"github.com/agentscm/agentscm/internal/agent/adapter"
 )
 
 // hostAgent is one agent host whose capture hook the benchmark runs: the
@@ -39,6 +42,22 @@ func agentsFor(list string, claudeKinds []string) ([]hostAgent, error) {
 		}
 	}
 	return out, nil
+}
+
+// changelogEntries turns each host's capture entry into its changelog
+// entry (-changelog): the adapter's changelog subcommand on the capture
+// events the changelog takes too, in session order.
+func changelogEntries(hosts []hostAgent) ([]hostAgent, error) {
+	for i, h := range hosts {
+		a, err := adapter.For(h.name)
+		if err != nil {
+			return nil, err
+		}
+		h.args = strings.Fields(a.ChangelogSubcommand())
+		h.kinds = slices.DeleteFunc(slices.Clone(h.kinds), func(k string) bool { return !slices.Contains(a.ChangelogEvents(), k) })
+		hosts[i] = h
+	}
+	return hosts, nil
 }
 
 // codexPayload is a Codex CLI hook payload of kind ev (as Codex 0.169

@@ -18,6 +18,7 @@
 //
 //	go run ./bench/hookbench -n 150 -runs 2
 //	go run ./bench/hookbench -shell -agents claude,codex,gemini -bins intake,lean -stores embedded
+//	go run ./bench/hookbench -shell -changelog -agents codex,gemini -bins lean -stores embedded -base MAIN/agentscm
 package main
 
 import (
@@ -55,6 +56,9 @@ type options struct {
 	agents  string
 	shell   bool
 	enable  bool
+	// changelog measures the agents' changelog entries instead of their
+	// capture entries.
+	changelog bool
 }
 
 func main() {
@@ -69,6 +73,7 @@ func main() {
 	flag.StringVar(&o.base, "base", "", "also measure this agentscm binary (e.g. built from main) with its own checkouts")
 	flag.StringVar(&o.agents, "agents", "claude", "agent hosts whose capture hook to measure: claude (the events of -kinds), codex, gemini (every capture event of the host)")
 	flag.BoolVar(&o.enable, "enable", false, "bind each checkout with `change-capture enable --agent A` (what a user gets: the default Bash execution rule, so tool calls also bind the source and record actions) instead of `change-capture configure` (no rules)")
+	flag.BoolVar(&o.changelog, "changelog", false, "measure the agents' changelog entries (`changelog hook-AGENT` on the host's changelog events, with `changelog enable --agent A` in each checkout) instead of their capture entries; -bins lean is what enable installs, -base a main build's agentscm")
 	flag.BoolVar(&o.shell, "shell", false, "start every subject, the references included, through `sh -c` as the host starts a hook")
 	flag.Parse()
 	var all [][]row
@@ -158,6 +163,11 @@ func run(o options) ([]row, error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.changelog {
+		if agents, err = changelogEntries(agents); err != nil {
+			return nil, err
+		}
+	}
 	subjects := []*subject{
 		{name: "/bin/true", argv: []string{"/bin/true"}, stdin: func(int) []byte { return nil }},
 		{name: "fsyncref (one durable write)", argv: []string{ref, refDir}, stdin: payload("PreToolUse", "/", "ref")},
@@ -198,7 +208,11 @@ func run(o options) ([]row, error) {
 				if o.enable {
 					enable = []string{"--agent", ag.name}
 				}
-				root, env, srv, err := setup(b.admin, dir, store, enable)
+				changelogAgent := ""
+				if o.changelog {
+					changelogAgent = ag.name
+				}
+				root, env, srv, err := setup(b.admin, dir, store, enable, changelogAgent)
 				if srv != nil {
 					servers = append(servers, srv)
 				}
@@ -289,8 +303,9 @@ func sh(env []string, argv ...string) error {
 
 // setup makes a checkout under dir connected to a Hub (embedded, or a new
 // `hub serve` on loopback, which it returns to be stopped), binds it to a
-// spool with the capture hooks and starts a Work.
-func setup(bin, dir, store string, enable []string) (string, []string, *exec.Cmd, error) {
+// spool with the capture hooks and starts a Work; with changelogAgent the
+// changelog is enabled for that agent too (-changelog).
+func setup(bin, dir, store string, enable []string, changelogAgent string) (string, []string, *exec.Cmd, error) {
 	root := filepath.Join(dir, "repo")
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return "", nil, nil, err
@@ -343,6 +358,11 @@ func setup(bin, dir, store string, enable []string) (string, []string, *exec.Cmd
 		bind,
 		{"work", "start", "--root", root, "--title", "hook benchmark"},
 	} {
+		if changelogAgent != "" && args[0] == "work" {
+			if err := sh(env, bin, "changelog", "enable", "--root", root, "--agent", changelogAgent); err != nil {
+				return "", nil, srv, err
+			}
+		}
 		if err := sh(env, append([]string{bin}, args...)...); err != nil {
 			return "", nil, srv, err
 		}

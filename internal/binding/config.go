@@ -329,11 +329,14 @@ func (c *Config) ForPath(path string) *Binding {
 }
 
 // Lookup returns the enabled binding of the checkout a hook's cwd (clean,
-// absolute) belongs to: ForPath of cwd, else of cwd with its symbolic links
-// resolved (checkout.Lookup, the lookup the changelog uses too); nil when
-// none.
-func (c *Config) Lookup(cwd string) *Binding {
-	b, _ := checkout.Lookup(cwd, func(path string) (*Binding, bool) {
+// absolute) belongs to: LookupFrom of its own checkout.Lookup.
+func (c *Config) Lookup(cwd string) *Binding { return c.LookupFrom(checkout.Of(cwd)) }
+
+// LookupFrom returns the enabled binding of the checkout l looks up: ForPath
+// of its cwd, else of the cwd with its symbolic links resolved (the lookup
+// the changelog asks its question of too); nil when none.
+func (c *Config) LookupFrom(l *checkout.Lookup) *Binding {
+	b, _ := checkout.Find(l, func(path string) (*Binding, bool) {
 		b := c.ForPath(path)
 		return b, b != nil
 	})

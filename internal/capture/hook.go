@@ -300,10 +300,16 @@ func RunHook(ctx context.Context, store StateDir, deps HookDeps, a adapter.Adapt
 	if err != nil {
 		return nil, err
 	}
-	cwd := filepath.Clean(p.Cwd)
-	bd := cfg.Lookup(cwd)
+	return RunHookAt(ctx, store, deps, a, b, p, now, cfg.Lookup(filepath.Clean(p.Cwd)))
+}
+
+// RunHookAt is RunHook for the binding bd the hook pipeline looked up
+// (internal/hookrun: one lookup of the checkout for the capture and the
+// changelog, binding.Config.LookupFrom); nil: no enabled binding contains
+// the payload's cwd, and the event is ignored.
+func RunHookAt(ctx context.Context, store StateDir, deps HookDeps, a adapter.Adapter, b []byte, p *agent.Payload, now time.Time, bd *binding.Binding) (*HookResult, error) {
 	if bd == nil {
-		return &HookResult{Ignored: true, Reason: "no enabled capture binding contains " + cwd}, nil
+		return &HookResult{Ignored: true, Reason: "no enabled capture binding contains " + filepath.Clean(p.Cwd)}, nil
 	}
 	rec, ok, err := a.Map(p, bd.CaptureMode, now)
 	if err != nil {

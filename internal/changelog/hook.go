@@ -200,13 +200,32 @@ func HandleClaudeHookWith(ctx context.Context, configDir string, in io.Reader, n
 // one hook pipeline, internal/hookrun, decodes once for the capture and the
 // changelog).
 func HandlePayload(ctx context.Context, configDir string, p *agent.Payload, now time.Time, opts HookOptions) (*HookResult, error) {
-	type found struct{ dir, root string }
-	f, ok := checkout.Lookup(p.Cwd, func(path string) (found, bool) {
+	return HandleAt(ctx, configDir, LookupFrom(configDir, checkout.Of(filepath.Clean(p.Cwd))), p, now, opts)
+}
+
+// Found is the changelog of the checkout a hook's cwd belongs to: its
+// directory and the checkout's root (both empty: none).
+type Found struct {
+	Dir, Root string
+}
+
+// LookupFrom is the changelog's question of the one lookup of a hook's
+// checkout: FindDir of its cwd, else of the cwd with its symbolic links
+// resolved; the zero Found when neither has a changelog.
+func LookupFrom(configDir string, l *checkout.Lookup) Found {
+	f, _ := checkout.Find(l, func(path string) (Found, bool) {
 		dir, root, ok := FindDir(configDir, path)
-		return found{dir, root}, ok
+		return Found{dir, root}, ok
 	})
-	dir, root := f.dir, f.root
-	if !ok {
+	return f
+}
+
+// HandleAt is HandlePayload for the changelog f the hook pipeline looked
+// up (internal/hookrun: one lookup for the capture and the changelog); a
+// zero f ignores the payload.
+func HandleAt(ctx context.Context, configDir string, f Found, p *agent.Payload, now time.Time, opts HookOptions) (*HookResult, error) {
+	dir, root := f.Dir, f.Root
+	if dir == "" {
 		return &HookResult{Ignored: true}, nil
 	}
 	res := &HookResult{Dir: dir}

@@ -82,6 +82,22 @@ func ReadPayload(stdin io.Reader, getenv func(string) string, a adapter.Adapter,
 // RunCapture is the capture part of a hook process of agent a's host, its
 // panic turned into its error.
 func RunCapture(ctx context.Context, store capture.StateDir, deps capture.HookDeps, a adapter.Adapter, b []byte, p *agent.Payload, now time.Time) (res *capture.HookResult, err error) {
+	return guardCapture(ctx, func(ctx context.Context) (*capture.HookResult, error) {
+		return capture.RunHook(ctx, store, deps, a, b, p, now)
+	})
+}
+
+// RunCaptureAt is RunCapture for the binding bd the hook pipeline looked up
+// (capture.RunHookAt).
+func RunCaptureAt(ctx context.Context, store capture.StateDir, deps capture.HookDeps, a adapter.Adapter, b []byte, p *agent.Payload, now time.Time, bd *binding.Binding) (res *capture.HookResult, err error) {
+	return guardCapture(ctx, func(ctx context.Context) (*capture.HookResult, error) {
+		return capture.RunHookAt(ctx, store, deps, a, b, p, now, bd)
+	})
+}
+
+// guardCapture runs a capture within Timeout, its panic turned into its
+// error.
+func guardCapture(ctx context.Context, run func(context.Context) (*capture.HookResult, error)) (res *capture.HookResult, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			res, err = nil, fmt.Errorf("internal error: %v", r)
@@ -89,7 +105,7 @@ func RunCapture(ctx context.Context, store capture.StateDir, deps capture.HookDe
 	}()
 	ctx, cancel := context.WithTimeout(ctx, Timeout)
 	defer cancel()
-	return capture.RunHook(ctx, store, deps, a, b, p, now)
+	return run(ctx)
 }
 
 // Guidance writes a SessionStart's recipe guidance to stdout and returns

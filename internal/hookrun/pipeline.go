@@ -22,7 +22,6 @@ import (
 	"github.com/agentscm/agentscm/internal/changelog/hubremote"
 	"github.com/agentscm/agentscm/internal/connections"
 	"github.com/agentscm/agentscm/internal/delivery"
-	"github.com/agentscm/agentscm/internal/event"
 	"github.com/agentscm/agentscm/internal/hookcore"
 	"github.com/agentscm/agentscm/internal/hookroute"
 )
@@ -68,6 +67,9 @@ type Options struct {
 	Agent adapter.Adapter
 	// TurnWait overrides changelog.TurnWait (tests).
 	TurnWait time.Duration
+	// seen, when set (tests), is told of the checkout lookup each part
+	// receives, as it starts.
+	seen func(part string, co *Checkout)
 }
 
 // ClaudeHook runs the parts of o on one payload of o.Agent's host (Claude
@@ -108,37 +110,19 @@ func Run(ctx context.Context, r hookroute.Route, stdin io.Reader, stdout, stderr
 		cres    *capture.HookResult
 		cerr    error
 		starter *deferredOpener
-		lw      string
-		stored  string // the changelog directory an increment was stored in
+		cl      changelogPart
 		wg      sync.WaitGroup
 	)
 	takeIncrement := o.Changelog && slices.Contains(changelog.HookEvents, p.HookEventName)
 	agent := r.Agent
-	var refused *changelog.PromptRefusal
+	// One lookup of the checkout, for both parts (only those the route
+	// runs, and the changelog only on an event it takes).
+	co := LookupCheckout(dir, p.Cwd, Parts{Capture: o.Capture, Changelog: takeIncrement})
 	if takeIncrement {
 		// The increment runs beside the capture: the two write separate
 		// stores, and two threads keep the parallelism the two processes
 		// had. Delivery waits for both.
-		watch := o.Watch
-		if watch == nil {
-			watch = WatchFor(o.Exe, getenv)
-		}
-		pc := *p // its own copy: the capture may normalise fields of p
-		FailedFinish(&pc)
-		// With a detached deliverer (Exe) the hook never uploads: it
-		// stores the increment and the deliverer uploads it (one
-		// deliverer for events and increments, kicked below). Without
-		// one the increment is uploaded in-process, as before.
-		var remote func(context.Context, string) (changelog.Remote, func(), error)
-		if o.Exe == "" {
-			remote = hubremote.ForCheckout(dir)
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			lw, refused, stored = runChangelog(ctx, dir, &pc, now, changelog.HookOptions{Watch: watch, Failpoint: getenv(changelog.FailpointEnv), Agent: agent.Name(), TurnWait: o.TurnWait,
-				Remote: remote, Sharing: func(root string) changelog.SharingPolicy { return CheckoutSharing(dir, root) }})
-		}()
+		cl.start(ctx, &wg, dir, &co, p, getenv, now, o)
 	}
 	if o.Capture {
 		op := delivery.Opener{ConfigDir: dir}
@@ -152,9 +136,15 @@ func Run(ctx context.Context, r hookroute.Route, stdin io.Reader, stdout, stderr
 			}
 			deps = capture.HookDeps{Hubs: starter, Lookup: op, Deliverer: starter}
 		}
-		cres, cerr = hookcore.RunCapture(ctx, store, deps, r.Agent, b, p, now)
+		if o.seen != nil {
+			o.seen("capture", &co)
+		}
+		if cerr = co.BindingsErr; cerr == nil {
+			cres, cerr = hookcore.RunCaptureAt(ctx, store, deps, r.Agent, b, p, now, co.Binding)
+		}
 	}
 	wg.Wait()
+	lw, refused, stored := cl.warn, cl.refused, cl.stored
 	var clLock *os.File
 	if stored != "" && o.Exe != "" {
 		// The increment waits in the upload queue: the deliverer that
@@ -198,6 +188,48 @@ func Run(ctx context.Context, r hookroute.Route, stdin io.Reader, stdout, stderr
 	return 0
 }
 
+// changelogPart is the changelog part of a hook process, run beside the
+// capture: what it says (without the prefix), the prompt it refused (nil:
+// none) and the changelog directory it stored an increment in ("": none).
+type changelogPart struct {
+	warn    string
+	refused *changelog.PromptRefusal
+	stored  string
+}
+
+// start runs the changelog part on its own goroutine (wg), on its own copy
+// of p, in the changelog co looked up.
+func (c *changelogPart) start(ctx context.Context, wg *sync.WaitGroup, dir string, co *Checkout, p *agent.Payload, getenv func(string) string, now time.Time, o Options) {
+	watch := o.Watch
+	if watch == nil {
+		watch = WatchFor(o.Exe, getenv)
+	}
+	pc := *p // its own copy: the capture may normalise fields of p
+	FailedFinish(&pc)
+	// With a detached deliverer (Exe) the hook never uploads: it stores
+	// the increment and the deliverer uploads it (one deliverer for
+	// events and increments, kicked below). Without one the increment is
+	// uploaded in-process, as before.
+	var remote func(context.Context, string) (changelog.Remote, func(), error)
+	if o.Exe == "" {
+		remote = hubremote.ForCheckout(dir)
+	}
+	noCopy := co.NoCopy
+	opts := changelog.HookOptions{Watch: watch, Failpoint: getenv(changelog.FailpointEnv), Agent: o.Agent.Name(), TurnWait: o.TurnWait, Remote: remote,
+		Sharing: func(root string) changelog.SharingPolicy {
+			return checkoutSharing(dir, root, func() bool { return noCopy })
+		}}
+	if o.seen != nil {
+		o.seen("changelog", co)
+	}
+	found := co.Changelog
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		c.warn, c.refused, c.stored = runChangelog(ctx, dir, found, &pc, now, opts)
+	}()
+}
+
 // FailedFinish makes a tool finish whose host reported a non-zero exit
 // code (Codex: read from its rollout; Gemini: from the shell tool's result
 // text) a PostToolUseFailure, as Claude Code's own hook reports a failed
@@ -217,13 +249,13 @@ func FailedFinish(p *agent.Payload) {
 
 // runChangelog is the changelog part: its message (without the prefix),
 // "" when it has nothing to say, and the prompt it refused (nil: none).
-func runChangelog(ctx context.Context, configDir string, p *agent.Payload, now time.Time, opts changelog.HookOptions) (warn string, refused *changelog.PromptRefusal, stored string) {
+func runChangelog(ctx context.Context, configDir string, f changelog.Found, p *agent.Payload, now time.Time, opts changelog.HookOptions) (warn string, refused *changelog.PromptRefusal, stored string) {
 	defer func() {
 		if r := recover(); r != nil {
 			warn, refused = fmt.Sprintf("changelog hook failed: internal error: %v", r), nil
 		}
 	}()
-	res, err := changelog.HandlePayload(ctx, configDir, p, now, opts)
+	res, err := changelog.HandleAt(ctx, configDir, f, p, now, opts)
 	if err == nil && res != nil {
 		refused = res.Refused
 	}
@@ -304,6 +336,12 @@ func WatchFor(exe string, getenv func(string) string) func(dir string) changelog
 // saved for the repository and Hub the checkout is connected to. Any error
 // shares nothing.
 func CheckoutSharing(configDir, root string) changelog.SharingPolicy {
+	return checkoutSharing(configDir, root, func() bool { return MetadataOnlyBinding(configDir, root) })
+}
+
+// checkoutSharing is CheckoutSharing with the binding's metadata-only test
+// (a hook's comes from its one lookup, LookupCheckout).
+func checkoutSharing(configDir, root string, noCopy func() bool) changelog.SharingPolicy {
 	hub, repo := "", ""
 	if c, err := connections.Lookup(configDir, root); err == nil {
 		hub, repo = c.Hub, c.Repository
@@ -313,7 +351,7 @@ func CheckoutSharing(configDir, root string) changelog.SharingPolicy {
 		if err != nil {
 			return changelog.Sharing{Mode: sh.Mode, Reason: sh.Reason + ": " + err.Error()}
 		}
-		return changelog.Sharing{Mode: sh.Mode, Share: sh.Share, Reason: sh.Reason, NoCopy: MetadataOnlyBinding(configDir, root)}
+		return changelog.Sharing{Mode: sh.Mode, Share: sh.Share, Reason: sh.Reason, NoCopy: noCopy()}
 	}
 }
 
@@ -322,11 +360,7 @@ func CheckoutSharing(configDir, root string) changelog.SharingPolicy {
 // conversation (changelog.Options.ConversationRefs).
 func MetadataOnlyBinding(configDir, root string) bool {
 	cfg, err := binding.Registry{Dir: configDir}.Load()
-	if err != nil {
-		return false
-	}
-	b := cfg.ForPath(root)
-	return b != nil && b.CaptureMode == event.ModeMetadataOnly
+	return err == nil && metadataOnly(cfg, root)
 }
 
 // deferredOpener is the detachedOpener of a hook that runs the changelog

@@ -136,7 +136,7 @@ func TestCodexCaptureRewindResume(t *testing.T) {
 	c.spool = en.Spool
 	c.agentscm("changelog", "enable", "--root", c.root, "--agent", "codex")
 	hooks, _ := os.ReadFile(filepath.Join(c.root, ".codex", "hooks.json"))
-	for _, want := range []string{"agentscm-hook-intake change-capture hook-codex", " changelog hook-codex"} {
+	for _, want := range []string{"agentscm-hook-intake change-capture hook-codex", "agentscm-hook changelog hook-codex"} {
 		if !strings.Contains(string(hooks), want) {
 			t.Fatalf(".codex/hooks.json lacks %q:\n%s", want, hooks)
 		}

@@ -97,7 +97,7 @@ func TestGeminiCaptureRewindResume(t *testing.T) {
 	c.spool = en.Spool
 	c.agentscm("changelog", "enable", "--root", c.root, "--agent", "gemini")
 	hooks, _ := os.ReadFile(filepath.Join(c.root, ".gemini", "settings.json"))
-	for _, want := range []string{"agentscm-hook-intake change-capture hook-gemini", " changelog hook-gemini", `"timeout": 20000`} {
+	for _, want := range []string{"agentscm-hook-intake change-capture hook-gemini", "agentscm-hook changelog hook-gemini", `"timeout": 20000`} {
 		if !strings.Contains(string(hooks), want) {
 			t.Fatalf(".gemini/settings.json lacks %q:\n%s", want, hooks)
 		}

@@ -53,8 +53,8 @@ func TestThreeAgentsOneCheckout(t *testing.T) {
 		c.spool = rep.Capture.Spool
 	}
 	for file, want := range map[string][]string{
-		".codex/hooks.json":           {"agentscm-hook-intake change-capture hook-codex", " changelog hook-codex"},
-		".gemini/settings.json":       {"agentscm-hook-intake change-capture hook-gemini", " changelog hook-gemini"},
+		".codex/hooks.json":           {"agentscm-hook-intake change-capture hook-codex", "agentscm-hook changelog hook-codex"},
+		".gemini/settings.json":       {"agentscm-hook-intake change-capture hook-gemini", "agentscm-hook changelog hook-gemini"},
 		".claude/settings.local.json": {"change-capture hook-claude"},
 	} {
 		b, _ := os.ReadFile(filepath.Join(c.root, filepath.FromSlash(file)))

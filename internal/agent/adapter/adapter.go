@@ -203,13 +203,16 @@ func (c Claude) WithState(string, string) Adapter { return c }
 
 // markedHooks installs the entries of part for a host whose file holds
 // one marked entry per part and event: the capture runs the intake binary
-// beside exe (else the lean hook binary, else exe), the changelog exe
-// itself.
+// beside exe (else the lean hook binary, else exe), the changelog the lean
+// hook binary beside exe (else exe), as Claude Code's changelog entries do.
+// An entry written earlier with exe itself keeps working (the route table
+// of every binary holds both subcommands) and is rewritten in place.
 func markedHooks(a Adapter, path, exe string, part Part) (bool, error) {
 	sub, events := a.CaptureSubcommand(), a.CaptureEvents()
 	if part == PartCapture {
 		exe = hookfile.IntakeExecutable(exe)
 	} else {
+		exe = hookfile.HookExecutable(exe)
 		sub, events = a.ChangelogSubcommand(), a.ChangelogEvents()
 	}
 	return hookfile.InstallHooksWith(path, hookfile.CommandFor(exe, sub), events, a.HookTimeout())

@@ -43,9 +43,34 @@ func TestLookup(t *testing.T) {
 		if !tc.ok {
 			want = "/nowhere"
 		}
-		got, ok := Lookup(tc.cwd, only(want))
+		got, ok := Find(Of(tc.cwd), only(want))
 		if ok != tc.ok || (ok && got != tc.want) || len(asked) != tc.asks {
-			t.Errorf("%s: Lookup(%q) = %q, %v after asking %q", tc.name, tc.cwd, got, ok, asked)
+			t.Errorf("%s: Find(Of(%q)) = %q, %v after asking %q", tc.name, tc.cwd, got, ok, asked)
 		}
+	}
+}
+
+// One Lookup answers two parts' questions, each with the fallback to the
+// resolved cwd on its own: the first part found at cwd itself, the second
+// only through the link.
+func TestOneLookupTwoQuestions(t *testing.T) {
+	dir := t.TempDir()
+	real := filepath.Join(dir, "real")
+	link := filepath.Join(dir, "link")
+	if err := os.Mkdir(real, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	realDir, err := filepath.EvalSymlinks(real)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := Of(link)
+	first, ok1 := Find(l, func(p string) (string, bool) { return p, p == link })
+	second, ok2 := Find(l, func(p string) (string, bool) { return p, p == realDir })
+	if !ok1 || first != link || !ok2 || second != realDir || l.Cwd() != link {
+		t.Fatalf("first %q %v, second %q %v", first, ok1, second, ok2)
 	}
 }
