@@ -65,9 +65,15 @@ func newBurstFixture(t *testing.T) *burstFixture {
 
 func (f *burstFixture) agentscm(t *testing.T, args ...string) string {
 	t.Helper()
+	return f.agentscmAs(t, filepath.Join(f.dir, "bin", "agentscm"), args...)
+}
+
+// agentscmAs is agentscm with exe as the running agentscm executable.
+func (f *burstFixture) agentscmAs(t *testing.T, exe string, args ...string) string {
+	t.Helper()
 	var out, errb bytes.Buffer
 	env := &cli.Env{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb, Getenv: func(k string) string { return f.vars[k] },
-		Now: time.Now, Executable: filepath.Join(f.dir, "bin", "agentscm")}
+		Now: time.Now, Executable: exe}
 	if code := cli.Main(context.Background(), env, args); code != 0 {
 		t.Fatalf("agentscm %v: exit %d: %s", args, code, errb.String())
 	}

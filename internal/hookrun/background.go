@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -141,18 +142,21 @@ func deliverSpoolPart(ctx context.Context, configDir, spoolDir string, lockFD in
 			return
 		}
 	}
-	rep, err := capture.DeliverSpool(ctx, store, delivery.Opener{ConfigDir: configDir}, spoolDir, lock, capture.DeliverBounds{MaxRun: capture.DelivererMaxRun,
-		MaxDrain: capture.DelivererMaxDrain, RetryFor: capture.DelivererRetryFor,
-		Settle: capture.DelivererSettle, SettleMax: capture.DelivererSettleMax, SettleFiles: capture.DelivererSettleFiles, Linger: capture.DelivererLinger})
-	if successorDue(rep) {
+	b := delivererBounds(os.Getenv(DelivererTestBoundsEnv))
+	rep, err := capture.DeliverSpool(ctx, store, delivery.Opener{ConfigDir: configDir}, spoolDir, lock, b)
+	if successorDue(rep, b.MaxDrain) {
 		// Its drain bound ended a run that delivered or admitted in every
 		// window: work is still arriving. A fresh deliverer takes over at
 		// once (when something is due), rather than leave the tail to a
-		// later hook that may not come (each process stays bounded).
+		// later hook that may not come (each process stays bounded). A
+		// crash before it started leaves the run's durable note (Resume)
+		// for the next process of any kind.
+		delivererFailpoint("successor.due")
 		if exe, xerr := os.Executable(); xerr == nil {
 			if ok, rerr := capture.ResumeDelivery(store, detachedOpener{Opener: delivery.Opener{ConfigDir: configDir}, exe: exe}, spoolDir, time.Now()); rerr != nil {
 				fmt.Fprintf(stderr, "agentscm: warning: deliverer: start its successor: %s\n", hookcore.OneLine(rerr.Error()))
 			} else if ok {
+				delivererFailpoint("successor.started")
 				fmt.Fprintf(stderr, "agentscm: deliverer: a successor goes on after %d windows\n", rep.Windows)
 			}
 		}
@@ -238,9 +242,11 @@ func DrainChangelog(ctx context.Context, configDir, dir string, lock *os.File) (
 	}
 }
 
-// delivererFailpoint kills the deliverer (SIGKILL) at the named point of
-// an upload when changelog.FailpointEnv says "deliver.NAME" (crash tests:
-// "deliver.uploaded", the Hub holds a position, the queue does not say so).
+// delivererFailpoint kills the deliverer (SIGKILL) at the named point
+// when changelog.FailpointEnv says "deliver.NAME" (crash tests:
+// "deliver.uploaded", the Hub holds a position, the queue does not say so;
+// "deliver.successor.due" and "deliver.successor.started", either side of
+// starting a successor at the drain bound).
 func delivererFailpoint(name string) {
 	if os.Getenv(changelog.FailpointEnv) == "deliver."+name {
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
@@ -248,13 +254,38 @@ func delivererFailpoint(name string) {
 }
 
 // successorDue reports whether a deliverer run stopped at its drain bound
-// (capture.DelivererMaxDrain) with work left (Resume): the run went on
-// window after window because each one delivered or admitted, so a
-// successor should go on. A run that stopped earlier, on a window without
-// progress, leaves its note for the next process instead (a successor
-// would make no more progress than it did).
-func successorDue(rep *capture.DeliverReport) bool {
-	return rep != nil && rep.Resume && rep.Outcome == "bound" && rep.Finished.Sub(rep.Started) >= capture.DelivererMaxDrain
+// maxDrain with work left (Resume): the run went on window after window
+// because each one delivered or admitted, so a successor should go on. A
+// run that stopped earlier, on a window without progress, leaves its note
+// for the next process instead (a successor would make no more progress
+// than it did).
+func successorDue(rep *capture.DeliverReport, maxDrain time.Duration) bool {
+	return rep != nil && rep.Resume && rep.Outcome == "bound" && rep.Finished.Sub(rep.Started) >= maxDrain
+}
+
+// DelivererTestBoundsEnv, set to "MAXRUN,MAXDRAIN" (two Go durations),
+// replaces the detached deliverer's window and drain bounds, so that
+// crash tests reach its successor hand-over in seconds instead of
+// capture.DelivererMaxDrain. Unset (or malformed), the bounds are the
+// product's.
+const DelivererTestBoundsEnv = "AGENTSCM_DELIVERER_TEST_BOUNDS"
+
+// delivererBounds are the detached deliverer's bounds, with the window
+// and drain bounds that override (DelivererTestBoundsEnv's value) names.
+func delivererBounds(override string) capture.DeliverBounds {
+	b := capture.DeliverBounds{MaxRun: capture.DelivererMaxRun,
+		MaxDrain: capture.DelivererMaxDrain, RetryFor: capture.DelivererRetryFor,
+		Settle: capture.DelivererSettle, SettleMax: capture.DelivererSettleMax, SettleFiles: capture.DelivererSettleFiles, Linger: capture.DelivererLinger}
+	run, drain, ok := strings.Cut(override, ",")
+	if !ok {
+		return b
+	}
+	r, rerr := time.ParseDuration(run)
+	d, derr := time.ParseDuration(drain)
+	if rerr == nil && derr == nil && r > 0 && d > 0 {
+		b.MaxRun, b.MaxDrain = r, d
+	}
+	return b
 }
 
 // WaitBackground waits (bounded by ctx) until no background deliverer of

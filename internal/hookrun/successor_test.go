@@ -22,7 +22,7 @@ func TestSuccessorDue(t *testing.T) {
 		{"bound with nothing to resume", &capture.DeliverReport{Outcome: "bound", Started: t0, Finished: drained}, false},
 		{"failed", &capture.DeliverReport{Outcome: "failed", Resume: true, Started: t0, Finished: drained}, false},
 	} {
-		if got := successorDue(tc.rep); got != tc.want {
+		if got := successorDue(tc.rep, capture.DelivererMaxDrain); got != tc.want {
 			t.Errorf("%s: successorDue = %v, want %v", tc.name, got, tc.want)
 		}
 	}

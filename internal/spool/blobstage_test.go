@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/agentscm/agentscm/internal/event"
 )
 
 func stageTestBlobs() []Blob {
@@ -334,4 +336,119 @@ func TestWriteIntakeAfter(t *testing.T) {
 		t.Fatalf("%d intake files (%v), want only the first", n, err)
 	}
 	noTemps(t, filepath.Join(sp.dir, intakeDir))
+}
+
+// TestCrashStageReclaimed kills a real process at stage.reclaimed, after
+// the reclamation removed the staged debris (orphan blobs, a copy of a
+// retained artifact, a dead writer's temporary file) and before it synced
+// the staging directory. Inspect then counts exactly what a lock holder
+// counts, the next admission completes the reclamation, every retained
+// artifact and record is still there once (nothing lost, nothing doubled)
+// and the orphans' bytes, staged again, are admitted and counted once.
+func TestCrashStageReclaimed(t *testing.T) {
+	ctx := context.Background()
+	sp := mustInit(t, Limits{})
+	kept := stageTestBlobs()
+	refs, err := sp.StageBlobs(kept)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ss, err := sp.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ss.AdmitStaged(refs); err != nil {
+		t.Fatal(err)
+	}
+	ss.Close()
+	if _, err := sp.Append(tagged("kept", event.PromptSubmit)); err != nil {
+		t.Fatal(err)
+	}
+	orphans := []Blob{{Data: []byte("orphan one")}, {Data: []byte("orphan two")}}
+	if _, err := sp.StageBlobs(orphans); err != nil {
+		t.Fatal(err)
+	}
+	arts, err := os.ReadDir(filepath.Join(sp.dir, artifactsDir))
+	if err != nil || len(arts) == 0 {
+		t.Fatalf("artifacts %v %v", arts, err)
+	}
+	copyOf, err := os.ReadFile(filepath.Join(sp.dir, artifactsDir, arts[0].Name()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(sp.dir, stagedDir, arts[0].Name()), copyOf, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(sp.dir, stagedDir, ".tmp-deadwriter"), []byte("half"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(stagedNames(t, sp)); n != 4 {
+		t.Fatalf("%d staged files before the crash, want 4", n)
+	}
+
+	out := mustCrash(t, "reclaim", sp.dir, "stage.reclaimed")
+	if strings.Contains(out, "reclaimed") {
+		t.Fatalf("the child reported the reclamation before its failpoint: %s", out)
+	}
+	// Inspect, which takes no lock, counts what a lock holder counts.
+	rep, err := Inspect(sp.dir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Problems) != 0 || rep.DeliveryStopped || !rep.AuthoritySafe {
+		t.Fatalf("inspect after the crash: problems %v, delivery stopped %v, authority safe %v", rep.Problems, rep.DeliveryStopped, rep.AuthoritySafe)
+	}
+	recount(t, sp.dir, rep.Usage)
+
+	// The next admission completes the reclamation.
+	sp, err = Open(sp.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp.intakeGrace = 0
+	ss, err = sp.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ss.Intake(10); err != nil {
+		t.Fatal(err)
+	}
+	u, _ := ss.Usage()
+	ss.Close()
+	noTemps(t, sp.dir)
+	if names := stagedNames(t, sp); len(names) != 0 {
+		t.Fatalf("debris left after the next admission: %v", names)
+	}
+	recount(t, sp.dir, u.Usage)
+	if rep, err := Inspect(sp.dir, 0); err != nil || rep.Usage != u.Usage || rep.Artifacts != len(kept) || len(rep.Problems) != 0 {
+		t.Fatalf("inspect after completion: %+v (lock holder counts %+v) %v", rep, u.Usage, err)
+	}
+	for _, r := range refs {
+		if _, err := sp.ReadBlob(r); err != nil {
+			t.Fatalf("a retained artifact was lost: %+v: %v", r, err)
+		}
+	}
+	if got := tags(t, sp); len(got) != 1 || got["kept"] == 0 {
+		t.Fatalf("records after the crash %v, want the one record once", got)
+	}
+
+	// The orphans' bytes, staged again by a later hook, are admitted and
+	// counted once.
+	orefs, err := sp.StageBlobs(orphans)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ss, err = sp.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ss.AdmitStaged(orefs); err != nil {
+		t.Fatal(err)
+	}
+	u, _ = ss.Usage()
+	ss.Close()
+	recount(t, sp.dir, u.Usage)
+	if rep, err := Inspect(sp.dir, 0); err != nil || rep.Artifacts != len(kept)+len(orphans) || rep.Usage != u.Usage {
+		t.Fatalf("inspect after re-admission: %+v (lock holder counts %+v) %v", rep, u.Usage, err)
+	}
 }

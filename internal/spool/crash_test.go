@@ -111,6 +111,23 @@ func TestHelperProcess(t *testing.T) {
 		}
 		ss.Close()
 		fmt.Println("admitted")
+	case "reclaim":
+		// An admission with an empty intake reclaims the staged debris
+		// (every file older than the grace period, here zero).
+		sp, err := Open(dir)
+		if err != nil {
+			die(err)
+		}
+		sp.intakeGrace = 0
+		ss, err := sp.Begin(ctx)
+		if err != nil {
+			die(err)
+		}
+		if _, err := ss.Intake(10); err != nil {
+			die(err)
+		}
+		ss.Close()
+		fmt.Println("reclaimed")
 	case "pause":
 		sp, err := Open(dir)
 		if err != nil {
