@@ -176,6 +176,9 @@ worktree id; reconnecting the same Hub and repository keeps it.`)
 	if err != nil {
 		return err
 	}
+	// What waited for a connection (changelog increments, spooled
+	// events) is delivered now, not at the next hook.
+	defer kickCheckout(env, c.Root)
 	v := viewOf(c)
 	if u, err := url.Parse(c.Hub); err == nil && u.Scheme == "http" && !isLoopback(u.Hostname()) {
 		fmt.Fprintf(env.Stderr, "warning: %s is plain http: the token travels unencrypted; put the Hub behind https\n", c.Hub)

@@ -102,6 +102,9 @@ canonical session named by --session-alias (default "default").`)
 	if err != nil {
 		return err
 	}
+	// A new Work is a destination for what waited for one (changelog
+	// increments, held events): deliver it now, after the Hub is closed.
+	defer kickCheckout(env, c.Root)
 	defer conn.Close()
 	w, err := conn.StartWork(ctx, api.StartWorkRequest{Title: *title, WorktreeID: c.WorktreeID, SessionAlias: *alias, ChangelogGrant: grant})
 	if err != nil {

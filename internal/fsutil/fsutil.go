@@ -71,6 +71,30 @@ func WriteAtomic(path string, data []byte, perm fs.FileMode) error {
 	return SyncDir(dir)
 }
 
+// WriteReplace replaces path with data like WriteAtomic but without any
+// fsync: a killed process leaves the old or the new content, while an
+// operating system crash may leave either, or an empty file. For state that
+// a reader can tell is from before a crash and rebuild from durable records.
+func WriteReplace(path string, data []byte, perm fs.FileMode) error {
+	tmp, err := createTemp(filepath.Dir(path), perm)
+	if err != nil {
+		return err
+	}
+	name := tmp.Name()
+	_, err = tmp.Write(data)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(name, path)
+	}
+	if err != nil {
+		os.Remove(name)
+		return fmt.Errorf("replace %s: %w", path, err)
+	}
+	return nil
+}
+
 // WriteNew writes data to path only if path does not exist yet, durably: the
 // temporary file is hard-linked to path (which fails if path exists) and the
 // directory is fsynced. It returns an error wrapping fs.ErrExist when path is

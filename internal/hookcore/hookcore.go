@@ -13,6 +13,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -23,6 +24,7 @@ import (
 	"github.com/agentscm/agentscm/internal/binding"
 	"github.com/agentscm/agentscm/internal/capture"
 	"github.com/agentscm/agentscm/internal/fsutil"
+	"github.com/agentscm/agentscm/internal/spool"
 )
 
 // Timeout bounds one hook invocation as a whole; the host's own timeout of
@@ -73,10 +75,27 @@ func ReadPayload(stdin io.Reader, getenv func(string) string, a adapter.Adapter,
 	if configDir, err = binding.ConfigDir(getenv); err != nil {
 		return nil, "", nil, err
 	}
-	if p, err = a.WithState(configDir, hook).Decode(b); err != nil {
+	a = a.WithState(configDir, hook)
+	if g, ok := a.(adapter.Gemini); ok && hook == "capture" {
+		// The capture's order counters are kept without an fsync and
+		// rebuilt from its durable record after a crash.
+		g.RecoverOrder = capture.StateDir{Dir: configDir}.RecordedOrder
+		a = g
+	}
+	if p, err = a.Decode(b); err != nil {
 		return nil, "", nil, err
 	}
+	failpoint(getenv, "hook.decoded")
 	return b, configDir, p, nil
+}
+
+// failpoint kills the hook process (SIGKILL) where spool.FailpointEnv
+// names point among its comma-separated points (crash tests).
+func failpoint(getenv func(string) string, point string) {
+	if v := getenv(spool.FailpointEnv); v != "" && slices.Contains(strings.Split(v, ","), point) {
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {}
+	}
 }
 
 // RunCapture is the capture part of a hook process of agent a's host, its

@@ -3,6 +3,7 @@ package hookrun
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -146,11 +147,13 @@ func Run(ctx context.Context, r hookroute.Route, stdin io.Reader, stdout, stderr
 	wg.Wait()
 	lw, refused, stored := cl.warn, cl.refused, cl.stored
 	var clLock *os.File
-	if stored != "" && o.Exe != "" {
+	if stored != "" && o.Exe != "" && mayUpload(dir, p.Cwd) {
 		// The increment waits in the upload queue: the deliverer that
 		// starts below (with the spool's, or on its own) uploads it;
 		// when the lock is held, the running deliverer looks again
-		// before it exits (DrainChangelog).
+		// before it exits (DrainChangelog). A checkout without a
+		// connection starts none (it has nowhere to upload to): `client
+		// setup` and `work start` kick the queue (kickCheckout).
 		if l, err := changelog.TryUploadLock(stored); err != nil {
 			lw = joinWarn(lw, "changelog upload: "+hookcore.OneLine(err.Error()))
 		} else {
@@ -449,4 +452,20 @@ func joinWarn(a, b string) string {
 		return b
 	}
 	return a + "; " + b
+}
+
+// mayUpload reports whether the checkout containing cwd may have a Hub to
+// upload increments to: false only when the connections file names no
+// connection containing it (an unreadable file says true: the deliverer
+// then finds out).
+func mayUpload(configDir, cwd string) bool {
+	_, err := connections.LookupContaining(configDir, cwd)
+	if !errors.Is(err, connections.ErrNoConnection) {
+		return true
+	}
+	if real, rerr := filepath.EvalSymlinks(cwd); rerr == nil && real != cwd {
+		_, err = connections.LookupContaining(configDir, real)
+		return !errors.Is(err, connections.ErrNoConnection)
+	}
+	return false
 }

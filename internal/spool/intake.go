@@ -395,6 +395,32 @@ func (ss *Tx) Intake(max int) ([]IntakeFile, error) {
 	return out, nil
 }
 
+// PeekIntake returns the bodies of the installed intake files of the spool
+// in dir, read without the lock (a reader that only looks: a file admitted
+// meanwhile is skipped, one whose frame does not decode is left out).
+func PeekIntake(dir string) ([][]byte, error) {
+	s := &Spool{dir: dir}
+	budget := MaxIntakeFiles*2 + 256
+	es, _, _, err := s.listIntake(&budget)
+	if err != nil {
+		return nil, err
+	}
+	var out [][]byte
+	for _, e := range es {
+		b, err := fsutil.ReadFileNoFollow(filepath.Join(dir, intakeDir, e.name), MaxIntakeBytes+maxHeaderBytes)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if f, err := decodeFrame(b); err == nil && f.typ == typeIntake {
+			out = append(out, f.body)
+		}
+	}
+	return out, nil
+}
+
 // WaitingIntake counts the installed intake files, without the lock (a
 // hint: the lock holder decides).
 func (s *Spool) WaitingIntake() (int, error) {

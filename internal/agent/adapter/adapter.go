@@ -116,11 +116,16 @@ func (Codex) BlockPrompt(reason string) []byte     { return codex.BlockPrompt(re
 // Gemini is the Gemini CLI adapter. OrderDir holds the per-session
 // counters that pair tool starts and finishes by order (Gemini CLI carries
 // no tool-call id); each hook gives its own (hookrun, the changelog hook).
-type Gemini struct{ OrderDir string }
+// RecoverOrder, when set, lets the counters be updated without an fsync
+// (gemini.Orderer Recover: the hook's durable record after a crash).
+type Gemini struct {
+	OrderDir     string
+	RecoverOrder func(session, cwd string) (int, error)
+}
 
 func (Gemini) Name() string { return gemini.AgentName }
 func (g Gemini) Decode(b []byte) (*agent.Payload, error) {
-	return gemini.Orderer{Dir: g.OrderDir}.Decode(b)
+	return gemini.Orderer{Dir: g.OrderDir, Recover: g.RecoverOrder}.Decode(b)
 }
 func (Gemini) Map(p *agent.Payload, mode string, now time.Time) (*event.Record, bool, error) {
 	return gemini.Map(p, mode, now)

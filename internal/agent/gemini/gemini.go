@@ -75,10 +75,26 @@ type payload struct {
 // BeforeTool1, AfterTool1, BeforeTool2, ... strictly in turn and carries no
 // tool-call id, so the k-th start and the k-th finish of a session are the
 // same call. Each hook (capture, changelog) keeps its own counters.
+//
+// Without Recover every counter update is a durable write (temp file,
+// fsync, rename, directory fsync). With Recover the file is created
+// durably once per session and boot, and later updates of the same boot
+// are renamed into place without an fsync: a killed process cannot lose
+// them (the page cache outlives it), only an operating system crash can,
+// and that changes the boot id the file carries. A file of another boot
+// (or one a crash left unreadable) is then raised to what Recover finds in
+// the durable record before it is used.
 type Orderer struct {
 	// Dir holds one small counter file per session; empty disables pairing
 	// (the records then carry no tool_use_id).
 	Dir string
+	// Recover, when set, returns the highest order k the hook's durable
+	// record holds for a session (a start or a finish of order-k), 0 when
+	// none; see Orderer.
+	Recover func(session, cwd string) (int, error)
+	// Boot is the current boot id; empty reads /proc/sys/kernel/random/boot_id
+	// (and where that cannot be read every update is durable).
+	Boot string
 }
 
 // OrderID is the tool_use_id given to the k-th tool call of a session.
@@ -94,12 +110,27 @@ func OrderOf(id string) (int, bool) {
 }
 
 type counters struct {
-	Starts   int `json:"starts"`
-	Finishes int `json:"finishes"`
+	Starts   int    `json:"starts"`
+	Finishes int    `json:"finishes"`
+	Boot     string `json:"boot,omitempty"`
+}
+
+// bootIDFile names the running kernel's boot.
+const bootIDFile = "/proc/sys/kernel/random/boot_id"
+
+func (o Orderer) boot() string {
+	if o.Boot != "" {
+		return o.Boot
+	}
+	b, err := os.ReadFile(bootIDFile)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // next counts one start or finish of session and returns its ordinal.
-func (o Orderer) next(session string, finish bool) (int, error) {
+func (o Orderer) next(session, cwd string, finish bool) (int, error) {
 	if o.Dir == "" {
 		return 0, nil
 	}
@@ -110,12 +141,8 @@ func (o Orderer) next(session string, finish bool) (int, error) {
 		return 0, err
 	}
 	path := filepath.Join(o.Dir, session+".json")
-	var c counters
-	if b, err := fsutil.ReadFileNoFollow(path, 4096); err == nil {
-		if err := json.Unmarshal(b, &c); err != nil {
-			return 0, fmt.Errorf("tool order state %s: %w", path, err)
-		}
-	} else if !errors.Is(err, os.ErrNotExist) {
+	c, durable, err := o.load(path, session, cwd)
+	if err != nil {
 		return 0, err
 	}
 	n := &c.Starts
@@ -124,10 +151,49 @@ func (o Orderer) next(session string, finish bool) (int, error) {
 	}
 	*n++
 	b, _ := json.Marshal(c)
-	if err := fsutil.WriteAtomic(path, b, fsutil.FileMode); err != nil {
+	write := fsutil.WriteAtomic
+	if !durable {
+		write = fsutil.WriteReplace
+	}
+	if err := write(path, b, fsutil.FileMode); err != nil {
 		return 0, err
 	}
 	return *n, nil
+}
+
+// load reads session's counters and says whether their update must be
+// durable: always without Recover; with it, when the file is new, of
+// another boot or unreadable (then raised to the durable record first).
+func (o Orderer) load(path, session, cwd string) (counters, bool, error) {
+	var c counters
+	b, err := fsutil.ReadFileNoFollow(path, 4096)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		c.Boot = o.boot()
+		return c, true, nil // created durably: after a crash, no file is a new session
+	case err != nil:
+		return c, false, err
+	}
+	uerr := json.Unmarshal(b, &c)
+	if o.Recover == nil {
+		if uerr != nil {
+			return c, false, fmt.Errorf("tool order state %s: %w", path, uerr)
+		}
+		return c, true, nil
+	}
+	boot := o.boot()
+	if uerr == nil && boot != "" && c.Boot == boot {
+		return c, false, nil
+	}
+	if uerr != nil {
+		c = counters{}
+	}
+	k, err := o.Recover(session, cwd)
+	if err != nil {
+		return c, false, fmt.Errorf("recover the tool order of session %s: %w", session, err)
+	}
+	c.Starts, c.Finishes, c.Boot = max(c.Starts, k), max(c.Finishes, k), boot
+	return c, true, nil
 }
 
 // Decode parses one Gemini CLI hook payload into the decoded form: the
@@ -154,7 +220,7 @@ func (o Orderer) Decode(b []byte) (*agent.Payload, error) {
 		if p.ToolUseID != "" {
 			break // a future release's own id wins
 		}
-		k, err := o.next(p.SessionID, p.HookEventName == "PostToolUse")
+		k, err := o.next(p.SessionID, p.Cwd, p.HookEventName == "PostToolUse")
 		if err != nil {
 			return nil, fmt.Errorf("gemini: pair the tool call by order: %w", err)
 		}
