@@ -109,7 +109,7 @@ else
 fi
 
 echo "== go test -race ./..."
-go test -race -count=1 ./...
+go test -race -count=1 -timeout 20m ./...
 
 echo "== agent CLIs for the e2e suite (pinned, into the e2e cache)"
 # The harness installs them too when missing (test/e2e/harness_test.go,
@@ -126,14 +126,14 @@ for pkg in "codex-0.169.0 @openai/codex@0.169.0 codex" "gemini-cli-0.61.0 @googl
 done
 
 echo "== e2e (real Claude Code, Codex and Gemini CLIs)"
-go test -tags e2e -count=1 -v ./test/e2e/...
+go test -tags e2e -count=1 -timeout 30m -v ./test/e2e/...
 
 # The whole e2e suite again with every `hub serve` replaced by two hub
 # serve processes on one PostgreSQL database and one S3 bucket behind a
 # loopback round-robin proxy (test/e2e/hubbackend_test.go).
 if [ -n "${AGENTSCM_REQUIRE_POSTGRES:-}" ] && [ -n "${AGENTSCM_REQUIRE_S3:-}" ]; then
   echo "== e2e, every Hub two instances on PostgreSQL + S3 (AGENTSCM_E2E_HUB=pg-s3-2)"
-  AGENTSCM_E2E_HUB=pg-s3-2 go test -tags e2e -count=1 -v ./test/e2e/...
+  AGENTSCM_E2E_HUB=pg-s3-2 go test -tags e2e -count=1 -timeout 30m -v ./test/e2e/...
 elif [ "${CI:-}" = true ]; then
   echo "the two-instance e2e pass needs PostgreSQL and versitygw"; exit 1
 fi
